@@ -1,0 +1,164 @@
+// Persistent thread pool: workers spin for a short while after each job and then sleep on a
+// condition variable, so the many small parallel regions of a decode step stay cheap.
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+#include "loom/core.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LOOM_PAUSE() _mm_pause()
+#else
+#define LOOM_PAUSE() std::this_thread::yield()
+#endif
+
+namespace loom {
+
+namespace {
+
+thread_local bool t_in_pool = false;
+
+class Pool {
+ public:
+  explicit Pool(int n) { resize(n); }
+  ~Pool() { stop(); }
+
+  int size() const { return nthreads_; }
+
+  void resize(int n) {
+    if (n < 1) n = 1;
+    std::lock_guard<std::mutex> run_lock(run_mu_);
+    stop();
+    nthreads_ = n;
+    quit_ = false;
+    for (int i = 1; i < n; i++) workers_.emplace_back([this, i] { worker(i); });
+  }
+
+  void run(int nth, const std::function<void(int, int)>& fn) {
+    if (nth > nthreads_) nth = nthreads_;
+    if (nth <= 1 || t_in_pool) {
+      fn(0, 1);
+      return;
+    }
+    std::lock_guard<std::mutex> run_lock(run_mu_);
+    fn_ = &fn;
+    active_ = nth;
+    pending_.store(nth - 1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    t_in_pool = true;
+    try {
+      fn(0, nth);
+    } catch (...) {
+      t_in_pool = false;
+      wait_done();
+      throw;
+    }
+    t_in_pool = false;
+    wait_done();
+  }
+
+ private:
+  void wait_done() {
+    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; spins++) {
+      if (spins < 200000) LOOM_PAUSE();
+      else std::this_thread::yield();
+    }
+  }
+
+  void worker(int id) {
+    t_in_pool = true;
+    uint64_t seen = 0;
+    for (;;) {
+      // Spin a little for the next job, then sleep.
+      uint64_t g = generation_.load(std::memory_order_acquire);
+      for (int spins = 0; g == seen && spins < 20000; spins++) {
+        LOOM_PAUSE();
+        g = generation_.load(std::memory_order_acquire);
+      }
+      if (g == seen) {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return quit_ || generation_.load(std::memory_order_acquire) != seen; });
+        if (quit_) return;
+        g = generation_.load(std::memory_order_acquire);
+      }
+      seen = g;
+      if (quit_) return;
+      if (id < active_) {
+        (*fn_)(id, active_);  // kernels must not throw from worker threads
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      quit_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  int nthreads_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // serializes callers from different OS threads
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  const std::function<void(int, int)>* fn_ = nullptr;
+  int active_ = 0;
+  bool quit_ = false;
+};
+
+int default_threads() {
+  if (const char* s = std::getenv("LOOM_THREADS")) {
+    int n = std::atoi(s);
+    if (n >= 1) return n;
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc ? int(hc) : 1;
+}
+
+Pool& pool() {
+  static Pool* p = new Pool(default_threads());  // never destroyed: workers may outlive statics
+  return *p;
+}
+
+}  // namespace
+
+int threads_get() { return pool().size(); }
+
+void threads_set(int n) {
+  if (n < 1) throw std::invalid_argument("thread count must be >= 1");
+  pool().resize(n);
+}
+
+void pool_run(int nth, const std::function<void(int, int)>& fn) { pool().run(nth, fn); }
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  int64_t max_chunks = (n + grain - 1) / grain;
+  int nth = int(std::min<int64_t>(max_chunks, threads_get()));
+  if (nth <= 1) {
+    fn(0, n);
+    return;
+  }
+  pool_run(nth, [&](int tid, int nt) {
+    int64_t per = (n + nt - 1) / nt;
+    int64_t b = tid * per, e = std::min<int64_t>(n, b + per);
+    if (b < e) fn(b, e);
+  });
+}
+
+}  // namespace loom

@@ -1,0 +1,56 @@
+// GEMM: the matrix products every model and training step is built from.
+//
+// Conventions: row-major, fp32 accumulation. `ld*` are row strides in elements.
+// Linear layers store W as (N, K) (PyTorch / Hugging Face layout), so the forward is
+//   y (M, N) = x (M, K) · Wᵀ + bias
+// and all kernels take W in that layout; M may be anything including 1 (decode), where a
+// bandwidth-bound GEMV path is used.
+#pragma once
+#include <cstdint>
+#include "loom/core.h"
+
+namespace loom {
+
+// y[M,N] = beta * y + x[M,K] · W[N,K]ᵀ (+ bias[N] if non-null). beta is 0 or 1 in practice
+// (0: y is write-only and may hold garbage/NaN).
+void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                const float* bias, float* y, int64_t ldy, float beta = 0.0f);
+// Same with bf16 weights (bf16 bits, as stored in checkpoints): the weights are widened to fp32
+// in registers, so the result is fp32 math on the bf16 weights (half the memory traffic).
+void linear_bf16(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+                 const float* bias, float* y, int64_t ldy, float beta = 0.0f);
+// bf16 compute: activations are rounded to bf16 too and multiplied with vdpbf16ps (AVX512_BF16),
+// fp32 accumulation. Faster, looser (about 3 significant digits per product). Falls back to
+// emulating the same rounding where the instruction is missing, so results agree across paths
+// within accumulation-order noise.
+void linear_bf16_bf16(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+                      const float* bias, float* y, int64_t ldy, float beta = 0.0f);
+// Weight dtype chosen at run time (F32, BF16, F16).
+void linear(DType wtype, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w, int64_t ldw,
+            const float* bias, float* y, int64_t ldy, float beta = 0.0f);
+
+// General product: C[M,N] = alpha · op(A) · op(B) + beta · C, op(X) = X or Xᵀ.
+// A is (M,K) or, with ta, stored (K,M); B is (K,N) or, with tb, stored (N,K).
+// Used by backward passes: dx = dy·W (ta=0,tb=0), dW += dyᵀ·x (ta=1,tb=0, beta=1).
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Batched strided sgemm (attention scores, per-head products): for b in [0, batch):
+//   C_b = alpha · op(A_b) · op(B_b) + beta · C_b with A_b = A + b*strideA, etc.
+void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, int64_t strideA, const float* B, int64_t ldb, int64_t strideB, float beta, float* C,
+                   int64_t ldc, int64_t strideC);
+
+// Pre-packed weights for repeated use (model weights are packed once at load time into the
+// micro-kernel's panel layout; roughly the same memory as the source).
+struct PackedWeight;
+PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int64_t ldw);
+void weight_free(PackedWeight* p);
+int64_t weight_rows(const PackedWeight* p);  // N
+int64_t weight_cols(const PackedWeight* p);  // K
+size_t weight_bytes(const PackedWeight* p);
+// y[M,N] = beta*y + x[M,K] · Wᵀ (+ bias)
+void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
+                   int64_t ldy, float beta = 0.0f);
+
+}  // namespace loom

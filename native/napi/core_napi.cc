@@ -1,0 +1,95 @@
+// Bindings: CPU features, ISA switch, thread pool size, conversions.
+#include "loom/core.h"
+#include "napi_util.h"
+
+namespace loom::napi {
+namespace {
+
+Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const CpuFeatures& f = cpu_features();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("brand", f.brand);
+  Napi::Object feat = Napi::Object::New(env);
+  feat.Set("avx2", f.avx2);
+  feat.Set("fma", f.fma);
+  feat.Set("f16c", f.f16c);
+  feat.Set("avx512f", f.avx512f);
+  feat.Set("avx512bw", f.avx512bw);
+  feat.Set("avx512vl", f.avx512vl);
+  feat.Set("avx512dq", f.avx512dq);
+  feat.Set("avx512bf16", f.avx512bf16);
+  feat.Set("avx512vnni", f.avx512vnni);
+  o.Set("features", feat);
+  Napi::Array isas = Napi::Array::New(env);
+  uint32_t k = 0;
+  for (Isa i : {Isa::Portable, Isa::Avx2, Isa::Avx512})
+    if (isa_supported(i)) isas.Set(k++, isa_name(i));
+  o.Set("supportedIsas", isas);
+  o.Set("bestIsa", isa_name(isa_best()));
+  o.Set("isa", isa_name(isa_active()));
+  o.Set("threads", threads_get());
+  return o;
+}
+
+Napi::Value GetIsa(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), isa_name(isa_active())); }
+
+Napi::Value SetIsa(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw_type(env, "isa must be a string: portable | avx2 | avx512");
+  std::string s = info[0].As<Napi::String>();
+  Isa isa;
+  if (!isa_parse(s.c_str(), &isa)) throw_type(env, "unknown isa '" + s + "': expected portable | avx2 | avx512");
+  if (!isa_supported(isa)) throw_range(env, "isa '" + s + "' is not supported by this CPU");
+  isa_set(isa);
+  return env.Undefined();
+}
+
+Napi::Value GetThreads(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), threads_get()); }
+
+Napi::Value SetThreads(const Napi::CallbackInfo& info) {
+  int64_t n = int_arg(info[0], "threads");
+  if (n < 1 || n > 1024) throw_range(info.Env(), "threads must be in [1, 1024]");
+  threads_set(int(n));
+  return info.Env().Undefined();
+}
+
+// convertBf16ToF32(src: Uint16Array, dst: Float32Array)
+Napi::Value ConvertBf16ToF32(const Napi::CallbackInfo& info) {
+  auto src = array_arg<uint16_t>(info[0], "src");
+  auto dst = array_arg<float>(info[1], "dst");
+  check_len(info.Env(), dst.length, src.length, "dst");
+  convert_bf16_to_f32(int64_t(src.length), src.data, dst.data);
+  return info.Env().Undefined();
+}
+
+Napi::Value ConvertF32ToBf16(const Napi::CallbackInfo& info) {
+  auto src = array_arg<float>(info[0], "src");
+  auto dst = array_arg<uint16_t>(info[1], "dst");
+  check_len(info.Env(), dst.length, src.length, "dst");
+  convert_f32_to_bf16(int64_t(src.length), src.data, dst.data);
+  return info.Env().Undefined();
+}
+
+Napi::Value ConvertF16ToF32(const Napi::CallbackInfo& info) {
+  auto src = array_arg<uint16_t>(info[0], "src");
+  auto dst = array_arg<float>(info[1], "dst");
+  check_len(info.Env(), dst.length, src.length, "dst");
+  convert_f16_to_f32(int64_t(src.length), src.data, dst.data);
+  return info.Env().Undefined();
+}
+
+void Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("cpuInfo", Napi::Function::New(env, CpuInfo));
+  exports.Set("getIsa", Napi::Function::New(env, GetIsa));
+  exports.Set("setIsa", Napi::Function::New(env, SetIsa));
+  exports.Set("getThreads", Napi::Function::New(env, GetThreads));
+  exports.Set("setThreads", Napi::Function::New(env, SetThreads));
+  exports.Set("convertBf16ToF32", Napi::Function::New(env, ConvertBf16ToF32));
+  exports.Set("convertF32ToBf16", Napi::Function::New(env, ConvertF32ToBf16));
+  exports.Set("convertF16ToF32", Napi::Function::New(env, ConvertF16ToF32));
+}
+
+}  // namespace
+LOOM_NAPI_REGISTER(core, Init);
+}  // namespace loom::napi

@@ -1,0 +1,55 @@
+#!/usr/bin/env node
+// `npm test`: runs the tap suite (test/**/*.test.ts) and ends with one line `N passed, N failed`
+// counting individual assertions, which CI reads. Extra arguments go to tap (e.g. a test file).
+import { spawn } from 'node:child_process';
+
+const tapBin = new URL('../node_modules/.bin/tap', import.meta.url).pathname;
+const child = spawn(tapBin, ['--reporter=tap', ...process.argv.slice(2)], {
+  stdio: ['inherit', 'pipe', 'inherit'],
+  env: { ...process.env, LOOM_LOG_LEVEL: process.env.LOOM_LOG_LEVEL ?? 'silent' },
+});
+
+let passed = 0;
+let failed = 0;
+let buf = '';
+// A TAP line `ok` / `not ok` directly followed (in the stream) by no indented children is a
+// leaf assertion. Subtest summary lines come right after their children's plan `1..N`, so a
+// point that follows a plan line at deeper indentation is a summary and is not counted twice.
+let lastPlanIndent = -1;
+function onLine(line) {
+  const m = /^(\s*)(not ok|ok)\b(.*)$/.exec(line);
+  if (m) {
+    const indent = m[1].length;
+    const isSummary = lastPlanIndent > indent;
+    lastPlanIndent = -1;
+    const skipped = /#\s*(SKIP|TODO)/i.test(m[3]);
+    if (isSummary || skipped) {
+      // a subtest that failed without failing children (timeout, crash) still counts as a failure
+      if (isSummary && m[2] === 'not ok' && failedSinceSummary === 0) failed++;
+      failedSinceSummary = 0;
+      return;
+    }
+    if (m[2] === 'ok') passed++;
+    else { failed++; failedSinceSummary++; }
+    return;
+  }
+  const p = /^(\s*)1\.\.\d+/.exec(line);
+  if (p) lastPlanIndent = p[1].length;
+}
+let failedSinceSummary = 0;
+
+child.stdout.on('data', (d) => {
+  process.stdout.write(d);
+  buf += d.toString();
+  let i;
+  while ((i = buf.indexOf('\n')) >= 0) {
+    onLine(buf.slice(0, i));
+    buf = buf.slice(i + 1);
+  }
+});
+child.on('close', (code) => {
+  if (buf) onLine(buf);
+  if (code !== 0 && failed === 0) failed = 1; // tap itself failed (e.g. a file crashed before any test point)
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(code ?? 1);
+});

@@ -1,0 +1,2 @@
+// Loom as a library: the native core, the runtimes and the services, importable without the server.
+export * as native from './native/index.ts';

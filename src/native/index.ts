@@ -1,0 +1,3 @@
+// Typed wrappers over the native core.
+export * from './cpu.ts';
+export { addon } from './addon.ts';
