@@ -34,7 +34,10 @@ class Pool {
     stop();
     nthreads_ = n;
     quit_ = false;
-    for (int i = 1; i < n; i++) workers_.emplace_back([this, i] { worker(i); });
+    // New workers start from the current generation: stop() bumped it, and a worker that took
+    // that bump for a job would run a stale fn_ (seen after setThreads(1) -> setThreads(2)).
+    uint64_t g0 = generation_.load(std::memory_order_acquire);
+    for (int i = 1; i < n; i++) workers_.emplace_back([this, i, g0] { worker(i, g0); });
   }
 
   void run(int nth, const std::function<void(int, int)>& fn) {
@@ -72,9 +75,9 @@ class Pool {
     }
   }
 
-  void worker(int id) {
+  void worker(int id, uint64_t start_generation) {
     t_in_pool = true;
-    uint64_t seen = 0;
+    uint64_t seen = start_generation;
     for (;;) {
       // Spin a little for the next job, then sleep.
       uint64_t g = generation_.load(std::memory_order_acquire);
