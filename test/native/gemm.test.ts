@@ -1,6 +1,6 @@
 // GEMM kernels against a straightforward JS reference (double accumulation), on every ISA the
 // CPU supports. Tolerance: the worst-case fp32 summation bound (K + 4)·2⁻²³·Σ|x·w| per element.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { forEachIsa, getThreads, setThreads } from '../../src/native/cpu.ts';
 import {
   linear,
@@ -55,7 +55,7 @@ const EPS = 2 ** -23;
 
 /** Compares got (M, N, stride ldy) with reference values and magnitudes. */
 function check(
-  t: Tap.Test,
+  t: Test,
   label: string,
   M: number,
   N: number,
