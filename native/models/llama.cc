@@ -1,0 +1,330 @@
+// Llama-family decoder forward over a paged KV cache (see llama.h for shapes).
+#include "llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+namespace loom::llama {
+
+namespace portable {
+#include "llama_attn_impl.h"
+}  // namespace portable
+
+static void attn_group_dispatch(const KvCache& kv, int64_t layer, const int32_t* table, int64_t ctx, int64_t kvh,
+                                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores) {
+  switch (isa_active()) {
+    case Isa::Avx512: return avx512::attn_group(kv, layer, table, ctx, kvh, G, q, Dh, scale, out, scores);
+    case Isa::Avx2: return avx2::attn_group(kv, layer, table, ctx, kvh, G, q, Dh, scale, out, scores);
+    default: return portable::attn_group(kv, layer, table, ctx, kvh, G, q, Dh, scale, out, scores);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache
+// ---------------------------------------------------------------------------------------------
+KvCache::KvCache(int64_t layers_, int64_t n_blocks_, int64_t block_size_, int64_t kv_heads_, int64_t head_dim_)
+    : layers(layers_), n_blocks(n_blocks_), block_size(block_size_), kv_heads(kv_heads_), head_dim(head_dim_) {
+  if (layers <= 0 || n_blocks <= 0 || block_size <= 0 || kv_heads <= 0 || head_dim <= 0)
+    throw std::invalid_argument("kv cache: all dimensions must be positive");
+  size_t half = bytes() / 2;
+  k = static_cast<float*>(aligned_malloc(half));
+  v = static_cast<float*>(aligned_malloc(half));
+  if (!k || !v) {
+    aligned_free(k);
+    aligned_free(v);
+    throw std::bad_alloc();
+  }
+}
+
+KvCache::~KvCache() {
+  aligned_free(k);
+  aligned_free(v);
+}
+
+void KvCache::copy_block(int64_t src, int64_t dst, int64_t n_slots) {
+  if (src < 0 || src >= n_blocks || dst < 0 || dst >= n_blocks) throw std::out_of_range("kv cache: block id out of range");
+  n_slots = std::min(n_slots, block_size);
+  size_t nbytes = size_t(n_slots * slot_floats()) * sizeof(float);
+  for (int64_t l = 0; l < layers; l++) {
+    std::memcpy(k_at(l, dst, 0), k_at(l, src, 0), nbytes);
+    std::memcpy(v_at(l, dst, 0), v_at(l, src, 0), nbytes);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paged attention: work items are (token, kv head); each covers the G query heads of its group.
+// ---------------------------------------------------------------------------------------------
+void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
+                     float* out, float* scratch, int64_t max_ctx) {
+  const int64_t Hkv = kv.kv_heads, Dh = kv.head_dim, G = Hq / Hkv;
+  const float scale = 1.0f / std::sqrt(float(Dh));
+  // row -> sequence index
+  const int64_t items = b.T * Hkv;
+  // map each row to its sequence once (small vector on the stack of this call; T is bounded by
+  // the scheduler's token budget)
+  std::vector<int32_t> row_seq(size_t(b.T));
+  for (size_t s = 0; s < b.seqs.size(); s++)
+    for (int64_t i = 0; i < b.seqs[s].n_tokens; i++) row_seq[size_t(b.seqs[s].first_row + i)] = int32_t(s);
+  const int nth = std::max(1, std::min<int>(threads_get(), int(items)));
+  pool_run(nth, [&](int tid, int n) {
+    float* scores = scratch + int64_t(tid) * G * max_ctx;
+    // contiguous chunk of items per thread, balanced by item count (rows of one sequence have
+    // growing context, so interleave: item = tid, tid + n, ...)
+    for (int64_t it = tid; it < items; it += n) {
+      const int64_t t = it / Hkv, kvh = it % Hkv;
+      const SeqSpec& sq = b.seqs[size_t(row_seq[size_t(t)])];
+      const int64_t ctx = int64_t(b.positions[t]) + 1;
+      attn_group_dispatch(kv, layer, sq.block_table, ctx, kvh, G, q + t * ldq + kvh * G * Dh, Dh, scale,
+                          out + t * Hq * Dh + kvh * G * Dh, scores);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+// ---------------------------------------------------------------------------------------------
+Model::Model(const Config& c) : cfg_(c) {
+  if (c.vocab <= 0 || c.hidden <= 0 || c.inter <= 0 || c.layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
+      c.head_dim <= 0)
+    throw std::invalid_argument("llama: config dimensions must be positive");
+  if (c.n_heads % c.n_kv_heads != 0) throw std::invalid_argument("llama: num_attention_heads must be a multiple of num_key_value_heads");
+  if (c.head_dim % 2 != 0) throw std::invalid_argument("llama: head_dim must be even");
+  if (c.weight_dtype != DType::F32 && c.weight_dtype != DType::BF16)
+    throw std::invalid_argument("llama: weight dtype must be f32 or bf16");
+  layers_.resize(size_t(c.layers));
+}
+
+Model::~Model() {
+  aligned_free(embed_);
+  if (lm_head_) weight_free(lm_head_);
+  for (auto& l : layers_) {
+    for (PackedWeight* p : {l.qkv, l.o, l.gate_up, l.down})
+      if (p) weight_free(p);
+  }
+}
+
+static std::vector<float> to_f32(DType t, const void* data, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  switch (t) {
+    case DType::F32: std::memcpy(out.data(), data, size_t(n) * 4); break;
+    case DType::BF16: convert_bf16_to_f32(n, static_cast<const uint16_t*>(data), out.data()); break;
+    case DType::F16: convert_f16_to_f32(n, static_cast<const uint16_t*>(data), out.data()); break;
+    default: throw std::invalid_argument("llama: unsupported weight dtype");
+  }
+  return out;
+}
+
+// Packs a (rows, cols) matrix in the model's weight dtype: bf16 stays bf16 when the model keeps
+// bf16; anything else is widened to f32 (and rounded to bf16 when the model keeps bf16).
+static PackedWeight* pack(DType keep, DType src, const void* data, int64_t rows, int64_t cols) {
+  if (keep == DType::BF16 && src == DType::BF16) return weight_pack(DType::BF16, rows, cols, data, cols);
+  if (keep == DType::F32 && src == DType::F32) return weight_pack(DType::F32, rows, cols, data, cols);
+  std::vector<float> f = to_f32(src, data, rows * cols);
+  if (keep == DType::F32) return weight_pack(DType::F32, rows, cols, f.data(), cols);
+  std::vector<uint16_t> h(f.size());
+  convert_f32_to_bf16(int64_t(f.size()), f.data(), h.data());
+  return weight_pack(DType::BF16, rows, cols, h.data(), cols);
+}
+
+void Model::set_weight(const std::string& name, DType src, const void* data, int64_t rows, int64_t cols) {
+  const Config& c = cfg_;
+  const int64_t D = c.hidden, F = c.inter, Dh = c.head_dim, Hq = c.n_heads, Hkv = c.n_kv_heads;
+  const int64_t Nqkv = (Hq + 2 * Hkv) * Dh;
+  auto expect = [&](int64_t r, int64_t k) {
+    if (rows != r || cols != k)
+      throw std::invalid_argument("llama: tensor " + name + " has shape (" + std::to_string(rows) + ", " +
+                                  std::to_string(cols) + "), expected (" + std::to_string(r) + ", " +
+                                  std::to_string(k) + ")");
+  };
+  auto vec = [&](std::vector<float>& dst, int64_t n) {
+    expect(1, n);
+    dst = to_f32(src, data, n);
+  };
+  auto packed = [&](PackedWeight*& dst, int64_t r, int64_t k) {
+    expect(r, k);
+    if (dst) weight_free(dst);
+    dst = pack(c.weight_dtype, src, data, r, k);
+  };
+  if (name == "embed") {
+    expect(c.vocab, D);
+    aligned_free(embed_);
+    embed_ = nullptr;
+    if (c.weight_dtype == DType::BF16 && src == DType::BF16) {
+      embed_dtype_ = DType::BF16;
+      embed_ = aligned_malloc(size_t(c.vocab * D) * 2);
+      std::memcpy(embed_, data, size_t(c.vocab * D) * 2);
+    } else {
+      std::vector<float> f = to_f32(src, data, c.vocab * D);
+      if (c.weight_dtype == DType::BF16) {
+        embed_dtype_ = DType::BF16;
+        embed_ = aligned_malloc(size_t(c.vocab * D) * 2);
+        convert_f32_to_bf16(c.vocab * D, f.data(), static_cast<uint16_t*>(embed_));
+      } else {
+        embed_dtype_ = DType::F32;
+        embed_ = aligned_malloc(size_t(c.vocab * D) * 4);
+        std::memcpy(embed_, f.data(), size_t(c.vocab * D) * 4);
+      }
+    }
+    return;
+  }
+  if (name == "lm_head") return packed(lm_head_, c.vocab, D);
+  if (name == "norm") return vec(norm_, D);
+  if (name.rfind("layers.", 0) == 0) {
+    size_t dot = name.find('.', 7);
+    if (dot == std::string::npos) throw std::invalid_argument("llama: bad tensor name " + name);
+    int64_t li = std::stoll(name.substr(7, dot - 7));
+    if (li < 0 || li >= c.layers) throw std::invalid_argument("llama: layer index out of range in " + name);
+    Layer& L = layers_[size_t(li)];
+    std::string part = name.substr(dot + 1);
+    if (part == "attn_norm") return vec(L.attn_norm, D);
+    if (part == "mlp_norm") return vec(L.mlp_norm, D);
+    if (part == "qkv") return packed(L.qkv, Nqkv, D);
+    if (part == "qkv_bias") return vec(L.qkv_bias, Nqkv);
+    if (part == "o") return packed(L.o, D, Hq * Dh);
+    if (part == "gate_up") return packed(L.gate_up, 2 * F, D);
+    if (part == "down") return packed(L.down, D, F);
+  }
+  throw std::invalid_argument("llama: unknown tensor " + name);
+}
+
+void Model::finalize() {
+  const Config& c = cfg_;
+  if (!embed_) throw std::invalid_argument("llama: missing embed (model.embed_tokens.weight)");
+  if (norm_.empty()) throw std::invalid_argument("llama: missing final norm (model.norm.weight)");
+  for (int64_t i = 0; i < c.layers; i++) {
+    const Layer& L = layers_[size_t(i)];
+    std::string p = "layers." + std::to_string(i) + ".";
+    if (L.attn_norm.empty()) throw std::invalid_argument("llama: missing " + p + "attn_norm");
+    if (L.mlp_norm.empty()) throw std::invalid_argument("llama: missing " + p + "mlp_norm");
+    if (!L.qkv) throw std::invalid_argument("llama: missing " + p + "qkv");
+    if (!L.o) throw std::invalid_argument("llama: missing " + p + "o");
+    if (!L.gate_up) throw std::invalid_argument("llama: missing " + p + "gate_up");
+    if (!L.down) throw std::invalid_argument("llama: missing " + p + "down");
+    if (c.qkv_bias && L.qkv_bias.empty()) throw std::invalid_argument("llama: missing " + p + "qkv_bias");
+  }
+  if (!lm_head_) {
+    // tied embeddings: the output projection is the embedding table
+    lm_head_ = weight_pack(embed_dtype_, c.vocab, c.hidden, embed_, c.hidden);
+  }
+  finalized_ = true;
+}
+
+size_t Model::weight_bytes() const {
+  size_t n = size_t(cfg_.vocab * cfg_.hidden) * dtype_size(embed_dtype_);
+  if (lm_head_) n += loom::weight_bytes(lm_head_);
+  for (const auto& l : layers_)
+    for (const PackedWeight* p : {l.qkv, l.o, l.gate_up, l.down})
+      if (p) n += loom::weight_bytes(p);
+  return n;
+}
+
+static void grow(std::vector<float>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+}
+
+// y[rows of each sequence with an adapter on `module`] += s·(x·Aᵀ)·Bᵀ
+void Model::apply_lora(const Batch& b, int layer, int module, const float* x, int64_t ldx, float* y, int64_t ldy) {
+  for (const SeqSpec& s : b.seqs) {
+    if (!s.adapter) continue;
+    const LoraPair& p = s.adapter->mods[size_t(layer * kNumModules + module)];
+    if (p.r == 0) continue;
+    const int64_t M = s.n_tokens;
+    const int64_t K = int64_t(p.A.size()) / p.r, N = int64_t(p.B.size()) / p.r;
+    float* xa = lora_.data();  // (M, r)
+    linear_f32(M, p.r, K, x + s.first_row * ldx, ldx, p.A.data(), K, nullptr, xa, p.r, 0.0f);
+    for (int64_t i = 0; i < M * p.r; i++) xa[i] *= p.scale;
+    linear_f32(M, N, p.r, xa, p.r, p.B.data(), p.r, nullptr, y + s.first_row * ldy, ldy, 1.0f);
+  }
+}
+
+void Model::step(KvCache& kv, const Batch& b, float* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!finalized_) throw std::logic_error("llama: model not finalized");
+  const Config& c = cfg_;
+  const int64_t T = b.T, D = c.hidden, F = c.inter, Dh = c.head_dim, Hq = c.n_heads, Hkv = c.n_kv_heads;
+  const int64_t Nq = Hq * Dh, Nkv = Hkv * Dh, Nqkv = Nq + 2 * Nkv;
+  if (kv.layers != c.layers || kv.kv_heads != Hkv || kv.head_dim != Dh)
+    throw std::invalid_argument("llama: kv cache shape does not match the model");
+  if (T <= 0) return;
+
+  int64_t max_ctx = 1, max_r = 0;
+  for (int64_t t = 0; t < T; t++) max_ctx = std::max<int64_t>(max_ctx, int64_t(b.positions[t]) + 1);
+  for (const SeqSpec& s : b.seqs)
+    if (s.adapter) max_r = std::max(max_r, s.adapter->max_r);
+
+  grow(x_, T * D);
+  grow(xn_, T * D);
+  grow(qkv_, T * Nqkv);
+  grow(attn_, T * Nq);
+  grow(gu_, T * 2 * F);
+  grow(act_, T * F);
+  grow(lora_, T * std::max<int64_t>(max_r, 1));
+  grow(scratch_, int64_t(threads_get()) * (Hq / Hkv) * max_ctx);
+  std::vector<float> inv_freq(size_t(Dh / 2));
+  rope_inv_freq(Dh, c.rope_theta, c.rope, inv_freq.data());
+
+  float* x = x_.data();
+  float* xn = xn_.data();
+  float* qkv = qkv_.data();
+  float* attn = attn_.data();
+  float* gu = gu_.data();
+  float* act = act_.data();
+
+  embedding_fwd(T, D, b.tokens, embed_dtype_, embed_, x);  // x (T, D)
+
+  const int64_t bs = kv.block_size;
+  for (int64_t l = 0; l < c.layers; l++) {
+    const Layer& L = layers_[size_t(l)];
+    // --- attention block
+    rmsnorm_fwd(T, D, x, L.attn_norm.data(), c.eps, xn, nullptr);
+    linear_packed(T, xn, D, L.qkv, L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(), qkv, Nqkv);  // (T, Nqkv)
+    apply_lora(b, int(l), kQ, xn, D, qkv, Nqkv);
+    apply_lora(b, int(l), kK, xn, D, qkv + Nq, Nqkv);
+    apply_lora(b, int(l), kV, xn, D, qkv + Nq + Nkv, Nqkv);
+    rope_fwd(T, Hq, Dh, Nqkv, b.positions, inv_freq.data(), qkv);
+    rope_fwd(T, Hkv, Dh, Nqkv, b.positions, inv_freq.data(), qkv + Nq);
+    // write K, V of the new tokens into their cache slots
+    for (const SeqSpec& s : b.seqs) {
+      for (int64_t i = 0; i < s.n_tokens; i++) {
+        const int64_t t = s.first_row + i, pos = b.positions[t];
+        const int64_t blk = s.block_table[pos / bs], slot = pos % bs;
+        std::memcpy(kv.k_at(l, blk, slot), qkv + t * Nqkv + Nq, size_t(Nkv) * 4);
+        std::memcpy(kv.v_at(l, blk, slot), qkv + t * Nqkv + Nq + Nkv, size_t(Nkv) * 4);
+      }
+    }
+    paged_attention(kv, l, b, Hq, qkv, Nqkv, attn, scratch_.data(), max_ctx);  // attn (T, Nq)
+    linear_packed(T, attn, Nq, L.o, nullptr, x, D, 1.0f);                      // x += attn·Woᵀ
+    apply_lora(b, int(l), kO, attn, Nq, x, D);
+    // --- MLP block
+    rmsnorm_fwd(T, D, x, L.mlp_norm.data(), c.eps, xn, nullptr);
+    linear_packed(T, xn, D, L.gate_up, nullptr, gu, 2 * F);  // gu (T, 2F)
+    apply_lora(b, int(l), kGate, xn, D, gu, 2 * F);
+    apply_lora(b, int(l), kUp, xn, D, gu + F, 2 * F);
+    parallel_for(T, std::max<int64_t>(1, 4096 / F), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) {
+        const float* g = gu + t * 2 * F;
+        const float* u = g + F;
+        float* a = act + t * F;
+        for (int64_t i = 0; i < F; i++) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      }
+    });
+    linear_packed(T, act, F, L.down, nullptr, x, D, 1.0f);  // x += act·Wdᵀ
+    apply_lora(b, int(l), kDown, act, F, x, D);
+  }
+
+  // --- output rows
+  const int64_t R = b.n_out;
+  if (R == 0) return;
+  grow(rows_, R * D);
+  for (int64_t r = 0; r < R; r++) std::memcpy(rows_.data() + r * D, x + int64_t(b.out_rows[r]) * D, size_t(D) * 4);
+  if (b.hidden) {
+    rmsnorm_fwd(R, D, rows_.data(), norm_.data(), c.eps, out, nullptr);
+    return;
+  }
+  rmsnorm_fwd(R, D, rows_.data(), norm_.data(), c.eps, xn, nullptr);
+  linear_packed(R, xn, D, lm_head_, nullptr, out, c.vocab);  // logits (R, V)
+}
+
+}  // namespace loom::llama

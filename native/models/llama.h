@@ -1,0 +1,154 @@
+// Llama-family decoder (Llama 2/3, Qwen2, Mistral, SmolLM) run entirely natively over a paged KV
+// cache. One call of llama_step() is one scheduler step: a batch of sequences, each contributing
+// n >= 1 new tokens at given positions (prefill chunks mixed with single decode tokens), through
+// every layer, returning logits (or final hidden states) only for the rows asked for.
+//
+// Shapes (T = new tokens in the step, D = hidden, Hq/Hkv heads, Dh head dim, F = FFN size):
+//   x (T, D) residual stream
+//   per layer: xn = rmsnorm(x)·w ; qkv (T, (Hq+2Hkv)·Dh) = xn·Wqkvᵀ + b ; rope(q, k) ; K/V -> cache
+//              attn (T, Hq·Dh) = softmax(q·Kᵀ/√Dh, causal over the sequence's cache) · V
+//              x += attn·Woᵀ ; xn = rmsnorm(x) ; gu (T, 2F) = xn·[Wg;Wu]ᵀ ; x += (silu(g)·u)·Wdᵀ
+//   out rows: rmsnorm(x[r]) · Wlmᵀ  (V logits), or the normed hidden state (D) for embeddings.
+// LoRA (PEFT): y += s·(x·Aᵀ)·Bᵀ on q,k,v,o,gate,up,down, chosen per sequence.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+#include "loom/core.h"
+#include "loom/gemm.h"
+#include "loom/ops.h"
+
+namespace loom::llama {
+
+struct Config {
+  int64_t vocab = 0, hidden = 0, inter = 0, layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  RopeScaling rope;
+  bool qkv_bias = false;
+  DType weight_dtype = DType::F32;  // F32 or BF16: how linear weights are kept (packed)
+};
+
+// Module slots a LoRA adapter can target.
+enum LoraModule : int { kQ = 0, kK = 1, kV = 2, kO = 3, kGate = 4, kUp = 5, kDown = 6, kNumModules = 7 };
+
+struct LoraPair {
+  int64_t r = 0;
+  float scale = 0.0f;
+  std::vector<float> A;  // (r, in)
+  std::vector<float> B;  // (out, r)
+};
+
+struct Adapter {
+  std::vector<LoraPair> mods;  // layers * kNumModules (r = 0 where absent)
+  int64_t max_r = 0;
+};
+
+struct Layer {
+  std::vector<float> attn_norm, mlp_norm;  // (D)
+  PackedWeight* qkv = nullptr;             // ((Hq+2Hkv)·Dh, D)
+  std::vector<float> qkv_bias;             // ((Hq+2Hkv)·Dh) or empty
+  PackedWeight* o = nullptr;               // (D, Hq·Dh)
+  PackedWeight* gate_up = nullptr;         // (2F, D): gate rows then up rows
+  PackedWeight* down = nullptr;            // (D, F)
+};
+
+// Paged KV storage: per layer, n_blocks blocks of block_size token slots, each slot Hkv·Dh floats
+// for K and the same for V. Block ids are assigned by the (TypeScript) block manager.
+struct KvCache {
+  int64_t layers = 0, n_blocks = 0, block_size = 0, kv_heads = 0, head_dim = 0;
+  float* k = nullptr;
+  float* v = nullptr;
+  KvCache(int64_t layers, int64_t n_blocks, int64_t block_size, int64_t kv_heads, int64_t head_dim);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+  int64_t slot_floats() const { return kv_heads * head_dim; }
+  // Pointer to slot `slot` of block `block` in `layer`.
+  float* k_at(int64_t layer, int64_t block, int64_t slot) const {
+    return k + ((layer * n_blocks + block) * block_size + slot) * slot_floats();
+  }
+  float* v_at(int64_t layer, int64_t block, int64_t slot) const {
+    return v + ((layer * n_blocks + block) * block_size + slot) * slot_floats();
+  }
+  size_t bytes() const { return size_t(layers * n_blocks * block_size * slot_floats()) * 2 * sizeof(float); }
+  // Copies the first n_slots slots of block src to block dst in every layer (copy-on-write of a
+  // partially filled shared block).
+  void copy_block(int64_t src, int64_t dst, int64_t n_slots);
+};
+
+// One sequence's part of a step: rows [first_row, first_row + n_tokens) of the batch.
+struct SeqSpec {
+  int64_t first_row = 0, n_tokens = 0;
+  const int32_t* block_table = nullptr;  // block ids covering positions [0, n_table·block_size)
+  int64_t n_table = 0;
+  const Adapter* adapter = nullptr;
+};
+
+struct Batch {
+  int64_t T = 0;
+  const int32_t* tokens = nullptr;     // (T)
+  const int32_t* positions = nullptr;  // (T): absolute position of each new token in its sequence
+  std::vector<SeqSpec> seqs;
+  const int32_t* out_rows = nullptr;   // rows to return
+  int64_t n_out = 0;
+  bool hidden = false;                 // return final normed hidden states (D) instead of logits (V)
+};
+
+class Model {
+ public:
+  explicit Model(const Config& c);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const Config& config() const { return cfg_; }
+  // Sets one tensor. Names: embed (V,D), lm_head (V,D), norm (D), and per layer i:
+  // layers.i.{attn_norm, mlp_norm} (D), layers.i.qkv (q;k;v rows), layers.i.qkv_bias,
+  // layers.i.o, layers.i.gate_up (gate;up rows), layers.i.down.
+  // src_dtype: F32 / F16 / BF16 raw data of rows x cols.
+  void set_weight(const std::string& name, DType src_dtype, const void* data, int64_t rows, int64_t cols);
+  // Throws if a required tensor is missing; ties lm_head to embed when absent.
+  void finalize();
+  size_t weight_bytes() const;
+
+  // Runs the step; out has n_out·V (or n_out·D with hidden) floats.
+  void step(KvCache& kv, const Batch& b, float* out);
+
+ private:
+  Config cfg_;
+  DType embed_dtype_ = DType::F32;
+  void* embed_ = nullptr;  // (V, D) aligned, F32 or BF16
+  PackedWeight* lm_head_ = nullptr;
+  std::vector<float> norm_;
+  std::vector<Layer> layers_;
+  bool finalized_ = false;
+  std::mutex mu_;
+  // step workspace (grown, never shrunk: no per-token allocation in steady state)
+  std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, lora_, rows_, scratch_;
+  void apply_lora(const Batch& b, int layer, int module, const float* x, int64_t ldx, float* y, int64_t ldy);
+};
+
+// Paged attention for one layer of a step. q (T, Hq, Dh) with row stride ldq; out (T, Hq, Dh)
+// packed. Token t of sequence s attends to positions [0, positions[t]] of s's cache.
+// scratch: at least threads_get() · (Hq/Hkv) · max_ctx floats.
+void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
+                     float* out, float* scratch, int64_t max_ctx);
+
+namespace portable {
+void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t ctx, int64_t kvh, int64_t G,
+                const float* q, int64_t Dh, float scale, float* out, float* scores);
+}
+namespace avx2 {
+void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t ctx, int64_t kvh, int64_t G,
+                const float* q, int64_t Dh, float scale, float* out, float* scores);
+}
+namespace avx512 {
+void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t ctx, int64_t kvh, int64_t G,
+                const float* q, int64_t Dh, float scale, float* out, float* scores);
+}
+
+}  // namespace loom::llama

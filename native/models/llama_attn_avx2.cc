@@ -1,0 +1,9 @@
+// Paged-attention inner kernel, avx2 build (see llama_attn_impl.h).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+#include "llama.h"
+
+namespace loom::llama::avx2 {
+#include "llama_attn_impl.h"
+}  // namespace loom::llama::avx2

@@ -1,0 +1,9 @@
+// Paged-attention inner kernel, avx512 build (see llama_attn_impl.h).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+#include "llama.h"
+
+namespace loom::llama::avx512 {
+#include "llama_attn_impl.h"
+}  // namespace loom::llama::avx512

@@ -1,0 +1,111 @@
+// Loads a Llama-family checkpoint (Hugging Face directory with config.json + *.safetensors, or
+// any tensor source using Hugging Face tensor names, e.g. a GGUF file mapped by src/formats/gguf.ts)
+// into the native decoder. q/k/v and gate/up are concatenated so each layer runs 4 packed GEMMs.
+import { loadDecoderConfig, type DecoderConfig } from '../../formats/hf-config.ts';
+import { SafetensorsCheckpoint, type TensorInfo } from '../../formats/safetensors.ts';
+import { NativeDecoder, type NativeWeight, type WeightDtype } from './native-model.ts';
+
+/** A source of Hugging Face–named tensors (SafetensorsCheckpoint fits; GGUF readers adapt to it). */
+export interface TensorSource {
+  has(name: string): boolean;
+  get(name: string): { dtype: string; shape: number[]; bytes: Uint8Array };
+}
+
+export interface LoadOptions {
+  /** How linear weights are kept: 'f32', 'bf16' (half the memory; fp32 compute), or 'auto' (bf16 if stored bf16). */
+  dtype?: 'f32' | 'bf16' | 'auto';
+}
+
+export class DecoderLoadError extends Error {
+  override name = 'DecoderLoadError';
+}
+
+function asWeight(name: string, t: { dtype: string; shape: number[]; bytes: Uint8Array }, rows: number, cols: number): NativeWeight {
+  if (t.dtype !== 'F32' && t.dtype !== 'F16' && t.dtype !== 'BF16')
+    throw new DecoderLoadError(`tensor for ${name} has dtype ${t.dtype}; expected F32, F16 or BF16`);
+  const n = t.shape.reduce((a, b) => a * b, 1);
+  if (n !== rows * cols)
+    throw new DecoderLoadError(`tensor for ${name} has shape ${JSON.stringify(t.shape)}, expected [${rows}, ${cols}]`);
+  return { name, dtype: t.dtype as WeightDtype, data: t.bytes, rows, cols };
+}
+
+/** Concatenates tensors along rows (they must share a dtype). */
+function concatRows(name: string, parts: { dtype: string; shape: number[]; bytes: Uint8Array }[], cols: number): NativeWeight {
+  const dtype = parts[0].dtype;
+  let rows = 0;
+  let bytes = 0;
+  for (const p of parts) {
+    if (p.dtype !== dtype) throw new DecoderLoadError(`${name}: parts have different dtypes (${parts.map((x) => x.dtype).join(', ')})`);
+    const n = p.shape.reduce((a, b) => a * b, 1);
+    if (n % cols !== 0) throw new DecoderLoadError(`${name}: part of shape ${JSON.stringify(p.shape)} is not (rows, ${cols})`);
+    rows += n / cols;
+    bytes += p.bytes.byteLength;
+  }
+  const data = new Uint8Array(bytes);
+  let off = 0;
+  for (const p of parts) {
+    data.set(p.bytes, off);
+    off += p.bytes.byteLength;
+  }
+  return asWeight(name, { dtype, shape: [rows, cols], bytes: data }, rows, cols);
+}
+
+/** Picks the dtype the native model keeps its linear weights in. */
+function keepDtype(src: TensorSource, opt: LoadOptions['dtype']): 'F32' | 'BF16' {
+  if (opt === 'bf16') return 'BF16';
+  if (opt === 'f32') return 'F32';
+  const probe = ['model.layers.0.self_attn.q_proj.weight', 'model.layers.0.mlp.down_proj.weight'].find((n) => src.has(n));
+  return probe && src.get(probe).dtype === 'BF16' ? 'BF16' : 'F32';
+}
+
+/** Builds the native decoder from `config` and a tensor source. */
+export async function buildNativeDecoder(config: DecoderConfig, src: TensorSource, opts: LoadOptions = {}): Promise<NativeDecoder> {
+  const c = config;
+  const D = c.hiddenSize;
+  const model = new NativeDecoder(c, keepDtype(src, opts.dtype));
+  const need = (name: string) => {
+    if (!src.has(name)) throw new DecoderLoadError(`checkpoint is missing tensor ${name}`);
+    return src.get(name);
+  };
+  // Embeddings / output projection. Tied models may store either name (tinystories-656k stores only lm_head.weight).
+  const embName = src.has('model.embed_tokens.weight') ? 'model.embed_tokens.weight' : src.has('lm_head.weight') && c.tieWordEmbeddings ? 'lm_head.weight' : null;
+  if (!embName) throw new DecoderLoadError('checkpoint is missing tensor model.embed_tokens.weight');
+  const head: NativeWeight[] = [asWeight('embed', src.get(embName), c.vocabSize, D), asWeight('norm', need('model.norm.weight'), 1, D)];
+  if (!c.tieWordEmbeddings) {
+    if (!src.has('lm_head.weight')) throw new DecoderLoadError('checkpoint is missing tensor lm_head.weight (tie_word_embeddings is false)');
+    head.push(asWeight('lm_head', src.get('lm_head.weight'), c.vocabSize, D));
+  }
+  await model.loadWeights(head);
+  const Nq = c.numHeads * c.headDim;
+  const Nkv = c.numKvHeads * c.headDim;
+  for (let i = 0; i < c.numLayers; i++) {
+    const p = `model.layers.${i}.`;
+    const w: NativeWeight[] = [
+      asWeight(`layers.${i}.attn_norm`, need(p + 'input_layernorm.weight'), 1, D),
+      asWeight(`layers.${i}.mlp_norm`, need(p + 'post_attention_layernorm.weight'), 1, D),
+      concatRows(`layers.${i}.qkv`, [need(p + 'self_attn.q_proj.weight'), need(p + 'self_attn.k_proj.weight'), need(p + 'self_attn.v_proj.weight')], D),
+      asWeight(`layers.${i}.o`, need(p + 'self_attn.o_proj.weight'), D, Nq),
+      concatRows(`layers.${i}.gate_up`, [need(p + 'mlp.gate_proj.weight'), need(p + 'mlp.up_proj.weight')], D),
+      asWeight(`layers.${i}.down`, need(p + 'mlp.down_proj.weight'), D, c.intermediateSize),
+    ];
+    if (c.attentionBias) {
+      const b = concatRows(`layers.${i}.qkv_bias`, [need(p + 'self_attn.q_proj.bias'), need(p + 'self_attn.k_proj.bias'), need(p + 'self_attn.v_proj.bias')], 1);
+      w.push({ ...b, rows: 1, cols: Nq + 2 * Nkv });
+    }
+    await model.loadWeights(w, i === c.numLayers - 1);
+  }
+  return model;
+}
+
+/**
+ * Loads a Hugging Face checkpoint directory. `weightsFile` overrides which safetensors file is read
+ * (e.g. the goldens' model.bf16.safetensors).
+ */
+export async function loadHfDecoder(dir: string, opts: LoadOptions & { weightsFile?: string } = {}): Promise<{ model: NativeDecoder; config: DecoderConfig; source: SafetensorsCheckpoint }> {
+  const config = loadDecoderConfig(dir);
+  const source = SafetensorsCheckpoint.open(opts.weightsFile ?? dir);
+  const model = await buildNativeDecoder(config, source as unknown as TensorSource, opts);
+  return { model, config, source };
+}
+
+export type { TensorInfo };

@@ -1,0 +1,111 @@
+// Typed wrapper over the native Llama-family decoder (native/models/llama.cc via llama_napi.cc):
+// weights handed to C++ once (packed there), a paged KV cache, LoRA adapters, and `step()` —
+// one async native call per scheduler step.
+import { addon } from '../../native/addon.ts';
+import type { DecoderConfig } from '../../formats/hf-config.ts';
+
+export type WeightDtype = 'F32' | 'F16' | 'BF16';
+
+export interface NativeWeight {
+  /** embed | lm_head | norm | layers.<i>.{attn_norm,mlp_norm,qkv,qkv_bias,o,gate_up,down} */
+  name: string;
+  dtype: WeightDtype;
+  data: Uint8Array;
+  rows: number;
+  cols: number;
+}
+
+/** LoRA slots in the native model (order matters: it is the C++ enum). */
+export const LORA_MODULES = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
+export type LoraModuleName = (typeof LORA_MODULES)[number];
+
+export interface NativeLoraModule {
+  layer: number;
+  module: number;
+  r: number;
+  scale: number;
+  A: Float32Array; // (r, in)
+  B: Float32Array; // (out, r)
+}
+
+/** One step's batch: sequences' new tokens laid out back to back. */
+export interface StepBatch {
+  tokens: Int32Array; // (T)
+  positions: Int32Array; // (T)
+  seqLens: Int32Array; // (S): tokens contributed by each sequence
+  tables: Int32Array; // concatenated block tables
+  tableOffsets: Int32Array; // (S + 1)
+  adapters?: Int32Array; // (S): adapter id or -1
+  outRows: Int32Array; // rows whose logits (or hidden states) are returned
+  hidden?: boolean;
+  /** [src, dst, nSlots] triples of KV blocks to copy before the forward (copy-on-write). */
+  copies?: Int32Array;
+}
+
+export class NativeKvCache {
+  readonly handle: unknown;
+  readonly blocks: number;
+  readonly blockSize: number;
+  readonly bytes: number;
+  constructor(cfg: DecoderConfig, blocks: number, blockSize: number) {
+    this.handle = addon.kvCreate({ layers: cfg.numLayers, blocks, blockSize, kvHeads: cfg.numKvHeads, headDim: cfg.headDim });
+    this.blocks = blocks;
+    this.blockSize = blockSize;
+    this.bytes = addon.kvBytes(this.handle) as number;
+  }
+  /** Bytes one block takes (K and V, every layer). */
+  static blockBytes(cfg: DecoderConfig, blockSize: number): number {
+    return cfg.numLayers * blockSize * cfg.numKvHeads * cfg.headDim * 4 * 2;
+  }
+}
+
+export class NativeDecoder {
+  readonly handle: unknown;
+  readonly config: DecoderConfig;
+  readonly weightDtype: 'F32' | 'BF16';
+  weightBytes = 0;
+
+  constructor(config: DecoderConfig, weightDtype: 'F32' | 'BF16') {
+    this.config = config;
+    this.weightDtype = weightDtype;
+    const rs = config.ropeScaling;
+    this.handle = addon.llamaCreate({
+      vocab: config.vocabSize,
+      hidden: config.hiddenSize,
+      inter: config.intermediateSize,
+      layers: config.numLayers,
+      heads: config.numHeads,
+      kvHeads: config.numKvHeads,
+      headDim: config.headDim,
+      eps: config.rmsNormEps,
+      ropeTheta: config.ropeTheta,
+      qkvBias: config.attentionBias,
+      ropeScaling: {
+        type: rs.type === 'llama3' ? 1 : rs.type === 'linear' ? 2 : 0,
+        factor: rs.factor,
+        lowFreqFactor: rs.lowFreqFactor,
+        highFreqFactor: rs.highFreqFactor,
+        originalMaxPosition: rs.originalMaxPosition,
+      },
+      weightDtype,
+    });
+  }
+
+  async loadWeights(weights: NativeWeight[], finalize = false): Promise<void> {
+    const r = (await addon.llamaLoadWeights(this.handle, weights, finalize)) as { weightBytes: number };
+    this.weightBytes = r.weightBytes;
+  }
+
+  loadAdapter(id: number, modules: NativeLoraModule[]): void {
+    addon.llamaAdapterLoad(this.handle, id, modules);
+  }
+
+  unloadAdapter(id: number): boolean {
+    return addon.llamaAdapterUnload(this.handle, id) as boolean;
+  }
+
+  /** Runs one step; `out` receives outRows.length × (vocab | hidden) floats. */
+  step(kv: NativeKvCache, batch: StepBatch, out: Float32Array): Promise<void> {
+    return addon.llamaStep(this.handle, kv.handle, batch, out) as Promise<void>;
+  }
+}
