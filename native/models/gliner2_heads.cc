@@ -1,0 +1,311 @@
+// GLiNER2 span-architecture heads (see gliner2.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include "gliner2.h"
+#include "loom/ops.h"
+
+namespace loom::gliner2 {
+
+using deberta::Linear;
+
+namespace {
+
+const float* need(const std::map<std::string, const float*>& t, const std::string& name) {
+  auto it = t.find(name);
+  if (it == t.end() || !it->second) throw std::invalid_argument("gliner2: missing tensor " + name);
+  return it->second;
+}
+
+void lin(Linear& l, const std::map<std::string, const float*>& t, const std::string& prefix, int64_t N, int64_t K,
+         bool bias = true) {
+  l.init(DType::F32, N, K, need(t, prefix + ".weight"), K, bias ? need(t, prefix + ".bias") : nullptr);
+}
+
+void vec(std::vector<float>& v, const std::map<std::string, const float*>& t, const std::string& name, int64_t n) {
+  const float* p = need(t, name);
+  v.assign(p, p + n);
+}
+
+inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+void relu(int64_t n, float* x) {
+  for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+// Linear → ReLU → Linear on (M, in) rows.
+void mlp2(const Linear& a, const Linear& b, int64_t M, const float* x, int64_t ldx, float* y, int64_t ldy) {
+  std::vector<float> h(size_t(M * a.N));
+  a.fwd(M, x, ldx, h.data(), a.N);
+  relu(int64_t(h.size()), h.data());
+  b.fwd(M, h.data(), a.N, y, ldy);
+}
+
+// count_lstm / count_lstm_v2: F (M, D) field embeddings, c steps → Fc (c, M, D).
+void count_embed(const Heads& hd, int64_t M, const float* F, int64_t c, float* Fc) {
+  const int64_t D = hd.D;
+  if (c <= 0 || M <= 0) return;
+  // GRU over c steps; h0 = F; input x_t = pos_emb[t] (same for all fields).
+  std::vector<float> G(size_t(c * M * D)), gi(size_t(c * 3 * D)), gh(size_t(M * 3 * D)), h(F, F + M * D);
+  hd.gru_ih.fwd(c, hd.pos_emb.data(), D, gi.data(), 3 * D);  // (c, 3D)
+  for (int64_t t = 0; t < c; t++) {
+    hd.gru_hh.fwd(M, h.data(), D, gh.data(), 3 * D);  // (M, 3D)
+    const float* x = gi.data() + t * 3 * D;
+    for (int64_t m = 0; m < M; m++) {
+      float* hm = h.data() + m * D;
+      const float* g = gh.data() + m * 3 * D;
+      for (int64_t u = 0; u < D; u++) {
+        float r = sigmoidf(x[u] + g[u]);
+        float z = sigmoidf(x[D + u] + g[D + u]);
+        float n = std::tanh(x[2 * D + u] + r * g[2 * D + u]);
+        hm[u] = (1.0f - z) * n + z * hm[u];
+      }
+    }
+    std::memcpy(G.data() + t * M * D, h.data(), size_t(M * D) * 4);
+  }
+  const int64_t R = c * M;
+  if (hd.counting == Counting::Lstm) {
+    // Fc = proj2(ReLU(proj0(concat(G, F))))
+    std::vector<float> cat(size_t(R * 2 * D));
+    for (int64_t t = 0; t < c; t++)
+      for (int64_t m = 0; m < M; m++) {
+        float* row = cat.data() + (t * M + m) * 2 * D;
+        std::memcpy(row, G.data() + (t * M + m) * D, size_t(D) * 4);
+        std::memcpy(row + D, F + m * D, size_t(D) * 4);
+      }
+    mlp2(hd.proj0, hd.proj2, R, cat.data(), 2 * D, Fc, D);
+    return;
+  }
+  // count_lstm_v2: X = G + F; Y = in_proj(X); 2 post-norm transformer layers attending across the
+  // M fields for each step t; Fc = o4(ReLU(o2(ReLU(o0(concat(Y, X)))))).
+  const int64_t T = hd.in_proj.N, NH = 4, dh = T / NH;
+  std::vector<float> X(size_t(R * D));
+  for (int64_t t = 0; t < c; t++)
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t u = 0; u < D; u++) X[size_t((t * M + m) * D + u)] = G[size_t((t * M + m) * D + u)] + F[m * D + u];
+  std::vector<float> Y(size_t(R * T)), qkv(size_t(R * 3 * T)), ctx(size_t(R * T)), tmp(size_t(R * T)),
+      ff(size_t(R * hd.tl[0].lin1.N));
+  std::vector<float> sc(static_cast<size_t>(M));
+  hd.in_proj.fwd(R, X.data(), D, Y.data(), T);
+  const float scale = 1.0f / std::sqrt(float(dh));
+  for (int li = 0; li < 2; li++) {
+    const Heads::TLayer& L = hd.tl[li];
+    L.attn_in.fwd(R, Y.data(), T, qkv.data(), 3 * T);
+    for (int64_t t = 0; t < c; t++)
+      for (int64_t hh = 0; hh < NH; hh++)
+        for (int64_t i = 0; i < M; i++) {
+          const float* q = qkv.data() + (t * M + i) * 3 * T + hh * dh;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < M; j++) {
+            const float* k = qkv.data() + (t * M + j) * 3 * T + T + hh * dh;
+            float s = 0.0f;
+            for (int64_t e = 0; e < dh; e++) s += q[e] * k[e];
+            sc[size_t(j)] = s * scale;
+            mx = std::max(mx, sc[size_t(j)]);
+          }
+          float sum = 0.0f;
+          for (int64_t j = 0; j < M; j++) {
+            sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
+            sum += sc[size_t(j)];
+          }
+          float* o = ctx.data() + (t * M + i) * T + hh * dh;
+          std::fill(o, o + dh, 0.0f);
+          for (int64_t j = 0; j < M; j++) {
+            const float* v = qkv.data() + (t * M + j) * 3 * T + 2 * T + hh * dh;
+            float p = sc[size_t(j)] / sum;
+            for (int64_t e = 0; e < dh; e++) o[e] += p * v[e];
+          }
+        }
+    std::memcpy(tmp.data(), Y.data(), size_t(R * T) * 4);
+    L.attn_out.fwd(R, ctx.data(), T, tmp.data(), T, 1.0f);
+    layernorm_fwd(R, T, tmp.data(), L.n1w.data(), L.n1b.data(), 1e-5f, Y.data(), nullptr, nullptr);
+    std::memcpy(tmp.data(), Y.data(), size_t(R * T) * 4);
+    L.lin1.fwd(R, Y.data(), T, ff.data(), L.lin1.N);
+    relu(int64_t(ff.size()), ff.data());
+    L.lin2.fwd(R, ff.data(), L.lin1.N, tmp.data(), T, 1.0f);
+    layernorm_fwd(R, T, tmp.data(), L.n2w.data(), L.n2b.data(), 1e-5f, Y.data(), nullptr, nullptr);
+  }
+  std::vector<float> cat(size_t(R * (T + D))), h1(size_t(R * D)), h2(size_t(R * D));
+  for (int64_t r = 0; r < R; r++) {
+    std::memcpy(cat.data() + r * (T + D), Y.data() + r * T, size_t(T) * 4);
+    std::memcpy(cat.data() + r * (T + D) + T, X.data() + r * D, size_t(D) * 4);
+  }
+  hd.o0.fwd(R, cat.data(), T + D, h1.data(), D);
+  relu(R * D, h1.data());
+  hd.o2.fwd(R, h1.data(), D, h2.data(), D);
+  relu(R * D, h2.data());
+  hd.o4.fwd(R, h2.data(), D, Fc, D);
+}
+
+}  // namespace
+
+std::unique_ptr<Heads> heads_create(int64_t D, int64_t K, Counting counting,
+                                    const std::map<std::string, const float*>& t) {
+  auto h = std::make_unique<Heads>();
+  h->D = D;
+  h->K = K;
+  h->counting = counting;
+  const std::string sp = "span_rep.span_rep_layer.";
+  lin(h->ps0, t, sp + "project_start.0", 4 * D, D);
+  lin(h->ps3, t, sp + "project_start.3", D, 4 * D);
+  lin(h->pe0, t, sp + "project_end.0", 4 * D, D);
+  lin(h->pe3, t, sp + "project_end.3", D, 4 * D);
+  const float* o0w = need(t, sp + "out_project.0.weight");  // (4D, 2D)
+  h->out0a.init(DType::F32, 4 * D, D, o0w, 2 * D, need(t, sp + "out_project.0.bias"));
+  h->out0b.init(DType::F32, 4 * D, D, o0w + D, 2 * D, nullptr);
+  lin(h->out3, t, sp + "out_project.3", D, 4 * D);
+  vec(h->out3_w, t, sp + "out_project.3.weight", D * 4 * D);
+  vec(h->out3_b, t, sp + "out_project.3.bias", D);
+  lin(h->cls0, t, "classifier.0", 2 * D, D);
+  lin(h->cls2, t, "classifier.2", 1, 2 * D);
+  lin(h->cp0, t, "count_pred.0", 2 * D, D);
+  lin(h->cp2, t, "count_pred.2", 20, 2 * D);
+  vec(h->pos_emb, t, "count_embed.pos_embedding.weight", 20 * D);
+  h->gru_ih.init(DType::F32, 3 * D, D, need(t, "count_embed.gru.weight_ih_l0"), D, need(t, "count_embed.gru.bias_ih_l0"));
+  h->gru_hh.init(DType::F32, 3 * D, D, need(t, "count_embed.gru.weight_hh_l0"), D, need(t, "count_embed.gru.bias_hh_l0"));
+  if (counting == Counting::Lstm) {
+    lin(h->proj0, t, "count_embed.projector.0", 4 * D, 2 * D);
+    lin(h->proj2, t, "count_embed.projector.2", D, 4 * D);
+  } else {
+    const int64_t T = 128, FF = 256;
+    lin(h->in_proj, t, "count_embed.transformer.in_projector", T, D);
+    for (int i = 0; i < 2; i++) {
+      std::string p = "count_embed.transformer.transformer.layers." + std::to_string(i) + ".";
+      Heads::TLayer& L = h->tl[i];
+      L.attn_in.init(DType::F32, 3 * T, T, need(t, p + "self_attn.in_proj_weight"), T, need(t, p + "self_attn.in_proj_bias"));
+      lin(L.attn_out, t, p + "self_attn.out_proj", T, T);
+      lin(L.lin1, t, p + "linear1", FF, T);
+      lin(L.lin2, t, p + "linear2", T, FF);
+      vec(L.n1w, t, p + "norm1.weight", T);
+      vec(L.n1b, t, p + "norm1.bias", T);
+      vec(L.n2w, t, p + "norm2.weight", T);
+      vec(L.n2b, t, p + "norm2.bias", T);
+    }
+    lin(h->o0, t, "count_embed.transformer.out_projector.0", D, T + D);
+    lin(h->o2, t, "count_embed.transformer.out_projector.2", D, D);
+    lin(h->o4, t, "count_embed.transformer.out_projector.4", D, D);
+  }
+  return h;
+}
+
+void heads_run(const Heads& hd, int64_t B, const float* words, const int64_t* woff, const std::vector<Segment>& segs,
+               std::vector<SegOut>& outs, std::vector<std::vector<float>>* span_rep) {
+  const int64_t D = hd.D, K = hd.K, D4 = 4 * D, S = int64_t(segs.size());
+  outs.assign(size_t(S), SegOut());
+  // Count head over the [P] rows of span segments; classifier over classification markers.
+  bool any_span = false;
+  for (int64_t s = 0; s < S; s++) {
+    const Segment& g = segs[size_t(s)];
+    SegOut& o = outs[size_t(s)];
+    if (g.kind == 1) {
+      o.cls_logits.resize(size_t(g.M));
+      mlp2(hd.cls0, hd.cls2, g.M, g.embs + D, D, o.cls_logits.data(), 1);
+    } else {
+      any_span = true;
+      o.count_logits.resize(20);
+      mlp2(hd.cp0, hd.cp2, 1, g.embs, D, o.count_logits.data(), 20);
+      int64_t c = 0;
+      for (int64_t i = 1; i < 20; i++)
+        if (o.count_logits[size_t(i)] > o.count_logits[size_t(c)]) c = i;
+      o.count = c;
+      if (c > 0 && g.M > 0) {
+        o.count_embed.resize(size_t(c * g.M * D));
+        count_embed(hd, g.M, g.embs + D, c, o.count_embed.data());
+      }
+    }
+  }
+  if (!any_span && !span_rep) return;
+
+  // Per-word start/end projections for all samples at once.
+  const int64_t TW = woff[B];
+  std::vector<float> Sx(size_t(TW * D)), Ex(size_t(TW * D)), PS(size_t(TW * D4)), PE(size_t(TW * D4));
+  mlp2(hd.ps0, hd.ps3, TW, words, D, Sx.data(), D);
+  mlp2(hd.pe0, hd.pe3, TW, words, D, Ex.data(), D);
+  relu(TW * D, Sx.data());
+  relu(TW * D, Ex.data());
+  hd.out0a.fwd(TW, Sx.data(), D, PS.data(), D4);  // + b1
+  hd.out0b.fwd(TW, Ex.data(), D, PE.data(), D4);
+
+  if (span_rep) span_rep->assign(size_t(B), {});
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t W = woff[b + 1] - woff[b];
+    const float* ps = PS.data() + woff[b] * D4;
+    const float* pe = PE.data() + woff[b] * D4;
+    // G rows of every span segment of this sample: Gall (R, 4D), bias bb (R).
+    std::vector<int64_t> seg_ids, seg_row;
+    int64_t R = 0;
+    for (int64_t s = 0; s < S; s++)
+      if (segs[size_t(s)].sample == b && segs[size_t(s)].kind == 0 && outs[size_t(s)].count > 0) {
+        seg_ids.push_back(s);
+        seg_row.push_back(R);
+        R += outs[size_t(s)].count * segs[size_t(s)].M;
+      }
+    bool want_rep = span_rep != nullptr;
+    if ((R == 0 && !want_rep) || W == 0) continue;
+    std::vector<float> Fc(size_t(std::max<int64_t>(R, 1) * D)), Gall(size_t(std::max<int64_t>(R, 1) * D4)),
+        bb(size_t(std::max<int64_t>(R, 1)));
+    for (size_t q = 0; q < seg_ids.size(); q++) {
+      const SegOut& o = outs[size_t(seg_ids[q])];
+      std::memcpy(Fc.data() + seg_row[q] * D, o.count_embed.data(), o.count_embed.size() * 4);
+    }
+    if (R > 0) {
+      // Gall = Fc · W2  (R, D)·(D, 4D)
+      sgemm(false, false, R, D4, D, 1.0f, Fc.data(), D, hd.out3_w.data(), D4, 0.0f, Gall.data(), D4);
+      for (int64_t r = 0; r < R; r++) {
+        float a = 0.0f;
+        for (int64_t u = 0; u < D; u++) a += Fc[size_t(r * D + u)] * hd.out3_b[size_t(u)];
+        bb[size_t(r)] = a;
+      }
+    }
+    std::vector<float> logits(size_t(W * K * std::max<int64_t>(R, 1)), 0.0f);
+    if (want_rep) (*span_rep)[size_t(b)].assign(size_t(W * K * D), 0.0f);
+    const int64_t CH = 32;  // starts per chunk
+    const int64_t nchunks = (W + CH - 1) / CH;
+    parallel_for(nchunks, 1, [&](int64_t c0, int64_t c1) {
+      std::vector<float> hid(size_t(CH * K * D4));
+      for (int64_t ch = c0; ch < c1; ch++) {
+        int64_t i0 = ch * CH, i1 = std::min(W, i0 + CH), rows = (i1 - i0) * K;
+        for (int64_t i = i0; i < i1; i++)
+          for (int64_t k = 0; k < K; k++) {
+            float* hr = hid.data() + ((i - i0) * K + k) * D4;
+            int64_t j = i + k;
+            if (j >= W) {
+              std::memset(hr, 0, size_t(D4) * 4);
+              continue;
+            }
+            const float* a = ps + i * D4;
+            const float* e = pe + j * D4;
+            for (int64_t u = 0; u < D4; u++) {
+              float v = a[u] + e[u];
+              hr[u] = v > 0.0f ? v : 0.0f;
+            }
+          }
+        if (R > 0)  // logits (rows, R) = hid · Gallᵀ
+          sgemm(false, true, rows, R, D4, 1.0f, hid.data(), D4, Gall.data(), D4, 0.0f, logits.data() + i0 * K * R, R);
+        if (want_rep) {
+          float* rep = (*span_rep)[size_t(b)].data() + i0 * K * D;
+          hd.out3.fwd(rows, hid.data(), D4, rep, D);
+          for (int64_t i = i0; i < i1; i++)
+            for (int64_t k = 0; k < K; k++)
+              if (i + k >= W) std::memset(rep + ((i - i0) * K + k) * D, 0, size_t(D) * 4);
+        }
+      }
+    });
+    // Scatter to (c, M, W, K) probabilities.
+    for (size_t q = 0; q < seg_ids.size(); q++) {
+      SegOut& o = outs[size_t(seg_ids[q])];
+      const int64_t M = segs[size_t(seg_ids[q])].M, rows = o.count * M;
+      o.scores.assign(size_t(rows * W * K), 0.0f);
+      for (int64_t r = 0; r < rows; r++) {
+        int64_t gr = seg_row[q] + r;
+        float* dst = o.scores.data() + r * W * K;
+        for (int64_t i = 0; i < W; i++)
+          for (int64_t k = 0; k < K && i + k < W; k++)
+            dst[i * K + k] = sigmoidf(logits[size_t((i * K + k) * R + gr)] + bb[size_t(gr)]);
+      }
+    }
+  }
+}
+
+}  // namespace loom::gliner2
