@@ -29,6 +29,7 @@ export interface SamplingParams {
 
 export interface SampleResult {
   token: number;
+  /** Log-probability of `token` (see the header); NaN unless `logprobs` or `top_logprobs` was requested. */
   logprob: number;
   top?: { token: number; logprob: number }[];
 }
@@ -70,6 +71,20 @@ class Rng {
 }
 function rotl(x: number, k: number): number {
   return (x << k) | (x >>> (32 - k));
+}
+
+const POW2 = new Float64Array(200);
+for (let k = 0; k < 200; k++) POW2[k] = 2 ** (k - 150);
+/**
+ * exp(d) for d ≤ 0 (d > -100): 2^k · 2^f with a degree-9 Taylor polynomial for 2^f on [0, 1)
+ * (relative error < 1e-8), about 5x faster than Math.exp in V8 for the vocabulary-wide passes.
+ */
+export function fastExp(d: number): number {
+  const t = d * 1.4426950408889634;
+  const k = Math.floor(t);
+  const f = (t - k) * 0.6931471805599453;
+  const p = 1 + f * (1 + f * (0.5 + f * (1 / 6 + f * (1 / 24 + f * (1 / 120 + f * (1 / 720 + f * (1 / 5040 + f * (1 / 40320 + f * (1 / 362880)))))))));
+  return p * POW2[k + 150];
 }
 
 /** Whether token `id` is set in the allowed bitset. */
@@ -161,18 +176,25 @@ export class Sampler {
     let best = -1, mx = -Infinity;
     for (let i = 0; i < V; i++) if (x[i] > mx) { mx = x[i]; best = i; }
     if (best < 0) throw new SamplingError(allowed ? 'no token is allowed by the constraint' : 'all logits are -inf or NaN');
-    const wantLp = true;
-    let logZ = 0;
-    if (wantLp || !this.greedy) {
+    const wantLp = p.logprobs || p.top_logprobs > 0;
+    let logZ = NaN;
+    let token: number;
+    if (this.greedy) token = best;
+    else {
+      const r = this.draw(x, mx, invT);
+      token = r.token;
+      logZ = Math.log(r.z);
+    }
+    if (wantLp && Number.isNaN(logZ)) {
       let s = 0;
-      for (let i = 0; i < V; i++) s += Math.exp((x[i] - mx) * invT);
+      for (let i = 0; i < V; i++) {
+        const d = (x[i] - mx) * invT;
+        if (d > -40) s += fastExp(d);
+      }
       logZ = Math.log(s);
     }
     const lp = (t: number): number => (x[t] - mx) * invT - logZ;
-    let token: number;
-    if (this.greedy) token = best;
-    else token = this.draw(x, mx, invT);
-    const res: SampleResult = { token, logprob: lp(token) };
+    const res: SampleResult = { token, logprob: wantLp ? lp(token) : NaN };
     if (p.top_logprobs > 0) res.top = this.topN(x, p.top_logprobs).map((t) => ({ token: t, logprob: lp(t) }));
     return res;
   }
@@ -194,27 +216,42 @@ export class Sampler {
     return ids;
   }
 
-  private draw(x: Float32Array, mx: number, invT: number): number {
+  /** Draws a token; also returns z = Σ exp((x - mx)·invT) over all tokens when it was computed (else NaN). */
+  private draw(x: Float32Array, mx: number, invT: number): { token: number; z: number } {
     const p = this.params;
     const idx = this.idx, pr = this.prob;
-    let n = 0;
-    for (let i = 0; i < this.vocabSize; i++) {
-      if (x[i] === -Infinity) continue;
+    let n = 0, z = NaN;
+    if (p.top_k > 0 && p.top_k <= 256) {
+      // small top-k: one pass with a size-k min-heap over the raw logits (usually one compare per token)
+      n = heapTopK(x, this.vocabSize, p.top_k, idx);
+      for (let i = 0; i < n; i++) pr[i] = (x[idx[i]] - mx) * invT;
+      let m = 0;
+      for (let i = 0; i < n; i++) if (pr[i] > -40) { idx[m] = idx[i]; pr[m] = pr[i]; m++; }
+      n = m;
+    } else for (let i = 0; i < this.vocabSize; i++) {
+      const d = (x[i] - mx) * invT;
+      if (!(d > -40)) continue;
       idx[n] = i;
-      pr[n] = Math.exp((x[i] - mx) * invT);
+      pr[n] = d;
       n++;
     }
+    // pr holds the scaled logit difference d = (x - mx)·invT ≤ 0 first (same order as probabilities), and
+    // exp(d) only once the candidate set is small. Tokens more than 40 nats below the max (relative
+    // probability < 4e-18) are never drawn.
     if (p.top_k > 0 && p.top_k < n) {
       selectTopK(idx, pr, 0, n, p.top_k);
       n = p.top_k;
     }
     if (p.min_p > 0) {
-      // pmax is exp(0) = 1 (the max logit survives every filter)
-      const thr = p.min_p;
+      // pmax is exp(0) = 1 (the max logit survives every filter): keep d ≥ log(min_p)
+      const thr = Math.log(p.min_p);
       let m = 0;
       for (let i = 0; i < n; i++) if (pr[i] >= thr) { idx[m] = idx[i]; pr[m] = pr[i]; m++; }
       n = m;
     }
+    let zc = 0;
+    for (let i = 0; i < n; i++) { pr[i] = fastExp(pr[i]); zc += pr[i]; }
+    if (p.top_k === 0 && p.min_p === 0) z = zc; // nothing truncated yet: this is the full partition function
     if (p.top_p < 1) {
       let total = 0;
       for (let i = 0; i < n; i++) total += pr[i];
@@ -227,10 +264,47 @@ export class Sampler {
     let u = this.rng.next() * total;
     for (let i = 0; i < n; i++) {
       u -= pr[i];
-      if (u < 0) return idx[i];
+      if (u < 0) return { token: idx[i], z };
     }
-    return idx[n - 1];
+    return { token: idx[n - 1], z };
   }
+}
+
+/** The k largest of x[0, V) (value desc, id asc on ties) into out[0, k) (unordered); returns the count. */
+function heapTopK(x: Float32Array, V: number, k: number, out: Int32Array): number {
+  // min-heap on (value asc, id desc): the root is the worst kept token
+  const hv = new Float64Array(k);
+  const hi = new Int32Array(k);
+  let n = 0;
+  const worse = (va: number, ia: number, vb: number, ib: number): boolean => va < vb || (va === vb && ia > ib);
+  for (let i = 0; i < V; i++) {
+    const v = x[i];
+    if (v === -Infinity || v !== v) continue;
+    if (n < k) {
+      let c = n++;
+      hv[c] = v; hi[c] = i;
+      while (c > 0) {
+        const par = (c - 1) >> 1;
+        if (!worse(hv[c], hi[c], hv[par], hi[par])) break;
+        const tv = hv[c], ti = hi[c]; hv[c] = hv[par]; hi[c] = hi[par]; hv[par] = tv; hi[par] = ti;
+        c = par;
+      }
+    } else if (v > hv[0]) {
+      hv[0] = v; hi[0] = i;
+      let c = 0;
+      for (;;) {
+        const l = 2 * c + 1, r = l + 1;
+        let m = c;
+        if (l < k && worse(hv[l], hi[l], hv[m], hi[m])) m = l;
+        if (r < k && worse(hv[r], hi[r], hv[m], hi[m])) m = r;
+        if (m === c) break;
+        const tv = hv[c], ti = hi[c]; hv[c] = hv[m]; hi[c] = hi[m]; hv[m] = tv; hi[m] = ti;
+        c = m;
+      }
+    }
+  }
+  for (let i = 0; i < n; i++) out[i] = hi[i];
+  return n;
 }
 
 function swap(idx: Int32Array, pr: Float64Array, i: number, j: number): void {
