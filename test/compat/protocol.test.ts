@@ -1,7 +1,7 @@
 // Framework-free protocol modules of the compatibility endpoints: request validation and
 // normalization, cache-marker rules, tool-call parsing, response/stream builders, /v1/models
 // pagination, embeddings encoding.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { CompatError, compatErrorResponse } from '../../src/service/compat/errors.ts';
 import {
   normalizeChatCompletions,
@@ -27,7 +27,7 @@ import { listModels, parseModelsQuery } from '../../src/service/compat/models.ts
 import { embeddingsResponse } from '../../src/service/compat/embeddings.ts';
 import { ServiceError, BillingError } from '../../src/service/errors.ts';
 
-function throws422(t: Tap.Test, fn: () => unknown, param: string) {
+function throws422(t: Test, fn: () => unknown, param: string) {
   try {
     fn();
     t.fail(`expected a 422 on ${param}`);
@@ -37,7 +37,6 @@ function throws422(t: Tap.Test, fn: () => unknown, param: string) {
     t.equal((e as CompatError).param, param, `param ${param}: ${(e as Error).message}`);
   }
 }
-declare namespace Tap { type Test = typeof t }
 
 const user = (content: unknown) => ({ role: 'user', content });
 const ep = { type: 'ephemeral' };
