@@ -96,11 +96,16 @@ export class NativeDecoder {
     this.weightBytes = r.weightBytes;
   }
 
+  /** Adapter ids loaded natively. */
+  readonly adapters = new Set<number>();
+
   loadAdapter(id: number, modules: NativeLoraModule[]): void {
     addon.llamaAdapterLoad(this.handle, id, modules);
+    this.adapters.add(id);
   }
 
   unloadAdapter(id: number): boolean {
+    this.adapters.delete(id);
     return addon.llamaAdapterUnload(this.handle, id) as boolean;
   }
 

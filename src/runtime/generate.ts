@@ -1,0 +1,432 @@
+// Public decoder API (importable without the server):
+//
+//   const model = await loadDecoder('/models/SmolLM2-135M-Instruct', { dtype: 'bf16' });
+//   for await (const ev of model.generate({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 64 })) {
+//     if (ev.type === 'delta') process.stdout.write(ev.text);
+//     else console.log(ev.finish_reason, ev.usage);
+//   }
+//
+// generate(request) returns a GenerationStream: an async iterable of events
+//   { type: 'delta', text, tokenIds, logprobs? }      one per sampled token (text may be '' while the
+//                                                     detokenizer or a stop string holds bytes back)
+//   { type: 'final', finish_reason, text, tokenIds, usage }   exactly once, last
+// with usage = { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens }.
+// `stream.result` is a Promise of the final event (for non-streaming callers); `stream.cancel()`
+// is the same as aborting `signal`. Errors (bad parameters, overloaded queue, abort) reject the
+// iteration with the typed errors exported here: OverloadedError (status 529), AbortError,
+// RequestTooLargeError (400), SamplingError, AdapterError.
+//
+// Request fields: messages (chat template applied, add_generation_prompt) or prompt (raw text) or
+// prompt_ids; max_tokens; temperature, top_p, top_k, min_p, seed; stop (string | string[]);
+// repetition_penalty, frequency_penalty, presence_penalty; logprobs, top_logprobs;
+// response_format { type: 'json_schema', json_schema: { schema } } | { type: 'json_object' };
+// cache { mode: 'automatic' | 'explicit' | 'none', breakpoints?: [{ tokens, ttl? }] } (with messages,
+// cache_control markers in the content become breakpoints); adapter (a name loaded with
+// loadAdapter); signal (AbortSignal).
+//
+// finish_reason: 'stop' (EOS, stop string, or a completed JSON value) or 'length' (max_tokens or the
+// context end).
+import { existsSync, statSync } from 'node:fs';
+import { loadDecoderConfig, loadGenerationConfig, type DecoderConfig, type GenerationConfig } from '../formats/hf-config.ts';
+import { SafetensorsCheckpoint } from '../formats/safetensors.ts';
+import { buildNativeDecoder, type LoadOptions, type TensorSource } from '../models/decoder/loader.ts';
+import type { NativeDecoder } from '../models/decoder/native-model.ts';
+import { Tokenizer } from '../tokenize/tokenizer.ts';
+import { AdapterError, AdapterRegistry, type AdapterInfo } from './adapters.ts';
+import { KvCacheManager, type KvCacheOptions } from './kv-cache.ts';
+import { parseTtl, PrefixCache, type CacheBreakpoint, type CacheMode } from './prefix-cache.ts';
+import { Sampler, SamplingError, type SamplingParams } from './sampling.ts';
+import { AbortError, OverloadedError, RequestTooLargeError, Scheduler, type SchedulerOptions, type SeqStats } from './scheduler.ts';
+import { StopMatcher } from './stop.ts';
+
+export { AbortError, AdapterError, OverloadedError, RequestTooLargeError, SamplingError };
+
+export interface ChatMessage {
+  role: string;
+  content: string | { type: string; text?: string; cache_control?: { type: string; ttl?: string } }[];
+  [k: string]: unknown;
+}
+
+export interface GenerateRequest extends SamplingParams {
+  messages?: ChatMessage[];
+  prompt?: string;
+  prompt_ids?: number[];
+  max_tokens?: number;
+  stop?: string | string[];
+  response_format?: { type: 'json_schema'; json_schema: { schema: unknown; name?: string } } | { type: 'json_object' } | { type: 'text' };
+  cache?: { mode?: CacheMode; breakpoints?: { tokens: number; ttl?: string | number }[] };
+  adapter?: string;
+  signal?: AbortSignal;
+  /** Also stop at the model's EOS ids (default true). */
+  stop_at_eos?: boolean;
+}
+
+export interface TokenLogprob {
+  token: string;
+  id: number;
+  logprob: number;
+  bytes: number[];
+  top_logprobs?: { token: string; id: number; logprob: number; bytes: number[] }[];
+}
+
+export interface GenerateDelta {
+  type: 'delta';
+  text: string;
+  tokenIds: number[];
+  logprobs?: TokenLogprob[];
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  cache_read_tokens: number;
+  cache_write_tokens: number;
+}
+
+export interface GenerateFinal {
+  type: 'final';
+  finish_reason: 'stop' | 'length';
+  text: string;
+  tokenIds: number[];
+  usage: Usage;
+}
+
+export type GenerateEvent = GenerateDelta | GenerateFinal;
+
+export interface ModelInfo {
+  id: string;
+  modelType: string;
+  contextLength: number;
+  vocabSize: number;
+  hiddenSize: number;
+  weightDtype: 'F32' | 'BF16';
+  weightBytes: number;
+  kvCacheBytes: number;
+  kvBlockSize: number;
+  kvBlocks: number;
+  /** Default prompt-caching family for this model and the minimum cacheable prefix (explicit). */
+  caching: { mode: 'automatic' | 'explicit'; minTokens: number };
+  hasChatTemplate: boolean;
+}
+
+export interface DecoderOptions extends LoadOptions, SchedulerOptions {
+  kv?: KvCacheOptions;
+  /** Default caching family ('automatic'). */
+  caching?: 'automatic' | 'explicit';
+  /** Minimum cacheable prefix for explicit breakpoints (default: 1024, at most a quarter of the context). */
+  minCacheTokens?: number;
+  id?: string;
+}
+
+// ---------------------------------------------------------------------------------------------
+// modules landing from other areas, imported lazily so this file works before they exist
+// ---------------------------------------------------------------------------------------------
+interface JsonConstraintState {
+  allowed(): Uint32Array;
+  advance(token: number): void;
+  readonly done: boolean;
+}
+interface ChatTemplateModule {
+  renderChatWithBreakpoints(messages: ChatMessage[], tok: Tokenizer, opts?: Record<string, unknown>): { text: string; breakpoints: { offset?: number; charOffset?: number; ttl?: string }[] } | Promise<{ text: string; breakpoints: { offset?: number; charOffset?: number; ttl?: string }[] }>;
+}
+async function importOptional<T>(path: string, what: string): Promise<T> {
+  try {
+    return (await import(path)) as T;
+  } catch (e) {
+    throw new Error(`${what} is not available in this build (${(e as Error).message})`);
+  }
+}
+
+/** A stream of generation events; also a Promise of the final record via `.result`. */
+export class GenerationStream implements AsyncIterable<GenerateEvent> {
+  private readonly queue: GenerateEvent[] = [];
+  private waiter: (() => void) | null = null;
+  private error: Error | null = null;
+  private ended = false;
+  readonly result: Promise<GenerateFinal>;
+  private resolveResult!: (f: GenerateFinal) => void;
+  private rejectResult!: (e: Error) => void;
+  readonly controller = new AbortController();
+
+  constructor() {
+    this.result = new Promise((res, rej) => {
+      this.resolveResult = res;
+      this.rejectResult = rej;
+    });
+    this.result.catch(() => {}); // observed through iteration too
+  }
+
+  push(ev: GenerateEvent): void {
+    if (this.ended) return;
+    this.queue.push(ev);
+    if (ev.type === 'final') {
+      this.ended = true;
+      this.resolveResult(ev);
+    }
+    this.wake();
+  }
+
+  fail(e: Error): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.error = e;
+    this.rejectResult(e);
+    this.wake();
+  }
+
+  cancel(): void {
+    this.controller.abort();
+  }
+
+  private wake(): void {
+    const w = this.waiter;
+    this.waiter = null;
+    w?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<GenerateEvent> {
+    try {
+      for (;;) {
+        if (this.queue.length) {
+          const ev = this.queue.shift()!;
+          yield ev;
+          if (ev.type === 'final') return;
+          continue;
+        }
+        if (this.error) throw this.error;
+        if (this.ended) return;
+        await new Promise<void>((r) => (this.waiter = r));
+      }
+    } finally {
+      // a consumer that stops iterating early cancels the request
+      if (!this.ended) this.cancel();
+    }
+  }
+}
+
+export class DecoderModel {
+  readonly config: DecoderConfig;
+  readonly generation: GenerationConfig;
+  readonly tokenizer: Tokenizer;
+  readonly native: NativeDecoder;
+  readonly kv: KvCacheManager;
+  readonly prefix: PrefixCache;
+  readonly scheduler: Scheduler;
+  readonly adapters: AdapterRegistry;
+  readonly info: ModelInfo;
+  private readonly eos: Set<number>;
+
+  constructor(id: string, config: DecoderConfig, generation: GenerationConfig, tokenizer: Tokenizer, native: NativeDecoder, opts: DecoderOptions) {
+    this.config = config;
+    this.generation = generation;
+    this.tokenizer = tokenizer;
+    this.native = native;
+    this.kv = new KvCacheManager(config, opts.kv);
+    const minTokens = opts.minCacheTokens ?? Math.max(1, Math.min(1024, Math.floor(config.maxPositionEmbeddings / 4)));
+    this.prefix = new PrefixCache(this.kv, { minTokens });
+    this.scheduler = new Scheduler(native, this.kv, this.prefix, opts);
+    this.adapters = new AdapterRegistry(native, config);
+    this.eos = new Set([...config.eosTokenIds, ...generation.eosTokenIds, ...tokenizer.eosIds]);
+    this.info = {
+      id,
+      modelType: config.modelType,
+      contextLength: config.maxPositionEmbeddings,
+      vocabSize: config.vocabSize,
+      hiddenSize: config.hiddenSize,
+      weightDtype: native.weightDtype,
+      weightBytes: native.weightBytes,
+      kvCacheBytes: this.kv.bytes,
+      kvBlockSize: this.kv.blockSize,
+      kvBlocks: this.kv.numBlocks,
+      caching: { mode: opts.caching ?? 'automatic', minTokens },
+      hasChatTemplate: !!tokenizer.chatTemplate,
+    };
+  }
+
+  loadAdapter(name: string, dir: string): AdapterInfo {
+    return this.adapters.load(name, dir);
+  }
+
+  unloadAdapter(name: string): boolean {
+    return this.adapters.unload(name);
+  }
+
+  /** Tokenizes a request's prompt; returns ids and explicit cache breakpoints (token counts). */
+  async preparePrompt(req: GenerateRequest): Promise<{ ids: number[]; breakpoints: CacheBreakpoint[] }> {
+    const bps: CacheBreakpoint[] = (req.cache?.breakpoints ?? []).map((b) => ({ tokens: b.tokens, ttlMs: parseTtl(b.ttl) }));
+    if (req.prompt_ids) {
+      for (const t of req.prompt_ids) if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) throw new RangeError(`prompt_ids: token id ${t} is out of range`);
+      return { ids: [...req.prompt_ids], breakpoints: bps };
+    }
+    if (typeof req.prompt === 'string') return { ids: this.tokenizer.encode(req.prompt), breakpoints: bps };
+    if (Array.isArray(req.messages)) {
+      const ct = await importOptional<ChatTemplateModule>('../tokenize/chat-template.ts', 'chat templates');
+      const r = await ct.renderChatWithBreakpoints(req.messages, this.tokenizer, { addGenerationPrompt: true });
+      const ids = this.tokenizer.encode(r.text, { addSpecialTokens: false });
+      for (const b of r.breakpoints) {
+        const off = b.charOffset ?? b.offset;
+        if (typeof off !== 'number') continue;
+        bps.push({ tokens: this.tokenizer.tokenCountAt(r.text, off, { addSpecialTokens: false }, ids), ttlMs: parseTtl(b.ttl) });
+      }
+      return { ids, breakpoints: bps };
+    }
+    throw new TypeError('generate: one of messages, prompt or prompt_ids is required');
+  }
+
+  /** Starts a generation; see the top of this file for the event shapes. */
+  generate(req: GenerateRequest): GenerationStream {
+    const stream = new GenerationStream();
+    this.start(req, stream).catch((e) => stream.fail(e as Error));
+    return stream;
+  }
+
+  private async start(req: GenerateRequest, stream: GenerationStream): Promise<void> {
+    const V = this.config.vocabSize;
+    const sampler = new Sampler(req, V); // validates sampling parameters
+    const { ids, breakpoints } = await this.preparePrompt(req);
+    sampler.setPrompt(ids);
+    const maxTokens = req.max_tokens ?? this.generation.maxNewTokens ?? this.config.maxPositionEmbeddings - ids.length;
+    if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new RangeError(`max_tokens must be a positive integer (got ${maxTokens})`);
+    let adapterId = -1;
+    if (req.adapter) {
+      const a = this.adapters.get(req.adapter);
+      if (!a) throw new AdapterError(`adapter "${req.adapter}" is not loaded`);
+      adapterId = a.id;
+    }
+    let constraint: JsonConstraintState | null = null;
+    const rf = req.response_format;
+    if (rf && rf.type !== 'text') {
+      const jc = await importOptional<{ compileJsonSchema(schema: unknown, tok: Tokenizer): { start(): JsonConstraintState } }>('./json-constraint.ts', 'structured output');
+      const schema = rf.type === 'json_schema' ? rf.json_schema.schema : {};
+      constraint = jc.compileJsonSchema(schema, this.tokenizer).start();
+    }
+    const stops = req.stop === undefined ? [] : Array.isArray(req.stop) ? req.stop : [req.stop];
+    const stopper = new StopMatcher(stops);
+    const detok = this.tokenizer.createStreamDecoder();
+    const stopAtEos = req.stop_at_eos !== false;
+    const history: number[] = [];
+    let text = '';
+    let finish: 'stop' | 'length' = 'length';
+    const wantLogprobs = req.logprobs === true;
+
+    const signal = req.signal ? AbortSignal.any([req.signal, stream.controller.signal]) : stream.controller.signal;
+    const mode: CacheMode = req.cache?.mode ?? (breakpoints.length ? 'explicit' : this.info.caching.mode === 'automatic' ? 'automatic' : 'none');
+    const tokenStr = (id: number) => this.tokenizer.idToToken(id) ?? '';
+    const emitText = (s: string, tokenIds: number[], lp?: TokenLogprob[]): void => {
+      if (!s && !tokenIds.length) return;
+      text += s;
+      stream.push({ type: 'delta', text: s, tokenIds, ...(lp ? { logprobs: lp } : {}) });
+    };
+
+    this.scheduler.submit({
+      prompt: ids,
+      maxTokens,
+      adapter: adapterId,
+      cache: { mode, breakpoints },
+      signal,
+      handler: {
+        next: (logits) => {
+          const r = sampler.sample(logits, history, constraint ? constraint.allowed() : null);
+          const tok = r.token;
+          history.push(tok);
+          if (stopAtEos && this.eos.has(tok) && !constraint) {
+            finish = 'stop';
+            return null;
+          }
+          let lp: TokenLogprob[] | undefined;
+          if (wantLogprobs) {
+            lp = [{
+              token: tokenStr(tok), id: tok, logprob: r.logprob, bytes: [...this.tokenizer.tokenBytes(tok)],
+              top_logprobs: (r.top ?? []).map((t) => ({ token: tokenStr(t.token), id: t.token, logprob: t.logprob, bytes: [...this.tokenizer.tokenBytes(t.token)] })),
+            }];
+          }
+          let delta = detok.push(tok);
+          if (constraint) constraint.advance(tok);
+          const finalPiece = constraint?.done === true;
+          if (finalPiece) delta += detok.flush();
+          const s = stopper.push(delta);
+          emitText(s.emit, [tok], lp);
+          if (s.stopped || finalPiece) {
+            finish = 'stop';
+            return null;
+          }
+          return tok;
+        },
+        done: (st: SeqStats) => {
+          if (finish === 'length') {
+            const rest = stopper.push(detok.flush());
+            if (rest.emit) emitText(rest.emit, []);
+            const tail = stopper.flush();
+            if (tail) emitText(tail, []);
+          }
+          stream.push({
+            type: 'final',
+            finish_reason: finish,
+            text,
+            tokenIds: history,
+            usage: { prompt_tokens: st.promptTokens, completion_tokens: history.length, cache_read_tokens: st.cacheReadTokens, cache_write_tokens: st.cacheWriteTokens },
+          });
+        },
+        fail: (e) => stream.fail(e),
+      },
+    });
+  }
+
+  /** Mean-pooled final hidden states (after the final norm), one vector per text. */
+  async embed(texts: string[]): Promise<Float32Array[]> {
+    const out: Float32Array[] = [];
+    for (const t of texts) out.push(await this.embedIds(this.tokenizer.encode(t)));
+    return out;
+  }
+
+  /** Mean-pooled final hidden states of one token sequence. */
+  embedIds(ids: readonly number[]): Promise<Float32Array> {
+    const D = this.config.hiddenSize;
+    if (!ids.length) throw new RangeError('embed: empty input');
+    if (ids.length > this.config.maxPositionEmbeddings) throw new RequestTooLargeError(`input has ${ids.length} tokens; the model's context is ${this.config.maxPositionEmbeddings}`);
+    return this.scheduler.runExclusive(async () => {
+      const blocks = this.kv.allocate(this.kv.blocksFor(ids.length));
+      if (!blocks) throw new OverloadedError('KV cache is full; retry later');
+      try {
+        const sum = new Float64Array(D);
+        const chunk = this.scheduler.maxStepTokens;
+        const buf = new Float32Array(Math.min(chunk, ids.length) * D);
+        for (let s = 0; s < ids.length; s += chunk) {
+          const n = Math.min(chunk, ids.length - s);
+          const pos = Int32Array.from({ length: n }, (_, i) => s + i);
+          await this.native.step(this.kv.native, {
+            tokens: Int32Array.from(ids.slice(s, s + n)), positions: pos, seqLens: Int32Array.of(n),
+            tables: Int32Array.from(blocks), tableOffsets: Int32Array.of(0, blocks.length),
+            outRows: Int32Array.from({ length: n }, (_, i) => i), hidden: true,
+          }, buf);
+          for (let i = 0; i < n * D; i++) sum[i % D] += buf[i];
+        }
+        const v = new Float32Array(D);
+        for (let i = 0; i < D; i++) v[i] = sum[i] / ids.length;
+        return v;
+      } finally {
+        this.kv.releaseAll(blocks);
+      }
+    });
+  }
+}
+
+/**
+ * Loads a decoder from a Hugging Face checkpoint directory (config.json, tokenizer.json,
+ * *.safetensors) or a GGUF file.
+ */
+export async function loadDecoder(dirOrGguf: string, opts: DecoderOptions = {}): Promise<DecoderModel> {
+  if (!existsSync(dirOrGguf)) throw new Error(`${dirOrGguf}: not found`);
+  if (dirOrGguf.endsWith('.gguf') && statSync(dirOrGguf).isFile()) {
+    const g = await importOptional<{ openGgufDecoder(path: string): Promise<{ config: DecoderConfig; generation: GenerationConfig; tokenizer: Tokenizer; source: TensorSource }> }>('../models/decoder/gguf-source.ts', 'GGUF loading');
+    const r = await g.openGgufDecoder(dirOrGguf);
+    const native = await buildNativeDecoder(r.config, r.source, opts);
+    return new DecoderModel(opts.id ?? dirOrGguf, r.config, r.generation, r.tokenizer, native, opts);
+  }
+  const config = loadDecoderConfig(dirOrGguf);
+  const generation = loadGenerationConfig(dirOrGguf);
+  const tokenizer = await Tokenizer.fromDir(dirOrGguf);
+  const source = SafetensorsCheckpoint.open(dirOrGguf);
+  const native = await buildNativeDecoder(config, source as unknown as TensorSource, opts);
+  return new DecoderModel(opts.id ?? dirOrGguf, config, generation, tokenizer, native, opts);
+}

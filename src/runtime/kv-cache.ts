@@ -1,0 +1,153 @@
+// Paged KV cache manager: fixed-size blocks in one native allocation (native/models/llama.h
+// KvCache), reference counts, a free list, and an LRU list of cached-but-unreferenced blocks that
+// the prefix cache can still hit and that are evicted (oldest first) when free blocks run out.
+//
+// Memory budget: LOOM_KV_MEMORY ("512MiB", "2GiB", "1.5GB", plain bytes) or the `memory` option;
+// the number of blocks is budget / bytes-per-block. Allocation never throws for lack of space: it
+// returns null and the scheduler queues (back-pressure).
+import type { DecoderConfig } from '../formats/hf-config.ts';
+import { NativeKvCache } from '../models/decoder/native-model.ts';
+
+const UNITS: Record<string, number> = {
+  '': 1, b: 1,
+  k: 1e3, kb: 1e3, m: 1e6, mb: 1e6, g: 1e9, gb: 1e9, t: 1e12, tb: 1e12,
+  kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3, tib: 1024 ** 4,
+};
+
+/** Parses "512MiB", "2 GiB", "1.5GB", "1048576" into bytes. Throws on anything else. */
+export function parseMemorySize(s: string | number): number {
+  if (typeof s === 'number') {
+    if (!(s > 0) || !Number.isFinite(s)) throw new RangeError(`memory size must be a positive number of bytes (got ${s})`);
+    return Math.floor(s);
+  }
+  const m = /^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$/.exec(s);
+  const unit = m ? UNITS[m[2].toLowerCase()] : undefined;
+  if (!m || unit === undefined) throw new RangeError(`invalid memory size "${s}" (examples: 512MiB, 2GiB, 1.5GB)`);
+  const v = Math.floor(parseFloat(m[1]) * unit);
+  if (!(v > 0)) throw new RangeError(`memory size must be positive (got "${s}")`);
+  return v;
+}
+
+export const DEFAULT_KV_MEMORY = 512 * 1024 ** 2;
+export const DEFAULT_BLOCK_SIZE = 16;
+
+export interface KvCacheOptions {
+  /** Budget in bytes or a size string; default LOOM_KV_MEMORY, else 512MiB. */
+  memory?: number | string;
+  blockSize?: number;
+  /** Hard cap on the number of blocks (tests). */
+  maxBlocks?: number;
+}
+
+export class KvCacheManager {
+  readonly native: NativeKvCache;
+  readonly blockSize: number;
+  readonly numBlocks: number;
+  private readonly refs: Int32Array;
+  private readonly free: number[] = [];
+  /** Blocks holding reusable content (prefix cache) with no references, oldest first. */
+  private readonly evictable = new Map<number, true>();
+  private readonly cachedFlag: Uint8Array;
+  /** Called when a cached block is evicted to serve an allocation (the prefix cache forgets it). */
+  onEvict: ((block: number) => void) | null = null;
+  /** Called when allocation falls short: may release blocks (e.g. expired/LRU explicit entries); returns how many it freed. */
+  reclaim: ((needed: number) => number) | null = null;
+
+  constructor(config: DecoderConfig, opts: KvCacheOptions = {}) {
+    this.blockSize = opts.blockSize ?? DEFAULT_BLOCK_SIZE;
+    if (!Number.isInteger(this.blockSize) || this.blockSize < 1 || this.blockSize > 4096) throw new RangeError(`blockSize must be an integer in [1, 4096]`);
+    const budget = parseMemorySize(opts.memory ?? process.env.LOOM_KV_MEMORY ?? DEFAULT_KV_MEMORY);
+    const per = NativeKvCache.blockBytes(config, this.blockSize);
+    let n = Math.floor(budget / per);
+    if (opts.maxBlocks !== undefined) n = Math.min(n, opts.maxBlocks);
+    if (n < 1) throw new RangeError(`KV memory budget ${budget} bytes is smaller than one block (${per} bytes)`);
+    this.numBlocks = n;
+    this.native = new NativeKvCache(config, n, this.blockSize);
+    this.refs = new Int32Array(n);
+    this.cachedFlag = new Uint8Array(n);
+    for (let i = n - 1; i >= 0; i--) this.free.push(i);
+  }
+
+  get bytes(): number {
+    return this.native.bytes;
+  }
+
+  /** Blocks obtainable now (free + evictable). */
+  available(): number {
+    return this.free.length + this.evictable.size;
+  }
+
+  /** Blocks referenced by at least one sequence or cache entry. */
+  used(): number {
+    return this.numBlocks - this.available();
+  }
+
+  /** Blocks needed to hold `tokens` positions. */
+  blocksFor(tokens: number): number {
+    return Math.ceil(tokens / this.blockSize);
+  }
+
+  /** n fresh blocks (refcount 1) or null if they cannot be had (nothing is taken then). */
+  allocate(n: number): number[] | null {
+    if (n <= 0) return [];
+    if (this.available() < n && this.reclaim) this.reclaim(n - this.available());
+    if (this.available() < n) return null;
+    const out: number[] = [];
+    for (let i = 0; i < n; i++) {
+      let b = this.free.pop();
+      if (b === undefined) {
+        // evict the least recently used cached block
+        const it = this.evictable.keys().next();
+        b = it.value as number;
+        this.evictable.delete(b);
+        this.cachedFlag[b] = 0;
+        this.onEvict?.(b);
+      }
+      this.refs[b] = 1;
+      out.push(b);
+    }
+    return out;
+  }
+
+  retain(b: number): void {
+    if (this.refs[b] === 0) this.evictable.delete(b);
+    this.refs[b]++;
+  }
+
+  release(b: number): void {
+    if (this.refs[b] <= 0) throw new Error(`kv cache: block ${b} released more often than retained`);
+    if (--this.refs[b] === 0) {
+      if (this.cachedFlag[b]) this.evictable.set(b, true);
+      else this.free.push(b);
+    }
+  }
+
+  releaseAll(blocks: readonly number[]): void {
+    for (const b of blocks) this.release(b);
+  }
+
+  refCount(b: number): number {
+    return this.refs[b];
+  }
+
+  /** Marks a block as holding reusable prefix content (kept on the LRU list when unreferenced). */
+  markCached(b: number): void {
+    this.cachedFlag[b] = 1;
+  }
+
+  /** Forgets that a block is cached; an unreferenced one returns to the free list. */
+  unmarkCached(b: number): void {
+    if (!this.cachedFlag[b]) return;
+    this.cachedFlag[b] = 0;
+    if (this.refs[b] === 0 && this.evictable.delete(b)) this.free.push(b);
+  }
+
+  isCached(b: number): boolean {
+    return this.cachedFlag[b] === 1;
+  }
+
+  /** Moves an evictable block to the most-recently-used end. */
+  touch(b: number): void {
+    if (this.evictable.delete(b)) this.evictable.set(b, true);
+  }
+}

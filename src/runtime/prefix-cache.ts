@@ -1,0 +1,256 @@
+// Prefix caching over the paged KV cache, two modes:
+//
+// automatic (vLLM-style): every full block of a sequence is identified by a hash chain
+//   h_i = sha256(h_{i-1} ‖ tokens of block i), h_{-1} = sha256(adapter key). A new request walks its
+//   prompt's chain and shares every block already present (refcount +1). Blocks nobody references
+//   stay cached on the KV manager's LRU list until their space is needed.
+//
+// explicit (Anthropic cache_control-style): only prefixes that end at a request's breakpoints are
+//   cached (at most 4 applied, each at least `minTokens` long). An entry holds references on the
+//   blocks covering its prefix (the last one possibly partial) and lives for its TTL of inactivity
+//   (default 5 minutes, or the marker's ttl such as "1h"); a hit refreshes it. A partial last block
+//   is copied into a fresh block for the reader (copy-on-write), full blocks are shared.
+//
+// Both report, per request, tokens read from the cache and tokens written to it.
+import { createHash } from 'node:crypto';
+import type { KvCacheManager } from './kv-cache.ts';
+
+export type CacheMode = 'none' | 'automatic' | 'explicit';
+
+export interface CacheBreakpoint {
+  /** Prefix length in tokens: the cached prefix is tokens[0, tokens). */
+  tokens: number;
+  /** Inactivity TTL in ms (default 5 minutes). */
+  ttlMs?: number;
+}
+
+export const DEFAULT_TTL_MS = 5 * 60_000;
+export const MAX_BREAKPOINTS = 4;
+
+/** "5m", "1h", "30s", "300" (seconds) → ms. */
+export function parseTtl(ttl: string | number | undefined): number {
+  if (ttl === undefined || ttl === null) return DEFAULT_TTL_MS;
+  if (typeof ttl === 'number') {
+    if (!(ttl > 0)) throw new RangeError(`cache ttl must be positive (got ${ttl})`);
+    return ttl * 1000;
+  }
+  const m = /^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$/.exec(ttl);
+  if (!m) throw new RangeError(`invalid cache ttl "${ttl}" (examples: 5m, 1h)`);
+  const mult = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[m[2] ?? 's']!;
+  return parseFloat(m[1]) * mult;
+}
+
+export interface PrefixMatch {
+  /** Blocks (already retained for the caller) covering the first tokens of the sequence. */
+  blocks: number[];
+  /** A partially filled cached block whose first nSlots slots are copied into a fresh block (retained until released). */
+  copy: { src: number; nSlots: number } | null;
+  /** Prompt tokens whose KV comes from the cache. */
+  tokens: number;
+}
+
+interface Entry {
+  key: string;
+  length: number;
+  blocks: number[];
+  ttlMs: number;
+  expires: number;
+}
+
+const EMPTY: PrefixMatch = { blocks: [], copy: null, tokens: 0 };
+
+/** Hash chain of a token sequence's full blocks (memoized per sequence, extended on demand). */
+export class BlockHasher {
+  readonly hashes: string[] = [];
+  private readonly root: string;
+  constructor(
+    readonly blockSize: number,
+    adapterKey: string,
+  ) {
+    this.root = createHash('sha256').update('loom-kv\0' + adapterKey).digest('base64');
+  }
+  /** Hash of full block i of `tokens` (tokens must extend the ones hashed before). */
+  get(tokens: readonly number[], i: number): string {
+    while (this.hashes.length <= i) {
+      const j = this.hashes.length;
+      const prev = j === 0 ? this.root : this.hashes[j - 1];
+      const buf = Int32Array.from(tokens.slice(j * this.blockSize, (j + 1) * this.blockSize));
+      this.hashes.push(createHash('sha256').update(prev).update(new Uint8Array(buf.buffer)).digest('base64'));
+    }
+    return this.hashes[i];
+  }
+  /** Key of the prefix tokens[0, n) (full blocks' chain + the tail). */
+  prefixKey(tokens: readonly number[], n: number): string {
+    const full = Math.floor(n / this.blockSize);
+    const base = full > 0 ? this.get(tokens, full - 1) : this.root;
+    const tail = Int32Array.from(tokens.slice(full * this.blockSize, n));
+    return createHash('sha256').update(base).update('tail').update(new Uint8Array(tail.buffer)).digest('base64') + ':' + n;
+  }
+}
+
+export interface PrefixCacheOptions {
+  /** Minimum prefix length (tokens) an explicit breakpoint needs to be cached. */
+  minTokens?: number;
+  now?: () => number;
+}
+
+export class PrefixCache {
+  readonly kv: KvCacheManager;
+  readonly minTokens: number;
+  private readonly now: () => number;
+  // automatic mode
+  private readonly byHash = new Map<string, number>();
+  private readonly hashOf = new Map<number, string>();
+  // explicit mode (insertion order refreshed on use: first = least recently used)
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(kv: KvCacheManager, opts: PrefixCacheOptions = {}) {
+    this.kv = kv;
+    this.minTokens = opts.minTokens ?? 1024;
+    this.now = opts.now ?? Date.now;
+    kv.onEvict = (b) => {
+      const h = this.hashOf.get(b);
+      if (h !== undefined) {
+        this.hashOf.delete(b);
+        if (this.byHash.get(h) === b) this.byHash.delete(h);
+      }
+    };
+    kv.reclaim = (needed) => this.reclaim(needed);
+  }
+
+  /** Cached blocks (automatic) and entries (explicit), for stats. */
+  stats(): { automaticBlocks: number; explicitEntries: number } {
+    return { automaticBlocks: this.byHash.size, explicitEntries: this.entries.size };
+  }
+
+  /** The explicit breakpoints that apply: at most 4 (first given), long enough, inside the prompt. */
+  applicable(bps: readonly CacheBreakpoint[] | undefined, promptLen: number): CacheBreakpoint[] {
+    if (!bps) return [];
+    return bps
+      .slice(0, MAX_BREAKPOINTS)
+      .filter((b) => Number.isInteger(b.tokens) && b.tokens >= this.minTokens && b.tokens <= promptLen)
+      .sort((a, b) => a.tokens - b.tokens);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // automatic
+  // ---------------------------------------------------------------------------------------------
+  /** Shares the longest cached chain of full blocks of tokens[0, maxTokens). */
+  matchAutomatic(tokens: readonly number[], maxTokens: number, hasher: BlockHasher): PrefixMatch {
+    const bs = this.kv.blockSize;
+    const n = Math.floor(maxTokens / bs);
+    const blocks: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const b = this.byHash.get(hasher.get(tokens, i));
+      if (b === undefined) break;
+      this.kv.retain(b);
+      blocks.push(b);
+    }
+    return blocks.length ? { blocks, copy: null, tokens: blocks.length * bs } : EMPTY;
+  }
+
+  /**
+   * Publishes the full blocks of a sequence computed so far (blocks [from, computed/bs)). Returns the
+   * number of blocks processed (the caller's next `from`) and how many prompt tokens were newly written.
+   */
+  registerAutomatic(tokens: readonly number[], blocks: readonly number[], from: number, computed: number, promptLen: number, hasher: BlockHasher): { next: number; written: number } {
+    const bs = this.kv.blockSize;
+    const n = Math.floor(computed / bs);
+    let written = 0;
+    for (let i = from; i < n; i++) {
+      const h = hasher.get(tokens, i);
+      const b = blocks[i];
+      if (this.byHash.has(h) || this.hashOf.has(b)) continue;
+      this.byHash.set(h, b);
+      this.hashOf.set(b, h);
+      this.kv.markCached(b);
+      written += Math.max(0, Math.min(bs, promptLen - i * bs));
+    }
+    return { next: Math.max(from, n), written };
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // explicit
+  // ---------------------------------------------------------------------------------------------
+  private sweep(): void {
+    const t = this.now();
+    for (const e of [...this.entries.values()]) if (e.expires <= t) this.drop(e);
+  }
+
+  private drop(e: Entry): void {
+    this.entries.delete(e.key);
+    this.kv.releaseAll(e.blocks);
+  }
+
+  /** Longest live entry among the request's breakpoints, usable up to maxTokens (prompt length - 1). */
+  matchExplicit(tokens: readonly number[], bps: readonly CacheBreakpoint[], maxTokens: number, hasher: BlockHasher): PrefixMatch {
+    this.sweep();
+    const bs = this.kv.blockSize;
+    for (let i = bps.length - 1; i >= 0; i--) {
+      const e = this.entries.get(hasher.prefixKey(tokens, bps[i].tokens));
+      if (!e) continue;
+      e.expires = this.now() + e.ttlMs;
+      this.entries.delete(e.key);
+      this.entries.set(e.key, e);
+      const use = Math.min(e.length, maxTokens);
+      const full = Math.floor(use / bs);
+      const blocks = e.blocks.slice(0, full);
+      for (const b of blocks) this.kv.retain(b);
+      const partial = use - full * bs;
+      let copy: PrefixMatch['copy'] = null;
+      if (partial > 0) {
+        this.kv.retain(e.blocks[full]);
+        copy = { src: e.blocks[full], nSlots: partial };
+      }
+      return { blocks, copy, tokens: use };
+    }
+    return EMPTY;
+  }
+
+  /**
+   * Creates entries for the breakpoints the sequence has now computed past (or refreshes existing
+   * ones). `done` tracks breakpoints already handled for this sequence. Returns the longest prefix
+   * newly written (tokens), 0 if none.
+   */
+  registerExplicit(tokens: readonly number[], blocks: readonly number[], computed: number, bps: readonly CacheBreakpoint[], done: Set<number>, hasher: BlockHasher): number {
+    this.sweep();
+    const bs = this.kv.blockSize;
+    let longest = 0;
+    for (const bp of bps) {
+      if (done.has(bp.tokens) || bp.tokens > computed) continue;
+      done.add(bp.tokens);
+      const key = hasher.prefixKey(tokens, bp.tokens);
+      const ttlMs = bp.ttlMs ?? DEFAULT_TTL_MS;
+      const old = this.entries.get(key);
+      if (old) {
+        old.ttlMs = Math.max(old.ttlMs, ttlMs);
+        old.expires = Math.max(old.expires, this.now() + ttlMs);
+        continue;
+      }
+      const eb = blocks.slice(0, Math.ceil(bp.tokens / bs));
+      for (const b of eb) this.kv.retain(b);
+      this.entries.set(key, { key, length: bp.tokens, blocks: eb, ttlMs, expires: this.now() + ttlMs });
+      longest = Math.max(longest, bp.tokens);
+    }
+    return longest;
+  }
+
+  /** Releases expired, then least recently used explicit entries until `needed` blocks came free. */
+  reclaim(needed: number): number {
+    const before = this.kv.available();
+    this.sweep();
+    for (const e of [...this.entries.values()]) {
+      if (this.kv.available() - before >= needed) break;
+      this.drop(e);
+    }
+    return this.kv.available() - before;
+  }
+
+  /** Drops everything (explicit entries and automatic hashes). */
+  clear(): void {
+    for (const e of [...this.entries.values()]) this.drop(e);
+    for (const b of [...this.hashOf.keys()]) this.kv.unmarkCached(b);
+    this.byHash.clear();
+    this.hashOf.clear();
+  }
+}
