@@ -180,7 +180,7 @@ t.test('errors: both wire shapes, service errors keep their status/code, unhandl
   const u = compatErrorResponse('openai', new TypeError('secret internal detail'));
   t.equal(u.status, 500);
   t.notMatch(JSON.stringify(u.body), /secret/);
-  t.throws(() => parseJsonBody('{"a":'), { status: 400 } as Error);
+  t.throws(() => parseJsonBody('{"a":'), { status: 400 } as unknown as Error);
 });
 
 t.test('tool calls: formats parsed, unknown names are not calls, gate holds call text', async (t) => {
@@ -305,9 +305,9 @@ t.test('/v1/models: both list styles, cursors both ways, bad query values', asyn
   t.same([p3.data.map((m) => m.id), p3.has_more], [['e'], false]);
   const back = listModels(models, { limit: 2, before_id: 'e' });
   t.same([back.data.map((m) => m.id), back.has_more], [['c', 'd'], true]);
-  t.throws(() => listModels(models, { after_id: 'zz' }), { status: 404 } as Error);
-  t.throws(() => parseModelsQuery(new URLSearchParams('limit=abc')), { status: 400 } as Error);
-  t.throws(() => parseModelsQuery(new URLSearchParams('limit=0')), { status: 422 } as Error);
+  t.throws(() => listModels(models, { after_id: 'zz' }), { status: 404 } as unknown as Error);
+  t.throws(() => parseModelsQuery(new URLSearchParams('limit=abc')), { status: 400 } as unknown as Error);
+  t.throws(() => parseModelsQuery(new URLSearchParams('limit=0')), { status: 422 } as unknown as Error);
   t.same(parseModelsQuery(new URLSearchParams('limit=3&after_id=x')), { limit: 3, after_id: 'x' });
 });
 
