@@ -1,0 +1,154 @@
+// Input formatting (spec §3): schema segments, choice prefix, processor tokens, sub-word ids and the
+// routing positions (first piece of each text word; [P] and marker pieces of each segment).
+import type { Schema } from './schema.ts';
+import type { EncoderTokenizer } from './tokenizer.ts';
+import { preprocessText, splitWords } from './words.ts';
+
+export type TaskKind = 'entities' | 'structure' | 'relation' | 'classification';
+
+export interface Segment {
+  kind: TaskKind;
+  /** structure / relation / classification name; "entities" for the entity segment */
+  name: string;
+  /** field / label names in prompt order (what the markers stand for) */
+  names: string[];
+  tokens: string[];
+}
+
+export interface Formatted {
+  /** text after the reference preprocessing ("." appended when needed) */
+  text: string;
+  segments: Segment[];
+  /** choice-prefix tokens (not lower-cased) */
+  prefix: string[];
+  /** lower-cased words of the text */
+  words: string[];
+  /** UTF-16 offsets of the words in `text` */
+  start: number[];
+  end: number[];
+  processorTokens: string[];
+  ids: Int32Array;
+  /** sub-word position of the first piece of each text token (prefix + words) */
+  wordPos: Int32Array;
+  /** per segment: positions of [P] then each marker */
+  specialPos: Int32Array[];
+}
+
+export interface FormatOptions {
+  /** structure name → field order in the prompt (default: declaration order). For parity with the
+   * reference, whose order comes from a Python set. */
+  fieldPromptOrder?: Record<string, string[]>;
+  /** keep only the first maxWords words of the text */
+  maxWords?: number;
+}
+
+function withDescriptions(prompt: string, names: string[], descs: [string, string][]): string {
+  const set = new Set(names);
+  for (const [l, d] of descs) if (set.has(l)) prompt += ` [DESCRIPTION] ${l}: ${d}`;
+  return prompt;
+}
+
+function segmentTokens(prompt: string, mark: string, names: string[]): string[] {
+  const t = ['(', '[P]', prompt, '('];
+  for (const n of names) t.push(mark, n);
+  t.push(')', ')');
+  return t;
+}
+
+/** Segments in the reference's processing order: structures, entities, relations, classifications. */
+export function buildSegments(schema: Schema, opts: FormatOptions = {}): Segment[] {
+  const segs: Segment[] = [];
+  for (const s of schema.structures) {
+    let names = s.fields.map((f) => f.name);
+    const order = opts.fieldPromptOrder?.[s.name];
+    if (order && order.length === names.length && order.every((n) => names.includes(n))) names = order.slice();
+    const descs = s.fields.filter((f) => f.description).map((f) => [f.name, f.description!] as [string, string]);
+    segs.push({ kind: 'structure', name: s.name, names, tokens: segmentTokens(withDescriptions(s.name, names, descs), '[C]', names) });
+  }
+  if (schema.entities) {
+    const names = schema.entities.map((e) => e.name);
+    const descs = schema.entities.filter((e) => e.description).map((e) => [e.name, e.description!] as [string, string]);
+    segs.push({ kind: 'entities', name: 'entities', names, tokens: segmentTokens(withDescriptions('entities', names, descs), '[E]', names) });
+  }
+  for (const r of schema.relations) {
+    const names = ['head', 'tail'];
+    segs.push({ kind: 'relation', name: r.name, names, tokens: segmentTokens(r.name, '[R]', names) });
+  }
+  for (const c of schema.classifications) {
+    let prompt = c.prompt ? `${c.task}: ${c.prompt}` : c.task;
+    prompt = withDescriptions(prompt, c.labels, Object.entries(c.labelDescriptions ?? {}));
+    const set = new Set(c.labels);
+    for (const [inp, out] of c.examples ?? []) if (set.has(out)) prompt += ` [EXAMPLE] ${inp} [OUTPUT] ${out}`;
+    segs.push({ kind: 'classification', name: c.task, names: c.labels.slice(), tokens: segmentTokens(prompt, '[L]', c.labels) });
+  }
+  return segs;
+}
+
+/** "(", "parent:", field, "(", c1, "|", c2, ")", ",", field2, ... ")" for structures with choice fields. */
+export function choicePrefix(schema: Schema): string[] {
+  const out: string[] = [];
+  for (const s of schema.structures) {
+    const cf = s.fields.filter((f) => f.choices && f.choices.length);
+    if (!cf.length) continue;
+    out.push('(', `${s.name}:`);
+    cf.forEach((f, i) => {
+      out.push(f.name, '(');
+      f.choices!.forEach((c, j) => {
+        if (j) out.push('|');
+        out.push(c);
+      });
+      out.push(')');
+      if (i < cf.length - 1) out.push(',');
+    });
+    out.push(')');
+  }
+  return out;
+}
+
+const SPECIAL = new Set(['[P]', '[C]', '[E]', '[R]', '[L]']);
+
+export async function formatInput(tok: EncoderTokenizer, rawText: string, schema: Schema, opts: FormatOptions = {}): Promise<Formatted> {
+  const text = preprocessText(rawText);
+  const w = splitWords(text);
+  if (opts.maxWords !== undefined && w.tokens.length > opts.maxWords) {
+    w.tokens.length = opts.maxWords;
+    w.start.length = opts.maxWords;
+    w.end.length = opts.maxWords;
+  }
+  const segments = buildSegments(schema, opts);
+  const prefix = choicePrefix(schema);
+  const processorTokens: string[] = [];
+  const segStart: number[] = [];
+  segments.forEach((s, i) => {
+    if (i) processorTokens.push('[SEP_STRUCT]');
+    segStart.push(processorTokens.length);
+    processorTokens.push(...s.tokens);
+  });
+  processorTokens.push('[SEP_TEXT]');
+  const textStart = processorTokens.length;
+  processorTokens.push(...prefix, ...w.tokens);
+
+  const pieces = await tok.pieces(processorTokens);
+  let n = 0;
+  for (const p of pieces) n += p.length;
+  const ids = new Int32Array(n);
+  const firstPos = new Int32Array(processorTokens.length);
+  let pos = 0;
+  pieces.forEach((p, i) => {
+    firstPos[i] = pos; // a token with zero pieces points at the next piece (reference HEAD behaviour)
+    ids.set(p, pos);
+    pos += p.length;
+  });
+  const clamp = (x: number) => Math.min(x, Math.max(n - 1, 0));
+  const nText = prefix.length + w.tokens.length;
+  const wordPos = new Int32Array(nText);
+  for (let i = 0; i < nText; i++) wordPos[i] = clamp(firstPos[textStart + i]);
+  const specialPos = segments.map((s, si) => {
+    const out: number[] = [];
+    s.tokens.forEach((t, j) => {
+      if (SPECIAL.has(t)) out.push(clamp(firstPos[segStart[si] + j]));
+    });
+    return Int32Array.from(out);
+  });
+  return { text, segments, prefix, words: w.tokens, start: w.start, end: w.end, processorTokens, ids, wordPos, specialPos };
+}

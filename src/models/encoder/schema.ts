@@ -1,0 +1,283 @@
+// Schema normalization: the service's schema input (spec section 4, POST /inference) → one
+// validated internal form. Accepted input (every form the service and the reference library use):
+//   string[]                                     entity labels
+//   { entities?:       string[] | {name, description?, dtype?, threshold?}[] | {label: description} |
+//                      {label: {description?, dtype?, threshold?}},
+//     classifications?: {task, labels: string[] | {label: description}, multi_label?, cls_threshold?,
+//                        label_descriptions?, examples?: [input, label][], prompt?, class_act?}[],
+//     structures?:     {name: (fieldSpec)[] | {fields: fieldSpec[]} | {field: fieldSpec-without-name}},
+//                      fieldSpec = "name::str::description" | "name::[a|b]::str" | "name::list" |
+//                                  {name, dtype?, description?, choices?, threshold?},
+//     relations?:      string[] | {name, description?, threshold?}[] | {rel: {...}}[] | {rel: {...}} }
+// Bad input throws SchemaError (the service answers 422 with its message).
+
+export class SchemaError extends Error {
+  override name = 'SchemaError';
+}
+
+export type Dtype = 'list' | 'str';
+
+export interface EntitySpec {
+  name: string;
+  description?: string;
+  dtype: Dtype;
+  threshold?: number;
+}
+export interface FieldSpec {
+  name: string;
+  dtype: Dtype;
+  description?: string;
+  choices?: string[];
+  threshold?: number;
+}
+export interface StructureSpec {
+  name: string;
+  fields: FieldSpec[];
+}
+export interface RelationSpec {
+  name: string;
+  description?: string;
+  threshold?: number;
+}
+export interface ClassificationSpec {
+  task: string;
+  labels: string[];
+  labelDescriptions?: Record<string, string>;
+  multiLabel: boolean;
+  clsThreshold: number;
+  examples?: [string, string][];
+  prompt?: string;
+  classAct: 'auto' | 'sigmoid' | 'softmax';
+}
+export interface Schema {
+  /** undefined: no entity task. */
+  entities?: EntitySpec[];
+  structures: StructureSpec[];
+  relations: RelationSpec[];
+  classifications: ClassificationSpec[];
+}
+
+export type SchemaInput = string[] | Record<string, unknown>;
+
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function str(v: unknown, what: string): string {
+  if (typeof v !== 'string' || v.trim() === '') throw new SchemaError(`${what} must be a non-empty string`);
+  return v;
+}
+function optStr(v: unknown, what: string): string | undefined {
+  if (v === undefined || v === null || v === '') return undefined;
+  if (typeof v !== 'string') throw new SchemaError(`${what} must be a string`);
+  return v;
+}
+function optThreshold(v: unknown, what: string): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v > 1) throw new SchemaError(`${what} must be a number between 0 and 1`);
+  return v;
+}
+function dtype(v: unknown, what: string, def: Dtype): Dtype {
+  if (v === undefined || v === null) return def;
+  if (v !== 'list' && v !== 'str') throw new SchemaError(`${what} must be "list" or "str"`);
+  return v;
+}
+function dedupe<T extends { name: string }>(items: T[]): T[] {
+  const seen = new Set<string>();
+  return items.filter((x) => (seen.has(x.name) ? false : (seen.add(x.name), true)));
+}
+
+function parseEntities(v: unknown): EntitySpec[] {
+  const out: EntitySpec[] = [];
+  if (Array.isArray(v)) {
+    v.forEach((e, i) => {
+      if (typeof e === 'string') out.push({ name: str(e, `entities[${i}]`), dtype: 'list' });
+      else if (isObj(e)) {
+        const name = str(e.name ?? e.label, `entities[${i}].name`);
+        out.push({
+          name,
+          description: optStr(e.description, `entities[${i}].description`),
+          dtype: dtype(e.dtype, `entities[${i}].dtype`, 'list'),
+          threshold: optThreshold(e.threshold, `entities[${i}].threshold`),
+        });
+      } else throw new SchemaError(`entities[${i}] must be a string or an object with a name`);
+    });
+  } else if (isObj(v)) {
+    for (const [name, spec] of Object.entries(v)) {
+      str(name, 'entity label');
+      if (typeof spec === 'string' || spec === null || spec === undefined) out.push({ name, description: optStr(spec, `entities.${name}`), dtype: 'list' });
+      else if (isObj(spec))
+        out.push({
+          name,
+          description: optStr(spec.description, `entities.${name}.description`),
+          dtype: dtype(spec.dtype, `entities.${name}.dtype`, 'list'),
+          threshold: optThreshold(spec.threshold, `entities.${name}.threshold`),
+        });
+      else throw new SchemaError(`entities.${name} must be a description string or an object`);
+    }
+  } else throw new SchemaError('entities must be an array of labels or an object');
+  return dedupe(out);
+}
+
+/** "name::str::description", "name::[a|b]::str", "name::list" (reference extract_json string specs). */
+export function parseFieldString(spec: string, what: string): FieldSpec {
+  const parts = spec.split('::');
+  const name = str(parts[0], `${what} name`);
+  let dt: Dtype | undefined;
+  let choices: string[] | undefined;
+  let description: string | undefined;
+  for (const p of parts.slice(1)) {
+    if (p === 'str' || p === 'list') dt = p;
+    else if (p.startsWith('[') && p.endsWith(']')) choices = p.slice(1, -1).split('|').map((c) => c.trim()).filter((c) => c !== '');
+    else if (p !== '') description = p;
+  }
+  return { name, dtype: dt ?? (choices ? 'str' : 'list'), description, choices: choices?.length ? choices : undefined };
+}
+
+function parseField(f: unknown, what: string, nameHint?: string): FieldSpec {
+  if (typeof f === 'string') {
+    const fs = parseFieldString(nameHint !== undefined ? `${nameHint}::${f}` : f, what);
+    return fs;
+  }
+  if (isObj(f)) {
+    const name = str(f.name ?? nameHint, `${what}.name`);
+    let choices: string[] | undefined;
+    if (f.choices !== undefined && f.choices !== null) {
+      if (!Array.isArray(f.choices) || !f.choices.every((c) => typeof c === 'string' && c !== ''))
+        throw new SchemaError(`${what}.choices must be an array of strings`);
+      choices = [...new Set(f.choices as string[])];
+    }
+    return {
+      name,
+      dtype: dtype(f.dtype, `${what}.dtype`, choices ? 'str' : 'list'),
+      description: optStr(f.description, `${what}.description`),
+      choices,
+      threshold: optThreshold(f.threshold, `${what}.threshold`),
+    };
+  }
+  throw new SchemaError(`${what} must be a field spec string or object`);
+}
+
+function parseStructures(v: unknown): StructureSpec[] {
+  if (!isObj(v)) throw new SchemaError('structures must be an object mapping structure names to field lists');
+  const out: StructureSpec[] = [];
+  for (const [name, spec] of Object.entries(v)) {
+    str(name, 'structure name');
+    let fields: FieldSpec[];
+    const fl = isObj(spec) && Array.isArray(spec.fields) ? spec.fields : spec;
+    if (Array.isArray(fl)) fields = fl.map((f, i) => parseField(f, `structures.${name}[${i}]`));
+    else if (isObj(fl)) fields = Object.entries(fl).map(([fname, f]) => parseField(f ?? '', `structures.${name}.${fname}`, fname));
+    else throw new SchemaError(`structures.${name} must be a list of fields`);
+    fields = dedupe(fields);
+    if (fields.length === 0) throw new SchemaError(`structures.${name} has no fields`);
+    out.push({ name, fields });
+  }
+  return out;
+}
+
+function parseRelations(v: unknown): RelationSpec[] {
+  const out: RelationSpec[] = [];
+  const one = (r: unknown, what: string) => {
+    if (typeof r === 'string') out.push({ name: str(r, what) });
+    else if (isObj(r)) {
+      if (typeof r.name === 'string' || typeof r.relation === 'string')
+        out.push({
+          name: str(r.name ?? r.relation, `${what}.name`),
+          description: optStr(r.description, `${what}.description`),
+          threshold: optThreshold(r.threshold, `${what}.threshold`),
+        });
+      else {
+        const keys = Object.keys(r);
+        if (keys.length === 0) throw new SchemaError(`${what} is empty`);
+        for (const k of keys) {
+          const s = r[k];
+          out.push({
+            name: str(k, `${what} name`),
+            description: isObj(s) ? optStr(s.description, `${what}.${k}.description`) : typeof s === 'string' ? s || undefined : undefined,
+            threshold: isObj(s) ? optThreshold(s.threshold, `${what}.${k}.threshold`) : undefined,
+          });
+        }
+      }
+    } else throw new SchemaError(`${what} must be a relation name or object`);
+  };
+  if (Array.isArray(v)) v.forEach((r, i) => one(r, `relations[${i}]`));
+  else if (isObj(v)) one(v, 'relations');
+  else throw new SchemaError('relations must be an array');
+  return dedupe(out);
+}
+
+function parseClassifications(v: unknown): ClassificationSpec[] {
+  if (!Array.isArray(v)) throw new SchemaError('classifications must be an array of {task, labels}');
+  const out: ClassificationSpec[] = [];
+  v.forEach((c, i) => {
+    const w = `classifications[${i}]`;
+    if (!isObj(c)) throw new SchemaError(`${w} must be an object with task and labels`);
+    const task = str(c.task, `${w}.task`);
+    let labels: string[];
+    let labelDescriptions: Record<string, string> | undefined;
+    if (Array.isArray(c.labels)) labels = c.labels.map((l, j) => str(l, `${w}.labels[${j}]`));
+    else if (isObj(c.labels)) {
+      labels = Object.keys(c.labels);
+      labelDescriptions = {};
+      for (const [l, d] of Object.entries(c.labels)) {
+        const ds = optStr(d, `${w}.labels.${l}`);
+        if (ds) labelDescriptions[l] = ds;
+      }
+    } else throw new SchemaError(`${w}.labels must be an array of strings`);
+    labels = [...new Set(labels)];
+    if (labels.length === 0) throw new SchemaError(`${w}.labels must not be empty`);
+    if (isObj(c.label_descriptions)) {
+      labelDescriptions = { ...(labelDescriptions ?? {}) };
+      for (const [l, d] of Object.entries(c.label_descriptions)) {
+        const ds = optStr(d, `${w}.label_descriptions.${l}`);
+        if (ds) labelDescriptions[l] = ds;
+      }
+    }
+    let examples: [string, string][] | undefined;
+    if (c.examples !== undefined && c.examples !== null) {
+      if (!Array.isArray(c.examples)) throw new SchemaError(`${w}.examples must be an array of [input, label] pairs`);
+      examples = c.examples.map((e, j) => {
+        if (Array.isArray(e) && e.length === 2 && typeof e[0] === 'string' && typeof e[1] === 'string') return [e[0], e[1]];
+        if (isObj(e) && typeof e.input === 'string' && typeof e.output === 'string') return [e.input, e.output];
+        throw new SchemaError(`${w}.examples[${j}] must be an [input, label] pair`);
+      });
+    }
+    const multi = c.multi_label ?? c.multiLabel ?? false;
+    if (typeof multi !== 'boolean') throw new SchemaError(`${w}.multi_label must be a boolean`);
+    const act = c.class_act ?? 'auto';
+    if (act !== 'auto' && act !== 'sigmoid' && act !== 'softmax') throw new SchemaError(`${w}.class_act must be auto, sigmoid or softmax`);
+    out.push({
+      task,
+      labels,
+      labelDescriptions: labelDescriptions && Object.keys(labelDescriptions).length ? labelDescriptions : undefined,
+      multiLabel: multi,
+      clsThreshold: optThreshold(c.cls_threshold ?? c.threshold, `${w}.cls_threshold`) ?? 0.5,
+      examples,
+      prompt: optStr(c.prompt, `${w}.prompt`),
+      classAct: act,
+    });
+  });
+  const tasks = new Set<string>();
+  return out.filter((c) => (tasks.has(c.task) ? false : (tasks.add(c.task), true)));
+}
+
+export function normalizeSchema(input: unknown): Schema {
+  if (input === undefined || input === null) throw new SchemaError('schema is required for encoder models');
+  if (Array.isArray(input)) {
+    if (!input.every((x) => typeof x === 'string' || isObj(x))) throw new SchemaError('a schema array must list entity labels');
+    const entities = parseEntities(input);
+    if (entities.length === 0) throw new SchemaError('schema has no entity labels');
+    return { entities, structures: [], relations: [], classifications: [] };
+  }
+  if (!isObj(input)) throw new SchemaError('schema must be an array of entity labels or an object');
+  const known = new Set(['entities', 'classifications', 'structures', 'relations']);
+  for (const k of Object.keys(input)) if (!known.has(k)) throw new SchemaError(`schema.${k} is not a known task (entities, classifications, structures, relations)`);
+  const s: Schema = {
+    entities: input.entities !== undefined && input.entities !== null ? parseEntities(input.entities) : undefined,
+    structures: input.structures !== undefined && input.structures !== null ? parseStructures(input.structures) : [],
+    relations: input.relations !== undefined && input.relations !== null ? parseRelations(input.relations) : [],
+    classifications: input.classifications !== undefined && input.classifications !== null ? parseClassifications(input.classifications) : [],
+  };
+  if (s.entities && s.entities.length === 0) s.entities = undefined;
+  if (!s.entities && !s.structures.length && !s.relations.length && !s.classifications.length)
+    throw new SchemaError('schema has no tasks (give entities, classifications, structures or relations)');
+  return s;
+}

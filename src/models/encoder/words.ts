@@ -1,0 +1,62 @@
+// Word splitting exactly as the GLiNER2 reference (spec §3.4): Python `re` with VERBOSE|IGNORECASE,
+// leftmost alternative wins. Python's `\w` on str is [\p{L}\p{N}_] (combining marks are NOT word
+// characters), so the JS pattern spells it out with the `u` flag (JS `\w` is ASCII-only).
+// Offsets are UTF-16 code-unit indices (what JavaScript strings use), half-open.
+
+const WORD_RE =
+  /(?:https?:\/\/[^\s]+|www\.[^\s]+)|[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}|@[a-z0-9_]+|[\p{L}\p{N}_]+(?:[-_][\p{L}\p{N}_]+)*|\S/giu;
+
+export interface Words {
+  /** Lower-cased words (Python str.lower() ≡ String.prototype.toLowerCase for these purposes). */
+  tokens: string[];
+  /** UTF-16 start / end (exclusive) of each word in the text. */
+  start: number[];
+  end: number[];
+}
+
+export function splitWords(text: string, lowercase = true): Words {
+  const tokens: string[] = [];
+  const start: number[] = [];
+  const end: number[] = [];
+  WORD_RE.lastIndex = 0;
+  for (let m = WORD_RE.exec(text); m !== null; m = WORD_RE.exec(text)) {
+    tokens.push(lowercase ? m[0].toLowerCase() : m[0]);
+    start.push(m.index);
+    end.push(m.index + m[0].length);
+  }
+  return { tokens, start, end };
+}
+
+/** The reference appends "." to texts that do not end with . ! or ? (empty text ⇒ "."). */
+export function preprocessText(text: string): string {
+  return /[.!?]$/.test(text) ? text : text + '.';
+}
+
+/** Maps UTF-16 offsets of `text` to Unicode code-point offsets (Python string indices). */
+export function codePointOffsets(text: string): (utf16: number) => number {
+  let astral = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      astral = true;
+      break;
+    }
+  }
+  if (!astral) return (u) => u;
+  const map = new Int32Array(text.length + 1);
+  let cp = 0;
+  for (let i = 0; i < text.length; i++) {
+    map[i] = cp;
+    const c = text.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
+      const d = text.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        map[i + 1] = cp;
+        i++;
+      }
+    }
+    cp++;
+  }
+  map[text.length] = cp;
+  return (u) => map[u];
+}
