@@ -1,0 +1,131 @@
+// uWebSockets.js response plumbing: status lines, corked JSON replies, a body reader with a size
+// limit, and ResponseStream (chunked / SSE writes with onWritable back-pressure and onAborted
+// cancellation) for the streaming endpoints.
+import { STATUS_CODES } from 'node:http';
+import type { HttpResponse } from '@trufflesuite/uws-js-unofficial';
+import { PayloadTooLargeError } from '../src/service/errors.ts';
+
+export const statusLine = (code: number): string => `${code} ${STATUS_CODES[code] ?? (code === 425 ? 'Too Early' : code === 529 ? 'Overloaded' : 'Unknown')}`;
+
+/** One in-flight exchange: wraps the uWS response, tracks abort, owns the AbortController. */
+export class Exchange {
+  aborted = false;
+  done = false;
+  readonly controller = new AbortController();
+  private writableWaiters: Array<() => void> = [];
+  private abortHandlers: Array<() => void> = [];
+  /** headers every response of this exchange carries (rate-limit headers) */
+  readonly extraHeaders: Record<string, string> = {};
+  /** Set-Cookie values */
+  readonly cookies: string[] = [];
+  status = 0;
+
+  constructor(readonly res: HttpResponse) {
+    res.onAborted(() => {
+      this.aborted = true;
+      this.controller.abort(new Error('client disconnected'));
+      for (const w of this.writableWaiters.splice(0)) w();
+      for (const h of this.abortHandlers.splice(0)) h();
+    });
+  }
+
+  get signal(): AbortSignal { return this.controller.signal; }
+  onAbort(fn: () => void): void { if (this.aborted) fn(); else this.abortHandlers.push(fn); }
+
+  private writeHead(status: number, headers: Record<string, string>): void {
+    this.status = status;
+    this.res.writeStatus(statusLine(status));
+    for (const [k, v] of Object.entries(this.extraHeaders)) this.res.writeHeader(k, v);
+    for (const [k, v] of Object.entries(headers)) this.res.writeHeader(k, v);
+    for (const c of this.cookies) this.res.writeHeader('Set-Cookie', c);
+  }
+
+  /** a complete response; no-op after abort or a previous end */
+  send(status: number, body: string | Uint8Array | null, headers: Record<string, string> = {}, closeConnection = false): void {
+    if (this.aborted || this.done) return;
+    this.done = true;
+    this.res.cork(() => {
+      this.writeHead(status, headers);
+      if (body === null) this.res.endWithoutBody(0, closeConnection);
+      else this.res.end(body, closeConnection);
+    });
+  }
+
+  json(status: number, value: unknown, headers: Record<string, string> = {}, closeConnection = false): void {
+    this.send(status, status === 204 ? null : JSON.stringify(value), status === 204 ? headers : { 'Content-Type': 'application/json', ...headers }, closeConnection);
+  }
+
+  /** start a streamed response (chunked transfer) */
+  stream(status: number, headers: Record<string, string>): ResponseStream {
+    const s = new ResponseStream(this);
+    if (!this.aborted && !this.done) this.res.cork(() => this.writeHead(status, headers));
+    return s;
+  }
+
+  /** resolves when uWS has drained its buffer (or the client went away) */
+  waitWritable(): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.aborted) return resolve();
+      const first = this.writableWaiters.length === 0;
+      this.writableWaiters.push(resolve);
+      if (first) {
+        this.res.onWritable(() => {
+          for (const w of this.writableWaiters.splice(0)) w();
+          return true;
+        });
+      }
+    });
+  }
+}
+
+/**
+ * A streamed response. `write` resolves once the chunk is accepted; when uWS reports
+ * back-pressure it waits for onWritable before resolving, so a slow reader never makes the
+ * server buffer more than one chunk. After a client disconnect, writes resolve immediately and
+ * `signal` is aborted (cancel the generation with it).
+ */
+export class ResponseStream {
+  constructor(private readonly ex: Exchange) {}
+  get signal(): AbortSignal { return this.ex.signal; }
+  get closed(): boolean { return this.ex.aborted || this.ex.done; }
+  onAbort(fn: () => void): void { this.ex.onAbort(fn); }
+
+  async write(chunk: string | Uint8Array): Promise<void> {
+    if (this.closed) return;
+    let ok = true;
+    this.ex.res.cork(() => { ok = this.ex.res.write(chunk); });
+    if (!ok) await this.ex.waitWritable();
+  }
+
+  /** one server-sent event: `event:` line when named, `data: <json>` and a blank line */
+  sse(data: unknown, event?: string): Promise<void> {
+    const payload = typeof data === 'string' ? data : JSON.stringify(data);
+    return this.write(`${event ? `event: ${event}\n` : ''}data: ${payload}\n\n`);
+  }
+
+  end(chunk?: string | Uint8Array): void {
+    if (this.closed) return;
+    this.ex.done = true;
+    this.ex.res.cork(() => this.ex.res.end(chunk ?? ''));
+  }
+}
+
+export const SSE_HEADERS = { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' };
+
+/** Read the request body up to `limit` bytes; rejects with 413 past it (the reader stops at once). */
+export function readBody(ex: Exchange, limit: number, declaredLength: number | null): Promise<Uint8Array> {
+  return new Promise((resolve, reject) => {
+    if (declaredLength !== null && declaredLength > limit) return reject(new PayloadTooLargeError(limit));
+    const parts: Buffer[] = [];
+    let size = 0;
+    let failed = false;
+    ex.onAbort(() => { if (!failed) { failed = true; reject(new Error('client disconnected')); } });
+    ex.res.onData((ab, isLast) => {
+      if (failed) return;
+      size += ab.byteLength;
+      if (size > limit) { failed = true; return reject(new PayloadTooLargeError(limit)); }
+      parts.push(Buffer.from(ab.slice(0))); // uWS reuses the ArrayBuffer: copy
+      if (isLast) resolve(parts.length === 1 ? parts[0] : Buffer.concat(parts));
+    });
+  });
+}

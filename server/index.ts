@@ -1,0 +1,85 @@
+// The HTTP server: uWebSockets.js (the `@trufflesuite/uws-js-unofficial` republish) over the
+// framework-free services. `createServer({services})` registers every route module; extra route
+// modules (compat endpoints, training) are passed in `routes` or added to ROUTE_MODULES below.
+import uws from '@trufflesuite/uws-js-unofficial';
+import type { Logger } from 'pino';
+import type { Services } from '../src/service/index.ts';
+import { NotFoundError } from '../src/service/errors.ts';
+import { errorResponse } from './errors.ts';
+import { Exchange } from './http.ts';
+import { createLogger } from './log.ts';
+import { type AppState, type RouteDef, registerRoutes } from './router.ts';
+import { authRoutes } from './routes/auth.ts';
+import { inferenceRoutes } from './routes/inference.ts';
+import { projectRoutes } from './routes/projects.ts';
+import { systemRoutes } from './routes/system.ts';
+
+export type { RouteDef, Ctx } from './router.ts';
+export { reply, Reply } from './router.ts';
+
+/** Route modules mounted by default. Add a module here (one line) to mount it everywhere. */
+export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
+  (s) => systemRoutes(s),
+  () => authRoutes(),
+  () => inferenceRoutes(),
+  () => projectRoutes(),
+];
+
+export interface LoomServer {
+  /** bound port */
+  port: number;
+  url: string;
+  services: Services;
+  log: Logger;
+  /** stop accepting, drain in-flight requests (up to `timeoutMs`), then close the services */
+  close(opts?: { timeoutMs?: number; keepServices?: boolean }): Promise<void>;
+}
+
+export async function createServer(opts: { services: Services; host?: string; port?: number; log?: Logger; routes?: RouteDef[] }): Promise<LoomServer> {
+  const { services } = opts;
+  const log = opts.log ?? createLogger();
+  const state: AppState = { draining: false, inflight: 0, idle: [] };
+  const app = uws.App();
+  const routes = [...ROUTE_MODULES.flatMap((m) => m(state)), ...(opts.routes ?? [])];
+  registerRoutes(app, routes, services, log, state);
+  const known = new Map<string, Set<string>>();
+  for (const r of routes) { const k = r.path; if (!known.has(k)) known.set(k, new Set()); known.get(k)!.add(r.method); }
+  app.any('/*', (res, req) => {
+    const ex = new Exchange(res);
+    const url = req.getUrl();
+    const method = req.getMethod().toUpperCase();
+    const allowed = known.get(url);
+    if (allowed && !allowed.has(method)) {
+      ex.json(405, { detail: `Method ${method} not allowed on ${url}` }, { Allow: [...allowed].join(', ') });
+    } else {
+      const r = errorResponse(new NotFoundError(`No route for ${method} ${url}`), 'native');
+      ex.json(r.status, r.body, r.headers);
+    }
+    services.metrics.observeRequest('unmatched', method, ex.status, 0);
+  });
+  const host = opts.host ?? '127.0.0.1';
+  const listenSocket = await new Promise<uws.us_listen_socket>((resolve, reject) => {
+    app.listen(host, opts.port ?? 0, (sock) => (sock ? resolve(sock) : reject(new Error(`cannot listen on ${host}:${opts.port ?? 0}`))));
+  });
+  const port = uws.us_socket_local_port(listenSocket);
+  let closing: Promise<void> | null = null;
+  return {
+    port, url: `http://${host}:${port}`, services, log,
+    close(copts = {}) {
+      closing ??= (async () => {
+        state.draining = true;
+        uws.us_listen_socket_close(listenSocket);
+        if (state.inflight > 0) {
+          await Promise.race([
+            new Promise<void>((r) => state.idle.push(r)),
+            new Promise<void>((r) => setTimeout(r, copts.timeoutMs ?? 10_000).unref()),
+          ]);
+        }
+        (app as unknown as { close(): void }).close(); // drop idle keep-alive connections
+        if (!copts.keepServices) await services.close();
+        log.info({ inflight: state.inflight }, 'server closed');
+      })();
+      return closing;
+    },
+  };
+}

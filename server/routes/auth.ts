@@ -1,0 +1,47 @@
+// Dashboard session and API keys: POST /auth/login, POST /auth/logout, GET /auth/session,
+// POST /create-api-key (session + CSRF only), GET /list-api-keys, DELETE /delete-api-key, GET /account.
+import type { RouteDef } from '../router.ts';
+import { reply, SESSION_COOKIE } from '../router.ts';
+
+export function authRoutes(): RouteDef[] {
+  return [
+    {
+      method: 'POST', path: '/auth/login', auth: 'none',
+      body: { type: 'object', required: ['email', 'password'], properties: { email: { type: 'string', minLength: 3, maxLength: 320 }, password: { type: 'string', minLength: 1, maxLength: 1024 } } },
+      async handler({ services, body, setCookie }) {
+        const { token, session, user } = await services.auth.login(body.email, body.password);
+        const secure = services.config.cookieSecure ? '; Secure' : '';
+        setCookie(`${SESSION_COOKIE}=${token}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${services.config.sessionTtlS}${secure}`);
+        return { user: { id: user.id, email: user.email }, team_id: session.team_id, csrf_token: session.csrf_token, expires_at: session.expires_at };
+      },
+    },
+    {
+      method: 'POST', path: '/auth/logout', auth: 'session',
+      async handler({ services, headers, setCookie }) {
+        const tok = /(?:^|;\s*)loom_session=([^;]+)/.exec(headers.cookie ?? '')?.[1];
+        if (tok) await services.auth.logout(tok);
+        setCookie(`${SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0`);
+        return { success: true };
+      },
+    },
+    {
+      method: 'GET', path: '/auth/session', auth: 'session',
+      handler({ principal }) {
+        return { user_id: principal.user_id, team_id: principal.team_id, csrf_token: principal.session!.csrf_token, expires_at: principal.session!.expires_at };
+      },
+    },
+    {
+      method: 'POST', path: '/create-api-key', auth: 'session',
+      body: { type: 'object', required: ['name'], properties: { name: { type: 'string', minLength: 1, maxLength: 200 }, expires_at: { type: ['string', 'null'], format: 'date-time' } } },
+      handler({ services, principal, body }) { return services.auth.createKey(principal, body); },
+    },
+    { method: 'GET', path: '/list-api-keys', auth: 'any', handler: ({ services, principal }) => services.auth.listKeys(principal) },
+    {
+      method: 'DELETE', path: '/delete-api-key', auth: 'any',
+      body: { type: 'object', required: ['key_id'], properties: { key_id: { type: 'string', minLength: 1 } } },
+      handler: ({ services, principal, body }) => services.auth.revokeKey(principal, body.key_id),
+    },
+    { method: 'GET', path: '/account', auth: 'any', handler: ({ services, principal }) => ({ team_name: principal.team.name, region: principal.team.region, ...services.billing.view(principal.team_id) }) },
+  ];
+}
+void reply;

@@ -1,0 +1,25 @@
+// /health and /metrics (no auth).
+import type { RouteDef } from '../router.ts';
+import { reply } from '../router.ts';
+
+export function systemRoutes(state: { draining: boolean }): RouteDef[] {
+  return [
+    {
+      method: 'GET', path: '/health', auth: 'none',
+      async handler({ services }) {
+        const rt = services.runtime.stats();
+        let storeOk = true;
+        try { services.store.db.dbs.meta.get('schema_version'); } catch { storeOk = false; }
+        const ok = storeOk && !state.draining;
+        const body = { status: ok ? 'ok' : state.draining ? 'draining' : 'degraded', store: storeOk ? 'ok' : 'error', models_loaded: rt.loaded, models_warming: rt.warming, queue_depth: rt.queue_depth };
+        return ok ? body : reply(503, body);
+      },
+    },
+    {
+      method: 'GET', path: '/metrics', auth: 'none',
+      async handler({ services }) {
+        return reply(200, await services.metrics.text(), { 'Content-Type': services.metrics.contentType });
+      },
+    },
+  ];
+}

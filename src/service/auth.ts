@@ -1,0 +1,185 @@
+// Accounts, API keys, dashboard sessions and CSRF. Keys are `loom_sk_` + 256 random bits, stored
+// only as their sha256; every request re-reads the key record, so revocation applies at once.
+import type { Store, ApiKeyRecord, TeamRecord, UserRecord, SessionRecord } from '../store/index.ts';
+import type { ServiceConfig } from './config.ts';
+import type { BillingService } from './billing.ts';
+import { ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from './errors.ts';
+import { hashPassword, KEY_PREFIX, newApiKeySecret, newId, nowIso, randomToken, safeEqual, sha256, verifyPassword } from './ids.ts';
+
+/** Who is calling. Key calls carry key_id; dashboard calls carry the session. */
+export interface Principal {
+  kind: 'key' | 'session';
+  team_id: string;
+  user_id: string;
+  key_id: string | null;
+  team: TeamRecord;
+  session: SessionRecord | null;
+}
+
+export interface KeyView {
+  id: string;
+  name: string;
+  created_at: string;
+  api_key_last_digits: string;
+  expires_at: string | null;
+  team_id: string | null;
+}
+
+const LAST_DIGITS = 4;
+
+function keyView(k: ApiKeyRecord): KeyView {
+  return { id: k.id, name: k.name, created_at: k.created_at, api_key_last_digits: k.last_digits, expires_at: k.expires_at, team_id: k.team_id };
+}
+
+export function createAuthService(store: Store, config: ServiceConfig, billing: BillingService) {
+  async function createTeam(name: string, opts: { plan?: string; region?: string | null } = {}): Promise<TeamRecord> {
+    const team: TeamRecord = { id: newId(), name, region: opts.region ?? null, blocked: false, created_at: nowIso() };
+    await store.tx(() => {
+      store.teams.put(team);
+      billing.openAccountTx(team.id, opts.plan ?? config.defaultPlan);
+    });
+    return team;
+  }
+
+  return {
+    createTeam,
+
+    /** `loom admin create-user`: a user in a new (or an existing) team */
+    async createUser(input: { email: string; password: string; team_id?: string; team_name?: string; plan?: string; region?: string | null }): Promise<{ user: UserRecord; team: TeamRecord }> {
+      const email = input.email.trim().toLowerCase();
+      if (!/^[^@\s]+@[^@\s]+$/.test(email)) throw new ValidationError('Invalid email', [{ path: '/email', message: 'must be an email address' }]);
+      if (input.password.length < 8) throw new ValidationError('Password too short', [{ path: '/password', message: 'must be at least 8 characters' }]);
+      if (store.users.byEmail(email)) throw new ValidationError(`User ${email} already exists`, [{ path: '/email', message: 'already exists' }]);
+      let team: TeamRecord;
+      if (input.team_id) {
+        const t = store.teams.get(input.team_id);
+        if (!t) throw new NotFoundError(`Team ${input.team_id} not found`);
+        team = t;
+      } else {
+        team = await createTeam(input.team_name ?? email, { plan: input.plan, region: input.region });
+      }
+      const user: UserRecord = { id: newId(), email, password_hash: await hashPassword(input.password), team_id: team.id, created_at: nowIso() };
+      await store.tx(() => store.users.put(user));
+      return { user, team };
+    },
+
+    /** POST /auth/login: returns the cookie token (set by the HTTP layer) and the CSRF token */
+    async login(email: string, password: string): Promise<{ token: string; session: SessionRecord; user: UserRecord }> {
+      const user = store.users.byEmail(email.trim().toLowerCase());
+      // verify against a dummy hash when the user is unknown, so timing does not reveal accounts
+      const ok = await verifyPassword(password, user?.password_hash ?? 'scrypt$16384$8$1$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=');
+      if (!user || !ok) throw new UnauthorizedError('Invalid email or password');
+      const team = store.teams.get(user.team_id);
+      if (!team || team.blocked) throw new UnauthorizedError('Account blocked');
+      const token = randomToken(32);
+      const now = Date.now();
+      const session: SessionRecord = {
+        id: sha256(token), user_id: user.id, team_id: user.team_id, csrf_token: randomToken(24),
+        created_at: new Date(now).toISOString(), expires_at: new Date(now + config.sessionTtlS * 1000).toISOString(),
+      };
+      await store.tx(() => store.sessions.put(session));
+      return { token, session, user };
+    },
+
+    async logout(token: string): Promise<void> {
+      await store.tx(() => store.sessions.remove(sha256(token)));
+    },
+
+    /** the principal of a session cookie, or null when absent/expired */
+    fromSession(token: string | null): Principal | null {
+      if (!token) return null;
+      const s = store.sessions.get(sha256(token));
+      if (!s || Date.parse(s.expires_at) <= Date.now()) return null;
+      const team = store.teams.get(s.team_id);
+      if (!team || team.blocked) return null;
+      return { kind: 'session', team_id: s.team_id, user_id: s.user_id, key_id: null, team, session: s };
+    },
+
+    /** CSRF check for state-changing dashboard calls */
+    checkCsrf(p: Principal, header: string | null): void {
+      if (p.kind !== 'session' || !p.session) return;
+      if (!header || !safeEqual(header, p.session.csrf_token)) throw new ForbiddenError('Missing or invalid CSRF token (send the X-CSRF-Token header from the login response)');
+    },
+
+    /** X-API-Key / Bearer: 401 for unknown, revoked, expired keys and blocked accounts */
+    authenticateKey(secret: string | null): Principal {
+      if (!secret) throw new UnauthorizedError('Missing API key: send it in the X-API-Key header');
+      if (!secret.startsWith(KEY_PREFIX)) throw new UnauthorizedError('Invalid API key');
+      const k = store.keys.byHash(sha256(secret));
+      if (!k) throw new UnauthorizedError('Invalid API key');
+      if (k.revoked_at) throw new UnauthorizedError('API key has been revoked');
+      if (k.expires_at && Date.parse(k.expires_at) <= Date.now()) throw new UnauthorizedError('API key has expired');
+      const team = store.teams.get(k.team_id);
+      if (!team) throw new UnauthorizedError('Invalid API key');
+      if (team.blocked) throw new UnauthorizedError('Account blocked for billing or fraud review');
+      // usage counters: committed in the background, batched by lmdb
+      void store.tx(() => store.keys.bump(k.id, { requests: 1, at: nowIso() }));
+      return { kind: 'key', team_id: k.team_id, user_id: k.user_id, key_id: k.id, team, session: null };
+    },
+
+    /** POST /create-api-key: dashboard session only (403 for key-authenticated calls) */
+    async createKey(p: Principal, input: { name: string; expires_at?: string | null }): Promise<KeyView & { secret_key: string; billing_customer_created: boolean }> {
+      if (p.kind !== 'session') throw new ForbiddenError('API keys can only be created from a dashboard session, not with an API key');
+      let expires: string | null = null;
+      if (input.expires_at) {
+        const t = Date.parse(input.expires_at);
+        if (!Number.isFinite(t) || t <= Date.now()) throw new ValidationError('expires_at must be a future ISO 8601 time', [{ path: '/expires_at', message: 'must be a future date-time' }]);
+        expires = new Date(t).toISOString();
+      }
+      const secret = newApiKeySecret();
+      const rec: ApiKeyRecord = {
+        id: newId(), name: input.name, hash: sha256(secret), last_digits: secret.slice(-LAST_DIGITS), team_id: p.team_id, user_id: p.user_id,
+        created_at: nowIso(), expires_at: expires, revoked_at: null, last_used_at: null, request_count: 0, usage_tokens: 0, usage_cost_micro: 0,
+      };
+      const created = await store.tx(() => {
+        store.keys.put(rec);
+        return billing.ensureCustomerTx(p.team_id);
+      });
+      return { ...keyView(rec), secret_key: secret, billing_customer_created: created };
+    },
+
+    /** for the CLI: a key for a user without a browser session */
+    async createKeyForUser(userId: string, name: string): Promise<KeyView & { secret_key: string; billing_customer_created: boolean }> {
+      const user = store.users.get(userId);
+      if (!user) throw new NotFoundError(`User ${userId} not found`);
+      const team = store.teams.get(user.team_id)!;
+      return this.createKey({ kind: 'session', team_id: team.id, user_id: user.id, key_id: null, team, session: null }, { name });
+    },
+
+    async listKeys(p: Principal) {
+      await store.db.root.committed; // counters written by earlier requests
+      const keys = store.keys.listByTeam(p.team_id).filter((k) => !k.revoked_at).map((k) => ({
+        ...keyView(k),
+        last_used_at: k.last_used_at,
+        usage_tokens: k.usage_tokens,
+        usage_cost: k.usage_cost_micro / 1e6,
+        request_count: k.request_count,
+      }));
+      return { keys, count: keys.length };
+    },
+
+    /** DELETE /delete-api-key: immediate and irreversible */
+    async revokeKey(p: Principal, keyId: string): Promise<{ success: boolean; message: string | null }> {
+      const k = store.keys.get(keyId);
+      if (!k || k.team_id !== p.team_id || k.revoked_at) throw new NotFoundError(`API key ${keyId} not found`);
+      await store.tx(() => {
+        const cur = store.keys.get(keyId)!;
+        store.keys.put({ ...cur, revoked_at: nowIso() });
+      });
+      return { success: true, message: `API key ${k.name} revoked` };
+    },
+
+    async setTeamBlocked(teamId: string, blocked: boolean): Promise<void> {
+      const t = store.teams.get(teamId);
+      if (!t) throw new NotFoundError(`Team ${teamId} not found`);
+      await store.tx(() => store.teams.put({ ...store.teams.get(teamId)!, blocked }));
+    },
+
+    async setTeamRegion(teamId: string, region: string | null): Promise<void> {
+      const t = store.teams.get(teamId);
+      if (!t) throw new NotFoundError(`Team ${teamId} not found`);
+      await store.tx(() => store.teams.put({ ...store.teams.get(teamId)!, region: region ? region.toUpperCase() : null }));
+    },
+  };
+}
+export type AuthService = ReturnType<typeof createAuthService>;

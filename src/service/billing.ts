@@ -1,0 +1,208 @@
+// Credits, plans, prices and usage. 1 credit = 0.01 currency unit; balances are integer
+// micro-credits. Every billed call goes through `charge`, which in ONE write transaction rolls the
+// billing month if due, draws the cost from the pools in order (free allowance → included →
+// paid balance → overage), writes the usage record and bumps the key's usage counters.
+import type { BillingAccount, Store, TokenUsage, UsageRecord } from '../store/index.ts';
+import type { PlanConfig, ServiceConfig } from './config.ts';
+import { BillingError, NotFoundError, ValidationError } from './errors.ts';
+import { newId, nowIso, randomToken } from './ids.ts';
+import type { Principal } from './auth.ts';
+
+export const MICRO = 1_000_000;
+
+/** Cache pricing relative to the input price (spec section 8). */
+export const CACHING_FAMILIES = {
+  /** messages-style (Claude-like): explicit cache_control markers; read 0.1x, write 1.25x */
+  explicit: { read: 0.1, write: 1.25, markers: true, automatic: false },
+  /** automatic prefix caching, read 0.5x, write at the input rate */
+  automatic_half: { read: 0.5, write: 1.0, markers: false, automatic: true },
+  /** automatic prefix caching, read 0.1x, write at the input rate */
+  automatic_tenth: { read: 0.1, write: 1.0, markers: false, automatic: true },
+  /** no prompt caching (encoders) */
+  none: { read: 1.0, write: 1.0, markers: false, automatic: false },
+} as const;
+export type CachingFamily = keyof typeof CACHING_FAMILIES;
+
+/** Price of a model in credits per 1M tokens. */
+export interface Pricing { input: number; output: number }
+
+export function completeUsage(u: Partial<TokenUsage>): TokenUsage {
+  const prompt_tokens = u.prompt_tokens ?? 0;
+  const cache_read_tokens = u.cache_read_tokens ?? 0;
+  const cache_write_tokens = u.cache_write_tokens ?? 0;
+  const completion_tokens = u.completion_tokens ?? 0;
+  return { prompt_tokens, cache_read_tokens, cache_write_tokens, completion_tokens, total_tokens: prompt_tokens + cache_read_tokens + cache_write_tokens + completion_tokens };
+}
+
+/** Cost in micro-credits (credits per 1M tokens == micro-credits per token), rounded up. */
+export function costMicro(pricing: Pricing, family: CachingFamily, u: TokenUsage): number {
+  const f = CACHING_FAMILIES[family] ?? CACHING_FAMILIES.none;
+  const c = u.prompt_tokens * pricing.input + u.cache_read_tokens * pricing.input * f.read + u.cache_write_tokens * pricing.input * f.write + u.completion_tokens * pricing.output;
+  return Math.ceil(c - 1e-9);
+}
+
+const monthStart = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1)).toISOString();
+
+export interface AccountView {
+  team_id: string;
+  plan: string;
+  plan_kind: 'free' | 'paid';
+  credits: { free_allowance: number; included: number; paid_balance: number; available: number; overage_used: number; overage_ceiling: number; total_spent: number };
+  overage_enabled: boolean;
+  card_on_file: boolean;
+  period_start: string;
+}
+
+export function createBillingService(store: Store, config: ServiceConfig) {
+  const url = (what: string) => `${config.publicUrl.replace(/\/$/, '')}/billing/${what}`;
+  const planOf = (a: BillingAccount): PlanConfig => config.plans[a.plan] ?? config.plans[config.defaultPlan];
+
+  /** the account with its billing month rolled forward (paid plans renew included credits) */
+  function current(a: BillingAccount, now = new Date()): BillingAccount {
+    const ms = monthStart(now);
+    if (a.period_start >= ms) return a;
+    const plan = planOf(a);
+    return { ...a, period_start: ms, overage_micro: 0, included_micro: plan.kind === 'paid' ? plan.credits * MICRO : 0 };
+  }
+
+  function getAccount(teamId: string): BillingAccount {
+    const a = store.accounts.get(teamId);
+    if (!a) throw new NotFoundError(`No billing account for team ${teamId}`);
+    return current(a);
+  }
+
+  function view(a: BillingAccount): AccountView {
+    const plan = planOf(a);
+    return {
+      team_id: a.team_id, plan: a.plan, plan_kind: plan.kind,
+      credits: {
+        free_allowance: a.free_allowance_micro / MICRO, included: a.included_micro / MICRO, paid_balance: a.paid_balance_micro / MICRO,
+        available: (a.free_allowance_micro + a.included_micro + a.paid_balance_micro) / MICRO,
+        overage_used: a.overage_micro / MICRO, overage_ceiling: plan.overage_ceiling, total_spent: a.total_spent_micro / MICRO,
+      },
+      overage_enabled: a.overage_enabled, card_on_file: a.card_on_file, period_start: a.period_start,
+    };
+  }
+
+  return {
+    view: (teamId: string) => view(getAccount(teamId)),
+
+    /** inside a transaction: the account of a new team */
+    openAccountTx(teamId: string, planId: string): void {
+      const plan = config.plans[planId];
+      if (!plan) throw new ValidationError(`Unknown plan ${planId}`, [{ path: '/plan', message: `must be one of ${Object.keys(config.plans).join(', ')}` }]);
+      store.accounts.put({
+        team_id: teamId, plan: planId,
+        free_allowance_micro: plan.kind === 'free' ? plan.credits * MICRO : 0,
+        included_micro: plan.kind === 'paid' ? plan.credits * MICRO : 0,
+        paid_balance_micro: 0, overage_micro: 0, overage_enabled: plan.kind === 'paid', card_on_file: false,
+        period_start: monthStart(new Date()), billing_customer_id: null, total_spent_micro: 0, updated_at: nowIso(),
+      });
+    },
+
+    /** inside a transaction: create the billing customer on first key creation; true when created */
+    ensureCustomerTx(teamId: string): boolean {
+      const a = store.accounts.get(teamId);
+      if (!a || a.billing_customer_id) return false;
+      store.accounts.put({ ...a, billing_customer_id: 'cus_' + randomToken(12), updated_at: nowIso() });
+      return true;
+    },
+
+    /**
+     * Pre-flight check before running a billed call. Throws the billing denial (402/403 with
+     * code and resolution_url). `viaRouter`: the call named the router `service/auto`.
+     */
+    authorize(p: Principal, opts: { viaRouter: boolean }): void {
+      const a = getAccount(p.team_id);
+      const plan = planOf(a);
+      if (plan.requires_card && !a.card_on_file) {
+        throw new BillingError('card_required', `The ${a.plan} plan needs a verified payment method`, url('payment-method'));
+      }
+      if (!opts.viaRouter && plan.kind === 'free' && a.paid_balance_micro <= 0) {
+        throw new BillingError('direct_model_requires_credits', 'Calling a model directly needs a paid credit balance; use the router model service/auto or add credits', url('credits'));
+      }
+      if (a.free_allowance_micro + a.included_micro + a.paid_balance_micro > 0) return;
+      if (plan.kind === 'paid' && a.overage_enabled) {
+        if (a.overage_micro < plan.overage_ceiling * MICRO) return;
+        throw new BillingError('credit_ceiling_reached', `Maximum monthly overage spend of ${plan.overage_ceiling} credits reached`, url('plan'));
+      }
+      throw new BillingError('out_of_credits', 'Out of credits: add credits or upgrade the plan', url('credits'));
+    },
+
+    /**
+     * Debit a finished call and write its usage record, atomically. The last pool absorbs a
+     * shortfall (overage on paid plans, else the paid balance goes negative by less than one
+     * call), so the sum of usage records always equals what was debited. `alsoWrite` runs in the
+     * same transaction (the inference record).
+     */
+    async charge(input: { principal: Principal; model_id: string; endpoint: string; inference_id: string | null; usage: TokenUsage; pricing: Pricing; caching_family: CachingFamily; alsoWrite?: () => void }): Promise<UsageRecord> {
+      const cost = costMicro(input.pricing, input.caching_family, input.usage);
+      const p = input.principal;
+      return store.tx(() => {
+        const a = current(store.accounts.get(p.team_id)!);
+        const plan = planOf(a);
+        let left = cost;
+        const take = (avail: number) => { const t = Math.max(0, Math.min(avail, left)); left -= t; return t; };
+        const free_micro = take(a.free_allowance_micro);
+        const included_micro = take(a.included_micro);
+        const paid_micro = take(a.paid_balance_micro);
+        let overage_micro = 0;
+        let paid_extra = 0;
+        if (left > 0 && plan.kind === 'paid' && a.overage_enabled) { overage_micro = left; left = 0; }
+        if (left > 0) { paid_extra = left; left = 0; }
+        const now = nowIso();
+        store.accounts.put({
+          ...a,
+          free_allowance_micro: a.free_allowance_micro - free_micro,
+          included_micro: a.included_micro - included_micro,
+          paid_balance_micro: a.paid_balance_micro - paid_micro - paid_extra,
+          overage_micro: a.overage_micro + overage_micro,
+          total_spent_micro: a.total_spent_micro + cost,
+          updated_at: now,
+        });
+        const rec: UsageRecord = {
+          id: newId(), team_id: p.team_id, key_id: p.key_id, user_id: p.user_id, model_id: input.model_id, endpoint: input.endpoint,
+          inference_id: input.inference_id, usage: input.usage, cost_micro: cost,
+          drawn: { free_micro, included_micro, paid_micro: paid_micro + paid_extra, overage_micro }, created_at: now,
+        };
+        store.usage.put(rec);
+        if (p.key_id) store.keys.bump(p.key_id, { tokens: input.usage.total_tokens, cost_micro: cost });
+        input.alsoWrite?.();
+        return rec;
+      });
+    },
+
+    /** admin: add paid credits */
+    async grant(teamId: string, credits: number): Promise<AccountView> {
+      if (!Number.isFinite(credits) || credits === 0) throw new ValidationError('credits must be a non-zero number', [{ path: '/credits', message: 'must be a non-zero number' }]);
+      getAccount(teamId);
+      await store.tx(() => {
+        const a = current(store.accounts.get(teamId)!);
+        store.accounts.put({ ...a, paid_balance_micro: a.paid_balance_micro + Math.round(credits * MICRO), updated_at: nowIso() });
+      });
+      return view(getAccount(teamId));
+    },
+
+    /** admin: change plan (and card/overage flags). Moving to a paid plan starts its included credits. */
+    async setPlan(teamId: string, planId: string, opts: { card_on_file?: boolean; overage_enabled?: boolean } = {}): Promise<AccountView> {
+      const plan = config.plans[planId];
+      if (!plan) throw new ValidationError(`Unknown plan ${planId}`, [{ path: '/plan', message: `must be one of ${Object.keys(config.plans).join(', ')}` }]);
+      getAccount(teamId);
+      await store.tx(() => {
+        const a = current(store.accounts.get(teamId)!);
+        const changed = a.plan !== planId;
+        store.accounts.put({
+          ...a, plan: planId,
+          included_micro: changed ? (plan.kind === 'paid' ? plan.credits * MICRO : 0) : a.included_micro,
+          overage_enabled: opts.overage_enabled ?? (changed ? plan.kind === 'paid' : a.overage_enabled),
+          card_on_file: opts.card_on_file ?? a.card_on_file,
+          updated_at: nowIso(),
+        });
+      });
+      return view(getAccount(teamId));
+    },
+
+    usageOf(teamId: string) { return store.usage.listByTeam(teamId); },
+  };
+}
+export type BillingService = ReturnType<typeof createBillingService>;

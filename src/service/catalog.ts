@@ -1,0 +1,118 @@
+// The model catalog: models on disk (from the runtime) + a curated list of well-known checkpoints
+// that can be pulled on demand + entries from a catalog file (LOOM_CATALOG_FILE), which may add
+// models or override any field of a curated/local one (pricing, caching family, blocked regions...).
+import { readFileSync } from 'node:fs';
+import type { CachingFamily, Pricing } from './billing.ts';
+import type { LocalModel, ModelKind, ModelRuntime } from './runtime.ts';
+
+export interface CatalogEntry {
+  id: string;
+  name: string;
+  task_type: ModelKind;
+  description: string;
+  /** can be called for inference (false: a training-only base → 409) */
+  supports_inference: boolean;
+  /** can be pulled/loaded on demand when not on disk (425 while warming) */
+  supports_on_demand_inference: boolean;
+  supports_training: boolean;
+  caching_family: CachingFamily;
+  /** credits per 1M tokens */
+  pricing: Pricing;
+  context_length: number | null;
+  /** on disk now */
+  local: boolean;
+  /** Hugging Face repository the weights come from */
+  hf_repo: string | null;
+  /** ISO 3166-1 alpha-2 regions where the model may not be served (451) */
+  blocked_regions: string[];
+  source: 'local' | 'curated' | 'catalog_file';
+  provider: string;
+}
+
+export const ROUTER_MODEL_ID = 'service/auto';
+
+type Curated = Omit<CatalogEntry, 'local' | 'source' | 'description' | 'blocked_regions' | 'supports_training' | 'hf_repo'> & Partial<CatalogEntry>;
+
+const ENC: Pick<CatalogEntry, 'task_type' | 'caching_family' | 'supports_training'> = { task_type: 'encoder', caching_family: 'none', supports_training: true };
+const DEC: Pick<CatalogEntry, 'task_type' | 'caching_family' | 'supports_training'> = { task_type: 'decoder', caching_family: 'automatic_half', supports_training: true };
+
+/** Curated checkpoints (ids are Hugging Face repositories). Prices in credits per 1M tokens. */
+export const CURATED: Curated[] = [
+  { id: 'fastino/gliner2-base-v1', name: 'GLiNER2 base', ...ENC, supports_inference: true, supports_on_demand_inference: true, pricing: { input: 2, output: 0 }, context_length: 2048, provider: 'fastino' },
+  { id: 'fastino/gliner2-large-v1', name: 'GLiNER2 large', ...ENC, supports_inference: true, supports_on_demand_inference: true, pricing: { input: 5, output: 0 }, context_length: 2048, provider: 'fastino' },
+  { id: 'fastino/gliner2-multi-v1', name: 'GLiNER2 multilingual', ...ENC, supports_inference: true, supports_on_demand_inference: true, pricing: { input: 4, output: 0 }, context_length: 2048, provider: 'fastino' },
+  { id: 'HuggingFaceTB/SmolLM2-135M-Instruct', name: 'SmolLM2 135M Instruct', ...DEC, supports_inference: true, supports_on_demand_inference: true, pricing: { input: 2, output: 4 }, context_length: 8192, provider: 'huggingface' },
+  { id: 'HuggingFaceTB/SmolLM2-360M-Instruct', name: 'SmolLM2 360M Instruct', ...DEC, supports_inference: true, supports_on_demand_inference: true, pricing: { input: 4, output: 8 }, context_length: 8192, provider: 'huggingface' },
+  { id: 'Qwen/Qwen2.5-0.5B-Instruct', name: 'Qwen2.5 0.5B Instruct', ...DEC, caching_family: 'automatic_tenth', supports_inference: true, supports_on_demand_inference: true, pricing: { input: 5, output: 10 }, context_length: 32768, provider: 'qwen' },
+  { id: 'Qwen/Qwen2.5-1.5B-Instruct', name: 'Qwen2.5 1.5B Instruct', ...DEC, caching_family: 'automatic_tenth', supports_inference: true, supports_on_demand_inference: true, pricing: { input: 15, output: 30 }, context_length: 32768, provider: 'qwen' },
+  { id: 'meta-llama/Llama-3.2-1B-Instruct', name: 'Llama 3.2 1B Instruct', ...DEC, caching_family: 'explicit', supports_inference: true, supports_on_demand_inference: true, pricing: { input: 10, output: 20 }, context_length: 131072, provider: 'meta' },
+  // a training-only base: the fresh-initialized small GLiNER2 encoder (`loom init-encoder`)
+  { id: 'loom/gliner2-init-small', name: 'GLiNER2 small (fresh init, training only)', ...ENC, supports_inference: false, supports_on_demand_inference: false, pricing: { input: 1, output: 0 }, context_length: 512, provider: 'loom' },
+];
+
+const DEFAULT_PRICING: Record<ModelKind, Pricing> = { encoder: { input: 1, output: 0 }, decoder: { input: 2, output: 4 } };
+
+export interface CatalogFilter { supports_inference?: boolean; task_type?: ModelKind }
+
+export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string | null }) {
+  let fileEntries: Partial<CatalogEntry>[] = [];
+  if (opts.catalogFile) {
+    const parsed = JSON.parse(readFileSync(opts.catalogFile, 'utf8'));
+    fileEntries = Array.isArray(parsed) ? parsed : parsed.models ?? [];
+  }
+  let entries = new Map<string, CatalogEntry>();
+  let refreshedAt = 0;
+  let refreshing: Promise<void> | null = null;
+
+  function build(local: LocalModel[]): Map<string, CatalogEntry> {
+    const m = new Map<string, CatalogEntry>();
+    for (const c of CURATED) {
+      m.set(c.id, { description: c.name, blocked_regions: [], hf_repo: c.id, ...c, local: false, source: 'curated' } as CatalogEntry);
+    }
+    for (const l of local) {
+      const cur = m.get(l.id);
+      m.set(l.id, cur ? { ...cur, local: true } : {
+        id: l.id, name: l.id, task_type: l.kind, description: `${l.architecture ?? l.kind} model on disk`,
+        supports_inference: true, supports_on_demand_inference: true, supports_training: true,
+        caching_family: l.kind === 'decoder' ? 'automatic_half' : 'none', pricing: DEFAULT_PRICING[l.kind],
+        context_length: l.context_length ?? null, local: true, hf_repo: null, blocked_regions: [], source: 'local', provider: 'local',
+      });
+    }
+    for (const f of fileEntries) {
+      if (!f.id) continue;
+      const cur = m.get(f.id);
+      const kind = (f.task_type ?? cur?.task_type ?? 'decoder') as ModelKind;
+      m.set(f.id, {
+        name: f.id, description: f.id, supports_inference: true, supports_on_demand_inference: false, supports_training: true,
+        caching_family: kind === 'decoder' ? 'automatic_half' : 'none', pricing: DEFAULT_PRICING[kind], context_length: null,
+        local: false, hf_repo: null, provider: 'custom',
+        ...cur, ...f, task_type: kind, source: cur?.source ?? 'catalog_file',
+        blocked_regions: (f.blocked_regions ?? cur?.blocked_regions ?? []).map((r) => r.toUpperCase()),
+      } as CatalogEntry);
+    }
+    return m;
+  }
+
+  async function refresh(): Promise<void> {
+    if (!refreshing) {
+      refreshing = opts.runtime.listLocal().then((local) => { entries = build(local); refreshedAt = Date.now(); }).finally(() => { refreshing = null; });
+    }
+    return refreshing;
+  }
+
+  return {
+    refresh,
+    /** refreshed at most once a second (directory scan) */
+    async list(filter: CatalogFilter = {}): Promise<CatalogEntry[]> {
+      if (Date.now() - refreshedAt > 1000) await refresh();
+      return [...entries.values()].filter((e) =>
+        (filter.supports_inference === undefined || e.supports_inference === filter.supports_inference) &&
+        (filter.task_type === undefined || e.task_type === filter.task_type));
+    },
+    async get(id: string): Promise<CatalogEntry | undefined> {
+      if (!entries.has(id) || Date.now() - refreshedAt > 1000) await refresh();
+      return entries.get(id);
+    },
+  };
+}
+export type Catalog = ReturnType<typeof createCatalog>;

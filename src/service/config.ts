@@ -1,0 +1,111 @@
+// Service configuration: defaults, overridable by environment variables (server/main.ts) or by the
+// object passed to createServices (tests, library users).
+import { join, resolve } from 'node:path';
+
+export interface PlanConfig {
+  id: string;
+  /** 'free': one-time allowance; 'paid': monthly included credits + overage */
+  kind: 'free' | 'paid';
+  /** credits: free allowance (free) or monthly included credits (paid) */
+  credits: number;
+  /** paid plans: maximum overage spend per billing month, in credits (then 403 credit_ceiling_reached) */
+  overage_ceiling: number;
+  /** paid plans need a verified payment method (else 403 card_required) */
+  requires_card: boolean;
+}
+
+export interface RateLimitRule { points: number; duration_s: number }
+
+export interface RateLimitConfig {
+  /** every request, per observed IP */
+  edge: RateLimitRule;
+  /** endpoints without an override, per client IP (all rules apply) */
+  default: RateLimitRule[];
+  /** per-endpoint limits per team/key/user (IP when unauthenticated); replace the IP default */
+  endpoints: Array<{ method: string; pattern: string; group: string } & RateLimitRule>;
+}
+
+export interface ServiceConfig {
+  dataDir: string;
+  modelsDir: string;
+  /** JSON catalog file that adds to / overrides the curated catalog */
+  catalogFile: string | null;
+  /** public base URL used in resolution_url links */
+  publicUrl: string;
+  /** max JSON body size in bytes (413 above) */
+  maxBodyBytes: number;
+  /** bodies above this size are parsed and validated in the worker pool */
+  workerParseBytes: number;
+  sessionTtlS: number;
+  cookieSecure: boolean;
+  trustProxy: boolean;
+  plans: Record<string, PlanConfig>;
+  defaultPlan: string;
+  rateLimits: RateLimitConfig;
+  /** loaded models kept in memory at once (least recently used is unloaded) */
+  maxLoadedModels: number;
+  /** Retry-After for 425 while a model warms, seconds */
+  warmingRetryAfterS: number;
+  workerThreads: number;
+}
+
+export const DEFAULT_RATE_LIMITS: RateLimitConfig = {
+  edge: { points: 100_000, duration_s: 60 },
+  default: [{ points: 20_000, duration_s: 60 }, { points: 1_000_000, duration_s: 3600 }],
+  endpoints: [
+    { method: 'POST', pattern: '/inference', group: 'inference', points: 5000, duration_s: 60 },
+    { method: 'POST', pattern: '/v1/chat/completions', group: 'compat', points: 5000, duration_s: 60 },
+    { method: 'POST', pattern: '/v1/completions', group: 'compat', points: 5000, duration_s: 60 },
+    { method: 'POST', pattern: '/v1/responses', group: 'compat', points: 5000, duration_s: 60 },
+    { method: 'POST', pattern: '/v1/messages', group: 'compat', points: 5000, duration_s: 60 },
+    { method: 'POST', pattern: '/gliner-2/*', group: 'gliner2', points: 15_000, duration_s: 60 },
+    { method: 'POST', pattern: '/generate', group: 'generate', points: 120, duration_s: 60 },
+    { method: 'POST', pattern: '/generate/*', group: 'generate', points: 120, duration_s: 60 },
+    { method: 'POST', pattern: '/felix/training-jobs', group: 'training', points: 20, duration_s: 60 },
+  ],
+};
+
+export const DEFAULT_PLANS: Record<string, PlanConfig> = {
+  free: { id: 'free', kind: 'free', credits: 100, overage_ceiling: 0, requires_card: false },
+  pro: { id: 'pro', kind: 'paid', credits: 2000, overage_ceiling: 10_000, requires_card: true },
+  scale: { id: 'scale', kind: 'paid', credits: 20_000, overage_ceiling: 200_000, requires_card: true },
+};
+
+export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig {
+  const dataDir = resolve(over.dataDir ?? './data');
+  return {
+    dataDir,
+    modelsDir: resolve(over.modelsDir ?? join(dataDir, 'models')),
+    catalogFile: over.catalogFile ?? null,
+    publicUrl: over.publicUrl ?? 'http://127.0.0.1:8080',
+    maxBodyBytes: over.maxBodyBytes ?? 10 * 1024 * 1024,
+    workerParseBytes: over.workerParseBytes ?? 1024 * 1024,
+    sessionTtlS: over.sessionTtlS ?? 12 * 3600,
+    cookieSecure: over.cookieSecure ?? false,
+    trustProxy: over.trustProxy ?? false,
+    plans: over.plans ?? DEFAULT_PLANS,
+    defaultPlan: over.defaultPlan ?? 'free',
+    rateLimits: over.rateLimits ?? DEFAULT_RATE_LIMITS,
+    maxLoadedModels: over.maxLoadedModels ?? 4,
+    warmingRetryAfterS: over.warmingRetryAfterS ?? 5,
+    workerThreads: over.workerThreads ?? 2,
+  };
+}
+
+/** Configuration from LOOM_* environment variables (see README). */
+export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConfig {
+  const num = (v: string | undefined) => (v !== undefined && v !== '' && Number.isFinite(Number(v)) ? Number(v) : undefined);
+  const port = num(env.LOOM_PORT) ?? 8080;
+  return defaultConfig({
+    dataDir: env.LOOM_DATA_DIR || './data',
+    modelsDir: env.LOOM_MODELS_DIR || undefined,
+    catalogFile: env.LOOM_CATALOG_FILE || null,
+    publicUrl: env.LOOM_PUBLIC_URL || `http://${env.LOOM_HOST || '127.0.0.1'}:${port}`,
+    maxBodyBytes: num(env.LOOM_MAX_BODY_BYTES),
+    cookieSecure: env.LOOM_COOKIE_SECURE === '1',
+    trustProxy: env.LOOM_TRUST_PROXY === '1',
+    maxLoadedModels: num(env.LOOM_MAX_LOADED_MODELS),
+    workerThreads: num(env.LOOM_WORKER_THREADS),
+    rateLimits: env.LOOM_RATE_LIMITS ? { ...DEFAULT_RATE_LIMITS, ...JSON.parse(env.LOOM_RATE_LIMITS) } : undefined,
+  });
+}

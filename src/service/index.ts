@@ -1,0 +1,56 @@
+// All services, wired. Framework-free: the HTTP layer (server/) and the CLI (src/cli/) both use
+// `createServices`; library users can too.
+import { openStore, type Store } from '../store/index.ts';
+import { type ServiceConfig, defaultConfig } from './config.ts';
+import { createAuthService } from './auth.ts';
+import { createBillingService } from './billing.ts';
+import { createCatalog } from './catalog.ts';
+import { createHistoryService } from './history.ts';
+import { createInferenceService } from './inference.ts';
+import { createMetrics } from './metrics.ts';
+import { createProjectsService } from './projects.ts';
+import { createRateLimiter } from './ratelimit.ts';
+import type { ModelRuntime } from './runtime.ts';
+import { createWorkerPool } from './workers.ts';
+
+export interface Logger { info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void; debug?(o: object, m?: string): void }
+
+export interface ServicesOptions {
+  config?: Partial<ServiceConfig> | ServiceConfig;
+  /** an already-open store (else opened under config.dataDir) */
+  store?: Store;
+  /** the model runtime (src/service/runtime-local.ts in production) */
+  runtime: ModelRuntime;
+  log?: Logger;
+}
+
+export async function createServices(opts: ServicesOptions) {
+  const config = defaultConfig(opts.config ?? {});
+  const store = opts.store ?? (await openStore(config.dataDir));
+  const runtime = opts.runtime;
+  const log = opts.log;
+  const metrics = createMetrics({ defaultMetrics: true, queueDepth: () => runtime.stats().queue_depth });
+  const billing = createBillingService(store, config);
+  const auth = createAuthService(store, config, billing);
+  const catalog = createCatalog({ runtime, catalogFile: config.catalogFile });
+  const inference = createInferenceService({ store, config, billing, catalog, runtime, metrics, log });
+  const history = createHistoryService(store);
+  const projects = createProjectsService({ store, runtime, inference, log });
+  const rateLimiter = createRateLimiter(config.rateLimits);
+  const workers = createWorkerPool({ threads: config.workerThreads });
+  let closed = false;
+  return {
+    config, store, runtime, metrics, billing, auth, catalog, inference, history, projects, rateLimiter, workers,
+    /** flush and close everything (after the HTTP layer drained) */
+    async close() {
+      if (closed) return;
+      closed = true;
+      await projects.settle();
+      await workers.close();
+      await runtime.close();
+      await store.close();
+    },
+  };
+}
+export type Services = Awaited<ReturnType<typeof createServices>>;
+export { ServiceError } from './errors.ts';

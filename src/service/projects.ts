@@ -1,0 +1,129 @@
+// Projects and deployments. A deployment of a `complete` training job starts `deploying` while the
+// runtime warms the model; when ready, ONE transaction makes it `active`, marks the previous active
+// deployment `inactive` and the job `deployed`. The old deployment keeps serving until then.
+import type { DeploymentRecord, ProjectRecord, Store } from '../store/index.ts';
+import type { Principal } from './auth.ts';
+import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
+import { newId, nowIso } from './ids.ts';
+import type { InferenceService } from './inference.ts';
+import type { GenerateMessage, ModelRef, ModelRuntime } from './runtime.ts';
+
+const projectView = (p: ProjectRecord) => ({ id: p.id, name: p.name, created_at: p.created_at, active_deployment_id: p.active_deployment_id });
+const deploymentView = (d: DeploymentRecord) => ({
+  deployment_id: d.deployment_id, status: d.status, training_job_id: d.training_job_id, project_id: d.project_id,
+  created_at: d.created_at, activated_at: d.activated_at, replaced_at: d.replaced_at, error: d.error,
+});
+
+export function createProjectsService(deps: { store: Store; runtime: ModelRuntime; inference: InferenceService; log?: { warn(o: object, m: string): void } }) {
+  const { store, runtime } = deps;
+  const pending = new Set<Promise<void>>();
+
+  function own(p: Principal, id: string): ProjectRecord {
+    const pr = store.projects.get(id);
+    if (!pr || pr.team_id !== p.team_id) throw new NotFoundError(`Project ${id} not found`);
+    return pr;
+  }
+
+  /** one transaction: this deployment active, the previous one inactive, the job deployed */
+  async function activate(depId: string): Promise<void> {
+    await store.tx(() => {
+      const d = store.deployments.get(depId);
+      if (!d || d.status !== 'deploying') return;
+      const pr = store.projects.get(d.project_id);
+      if (!pr) return; // project deleted meanwhile
+      const now = nowIso();
+      if (pr.active_deployment_id && pr.active_deployment_id !== depId) {
+        const old = store.deployments.get(pr.active_deployment_id);
+        if (old) store.deployments.put({ ...old, status: 'inactive', replaced_at: now });
+      }
+      store.deployments.put({ ...d, status: 'active', activated_at: now });
+      store.projects.put({ ...pr, active_deployment_id: depId });
+      const job = store.trainingJobs.get(d.training_job_id);
+      if (job && job.status === 'complete') store.trainingJobs.put({ ...job, status: 'deployed', updated_at: now });
+    });
+  }
+
+  async function failDeployment(depId: string, err: unknown): Promise<void> {
+    await store.tx(() => {
+      const d = store.deployments.get(depId);
+      if (d && d.status === 'deploying') store.deployments.put({ ...d, status: 'failed', error: err instanceof Error ? err.message : String(err) });
+    });
+  }
+
+  return {
+    list(p: Principal) { return { projects: store.projects.listByTeam(p.team_id).map(projectView) }; },
+
+    async create(p: Principal, name: string) {
+      const trimmed = name.trim();
+      if (!trimmed) throw new ValidationError('name must not be empty', [{ path: '/name', message: 'must not be empty' }]);
+      const pr: ProjectRecord = { id: newId(), team_id: p.team_id, name: trimmed, active_deployment_id: null, created_at: nowIso() };
+      const ok = await store.tx(() => {
+        if (store.projects.byName(p.team_id, trimmed)) return false;
+        store.projects.put(pr);
+        return true;
+      });
+      if (!ok) throw new ConflictError(`A project named ${trimmed} already exists`);
+      return { id: pr.id, name: pr.name, created_at: pr.created_at };
+    },
+
+    get(p: Principal, id: string) { return projectView(own(p, id)); },
+
+    /** removes the project, its deployment history and its inference endpoint at once */
+    async remove(p: Principal, id: string): Promise<void> {
+      own(p, id);
+      await store.tx(() => { store.deployments.removeByProject(id); store.projects.remove(id); });
+    },
+
+    async deploy(p: Principal, projectId: string, trainingJobId: string) {
+      own(p, projectId);
+      const job = store.trainingJobs.get(trainingJobId);
+      if (!job || job.team_id !== p.team_id) throw new NotFoundError(`Training job ${trainingJobId} not found`);
+      if (job.status !== 'complete' && job.status !== 'deployed') throw new ConflictError(`Training job ${trainingJobId} is ${job.status}; only complete jobs can be deployed`);
+      const d: DeploymentRecord = {
+        deployment_id: newId(), project_id: projectId, team_id: p.team_id, training_job_id: trainingJobId, status: 'deploying', error: null,
+        created_at: nowIso(), activated_at: null, replaced_at: null,
+      };
+      await store.tx(() => store.deployments.put(d));
+      const ref: ModelRef = { id: job.id, kind: job.task_type, dir: job.output_dir ?? undefined, base_model: job.base_model, weights: job.training_type === 'lora' ? 'adapter' : 'full' };
+      if (runtime.status(ref).state === 'ready') {
+        await activate(d.deployment_id);
+      } else {
+        const w: Promise<void> = runtime.warm(ref).then(() => activate(d.deployment_id), (err) => {
+          deps.log?.warn({ deployment: d.deployment_id, err: String(err) }, 'deployment failed');
+          return failDeployment(d.deployment_id, err);
+        }).finally(() => pending.delete(w));
+        pending.add(w);
+      }
+      return deploymentView(store.deployments.get(d.deployment_id) ?? d);
+    },
+
+    listDeployments(p: Principal, projectId: string) {
+      own(p, projectId);
+      const deployments = store.deployments.listByProject(projectId).map(deploymentView);
+      return { deployments, count: deployments.length };
+    },
+
+    /** POST /projects/:id/inference: served by the active deployment */
+    async infer(p: Principal, projectId: string, body: { text: string; schema?: unknown; task?: string; messages?: GenerateMessage[]; threshold?: number; include_confidence?: boolean; include_spans?: boolean; max_tokens?: number; temperature?: number; store?: boolean }, ctx: { signal?: AbortSignal } = {}) {
+      const pr = own(p, projectId);
+      if (!pr.active_deployment_id) {
+        const deploying = store.deployments.listByProject(projectId).some((d) => d.status === 'deploying');
+        if (deploying) throw new ConflictError(`Project ${pr.name} has a deployment still provisioning; retry shortly`);
+        throw new NotFoundError(`Project ${pr.name} has no active deployment`);
+      }
+      const dep = store.deployments.get(pr.active_deployment_id)!;
+      const job = store.trainingJobs.get(dep.training_job_id);
+      if (!job) throw new NotFoundError(`The deployed training job ${dep.training_job_id} no longer exists`);
+      const c = { endpoint: `/projects/:id/inference`, project_id: projectId, signal: ctx.signal };
+      if (job.task_type === 'decoder' || body.task === 'generate') {
+        const messages = body.messages ?? [{ role: 'user' as const, content: body.text }];
+        return deps.inference.runDecoder(p, { model_id: job.id, messages, max_tokens: body.max_tokens, temperature: body.temperature, store: body.store }, c);
+      }
+      return deps.inference.runEncoder(p, { model_id: job.id, text: body.text, schema: body.schema, threshold: body.threshold, include_confidence: body.include_confidence, include_spans: body.include_spans, store: body.store, task: body.task }, c);
+    },
+
+    /** wait for background deployments (shutdown, tests) */
+    async settle(): Promise<void> { await Promise.allSettled([...pending]); },
+  };
+}
+export type ProjectsService = ReturnType<typeof createProjectsService>;

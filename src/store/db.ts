@@ -1,0 +1,83 @@
+// The LMDB environment: one file set under <dataDir>/store, one named database per resource, one
+// `idx` database holding every secondary index as string keys (`<index>\0<part>\0...\0<id>`), and
+// `meta` with the schema version. Opening an older store runs the migrations in order.
+// Writes go through `tx()` (an lmdb write transaction: all puts inside commit together or not at all);
+// commits are durable (fsync) so a killed process never loses an acknowledged write.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { open, type Database, type RootDatabase } from 'lmdb';
+
+export const SCHEMA_VERSION = 2;
+
+export const DB_NAMES = [
+  'meta', 'idx', 'users', 'teams', 'sessions', 'keys', 'accounts', 'usage', 'inferences', 'feedback',
+  'examples', 'projects', 'deployments', 'training_jobs',
+] as const;
+export type DbName = (typeof DB_NAMES)[number];
+
+export interface Db {
+  root: RootDatabase;
+  dbs: Record<DbName, Database<any, string>>;
+  /** run `fn` inside one write transaction; its reads see its own writes */
+  tx<T>(fn: () => T): Promise<T>;
+}
+
+const SEP = '\u0000';
+const END = '\uffff';
+
+/** Index key from its parts. Numbers (timestamps) are zero-padded so they sort as strings. */
+export function ikey(...parts: (string | number)[]): string {
+  return parts.map((p) => (typeof p === 'number' ? String(Math.max(0, Math.floor(p))).padStart(15, '0') : p)).join(SEP);
+}
+
+/** Ids (last part) of the index entries under `prefix`, newest (largest key) first by default. */
+export function* scanIndex(db: Db, prefix: (string | number)[], opts: { reverse?: boolean; from?: (string | number)[]; to?: (string | number)[] } = {}): Generator<string> {
+  const p = ikey(...prefix) + SEP;
+  const lo = opts.from ? ikey(...prefix, ...opts.from) : p;
+  const hi = opts.to ? ikey(...prefix, ...opts.to) : p + END;
+  const reverse = opts.reverse ?? true;
+  const range = reverse ? { start: hi, end: lo, reverse: true } : { start: lo, end: hi };
+  for (const key of db.dbs.idx.getKeys(range) as Iterable<string>) {
+    if (!key.startsWith(p)) continue;
+    yield key.slice(key.lastIndexOf(SEP) + 1);
+  }
+}
+
+export interface Migration {
+  /** version this migration produces */
+  to: number;
+  description: string;
+  run(db: Db): void; // runs inside one write transaction
+}
+
+export function openDb(dataDir: string, migrations: Migration[]): Promise<Db> {
+  const path = join(dataDir, 'store');
+  mkdirSync(path, { recursive: true });
+  const root = open({ path, maxDbs: 32, mapSize: 2 ** 34, noSync: false, overlappingSync: false });
+  const dbs = {} as Db['dbs'];
+  for (const name of DB_NAMES) dbs[name] = root.openDB<any, string>({ name });
+  const db: Db = { root, dbs, tx: (fn) => root.transaction(fn) };
+  return migrate(db, migrations).then(() => db);
+}
+
+async function migrate(db: Db, migrations: Migration[]): Promise<void> {
+  const found = db.dbs.meta.get('schema_version') as number | undefined;
+  if (found === undefined) {
+    // a fresh store: nothing to migrate
+    await db.tx(() => db.dbs.meta.put('schema_version', SCHEMA_VERSION));
+    return;
+  }
+  if (found > SCHEMA_VERSION) {
+    throw new Error(`store schema version ${found} is newer than this Loom (${SCHEMA_VERSION}); upgrade Loom`);
+  }
+  for (const m of migrations.sort((a, b) => a.to - b.to)) {
+    if (m.to <= found) continue;
+    await db.tx(() => {
+      m.run(db);
+      db.dbs.meta.put('schema_version', m.to);
+    });
+  }
+  if ((db.dbs.meta.get('schema_version') as number) !== SCHEMA_VERSION) {
+    await db.tx(() => db.dbs.meta.put('schema_version', SCHEMA_VERSION));
+  }
+}

@@ -1,0 +1,13 @@
+// Teams: the billing and rate-limit scope of keys.
+import type { Db } from './db.ts';
+import type { TeamRecord } from './types.ts';
+
+export function makeTeamsRepo(db: Db) {
+  const { teams } = db.dbs;
+  return {
+    get: (id: string): TeamRecord | undefined => teams.get(id),
+    put: (t: TeamRecord): void => { teams.put(t.id, t); },
+    list: (): TeamRecord[] => [...teams.getRange()].map((e) => e.value as TeamRecord),
+  };
+}
+export type TeamsRepo = ReturnType<typeof makeTeamsRepo>;
