@@ -1,2 +1,3 @@
 // Loom as a library: the native core, the runtimes and the services, importable without the server.
 export * as native from './native/index.ts';
+export * as encoder from './models/encoder/index.ts';
