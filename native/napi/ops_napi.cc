@@ -570,8 +570,8 @@ Napi::Value AdamwStep(const Napi::CallbackInfo& info) {
   auto v = req_arr<float>(info[3], "v", n);
   int64_t step = int_arg(info[9], "step");
   if (step < 1) throw_range(info.Env(), "step must be >= 1");
-  adamw_step(int64_t(n), p.data, g.data, m.data, v.data, float(num_arg(info[4], "lr")), float(num_arg(info[5], "beta1")),
-             float(num_arg(info[6], "beta2")), float(num_arg(info[7], "eps")), float(num_arg(info[8], "weightDecay")), step);
+  adamw_step(int64_t(n), p.data, g.data, m.data, v.data, num_arg(info[4], "lr"), num_arg(info[5], "beta1"),
+             num_arg(info[6], "beta2"), num_arg(info[7], "eps"), num_arg(info[8], "weightDecay"), step);
   return info.Env().Undefined();
 }
 // l2Norm(g)

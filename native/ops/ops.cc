@@ -285,20 +285,15 @@ void cross_entropy_rows(int64_t R, int64_t V, const float* logits, const int32_t
 // ---- optimizer ------------------------------------------------------------------------------
 // PyTorch AdamW (single-tensor path): p *= 1 - lr wd ; m.lerp_(g, 1-b1) ; v = b2 v + (1-b2) g² ;
 // denom = sqrt(v) / sqrt(bc2) + eps ; p -= (lr / bc1) m / denom
-void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, float lr, float b1, float b2, float eps,
-                float wd, int64_t step) {
-  float bc1 = float(1.0 - std::pow(double(b1), double(step)));
-  float bc2s = float(std::sqrt(1.0 - std::pow(double(b2), double(step))));
-  float step_size = lr / bc1;
-  float decay = 1.0f - lr * wd;
+void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, const AdamwScalars& c) {
   for (int64_t i = 0; i < n; i++) {
     float gi = g[i];
-    float mi = m[i] + (1.0f - b1) * (gi - m[i]);
-    float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+    float mi = m[i] + c.omb1 * (gi - m[i]);
+    float vi = v[i] * c.b2 + c.omb2 * (gi * gi);
     m[i] = mi;
     v[i] = vi;
-    float denom = std::sqrt(vi) / bc2s + eps;
-    p[i] = p[i] * decay - step_size * (mi / denom);
+    float denom = std::sqrt(vi) / c.bc2s + c.eps;
+    p[i] = p[i] * c.decay - c.step_size * (mi / denom);
   }
 }
 double sum_squares(int64_t n, const float* g) {
@@ -632,11 +627,19 @@ float cross_entropy_fwd_bwd(int64_t T, int64_t V, const float* logits, const int
 }
 
 // ---- optimizer ------------------------------------------------------------------------------
-void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, float lr, float b1, float b2, float eps,
-                float wd, int64_t step) {
+void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double lr, double b1, double b2, double eps,
+                double wd, int64_t step) {
   if (step < 1) throw std::invalid_argument("adamw_step: step must be >= 1");
+  AdamwScalars c;
+  c.decay = float(1.0 - lr * wd);
+  c.omb1 = float(1.0 - b1);
+  c.b2 = float(b2);
+  c.omb2 = float(1.0 - b2);
+  c.step_size = float(lr / (1.0 - std::pow(b1, double(step))));
+  c.bc2s = float(std::sqrt(1.0 - std::pow(b2, double(step))));
+  c.eps = float(eps);
   auto f = K().adamw_step;
-  elementwise(n, [&](int64_t i, int64_t e) { f(e - i, p + i, g + i, m + i, v + i, lr, b1, b2, eps, wd, step); });
+  elementwise(n, [&](int64_t i, int64_t e) { f(e - i, p + i, g + i, m + i, v + i, c); });
 }
 float l2_norm(int64_t n, const float* g) {
   if (n <= 0) return 0.0f;

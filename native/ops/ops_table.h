@@ -17,6 +17,10 @@
 
 namespace loom {
 
+struct AdamwScalars {
+  float decay, omb1, b2, omb2, step_size, bc2s, eps;
+};
+
 struct OpsTable {
   // elementwise, n elements
   void (*add_fwd)(int64_t n, const float* a, const float* b, float* y);
@@ -52,9 +56,9 @@ struct OpsTable {
   // with (softmax - onehot) * inv_count (zero rows for ignored labels).
   void (*cross_entropy_rows)(int64_t R, int64_t V, const float* logits, const int32_t* labels, float inv_count,
                              float* dlogits, float* losses);
-  // AdamW over n elements (bias corrections from `step`, PyTorch order of operations)
-  void (*adamw_step)(int64_t n, float* p, const float* g, float* m, float* v, float lr, float b1, float b2, float eps,
-                     float wd, int64_t step);
+  // AdamW over n elements with the scalars precomputed in double and rounded once (PyTorch order):
+  //   p *= decay ; m += omb1 (g - m) ; v = v b2 + omb2 g² ; p -= step_size m / (sqrt(v) / bc2s + eps)
+  void (*adamw_step)(int64_t n, float* p, const float* g, float* m, float* v, const AdamwScalars& c);
   double (*sum_squares)(int64_t n, const float* g);
   // attention (whole op; these parallelize internally over (batch, head, query tile))
   void (*attention_fwd)(const AttnParams& p, const float* q, const float* k, const float* v, float* out, float* lse);

@@ -123,9 +123,11 @@ float cross_entropy_fwd_bwd(int64_t T, int64_t V, const float* logits, const int
 // AdamW (decoupled weight decay, PyTorch semantics), step >= 1:
 //   m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g² ; p -= lr * wd * p ;
 //   p -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps)
+// The hyper-parameters are double, as Python floats are in PyTorch: 1-b2 computed from a float
+// 0.999f would be off by 5e-5 relative; scalars are rounded to float once, as PyTorch does.
 // ---------------------------------------------------------------------------------------------
-void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, float lr, float b1, float b2, float eps,
-                float wd, int64_t step);
+void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double lr, double b1, double b2, double eps,
+                double wd, int64_t step);
 // Global gradient-norm clipping helper: returns the L2 norm of g (n).
 float l2_norm(int64_t n, const float* g);
 
