@@ -10,6 +10,7 @@ import { Exchange } from './http.ts';
 import { createLogger } from './log.ts';
 import { type AppState, type RouteDef, registerRoutes } from './router.ts';
 import { authRoutes } from './routes/auth.ts';
+import { compatRoutes } from './routes/compat.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { projectRoutes } from './routes/projects.ts';
 import { systemRoutes } from './routes/system.ts';
@@ -23,6 +24,7 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => authRoutes(),
   () => inferenceRoutes(),
   () => projectRoutes(),
+  () => compatRoutes(),
 ];
 
 export interface LoomServer {

@@ -42,6 +42,8 @@ export interface Ctx<B = any, Q = any, P = any> {
   ip: string;
   /** aborted when the client disconnects */
   signal: AbortSignal;
+  /** the request path (without the query string) */
+  url: string;
   log: Logger;
   /** add a header to the response */
   setHeader(name: string, value: string): void;
@@ -208,14 +210,17 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
           }
         }
         const ctx: Ctx = {
-          services, principal: principal as Principal, body, query, params, headers, ip, signal: ex.signal, log,
+          services, principal: principal as Principal, body, query, params, headers, ip, signal: ex.signal, url, log,
           setHeader: (n, v) => { ex.extraHeaders[n] = v; },
           setCookie: (c) => { ex.cookies.push(c); },
           stream: (status, h) => ex.stream(status, h),
         };
         const out = await route.handler(ctx);
         if (ex.done || ex.aborted) return;
-        if (out instanceof Reply) ex.json(out.status, out.body ?? null, out.headers);
+        if (out instanceof Reply) {
+          if (typeof out.body === 'string' && Object.keys(out.headers).some((h) => h.toLowerCase() === 'content-type')) ex.send(out.status, out.body, out.headers);
+          else ex.json(out.status, out.body ?? null, out.headers);
+        }
         else if (out !== undefined) ex.json(200, out);
         else if (ex.status === 0) ex.json(204, null);
       })().catch(fail).finally(() => {

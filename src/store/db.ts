@@ -1,5 +1,5 @@
 // The LMDB environment: one file set under <dataDir>/store, one named database per resource, one
-// `idx` database holding every secondary index as string keys (`<index>\0<part>\0...\0<id>`), and
+// `idx` database holding every secondary index as string keys (`<index>|<part>|...|<id>`), and
 // `meta` with the schema version. Opening an older store runs the migrations in order.
 // Writes go through `tx()` (an lmdb write transaction: all puts inside commit together or not at all);
 // commits are durable (fsync) so a killed process never loses an acknowledged write.
@@ -22,12 +22,14 @@ export interface Db {
   tx<T>(fn: () => T): Promise<T>;
 }
 
-const SEP = '\u0000';
+// Parts are URI-encoded and joined with '|' (printable: lmdb's ordered-binary key codec reads
+// strings holding control characters back as arrays).
+const SEP = '|';
 const END = '\uffff';
 
 /** Index key from its parts. Numbers (timestamps) are zero-padded so they sort as strings. */
 export function ikey(...parts: (string | number)[]): string {
-  return parts.map((p) => (typeof p === 'number' ? String(Math.max(0, Math.floor(p))).padStart(15, '0') : p)).join(SEP);
+  return parts.map((p) => (typeof p === 'number' ? String(Math.max(0, Math.floor(p))).padStart(15, '0') : encodeURIComponent(p))).join(SEP);
 }
 
 /** Ids (last part) of the index entries under `prefix`, newest (largest key) first by default. */
@@ -39,7 +41,7 @@ export function* scanIndex(db: Db, prefix: (string | number)[], opts: { reverse?
   const range = reverse ? { start: hi, end: lo, reverse: true } : { start: lo, end: hi };
   for (const key of db.dbs.idx.getKeys(range) as Iterable<string>) {
     if (!key.startsWith(p)) continue;
-    yield key.slice(key.lastIndexOf(SEP) + 1);
+    yield decodeURIComponent(key.slice(key.lastIndexOf(SEP) + 1));
   }
 }
 

@@ -1,0 +1,38 @@
+// `npm start`: a working Loom service on an embedded LMDB store under LOOM_DATA_DIR (default ./data),
+// models from LOOM_MODELS_DIR (default <data>/models). Nothing else to set up.
+import { createServer } from './index.ts';
+import { createLogger } from './log.ts';
+import { configFromEnv } from '../src/service/config.ts';
+import { createServices } from '../src/service/index.ts';
+import { createLocalRuntime } from '../src/service/runtime-local.ts';
+
+const config = configFromEnv();
+const log = createLogger();
+const runtime = createLocalRuntime({ modelsDir: config.modelsDir, maxLoaded: config.maxLoadedModels, retryAfterS: config.warmingRetryAfterS });
+const services = await createServices({ config, runtime, log });
+const host = process.env.LOOM_HOST || '127.0.0.1';
+const port = Number(process.env.LOOM_PORT || 8080);
+const server = await createServer({ services, host, port, log });
+const users = services.store.teams.list().length;
+const models = await services.runtime.listLocal();
+
+console.log(`Loom listening on ${server.url}
+  data:   ${config.dataDir}
+  models: ${config.modelsDir} (${models.length} on disk${models.length ? `: ${models.map((m) => m.id).join(', ')}` : ''})
+${users ? '' : `
+No accounts yet. Create a user and an API key:
+  npx loom admin create-user --email you@example.com --password 'a long password' --key default
+  (or: node bin/loom.mjs admin create-user ...; add credits: npx loom admin grant-credits --email you@example.com --credits 100)
+Then:
+  curl -H "X-API-Key: loom_sk_..." ${server.url}/base-models
+`}`);
+
+let stopping = false;
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(sig, () => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    log.info({ signal: sig }, 'shutting down: draining in-flight requests');
+    server.close({ timeoutMs: 15_000 }).then(() => process.exit(0), (err) => { log.error({ err: String(err) }, 'shutdown failed'); process.exit(1); });
+  });
+}

@@ -1,0 +1,111 @@
+// `loom admin <subcommand>`: accounts, keys, credits and plans, working directly on the store under
+// LOOM_DATA_DIR (default ./data); safe while the server runs (LMDB is multi-process).
+import { parseArgs } from 'node:util';
+import { openStore, type Store } from '../store/index.ts';
+import { createAuthService } from '../service/auth.ts';
+import { createBillingService } from '../service/billing.ts';
+import { configFromEnv } from '../service/config.ts';
+import { ServiceError } from '../service/errors.ts';
+
+const USAGE = `usage: loom admin <subcommand> [options]   (store: $LOOM_DATA_DIR, default ./data)
+
+  create-user   --email E --password P [--team-id T | --team-name N] [--plan free|pro|scale] [--region CC] [--key NAME]
+  create-key    --email E [--name N]                 print a new API key (shown once)
+  grant-credits (--email E | --team-id T) --credits N
+  set-plan      (--email E | --team-id T) --plan P [--card | --no-card] [--overage on|off]
+  block         (--email E | --team-id T)            every key of the team gets 401
+  unblock       (--email E | --team-id T)
+  set-region    (--email E | --team-id T) --region CC (or --region none)
+  show          (--email E | --team-id T)            plan, credits and keys`;
+
+const OPTIONS = {
+  email: { type: 'string' }, password: { type: 'string' }, 'team-id': { type: 'string' }, 'team-name': { type: 'string' },
+  plan: { type: 'string' }, region: { type: 'string' }, key: { type: 'string' }, name: { type: 'string' }, credits: { type: 'string' },
+  card: { type: 'boolean' }, 'no-card': { type: 'boolean' }, overage: { type: 'string' }, help: { type: 'boolean', short: 'h' },
+  json: { type: 'boolean' },
+} as const;
+
+function teamOf(store: Store, v: { email?: string; 'team-id'?: string }): string {
+  if (v['team-id']) return v['team-id'];
+  if (!v.email) throw new Error('--email or --team-id is required');
+  const u = store.users.byEmail(v.email);
+  if (!u) throw new Error(`no user ${v.email}`);
+  return u.team_id;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [sub, ...rest] = argv;
+  const { values: v } = parseArgs({ args: rest, options: OPTIONS, allowPositionals: false });
+  if (!sub || v.help) { console.log(USAGE); return sub ? 0 : 1; }
+  const config = configFromEnv();
+  const store = await openStore(config.dataDir);
+  const billing = createBillingService(store, config);
+  const auth = createAuthService(store, config, billing);
+  const out = (o: unknown) => console.log(JSON.stringify(o, null, 2));
+  try {
+    switch (sub) {
+      case 'create-user': {
+        if (!v.email || !v.password) throw new Error('--email and --password are required');
+        const { user, team } = await auth.createUser({ email: v.email, password: v.password, team_id: v['team-id'], team_name: v['team-name'], plan: v.plan, region: v.region });
+        const res: Record<string, unknown> = { user_id: user.id, email: user.email, team_id: team.id, plan: billing.view(team.id).plan };
+        if (v.key) {
+          const k = await auth.createKeyForUser(user.id, v.key);
+          res.api_key = k.secret_key;
+          res.note = 'the API key is shown only once';
+        }
+        out(res);
+        break;
+      }
+      case 'create-key': {
+        if (!v.email) throw new Error('--email is required');
+        const u = store.users.byEmail(v.email);
+        if (!u) throw new Error(`no user ${v.email}`);
+        const k = await auth.createKeyForUser(u.id, v.name ?? 'cli');
+        out({ id: k.id, name: k.name, secret_key: k.secret_key, api_key_last_digits: k.api_key_last_digits, team_id: k.team_id, note: 'the key is shown only once' });
+        break;
+      }
+      case 'grant-credits': {
+        const credits = Number(v.credits);
+        if (!v.credits || !Number.isFinite(credits)) throw new Error('--credits N is required');
+        out(await billing.grant(teamOf(store, v), credits));
+        break;
+      }
+      case 'set-plan': {
+        if (!v.plan) throw new Error('--plan is required');
+        const card = v.card ? true : v['no-card'] ? false : undefined;
+        const overage = v.overage === undefined ? undefined : v.overage === 'on';
+        out(await billing.setPlan(teamOf(store, v), v.plan, { card_on_file: card, overage_enabled: overage }));
+        break;
+      }
+      case 'block': case 'unblock': {
+        const t = teamOf(store, v);
+        await auth.setTeamBlocked(t, sub === 'block');
+        out({ team_id: t, blocked: sub === 'block' });
+        break;
+      }
+      case 'set-region': {
+        if (!v.region) throw new Error('--region is required');
+        const t = teamOf(store, v);
+        await auth.setTeamRegion(t, v.region === 'none' ? null : v.region);
+        out({ team_id: t, region: store.teams.get(t)?.region ?? null });
+        break;
+      }
+      case 'show': {
+        const t = teamOf(store, v);
+        const team = store.teams.get(t);
+        if (!team) throw new Error(`no team ${t}`);
+        out({ team, account: billing.view(t), keys: store.keys.listByTeam(t).map((k) => ({ id: k.id, name: k.name, api_key_last_digits: k.last_digits, revoked_at: k.revoked_at, request_count: k.request_count, usage_cost: k.usage_cost_micro / 1e6 })) });
+        break;
+      }
+      default:
+        console.error(`loom admin: unknown subcommand ${sub}\n${USAGE}`);
+        return 2;
+    }
+    return 0;
+  } catch (e) {
+    console.error(`loom admin ${sub}: ${e instanceof ServiceError || e instanceof Error ? e.message : String(e)}`);
+    return 1;
+  } finally {
+    await store.close();
+  }
+}

@@ -1,0 +1,210 @@
+// The production ModelRuntime: models under LOOM_MODELS_DIR (Hugging Face layout, `<name>/` or
+// `<org>/<name>/`), loaded lazily on first use, at most `maxLoaded` at once (least recently used is
+// dropped). A model on disk loads inside the first request (concurrent requests share the load);
+// a catalog model not on disk is pulled through src/runtime/hub.ts when that module is present,
+// and reports `warming` (425 + Retry-After) while it pulls and loads. The native modules are
+// imported lazily, so a build without them still serves everything else and answers 503 here.
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import type { EncoderModel } from '../models/encoder/index.ts';
+import type { DecoderModel } from '../runtime/generate.ts';
+import type { EmbedOutput, EncoderSchema, ExtractOptions, ExtractOutput, GenerateEvent, GenerateParams, LocalModel, ModelKind, ModelRef, ModelRuntime, ModelStatus } from './runtime.ts';
+
+interface Loaded { kind: ModelKind; enc?: EncoderModel; dec?: DecoderModel; adapter?: string; lastUsed: number }
+
+const DECODER_TYPES = new Set(['llama', 'qwen2', 'mistral', 'smollm', 'phi3', 'gemma', 'gemma2']);
+
+/** Encoder or decoder, from a checkpoint's config.json (null: not a model we serve). */
+export function detectKind(dir: string): { kind: ModelKind; architecture: string; context_length?: number } | null {
+  const p = join(dir, 'config.json');
+  if (!existsSync(p)) return null;
+  let cfg: Record<string, unknown>;
+  try { cfg = JSON.parse(readFileSync(p, 'utf8')); } catch { return null; }
+  const archs = (cfg.architectures as string[] | undefined) ?? [];
+  if (archs.includes('GLiNER2') || cfg.model_type === 'extractor' || existsSync(join(dir, 'encoder_config'))) {
+    return { kind: 'encoder', architecture: 'gliner2', context_length: typeof cfg.max_len === 'number' ? cfg.max_len : undefined };
+  }
+  if (DECODER_TYPES.has(String(cfg.model_type)) || archs.some((a) => a.endsWith('ForCausalLM'))) {
+    return { kind: 'decoder', architecture: String(cfg.model_type), context_length: typeof cfg.max_position_embeddings === 'number' ? cfg.max_position_embeddings : undefined };
+  }
+  return null;
+}
+
+export interface LocalRuntimeOptions {
+  modelsDir: string;
+  maxLoaded?: number;
+  retryAfterS?: number;
+  /** bf16 weights for encoders (half the memory traffic) */
+  encoderDtype?: 'f32' | 'bf16';
+}
+
+export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
+  const maxLoaded = Math.max(1, opts.maxLoaded ?? 4);
+  const retryAfter = opts.retryAfterS ?? 5;
+  const loaded = new Map<string, Loaded>();
+  const loading = new Map<string, Promise<Loaded>>();
+  const pulls = new Map<string, { state: 'pulling' | 'failed'; error?: string; at: number; progress?: number }>();
+  let local: LocalModel[] = [];
+  let scannedAt = 0;
+  let inflight = 0;
+
+  function scan(): LocalModel[] {
+    if (Date.now() - scannedAt < 1000) return local;
+    const out: LocalModel[] = [];
+    const visit = (dir: string, id: string, depth: number) => {
+      const k = detectKind(dir);
+      if (k) { out.push({ id, kind: k.kind, dir, architecture: k.architecture, context_length: k.context_length }); return; }
+      if (depth >= 2) return;
+      for (const name of readdirSync(dir)) {
+        if (name.startsWith('.')) continue;
+        const sub = join(dir, name);
+        try { if (statSync(sub).isDirectory()) visit(sub, id ? `${id}/${name}` : name, depth + 1); } catch { /* vanished */ }
+      }
+    };
+    if (existsSync(opts.modelsDir)) visit(opts.modelsDir, '', 0);
+    local = out;
+    scannedAt = Date.now();
+    return out;
+  }
+
+  const keyOf = (ref: ModelRef) => ref.id;
+  const localOf = (id: string) => scan().find((m) => m.id === id);
+
+  function evict(): void {
+    while (loaded.size > maxLoaded) {
+      let oldest: [string, Loaded] | null = null;
+      for (const e of loaded) if (!oldest || e[1].lastUsed < oldest[1].lastUsed) oldest = e;
+      if (!oldest) return;
+      loaded.delete(oldest[0]);
+      const m = (oldest[1].enc ?? oldest[1].dec) as unknown as { dispose?: () => void; close?: () => void };
+      m?.dispose?.() ?? m?.close?.();
+    }
+  }
+
+  async function load(ref: ModelRef): Promise<Loaded> {
+    const k = keyOf(ref);
+    const hit = loaded.get(k);
+    if (hit) { hit.lastUsed = Date.now(); return hit; }
+    let p = loading.get(k);
+    if (!p) {
+      p = (async (): Promise<Loaded> => {
+        let dir = ref.dir;
+        let adapterDir: string | undefined;
+        if (ref.weights === 'adapter' && ref.base_model) {
+          adapterDir = ref.dir;
+          dir = localOf(ref.base_model)?.dir;
+          if (!dir) throw new Error(`base model ${ref.base_model} of ${ref.id} is not on disk`);
+        }
+        dir ??= localOf(ref.id)?.dir;
+        if (!dir) throw new Error(`model ${ref.id} is not on disk`);
+        let l: Loaded;
+        if (ref.kind === 'encoder') {
+          const { loadEncoder } = await import('../models/encoder/index.ts');
+          l = { kind: 'encoder', enc: await loadEncoder(dir, { dtype: opts.encoderDtype }), lastUsed: Date.now() };
+        } else {
+          const { loadDecoder } = await import('../runtime/generate.ts');
+          const dec = await loadDecoder(dir, { id: ref.id });
+          if (adapterDir) dec.loadAdapter(ref.id, adapterDir);
+          l = { kind: 'decoder', dec, adapter: adapterDir ? ref.id : undefined, lastUsed: Date.now() };
+        }
+        loaded.set(k, l);
+        evict();
+        return l;
+      })().finally(() => loading.delete(k));
+      loading.set(k, p);
+    }
+    return p;
+  }
+
+  async function pull(ref: ModelRef): Promise<void> {
+    const k = keyOf(ref);
+    const cur = pulls.get(k);
+    if (cur?.state === 'pulling') return;
+    pulls.set(k, { state: 'pulling', at: Date.now() });
+    try {
+      const hubPath = '../runtime/hub.ts';
+      const hub = (await import(hubPath)) as { pullModel?: (id: string, o: { dir: string; onProgress?: (f: number) => void }) => Promise<unknown> };
+      if (typeof hub.pullModel !== 'function') throw new Error('the model hub module has no pullModel()');
+      await hub.pullModel(ref.id, { dir: join(opts.modelsDir, ref.id), onProgress: (f) => { const s = pulls.get(k); if (s) s.progress = f; } });
+      scannedAt = 0;
+      await load(ref);
+      pulls.delete(k);
+    } catch (e) {
+      pulls.set(k, { state: 'failed', error: (e as Error).message, at: Date.now() });
+      throw e;
+    }
+  }
+
+  async function use<T>(ref: ModelRef, fn: (l: Loaded) => Promise<T>): Promise<T> {
+    inflight++;
+    try { return await fn(await load(ref)); } finally { inflight--; }
+  }
+
+  return {
+    async listLocal() { return scan(); },
+
+    status(ref: ModelRef): ModelStatus {
+      const k = keyOf(ref);
+      if (loaded.has(k)) return { state: 'ready' };
+      const p = pulls.get(k);
+      if (p?.state === 'pulling') return { state: 'warming', retry_after_s: retryAfter, progress: p.progress };
+      if (p?.state === 'failed' && Date.now() - p.at < 60_000) return { state: 'unavailable', reason: `pull of ${ref.id} failed: ${p.error}` };
+      if (ref.dir) return existsSync(ref.dir) ? { state: 'ready' } : { state: 'not_found' };
+      // on disk: loads inside the request (concurrent callers share the load)
+      if (localOf(ref.id)) return { state: 'ready' };
+      return { state: 'pullable' };
+    },
+
+    async warm(ref: ModelRef): Promise<void> {
+      if (ref.dir || localOf(ref.id)) { await load(ref); return; }
+      await pull(ref);
+    },
+
+    extract(ref: ModelRef, texts: string[], schema: EncoderSchema, o: ExtractOptions): Promise<ExtractOutput> {
+      return use(ref, async (l) => {
+        if (!l.enc) throw new Error(`${ref.id} is not an encoder`);
+        const results = (await l.enc.extract(texts, schema, { threshold: o.threshold, include_confidence: o.include_confidence, include_spans: o.include_spans })) as unknown as Record<string, unknown>[];
+        const ids = await l.enc.tokenizer.encodeTexts(texts);
+        return { results, input_tokens: ids.reduce((n, a) => n + a.length, 0) };
+      });
+    },
+
+    async *generate(ref: ModelRef, p: GenerateParams): AsyncIterable<GenerateEvent> {
+      inflight++;
+      try {
+        const l = await load(ref);
+        if (!l.dec) throw new Error(`${ref.id} is not a decoder`);
+        const { messages, prompt, signal, ...rest } = p;
+        const stream = l.dec.generate({ ...(rest as object), messages: messages as never, prompt, signal, adapter: l.adapter });
+        for await (const ev of stream) {
+          if (ev.type === 'delta') yield { type: 'delta', text: ev.text };
+          else yield { type: 'done', finish_reason: ev.finish_reason, text: ev.text, usage: ev.usage };
+        }
+      } finally { inflight--; }
+    },
+
+    embed(ref: ModelRef, texts: string[], o?: { dimensions?: number }): Promise<EmbedOutput> {
+      return use(ref, async (l) => {
+        const m = (l.enc ?? l.dec)!;
+        const vecs = await m.embed(texts);
+        const dims = o?.dimensions && o.dimensions < vecs[0].length ? o.dimensions : vecs[0]?.length ?? 0;
+        let input_tokens = 0;
+        if (l.enc) input_tokens = (await l.enc.tokenizer.encodeTexts(texts)).reduce((n, a) => n + a.length, 0);
+        else for (const t of texts) input_tokens += (await l.dec!.preparePrompt({ prompt: t })).ids.length;
+        return { embeddings: vecs.map((v) => Array.from(v.subarray(0, dims))), input_tokens, dimensions: dims };
+      });
+    },
+
+    stats() {
+      return { loaded: [...loaded.keys()], warming: [...loading.keys(), ...[...pulls].filter(([, s]) => s.state === 'pulling').map(([k]) => k)], queue_depth: inflight };
+    },
+
+    async close() {
+      for (const l of loaded.values()) {
+        const m = (l.enc ?? l.dec) as unknown as { dispose?: () => void; close?: () => void };
+        m?.dispose?.() ?? m?.close?.();
+      }
+      loaded.clear();
+    },
+  };
+}
