@@ -32,6 +32,8 @@ import { SafetensorsCheckpoint } from '../formats/safetensors.ts';
 import { buildNativeDecoder, type LoadOptions, type TensorSource } from '../models/decoder/loader.ts';
 import type { NativeDecoder } from '../models/decoder/native-model.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
+import { encodeChat, type ChatMessage } from '../tokenize/chat-template.ts';
+import { compileJsonSchema, type JsonConstraint } from './json-constraint.ts';
 import { AdapterError, AdapterRegistry, type AdapterInfo } from './adapters.ts';
 import { KvCacheManager, type KvCacheOptions } from './kv-cache.ts';
 import { parseTtl, PrefixCache, type CacheBreakpoint, type CacheMode } from './prefix-cache.ts';
@@ -41,11 +43,7 @@ import { StopMatcher } from './stop.ts';
 
 export { AbortError, AdapterError, OverloadedError, RequestTooLargeError, SamplingError };
 
-export interface ChatMessage {
-  role: string;
-  content: string | { type: string; text?: string; cache_control?: { type: string; ttl?: string } }[];
-  [k: string]: unknown;
-}
+export type { ChatMessage };
 
 export interface GenerateRequest extends SamplingParams {
   messages?: ChatMessage[];
@@ -118,23 +116,22 @@ export interface DecoderOptions extends LoadOptions, SchedulerOptions {
   id?: string;
 }
 
-// ---------------------------------------------------------------------------------------------
-// modules landing from other areas, imported lazily so this file works before they exist
-// ---------------------------------------------------------------------------------------------
-interface JsonConstraintState {
-  allowed(): Uint32Array;
-  advance(token: number): void;
-  readonly done: boolean;
-}
-interface ChatTemplateModule {
-  renderChatWithBreakpoints(messages: ChatMessage[], tok: Tokenizer, opts?: Record<string, unknown>): { text: string; breakpoints: { offset?: number; charOffset?: number; ttl?: string }[] } | Promise<{ text: string; breakpoints: { offset?: number; charOffset?: number; ttl?: string }[] }>;
-}
 async function importOptional<T>(path: string, what: string): Promise<T> {
   try {
     return (await import(path)) as T;
   } catch (e) {
     throw new Error(`${what} is not available in this build (${(e as Error).message})`);
   }
+}
+
+/** ttl of each cache_control marker in order of appearance (undefined = default 5 minutes). */
+function markerTtls(messages: ChatMessage[]): (string | undefined)[] {
+  const out: (string | undefined)[] = [];
+  for (const m of messages) {
+    if (Array.isArray(m.content)) for (const b of m.content) if (b && b.cache_control) out.push(b.cache_control.ttl);
+    if (m.cache_control) out.push(m.cache_control.ttl);
+  }
+  return out;
 }
 
 /** A stream of generation events; also a Promise of the final record via `.result`. */
@@ -243,6 +240,20 @@ export class DecoderModel {
     };
   }
 
+  private readonly schemas = new Map<string, JsonConstraint>();
+  /** Compiled JSON-schema constraints, cached per schema (compiling walks the vocabulary). */
+  private compiledSchema(schema: unknown): JsonConstraint {
+    if (!schema || typeof schema !== 'object') throw new TypeError('response_format.json_schema.schema must be an object');
+    const key = JSON.stringify(schema);
+    let c = this.schemas.get(key);
+    if (!c) {
+      c = compileJsonSchema(schema, this.tokenizer);
+      if (this.schemas.size >= 64) this.schemas.delete(this.schemas.keys().next().value as string);
+      this.schemas.set(key, c);
+    }
+    return c;
+  }
+
   loadAdapter(name: string, dir: string): AdapterInfo {
     return this.adapters.load(name, dir);
   }
@@ -260,15 +271,10 @@ export class DecoderModel {
     }
     if (typeof req.prompt === 'string') return { ids: this.tokenizer.encode(req.prompt), breakpoints: bps };
     if (Array.isArray(req.messages)) {
-      const ct = await importOptional<ChatTemplateModule>('../tokenize/chat-template.ts', 'chat templates');
-      const r = await ct.renderChatWithBreakpoints(req.messages, this.tokenizer, { addGenerationPrompt: true });
-      const ids = this.tokenizer.encode(r.text, { addSpecialTokens: false });
-      for (const b of r.breakpoints) {
-        const off = b.charOffset ?? b.offset;
-        if (typeof off !== 'number') continue;
-        bps.push({ tokens: this.tokenizer.tokenCountAt(r.text, off, { addSpecialTokens: false }, ids), ttlMs: parseTtl(b.ttl) });
-      }
-      return { ids, breakpoints: bps };
+      const r = encodeChat(this.tokenizer, req.messages, { addGenerationPrompt: true });
+      const ttls = markerTtls(req.messages);
+      r.breakpointTokens.forEach((n, i) => bps.push({ tokens: n, ttlMs: parseTtl(ttls[i]) }));
+      return { ids: r.ids, breakpoints: bps };
     }
     throw new TypeError('generate: one of messages, prompt or prompt_ids is required');
   }
@@ -293,13 +299,8 @@ export class DecoderModel {
       if (!a) throw new AdapterError(`adapter "${req.adapter}" is not loaded`);
       adapterId = a.id;
     }
-    let constraint: JsonConstraintState | null = null;
     const rf = req.response_format;
-    if (rf && rf.type !== 'text') {
-      const jc = await importOptional<{ compileJsonSchema(schema: unknown, tok: Tokenizer): { start(): JsonConstraintState } }>('./json-constraint.ts', 'structured output');
-      const schema = rf.type === 'json_schema' ? rf.json_schema.schema : {};
-      constraint = jc.compileJsonSchema(schema, this.tokenizer).start();
-    }
+    const constraint = rf && rf.type !== 'text' ? this.compiledSchema(rf.type === 'json_schema' ? rf.json_schema.schema : { type: 'object' }).start() : null;
     const stops = req.stop === undefined ? [] : Array.isArray(req.stop) ? req.stop : [req.stop];
     const stopper = new StopMatcher(stops);
     const detok = this.tokenizer.createStreamDecoder();
@@ -329,7 +330,7 @@ export class DecoderModel {
           const r = sampler.sample(logits, history, constraint ? constraint.allowed() : null);
           const tok = r.token;
           history.push(tok);
-          if (stopAtEos && this.eos.has(tok) && !constraint) {
+          if ((stopAtEos || constraint) && this.eos.has(tok)) {
             finish = 'stop';
             return null;
           }

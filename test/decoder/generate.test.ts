@@ -1,0 +1,71 @@
+// generate() API surface: chat messages through the chat template (with cache_control markers),
+// structured output from a JSON schema, logprobs shape, usage record.
+import t from 'tap';
+import { join } from 'node:path';
+import { loadDecoder } from '../../src/runtime/generate.ts';
+import { shared } from './helpers.ts';
+
+const model = await loadDecoder(join(shared, 'models/tinystories-656k'), { kv: { memory: '16MiB' }, minCacheTokens: 16 });
+
+t.test('info', async (t) => {
+  t.equal(model.info.vocabSize, 2048);
+  t.equal(model.info.contextLength, 512);
+  t.equal(model.info.caching.mode, 'automatic');
+  t.ok(model.info.weightBytes > 0);
+  t.ok(model.info.kvBlocks > 0);
+});
+
+t.test('chat messages with cache_control: cached run = uncached run', async (t) => {
+  const sys = 'Once upon a time there was a big dog. The dog liked to run in the park and play with a ball every day. '.repeat(2);
+  const messages = (q: string) => [
+    { role: 'system' as const, content: [{ type: 'text', text: sys, cache_control: { type: 'ephemeral' as const } }] },
+    { role: 'user' as const, content: q },
+  ];
+  const ref = await model.generate({ messages: messages('Tell me a story.'), max_tokens: 12, temperature: 0, stop_at_eos: false, cache: { mode: 'none' } }).result;
+  t.ok(ref.usage.prompt_tokens > 40);
+  const a = await model.generate({ messages: messages('Tell me a story.'), max_tokens: 12, temperature: 0, stop_at_eos: false }).result;
+  t.ok(a.usage.cache_write_tokens > 16, `wrote ${a.usage.cache_write_tokens}`);
+  t.same(a.tokenIds, ref.tokenIds);
+  const b = await model.generate({ messages: messages('Tell me a story.'), max_tokens: 12, temperature: 0, stop_at_eos: false }).result;
+  t.equal(b.usage.cache_read_tokens, a.usage.cache_write_tokens, 'reads the prefix written before');
+  t.same(b.tokenIds, ref.tokenIds);
+});
+
+t.test('structured output always parses and validates', async (t) => {
+  // The TinyStories vocabulary has no '{' or '[' token, so object/array schemas cannot be expressed with
+  // it; top-level strings, enums, booleans and numbers can.
+  const schemas: [object, (v: unknown) => boolean][] = [
+    [{ type: 'string', maxLength: 20 }, (v) => typeof v === 'string' && v.length <= 20],
+    [{ enum: ['sad', 'glad', 'mad'] }, (v) => ['sad', 'glad', 'mad'].includes(v as string)],
+    [{ type: 'boolean' }, (v) => typeof v === 'boolean'],
+    [{ type: 'integer' }, (v) => Number.isInteger(v)],
+  ];
+  for (const [schema, valid] of schemas) {
+    for (const seed of [1, 2]) {
+      const r = await model.generate({ prompt: 'Lily and Tom went to the park', max_tokens: 40, temperature: 0.8, seed, response_format: { type: 'json_schema', json_schema: { schema } } }).result;
+      if (r.finish_reason === 'length') {
+        t.pass(`${JSON.stringify(schema)} seed ${seed}: ran out of tokens mid-value (${r.text})`);
+        continue;
+      }
+      let v: unknown;
+      t.doesNotThrow(() => (v = JSON.parse(r.text)), `${JSON.stringify(schema)} seed ${seed}: ${r.text} parses`);
+      t.ok(valid(v), `validates: ${r.text}`);
+    }
+  }
+});
+
+t.test('logprobs', async (t) => {
+  const evs = [];
+  for await (const ev of model.generate({ prompt: 'Once upon a time', max_tokens: 3, temperature: 0, logprobs: true, top_logprobs: 2, stop_at_eos: false })) evs.push(ev);
+  const deltas = evs.filter((e) => e.type === 'delta');
+  t.equal(deltas.length, 3);
+  for (const d of deltas) {
+    if (d.type !== 'delta') continue;
+    t.equal(d.logprobs?.length, 1);
+    t.equal(d.logprobs![0].top_logprobs!.length, 2);
+    t.equal(d.logprobs![0].id, d.tokenIds[0]);
+    t.ok(d.logprobs![0].logprob <= 0);
+  }
+  const fin = evs[evs.length - 1];
+  t.equal(fin.type, 'final');
+});
