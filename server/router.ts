@@ -171,7 +171,7 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
       };
       (async () => {
         if (state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
-        Object.assign(ex.extraHeaders, await services.rateLimiter.edge(ip));
+        await services.rateLimiter.edge(ip); // its headers only on refusal: the binding limit is reported below
         const sp = new URLSearchParams(rawQuery);
         for (const [k, v] of sp) {
           if (KEY_QUERY_NAMES.has(k.toLowerCase()) || v.startsWith('loom_sk_')) throw new BadRequestError('API keys must not be passed as query parameters; send the X-API-Key header', k);

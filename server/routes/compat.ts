@@ -64,7 +64,7 @@ function mapRuntimeError(err: unknown, endpoint: Endpoint | 'embeddings'): unkno
   if (e?.status === 529 && endpoint !== 'messages') return new DependencyUnavailableError(`The model is overloaded: ${e.message ?? 'queue full'}; retry shortly`, 1);
   if (e?.status === 529 && !(err instanceof ServiceError)) return new ServiceError(529, e.message || 'Overloaded', { code: 'overloaded', headers: { 'Retry-After': '1' } });
   // parameter errors raised by the runtime (bad sampling values, max_tokens beyond the context)
-  if (err instanceof RangeError || e?.name === 'SamplingError') return new CompatError(422, e.message ?? 'invalid parameter', { code: 'invalid_value' });
+  if (err instanceof RangeError) return new CompatError(422, e.message ?? 'invalid parameter', { code: 'invalid_value' });
   return err;
 }
 
@@ -221,7 +221,8 @@ async function handleGeneration(ctx: Ctx, endpoint: Endpoint, normalize: (b: unk
   } catch (err) {
     ac.abort();
     await events.return?.(undefined).catch(() => {});
-    await call.fail(base, err).catch(() => {});
+    await call.fail(base, ctx.signal.aborted ? new Error('client disconnected') : err).catch(() => {});
+    if (ctx.signal.aborted) return undefined;
     const mapped = mapRuntimeError(err, endpoint);
     if (!stream) throw mapped;
     // headers are out: report the failure inside the stream, then close it

@@ -164,3 +164,34 @@ export function candidatesFromCatalog(entries: CatalogEntry[], toolModels: Set<s
       pullable: e.supports_on_demand_inference,
     }));
 }
+
+/**
+ * The policy as the inference service's route hook (`inference.setRoutePolicy`): hints carry the
+ * request's `schema`, `messages` or `prompt_chars`, and optionally `max_tokens` and `needs_tools`.
+ * Errors (422 context_length_exceeded) propagate to the caller; "nothing available" returns null
+ * (the service answers 503).
+ */
+export function createRoutePolicy(policy: RouterPolicy = DEFAULT_ROUTER_POLICY) {
+  return (kind: 'encoder' | 'decoder', hints: { schema?: unknown; messages?: unknown[]; prompt_chars?: number; [k: string]: unknown }, entries: CatalogEntry[]): string | null => {
+    const h = hints as { schema?: unknown; messages?: unknown[]; prompt_chars?: number; max_tokens?: number; needs_tools?: boolean };
+    let chars = h.prompt_chars;
+    if (chars === undefined) {
+      chars = 0;
+      for (const m of h.messages ?? []) {
+        const c = (m as { content?: unknown }).content;
+        if (typeof c === 'string') chars += c.length;
+        else if (Array.isArray(c)) for (const b of c) chars += typeof (b as { text?: unknown }).text === 'string' ? (b as { text: string }).text.length : 0;
+      }
+    }
+    try {
+      return routeRequest(
+        { has_schema: kind === 'encoder', prompt_chars: chars, max_tokens: h.max_tokens ?? 256, needs_tools: !!h.needs_tools },
+        candidatesFromCatalog(entries),
+        policy,
+      ).model;
+    } catch (e) {
+      if (e instanceof DependencyUnavailableError) return null;
+      throw e;
+    }
+  };
+}

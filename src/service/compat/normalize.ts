@@ -350,6 +350,13 @@ export function normalizeMessages(body: unknown): CompatRequest {
     messages.push(...toolResults);
     if (msg.content.length || msg.tool_calls) messages.push(msg);
   });
+  if (b.cache_control) {
+    // the request-level marker goes on the last block of the prompt (after the explicit ones)
+    const last = messages[messages.length - 1];
+    const blk = last?.content[last.content.length - 1];
+    const cc = budget.take(b.cache_control);
+    if (cc && blk) blk.cache_control = cc;
+  }
   let tool_choice: ToolChoice | undefined;
   if (b.tool_choice) {
     const tc = b.tool_choice as Obj;
@@ -362,6 +369,8 @@ export function normalizeMessages(body: unknown): CompatRequest {
   const params = baseParams(b);
   params.max_tokens = b.max_tokens;
   params.stop = stopList(b.stop_sequences);
+  const fmt = b.output_config?.format;
+  if (fmt) params.response_format = { type: 'json_schema', name: 'output', schema: fmt.schema };
   return {
     endpoint: 'messages',
     model: b.model,

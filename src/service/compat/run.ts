@@ -8,7 +8,7 @@
 import type { EncoderSchema, GenerateMessage, GenerateParams, ModelRef, ModelRuntime } from '../runtime.ts';
 import { invalidParam } from './errors.ts';
 import { forcedToolSchema, parseToolCalls, ToolCallGate, toolsForTemplate, toolsSystemPrompt } from './tools.ts';
-import type { ChatMessage, ChoiceResult, CompatRequest, FinishReason, TokenLogprob, Usage } from './types.ts';
+import type { ChatMessage, ChoiceResult, CompatRequest, FinishReason, TextBlock, TokenLogprob, Usage } from './types.ts';
 import { addUsage, ZERO_USAGE } from './build.ts';
 
 export type RunEvent =
@@ -22,6 +22,8 @@ export interface RunOptions {
   templateSupportsTools?: boolean;
   /** 'toolu_' for messages-style ids, 'call_' otherwise */
   toolIdPrefix?: string;
+  /** extra runtime parameters (e.g. `cache: {mode}` from the model's caching family) */
+  extraParams?: Record<string, unknown>;
 }
 
 /** The `schema` extension (same shapes as POST /inference) → the runtime's normalized schema. */
@@ -116,6 +118,7 @@ export function generateParams(req: CompatRequest, i: number, opts: RunOptions):
     frequency_penalty: p.frequency_penalty,
     repetition_penalty: p.repetition_penalty,
     signal: opts.signal,
+    ...opts.extraParams,
   };
   if (p.logprobs) {
     params.logprobs = true;
@@ -126,18 +129,22 @@ export function generateParams(req: CompatRequest, i: number, opts: RunOptions):
     const forced = forcedToolSchema(req.tools!, req.tool_choice);
     if (forced) rf = forced;
   }
-  if (rf) params.response_format = rf.type === 'json_object' ? { type: 'json_schema', schema: { type: 'object' } } : rf;
+  // the runtime's shape: {type: 'json_schema', json_schema: {schema, name}} | {type: 'json_object'}
+  if (rf && rf.type === 'json_object') params.response_format = { type: 'json_object' };
+  else if (rf && rf.type === 'json_schema') params.response_format = { type: 'json_schema', json_schema: { schema: rf.schema, name: rf.name } };
   if (req.prompt !== undefined) {
     params.prompt = req.prompt;
   } else {
     let messages = req.messages!;
+    // a marker on a tool definition caches through the end of the tool descriptions
+    const toolMarker = req.tools?.find((t) => t.cache_control)?.cache_control;
     if (toolsOn && !opts.templateSupportsTools) {
-      messages = [{ role: 'system', content: [{ type: 'text', text: toolsSystemPrompt(req.tools!, req.tool_choice) }] }, ...messages];
+      const block: TextBlock = { type: 'text', text: toolsSystemPrompt(req.tools!, req.tool_choice) };
+      if (toolMarker) block.cache_control = toolMarker;
+      messages = [{ role: 'system', content: [block] }, ...messages];
     }
     params.messages = toGenerateMessages(messages, !!opts.templateSupportsTools);
     if (toolsOn && opts.templateSupportsTools) params.tools = toolsForTemplate(req.tools!);
-    const toolMarker = req.tools?.find((t) => t.cache_control);
-    if (toolMarker) params.tools_cache_control = toolMarker.cache_control;
   }
   return params;
 }

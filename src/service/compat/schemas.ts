@@ -330,6 +330,15 @@ export const messagesSchema = {
       },
     },
     metadata: { type: 'object', properties: { user_id: nullable({ type: 'string' }) } },
+    // request-level marker: caches through the last block of the last message
+    cache_control: nullable(cacheControl),
+    // structured outputs: {format: {type: 'json_schema', schema}}
+    output_config: nullable({
+      type: 'object',
+      properties: {
+        format: nullable({ type: 'object', required: ['type', 'schema'], properties: { type: { type: 'string', enum: ['json_schema'] }, schema: { type: 'object' } } }),
+      },
+    }),
   },
 };
 

@@ -1,0 +1,268 @@
+// The compatibility endpoints driven by the official SDKs (`openai`, `@anthropic-ai/sdk`) against a
+// server on a loopback port, over the real tiny models: tinystories-656k (decoder, fallback chat
+// template) and gliner2-tiny-span (encoder).
+import t, { type Test } from 'tap';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+import { startServer, makeUser, call, type TestServer, type TestUser } from '../service/helpers.ts';
+import { TinyRuntime } from './tiny-runtime.ts';
+
+const DEC = 'tinystories-656k';
+const ENC = 'gliner2-tiny-span';
+
+/** awaits a rejection and checks it with `pred` */
+async function rejectsWith(t: Test, p: Promise<unknown>, pred: (e: any) => boolean, msg: string) {
+  try {
+    await p;
+    t.fail(`${msg}: expected an error`);
+  } catch (e) {
+    t.ok(pred(e), `${msg} (${(e as Error)?.constructor?.name}: ${(e as Error)?.message})`);
+  }
+}
+
+const rt = await TinyRuntime.load();
+const ts: TestServer = await startServer({ runtime: rt });
+t.teardown(() => ts.close());
+const paid: TestUser = await makeUser(ts, { credits: 10_000 });
+const free: TestUser = await makeUser(ts, {});
+
+const oai = new OpenAI({ apiKey: paid.key, baseURL: `${ts.url}/v1`, maxRetries: 0 });
+const ant = new Anthropic({ apiKey: paid.key, baseURL: ts.url, maxRetries: 0 });
+
+const PROMPT = 'Once upon a time, there was a little girl named Lily.';
+// sampling fields the messages-style SDK's types no longer list; the endpoint still takes them
+const greedy = { temperature: 0 } as {};
+
+t.test('chat completions: non-streaming, usage, x_service, stored record', async (t) => {
+  const r = await oai.chat.completions.create({ model: DEC, messages: [{ role: 'user', content: PROMPT }], max_tokens: 12, temperature: 0 });
+  t.equal(r.object, 'chat.completion');
+  t.equal(r.model, DEC);
+  t.type(r.choices[0]!.message.content, 'string');
+  t.ok(r.choices[0]!.message.content!.length > 0, 'generated text');
+  t.ok(['stop', 'length'].includes(r.choices[0]!.finish_reason));
+  const u = r.usage as unknown as Record<string, number> & { prompt_tokens_details: { cached_tokens: number } };
+  t.ok(u.prompt_tokens + u.cache_read_tokens + u.cache_write_tokens > 0);
+  t.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens + u.cache_read_tokens + u.cache_write_tokens, 'total is the sum of the four');
+  t.equal(u.prompt_tokens_details.cached_tokens, u.cache_read_tokens);
+  t.ok(u.completion_tokens >= 1 && u.completion_tokens <= 12);
+  const x = (r as unknown as { x_service: { inference_id: string; routed_model: string } }).x_service;
+  t.equal(x.routed_model, DEC);
+  const rec = await call(ts.url, 'GET', `/inferences/${x.inference_id}`, { key: paid.key });
+  t.equal(rec.status, 200, 'the call is stored as an inference record');
+});
+
+t.test('chat completions: streaming matches non-streaming (greedy), usage in the final chunk', async (t) => {
+  const body = { model: DEC, messages: [{ role: 'user' as const, content: PROMPT }], max_tokens: 16, temperature: 0 };
+  const full = await oai.chat.completions.create(body);
+  const stream = await oai.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let last: OpenAI.Chat.Completions.ChatCompletionChunk | null = null;
+  let finish: string | null = null;
+  let n = 0;
+  for await (const chunk of stream) {
+    n++;
+    t.equal(chunk.object, 'chat.completion.chunk');
+    text += chunk.choices[0]?.delta?.content ?? '';
+    if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
+    last = chunk;
+  }
+  t.ok(n > 2, 'several chunks');
+  t.equal(text, full.choices[0]!.message.content, 'same text streamed');
+  t.equal(finish, full.choices[0]!.finish_reason);
+  t.same(last!.choices, [], 'usage chunk has no choices');
+  t.equal(last!.usage!.completion_tokens, full.usage!.completion_tokens);
+});
+
+t.test('completions: text_completion, streaming', async (t) => {
+  const r = await oai.completions.create({ model: DEC, prompt: PROMPT, max_tokens: 10, temperature: 0 });
+  t.equal(r.object, 'text_completion');
+  t.ok(r.choices[0]!.text.length > 0);
+  const s = await oai.completions.create({ model: DEC, prompt: PROMPT, max_tokens: 10, temperature: 0, stream: true });
+  let text = '';
+  for await (const c of s) {
+    t.equal(c.object, 'text_completion');
+    text += c.choices[0]?.text ?? '';
+  }
+  t.equal(text, r.choices[0]!.text);
+});
+
+t.test('responses: create and stream', async (t) => {
+  const r = await oai.responses.create({ model: DEC, input: PROMPT, instructions: 'Tell a story.', max_output_tokens: 10, temperature: 0 });
+  t.equal(r.object, 'response');
+  t.ok(['completed', 'incomplete'].includes(r.status!));
+  t.ok(r.output_text.length > 0);
+  t.equal(r.instructions, 'Tell a story.');
+  const s = await oai.responses.create({ model: DEC, input: PROMPT, instructions: 'Tell a story.', max_output_tokens: 10, temperature: 0, stream: true });
+  const types: string[] = [];
+  let text = '';
+  for await (const ev of s) {
+    types.push(ev.type);
+    if (ev.type === 'response.output_text.delta') text += ev.delta;
+  }
+  t.equal(types[0], 'response.created');
+  t.ok(types.at(-1) === 'response.completed' || types.at(-1) === 'response.incomplete');
+  t.equal(text, r.output_text);
+  // the SDK's accumulating helper validates the whole event sequence
+  const helper = oai.responses.stream({ model: DEC, input: PROMPT, max_output_tokens: 6, temperature: 0 });
+  const final = await helper.finalResponse();
+  t.ok(final.output_text.length > 0);
+});
+
+t.test('models: OpenAI list and messages-style cursor pagination', async (t) => {
+  const all = [];
+  for await (const m of oai.models.list()) all.push(m.id);
+  t.ok(all.includes(DEC) && all.includes(ENC) && all.includes('service/auto'));
+  const paged: string[] = [];
+  let pages = 0;
+  for await (const page of (await ant.models.list({ limit: 2 })).iterPages()) {
+    pages++;
+    for (const m of page.data) {
+      t.equal(m.type, 'model');
+      t.type(m.display_name, 'string');
+      t.type(m.created_at, 'string');
+      paged.push(m.id);
+    }
+  }
+  t.same(paged, all, 'forward pages cover the catalog in order');
+  t.equal(pages, Math.ceil(all.length / 2));
+  const back = await ant.models.list({ limit: 2, before_id: all[3]! });
+  t.same(back.data.map((m) => m.id), [all[1], all[2]]);
+  const one = await ant.models.retrieve(DEC);
+  t.equal(one.id, DEC);
+});
+
+t.test('messages: system blocks with a cache marker; the second call reads the cache', async (t) => {
+  const system = Array.from({ length: 12 }, (_, i) => `Rule ${i + 1}: the story is about a kind dog named Max who loves the park.`).join(' ');
+  const req: Anthropic.MessageCreateParamsNonStreaming = {
+    model: DEC,
+    max_tokens: 8,
+    ...greedy,
+    system: [{ type: 'text', text: system, cache_control: { type: 'ephemeral' } }],
+    messages: [{ role: 'user', content: 'Tell me a story.' }],
+  };
+  const a = await ant.messages.create(req);
+  t.equal(a.type, 'message');
+  t.equal(a.role, 'assistant');
+  t.equal(a.content[0]!.type, 'text');
+  t.ok(['end_turn', 'max_tokens'].includes(a.stop_reason!));
+  t.ok((a.usage.cache_creation_input_tokens ?? 0) > 0, `first call writes the cache (${JSON.stringify(a.usage)})`);
+  const b = await ant.messages.create(req);
+  t.ok((b.usage.cache_read_input_tokens ?? 0) > 0, `second call reads the cache (${JSON.stringify(b.usage)})`);
+  t.ok(b.usage.input_tokens < a.usage.input_tokens + (a.usage.cache_creation_input_tokens ?? 0), 'fewer uncached input tokens');
+  t.same((b.content[0] as { text: string }).text, (a.content[0] as { text: string }).text, 'same greedy text from the cache');
+});
+
+t.test('messages: streaming event sequence through the SDK helper', async (t) => {
+  const s = ant.messages.stream({ model: DEC, max_tokens: 10, ...greedy, messages: [{ role: 'user', content: PROMPT }] });
+  const types: string[] = [];
+  s.on('streamEvent', (e) => types.push(e.type));
+  const msg = await s.finalMessage();
+  t.equal(types[0], 'message_start');
+  t.equal(types.at(-1), 'message_stop');
+  t.ok(types.includes('content_block_delta'));
+  t.ok(types.includes('message_delta'));
+  const ref = await ant.messages.create({ model: DEC, max_tokens: 10, ...greedy, messages: [{ role: 'user', content: PROMPT }] });
+  t.same(msg.content, ref.content, 'streamed message equals the non-streamed one');
+  t.equal(msg.usage.output_tokens, ref.usage.output_tokens);
+});
+
+t.test('schema extension: encoder through chat completions and the router', async (t) => {
+  const r = await oai.chat.completions.create({
+    model: 'service/auto',
+    messages: [{ role: 'user', content: 'Tim Cook is the chief executive of Apple in Cupertino.' }],
+    // @ts-expect-error service extension
+    schema: ['person', 'company', 'location'],
+  });
+  const parsed = JSON.parse(r.choices[0]!.message.content!);
+  t.type(parsed.entities, 'object', 'the encoder result is JSON in the message content');
+  t.equal((r as unknown as { x_service: { routed_model: string } }).x_service.routed_model, ENC, 'routed to the encoder');
+});
+
+t.test('router: free accounts use service/auto; a direct model is 402', async (t) => {
+  const freeOai = new OpenAI({ apiKey: free.key, baseURL: `${ts.url}/v1`, maxRetries: 0 });
+  const r = await freeOai.chat.completions.create({ model: 'service/auto', messages: [{ role: 'user', content: PROMPT }], max_tokens: 4 });
+  t.ok((r as unknown as { x_service: { routed_model: string } }).x_service.routed_model.startsWith('tinystories'));
+  await rejectsWith(t, freeOai.chat.completions.create({ model: DEC, messages: [{ role: 'user', content: PROMPT }], max_tokens: 4 }),
+    (e) => e instanceof OpenAI.APIError && e.status === 402 && e.code === 'direct_model_requires_credits', 'direct model without credits is 402');
+});
+
+const hasJsonConstraint = existsSync(join(import.meta.dirname, '../../src/runtime/json-constraint.ts'));
+t.test('structured output: json_schema response_format parses', { skip: !hasJsonConstraint && 'src/runtime/json-constraint.ts (constrained decoding) has not landed' }, async (t) => {
+  const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer' } }, required: ['name', 'age'], additionalProperties: false };
+  const r = await oai.chat.completions.create({
+    model: DEC,
+    messages: [{ role: 'user', content: 'Give me a character.' }],
+    max_tokens: 60,
+    response_format: { type: 'json_schema', json_schema: { name: 'character', schema, strict: true } },
+  });
+  const v = JSON.parse(r.choices[0]!.message.content!);
+  t.type(v.name, 'string');
+  t.ok(Number.isInteger(v.age));
+});
+
+t.test('errors: typed SDK errors with the spec shapes', async (t) => {
+  await rejectsWith(t, oai.chat.completions.create({ model: DEC, messages: [{ role: 'user', content: 'x' }], temperature: 'hot' as unknown as number }),
+    (e) => e instanceof OpenAI.UnprocessableEntityError && e.param === 'temperature' && (e.error as { type: string }).type === 'invalid_request_error', 'wrong type: 422 naming the param');
+  await rejectsWith(t, oai.chat.completions.create({ model: 'no/such-model', messages: [{ role: 'user', content: 'x' }] }), (e) => e instanceof OpenAI.NotFoundError, 'unknown model: 404');
+  const bad = new OpenAI({ apiKey: 'loom_sk_nope', baseURL: `${ts.url}/v1`, maxRetries: 0 });
+  await rejectsWith(t, bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError, 'bad key: 401');
+  await rejectsWith(t, ant.messages.create({ model: DEC, messages: [{ role: 'user', content: 'x' }] } as unknown as Anthropic.MessageCreateParamsNonStreaming),
+    (e) => e instanceof Anthropic.UnprocessableEntityError && (e.error as any)?.type === 'error' && (e.error as any)?.error?.type === 'invalid_request_error', 'missing max_tokens: messages-style 422');
+  await rejectsWith(t, ant.messages.create({ model: 'tinystories-busy', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e instanceof Anthropic.APIError && e.status === 529 && (e.error as any)?.error?.type === 'overloaded_error', 'full queue on /v1/messages: 529 overloaded_error');
+  // the same full queue on an OpenAI-style route is a 503 (529 is /v1/messages only)
+  await rejectsWith(t, oai.chat.completions.create({ model: 'tinystories-busy', messages: [{ role: 'user', content: 'x' }], max_tokens: 4 }),
+    (e) => e instanceof OpenAI.APIError && e.status === 503, 'full queue on chat completions: 503');
+  // malformed JSON: 400 in the OpenAI envelope
+  const raw = await call(ts.url, 'POST', '/v1/chat/completions', { key: paid.key, raw: '{"model":' });
+  t.equal(raw.status, 400);
+  t.equal(raw.body.error.type, 'invalid_request_error');
+});
+
+t.test('embeddings: float and base64 through the SDK, dimensions', async (t) => {
+  const f = await oai.embeddings.create({ model: DEC, input: ['a happy dog', 'a sad cat'], encoding_format: 'float' });
+  t.equal(f.data.length, 2);
+  t.equal(f.data[0]!.embedding.length, 128);
+  const b = await oai.embeddings.create({ model: DEC, input: ['a happy dog', 'a sad cat'] }); // SDK asks base64 and decodes
+  t.ok(b.data[0]!.embedding.every((x, i) => Math.abs(x - f.data[0]!.embedding[i]!) < 1e-6), 'base64 decodes to the same floats');
+  const d = await oai.embeddings.create({ model: DEC, input: 'a happy dog', dimensions: 16, encoding_format: 'float' });
+  t.equal(d.data[0]!.embedding.length, 16);
+  t.ok(Math.abs(Math.hypot(...d.data[0]!.embedding) - 1) < 1e-4, 'shortened vectors are unit length');
+  await rejectsWith(t, oai.embeddings.create({ model: DEC, input: 'x', dimensions: 4096 }), (e) => e instanceof OpenAI.UnprocessableEntityError, 'dimensions beyond the model: 422');
+});
+
+t.test('a client disconnect mid-stream cancels the generation and frees its slot', async (t) => {
+  const dec = rt.decoders.get(DEC)!;
+  const ac = new AbortController();
+  const stream = await oai.chat.completions.create(
+    { model: DEC, messages: [{ role: 'user', content: PROMPT }], max_tokens: 400, temperature: 0.8, stream: true },
+    { signal: ac.signal },
+  );
+  let id = '';
+  let chunks = 0;
+  try {
+    for await (const c of stream) {
+      id ||= (c as unknown as { x_service?: { inference_id: string } }).x_service?.inference_id ?? '';
+      if (++chunks === 3) ac.abort();
+    }
+  } catch {
+    // the SDK reports the abort
+  }
+  t.ok(id, 'got the inference id from the first chunk');
+  const t0 = Date.now();
+  while (dec.scheduler.stats().running + dec.scheduler.stats().waiting > 0 && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+  const st = dec.scheduler.stats();
+  t.equal(st.running + st.waiting, 0, 'no sequence left in the scheduler');
+  t.ok(st.steps < 400 + 50, 'generation stopped early');
+  // the record says why and the call was not billed
+  let rec;
+  for (let i = 0; i < 50; i++) {
+    rec = await call(ts.url, 'GET', `/inferences/${id}`, { key: paid.key });
+    if (rec.status === 200) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  t.equal(rec!.status, 200);
+  t.match(JSON.stringify(rec!.body), /client disconnected/, JSON.stringify(rec!.body));
+});
