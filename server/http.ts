@@ -35,8 +35,11 @@ export class Exchange {
   private writeHead(status: number, headers: Record<string, string>): void {
     this.status = status;
     this.res.writeStatus(statusLine(status));
-    for (const [k, v] of Object.entries(this.extraHeaders)) this.res.writeHeader(k, v);
-    for (const [k, v] of Object.entries(headers)) this.res.writeHeader(k, v);
+    // one value per header name; the response's own headers override the exchange's
+    const merged = new Map<string, [string, string]>();
+    for (const [k, v] of Object.entries(this.extraHeaders)) merged.set(k.toLowerCase(), [k, v]);
+    for (const [k, v] of Object.entries(headers)) merged.set(k.toLowerCase(), [k, v]);
+    for (const [k, v] of merged.values()) this.res.writeHeader(k, v);
     for (const c of this.cookies) this.res.writeHeader('Set-Cookie', c);
   }
 
