@@ -11,6 +11,7 @@ import { createLogger } from './log.ts';
 import { type AppState, type RouteDef, registerRoutes } from './router.ts';
 import { authRoutes } from './routes/auth.ts';
 import { compatRoutes } from './routes/compat.ts';
+import { gliner2Routes } from './routes/gliner2.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { projectRoutes } from './routes/projects.ts';
 import { systemRoutes } from './routes/system.ts';
@@ -25,6 +26,7 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => inferenceRoutes(),
   () => projectRoutes(),
   () => compatRoutes(),
+  () => gliner2Routes(),
 ];
 
 export interface LoomServer {
