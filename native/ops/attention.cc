@@ -1,11 +1,18 @@
 // Attention, portable path: the tiled online-softmax algorithm of attention_impl.h over plain
 // scalar loops (the reference the SIMD paths are tested against).
 #include <cmath>
-#include "attention_impl.h"
+#include <cstdlib>
+#include <limits>
+#include <new>
+#include <stdexcept>
+#include "loom/core.h"
+#include "loom/ops.h"
 #include "ops_table.h"
 
 namespace loom::portable {
 namespace {
+
+#include "attention_impl.h"
 
 struct ScalarPrims {
   static float dot(const float* a, const float* b, int64_t n) {

@@ -12,15 +12,33 @@
 //                                                                         // acc += Σ_j p[j] V[j]
 //   float exp_sub_sum(float* s, int64_t nr, float m)   // s[j] = exp(s[j] - m) (0 for -inf), returns Σ
 //   float exp_sub(float x)                             // scalar exp, same accuracy as exp_sub_sum
+//
+// This file is included INSIDE an anonymous namespace of each ISA's translation unit (after
+// <cmath>, <cstdlib>, <limits>, loom/core.h and loom/ops.h), so every function here has internal
+// linkage: code compiled with AVX-512 flags can never be merged by the linker into the AVX2 or
+// portable paths. For the same reason it uses no out-of-line std templates (no std::vector).
 #pragma once
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <vector>
-#include "loom/core.h"
-#include "loom/ops.h"
 
-namespace loom::attn_detail {
+namespace attn_detail {
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// A zero-initialized float scratch buffer (malloc/free, no std templates).
+struct Buf {
+  float* p;
+  explicit Buf(int64_t n) : p(static_cast<float*>(std::calloc(size_t(n > 0 ? n : 1), sizeof(float)))) {
+    if (!p) throw std::bad_alloc();
+  }
+  ~Buf() { std::free(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  float& operator[](int64_t i) { return p[i]; }
+  float* data() { return p; }
+};
+inline void fill(float* p, int64_t n, float v) {
+  for (int64_t i = 0; i < n; i++) p[i] = v;
+}
 
 constexpr int64_t kTileQ = 16;   // query rows per task (forward) / per block (backward)
 constexpr int64_t kTileK = 128;  // keys per tile: scores of one tile row stay in L1
@@ -43,7 +61,7 @@ struct Geometry {
 // Number of keys query i may see (causal: j <= i + q_offset), in [0, Tk].
 inline int64_t key_limit(const AttnParams& p, int64_t i) {
   if (!p.causal) return p.Tk;
-  return std::clamp<int64_t>(i + p.q_offset + 1, 0, p.Tk);
+  return imin(imax(i + p.q_offset + 1, 0), p.Tk);
 }
 
 // Fills s[0, n) for query row i, keys [j0, j0+n): scale·q·k + bias, -inf where masked.
@@ -70,27 +88,27 @@ void forward(const AttnParams& p, const float* q, const float* k, const float* v
   const int64_t ntasks = g.B * g.Hq * nqt;
   const float ninf = -std::numeric_limits<float>::infinity();
   parallel_for(ntasks, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> acc(static_cast<size_t>(kTileQ * g.Dh)), s(static_cast<size_t>(kTileK)), m(kTileQ), l(kTileQ);
+    Buf acc(kTileQ * g.Dh), s(kTileK), m(kTileQ), l(kTileQ);
     for (int64_t task = t0; task < t1; task++) {
       const int64_t qt = task % nqt, bh = task / nqt, h = bh % g.Hq, b = bh / g.Hq, kvh = h / g.rep;
-      const int64_t i0 = qt * kTileQ, i1 = std::min(g.Tq, i0 + kTileQ), nq = i1 - i0;
+      const int64_t i0 = qt * kTileQ, i1 = imin(g.Tq, i0 + kTileQ), nq = i1 - i0;
       const float* kb = k + b * g.Tk * g.ldk + kvh * g.Dh;
       const float* vb = v + b * g.Tk * g.ldv + kvh * g.Dh;
-      std::fill(acc.begin(), acc.begin() + nq * g.Dh, 0.0f);
-      std::fill(m.begin(), m.end(), ninf);
-      std::fill(l.begin(), l.end(), 0.0f);
+      fill(acc.data(), nq * g.Dh, 0.0f);
+      fill(m.data(), kTileQ, ninf);
+      fill(l.data(), kTileQ, 0.0f);
       const int64_t jend = key_limit(p, i1 - 1);  // limits grow with i
       for (int64_t j0 = 0; j0 < jend; j0 += kTileK) {
-        const int64_t j1 = std::min(jend, j0 + kTileK);
+        const int64_t j1 = imin(jend, j0 + kTileK);
         for (int64_t r = 0; r < nq; r++) {
           const int64_t i = i0 + r;
-          const int64_t lim = std::min(j1, key_limit(p, i));
+          const int64_t lim = imin(j1, key_limit(p, i));
           if (lim <= j0) continue;
           const int64_t n = lim - j0;
           const float* qi = q + (b * g.Tq + i) * g.ldq + h * g.Dh;
           scores_row<P>(p, g, b, h, i, qi, kb, j0, n, s.data());
           float mt = ninf;
-          for (int64_t j = 0; j < n; j++) mt = std::max(mt, s[j]);
+          for (int64_t j = 0; j < n; j++) mt = s[j] > mt ? s[j] : mt;
           if (mt == ninf) continue;  // every key of this tile masked
           float* ai = acc.data() + r * g.Dh;
           if (mt > m[r]) {
@@ -114,7 +132,7 @@ void forward(const AttnParams& p, const float* q, const float* k, const float* v
           for (int64_t d = 0; d < g.Dh; d++) oi[d] = ai[d] * inv;
           if (lse) lse[(b * g.Hq + h) * g.Tq + i] = m[r] + std::log(l[r]);
         } else {  // no visible key: zeros, lse = -inf
-          std::fill(oi, oi + g.Dh, 0.0f);
+          fill(oi, g.Dh, 0.0f);
           if (lse) lse[(b * g.Hq + h) * g.Tq + i] = ninf;
         }
       }
@@ -137,7 +155,7 @@ void backward(const AttnParams& p, const float* q, const float* k, const float* 
   auto zero_dbias = [&](int64_t b, int64_t h) {
     for (int64_t i = 0; i < g.Tq; i++) {
       float* row = dbias + b * p.bias_sb + h * p.bias_sh + i * p.bias_si;
-      std::fill(row, row + g.Tk, 0.0f);
+      fill(row, g.Tk, 0.0f);
     }
   };
   if (bias_shared)
@@ -151,27 +169,27 @@ void backward(const AttnParams& p, const float* q, const float* k, const float* 
     float* dkb = dk + b * g.Tk * g.ldk + kvh * g.Dh;
     float* dvb = dv + b * g.Tk * g.ldv + kvh * g.Dh;
     for (int64_t j = 0; j < g.Tk; j++) {
-      std::fill(dkb + j * g.ldk, dkb + j * g.ldk + g.Dh, 0.0f);
-      std::fill(dvb + j * g.ldv, dvb + j * g.ldv + g.Dh, 0.0f);
+      fill(dkb + j * g.ldk, g.Dh, 0.0f);
+      fill(dvb + j * g.ldv, g.Dh, 0.0f);
     }
-    std::vector<float> s(static_cast<size_t>(kTileK)), dp(static_cast<size_t>(kTileK)), dqa(static_cast<size_t>(kTileQ * g.Dh)), Di(kTileQ);
+    Buf s(kTileK), dp(kTileK), dqa(kTileQ * g.Dh), Di(kTileQ);
     for (int64_t h = kvh * g.rep; h < (kvh + 1) * g.rep; h++) {
       if (dbias && !bias_shared) zero_dbias(b, h);
       for (int64_t i0 = 0; i0 < g.Tq; i0 += kTileQ) {
-        const int64_t i1 = std::min(g.Tq, i0 + kTileQ), nq = i1 - i0;
-        std::fill(dqa.begin(), dqa.begin() + nq * g.Dh, 0.0f);
+        const int64_t i1 = imin(g.Tq, i0 + kTileQ), nq = i1 - i0;
+        fill(dqa.data(), nq * g.Dh, 0.0f);
         for (int64_t r = 0; r < nq; r++) {
           const int64_t i = i0 + r;
           Di[r] = P::dot(dout + (b * g.Tq + i) * g.ldo + h * g.Dh, out + (b * g.Tq + i) * g.ldo + h * g.Dh, g.Dh);
         }
         const int64_t jend = key_limit(p, i1 - 1);
         for (int64_t j0 = 0; j0 < jend; j0 += kTileK) {
-          const int64_t j1 = std::min(jend, j0 + kTileK);
+          const int64_t j1 = imin(jend, j0 + kTileK);
           for (int64_t r = 0; r < nq; r++) {
             const int64_t i = i0 + r;
             const float li = lse[(b * g.Hq + h) * g.Tq + i];
             if (li == ninf) continue;
-            const int64_t lim = std::min(j1, key_limit(p, i));
+            const int64_t lim = imin(j1, key_limit(p, i));
             if (lim <= j0) continue;
             const int64_t n = lim - j0;
             const float* qi = q + (b * g.Tq + i) * g.ldq + h * g.Dh;
@@ -193,7 +211,7 @@ void backward(const AttnParams& p, const float* q, const float* k, const float* 
         }
         for (int64_t r = 0; r < nq; r++) {
           float* dqi = dq + (b * g.Tq + i0 + r) * g.ldq + h * g.Dh;
-          std::copy(dqa.begin() + r * g.Dh, dqa.begin() + (r + 1) * g.Dh, dqi);
+          for (int64_t d = 0; d < g.Dh; d++) dqi[d] = dqa[r * g.Dh + d];
         }
       }
     }
@@ -208,4 +226,4 @@ void backward(const AttnParams& p, const float* q, const float* k, const float* 
   }
 }
 
-}  // namespace loom::attn_detail
+}  // namespace attn_detail
