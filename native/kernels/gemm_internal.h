@@ -34,6 +34,10 @@ struct PackedWeight {
   }
 };
 
+// Tag types for 16-bit weights (raw bits), so kernels can overload on the format.
+struct bf16w { uint16_t v; };
+struct f16w { uint16_t v; };
+
 #define LOOM_GEMM_DECLS                                                                                        \
   void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* w, int64_t ldw,   \
                   const float* bias, float* y, int64_t ldy, float beta);                                       \

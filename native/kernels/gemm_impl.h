@@ -1,0 +1,586 @@
+// BLIS-style GEMM / GEMV, written once and compiled per ISA.
+//
+// Included INSIDE `namespace loom::<isa>` by gemm_avx2.cc and gemm_avx512.cc (system headers
+// and gemm_internal.h are included before), after they define:
+//   struct V        the vector type: reg, W (floats per register), zero, loadu, bcast, fma, add,
+//                   mul, set1, storeu, loadw(float* | bf16w* | f16w*) (W weights widened to fp32),
+//                   to256(reg) (sum of the 256-bit halves; identity on AVX2)
+//   MR, NV          micro-tile: MR rows of C × NR = NV·W columns, MR·NV accumulators in registers
+//   KC, MC, NC      cache blocking: KC×NR micro-panel of B in L1, MC×KC block of A in L2,
+//                   KC×NC block of B in L3
+//   DOT_MR          rows of x per dot-product tile in the small-M path (DOT_MR × 4 accumulators)
+// Everything here has internal linkage or lives in the ISA namespace, so the two copies never
+// collide at link time.
+//
+// Layout of the loops (C = alpha·op(A)·op(B) + beta·C, row-major C):
+//   for jc in N step NC:            (per thread: N, or M, is split across the pool first)
+//     for pc in K step KC:          pack B block (kc × nc) into NR-wide panels [kc][NR]
+//       for ic in M step MC:        pack A block (mc × kc) into MR-high panels [kc][MR]
+//         for jr in nc step NR:
+//           for ir in mc step MR:   micro-kernel: MR×NR tile, kc rank-1 updates in registers
+// Pre-packed weights are already NR-wide panels over the whole K, so the pack-B step is skipped.
+
+static constexpr int W = V::W;
+static constexpr int NR = NV * W;
+using reg = typename V::reg;
+
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// ---------------------------------------------------------------------------------------------
+// Scalar and 8-wide loads of every weight type (the packing transposes work on 8×8 blocks of
+// __m256 on every ISA).
+// ---------------------------------------------------------------------------------------------
+static inline float load1(const float* p) { return *p; }
+static inline float load1(const bf16w* p) { return bf16_to_f32(p->v); }
+static inline float load1(const f16w* p) { return f16_to_f32(p->v); }
+static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+static inline __m256 load8(const bf16w* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+static inline __m256 load8(const f16w* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+
+static inline void transpose8(__m256 r[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing
+// ---------------------------------------------------------------------------------------------
+// A block: element (i, k) of op(A) at a[i*rs + k*cs], i < mc, k < kc  ->  ceil(mc/MR) panels
+// [kc][MR] (rows past mc are zero). ROUND: round to bf16 (emulated bf16 compute).
+template <bool ROUND>
+static void pack_a(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, float* dst) {
+  for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+    const int64_t mr = imin(MR, mc - i0);
+    float* d = dst + (i0 / MR) * kc * MR;
+    for (int64_t i = 0; i < MR; i++) {
+      if (i >= mr) {
+        for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0f;
+        continue;
+      }
+      const float* s = a + (i0 + i) * rs;
+      for (int64_t k = 0; k < kc; k++) {
+        float v = s[k * cs];
+        if (ROUND) v = bf16_to_f32(f32_to_bf16(v));
+        d[k * MR + i] = v;
+      }
+    }
+  }
+}
+
+// B block from rows of W: element (k, n) at b[n*ld + k], n < nc, k < kc  ->  ceil(nc/NR)
+// panels [kc][NR] (columns past nc are zero). 8×8 register transposes.
+template <typename T>
+static void pack_b_nk(int64_t nc, int64_t kc, const T* b, int64_t ld, float* dst) {
+  for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+    float* d = dst + (j0 / NR) * kc * NR;
+    for (int g = 0; g < NR; g += 8) {
+      const int64_t rows = nc - j0 - g;
+      const T* r0 = b + (j0 + g) * ld;
+      if (rows >= 8) {
+        int64_t k = 0;
+        for (; k + 8 <= kc; k += 8) {
+          __m256 r[8];
+          for (int i = 0; i < 8; i++) r[i] = load8(r0 + i * ld + k);
+          transpose8(r);
+          for (int i = 0; i < 8; i++) _mm256_storeu_ps(d + (k + i) * NR + g, r[i]);
+        }
+        for (; k < kc; k++)
+          for (int i = 0; i < 8; i++) d[k * NR + g + i] = load1(r0 + i * ld + k);
+      } else {
+        for (int64_t k = 0; k < kc; k++)
+          for (int i = 0; i < 8; i++) d[k * NR + g + i] = i < rows ? load1(r0 + i * ld + k) : 0.0f;
+      }
+    }
+  }
+}
+
+// B block from a (K, N) row-major matrix: element (k, n) at b[k*ld + n]  ->  panels [kc][NR].
+static void pack_b_kn(int64_t nc, int64_t kc, const float* b, int64_t ld, float* dst) {
+  for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+    float* d = dst + (j0 / NR) * kc * NR;
+    const int64_t cols = imin(NR, nc - j0);
+    for (int64_t k = 0; k < kc; k++) {
+      const float* s = b + k * ld + j0;
+      float* o = d + k * NR;
+      if (cols == NR) {
+        for (int v = 0; v < NV; v++) V::storeu(o + v * W, V::loadu(s + v * W));
+      } else {
+        for (int64_t j = 0; j < NR; j++) o[j] = j < cols ? s[j] : 0.0f;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Micro-kernel: C[0:mr, 0:nv] (= or +=) alpha · Apanel[kc][MR] · Bpanel[kc][NR] (+ bias)
+// ---------------------------------------------------------------------------------------------
+struct Epi {
+  float alpha, beta;
+  const float* bias;  // at the tile's first column, or null
+};
+
+static inline reg loadb(const float* p) { return V::loadu(p); }
+static inline reg loadb(const uint16_t* p) { return V::loadw(reinterpret_cast<const bf16w*>(p)); }
+
+template <int mr, typename BT>
+static void ukernel(int64_t kc, const float* __restrict a, const BT* __restrict b, float* c, int64_t ldc,
+                    int64_t nv, const Epi& e) {
+  reg acc[mr][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[i][v] = V::zero();
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; k++) {
+    reg bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) bv[v] = loadb(b + v * W);
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+      reg ai = V::bcast(a + i);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++) acc[i][v] = V::fma(ai, bv[v], acc[i][v]);
+    }
+    a += MR;
+    b += NR;
+  }
+  if (nv == NR) {
+    const reg va = V::set1(e.alpha), vb = V::set1(e.beta);
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++) {
+        float* cp = c + i * ldc + v * W;
+        reg r = acc[i][v];
+        if (e.alpha != 1.0f) r = V::mul(va, r);
+        if (e.beta != 0.0f) r = V::fma(vb, V::loadu(cp), r);
+        if (e.bias) r = V::add(r, V::loadu(e.bias + v * W));
+        V::storeu(cp, r);
+      }
+  } else {
+    alignas(64) float tmp[mr][NR];
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++) V::storeu(&tmp[i][v * W], acc[i][v]);
+    for (int i = 0; i < mr; i++)
+      for (int64_t j = 0; j < nv; j++) {
+        float r = e.alpha * tmp[i][j];
+        float* cp = c + i * ldc + j;
+        if (e.beta != 0.0f) r += e.beta * *cp;
+        if (e.bias) r += e.bias[j];
+        *cp = r;
+      }
+  }
+}
+
+template <typename BT>
+using UKernel = void (*)(int64_t, const float*, const BT*, float*, int64_t, int64_t, const Epi&);
+
+template <typename BT, int... I>
+static inline UKernel<BT> ukernel_for(int mr, std::integer_sequence<int, I...>) {
+  static const UKernel<BT> table[] = {&ukernel<I + 1, BT>...};
+  return table[mr - 1];
+}
+template <typename BT>
+static inline UKernel<BT> ukernel_for(int mr) {
+  return ukernel_for<BT>(mr, std::make_integer_sequence<int, MR>{});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-thread packing buffers (grown on demand, kept for the thread's life)
+// ---------------------------------------------------------------------------------------------
+struct Scratch {
+  float* buf[2] = {nullptr, nullptr};
+  size_t cap[2] = {0, 0};
+  float* get(int which, size_t n) {
+    if (cap[which] < n) {
+      aligned_free(buf[which]);
+      buf[which] = static_cast<float*>(aligned_malloc(n * sizeof(float) + 64));
+      cap[which] = n;
+    }
+    return buf[which];
+  }
+  ~Scratch() {
+    aligned_free(buf[0]);
+    aligned_free(buf[1]);
+  }
+};
+static thread_local Scratch t_scratch;
+
+// ---------------------------------------------------------------------------------------------
+// B sources: block(jc, nc, pc, kc) returns the panels of B[pc:pc+kc, jc:jc+nc] and their stride.
+// ---------------------------------------------------------------------------------------------
+// B sources. Packed on the fly: pack(j, nv, pc, kc, dst) writes one NR-wide panel of
+// B[pc:pc+kc, j:j+nv] as [kc][NR]; it runs inside the jr loop of the first row block, right
+// before the micro-kernels use the panel (still in L1/L2), so packing overlaps with compute and
+// W streams from memory once. Pre-packed: panel(j, pc) points into the weight_pack layout.
+template <typename T>
+struct BFromNK {  // (k, n) at b[n*ld + k]: linear-layer weights (N, K), or sgemm with tb
+  using elem = float;
+  static constexpr bool prepacked = false;
+  const T* b;
+  int64_t ld;
+  void pack(int64_t j, int64_t nv, int64_t pc, int64_t kc, float* dst) const {
+    pack_b_nk(nv, kc, b + j * ld + pc, ld, dst);
+  }
+  // Pulls the source of a later panel toward L2 while the micro-kernels run (NR short row
+  // segments at a large stride: the hardware prefetchers do not pick them up from DRAM).
+  void prefetch(int64_t j, int64_t nv, int64_t pc, int64_t kc) const {
+    const int64_t step = 64 / int64_t(sizeof(T));
+    for (int64_t r = 0; r < nv; r++) {
+      const char* row = reinterpret_cast<const char*>(b + (j + r) * ld + pc);
+      for (int64_t k = 0; k < kc; k += step) _mm_prefetch(row + k * int64_t(sizeof(T)), _MM_HINT_T1);
+    }
+  }
+  const float* panel(int64_t, int64_t) const { return nullptr; }
+};
+
+struct BFromKN {  // (k, n) at b[k*ld + n]: sgemm without tb
+  using elem = float;
+  static constexpr bool prepacked = false;
+  const float* b;
+  int64_t ld;
+  void pack(int64_t j, int64_t nv, int64_t pc, int64_t kc, float* dst) const {
+    pack_b_kn(nv, kc, b + pc * ld + j, ld, dst);
+  }
+  void prefetch(int64_t j, int64_t nv, int64_t pc, int64_t kc) const {
+    for (int64_t k = 0; k < kc; k++)
+      for (int64_t c = 0; c < nv; c += 16) _mm_prefetch(reinterpret_cast<const char*>(b + (pc + k) * ld + j + c), _MM_HINT_T1);
+  }
+  const float* panel(int64_t, int64_t) const { return nullptr; }
+};
+
+template <typename T>
+struct BPrepacked {  // whole-K panels from weight_pack (j is a multiple of NR)
+  using elem = T;
+  static constexpr bool prepacked = true;
+  const T* data;
+  int64_t K;
+  void pack(int64_t, int64_t, int64_t, int64_t, float*) const {}
+  void prefetch(int64_t, int64_t, int64_t, int64_t) const {}
+  const T* panel(int64_t j, int64_t pc) const { return data + (j / NR) * K * NR + pc * NR; }
+};
+
+// A: element (i, k) of op(A) at a[i*rs + k*cs].
+struct ASrc {
+  const float* a;
+  int64_t rs, cs;
+  bool round_bf16;
+};
+
+// C[m0:m1, n0:n1] on the calling thread. n0 is a multiple of NR.
+template <typename BS>
+static void gemm_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const ASrc& A, const BS& bs,
+                        float* C, int64_t ldc, const Epi& e) {
+  using BT = typename BS::elem;
+  const int64_t M = m1 - m0;
+  const int64_t kcb = ceil_div(K, ceil_div(K, KC));                // balanced K blocks
+  const int64_t mcb = round_up(ceil_div(M, ceil_div(M, MC)), MR);  // balanced M blocks
+  for (int64_t jc = n0; jc < n1; jc += NC) {
+    const int64_t nc = imin(NC, n1 - jc);
+    for (int64_t pc = 0; pc < K; pc += kcb) {
+      const int64_t kc = imin(kcb, K - pc);
+      // One row block: each B panel is used right after packing, so one panel-sized buffer
+      // (stays in L1/L2) does; several: the whole packed block is kept for the later blocks.
+      const bool one_block = m1 - m0 <= mcb;
+      float* bbuf = BS::prepacked ? nullptr : t_scratch.get(1, size_t((one_block ? NR : round_up(nc, NR)) * kc));
+      for (int64_t ic = m0; ic < m1; ic += mcb) {
+        const int64_t mc = imin(mcb, m1 - ic);
+        float* ap = t_scratch.get(0, size_t(round_up(mc, MR) * kc));
+        const float* asrc = A.a + ic * A.rs + pc * A.cs;
+        if (A.round_bf16) pack_a<true>(mc, kc, asrc, A.rs, A.cs, ap);
+        else pack_a<false>(mc, kc, asrc, A.rs, A.cs, ap);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nv = imin(NR, nc - jr);
+          const BT* bpanel;
+          if (BS::prepacked) {
+            bpanel = bs.panel(jc + jr, pc);
+          } else {
+            float* d = one_block ? bbuf : bbuf + (jr / NR) * kc * NR;
+            if (ic == m0) {
+              bs.pack(jc + jr, nv, pc, kc, d);
+              if (jr + 2 * NR < nc) bs.prefetch(jc + jr + 2 * NR, imin(NR, nc - jr - 2 * NR), pc, kc);
+            }
+            bpanel = reinterpret_cast<const BT*>(d);
+          }
+          Epi ej{e.alpha, pc == 0 ? e.beta : 1.0f, pc == 0 && e.bias ? e.bias + jc + jr : nullptr};
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int mr = int(imin(MR, mc - ir));
+            ukernel_for<BT>(mr)(kc, ap + (ir / MR) * kc * MR, bpanel, C + (ic + ir) * ldc + jc + jr, ldc, nv, ej);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Splits C over the pool: by NR-aligned column ranges when there are enough panels (each thread
+// packs its own B and reads all of A), else by MR-aligned row ranges.
+template <typename BS>
+static void gemm_parallel(int64_t M, int64_t N, int64_t K, const ASrc& A, const BS& bs, float* C, int64_t ldc,
+                          const Epi& e) {
+  int nth = threads_get();
+  if (double(M) * double(N) * double(K) < 1.5e5) nth = 1;
+  pool_run(nth, [&](int tid, int nt) {
+    const int64_t npan = ceil_div(N, NR);
+    if (nt == 1) {
+      gemm_serial(0, M, 0, N, K, A, bs, C, ldc, e);
+    } else if (npan >= 2 * nt || M < 2 * MR * nt) {
+      const int64_t per = ceil_div(npan, nt);
+      const int64_t n0 = imin(N, tid * per * NR), n1 = imin(N, (tid + 1) * per * NR);
+      if (n0 < n1) gemm_serial(0, M, n0, n1, K, A, bs, C, ldc, e);
+    } else {
+      const int64_t per = round_up(ceil_div(M, nt), MR);
+      const int64_t m0 = imin(M, tid * per), m1 = imin(M, (tid + 1) * per);
+      if (m0 < m1) gemm_serial(m0, m1, 0, N, K, A, bs, C, ldc, e);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small M on unpacked weights: dot products along K, W read once per call (4 rows of W stay in
+// L1/L2 while every row of x passes over them). Parallel over N.
+// ---------------------------------------------------------------------------------------------
+static inline __m128 hsum4(reg a, reg b, reg c, reg d) {
+  __m256 t0 = _mm256_hadd_ps(V::to256(a), V::to256(b));
+  __m256 t1 = _mm256_hadd_ps(V::to256(c), V::to256(d));
+  __m256 t2 = _mm256_hadd_ps(t0, t1);
+  return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
+}
+
+// out[i][j] = x[i, :] · w_j[:] for i < mr, j < 4
+template <int mr, typename WT>
+static void dot_tile(int64_t K, const float* x, int64_t ldx, const WT* const w[4], float out[][4]) {
+  reg acc[mr][4];
+#pragma GCC unroll 16
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) acc[i][j] = V::zero();
+  int64_t k = 0;
+  for (; k + W <= K; k += W) {
+    reg xv[mr];
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) xv[i] = V::loadu(x + i * ldx + k);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+      reg wv = V::loadw(w[j] + k);
+#pragma GCC unroll 16
+      for (int i = 0; i < mr; i++) acc[i][j] = V::fma(xv[i], wv, acc[i][j]);
+    }
+  }
+  if (k < K) {  // tail: zero-padded copies
+    alignas(64) float xt[mr][W];
+    alignas(64) float wt[4][W];
+    for (int i = 0; i < mr; i++)
+      for (int t = 0; t < W; t++) xt[i][t] = k + t < K ? x[i * ldx + k + t] : 0.0f;
+    for (int j = 0; j < 4; j++)
+      for (int t = 0; t < W; t++) wt[j][t] = k + t < K ? load1(w[j] + k + t) : 0.0f;
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) acc[i][j] = V::fma(V::loadu(xt[i]), V::loadu(wt[j]), acc[i][j]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < mr; i++) _mm_storeu_ps(out[i], hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+}
+
+template <typename WT, int... I>
+static inline void dot_tile_n(int mr, int64_t K, const float* x, int64_t ldx, const WT* const w[4], float out[][4],
+                              std::integer_sequence<int, I...>) {
+  using Fn = void (*)(int64_t, const float*, int64_t, const WT* const*, float(*)[4]);
+  static const Fn table[] = {&dot_tile<I + 1, WT>...};
+  table[mr - 1](K, x, ldx, w, out);
+}
+
+template <typename WT>
+static void linear_dot(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const WT* w, int64_t ldw,
+                       const float* bias, float* y, int64_t ldy, float beta) {
+  const int64_t groups = ceil_div(N, 4);
+  // ~32 KiB of weights per task at least, so tiny layers stay on one thread
+  const int64_t grain = imax(1, 8192 / (K + 1));
+  parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+    float out[DOT_MR][4];
+    for (int64_t g = g0; g < g1; g++) {
+      const int64_t n = g * 4;
+      const int nvalid = int(imin(4, N - n));
+      const WT* wr[4];
+      for (int j = 0; j < 4; j++) wr[j] = w + imin(n + j, N - 1) * ldw;
+      for (int64_t m = 0; m < M; m += DOT_MR) {
+        const int mr = int(imin(DOT_MR, M - m));
+        dot_tile_n<WT>(mr, K, x + m * ldx, ldx, wr, out, std::make_integer_sequence<int, DOT_MR>{});
+        for (int i = 0; i < mr; i++) {
+          float* yp = y + (m + i) * ldy + n;
+          for (int j = 0; j < nvalid; j++) {
+            float v = out[i][j] + (bias ? bias[n + j] : 0.0f);
+            yp[j] = beta == 0.0f ? v : v + beta * yp[j];
+          }
+        }
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// M = 1 on pre-packed panels: y[panel] = Σ_k x[k] · P[k][0:NR], 4 k-steps in flight.
+// ---------------------------------------------------------------------------------------------
+template <typename BT>
+static void gemv_packed(int64_t N, int64_t K, const float* x, const BT* data, const float* bias, float* y,
+                        float beta) {
+  const int64_t npan = ceil_div(N, NR);
+  const int64_t grain = imax(1, 16384 / (K * NR / 4 + 1));
+  parallel_for(npan, grain, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; p++) {
+      const BT* b = data + p * K * NR;
+      reg acc[4][NV];
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; u++)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; v++) acc[u][v] = V::zero();
+      int64_t k = 0;
+      for (; k + 4 <= K; k += 4) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+          reg xb = V::bcast(x + k + u);
+#pragma GCC unroll 8
+          for (int v = 0; v < NV; v++) acc[u][v] = V::fma(xb, loadb(b + (k + u) * NR + v * W), acc[u][v]);
+        }
+      }
+      for (; k < K; k++) {
+        reg xb = V::bcast(x + k);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; v++) acc[0][v] = V::fma(xb, loadb(b + k * NR + v * W), acc[0][v]);
+      }
+      alignas(64) float tmp[NR];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++)
+        V::storeu(tmp + v * W, V::add(V::add(acc[0][v], acc[1][v]), V::add(acc[2][v], acc[3][v])));
+      const int64_t n0 = p * NR, nv = imin(NR, N - n0);
+      for (int64_t j = 0; j < nv; j++) {
+        float r = tmp[j] + (bias ? bias[n0 + j] : 0.0f);
+        y[n0 + j] = beta == 0.0f ? r : r + beta * y[n0 + j];
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+// ---------------------------------------------------------------------------------------------
+// Below this many rows, the dot-product path (no packing) beats packing W for the micro-kernel.
+static constexpr int64_t SMALL_M = 8;
+
+template <typename WT>
+static void linear_any(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const WT* w, int64_t ldw,
+                       const float* bias, float* y, int64_t ldy, float beta, bool round_x) {
+  if (M <= SMALL_M && !round_x) return linear_dot(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta);
+  gemm_parallel(M, N, K, ASrc{x, ldx, 1, round_x}, BFromNK<WT>{w, ldw}, y, ldy, Epi{1.0f, beta, bias});
+}
+
+void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                const float* bias, float* y, int64_t ldy, float beta) {
+  linear_any(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta, false);
+}
+
+void linear_bf16(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+                 const float* bias, float* y, int64_t ldy, float beta) {
+  linear_any(M, N, K, x, ldx, reinterpret_cast<const bf16w*>(w), ldw, bias, y, ldy, beta, false);
+}
+
+void linear_f16(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+                const float* bias, float* y, int64_t ldy, float beta) {
+  linear_any(M, N, K, x, ldx, reinterpret_cast<const f16w*>(w), ldw, bias, y, ldy, beta, false);
+}
+
+// Emulated bf16 compute: x rounded to bf16 (RNE), products exact in fp32, fp32 accumulation.
+static void linear_bf16_bf16_emulated(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx,
+                                      const uint16_t* w, int64_t ldw, const float* bias, float* y, int64_t ldy,
+                                      float beta) {
+  const bf16w* wb = reinterpret_cast<const bf16w*>(w);
+  if (M <= SMALL_M) {
+    float* xr = static_cast<float*>(aligned_malloc(size_t(M * K) * sizeof(float) + 64));
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t k = 0; k < K; k++) xr[m * K + k] = bf16_to_f32(f32_to_bf16(x[m * ldx + k]));
+    linear_dot(M, N, K, xr, K, wb, ldw, bias, y, ldy, beta);
+    aligned_free(xr);
+    return;
+  }
+  linear_any(M, N, K, x, ldx, wb, ldw, bias, y, ldy, beta, true);
+}
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const ASrc a{A, ta ? 1 : lda, ta ? lda : 1, false};
+  const Epi e{alpha, beta, nullptr};
+  if (tb) gemm_parallel(M, N, K, a, BFromNK<float>{B, ldb}, C, ldc, e);
+  else gemm_parallel(M, N, K, a, BFromKN{B, ldb}, C, ldc, e);
+}
+
+PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int64_t ldw) {
+  auto* p = new PackedWeight();
+  p->isa = ISA;
+  p->N = N;
+  p->K = K;
+  p->nr = NR;
+  p->stored = wtype == DType::BF16 ? DType::BF16 : DType::F32;
+  const int64_t npan = ceil_div(N, NR);
+  const size_t elems = size_t(npan * K * NR);
+  p->bytes = elems * (p->stored == DType::BF16 ? 2 : 4);
+  p->data = aligned_malloc(p->bytes + 64);
+  if (wtype == DType::BF16) {
+    const uint16_t* src = static_cast<const uint16_t*>(w);
+    uint16_t* d = static_cast<uint16_t*>(p->data);
+    parallel_for(npan, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t pp = p0; pp < p1; pp++)
+        for (int64_t k = 0; k < K; k++)
+          for (int j = 0; j < NR; j++) {
+            const int64_t n = pp * NR + j;
+            d[(pp * K + k) * NR + j] = n < N ? src[n * ldw + k] : uint16_t(0);
+          }
+    });
+  } else {
+    float* d = static_cast<float*>(p->data);
+    parallel_for(npan, 1, [&](int64_t p0, int64_t p1) {
+      const int64_t n0 = p0 * NR, n1 = imin(N, p1 * NR);
+      if (wtype == DType::F32)
+        pack_b_nk(n1 - n0, K, static_cast<const float*>(w) + n0 * ldw, ldw, d + p0 * K * NR);
+      else
+        pack_b_nk(n1 - n0, K, static_cast<const f16w*>(w) + n0 * ldw, ldw, d + p0 * K * NR);
+    });
+  }
+  return p;
+}
+
+void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
+                   int64_t ldy, float beta) {
+  const int64_t N = w->N, K = w->K;
+  const Epi e{1.0f, beta, bias};
+  if (w->stored == DType::BF16) {
+    const uint16_t* d = static_cast<const uint16_t*>(w->data);
+    if (M == 1) return gemv_packed(N, K, x, d, bias, y, beta);
+    gemm_parallel(M, N, K, ASrc{x, ldx, 1, false}, BPrepacked<uint16_t>{d, K}, y, ldy, e);
+  } else {
+    const float* d = static_cast<const float*>(w->data);
+    if (M == 1) return gemv_packed(N, K, x, d, bias, y, beta);
+    gemm_parallel(M, N, K, ASrc{x, ldx, 1, false}, BPrepacked<float>{d, K}, y, ldy, e);
+  }
+}
