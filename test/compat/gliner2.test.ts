@@ -1,6 +1,6 @@
 // POST /gliner-2/* over the real tiny GLiNER2 encoder: same result as POST /inference with the
 // equivalent schema, native error shapes, router default model.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { startServer, makeUser, call } from '../service/helpers.ts';
 import { TinyRuntime } from './tiny-runtime.ts';
 
@@ -11,7 +11,7 @@ const u = await makeUser(ts, { credits: 1000 });
 const ENC = 'gliner2-tiny-span';
 const text = 'Tim Cook announced the new iPhone at the Apple campus in Cupertino on Monday.';
 
-async function both(t: Tap, path: string, body: Record<string, unknown>, schema: unknown) {
+async function both(t: Test, path: string, body: Record<string, unknown>, schema: unknown) {
   const a = await call(ts.url, 'POST', path, { key: u.key, body: { model_id: ENC, text, threshold: 0.3, ...body } });
   const b = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: ENC, text, threshold: 0.3, schema } });
   t.equal(a.status, 200, `${path}: ${a.text.slice(0, 200)}`);
@@ -21,7 +21,6 @@ async function both(t: Tap, path: string, body: Record<string, unknown>, schema:
   t.type(a.body.inference_id, 'string');
   return a.body;
 }
-type Tap = typeof t;
 
 t.test('entities, classification, structures, relations', async (t) => {
   const e = await both(t, '/gliner-2/extract-entities', { entities: ['person', 'company', 'location'] }, { entities: ['person', 'company', 'location'] });
