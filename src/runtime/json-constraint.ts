@@ -426,46 +426,98 @@ export interface JsonConstraint {
   readonly stats: { computed: number; cached: number };
 }
 
+/**
+ * Lazily built DFA over matcher thread sets: each distinct set (by key) gets an id, transitions are cached in
+ * a flat table (trans[id·256 + byte]: -2 unknown, -1 dead), so the trie walks are array lookups once warm.
+ */
+class LazyDfa {
+  private sets: Thread[][] = [];
+  private ids = new Map<string, number>();
+  private trans = new Int32Array(256 * 64).fill(-2);
+  private ends: boolean[] = [];
+  private dones: boolean[] = [];
+
+  intern(threads: Thread[]): number {
+    const key = threads.map(threadKey).sort().join('#');
+    let id = this.ids.get(key);
+    if (id !== undefined) return id;
+    id = this.sets.length;
+    this.sets.push(threads);
+    this.ids.set(key, id);
+    this.ends.push(canEnd(threads));
+    this.dones.push(threads.length > 0 && threads.every((t) => t === DONE));
+    if ((id + 1) * 256 > this.trans.length) {
+      const t = new Int32Array(this.trans.length * 2).fill(-2);
+      t.set(this.trans);
+      this.trans = t;
+    }
+    return id;
+  }
+
+  next(id: number, b: number): number {
+    const k = id * 256 + b;
+    let n = this.trans[k];
+    if (n !== -2) return n;
+    const out = advanceSet(this.sets[id], b);
+    n = out.length ? this.intern(out) : -1;
+    this.trans[k] = n;
+    return n;
+  }
+
+  canEnd(id: number): boolean {
+    return this.ends[id];
+  }
+
+  done(id: number): boolean {
+    return this.dones[id];
+  }
+
+  get size(): number {
+    return this.sets.length;
+  }
+}
+
 /** Compiles `schema` against `tok`'s vocabulary. Compile once per (tokenizer, schema) and reuse. */
 export function compileJsonSchema(schema: object, tok: ConstraintTokenizer): JsonConstraint {
   const root = compileSchema(schema);
   const trie = buildTrie(tok);
   const V = tok.vocabSize;
   const W = Math.ceil(V / 32);
-  const maskCache = new Map<string, Uint32Array>();
+  const dfa = new LazyDfa();
+  const startId = dfa.intern([{ f: { t: 'V', node: root }, up: null, ws: 0 }]);
+  const masks = new Map<number, Uint32Array>();
   const stats = { computed: 0, cached: 0 };
   const eos = tok.eosIds.filter((i) => i >= 0 && i < V);
+  const { first, edgeByte, edgeChild, tokFirst, tokIds } = trie;
 
-  const keyOf = (threads: Thread[]): string => threads.map(threadKey).sort().join('#');
-
-  const computeMask = (threads: Thread[]): Uint32Array => {
+  const computeMask = (sid: number): Uint32Array => {
     const bits = new Uint32Array(W);
-    // DFS over the trie with the thread set at each node
+    // DFS over the trie carrying the DFA state
     const stackNode: number[] = [0];
-    const stackThreads: Thread[][] = [threads];
+    const stackState: number[] = [sid];
     while (stackNode.length) {
       const n = stackNode.pop()!;
-      const ths = stackThreads.pop()!;
-      for (let e = trie.first[n]; e < trie.first[n + 1]; e++) {
-        const next = advanceSet(ths, trie.edgeByte[e]);
-        if (next.length === 0) continue;
-        const c = trie.edgeChild[e];
-        for (let t = trie.tokFirst[c]; t < trie.tokFirst[c + 1]; t++) {
-          const id = trie.tokIds[t];
+      const st = stackState.pop()!;
+      for (let e = first[n]; e < first[n + 1]; e++) {
+        const nx = dfa.next(st, edgeByte[e]);
+        if (nx < 0) continue;
+        const c = edgeChild[e];
+        for (let t = tokFirst[c]; t < tokFirst[c + 1]; t++) {
+          const id = tokIds[t];
           bits[id >>> 5] |= 1 << (id & 31);
         }
-        if (trie.first[c + 1] > trie.first[c]) {
+        if (first[c + 1] > first[c]) {
           stackNode.push(c);
-          stackThreads.push(next);
+          stackState.push(nx);
         }
       }
     }
-    if (canEnd(threads)) for (const id of eos) bits[id >>> 5] |= 1 << (id & 31);
+    if (dfa.canEnd(sid)) for (const id of eos) bits[id >>> 5] |= 1 << (id & 31);
     return bits;
   };
 
   const start = (): ConstraintState => {
-    let threads: Thread[] = [{ f: { t: 'V', node: root }, up: null, ws: 0 }];
+    let sid = startId;
     let finished = false;
     return {
       allowed(): Uint32Array {
@@ -474,37 +526,36 @@ export function compileJsonSchema(schema: object, tok: ConstraintTokenizer): Jso
           for (const id of eos) b[id >>> 5] |= 1 << (id & 31);
           return b;
         }
-        const key = keyOf(threads);
-        let m = maskCache.get(key);
+        let m = masks.get(sid);
         if (m) stats.cached++;
         else {
           stats.computed++;
-          m = computeMask(threads);
-          if (maskCache.size > 20000) maskCache.clear();
-          maskCache.set(key, m);
+          m = computeMask(sid);
+          if (masks.size >= 4096) masks.clear(); // bound memory (V/8 bytes per mask)
+          masks.set(sid, m);
         }
         return m;
       },
       advance(token: number): void {
         if (eos.includes(token)) {
-          if (!canEnd(threads) && !finished) throw new JsonSchemaError('EOS before the JSON value is complete');
+          if (!finished && !dfa.canEnd(sid)) throw new JsonSchemaError('EOS before the JSON value is complete');
           finished = true;
-          threads = [DONE];
           return;
         }
         if (finished) throw new JsonSchemaError(`token ${token} after the end of the JSON value`);
-        let th = threads;
+        let s2 = sid;
         for (const b of tok.tokenBytes(token)) {
-          th = advanceSet(th, b);
-          if (th.length === 0) throw new JsonSchemaError(`token ${token} is not allowed here`);
+          s2 = dfa.next(s2, b);
+          if (s2 < 0) throw new JsonSchemaError(`token ${token} is not allowed here`);
         }
-        threads = th;
+        if (tok.tokenBytes(token).length === 0) throw new JsonSchemaError(`token ${token} (special or empty) is not allowed here`);
+        sid = s2;
       },
       get done(): boolean {
-        return finished || (threads.length > 0 && threads.every((t) => t === DONE));
+        return finished || dfa.done(sid);
       },
       get canEnd(): boolean {
-        return finished || canEnd(threads);
+        return finished || dfa.canEnd(sid);
       },
     };
   };
