@@ -38,6 +38,7 @@ export async function createServices(opts: ServicesOptions) {
   const projects = createProjectsService({ store, runtime, inference, log });
   const rateLimiter = createRateLimiter(config.rateLimits);
   const workers = createWorkerPool({ threads: config.workerThreads });
+  projects.resumePending();
   let closed = false;
   return {
     config, store, runtime, metrics, billing, auth, catalog, inference, history, projects, rateLimiter, workers,
@@ -45,7 +46,7 @@ export async function createServices(opts: ServicesOptions) {
     async close() {
       if (closed) return;
       closed = true;
-      await projects.settle();
+      await projects.settle(2000);
       await workers.close();
       await runtime.close();
       await store.close();

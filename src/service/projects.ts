@@ -1,7 +1,7 @@
 // Projects and deployments. A deployment of a `complete` training job starts `deploying` while the
 // runtime warms the model; when ready, ONE transaction makes it `active`, marks the previous active
 // deployment `inactive` and the job `deployed`. The old deployment keeps serving until then.
-import type { DeploymentRecord, ProjectRecord, Store } from '../store/index.ts';
+import type { DeploymentRecord, ProjectRecord, Store, TrainingJobRecord } from '../store/index.ts';
 import type { Principal } from './auth.ts';
 import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
@@ -17,6 +17,8 @@ const deploymentView = (d: DeploymentRecord) => ({
 export function createProjectsService(deps: { store: Store; runtime: ModelRuntime; inference: InferenceService; log?: { warn(o: object, m: string): void } }) {
   const { store, runtime } = deps;
   const pending = new Set<Promise<void>>();
+
+  const refOf = (job: TrainingJobRecord): ModelRef => ({ id: job.id, kind: job.task_type, dir: job.output_dir ?? undefined, base_model: job.base_model, weights: job.training_type === 'lora' ? 'adapter' : 'full' });
 
   function own(p: Principal, id: string): ProjectRecord {
     const pr = store.projects.get(id);
@@ -84,7 +86,7 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
         created_at: nowIso(), activated_at: null, replaced_at: null,
       };
       await store.tx(() => store.deployments.put(d));
-      const ref: ModelRef = { id: job.id, kind: job.task_type, dir: job.output_dir ?? undefined, base_model: job.base_model, weights: job.training_type === 'lora' ? 'adapter' : 'full' };
+      const ref = refOf(job);
       if (runtime.status(ref).state === 'ready') {
         await activate(d.deployment_id);
       } else {
@@ -122,8 +124,24 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
       return deps.inference.runEncoder(p, { model_id: job.id, text: body.text, schema: body.schema, threshold: body.threshold, include_confidence: body.include_confidence, include_spans: body.include_spans, store: body.store, task: body.task }, c);
     },
 
-    /** wait for background deployments (shutdown, tests) */
-    async settle(): Promise<void> { await Promise.allSettled([...pending]); },
+    /** wait for background deployments (tests), at most `timeoutMs` (shutdown must not hang on a warm-up) */
+    async settle(timeoutMs = 10_000): Promise<void> {
+      await Promise.race([Promise.allSettled([...pending]), new Promise((r) => { const tm = setTimeout(r, timeoutMs); void Promise.allSettled([...pending]).then(() => clearTimeout(tm)); })]);
+    },
+
+    /** after a restart: deployments left `deploying` warm again and activate when ready */
+    resumePending(): number {
+      let n = 0;
+      for (const d of store.db.dbs.deployments.getRange() as Iterable<{ value: DeploymentRecord }>) {
+        if (d.value.status !== 'deploying') continue;
+        const job = store.trainingJobs.get(d.value.training_job_id);
+        if (!job) { void failDeployment(d.value.deployment_id, new Error('training job no longer exists')); continue; }
+        const w: Promise<void> = runtime.warm(refOf(job)).then(() => activate(d.value.deployment_id), (err) => failDeployment(d.value.deployment_id, err)).finally(() => pending.delete(w));
+        pending.add(w);
+        n++;
+      }
+      return n;
+    },
   };
 }
 export type ProjectsService = ReturnType<typeof createProjectsService>;

@@ -12,13 +12,15 @@ export const SCHEMA_VERSION = 2;
 export const DB_NAMES = [
   'meta', 'idx', 'users', 'teams', 'sessions', 'keys', 'accounts', 'usage', 'inferences', 'feedback',
   'examples', 'projects', 'deployments', 'training_jobs',
+  // customization (datasets, uploads, training logs/checkpoints, evaluations, generation jobs)
+  'datasets', 'dataset_versions', 'uploads', 'training_logs', 'checkpoints', 'evaluations', 'generation_jobs',
 ] as const;
 export type DbName = (typeof DB_NAMES)[number];
 
 export interface Db {
   root: RootDatabase;
   dbs: Record<DbName, Database<any, string>>;
-  /** run `fn` inside one write transaction; its reads see its own writes */
+  /** run `fn` inside one write transaction; its reads see its own writes; a throw rolls it all back */
   tx<T>(fn: () => T): Promise<T>;
 }
 
@@ -58,7 +60,9 @@ export function openDb(dataDir: string, migrations: Migration[]): Promise<Db> {
   const root = open({ path, maxDbs: 32, mapSize: 2 ** 34, noSync: false, overlappingSync: false });
   const dbs = {} as Db['dbs'];
   for (const name of DB_NAMES) dbs[name] = root.openDB<any, string>({ name });
-  const db: Db = { root, dbs, tx: (fn) => root.transaction(fn) };
+  // the child transaction makes a throwing callback roll back its writes (a plain batched
+  // transaction would commit the writes made before the throw)
+  const db: Db = { root, dbs, tx: <T>(fn: () => T) => root.transaction(() => root.childTransaction(fn as () => any)) as Promise<T> };
   return migrate(db, migrations).then(() => db);
 }
 
