@@ -26,6 +26,11 @@ struct V {
   }
   static inline reg loadw(const f16w* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
   static inline __m256 to256(reg v) { return v; }
+  using ireg = __m256i;
+  static inline ireg loadi(const uint32_t* p) { return _mm256_loadu_si256((const __m256i*)p); }
+  static inline ireg bcast32(const uint32_t* p) { return _mm256_set1_epi32(int(*p)); }
+  static inline reg lo_bf16(ireg v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+  static inline reg hi_bf16(ireg v) { return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u)))); }
 };
 
 static constexpr Isa ISA = Isa::Avx2;
@@ -37,7 +42,7 @@ static constexpr int DOT_MR = 3;                        // 3×4 dot tiles: 12 ac
 
 void linear_bf16_bf16(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
                       const float* bias, float* y, int64_t ldy, float beta) {
-  linear_bf16_bf16_emulated(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta);
+  linear_bf16_bf16_with<DpEmul>(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta);
 }
 
 }  // namespace loom::avx2

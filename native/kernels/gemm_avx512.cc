@@ -1,6 +1,7 @@
 // GEMM fast path for AVX-512 (F/BW/VL/DQ): the same algorithm as the AVX2 file (gemm_impl.h),
 // with a 12×32 micro-kernel (24 zmm accumulators, as BLIS's SkylakeX 32×12 kernel transposed
-// for row-major C) and blocking for 48 KiB L1 / 1 MiB L2 (Zen 5).
+// for row-major C) and blocking for 48 KiB L1 / 1 MiB L2 (Zen 5); bf16 compute uses vdpbf16ps
+// in the same pair-packed loop where the CPU has AVX512_BF16.
 #include <immintrin.h>
 #include <cstdint>
 #include <utility>
@@ -26,6 +27,11 @@ struct V {
   }
   static inline reg loadw(const f16w* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
   static inline __m256 to256(reg v) { return _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1)); }
+  using ireg = __m512i;
+  static inline ireg loadi(const uint32_t* p) { return _mm512_loadu_si512((const void*)p); }
+  static inline ireg bcast32(const uint32_t* p) { return _mm512_set1_epi32(int(*p)); }
+  static inline reg lo_bf16(ireg v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+  static inline reg hi_bf16(ireg v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xffff0000u)))); }
 };
 
 static constexpr Isa ISA = Isa::Avx512;
@@ -35,9 +41,16 @@ static constexpr int DOT_MR = 6;                        // 6×4 dot tiles: 24 ac
 
 #include "gemm_impl.h"
 
+// vdpbf16ps: per fp32 lane, acc += a.lo·b.lo + a.hi·b.hi on bf16 inputs (AVX512_BF16: Zen 4/5,
+// Cooper Lake, Sapphire Rapids and later). Inputs and outputs denormal-flushed, RNE.
+struct DpNative {
+  static inline reg dp(reg acc, ireg a, ireg b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+};
+
 void linear_bf16_bf16(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
                       const float* bias, float* y, int64_t ldy, float beta) {
-  linear_bf16_bf16_emulated(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta);
+  if (cpu_features().avx512bf16) linear_bf16_bf16_with<DpNative>(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta);
+  else linear_bf16_bf16_with<DpEmul>(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta);
 }
 
 }  // namespace loom::avx512

@@ -23,6 +23,7 @@
 static constexpr int W = V::W;
 static constexpr int NR = NV * W;
 using reg = typename V::reg;
+using ireg = typename V::ireg;
 
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -138,31 +139,11 @@ struct Epi {
   const float* bias;  // at the tile's first column, or null
 };
 
-static inline reg loadb(const float* p) { return V::loadu(p); }
-static inline reg loadb(const uint16_t* p) { return V::loadw(reinterpret_cast<const bf16w*>(p)); }
-
-template <int mr, typename BT>
-static void ukernel(int64_t kc, const float* __restrict a, const BT* __restrict b, float* c, int64_t ldc,
-                    int64_t nv, const Epi& e) {
-  reg acc[mr][NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < mr; i++)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; v++) acc[i][v] = V::zero();
-#pragma GCC unroll 2
-  for (int64_t k = 0; k < kc; k++) {
-    reg bv[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; v++) bv[v] = loadb(b + v * W);
-#pragma GCC unroll 16
-    for (int i = 0; i < mr; i++) {
-      reg ai = V::bcast(a + i);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; v++) acc[i][v] = V::fma(ai, bv[v], acc[i][v]);
-    }
-    a += MR;
-    b += NR;
-  }
+// C tile store: alpha·acc (+ beta·C) (+ bias), full width straight from registers, a partial
+// tile (N edge) through a small buffer.
+template <int mr>
+static inline __attribute__((always_inline)) void store_tile(reg (&acc)[mr][NV], float* c, int64_t ldc, int64_t nv,
+                                                             const Epi& e) {
   if (nv == NR) {
     const reg va = V::set1(e.alpha), vb = V::set1(e.beta);
 #pragma GCC unroll 16
@@ -191,6 +172,34 @@ static void ukernel(int64_t kc, const float* __restrict a, const BT* __restrict 
         *cp = r;
       }
   }
+}
+
+static inline reg loadb(const float* p) { return V::loadu(p); }
+static inline reg loadb(const uint16_t* p) { return V::loadw(reinterpret_cast<const bf16w*>(p)); }
+
+template <int mr, typename BT>
+static void ukernel(int64_t kc, const float* __restrict a, const BT* __restrict b, float* c, int64_t ldc,
+                    int64_t nv, const Epi& e) {
+  reg acc[mr][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[i][v] = V::zero();
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; k++) {
+    reg bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) bv[v] = loadb(b + v * W);
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+      reg ai = V::bcast(a + i);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++) acc[i][v] = V::fma(ai, bv[v], acc[i][v]);
+    }
+    a += MR;
+    b += NR;
+  }
+  store_tile<mr>(acc, c, ldc, nv, e);
 }
 
 template <typename BT>
@@ -335,25 +344,32 @@ static void gemm_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
 }
 
 // Splits C over the pool: by NR-aligned column ranges when there are enough panels (each thread
-// packs its own B and reads all of A), else by MR-aligned row ranges.
-template <typename BS>
-static void gemm_parallel(int64_t M, int64_t N, int64_t K, const ASrc& A, const BS& bs, float* C, int64_t ldc,
-                          const Epi& e) {
+// packs its own B and reads all of A), else by MR-aligned row ranges. serial(m0, m1, n0, n1).
+template <typename F>
+static void split_parallel(int64_t M, int64_t N, int64_t K, const F& serial) {
   int nth = threads_get();
   if (double(M) * double(N) * double(K) < 1.5e5) nth = 1;
   pool_run(nth, [&](int tid, int nt) {
     const int64_t npan = ceil_div(N, NR);
     if (nt == 1) {
-      gemm_serial(0, M, 0, N, K, A, bs, C, ldc, e);
+      serial(0, M, 0, N);
     } else if (npan >= 2 * nt || M < 2 * MR * nt) {
       const int64_t per = ceil_div(npan, nt);
       const int64_t n0 = imin(N, tid * per * NR), n1 = imin(N, (tid + 1) * per * NR);
-      if (n0 < n1) gemm_serial(0, M, n0, n1, K, A, bs, C, ldc, e);
+      if (n0 < n1) serial(0, M, n0, n1);
     } else {
       const int64_t per = round_up(ceil_div(M, nt), MR);
       const int64_t m0 = imin(M, tid * per), m1 = imin(M, (tid + 1) * per);
-      if (m0 < m1) gemm_serial(m0, m1, 0, N, K, A, bs, C, ldc, e);
+      if (m0 < m1) serial(m0, m1, 0, N);
     }
+  });
+}
+
+template <typename BS>
+static void gemm_parallel(int64_t M, int64_t N, int64_t K, const ASrc& A, const BS& bs, float* C, int64_t ldc,
+                          const Epi& e) {
+  split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    gemm_serial(m0, m1, n0, n1, K, A, bs, C, ldc, e);
   });
 }
 
@@ -484,6 +500,131 @@ static void gemv_packed(int64_t N, int64_t K, const float* x, const BT* data, co
 }
 
 // ---------------------------------------------------------------------------------------------
+// bf16 compute (linear_bf16_bf16): bf16 pairs along K, one 32-bit lane per (row or column, k pair).
+//   A panels [kc2][MR] of uint32: bf16(x[i][2p]) | bf16(x[i][2p+1]) << 16 (RNE rounding)
+//   B panels [kc2][NR] of uint32: W[n][2p] | W[n][2p+1] << 16
+// DP::dp(acc, a, b) adds lo(a)·lo(b) + hi(a)·hi(b) per lane: vdpbf16ps on AVX512_BF16, two
+// FMAs on the widened halves elsewhere (DpEmul), so every ISA runs this same packing and loop.
+// ---------------------------------------------------------------------------------------------
+struct DpEmul {
+  static inline reg dp(reg acc, ireg a, ireg b) {
+    acc = V::fma(V::lo_bf16(a), V::lo_bf16(b), acc);
+    return V::fma(V::hi_bf16(a), V::hi_bf16(b), acc);
+  }
+};
+
+static void pack_a_pairs(int64_t mc, int64_t kc, const float* a, int64_t lda, uint32_t* dst) {
+  const int64_t kc2 = (kc + 1) / 2;
+  for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+    const int64_t mr = imin(MR, mc - i0);
+    uint32_t* d = dst + (i0 / MR) * kc2 * MR;
+    for (int64_t i = 0; i < MR; i++) {
+      if (i >= mr) {
+        for (int64_t p = 0; p < kc2; p++) d[p * MR + i] = 0;
+        continue;
+      }
+      const float* s = a + (i0 + i) * lda;
+      for (int64_t p = 0; p < kc2; p++) {
+        const uint32_t lo = f32_to_bf16(s[2 * p]);
+        const uint32_t hi = 2 * p + 1 < kc ? f32_to_bf16(s[2 * p + 1]) : 0u;
+        d[p * MR + i] = lo | hi << 16;
+      }
+    }
+  }
+}
+
+// One panel: rows n < nv of W (bf16, row stride ldw), k in [0, kc).
+static void pack_b_pairs(int64_t nv, int64_t kc, const uint16_t* w, int64_t ldw, uint32_t* dst) {
+  if (kc % 2 == 0 && ldw % 2 == 0 && (reinterpret_cast<uintptr_t>(w) & 3) == 0) {
+    // pairs are aligned 32-bit words: the fp32 transpose moves them as they are
+    pack_b_nk(nv, kc / 2, reinterpret_cast<const float*>(w), ldw / 2, reinterpret_cast<float*>(dst));
+    return;
+  }
+  const int64_t kc2 = (kc + 1) / 2;
+  for (int64_t n = 0; n < NR; n++) {
+    const uint16_t* row = w + n * ldw;
+    for (int64_t p = 0; p < kc2; p++) {
+      uint32_t v = 0;
+      if (n < nv) v = uint32_t(row[2 * p]) | (2 * p + 1 < kc ? uint32_t(row[2 * p + 1]) << 16 : 0u);
+      dst[p * NR + n] = v;
+    }
+  }
+}
+
+template <int mr, typename DP>
+static void ukernel_pairs(int64_t kc2, const uint32_t* __restrict a, const uint32_t* __restrict b, float* c,
+                          int64_t ldc, int64_t nv, const Epi& e) {
+  reg acc[mr][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[i][v] = V::zero();
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < kc2; p++) {
+    ireg bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) bv[v] = V::loadi(b + v * W);
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+      ireg ai = V::bcast32(a + i);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; v++) acc[i][v] = DP::dp(acc[i][v], ai, bv[v]);
+    }
+    a += MR;
+    b += NR;
+  }
+  store_tile<mr>(acc, c, ldc, nv, e);
+}
+
+template <typename DP, int... I>
+static inline void ukernel_pairs_n(int mr, int64_t kc2, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc,
+                                   int64_t nv, const Epi& e, std::integer_sequence<int, I...>) {
+  using Fn = void (*)(int64_t, const uint32_t*, const uint32_t*, float*, int64_t, int64_t, const Epi&);
+  static const Fn table[] = {&ukernel_pairs<I + 1, DP>...};
+  table[mr - 1](kc2, a, b, c, ldc, nv, e);
+}
+
+template <typename DP>
+static void pairs_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const float* x, int64_t ldx,
+                         const uint16_t* w, int64_t ldw, const float* bias, float* y, int64_t ldy, float beta) {
+  const int64_t M = m1 - m0;
+  const int64_t kcb = round_up(ceil_div(K, ceil_div(K, 2 * KC)), 2);  // bf16: twice the k per byte
+  const int64_t mcb = round_up(ceil_div(M, ceil_div(M, MC)), MR);
+  for (int64_t jc = n0; jc < n1; jc += NC) {
+    const int64_t nc = imin(NC, n1 - jc);
+    for (int64_t pc = 0; pc < K; pc += kcb) {
+      const int64_t kc = imin(kcb, K - pc), kc2 = (kc + 1) / 2;
+      const bool one_block = m1 - m0 <= mcb;
+      uint32_t* bbuf = reinterpret_cast<uint32_t*>(t_scratch.get(1, size_t((one_block ? NR : round_up(nc, NR)) * kc2)));
+      for (int64_t ic = m0; ic < m1; ic += mcb) {
+        const int64_t mc = imin(mcb, m1 - ic);
+        uint32_t* ap = reinterpret_cast<uint32_t*>(t_scratch.get(0, size_t(round_up(mc, MR) * kc2)));
+        pack_a_pairs(mc, kc, x + ic * ldx + pc, ldx, ap);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nv = imin(NR, nc - jr);
+          uint32_t* d = one_block ? bbuf : bbuf + (jr / NR) * kc2 * NR;
+          if (ic == m0) pack_b_pairs(nv, kc, w + (jc + jr) * ldw + pc, ldw, d);
+          Epi ej{1.0f, pc == 0 ? beta : 1.0f, pc == 0 && bias ? bias + jc + jr : nullptr};
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int mr = int(imin(MR, mc - ir));
+            ukernel_pairs_n<DP>(mr, kc2, ap + (ir / MR) * kc2 * MR, d, y + (ic + ir) * ldy + jc + jr, ldy, nv, ej,
+                                std::make_integer_sequence<int, MR>{});
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename DP>
+static void linear_bf16_pairs(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w,
+                              int64_t ldw, const float* bias, float* y, int64_t ldy, float beta) {
+  split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    pairs_serial<DP>(m0, m1, n0, n1, K, x, ldx, w, ldw, bias, y, ldy, beta);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Entry points
 // ---------------------------------------------------------------------------------------------
 // Below this many rows, the dot-product path (no packing) beats packing W for the micro-kernel.
@@ -511,20 +652,21 @@ void linear_f16(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
   linear_any(M, N, K, x, ldx, reinterpret_cast<const f16w*>(w), ldw, bias, y, ldy, beta, false);
 }
 
-// Emulated bf16 compute: x rounded to bf16 (RNE), products exact in fp32, fp32 accumulation.
-static void linear_bf16_bf16_emulated(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx,
-                                      const uint16_t* w, int64_t ldw, const float* bias, float* y, int64_t ldy,
-                                      float beta) {
-  const bf16w* wb = reinterpret_cast<const bf16w*>(w);
+// bf16 compute. Small M: x rounded to bf16, then the dot-product path on the bf16 weights
+// (exact products, fp32 sums: the same numbers as vdpbf16ps up to summation order). Larger M:
+// the pair-packed path with the given DP.
+template <typename DP>
+static void linear_bf16_bf16_with(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w,
+                                  int64_t ldw, const float* bias, float* y, int64_t ldy, float beta) {
   if (M <= SMALL_M) {
     float* xr = static_cast<float*>(aligned_malloc(size_t(M * K) * sizeof(float) + 64));
     for (int64_t m = 0; m < M; m++)
       for (int64_t k = 0; k < K; k++) xr[m * K + k] = bf16_to_f32(f32_to_bf16(x[m * ldx + k]));
-    linear_dot(M, N, K, xr, K, wb, ldw, bias, y, ldy, beta);
+    linear_dot(M, N, K, xr, K, reinterpret_cast<const bf16w*>(w), ldw, bias, y, ldy, beta);
     aligned_free(xr);
     return;
   }
-  linear_any(M, N, K, x, ldx, wb, ldw, bias, y, ldy, beta, true);
+  linear_bf16_pairs<DP>(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta);
 }
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
