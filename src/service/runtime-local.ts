@@ -30,6 +30,21 @@ export function detectKind(dir: string): { kind: ModelKind; architecture: string
   return null;
 }
 
+/**
+ * The decoder runtime reports `prompt_tokens` as the whole prompt, cache hits and writes included
+ * (measured: a repeated 17-token prompt reports prompt 17 with cache_read 16). The service's usage
+ * is disjoint as the spec's section 2 requires (total = the sum of the four), so the cached parts
+ * are taken out of prompt_tokens here, at the seam.
+ */
+export function disjointUsage(u: { prompt_tokens: number; completion_tokens: number; cache_read_tokens: number; cache_write_tokens: number }) {
+  return {
+    prompt_tokens: Math.max(0, u.prompt_tokens - u.cache_read_tokens - u.cache_write_tokens),
+    cache_read_tokens: u.cache_read_tokens,
+    cache_write_tokens: u.cache_write_tokens,
+    completion_tokens: u.completion_tokens,
+  };
+}
+
 export interface LocalRuntimeOptions {
   modelsDir: string;
   maxLoaded?: number;
@@ -178,7 +193,7 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
         const stream = l.dec.generate({ ...(rest as object), messages: messages as never, prompt, signal, adapter: l.adapter });
         for await (const ev of stream) {
           if (ev.type === 'delta') yield { type: 'delta', text: ev.text };
-          else yield { type: 'done', finish_reason: ev.finish_reason, text: ev.text, usage: ev.usage };
+          else yield { type: 'done', finish_reason: ev.finish_reason, text: ev.text, usage: disjointUsage(ev.usage) };
         }
       } finally { inflight--; }
     },
