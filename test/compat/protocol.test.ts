@@ -324,3 +324,32 @@ t.test('embeddings: float and base64, dimensions re-normalized', async (t) => {
   throws422(t, () => normalizeEmbeddings({ model: 'e', input: [] }), 'input');
   throws422(t, () => normalizeEmbeddings({ model: 'e', input: 'x', encoding_format: 'int8' }), 'encoding_format');
 });
+
+t.test('runtime parameters: formats, seeds per choice, tools prompt and its cache marker', async (t) => {
+  const { generateParams } = await import('../../src/service/compat/run.ts');
+  const chat = normalizeChatCompletions({ model: 'm', messages: [user('hi')], n: 2, seed: 10, top_p: 0, response_format: { type: 'json_object' }, stop: ['x'] });
+  const p0 = generateParams(chat, 0, {});
+  const p1 = generateParams(chat, 1, {});
+  t.equal(p0.seed, 10);
+  t.equal(p1.seed, 11, 'each choice has its own seed');
+  t.equal(p0.temperature, 0, 'top_p 0 is greedy');
+  t.equal(p0.top_p, undefined);
+  t.same(p0.response_format, { type: 'json_object' });
+  t.same(p0.stop, ['x']);
+  t.equal(p0.messages![0]!.content, 'hi', 'marker-free content is sent as a string');
+  const js = normalizeChatCompletions({ model: 'm', messages: [user('hi')], response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'object' } } } });
+  t.same(generateParams(js, 0, {}).response_format, { type: 'json_schema', json_schema: { schema: { type: 'object' }, name: 'n' } });
+  const msg = normalizeMessages({
+    model: 'm', max_tokens: 5,
+    tools: [{ name: 'f', input_schema: { type: 'object' }, cache_control: ep }],
+    system: [{ type: 'text', text: 'sys', cache_control: ep }],
+    messages: [user('q')],
+  });
+  const pm = generateParams(msg, 0, {});
+  const first = pm.messages![0]!.content as Array<{ text: string; cache_control?: unknown }>;
+  t.match(first[0]!.text, /"name":"f"/, 'tools described in a system message');
+  t.same(first[0]!.cache_control, { type: 'ephemeral' }, 'the tool marker caches through the tool descriptions');
+  t.same((pm.messages![1]!.content as Array<{ cache_control?: unknown }>)[0]!.cache_control, { type: 'ephemeral' });
+  const none = normalizeChatCompletions({ model: 'm', messages: [user('hi')], tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'none' });
+  t.equal(generateParams(none, 0, {}).messages!.length, 1, "tool_choice 'none' adds no tools prompt");
+});

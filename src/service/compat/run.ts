@@ -120,6 +120,11 @@ export function generateParams(req: CompatRequest, i: number, opts: RunOptions):
     signal: opts.signal,
     ...opts.extraParams,
   };
+  // top_p 0 (allowed by the public APIs) keeps only the most likely token: greedy decoding
+  if (p.top_p === 0) {
+    params.top_p = undefined;
+    params.temperature = 0;
+  }
   if (p.logprobs) {
     params.logprobs = true;
     if (p.top_logprobs !== undefined) params.top_logprobs = p.top_logprobs;
