@@ -1,0 +1,632 @@
+// GGUF v3 (llama.cpp's model format) reader and writer, plus the HF ↔ llama.cpp mapping for Llama-family
+// decoders. Layout: "GGUF" magic, version (u32), tensor count (u64), metadata count (u64), metadata
+// key/values, tensor infos (name, n_dims, ne[] fastest-varying first, ggml type, offset), padding to
+// `general.alignment` (default 32), then tensor data (each tensor at an aligned offset from the data start).
+// Files are memory-mapped (addon.mmapFile), tensor bytes are views into the mapping.
+//
+// Q/K rows: llama.cpp's converter permutes the rows of q_proj / k_proj (and their biases) for arch "llama"
+// (HF rotate-half RoPE → llama.cpp's interleaved RoPE): within each head of size hd, GGUF row 2i + a holds HF
+// row a·hd/2 + i. hfToGguf applies it, ggufToHf undoes it, so HF → GGUF → HF gives identical tensors (and
+// identical logits). Arch "qwen2" uses NEOX RoPE in llama.cpp and is not permuted.
+//
+// Tokenizer: not rebuilt from GGUF metadata; a GGUF model needs a tokenizer.json beside it (or the original
+// HF folder). The writer does store tokenizer.ggml.* metadata so llama.cpp can load the file.
+import { readFileSync, writeFileSync, openSync, writeSync, closeSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { addon } from '../native/addon.ts';
+import { SafetensorsCheckpoint, type StDType } from './safetensors.ts';
+import { loadDecoderConfig, parseDecoderConfig, type DecoderConfig } from './hf-config.ts';
+
+export class GgufError extends Error {
+  override name = 'GgufError';
+}
+
+export enum GgufType { UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12 }
+
+/** ggml tensor types this module handles (others are listed but not dequantized). */
+export enum GgmlType { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30 }
+
+/** (block size in elements, bytes per block) */
+const TYPE_LAYOUT: Partial<Record<GgmlType, [number, number]>> = {
+  [GgmlType.F32]: [1, 4], [GgmlType.F16]: [1, 2], [GgmlType.BF16]: [1, 2], [GgmlType.Q8_0]: [32, 34],
+  [GgmlType.Q4_0]: [32, 18], [GgmlType.Q4_1]: [32, 20], [GgmlType.Q5_0]: [32, 22], [GgmlType.Q5_1]: [32, 24],
+  [GgmlType.Q2_K]: [256, 84], [GgmlType.Q3_K]: [256, 110], [GgmlType.Q4_K]: [256, 144], [GgmlType.Q5_K]: [256, 176], [GgmlType.Q6_K]: [256, 210], [GgmlType.Q8_K]: [256, 292],
+};
+
+/** A typed metadata value (the writer needs the exact GGUF type; the reader returns these too). */
+export type GgufValue =
+  | { type: GgufType.STRING; value: string }
+  | { type: GgufType.BOOL; value: boolean }
+  | { type: Exclude<GgufType, GgufType.STRING | GgufType.BOOL | GgufType.ARRAY>; value: number }
+  | { type: GgufType.ARRAY; itemType: GgufType; value: (string | number | boolean)[] };
+
+export const gv = {
+  str: (value: string): GgufValue => ({ type: GgufType.STRING, value }),
+  u32: (value: number): GgufValue => ({ type: GgufType.UINT32, value }),
+  i32: (value: number): GgufValue => ({ type: GgufType.INT32, value }),
+  f32: (value: number): GgufValue => ({ type: GgufType.FLOAT32, value }),
+  bool: (value: boolean): GgufValue => ({ type: GgufType.BOOL, value }),
+  arr: (itemType: GgufType, value: (string | number | boolean)[]): GgufValue => ({ type: GgufType.ARRAY, itemType, value }),
+};
+
+export interface GgufTensorInfo {
+  name: string;
+  type: GgmlType;
+  /** ggml order: ne[0] is the fastest-varying (columns). */
+  ne: number[];
+  /** Row-major (HF/PyTorch) shape: ne reversed. */
+  shape: number[];
+  /** Offset from the data start. */
+  offset: number;
+  bytes: Uint8Array;
+}
+
+const td = new TextDecoder();
+
+export class GgufFile {
+  readonly path: string;
+  readonly version: number;
+  readonly metadata = new Map<string, GgufValue>();
+  readonly tensors = new Map<string, GgufTensorInfo>();
+  readonly alignment: number;
+  readonly dataOffset: number;
+  private readonly buf: ArrayBuffer;
+
+  constructor(path: string) {
+    this.path = path;
+    this.buf = addon.mmapFile(path) as ArrayBuffer;
+    const dv = new DataView(this.buf);
+    const size = this.buf.byteLength;
+    let p = 0;
+    const need = (n: number): void => {
+      if (p + n > size) throw new GgufError(`${path}: truncated at byte ${p} (file is ${size} bytes)`);
+    };
+    const u32 = (): number => { need(4); const v = dv.getUint32(p, true); p += 4; return v; };
+    const u64 = (): number => {
+      need(8);
+      const v = dv.getBigUint64(p, true); p += 8;
+      if (v > BigInt(Number.MAX_SAFE_INTEGER)) throw new GgufError(`${path}: 64-bit value too large at byte ${p - 8}`);
+      return Number(v);
+    };
+    const str = (): string => { const n = u64(); need(n); const s = td.decode(new Uint8Array(this.buf, p, n)); p += n; return s; };
+    const scalar = (t: GgufType): string | number | boolean => {
+      switch (t) {
+        case GgufType.UINT8: need(1); return dv.getUint8(p++);
+        case GgufType.INT8: need(1); return dv.getInt8(p++);
+        case GgufType.UINT16: { need(2); const v = dv.getUint16(p, true); p += 2; return v; }
+        case GgufType.INT16: { need(2); const v = dv.getInt16(p, true); p += 2; return v; }
+        case GgufType.UINT32: return u32();
+        case GgufType.INT32: { need(4); const v = dv.getInt32(p, true); p += 4; return v; }
+        case GgufType.FLOAT32: { need(4); const v = dv.getFloat32(p, true); p += 4; return v; }
+        case GgufType.BOOL: need(1); return dv.getUint8(p++) !== 0;
+        case GgufType.STRING: return str();
+        case GgufType.UINT64: return u64();
+        case GgufType.INT64: { need(8); const v = Number(dv.getBigInt64(p, true)); p += 8; return v; }
+        case GgufType.FLOAT64: { need(8); const v = dv.getFloat64(p, true); p += 8; return v; }
+        default: throw new GgufError(`${path}: unknown metadata value type ${t} at byte ${p}`);
+      }
+    };
+    need(4);
+    if (dv.getUint32(0, true) !== 0x46554747) throw new GgufError(`${path}: not a GGUF file (bad magic)`);
+    p = 4;
+    this.version = u32();
+    if (this.version !== 2 && this.version !== 3) throw new GgufError(`${path}: GGUF version ${this.version} is not supported (2, 3)`);
+    const nT = u64(), nKV = u64();
+    for (let i = 0; i < nKV; i++) {
+      const key = str();
+      const t = u32() as GgufType;
+      if (t === GgufType.ARRAY) {
+        const it = u32() as GgufType;
+        const n = u64();
+        const vals: (string | number | boolean)[] = new Array(n);
+        for (let j = 0; j < n; j++) vals[j] = scalar(it);
+        this.metadata.set(key, { type: GgufType.ARRAY, itemType: it, value: vals });
+      } else this.metadata.set(key, { type: t, value: scalar(t) } as GgufValue);
+    }
+    const infos: Omit<GgufTensorInfo, 'bytes'>[] = [];
+    for (let i = 0; i < nT; i++) {
+      const name = str();
+      const nd = u32();
+      if (nd > 4) throw new GgufError(`${path}: tensor ${name} has ${nd} dims`);
+      const ne: number[] = [];
+      for (let d = 0; d < nd; d++) ne.push(u64());
+      const type = u32() as GgmlType;
+      const offset = u64();
+      infos.push({ name, type, ne, shape: [...ne].reverse(), offset });
+    }
+    const al = this.meta('general.alignment');
+    this.alignment = typeof al === 'number' && al > 0 ? al : 32;
+    this.dataOffset = Math.ceil(p / this.alignment) * this.alignment;
+    for (const info of infos) {
+      const nbytes = tensorBytes(info.type, info.ne, `${path}: tensor ${info.name}`);
+      const start = this.dataOffset + info.offset;
+      if (start + nbytes > size) throw new GgufError(`${path}: tensor ${info.name} data [${start}, ${start + nbytes}) exceeds the file (${size} bytes)`);
+      this.tensors.set(info.name, { ...info, bytes: new Uint8Array(this.buf, start, nbytes) });
+    }
+  }
+
+  /** A metadata value (scalars and arrays unwrapped), or undefined. */
+  meta(key: string): string | number | boolean | (string | number | boolean)[] | undefined {
+    return this.metadata.get(key)?.value;
+  }
+
+  get(name: string): GgufTensorInfo {
+    const t = this.tensors.get(name);
+    if (!t) throw new GgufError(`${this.path}: tensor ${name} not found`);
+    return t;
+  }
+
+  /** Dequantizes / widens a tensor to float32 (F32, F16, BF16, Q8_0). */
+  float32(name: string): Float32Array {
+    return dequantize(this.get(name));
+  }
+
+  /** Metadata as a plain object (arrays included; large ones like the vocabulary too). */
+  metadataObject(): Record<string, unknown> {
+    const o: Record<string, unknown> = {};
+    for (const [k, v] of this.metadata) o[k] = v.value;
+    return o;
+  }
+}
+
+function tensorBytes(type: GgmlType, ne: number[], where: string): number {
+  const lay = TYPE_LAYOUT[type];
+  if (!lay) throw new GgufError(`${where}: ggml type ${type} is not supported`);
+  const n = ne.reduce((a, b) => a * b, 1);
+  if (ne[0] % lay[0] !== 0) throw new GgufError(`${where}: row length ${ne[0]} is not a multiple of the block size ${lay[0]}`);
+  return (n / lay[0]) * lay[1];
+}
+
+// ---- f16 helpers ----------------------------------------------------------------------------------------
+const f32buf = new Float32Array(1);
+const u32buf = new Uint32Array(f32buf.buffer);
+/** float32 → IEEE half (round to nearest even). */
+export function f32ToF16(x: number): number {
+  f32buf[0] = x;
+  const b = u32buf[0];
+  const sign = (b >>> 16) & 0x8000;
+  const exp = (b >>> 23) & 0xff;
+  let mant = b & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let h = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1), half = 1 << (shift - 1);
+    if (rem > half || (rem === half && (h & 1))) h++;
+    return sign | h;
+  }
+  let h = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
+  return sign | h;
+}
+function f16ToF32(h: number): number {
+  const s = h & 0x8000 ? -1 : 1, e = (h >>> 10) & 0x1f, m = h & 0x3ff;
+  if (e === 0) return s * m * 2 ** -24;
+  if (e === 31) return m ? NaN : s * Infinity;
+  return s * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+export function dequantize(t: GgufTensorInfo): Float32Array {
+  const n = t.ne.reduce((a, b) => a * b, 1);
+  const { bytes } = t;
+  switch (t.type) {
+    case GgmlType.F32:
+      return bytes.byteOffset % 4 === 0 ? new Float32Array(bytes.buffer, bytes.byteOffset, n) : new Float32Array(bytes.slice().buffer);
+    case GgmlType.F16: {
+      const src = bytes.byteOffset % 2 === 0 ? new Uint16Array(bytes.buffer, bytes.byteOffset, n) : new Uint16Array(bytes.slice().buffer);
+      const out = new Float32Array(n);
+      addon.convertF16ToF32(src, out);
+      return out;
+    }
+    case GgmlType.BF16: {
+      const src = bytes.byteOffset % 2 === 0 ? new Uint16Array(bytes.buffer, bytes.byteOffset, n) : new Uint16Array(bytes.slice().buffer);
+      const out = new Float32Array(n);
+      addon.convertBf16ToF32(src, out);
+      return out;
+    }
+    case GgmlType.Q8_0: {
+      // block: f16 scale d, then 32 int8 q; x = d·q
+      const out = new Float32Array(n);
+      const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      for (let b = 0; b < n / 32; b++) {
+        const d = f16ToF32(dv.getUint16(b * 34, true));
+        for (let i = 0; i < 32; i++) out[b * 32 + i] = d * dv.getInt8(b * 34 + 2 + i);
+      }
+      return out;
+    }
+    default:
+      throw new GgufError(`tensor ${t.name}: dequantizing ggml type ${GgmlType[t.type] ?? t.type} is not supported (F32, F16, BF16, Q8_0)`);
+  }
+}
+
+/** Quantizes float32 rows to Q8_0 blocks (as llama.cpp's reference quantize_row_q8_0). */
+export function quantizeQ8_0(x: Float32Array): Uint8Array {
+  if (x.length % 32) throw new GgufError(`Q8_0 needs a multiple of 32 values (got ${x.length})`);
+  const nb = x.length / 32;
+  const out = new Uint8Array(nb * 34);
+  const dv = new DataView(out.buffer);
+  for (let b = 0; b < nb; b++) {
+    let amax = 0;
+    for (let i = 0; i < 32; i++) amax = Math.max(amax, Math.abs(x[b * 32 + i]));
+    const d = amax / 127, id = d ? 1 / d : 0;
+    dv.setUint16(b * 34, f32ToF16(d), true);
+    for (let i = 0; i < 32; i++) dv.setInt8(b * 34 + 2 + i, Math.round(x[b * 32 + i] * id));
+  }
+  return out;
+}
+
+// ---- writer ---------------------------------------------------------------------------------------------
+export interface GgufTensorToWrite {
+  type: GgmlType;
+  /** Row-major shape (HF order); written as ne = shape reversed. */
+  shape: number[];
+  data: Uint8Array;
+}
+
+/** Plain JS values are typed as: string → STRING, boolean → BOOL, integer → UINT32 (INT32 if negative), other number → FLOAT32, arrays likewise. */
+function typed(v: GgufValue | string | number | boolean | (string | number | boolean)[]): GgufValue {
+  if (typeof v === 'object' && v !== null && !Array.isArray(v) && 'type' in v) return v;
+  const scalarType = (x: string | number | boolean): GgufType =>
+    typeof x === 'string' ? GgufType.STRING : typeof x === 'boolean' ? GgufType.BOOL : Number.isInteger(x) ? (x < 0 ? GgufType.INT32 : GgufType.UINT32) : GgufType.FLOAT32;
+  if (Array.isArray(v)) {
+    let it = v.length ? scalarType(v[0]) : GgufType.INT32;
+    if (v.some((x) => typeof x === 'number' && !Number.isInteger(x))) it = GgufType.FLOAT32;
+    else if (it === GgufType.UINT32 && v.some((x) => (x as number) < 0)) it = GgufType.INT32;
+    return { type: GgufType.ARRAY, itemType: it, value: v };
+  }
+  return { type: scalarType(v), value: v } as GgufValue;
+}
+
+class ByteWriter {
+  private chunks: Buffer[] = [];
+  private cur = Buffer.alloc(1 << 16);
+  private pos = 0;
+  length = 0;
+  private ensure(n: number): void {
+    if (this.pos + n > this.cur.length) {
+      this.chunks.push(this.cur.subarray(0, this.pos));
+      this.cur = Buffer.alloc(Math.max(1 << 16, n));
+      this.pos = 0;
+    }
+  }
+  u8(v: number): void { this.ensure(1); this.cur.writeUInt8(v, this.pos); this.pos += 1; this.length += 1; }
+  i8(v: number): void { this.ensure(1); this.cur.writeInt8(v, this.pos); this.pos += 1; this.length += 1; }
+  u16(v: number): void { this.ensure(2); this.cur.writeUInt16LE(v, this.pos); this.pos += 2; this.length += 2; }
+  i16(v: number): void { this.ensure(2); this.cur.writeInt16LE(v, this.pos); this.pos += 2; this.length += 2; }
+  u32(v: number): void { this.ensure(4); this.cur.writeUInt32LE(v >>> 0, this.pos); this.pos += 4; this.length += 4; }
+  i32(v: number): void { this.ensure(4); this.cur.writeInt32LE(v, this.pos); this.pos += 4; this.length += 4; }
+  f32(v: number): void { this.ensure(4); this.cur.writeFloatLE(v, this.pos); this.pos += 4; this.length += 4; }
+  f64(v: number): void { this.ensure(8); this.cur.writeDoubleLE(v, this.pos); this.pos += 8; this.length += 8; }
+  u64(v: number): void { this.ensure(8); this.cur.writeBigUInt64LE(BigInt(v), this.pos); this.pos += 8; this.length += 8; }
+  i64(v: number): void { this.ensure(8); this.cur.writeBigInt64LE(BigInt(v), this.pos); this.pos += 8; this.length += 8; }
+  str(s: string): void { const b = Buffer.from(s, 'utf8'); this.u64(b.length); this.ensure(b.length); b.copy(this.cur, this.pos); this.pos += b.length; this.length += b.length; }
+  pad(al: number): void { while (this.length % al) this.u8(0); }
+  done(): Buffer { this.chunks.push(this.cur.subarray(0, this.pos)); return Buffer.concat(this.chunks); }
+}
+
+function writeScalar(w: ByteWriter, t: GgufType, v: string | number | boolean): void {
+  switch (t) {
+    case GgufType.UINT8: w.u8(v as number); break;
+    case GgufType.INT8: w.i8(v as number); break;
+    case GgufType.UINT16: w.u16(v as number); break;
+    case GgufType.INT16: w.i16(v as number); break;
+    case GgufType.UINT32: w.u32(v as number); break;
+    case GgufType.INT32: w.i32(v as number); break;
+    case GgufType.FLOAT32: w.f32(v as number); break;
+    case GgufType.BOOL: w.u8(v ? 1 : 0); break;
+    case GgufType.STRING: w.str(v as string); break;
+    case GgufType.UINT64: w.u64(v as number); break;
+    case GgufType.INT64: w.i64(v as number); break;
+    case GgufType.FLOAT64: w.f64(v as number); break;
+    default: throw new GgufError(`cannot write metadata type ${t}`);
+  }
+}
+
+/** Writes a GGUF v3 file. Tensors are written in the given order, each aligned to `general.alignment` (32). */
+export function writeGguf(
+  path: string,
+  spec: { metadata: Record<string, GgufValue | string | number | boolean | (string | number | boolean)[]>; tensors: Record<string, GgufTensorToWrite> },
+): void {
+  const alignment = 32;
+  const meta = { ...spec.metadata };
+  const w = new ByteWriter();
+  w.u32(0x46554747);
+  w.u32(3);
+  const names = Object.keys(spec.tensors);
+  w.u64(names.length);
+  w.u64(Object.keys(meta).length);
+  for (const [k, raw] of Object.entries(meta)) {
+    const v = typed(raw);
+    w.str(k);
+    w.u32(v.type);
+    if (v.type === GgufType.ARRAY) {
+      w.u32(v.itemType);
+      w.u64(v.value.length);
+      for (const x of v.value) writeScalar(w, v.itemType, x);
+    } else writeScalar(w, v.type, v.value);
+  }
+  let off = 0;
+  const offsets: number[] = [];
+  for (const name of names) {
+    const t = spec.tensors[name];
+    const ne = [...t.shape].reverse();
+    const nbytes = tensorBytes(t.type, ne, `tensor ${name}`);
+    if (t.data.byteLength !== nbytes) throw new GgufError(`tensor ${name}: ${t.data.byteLength} bytes, shape ${JSON.stringify(t.shape)} ${GgmlType[t.type]} needs ${nbytes}`);
+    w.str(name);
+    w.u32(ne.length);
+    for (const d of ne) w.u64(d);
+    w.u32(t.type);
+    w.u64(off);
+    offsets.push(off);
+    off += Math.ceil(nbytes / alignment) * alignment;
+  }
+  w.pad(alignment);
+  const header = w.done();
+  const fd = openSync(path, 'w');
+  try {
+    writeSync(fd, header);
+    const zeros = Buffer.alloc(alignment);
+    names.forEach((name) => {
+      const d = spec.tensors[name].data;
+      writeSync(fd, d);
+      const padN = (alignment - (d.byteLength % alignment)) % alignment;
+      if (padN) writeSync(fd, zeros, 0, padN);
+    });
+  } finally {
+    closeSync(fd);
+  }
+}
+
+// ---- HF ↔ llama.cpp -------------------------------------------------------------------------------------
+const LAYER_MAP: [string, string][] = [
+  ['input_layernorm.weight', 'attn_norm.weight'],
+  ['self_attn.q_proj.weight', 'attn_q.weight'],
+  ['self_attn.q_proj.bias', 'attn_q.bias'],
+  ['self_attn.k_proj.weight', 'attn_k.weight'],
+  ['self_attn.k_proj.bias', 'attn_k.bias'],
+  ['self_attn.v_proj.weight', 'attn_v.weight'],
+  ['self_attn.v_proj.bias', 'attn_v.bias'],
+  ['self_attn.o_proj.weight', 'attn_output.weight'],
+  ['post_attention_layernorm.weight', 'ffn_norm.weight'],
+  ['mlp.gate_proj.weight', 'ffn_gate.weight'],
+  ['mlp.up_proj.weight', 'ffn_up.weight'],
+  ['mlp.down_proj.weight', 'ffn_down.weight'],
+];
+const TOP_MAP: [string, string][] = [
+  ['model.embed_tokens.weight', 'token_embd.weight'],
+  ['model.norm.weight', 'output_norm.weight'],
+  ['lm_head.weight', 'output.weight'],
+];
+
+/** HF tensor name → llama.cpp name (undefined when unmapped). */
+export function hfToGgufName(hf: string): string | undefined {
+  for (const [h, g] of TOP_MAP) if (hf === h) return g;
+  const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
+  if (m) for (const [h, g] of LAYER_MAP) if (m[2] === h) return `blk.${m[1]}.${g}`;
+  return undefined;
+}
+
+/** llama.cpp tensor name → HF name (undefined when unmapped, e.g. rope_freqs.weight). */
+export function ggufToHfName(g: string): string | undefined {
+  for (const [h, gg] of TOP_MAP) if (g === gg) return h;
+  const m = /^blk\.(\d+)\.(.+)$/.exec(g);
+  if (m) for (const [h, gg] of LAYER_MAP) if (m[2] === gg) return `model.layers.${m[1]}.${h}`;
+  return undefined;
+}
+
+/**
+ * Row permutation between HF and llama.cpp for Q/K of arch "llama". rows = nHeads·hd; each row has
+ * `rowBytes` bytes (any dtype, including quantized rows). toGguf: GGUF row h·hd + 2i + a ← HF row h·hd + a·hd/2 + i.
+ */
+export function permuteRows(data: Uint8Array, nHeads: number, rowBytes: number, toGguf: boolean): Uint8Array {
+  const rows = data.byteLength / rowBytes;
+  const hd = rows / nHeads;
+  if (!Number.isInteger(hd) || hd % 2) throw new GgufError(`cannot permute ${rows} rows over ${nHeads} heads`);
+  const out = new Uint8Array(data.byteLength);
+  for (let h = 0; h < nHeads; h++)
+    for (let i = 0; i < hd / 2; i++)
+      for (let a = 0; a < 2; a++) {
+        const g = h * hd + 2 * i + a, f = h * hd + a * (hd / 2) + i;
+        const [dst, src] = toGguf ? [g, f] : [f, g];
+        out.set(data.subarray(src * rowBytes, (src + 1) * rowBytes), dst * rowBytes);
+      }
+  return out;
+}
+
+function metaNum(meta: Record<string, unknown>, key: string): number | undefined {
+  const v = meta[key];
+  return typeof v === 'number' ? v : undefined;
+}
+
+/** GGUF metadata → an HF config.json object (feed it to parseDecoderConfig). Supports arch llama / qwen2 / mistral. */
+export function ggufToHfConfig(meta: Record<string, unknown>): Record<string, unknown> {
+  const arch = String(meta['general.architecture'] ?? '');
+  if (!['llama', 'qwen2', 'mistral'].includes(arch)) throw new GgufError(`GGUF architecture "${arch}" is not supported (llama, qwen2, mistral)`);
+  const k = (s: string): number | undefined => metaNum(meta, `${arch}.${s}`);
+  const hidden = k('embedding_length'), heads = k('attention.head_count');
+  if (!hidden || !heads) throw new GgufError(`GGUF metadata lacks ${arch}.embedding_length / ${arch}.attention.head_count`);
+  const tokens = meta['tokenizer.ggml.tokens'] as unknown[] | undefined;
+  const cfg: Record<string, unknown> = {
+    model_type: arch,
+    hidden_size: hidden,
+    intermediate_size: k('feed_forward_length'),
+    num_hidden_layers: k('block_count'),
+    num_attention_heads: heads,
+    num_key_value_heads: k('attention.head_count_kv') ?? heads,
+    head_dim: k('attention.key_length') ?? k('rope.dimension_count') ?? hidden / heads,
+    rms_norm_eps: k('attention.layer_norm_rms_epsilon') ?? 1e-6,
+    rope_theta: k('rope.freq_base') ?? 10000,
+    max_position_embeddings: k('context_length') ?? 2048,
+    vocab_size: k('vocab_size') ?? tokens?.length,
+    bos_token_id: metaNum(meta, 'tokenizer.ggml.bos_token_id') ?? null,
+    eos_token_id: metaNum(meta, 'tokenizer.ggml.eos_token_id') ?? null,
+    pad_token_id: metaNum(meta, 'tokenizer.ggml.padding_token_id') ?? null,
+    torch_dtype: 'float32',
+  };
+  const scType = meta[`${arch}.rope.scaling.type`];
+  if (scType === 'linear') cfg.rope_scaling = { rope_type: 'linear', factor: k('rope.scaling.factor') ?? 1 };
+  if (meta['loom.rope_scaling'] && typeof meta['loom.rope_scaling'] === 'string') cfg.rope_scaling = JSON.parse(meta['loom.rope_scaling'] as string);
+  const sw = k('attention.sliding_window');
+  if (sw) cfg.sliding_window = sw;
+  if (arch === 'qwen2') cfg.use_sliding_window = false;
+  return cfg;
+}
+
+export interface GgufCheckpoint {
+  config: DecoderConfig;
+  file: GgufFile;
+  /** HF name → tensor (Q/K rows un-permuted; bytes may be a copy for permuted tensors). */
+  tensors: Map<string, GgufTensorInfo>;
+  /** tie_word_embeddings: true when there is no output.weight */
+  tied: boolean;
+}
+
+/** Opens a GGUF decoder as HF-named tensors + a DecoderConfig. */
+export function loadGgufCheckpoint(path: string): GgufCheckpoint {
+  const file = new GgufFile(path);
+  const meta = file.metadataObject();
+  const raw = ggufToHfConfig(meta);
+  const tied = !file.tensors.has('output.weight');
+  raw.tie_word_embeddings = tied;
+  raw.attention_bias = file.tensors.has('blk.0.attn_q.bias');
+  const config = parseDecoderConfig(raw, path);
+  const permute = String(meta['general.architecture']) === 'llama';
+  const tensors = new Map<string, GgufTensorInfo>();
+  for (const [g, t] of file.tensors) {
+    const hf = ggufToHfName(g);
+    if (!hf) continue;
+    let info = t;
+    const isQ = /attn_q\.(weight|bias)$/.test(g), isK = /attn_k\.(weight|bias)$/.test(g);
+    if (permute && (isQ || isK)) info = { ...t, bytes: permuteRows(t.bytes, isQ ? config.numHeads : config.numKvHeads, t.bytes.byteLength / t.shape[0], false) };
+    tensors.set(hf, { ...info, name: hf });
+  }
+  return { config, file, tensors, tied };
+}
+
+const ST_TO_GGML: Partial<Record<StDType, GgmlType>> = { F32: GgmlType.F32, F16: GgmlType.F16, BF16: GgmlType.BF16 };
+
+/**
+ * Converts an HF checkpoint folder (config.json, *.safetensors, tokenizer.json) to a GGUF file llama.cpp loads.
+ * `outType`: tensor type for 2-D weights (norms stay F32): 'F32' | 'F16' | 'BF16' | 'Q8_0' (default: keep the
+ * stored type). Tokenizer metadata: SentencePiece-style vocabularies (▁, byte fallback) as tokenizer.ggml.model
+ * "llama" with scores −id; byte-level BPE as "gpt2" with merges.
+ */
+export function convertHfToGguf(dir: string, outPath: string, opts: { outType?: 'F32' | 'F16' | 'BF16' | 'Q8_0'; name?: string } = {}): void {
+  const cfg = loadDecoderConfig(dir);
+  const ck = SafetensorsCheckpoint.open(dir);
+  const arch = cfg.modelType === 'qwen2' ? 'qwen2' : 'llama';
+  const md: Record<string, GgufValue | string | number | boolean | (string | number | boolean)[]> = {
+    'general.architecture': arch,
+    'general.name': opts.name ?? dir.split('/').filter(Boolean).pop() ?? 'model',
+    'general.alignment': gv.u32(32),
+    [`${arch}.context_length`]: gv.u32(cfg.maxPositionEmbeddings),
+    [`${arch}.embedding_length`]: gv.u32(cfg.hiddenSize),
+    [`${arch}.block_count`]: gv.u32(cfg.numLayers),
+    [`${arch}.feed_forward_length`]: gv.u32(cfg.intermediateSize),
+    [`${arch}.attention.head_count`]: gv.u32(cfg.numHeads),
+    [`${arch}.attention.head_count_kv`]: gv.u32(cfg.numKvHeads),
+    [`${arch}.rope.freq_base`]: gv.f32(cfg.ropeTheta),
+    [`${arch}.rope.dimension_count`]: gv.u32(cfg.headDim),
+    [`${arch}.attention.key_length`]: gv.u32(cfg.headDim),
+    [`${arch}.attention.value_length`]: gv.u32(cfg.headDim),
+    [`${arch}.attention.layer_norm_rms_epsilon`]: gv.f32(cfg.rmsNormEps),
+    [`${arch}.vocab_size`]: gv.u32(cfg.vocabSize),
+  };
+  if (cfg.ropeScaling.type === 'linear') {
+    md[`${arch}.rope.scaling.type`] = 'linear';
+    md[`${arch}.rope.scaling.factor`] = gv.f32(cfg.ropeScaling.factor);
+  }
+  if (cfg.ropeScaling.type === 'llama3') {
+    const r = cfg.ropeScaling;
+    md['loom.rope_scaling'] = JSON.stringify({ rope_type: 'llama3', factor: r.factor, low_freq_factor: r.lowFreqFactor, high_freq_factor: r.highFreqFactor, original_max_position_embeddings: r.originalMaxPosition });
+  }
+  Object.assign(md, tokenizerMetadata(dir, cfg));
+
+  const tensors: Record<string, GgufTensorToWrite> = {};
+  const names = ck.names();
+  const tied = cfg.tieWordEmbeddings;
+  const emb = ck.has('model.embed_tokens.weight') ? 'model.embed_tokens.weight' : 'lm_head.weight';
+  const order = ['model.embed_tokens.weight', ...names.filter((n) => n !== 'model.embed_tokens.weight' && !(tied && n === 'lm_head.weight'))];
+  for (const hf of order) {
+    const src = hf === 'model.embed_tokens.weight' ? emb : hf;
+    if (!ck.has(src)) continue;
+    const g = hfToGgufName(hf);
+    if (!g) continue;
+    const t = ck.get(src);
+    const is2d = t.shape.length === 2;
+    let want = is2d ? (opts.outType ?? t.dtype) : 'F32';
+    if (want === 'Q8_0' && t.shape[1] % 32 !== 0) want = 'F16'; // like llama.cpp: rows not a block multiple fall back
+    let type: GgmlType;
+    let data: Uint8Array;
+    if (want === t.dtype && ST_TO_GGML[t.dtype as StDType] !== undefined) {
+      type = ST_TO_GGML[t.dtype as StDType]!;
+      data = t.bytes;
+    } else {
+      const f = ck.float32(src);
+      if (want === 'F32') { type = GgmlType.F32; data = new Uint8Array(f.buffer.slice(f.byteOffset, f.byteOffset + f.byteLength)); }
+      else if (want === 'F16') {
+        type = GgmlType.F16;
+        const h = new Uint16Array(f.length);
+        for (let i = 0; i < f.length; i++) h[i] = f32ToF16(f[i]);
+        data = new Uint8Array(h.buffer);
+      } else if (want === 'BF16') {
+        type = GgmlType.BF16;
+        const h = new Uint16Array(f.length);
+        addon.convertF32ToBf16(f, h);
+        data = new Uint8Array(h.buffer);
+      } else if (want === 'Q8_0') { type = GgmlType.Q8_0; data = quantizeQ8_0(f); }
+      else throw new GgufError(`tensor ${src}: cannot write ${t.dtype} as ${want}`);
+    }
+    const isQ = /q_proj\.(weight|bias)$/.test(hf), isK = /k_proj\.(weight|bias)$/.test(hf);
+    if (arch === 'llama' && (isQ || isK)) data = permuteRows(data, isQ ? cfg.numHeads : cfg.numKvHeads, data.byteLength / t.shape[0], true);
+    tensors[g] = { type, shape: t.shape, data };
+  }
+  writeGguf(outPath, { metadata: md, tensors });
+}
+
+function tokenizerMetadata(dir: string, cfg: DecoderConfig): Record<string, GgufValue> {
+  const p = join(dir, 'tokenizer.json');
+  if (!existsSync(p)) return {};
+  const tj = JSON.parse(readFileSync(p, 'utf8'));
+  const vocab = tj.model?.vocab as Record<string, number>;
+  if (!vocab) return {};
+  const added = (tj.added_tokens ?? []) as { id: number; content: string; special: boolean }[];
+  const n = Math.max(cfg.vocabSize, ...Object.values(vocab).map((x) => x + 1), ...added.map((a) => a.id + 1));
+  const tokens: string[] = new Array(n);
+  const types: number[] = new Array(n).fill(1);
+  for (const [t, id] of Object.entries(vocab)) tokens[id] = t;
+  for (const a of added) { tokens[a.id] = a.content; types[a.id] = a.special ? 3 : 4; }
+  for (let i = 0; i < n; i++) if (tokens[i] === undefined) { tokens[i] = `[PAD${i}]`; types[i] = 5; }
+  const byteLevel = JSON.stringify(tj.pre_tokenizer ?? '').includes('ByteLevel') || JSON.stringify(tj.decoder ?? '').includes('ByteLevel');
+  const md: Record<string, GgufValue> = {};
+  if (byteLevel) {
+    md['tokenizer.ggml.model'] = gv.str('gpt2');
+    md['tokenizer.ggml.pre'] = gv.str(cfg.modelType === 'qwen2' ? 'qwen2' : 'smollm');
+    const merges = ((tj.model.merges ?? []) as (string | string[])[]).map((m) => (Array.isArray(m) ? m.join(' ') : m));
+    md['tokenizer.ggml.merges'] = gv.arr(GgufType.STRING, merges);
+  } else {
+    md['tokenizer.ggml.model'] = gv.str('llama');
+    md['tokenizer.ggml.pre'] = gv.str('default');
+    for (let i = 0; i < n; i++) if (/^<0x[0-9A-F]{2}>$/.test(tokens[i])) types[i] = 6;
+    md['tokenizer.ggml.scores'] = gv.arr(GgufType.FLOAT32, tokens.map((_, i) => -i));
+  }
+  md['tokenizer.ggml.tokens'] = gv.arr(GgufType.STRING, tokens);
+  md['tokenizer.ggml.token_type'] = gv.arr(GgufType.INT32, types);
+  if (cfg.bosTokenId !== null) md['tokenizer.ggml.bos_token_id'] = gv.u32(cfg.bosTokenId);
+  if (cfg.eosTokenIds.length) md['tokenizer.ggml.eos_token_id'] = gv.u32(cfg.eosTokenIds[0]);
+  if (cfg.padTokenId !== null) md['tokenizer.ggml.padding_token_id'] = gv.u32(cfg.padTokenId);
+  const unk = tj.model.unk_token ? vocab[tj.model.unk_token] : undefined;
+  if (unk !== undefined) md['tokenizer.ggml.unknown_token_id'] = gv.u32(unk);
+  const tc = join(dir, 'tokenizer_config.json');
+  if (existsSync(tc)) {
+    const c = JSON.parse(readFileSync(tc, 'utf8'));
+    if (typeof c.add_bos_token === 'boolean') md['tokenizer.ggml.add_bos_token'] = gv.bool(c.add_bos_token);
+    if (typeof c.chat_template === 'string') md['tokenizer.chat_template'] = gv.str(c.chat_template);
+  }
+  return md;
+}
