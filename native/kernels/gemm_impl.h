@@ -628,7 +628,7 @@ static void linear_bf16_pairs(int64_t M, int64_t N, int64_t K, const float* x, i
 // Entry points
 // ---------------------------------------------------------------------------------------------
 // Below this many rows, the dot-product path (no packing) beats packing W for the micro-kernel.
-static constexpr int64_t SMALL_M = 8;
+static constexpr int64_t SMALL_M = 16;
 
 template <typename WT>
 static void linear_any(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const WT* w, int64_t ldw,
