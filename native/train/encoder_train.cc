@@ -1,0 +1,688 @@
+// GLiNER2 span-model training graph (see encoder_train.h for the math and shapes).
+#include "encoder_train.h"
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace loom::train::encoder {
+
+using deberta::rel_index;
+
+// ---------------------------------------------------------------------------------------------
+// Construction
+// ---------------------------------------------------------------------------------------------
+std::unique_ptr<Model> model_create(const Config& cfg, const std::vector<std::pair<std::string, const float*>>& tensors,
+                                    const LoraCfg& lc) {
+  const deberta::Config& c = cfg.deb;
+  if (c.D <= 0 || c.L <= 0 || c.H <= 0 || c.F <= 0 || c.V <= 0 || c.D % c.H != 0)
+    throw std::invalid_argument("encoder train: bad configuration");
+  auto m = std::make_unique<Model>();
+  m->cfg = cfg;
+  std::unordered_map<std::string, const float*> by(tensors.begin(), tensors.end());
+  const int64_t D = c.D, F = c.F, S2 = 2 * c.att_span();
+  const bool full = !lc.enabled;
+  Rng rng(lc.seed);
+  auto param = [&](const std::string& n, std::vector<int64_t> shape) -> Param* {
+    auto it = by.find(n);
+    if (it == by.end() || !it->second) throw std::invalid_argument("encoder train: missing tensor " + n);
+    int group = n.rfind("encoder.", 0) == 0 ? 0 : 1;
+    return m->ps.add(n, std::move(shape), it->second, group, full);
+  };
+  auto linear = [&](TLinear& l, const std::string& n, int64_t N, int64_t K) {
+    l.N = N;
+    l.K = K;
+    l.W = param(n + ".weight", {N, K});
+    l.b = param(n + ".bias", {N});
+    if (lc.enabled && lc.targets.count(n)) {
+      l.lora.r = lc.r;
+      l.lora.s = lc.alpha / float(lc.r);
+      l.lora.dropout = lc.dropout;
+      std::vector<float> A(size_t(lc.r * K));
+      const float bound = 1.0f / std::sqrt(float(K));  // kaiming_uniform_(a=√5)
+      for (auto& a : A) a = (rng.uniform() * 2.0f - 1.0f) * bound;
+      l.lora.A = m->ps.add("base_model.model." + n + ".lora_A.weight", {lc.r, K}, A.data(), 1, true);
+      l.lora.B = m->ps.add("base_model.model." + n + ".lora_B.weight", {N, lc.r}, nullptr, 1, true);
+    }
+  };
+  auto mlp = [&](Mlp2& p, const std::string& n, int64_t in, int64_t hid, int64_t out, int ia = 0, int ib = 3) {
+    linear(p.a, n + "." + std::to_string(ia), hid, in);
+    linear(p.b, n + "." + std::to_string(ib), out, hid);
+  };
+  m->word_emb = param("encoder.embeddings.word_embeddings.weight", {c.V, D});
+  m->emb_ln_w = param("encoder.embeddings.LayerNorm.weight", {D});
+  m->emb_ln_b = param("encoder.embeddings.LayerNorm.bias", {D});
+  m->rel_emb = param("encoder.encoder.rel_embeddings.weight", {S2, D});  // (first 2·span rows are used)
+  if (cfg.rel_ln) {
+    m->rel_ln_w = param("encoder.encoder.LayerNorm.weight", {D});
+    m->rel_ln_b = param("encoder.encoder.LayerNorm.bias", {D});
+  }
+  m->layers.resize(size_t(c.L));
+  for (int64_t l = 0; l < c.L; l++) {
+    std::string p = "encoder.encoder.layer." + std::to_string(l) + ".";
+    Layer& L = m->layers[size_t(l)];
+    linear(L.q, p + "attention.self.query_proj", D, D);
+    linear(L.k, p + "attention.self.key_proj", D, D);
+    linear(L.v, p + "attention.self.value_proj", D, D);
+    linear(L.o, p + "attention.output.dense", D, D);
+    linear(L.inter, p + "intermediate.dense", F, D);
+    linear(L.out, p + "output.dense", D, F);
+    L.ln1_w = param(p + "attention.output.LayerNorm.weight", {D});
+    L.ln1_b = param(p + "attention.output.LayerNorm.bias", {D});
+    L.ln2_w = param(p + "output.LayerNorm.weight", {D});
+    L.ln2_b = param(p + "output.LayerNorm.bias", {D});
+  }
+  const std::string sp = "span_rep.span_rep_layer.";
+  mlp(m->proj_start, sp + "project_start", D, 4 * D, D);
+  mlp(m->proj_end, sp + "project_end", D, 4 * D, D);
+  linear(m->out0, sp + "out_project.0", 4 * D, 2 * D);
+  if (m->out0.lora.r > 0 && m->out0.lora.dropout > 0) m->out0.lora.dropout = 0;  // split path: no dropout
+  linear(m->out3, sp + "out_project.3", D, 4 * D);
+  mlp(m->classifier, "classifier", D, 2 * D, 1, 0, 2);
+  mlp(m->count_pred, "count_pred", D, 2 * D, 20, 0, 2);
+  m->pos_emb = param("count_embed.pos_embedding.weight", {20, D});
+  m->gru_ih.N = m->gru_hh.N = 3 * D;
+  m->gru_ih.K = m->gru_hh.K = D;
+  m->gru_ih.W = param("count_embed.gru.weight_ih_l0", {3 * D, D});
+  m->gru_ih.b = param("count_embed.gru.bias_ih_l0", {3 * D});
+  m->gru_hh.W = param("count_embed.gru.weight_hh_l0", {3 * D, D});
+  m->gru_hh.b = param("count_embed.gru.bias_hh_l0", {3 * D});
+  mlp(m->projector, "count_embed.projector", 2 * D, 4 * D, D, 0, 2);
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoder forward / backward
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+struct LayerActs {
+  std::vector<float> x_in, q, k, v, PQ, PK, probs, ctx, a_pre, ln1_mean, ln1_rstd, a, h_pre, h, f_pre, ln2_mean,
+      ln2_rstd;
+  LinActs lq, lk, lv, lpq, lpk, lo, li, lout;
+};
+struct EncActs {
+  std::vector<float> emb, emb_mean, emb_rstd, R, rel_mean, rel_rstd;
+  std::vector<LayerActs> layers;
+  std::vector<int32_t> dtab;
+  int64_t lo = 0, ncol = 0;
+  float inv_scale = 1.0f;
+};
+
+void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng* rng) {
+  const deberta::Config& c = m.cfg.deb;
+  const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
+  for (int64_t t = 0; t < BN; t++)
+    if (in.ids[t] < 0 || in.ids[t] >= c.V) throw std::out_of_range("encoder train: token id out of range");
+  A.lo = rel_index(c, -(N - 1));
+  A.ncol = rel_index(c, N - 1) - A.lo + 1;
+  A.dtab.resize(size_t(2 * N - 1));
+  for (int64_t r = -(N - 1); r <= N - 1; r++) A.dtab[size_t(r + N - 1)] = int32_t(rel_index(c, r) - A.lo);
+  A.inv_scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
+  // R = LN(rel_emb[:2span])
+  A.R.resize(size_t(S2 * D));
+  if (m.rel_ln_w) {
+    A.rel_mean.resize(static_cast<size_t>(S2));
+    A.rel_rstd.resize(static_cast<size_t>(S2));
+    layernorm_fwd(S2, D, m.rel_emb->w.data(), m.rel_ln_w->w.data(), m.rel_ln_b->w.data(), c.eps, A.R.data(),
+                  A.rel_mean.data(), A.rel_rstd.data());
+  } else {
+    std::memcpy(A.R.data(), m.rel_emb->w.data(), A.R.size() * 4);
+  }
+  std::vector<float> x(size_t(BN * D));
+  A.emb.resize(size_t(BN * D));
+  embedding_fwd(BN, D, in.ids, DType::F32, m.word_emb->w.data(), A.emb.data());
+  A.emb_mean.resize(static_cast<size_t>(BN));
+  A.emb_rstd.resize(static_cast<size_t>(BN));
+  layernorm_fwd(BN, D, A.emb.data(), m.emb_ln_w->w.data(), m.emb_ln_b->w.data(), c.eps, x.data(), A.emb_mean.data(),
+                A.emb_rstd.data());
+  for (int64_t t = 0; t < BN; t++)
+    if (!in.mask[t]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
+  A.layers.resize(size_t(c.L));
+  const int64_t lo = A.lo, ncol = A.ncol;
+  for (int64_t l = 0; l < c.L; l++) {
+    const Layer& L = m.layers[size_t(l)];
+    LayerActs& a = A.layers[size_t(l)];
+    a.x_in = x;
+    a.q.resize(size_t(BN * D));
+    a.k.resize(size_t(BN * D));
+    a.v.resize(size_t(BN * D));
+    L.q.fwd(BN, x.data(), a.q.data(), &a.lq, rng);
+    L.k.fwd(BN, x.data(), a.k.data(), &a.lk, rng);
+    L.v.fwd(BN, x.data(), a.v.data(), &a.lv, rng);
+    a.PQ.resize(size_t(S2 * D));
+    a.PK.resize(size_t(S2 * D));
+    L.q.fwd(S2, A.R.data(), a.PQ.data(), &a.lpq, rng);
+    L.k.fwd(S2, A.R.data(), a.PK.data(), &a.lpk, rng);
+    a.probs.assign(size_t(B * H * N * N), 0.0f);
+    a.ctx.resize(size_t(BN * D));
+    pool_run(threads_get(), [&](int tid, int nt) {
+      std::vector<float> c2p(size_t(N * ncol)), p2c(size_t(N * ncol));
+      for (int64_t bh = tid; bh < B * H; bh += nt) {
+        const int64_t b = bh / H, hh = bh % H;
+        const float* q = a.q.data() + b * N * D + hh * d;
+        const float* k = a.k.data() + b * N * D + hh * d;
+        const float* v = a.v.data() + b * N * D + hh * d;
+        const uint8_t* mk = in.mask + b * N;
+        float* P = a.probs.data() + bh * N * N;
+        sgemm(false, true, N, N, d, 1.0f, q, D, k, D, 0.0f, P, N);  // q·kᵀ
+        if (c.c2p) sgemm(false, true, N, ncol, d, 1.0f, q, D, a.PK.data() + lo * D + hh * d, D, 0.0f, c2p.data(), ncol);
+        if (c.p2c) sgemm(false, true, N, ncol, d, 1.0f, k, D, a.PQ.data() + lo * D + hh * d, D, 0.0f, p2c.data(), ncol);
+        for (int64_t i = 0; i < N; i++) {
+          float* row = P + i * N;
+          const int32_t* di = A.dtab.data() + (i + N - 1);
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < N; j++) {
+            if (!mk[j]) {
+              row[j] = -INFINITY;
+              continue;
+            }
+            int32_t r = di[-j];
+            float s = row[j];
+            if (c.c2p) s += c2p[size_t(i * ncol + r)];
+            if (c.p2c) s += p2c[size_t(j * ncol + r)];
+            s *= A.inv_scale;
+            row[j] = s;
+            mx = std::max(mx, s);
+          }
+          if (mx == -INFINITY) {
+            std::memset(row, 0, size_t(N) * 4);
+            continue;
+          }
+          float sum = 0.0f;
+          for (int64_t j = 0; j < N; j++) {
+            float e = std::exp(row[j] - mx);
+            row[j] = e;
+            sum += e;
+          }
+          float inv = 1.0f / sum;
+          for (int64_t j = 0; j < N; j++) row[j] *= inv;
+        }
+        sgemm(false, false, N, d, N, 1.0f, P, N, v, D, 0.0f, a.ctx.data() + b * N * D + hh * d, D);
+      }
+    });
+    a.a_pre.resize(size_t(BN * D));
+    L.o.fwd(BN, a.ctx.data(), a.a_pre.data(), &a.lo, rng);
+    add_fwd(BN * D, a.a_pre.data(), x.data(), a.a_pre.data());
+    a.ln1_mean.resize(static_cast<size_t>(BN));
+    a.ln1_rstd.resize(static_cast<size_t>(BN));
+    a.a.resize(size_t(BN * D));
+    layernorm_fwd(BN, D, a.a_pre.data(), L.ln1_w->w.data(), L.ln1_b->w.data(), c.eps, a.a.data(), a.ln1_mean.data(),
+                  a.ln1_rstd.data());
+    a.h_pre.resize(size_t(BN * F));
+    a.h.resize(size_t(BN * F));
+    L.inter.fwd(BN, a.a.data(), a.h_pre.data(), &a.li, rng);
+    gelu_fwd(BN * F, a.h_pre.data(), a.h.data(), false);
+    a.f_pre.resize(size_t(BN * D));
+    L.out.fwd(BN, a.h.data(), a.f_pre.data(), &a.lout, rng);
+    add_fwd(BN * D, a.f_pre.data(), a.a.data(), a.f_pre.data());
+    a.ln2_mean.resize(static_cast<size_t>(BN));
+    a.ln2_rstd.resize(static_cast<size_t>(BN));
+    layernorm_fwd(BN, D, a.f_pre.data(), L.ln2_w->w.data(), L.ln2_b->w.data(), c.eps, x.data(), a.ln2_mean.data(),
+                  a.ln2_rstd.data());
+  }
+  std::memcpy(x_out, x.data(), size_t(BN * D) * 4);
+}
+
+// dx: (B*N, D) gradient of the encoder output; consumed.
+void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx) {
+  const deberta::Config& c = m.cfg.deb;
+  const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
+  const int64_t lo = A.lo, ncol = A.ncol;
+  std::vector<float> dR(size_t(S2 * D), 0.0f), dtmp(size_t(BN * D)), dh(size_t(BN * F)), dhp(size_t(BN * F)),
+      dctx(size_t(BN * D)), dq(size_t(BN * D)), dk(size_t(BN * D)), dv(size_t(BN * D)), dPQ(size_t(S2 * D)),
+      dPK(size_t(S2 * D));
+  const int nth = std::max(1, threads_get());
+  std::vector<std::vector<float>> tPQ(static_cast<size_t>(nth)), tPK(static_cast<size_t>(nth));
+  for (int64_t l = c.L - 1; l >= 0; l--) {
+    Layer& L = m.layers[size_t(l)];
+    LayerActs& a = A.layers[size_t(l)];
+    // x = LN2(f_pre), f_pre = out(h) + a
+    layernorm_bwd(BN, D, a.f_pre.data(), L.ln2_w->w.data(), a.ln2_mean.data(), a.ln2_rstd.data(), dx.data(),
+                  dtmp.data(), L.ln2_w->g.data(), L.ln2_b->g.data());
+    L.out.bwd(BN, a.h.data(), dtmp.data(), dh.data(), &a.lout, false);
+    gelu_bwd(BN * F, a.h_pre.data(), dh.data(), dhp.data(), false);
+    L.inter.bwd(BN, a.a.data(), dhp.data(), dtmp.data(), &a.li, true);  // d(a) = dtmp (residual) + inter path
+    // a = LN1(a_pre), a_pre = o(ctx) + x_in
+    layernorm_bwd(BN, D, a.a_pre.data(), L.ln1_w->w.data(), a.ln1_mean.data(), a.ln1_rstd.data(), dtmp.data(),
+                  dx.data(), L.ln1_w->g.data(), L.ln1_b->g.data());  // dx = d(a_pre) (residual to x_in below)
+    L.o.bwd(BN, a.ctx.data(), dx.data(), dctx.data(), &a.lo, false);
+    // attention, per (sample, head)
+    for (int t = 0; t < nth; t++) {
+      tPQ[size_t(t)].assign(size_t(ncol * D), 0.0f);
+      tPK[size_t(t)].assign(size_t(ncol * D), 0.0f);
+    }
+    pool_run(nth, [&](int tid, int nt) {
+      std::vector<float> dP(size_t(N * N)), dC(size_t(N * ncol)), dPc(size_t(N * ncol));
+      for (int64_t bh = tid; bh < B * H; bh += nt) {
+        const int64_t b = bh / H, hh = bh % H, off = b * N * D + hh * d;
+        const float* P = a.probs.data() + bh * N * N;
+        // dV = Pᵀ·dctx ; dP = dctx·Vᵀ
+        sgemm(true, false, N, d, N, 1.0f, P, N, dctx.data() + off, D, 0.0f, dv.data() + off, D);
+        sgemm(false, true, N, N, d, 1.0f, dctx.data() + off, D, a.v.data() + off, D, 0.0f, dP.data(), N);
+        // dS = P ⊙ (dP − rowsum(dP ⊙ P)) · inv_scale
+        for (int64_t i = 0; i < N; i++) {
+          float* r = dP.data() + i * N;
+          const float* p = P + i * N;
+          float s = 0.0f;
+          for (int64_t j = 0; j < N; j++) s += r[j] * p[j];
+          for (int64_t j = 0; j < N; j++) r[j] = p[j] * (r[j] - s) * A.inv_scale;
+        }
+        // dq = dS·k ; dk = dSᵀ·q
+        sgemm(false, false, N, d, N, 1.0f, dP.data(), N, a.k.data() + off, D, 0.0f, dq.data() + off, D);
+        sgemm(true, false, N, d, N, 1.0f, dP.data(), N, a.q.data() + off, D, 0.0f, dk.data() + off, D);
+        std::fill(dC.begin(), dC.end(), 0.0f);
+        std::fill(dPc.begin(), dPc.end(), 0.0f);
+        for (int64_t i = 0; i < N; i++) {
+          const int32_t* di = A.dtab.data() + (i + N - 1);
+          const float* r = dP.data() + i * N;
+          for (int64_t j = 0; j < N; j++) {
+            const int32_t rr = di[-j];
+            dC[size_t(i * ncol + rr)] += r[j];   // c2p: score[i,j] += q_i·PK[δ]
+            dPc[size_t(j * ncol + rr)] += r[j];  // p2c: score[i,j] += k_j·PQ[δ]
+          }
+        }
+        float* tpk = tPK[size_t(tid)].data() + hh * d;
+        float* tpq = tPQ[size_t(tid)].data() + hh * d;
+        if (c.c2p) {
+          sgemm(false, false, N, d, ncol, 1.0f, dC.data(), ncol, a.PK.data() + lo * D + hh * d, D, 1.0f,
+                dq.data() + off, D);
+          sgemm(true, false, ncol, d, N, 1.0f, dC.data(), ncol, a.q.data() + off, D, 1.0f, tpk, D);
+        }
+        if (c.p2c) {
+          sgemm(false, false, N, d, ncol, 1.0f, dPc.data(), ncol, a.PQ.data() + lo * D + hh * d, D, 1.0f,
+                dk.data() + off, D);
+          sgemm(true, false, ncol, d, N, 1.0f, dPc.data(), ncol, a.k.data() + off, D, 1.0f, tpq, D);
+        }
+      }
+    });
+    std::fill(dPQ.begin(), dPQ.end(), 0.0f);
+    std::fill(dPK.begin(), dPK.end(), 0.0f);
+    for (int t = 0; t < nth; t++) {
+      axpy(ncol * D, 1.0f, tPQ[size_t(t)].data(), dPQ.data() + lo * D);
+      axpy(ncol * D, 1.0f, tPK[size_t(t)].data(), dPK.data() + lo * D);
+    }
+    // PQ = q(R), PK = k(R): parameter grads and dR
+    L.q.bwd(S2, A.R.data(), dPQ.data(), dR.data(), &a.lpq, true);
+    L.k.bwd(S2, A.R.data(), dPK.data(), dR.data(), &a.lpk, true);
+    // q, k, v = lin(x_in); dx already holds the residual d(x_in)
+    L.q.bwd(BN, a.x_in.data(), dq.data(), dx.data(), &a.lq, true);
+    L.k.bwd(BN, a.x_in.data(), dk.data(), dx.data(), &a.lk, true);
+    L.v.bwd(BN, a.x_in.data(), dv.data(), dx.data(), &a.lv, true);
+    a = LayerActs();
+  }
+  // x0 = LN(emb)·mask
+  for (int64_t t = 0; t < BN; t++)
+    if (!in.mask[t]) std::memset(dx.data() + t * D, 0, size_t(D) * 4);
+  layernorm_bwd(BN, D, A.emb.data(), m.emb_ln_w->w.data(), A.emb_mean.data(), A.emb_rstd.data(), dx.data(),
+                dtmp.data(), m.emb_ln_w->g.data(), m.emb_ln_b->g.data());
+  if (m.word_emb->trainable) embedding_bwd(BN, D, in.ids, dtmp.data(), m.word_emb->g.data());
+  if (m.rel_emb->trainable) {
+    if (m.rel_ln_w) {
+      std::vector<float> drel(size_t(S2 * D));
+      layernorm_bwd(S2, D, m.rel_emb->w.data(), m.rel_ln_w->w.data(), A.rel_mean.data(), A.rel_rstd.data(), dR.data(),
+                    drel.data(), m.rel_ln_w->g.data(), m.rel_ln_b->g.data());
+      axpy(S2 * D, 1.0f, drel.data(), m.rel_emb->g.data());
+    } else {
+      axpy(S2 * D, 1.0f, dR.data(), m.rel_emb->g.data());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// count_embed (count_lstm): GRU over c steps from h0 = F, then projector(concat(G, F))
+// ---------------------------------------------------------------------------------------------
+struct CountActs {
+  int64_t c = 0, M = 0;
+  std::vector<float> F, gi, hprev, r, z, n, ghn, cat;  // per step (c, M, D) for hprev/r/z/n/ghn
+  LinActs lih;
+  std::vector<LinActs> lhh;
+  Mlp2::Acts proj;
+};
+
+void count_embed_fwd(const Model& m, int64_t M, const float* F, int64_t c, float* Fc, CountActs& A, Rng* rng) {
+  const int64_t D = m.cfg.deb.D;
+  A.c = c;
+  A.M = M;
+  A.F.assign(F, F + M * D);
+  A.gi.resize(size_t(c * 3 * D));
+  m.gru_ih.fwd(c, m.pos_emb->w.data(), A.gi.data(), &A.lih, rng);  // (c, 3D)
+  A.hprev.resize(size_t(c * M * D));
+  A.r.resize(size_t(c * M * D));
+  A.z.resize(size_t(c * M * D));
+  A.n.resize(size_t(c * M * D));
+  A.ghn.resize(size_t(c * M * D));
+  A.lhh.resize(static_cast<size_t>(c));
+  std::vector<float> h(F, F + M * D), gh(size_t(M * 3 * D)), G(size_t(c * M * D));
+  for (int64_t t = 0; t < c; t++) {
+    std::memcpy(A.hprev.data() + t * M * D, h.data(), size_t(M * D) * 4);
+    m.gru_hh.fwd(M, h.data(), gh.data(), &A.lhh[size_t(t)], rng);
+    const float* x = A.gi.data() + t * 3 * D;
+    for (int64_t mm = 0; mm < M; mm++)
+      for (int64_t u = 0; u < D; u++) {
+        const float* g = gh.data() + mm * 3 * D;
+        size_t at = size_t((t * M + mm) * D + u);
+        float r = sigmoidf(x[u] + g[u]);
+        float z = sigmoidf(x[D + u] + g[D + u]);
+        float n = std::tanh(x[2 * D + u] + r * g[2 * D + u]);
+        A.r[at] = r;
+        A.z[at] = z;
+        A.n[at] = n;
+        A.ghn[at] = g[2 * D + u];
+        float& hv = h[size_t(mm * D + u)];
+        hv = (1.0f - z) * n + z * hv;
+        G[at] = hv;
+      }
+  }
+  A.cat.resize(size_t(c * M * 2 * D));
+  for (int64_t t = 0; t < c; t++)
+    for (int64_t mm = 0; mm < M; mm++) {
+      float* row = A.cat.data() + (t * M + mm) * 2 * D;
+      std::memcpy(row, G.data() + (t * M + mm) * D, size_t(D) * 4);
+      std::memcpy(row + D, F + mm * D, size_t(D) * 4);
+    }
+  m.projector.fwd(c * M, A.cat.data(), Fc, &A.proj, rng);
+}
+
+// dFc (c, M, D) → dF (M, D) accumulated.
+void count_embed_bwd(const Model& m, CountActs& A, const float* dFc, float* dF) {
+  const int64_t D = m.cfg.deb.D, c = A.c, M = A.M;
+  std::vector<float> dcat(size_t(c * M * 2 * D));
+  m.projector.bwd(c * M, dFc, dcat.data(), A.proj, false);
+  std::vector<float> dh(size_t(M * D), 0.0f), dgh(size_t(M * 3 * D)), dgi(size_t(c * 3 * D), 0.0f),
+      dhp(size_t(M * D));
+  for (int64_t t = 0; t < c; t++)
+    for (int64_t mm = 0; mm < M; mm++)
+      axpy(D, 1.0f, dcat.data() + (t * M + mm) * 2 * D + D, dF + mm * D);  // F half of concat
+  for (int64_t t = c - 1; t >= 0; t--) {
+    for (int64_t mm = 0; mm < M; mm++) axpy(D, 1.0f, dcat.data() + (t * M + mm) * 2 * D, dh.data() + mm * D);
+    float* dgit = dgi.data() + t * 3 * D;
+    for (int64_t mm = 0; mm < M; mm++)
+      for (int64_t u = 0; u < D; u++) {
+        size_t at = size_t((t * M + mm) * D + u);
+        float r = A.r[at], z = A.z[at], n = A.n[at], hp = A.hprev[at], g = dh[size_t(mm * D + u)];
+        float dn = g * (1.0f - z);
+        float dz = g * (hp - n);
+        dhp[size_t(mm * D + u)] = g * z;
+        float dnp = dn * (1.0f - n * n);
+        float dr = dnp * A.ghn[at];
+        float drp = dr * r * (1.0f - r);
+        float dzp = dz * z * (1.0f - z);
+        float* gh = dgh.data() + mm * 3 * D;
+        gh[u] = drp;
+        gh[D + u] = dzp;
+        gh[2 * D + u] = dnp * r;
+        dgit[u] += drp;
+        dgit[D + u] += dzp;
+        dgit[2 * D + u] += dnp;
+      }
+    // gh = hprev·W_hhᵀ + b_hh
+    m.gru_hh.bwd(M, A.hprev.data() + t * M * D, dgh.data(), dhp.data(), &A.lhh[size_t(t)], true);
+    dh.swap(dhp);
+  }
+  axpy(M * D, 1.0f, dh.data(), dF);  // h0 = F
+  std::vector<float> dpos(size_t(c * D));
+  m.gru_ih.bwd(c, m.pos_emb->w.data(), dgi.data(), dpos.data(), &A.lih, false);
+  if (m.pos_emb->trainable) axpy(c * D, 1.0f, dpos.data(), m.pos_emb->g.data());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// One micro-batch
+// ---------------------------------------------------------------------------------------------
+void step(Model& m, const StepIn& in, StepOut& out) {
+  const deberta::Config& c = m.cfg.deb;
+  const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, D4 = 4 * D, K = m.cfg.K;
+  if (B <= 0 || N <= 0) throw std::invalid_argument("encoder train: empty batch");
+  if (int64_t(in.woff.size()) != B + 1 || in.woff[B] != int64_t(in.word_rows.size()))
+    throw std::invalid_argument("encoder train: word offsets do not match the word rows");
+  for (int64_t r : in.word_rows)
+    if (r < 0 || r >= BN) throw std::out_of_range("encoder train: word row out of range");
+  for (const Seg& s : in.segs) {
+    if (s.sample < 0 || s.sample >= B || int64_t(s.rows.size()) != 1 + s.M)
+      throw std::invalid_argument("encoder train: bad segment");
+    for (int64_t r : s.rows)
+      if (r < 0 || r >= BN) throw std::out_of_range("encoder train: segment row out of range");
+  }
+  Rng rng(in.seed);
+  Rng* rp = in.backward ? &rng : nullptr;  // LoRA dropout only when training
+  const bool bw = in.backward;
+  const float gs = in.grad_scale;
+  EncActs EA;
+  std::vector<float> hidden(size_t(BN * D));
+  encoder_fwd(m, in, hidden.data(), EA, rp);
+  std::vector<float> dhidden(bw ? size_t(BN * D) : 0, 0.0f);
+  out = StepOut();
+
+  // ---- span heads: word representations ----
+  const int64_t TW = in.woff[B];
+  std::vector<float> words(size_t(TW * D)), S(size_t(TW * D)), E(size_t(TW * D)), PS(size_t(TW * D4)),
+      PE(size_t(TW * D4));
+  for (int64_t w = 0; w < TW; w++) std::memcpy(words.data() + w * D, hidden.data() + in.word_rows[size_t(w)] * D, size_t(D) * 4);
+  Mlp2::Acts as, ae;
+  m.proj_start.fwd(TW, words.data(), S.data(), &as, rp);
+  m.proj_end.fwd(TW, words.data(), E.data(), &ae, rp);
+  std::vector<float> Sr(S), Er(E);
+  for (auto& v : Sr) v = v > 0 ? v : 0;
+  for (auto& v : Er) v = v > 0 ? v : 0;
+  // out_project.0 split over the concat: PS = Sr·W1aᵀ + b1 (+ s·(Sr·Aaᵀ)·Bᵀ), PE = Er·W1bᵀ (+ LoRA)
+  const TLinear& o0 = m.out0;
+  const int64_t r0 = o0.lora.r;
+  std::vector<float> xas(size_t(TW * std::max<int64_t>(r0, 1))), xae(xas.size());
+  linear_f32(TW, D4, D, Sr.data(), D, o0.W->w.data(), 2 * D, o0.b->w.data(), PS.data(), D4, 0.0f);
+  linear_f32(TW, D4, D, Er.data(), D, o0.W->w.data() + D, 2 * D, nullptr, PE.data(), D4, 0.0f);
+  if (r0 > 0) {
+    sgemm(false, true, TW, r0, D, 1.0f, Sr.data(), D, o0.lora.A->w.data(), 2 * D, 0.0f, xas.data(), r0);
+    sgemm(false, true, TW, r0, D, 1.0f, Er.data(), D, o0.lora.A->w.data() + D, 2 * D, 0.0f, xae.data(), r0);
+    sgemm(false, true, TW, D4, r0, o0.lora.s, xas.data(), r0, o0.lora.B->w.data(), r0, 1.0f, PS.data(), D4);
+    sgemm(false, true, TW, D4, r0, o0.lora.s, xae.data(), r0, o0.lora.B->w.data(), r0, 1.0f, PE.data(), D4);
+  }
+  // out_project.3 effective weight W2 (D, 4D) (+ s·B·A with LoRA)
+  const TLinear& o3 = m.out3;
+  std::vector<float> W2(o3.W->w);
+  if (o3.lora.r > 0)
+    sgemm(false, false, D, D4, o3.lora.r, o3.lora.s, o3.lora.B->w.data(), o3.lora.r, o3.lora.A->w.data(), D4, 1.0f,
+          W2.data(), D4);
+  std::vector<float> dPS(bw ? PS.size() : 0, 0.0f), dPE(bw ? PE.size() : 0, 0.0f), dW2(bw ? W2.size() : 0, 0.0f);
+
+  // positives per segment
+  std::vector<std::vector<int32_t>> pos_of(in.segs.size());
+  for (size_t p = 0; p + 5 <= in.pos.size(); p += 5) {
+    int32_t s = in.pos[p];
+    if (s < 0 || s >= int32_t(in.segs.size())) throw std::out_of_range("encoder train: positive names a bad segment");
+    pos_of[size_t(s)].insert(pos_of[size_t(s)].end(), in.pos.begin() + p + 1, in.pos.begin() + p + 5);
+  }
+  Rng neg_rng(in.seed ^ 0xA5A5A5A5ull);
+
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t W = in.woff[b + 1] - in.woff[b];
+    // Segments of this sample with a positive gold count get Fc rows.
+    std::vector<size_t> sids;
+    std::vector<int64_t> srow;
+    std::vector<CountActs> cacts;
+    int64_t R = 0;
+    for (size_t s = 0; s < in.segs.size(); s++) {
+      const Seg& g = in.segs[s];
+      if (g.sample != b || g.kind != 0 || g.M == 0) continue;
+      int64_t cs = std::min<int64_t>(g.count, 19);
+      if (cs <= 0) continue;
+      sids.push_back(s);
+      srow.push_back(R);
+      R += cs * g.M;
+    }
+    if (R == 0 || W == 0) continue;
+    std::vector<float> Fc(size_t(R * D));
+    cacts.resize(sids.size());
+    std::vector<std::vector<float>> Fm(sids.size());
+    for (size_t q = 0; q < sids.size(); q++) {
+      const Seg& g = in.segs[sids[q]];
+      Fm[q].resize(size_t(g.M * D));
+      for (int64_t mm = 0; mm < g.M; mm++)
+        std::memcpy(Fm[q].data() + mm * D, hidden.data() + g.rows[size_t(1 + mm)] * D, size_t(D) * 4);
+      count_embed_fwd(m, g.M, Fm[q].data(), std::min<int64_t>(g.count, 19), Fc.data() + srow[q] * D, cacts[q], rp);
+    }
+    // G = Fc·W2 (R, 4D), bb = Fc·b2 (R)
+    std::vector<float> G(size_t(R * D4)), bb(static_cast<size_t>(R));
+    sgemm(false, false, R, D4, D, 1.0f, Fc.data(), D, W2.data(), D4, 0.0f, G.data(), D4);
+    for (int64_t r = 0; r < R; r++) {
+      float a = 0;
+      for (int64_t u = 0; u < D; u++) a += Fc[size_t(r * D + u)] * o3.b->w[size_t(u)];
+      bb[size_t(r)] = a;
+    }
+    // hid (W·K, 4D) = ReLU(PS[i] + PE[i+k]) for valid spans (invalid rows zero)
+    const float* ps = PS.data() + in.woff[b] * D4;
+    const float* pe = PE.data() + in.woff[b] * D4;
+    std::vector<float> hid(size_t(W * K * D4), 0.0f);
+    for (int64_t i = 0; i < W; i++)
+      for (int64_t k = 0; k < K && i + k < W; k++) {
+        float* h = hid.data() + (i * K + k) * D4;
+        const float* a = ps + i * D4;
+        const float* e = pe + (i + k) * D4;
+        for (int64_t u = 0; u < D4; u++) {
+          float v = a[u] + e[u];
+          h[u] = v > 0 ? v : 0;
+        }
+      }
+    std::vector<float> logits(size_t(W * K * R));
+    sgemm(false, true, W * K, R, D4, 1.0f, hid.data(), D4, G.data(), D4, 0.0f, logits.data(), R);
+    // targets
+    std::vector<uint8_t> y(size_t(W * K * R), 0);
+    for (size_t q = 0; q < sids.size(); q++) {
+      const Seg& g = in.segs[sids[q]];
+      const int64_t cs = std::min<int64_t>(g.count, 19);
+      const auto& P = pos_of[sids[q]];
+      for (size_t p = 0; p < P.size(); p += 4) {
+        int64_t t = P[p], mm = P[p + 1], i = P[p + 2], k = P[p + 3];
+        if (t < 0 || t >= cs || mm < 0 || mm >= g.M || i < 0 || k < 0 || k >= K || i + k >= W) continue;
+        y[size_t((i * K + k) * R + srow[q] + t * g.M + mm)] = 1;
+      }
+    }
+    std::vector<float> dlog(bw ? logits.size() : 0, 0.0f);
+    double ls = 0;
+    for (int64_t i = 0; i < W; i++)
+      for (int64_t k = 0; k < K && i + k < W; k++)
+        for (int64_t r = 0; r < R; r++) {
+          size_t at = size_t((i * K + k) * R + r);
+          float yy = y[at];
+          if (!yy && in.drop_neg && neg_rng.uniform() < 0.5f) continue;
+          float dz;
+          ls += bce_logits(logits[at] + bb[size_t(r)], yy, &dz);
+          if (bw) dlog[at] = dz * gs;
+        }
+    out.span += ls;
+    if (!bw) continue;
+    // backward through the span scores
+    std::vector<float> dG(size_t(R * D4)), dbb(size_t(R), 0.0f), dhid(size_t(W * K * D4)), dFc(size_t(R * D));
+    sgemm(true, false, R, D4, W * K, 1.0f, dlog.data(), R, hid.data(), D4, 0.0f, dG.data(), D4);
+    for (int64_t j = 0; j < W * K; j++)
+      for (int64_t r = 0; r < R; r++) dbb[size_t(r)] += dlog[size_t(j * R + r)];
+    sgemm(false, false, W * K, D4, R, 1.0f, dlog.data(), R, G.data(), D4, 0.0f, dhid.data(), D4);
+    float* dps = dPS.data() + in.woff[b] * D4;
+    float* dpe = dPE.data() + in.woff[b] * D4;
+    for (int64_t i = 0; i < W; i++)
+      for (int64_t k = 0; k < K && i + k < W; k++) {
+        const float* h = hid.data() + (i * K + k) * D4;
+        const float* dh = dhid.data() + (i * K + k) * D4;
+        float* a = dps + i * D4;
+        float* e = dpe + (i + k) * D4;
+        for (int64_t u = 0; u < D4; u++)
+          if (h[u] > 0) {
+            a[u] += dh[u];
+            e[u] += dh[u];
+          }
+      }
+    // G = Fc·W2, bb = Fc·b2
+    sgemm(false, true, R, D, D4, 1.0f, dG.data(), D4, W2.data(), D4, 0.0f, dFc.data(), D);
+    for (int64_t r = 0; r < R; r++) axpy(D, dbb[size_t(r)], o3.b->w.data(), dFc.data() + r * D);
+    sgemm(true, false, D, D4, R, 1.0f, Fc.data(), D, dG.data(), D4, 1.0f, dW2.data(), D4);
+    if (o3.b->trainable)
+      for (int64_t r = 0; r < R; r++) axpy(D, dbb[size_t(r)], Fc.data() + r * D, o3.b->g.data());
+    for (size_t q = 0; q < sids.size(); q++) {
+      const Seg& g = in.segs[sids[q]];
+      std::vector<float> dF(size_t(g.M * D), 0.0f);
+      count_embed_bwd(m, cacts[q], dFc.data() + srow[q] * D, dF.data());
+      for (int64_t mm = 0; mm < g.M; mm++) axpy(D, 1.0f, dF.data() + mm * D, dhidden.data() + g.rows[size_t(1 + mm)] * D);
+    }
+  }
+  if (bw) {
+    // W2 (effective) → W2 and its LoRA factors
+    if (o3.W->trainable) axpy(int64_t(dW2.size()), 1.0f, dW2.data(), o3.W->g.data());
+    if (o3.lora.r > 0) {
+      const int64_t r = o3.lora.r;
+      // W2eff = W2 + s·B·A: dB += s·dW2·Aᵀ (D, r), dA += s·Bᵀ·dW2 (r, 4D)
+      sgemm(false, true, D, r, D4, o3.lora.s, dW2.data(), D4, o3.lora.A->w.data(), D4, 1.0f, o3.lora.B->g.data(), r);
+      sgemm(true, false, r, D4, D, o3.lora.s, o3.lora.B->w.data(), r, dW2.data(), D4, 1.0f, o3.lora.A->g.data(), D4);
+    }
+    // out_project.0 split backward
+    std::vector<float> dSr(size_t(TW * D)), dEr(size_t(TW * D));
+    if (o0.W->trainable) {
+      sgemm(true, false, D4, D, TW, 1.0f, dPS.data(), D4, Sr.data(), D, 1.0f, o0.W->g.data(), 2 * D);
+      sgemm(true, false, D4, D, TW, 1.0f, dPE.data(), D4, Er.data(), D, 1.0f, o0.W->g.data() + D, 2 * D);
+    }
+    if (o0.b->trainable) bias_bwd(TW, D4, dPS.data(), o0.b->g.data());
+    sgemm(false, false, TW, D, D4, 1.0f, dPS.data(), D4, o0.W->w.data(), 2 * D, 0.0f, dSr.data(), D);
+    sgemm(false, false, TW, D, D4, 1.0f, dPE.data(), D4, o0.W->w.data() + D, 2 * D, 0.0f, dEr.data(), D);
+    if (r0 > 0) {
+      const float s = o0.lora.s;
+      sgemm(true, false, D4, r0, TW, s, dPS.data(), D4, xas.data(), r0, 1.0f, o0.lora.B->g.data(), r0);
+      sgemm(true, false, D4, r0, TW, s, dPE.data(), D4, xae.data(), r0, 1.0f, o0.lora.B->g.data(), r0);
+      std::vector<float> dxs(size_t(TW * r0)), dxe(size_t(TW * r0));
+      sgemm(false, false, TW, r0, D4, s, dPS.data(), D4, o0.lora.B->w.data(), r0, 0.0f, dxs.data(), r0);
+      sgemm(false, false, TW, r0, D4, s, dPE.data(), D4, o0.lora.B->w.data(), r0, 0.0f, dxe.data(), r0);
+      sgemm(true, false, r0, D, TW, 1.0f, dxs.data(), r0, Sr.data(), D, 1.0f, o0.lora.A->g.data(), 2 * D);
+      sgemm(true, false, r0, D, TW, 1.0f, dxe.data(), r0, Er.data(), D, 1.0f, o0.lora.A->g.data() + D, 2 * D);
+      sgemm(false, false, TW, D, r0, 1.0f, dxs.data(), r0, o0.lora.A->w.data(), 2 * D, 1.0f, dSr.data(), D);
+      sgemm(false, false, TW, D, r0, 1.0f, dxe.data(), r0, o0.lora.A->w.data() + D, 2 * D, 1.0f, dEr.data(), D);
+    }
+    for (int64_t i = 0; i < TW * D; i++) {
+      if (S[size_t(i)] <= 0) dSr[size_t(i)] = 0;
+      if (E[size_t(i)] <= 0) dEr[size_t(i)] = 0;
+    }
+    std::vector<float> dwords(size_t(TW * D));
+    m.proj_start.bwd(TW, dSr.data(), dwords.data(), as, false);
+    m.proj_end.bwd(TW, dEr.data(), dwords.data(), ae, true);
+    for (int64_t w = 0; w < TW; w++) axpy(D, 1.0f, dwords.data() + w * D, dhidden.data() + in.word_rows[size_t(w)] * D);
+  }
+
+  // ---- count head and classifier ----
+  size_t cls_off = 0;
+  for (const Seg& g : in.segs) {
+    if (g.kind == 0 && g.count_loss) {
+      std::vector<float> x(hidden.begin() + g.rows[0] * D, hidden.begin() + (g.rows[0] + 1) * D), lg(20);
+      Mlp2::Acts a;
+      m.count_pred.fwd(1, x.data(), lg.data(), &a, rp);
+      int32_t lab = int32_t(std::min<int64_t>(std::max<int64_t>(g.count, 0), 19));
+      std::vector<float> dl(20);
+      out.count += cross_entropy_fwd_bwd(1, 20, lg.data(), &lab, dl.data(), nullptr);
+      if (bw) {
+        scale_fwd(20, dl.data(), gs, dl.data());
+        std::vector<float> dx(static_cast<size_t>(D));
+        m.count_pred.bwd(1, dl.data(), dx.data(), a, false);
+        axpy(D, 1.0f, dx.data(), dhidden.data() + g.rows[0] * D);
+      }
+    } else if (g.kind == 1) {
+      if (cls_off + size_t(g.M) > in.cls_y.size()) throw std::invalid_argument("encoder train: classification targets too short");
+      std::vector<float> x(size_t(g.M * D)), lg(size_t(g.M)), dl(size_t(g.M));
+      for (int64_t mm = 0; mm < g.M; mm++)
+        std::memcpy(x.data() + mm * D, hidden.data() + g.rows[size_t(1 + mm)] * D, size_t(D) * 4);
+      Mlp2::Acts a;
+      m.classifier.fwd(g.M, x.data(), lg.data(), &a, rp);
+      for (int64_t mm = 0; mm < g.M; mm++) {
+        float dz;
+        out.cls += bce_logits(lg[size_t(mm)], in.cls_y[cls_off + size_t(mm)], &dz);
+        dl[size_t(mm)] = dz * gs;
+      }
+      cls_off += size_t(g.M);
+      if (bw) {
+        std::vector<float> dx(size_t(g.M * D));
+        m.classifier.bwd(g.M, dl.data(), dx.data(), a, false);
+        for (int64_t mm = 0; mm < g.M; mm++) axpy(D, 1.0f, dx.data() + mm * D, dhidden.data() + g.rows[size_t(1 + mm)] * D);
+      }
+    }
+  }
+  out.loss = out.span + out.count + out.cls;
+  if (bw) encoder_bwd(m, in, EA, dhidden);
+}
+
+}  // namespace loom::train::encoder

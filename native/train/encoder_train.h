@@ -1,0 +1,92 @@
+// GLiNER2 span-model training graph (spec ../shared/specs/gliner2.md §2, §4, §5): DeBERTa-v2/v3
+// encoder + span / count / classification heads, fp32, full fine-tuning or LoRA.
+//
+// One call of step() is one micro-batch: forward keeping activations, the §5.4 losses, backward
+// into every trainable Param. Shapes (B samples, N sub-words, D hidden, H heads, d = D/H, W words
+// of a sample incl. the choice prefix, K max span width, M fields of a segment, c count):
+//   x0 (B*N, D) = LN(word_emb[ids])·mask
+//   per layer: q,k,v = lin(x) ; PQ, PK (2·span, D) = lin_q(R), lin_k(R) with R = LN(rel_emb)
+//     A[b,h,i,j] = (q_i·k_j + q_i·PK[δ(i,j)] + k_j·PQ[δ(i,j)]) / sqrt(3d), softmax over keys j
+//     a = LN(softmax(A)·V·Woᵀ + bo + x) ; x' = LN(GELU(a·Wiᵀ + bi)·Woutᵀ + bout + a)
+//   heads: words (ΣW, D) = x[first sub-word of each word]
+//     S = ReLU(MLP_s(words)), E = ReLU(MLP_e(words)) ; PS = S·W1aᵀ + b1, PE = E·W1bᵀ   (ΣW, 4D)
+//     hid[i,k] = ReLU(PS[i] + PE[i+k]) ; span_rep[i,k] = hid[i,k]·W2ᵀ + b2            (W, K, D)
+//     Fc (c, M, D) = projector(concat(GRU_c(F), F)) over the segment's marker rows F (count_lstm)
+//     logit[t,m,i,k] = span_rep[i,k]·Fc[t,m] = hid[i,k]·(Fc[t,m]·W2) + b2·Fc[t,m]
+//   losses (summed, §5.4): span BCE over valid spans (negatives dropped with p = 0.5 when drop_neg),
+//     count CE on count_pred([P] row) for tasks with count_loss, classification BCE on classifier(markers).
+#pragma once
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+#include "../models/deberta.h"
+#include "train_common.h"
+
+namespace loom::train::encoder {
+
+struct Config {
+  deberta::Config deb;
+  int64_t K = 8;
+  bool rel_ln = true;  // norm_rel_ebd == "layer_norm"
+};
+
+struct LoraCfg {
+  bool enabled = false;   // false: full fine-tuning
+  int64_t r = 8;
+  float alpha = 16.0f, dropout = 0.0f;
+  std::set<std::string> targets;  // full module names (e.g. encoder.encoder.layer.0.attention.self.query_proj)
+  uint64_t seed = 42;             // A init (Kaiming-uniform, as PEFT); B = 0
+};
+
+struct Layer {
+  TLinear q, k, v, o, inter, out;
+  Param *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
+};
+
+struct Model {
+  Config cfg;
+  ParamStore ps;
+  Param *word_emb = nullptr, *emb_ln_w = nullptr, *emb_ln_b = nullptr;
+  Param *rel_emb = nullptr, *rel_ln_w = nullptr, *rel_ln_b = nullptr;
+  std::vector<Layer> layers;
+  Mlp2 proj_start, proj_end, classifier, count_pred, projector;
+  TLinear out0;   // span_rep out_project.0 (4D, 2D), applied split over [S | E]
+  TLinear out3;   // span_rep out_project.3 (D, 4D)
+  TLinear gru_ih, gru_hh;  // (3D, D), rows r, z, n
+  Param* pos_emb = nullptr;  // (20, D)
+};
+
+// tensors: every tensor of a count_lstm GLiNER2 checkpoint (fp32), by its checkpoint name.
+std::unique_ptr<Model> model_create(const Config& cfg, const std::vector<std::pair<std::string, const float*>>& tensors,
+                                    const LoraCfg& lora);
+
+struct Seg {
+  int64_t sample = 0;
+  int kind = 0;           // 0 span task, 1 classification
+  int64_t M = 0;
+  int64_t count = 0;      // gold instance count (span tasks; entities: 1)
+  bool count_loss = false;
+  std::vector<int64_t> rows;  // (1+M) rows into the (B*N) hidden states: [P], then the markers
+};
+
+struct StepIn {
+  int64_t B = 0, N = 0;
+  const int32_t* ids = nullptr;   // (B*N)
+  const uint8_t* mask = nullptr;  // (B*N)
+  std::vector<int64_t> woff;      // (B+1) word offsets
+  std::vector<int64_t> word_rows; // (ΣW) rows into the hidden states
+  std::vector<Seg> segs;
+  std::vector<int32_t> pos;       // positives: 5-tuples (seg, t, m, i, k)
+  std::vector<float> cls_y;       // concatenated multi-hot targets of the classification segments
+  bool backward = true, drop_neg = true;
+  float grad_scale = 1.0f;
+  uint64_t seed = 0;
+};
+struct StepOut {
+  double loss = 0, span = 0, count = 0, cls = 0;
+};
+
+void step(Model& m, const StepIn& in, StepOut& out);
+
+}  // namespace loom::train::encoder

@@ -1,0 +1,227 @@
+// Llama LoRA training graph: forward with activations, masked CE, backward (see llama_train.h).
+#include "llama_train.h"
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace loom::train::llama {
+
+const char* const kModuleNames[kNumModules] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                               "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                               "mlp.down_proj"};
+
+std::unique_ptr<Model> model_create(const Config& c, const std::vector<TensorSrc>& tensors,
+                                    const std::vector<LoraSrc>& loras) {
+  if (c.hidden <= 0 || c.layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.vocab <= 0 ||
+      c.inter <= 0 || c.n_heads % c.n_kv_heads != 0)
+    throw std::invalid_argument("llama train: bad configuration");
+  auto m = std::make_unique<Model>();
+  m->cfg = c;
+  const int64_t D = c.hidden, Nq = c.n_heads * c.head_dim, Nkv = c.n_kv_heads * c.head_dim;
+  std::unordered_map<std::string, const TensorSrc*> by;
+  for (auto& t : tensors) by[t.name] = &t;
+  auto get = [&](const std::string& n, int64_t numel, bool required = true) -> const TensorSrc* {
+    auto it = by.find(n);
+    if (it == by.end()) {
+      if (required) throw std::invalid_argument("llama train: missing tensor " + n);
+      return nullptr;
+    }
+    if (it->second->numel != numel)
+      throw std::invalid_argument("llama train: tensor " + n + " has " + std::to_string(it->second->numel) +
+                                  " elements, expected " + std::to_string(numel));
+    return it->second;
+  };
+  auto f32 = [&](const std::string& n, int64_t numel) -> Param* {
+    const TensorSrc* t = get(n, numel);
+    if (t->dtype != DType::F32) throw std::invalid_argument("llama train: " + n + " must be f32");
+    return m->ps.add(n, {numel}, static_cast<const float*>(t->data), 0, false);
+  };
+  auto linear = [&](TLinear& l, const std::string& n, int64_t N, int64_t K, bool bias) {
+    l.N = N;
+    l.K = K;
+    const TensorSrc* t = get(n + ".weight", N * K);
+    if (t->dtype == DType::BF16) {
+      m->bf16.emplace_back(static_cast<const uint16_t*>(t->data), static_cast<const uint16_t*>(t->data) + N * K);
+      l.wbf = m->bf16.back().data();
+    } else {
+      l.W = m->ps.add(n + ".weight", {N, K}, static_cast<const float*>(t->data), 0, false);
+    }
+    if (bias) l.b = f32(n + ".bias", N);
+  };
+  m->bf16.reserve(size_t(c.layers * kNumModules + 2));  // stable pointers
+  // Embedding (and tied head).
+  const TensorSrc* emb = get("model.embed_tokens.weight", c.vocab * D, false);
+  if (!emb) emb = get("lm_head.weight", c.vocab * D);
+  m->embed_type = emb->dtype;
+  if (emb->dtype == DType::BF16) {
+    m->bf16.emplace_back(static_cast<const uint16_t*>(emb->data), static_cast<const uint16_t*>(emb->data) + c.vocab * D);
+    m->embed = m->bf16.back().data();
+  } else {
+    m->embed = m->ps.add("model.embed_tokens.weight", {c.vocab, D}, static_cast<const float*>(emb->data), 0, false)->w.data();
+  }
+  m->lm_head.N = c.vocab;
+  m->lm_head.K = D;
+  if (by.count("lm_head.weight") && by.at("lm_head.weight") != emb) {
+    linear(m->lm_head, "lm_head", c.vocab, D, false);
+  } else if (emb->dtype == DType::BF16) {
+    m->lm_head.wbf = static_cast<const uint16_t*>(m->embed);
+  } else {
+    m->lm_head.W = m->ps.find("model.embed_tokens.weight");
+  }
+  m->norm = f32("model.norm.weight", D);
+  m->layers.resize(size_t(c.layers));
+  const int64_t outs[kNumModules] = {Nq, Nkv, Nkv, D, c.inter, c.inter, D};
+  const int64_t ins[kNumModules] = {D, D, D, Nq, D, D, c.inter};
+  for (int64_t i = 0; i < c.layers; i++) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerW& L = m->layers[size_t(i)];
+    L.attn_norm = f32(p + "input_layernorm.weight", D);
+    L.mlp_norm = f32(p + "post_attention_layernorm.weight", D);
+    for (int mo = 0; mo < kNumModules; mo++)
+      linear(L.lin[mo], p + kModuleNames[mo], outs[mo], ins[mo], c.qkv_bias && mo <= kV);
+  }
+  for (const LoraSrc& s : loras) {
+    if (s.layer < 0 || s.layer >= c.layers || s.module < 0 || s.module >= kNumModules || s.r <= 0)
+      throw std::invalid_argument("llama train: bad LoRA target");
+    TLinear& l = m->layers[size_t(s.layer)].lin[s.module];
+    if ((s.a_len >= 0 && s.a_len != s.r * l.K) || (s.b_len >= 0 && s.b_len != l.N * s.r))
+      throw std::invalid_argument("llama train: LoRA layer " + std::to_string(s.layer) + " " + kModuleNames[s.module] +
+                                  ": A must be (r, " + std::to_string(l.K) + ") and B (" + std::to_string(l.N) + ", r)");
+    std::string p = "base_model.model.model.layers." + std::to_string(s.layer) + "." + kModuleNames[s.module];
+    l.lora.A = m->ps.add(p + ".lora_A.weight", {s.r, l.K}, s.A, 0, true);
+    l.lora.B = m->ps.add(p + ".lora_B.weight", {l.N, s.r}, s.B, 0, true);
+    l.lora.r = s.r;
+    l.lora.s = s.scale;
+    l.lora.dropout = s.dropout;
+  }
+  m->inv_freq.resize(size_t(c.head_dim / 2));
+  rope_inv_freq(c.head_dim, c.rope_theta, c.rope, m->inv_freq.data());
+  return m;
+}
+
+namespace {
+struct LayerActs {
+  std::vector<float> x_in, rstd1, xn1, q, k, v, attn, lse, x1, rstd2, xn2, g, u, act;
+  LinActs la[kNumModules];
+};
+}  // namespace
+
+void step(Model& m, const StepIn& in, StepOut& out, bool want_logits) {
+  const Config& c = m.cfg;
+  const int64_t R = in.R, D = c.hidden, F = c.inter, V = c.vocab, Hq = c.n_heads, Hkv = c.n_kv_heads,
+                Dh = c.head_dim, Nq = Hq * Dh, Nkv = Hkv * Dh;
+  if (R <= 0) throw std::invalid_argument("llama train: empty batch");
+  if (in.seq_off.size() < 2 || in.seq_off.front() != 0 || in.seq_off.back() != R)
+    throw std::invalid_argument("llama train: sequence offsets must go from 0 to R");
+  for (int64_t t = 0; t < R; t++) {
+    if (in.tokens[t] < 0 || in.tokens[t] >= V) throw std::out_of_range("llama train: token id out of range");
+    if (in.labels[t] >= V) throw std::out_of_range("llama train: label id out of range");
+  }
+  Rng rng(in.seed);
+  Rng* rp = &rng;
+  std::vector<LayerActs> acts(size_t(c.layers));
+  std::vector<float> x(size_t(R * D));
+  embedding_fwd(R, D, in.tokens, m.embed_type, m.embed, x.data());
+  const size_t S = in.seq_off.size() - 1;
+  auto attn_params = [&](size_t s) {
+    AttnParams p;
+    p.B = 1;
+    p.Tq = p.Tk = in.seq_off[s + 1] - in.seq_off[s];
+    p.Hq = Hq;
+    p.Hkv = Hkv;
+    p.Dh = Dh;
+    p.causal = true;
+    return p;
+  };
+  for (int64_t l = 0; l < c.layers; l++) {
+    LayerW& L = m.layers[size_t(l)];
+    LayerActs& a = acts[size_t(l)];
+    a.x_in = x;
+    a.rstd1.resize(static_cast<size_t>(R));
+    a.xn1.resize(size_t(R * D));
+    rmsnorm_fwd(R, D, x.data(), L.attn_norm->w.data(), c.eps, a.xn1.data(), a.rstd1.data());
+    a.q.resize(size_t(R * Nq));
+    a.k.resize(size_t(R * Nkv));
+    a.v.resize(size_t(R * Nkv));
+    L.lin[kQ].fwd(R, a.xn1.data(), a.q.data(), &a.la[kQ], rp);
+    L.lin[kK].fwd(R, a.xn1.data(), a.k.data(), &a.la[kK], rp);
+    L.lin[kV].fwd(R, a.xn1.data(), a.v.data(), &a.la[kV], rp);
+    rope_fwd(R, Hq, Dh, Nq, in.positions, m.inv_freq.data(), a.q.data());
+    rope_fwd(R, Hkv, Dh, Nkv, in.positions, m.inv_freq.data(), a.k.data());
+    a.attn.resize(size_t(R * Nq));
+    a.lse.resize(size_t(R * Hq));
+    for (size_t s = 0; s < S; s++) {
+      int64_t r0 = in.seq_off[s];
+      if (in.seq_off[s + 1] == r0) continue;
+      attention_fwd(attn_params(s), a.q.data() + r0 * Nq, a.k.data() + r0 * Nkv, a.v.data() + r0 * Nkv,
+                    a.attn.data() + r0 * Nq, a.lse.data() + r0 * Hq);
+    }
+    // x1 = x + attn·Woᵀ
+    std::vector<float> o(size_t(R * D));
+    L.lin[kO].fwd(R, a.attn.data(), o.data(), &a.la[kO], rp);
+    add_fwd(R * D, x.data(), o.data(), x.data());
+    a.x1 = x;
+    a.rstd2.resize(static_cast<size_t>(R));
+    a.xn2.resize(size_t(R * D));
+    rmsnorm_fwd(R, D, x.data(), L.mlp_norm->w.data(), c.eps, a.xn2.data(), a.rstd2.data());
+    a.g.resize(size_t(R * F));
+    a.u.resize(size_t(R * F));
+    a.act.resize(size_t(R * F));
+    L.lin[kGate].fwd(R, a.xn2.data(), a.g.data(), &a.la[kGate], rp);
+    L.lin[kUp].fwd(R, a.xn2.data(), a.u.data(), &a.la[kUp], rp);
+    swiglu_fwd(R * F, a.g.data(), a.u.data(), a.act.data());
+    L.lin[kDown].fwd(R, a.act.data(), o.data(), &a.la[kDown], rp);
+    add_fwd(R * D, x.data(), o.data(), x.data());
+  }
+  std::vector<float> rstdf(static_cast<size_t>(R)), xnf(size_t(R * D)), logits(size_t(R * V));
+  rmsnorm_fwd(R, D, x.data(), m.norm->w.data(), c.eps, xnf.data(), rstdf.data());
+  m.lm_head.fwd(R, xnf.data(), logits.data(), nullptr, nullptr);
+  std::vector<float> dlogits(in.backward ? size_t(R * V) : 0);
+  out.loss = cross_entropy_fwd_bwd(R, V, logits.data(), in.labels, in.backward ? dlogits.data() : nullptr, nullptr);
+  out.counted = 0;
+  for (int64_t t = 0; t < R; t++) out.counted += in.labels[t] >= 0;
+  if (want_logits) out.logits = std::move(logits);
+  else std::vector<float>().swap(logits);
+  if (!in.backward || out.counted == 0) return;
+  if (in.grad_scale != 1.0f) scale_fwd(R * V, dlogits.data(), in.grad_scale, dlogits.data());
+
+  // ---- backward ----
+  std::vector<float> dxn(size_t(R * D)), dx(size_t(R * D)), dscratch(size_t(std::max(D, F) * 2));
+  m.lm_head.bwd(R, xnf.data(), dlogits.data(), dxn.data(), nullptr, false);
+  std::vector<float>().swap(dlogits);
+  rmsnorm_bwd(R, D, x.data(), m.norm->w.data(), rstdf.data(), dxn.data(), dx.data(), dscratch.data());
+  std::vector<float> dact(size_t(R * F)), dg(size_t(R * F)), du(size_t(R * F)), dattn(size_t(R * Nq)),
+      dq(size_t(R * Nq)), dk(size_t(R * Nkv)), dv(size_t(R * Nkv)), dtmp(size_t(R * D));
+  for (int64_t l = c.layers - 1; l >= 0; l--) {
+    LayerW& L = m.layers[size_t(l)];
+    LayerActs& a = acts[size_t(l)];
+    // MLP: dx holds d(x'); x' = x1 + down(swiglu(gate(xn2), up(xn2)))
+    L.lin[kDown].bwd(R, a.act.data(), dx.data(), dact.data(), &a.la[kDown], false);
+    std::fill(dg.begin(), dg.end(), 0.0f);
+    std::fill(du.begin(), du.end(), 0.0f);
+    swiglu_bwd(R * F, a.g.data(), a.u.data(), dact.data(), dg.data(), du.data());
+    L.lin[kGate].bwd(R, a.xn2.data(), dg.data(), dxn.data(), &a.la[kGate], false);
+    L.lin[kUp].bwd(R, a.xn2.data(), du.data(), dxn.data(), &a.la[kUp], true);
+    rmsnorm_bwd(R, D, a.x1.data(), L.mlp_norm->w.data(), a.rstd2.data(), dxn.data(), dtmp.data(), dscratch.data());
+    axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x1)
+    // attention block: x1 = x_in + o(attn)
+    L.lin[kO].bwd(R, a.attn.data(), dx.data(), dattn.data(), &a.la[kO], false);
+    for (size_t s = 0; s < S; s++) {
+      int64_t r0 = in.seq_off[s];
+      if (in.seq_off[s + 1] == r0) continue;
+      attention_bwd(attn_params(s), a.q.data() + r0 * Nq, a.k.data() + r0 * Nkv, a.v.data() + r0 * Nkv,
+                    a.attn.data() + r0 * Nq, a.lse.data() + r0 * Hq, dattn.data() + r0 * Nq, dq.data() + r0 * Nq,
+                    dk.data() + r0 * Nkv, dv.data() + r0 * Nkv, nullptr);
+    }
+    rope_bwd(R, Hq, Dh, Nq, in.positions, m.inv_freq.data(), dq.data());
+    rope_bwd(R, Hkv, Dh, Nkv, in.positions, m.inv_freq.data(), dk.data());
+    L.lin[kQ].bwd(R, a.xn1.data(), dq.data(), dxn.data(), &a.la[kQ], false);
+    L.lin[kK].bwd(R, a.xn1.data(), dk.data(), dxn.data(), &a.la[kK], true);
+    L.lin[kV].bwd(R, a.xn1.data(), dv.data(), dxn.data(), &a.la[kV], true);
+    rmsnorm_bwd(R, D, a.x_in.data(), L.attn_norm->w.data(), a.rstd1.data(), dxn.data(), dtmp.data(), dscratch.data());
+    axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x_in)
+    a = LayerActs();  // this layer's activations are no longer needed
+  }
+}
+
+}  // namespace loom::train::llama

@@ -1,0 +1,85 @@
+// Llama-family decoder training graph for LoRA SFT (frozen base, fp32 or bf16 base weights).
+//
+// One call of step() is one micro-batch: S sequences packed as R = ΣT_s rows (attention never
+// crosses a sequence), forward keeping activations, masked cross-entropy, backward into the LoRA
+// A/B tensors only. Shapes (R rows, D hidden, Hq/Hkv heads, Dh head dim, F FFN, V vocab):
+//   x (R, D) = embed[tokens]
+//   per layer: xn = rmsnorm(x)·w1 ; q,k,v = lin(xn) (+LoRA) ; rope(q, k) ; a = attn(q, k, v) causal
+//              x1 = x + lin_o(a) ; xn2 = rmsnorm(x1)·w2 ; x' = x1 + lin_down(silu(lin_gate(xn2))·lin_up(xn2))
+//   logits (R, V) = rmsnorm(x)·wf · lm_headᵀ ; loss = mean over rows with label >= 0 of CE(logits, label)
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+#include "train_common.h"
+
+namespace loom::train::llama {
+
+struct Config {
+  int64_t vocab = 0, hidden = 0, inter = 0, layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  RopeScaling rope;
+  bool qkv_bias = false;
+};
+
+enum Module : int { kQ = 0, kK = 1, kV = 2, kO = 3, kGate = 4, kUp = 5, kDown = 6, kNumModules = 7 };
+extern const char* const kModuleNames[kNumModules];  // "self_attn.q_proj", ..., "mlp.down_proj"
+
+struct LayerW {
+  Param *attn_norm = nullptr, *mlp_norm = nullptr;
+  TLinear lin[kNumModules];
+};
+
+struct Model {
+  Config cfg;
+  ParamStore ps;                               // frozen fp32 base tensors + trainable LoRA tensors
+  std::vector<std::vector<uint16_t>> bf16;     // frozen bf16 base tensors (owned)
+  DType embed_type = DType::F32;
+  const void* embed = nullptr;                 // (V, D)
+  Param* norm = nullptr;
+  TLinear lm_head;
+  std::vector<LayerW> layers;
+  std::vector<float> inv_freq;                 // (Dh/2)
+};
+
+// A base tensor handed over by name (HF names: model.embed_tokens.weight, model.layers.i.*, model.norm.weight,
+// lm_head.weight). bf16 data is kept as bf16 for the linear layers and the embedding.
+struct TensorSrc {
+  std::string name;
+  DType dtype = DType::F32;  // F32 or BF16
+  const void* data = nullptr;
+  int64_t numel = 0;
+};
+struct LoraSrc {
+  int64_t layer = 0;
+  int module = 0;
+  int64_t r = 0;
+  float scale = 0.0f, dropout = 0.0f;
+  const float* A = nullptr;  // (r, in)
+  const float* B = nullptr;  // (out, r)
+  int64_t a_len = -1, b_len = -1;  // element counts when known (validated)
+};
+
+std::unique_ptr<Model> model_create(const Config& cfg, const std::vector<TensorSrc>& tensors,
+                                    const std::vector<LoraSrc>& loras);
+
+struct StepIn {
+  int64_t R = 0;
+  const int32_t* tokens = nullptr;     // (R)
+  const int32_t* positions = nullptr;  // (R)
+  const int32_t* labels = nullptr;     // (R) target of each row (the next token), < 0 = ignored
+  std::vector<int64_t> seq_off;        // (S+1) row offsets of the packed sequences
+  bool backward = true;
+  float grad_scale = 1.0f;             // gradients of grad_scale · mean loss (1/accumulation steps)
+  uint64_t seed = 0;                   // LoRA dropout masks
+};
+struct StepOut {
+  double loss = 0.0;       // mean CE over counted rows
+  int64_t counted = 0;     // rows with a label
+  std::vector<float> logits;  // (R, V) when want_logits
+};
+
+void step(Model& m, const StepIn& in, StepOut& out, bool want_logits);
+
+}  // namespace loom::train::llama

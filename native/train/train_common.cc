@@ -1,0 +1,161 @@
+// ParamStore, TLinear and Mlp2 (see train_common.h).
+#include "train_common.h"
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace loom::train {
+
+Param* ParamStore::add(const std::string& name, std::vector<int64_t> shape, const float* init, int group,
+                       bool trainable) {
+  if (by_name_.count(name)) throw std::invalid_argument("duplicate parameter " + name);
+  auto p = std::make_unique<Param>();
+  p->name = name;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  p->shape = std::move(shape);
+  if (init) p->w.assign(init, init + n);
+  else p->w.assign(size_t(n), 0.0f);
+  p->g.assign(size_t(n), 0.0f);
+  p->group = group;
+  p->trainable = trainable;
+  Param* raw = p.get();
+  by_name_[name] = raw;
+  list_.push_back(std::move(p));
+  return raw;
+}
+
+Param* ParamStore::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Param* ParamStore::need(const std::string& name) const {
+  Param* p = find(name);
+  if (!p) throw std::invalid_argument("missing tensor " + name);
+  return p;
+}
+
+void ParamStore::zero_grad() {
+  for (auto& p : list_) std::fill(p->g.begin(), p->g.end(), 0.0f);
+}
+
+double ParamStore::grad_norm() const {
+  double s = 0.0;
+  for (auto& p : list_) {
+    if (!p->trainable) continue;
+    double n = l2_norm(p->numel(), p->g.data());
+    s += n * n;
+  }
+  return std::sqrt(s);
+}
+
+double ParamStore::optimizer_step(const double* lr, int n_groups, double wd, double b1, double b2, double eps,
+                                  double max_norm, int64_t step) {
+  double norm = grad_norm();
+  // PyTorch clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1.
+  float coef = 1.0f;
+  if (max_norm > 0 && std::isfinite(norm)) {
+    double c = max_norm / (norm + 1e-6);
+    if (c < 1.0) coef = float(c);
+  }
+  for (auto& p : list_) {
+    if (!p->trainable) continue;
+    if (p->m.empty()) {
+      p->m.assign(p->w.size(), 0.0f);
+      p->v.assign(p->w.size(), 0.0f);
+    }
+    if (coef != 1.0f) scale_fwd(p->numel(), p->g.data(), coef, p->g.data());
+    double l = lr[std::min(p->group, n_groups - 1)];
+    adamw_step(p->numel(), p->w.data(), p->g.data(), p->m.data(), p->v.data(), l, b1, b2, eps, wd, step);
+  }
+  return norm;
+}
+
+void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) const {
+  if (M <= 0) return;
+  const float* bias = b ? b->w.data() : nullptr;
+  if (wbf) linear_bf16(M, N, K, x, K, wbf, K, bias, y, N, 0.0f);
+  else linear_f32(M, N, K, x, K, W->w.data(), K, bias, y, N, 0.0f);
+  if (!has_lora()) return;
+  const int64_t r = lora.r;
+  const float* xin = x;
+  std::vector<float> local;
+  std::vector<float>* xd = acts ? &acts->xd : &local;
+  if (lora.dropout > 0.0f && rng) {  // inverted dropout on the adapter's input only (PEFT)
+    xd->resize(size_t(M * K));
+    if (acts) acts->keep.resize(size_t(M * K));
+    const float keep = 1.0f - lora.dropout, inv = 1.0f / keep;
+    for (int64_t i = 0; i < M * K; i++) {
+      bool k = rng->uniform() < keep;
+      (*xd)[size_t(i)] = k ? x[i] * inv : 0.0f;
+      if (acts) acts->keep[size_t(i)] = k;
+    }
+    xin = xd->data();
+  } else if (acts) {
+    acts->xd.clear();
+    acts->keep.clear();
+  }
+  std::vector<float> xa_local;
+  std::vector<float>& xa = acts ? acts->xa : xa_local;
+  xa.resize(size_t(M * r));
+  sgemm(false, true, M, r, K, 1.0f, xin, K, lora.A->w.data(), K, 0.0f, xa.data(), r);          // xa = x·Aᵀ
+  sgemm(false, true, M, N, r, lora.s, xa.data(), r, lora.B->w.data(), r, 1.0f, y, N);         // y += s·xa·Bᵀ
+}
+
+// dx = dy·W (W widened from bf16 when frozen in bf16), written or accumulated.
+static void dx_through_w(const TLinear& l, int64_t M, const float* dy, float* dx, bool acc) {
+  if (l.wbf) {
+    std::vector<float> wf(size_t(l.N * l.K));
+    convert_bf16_to_f32(l.N * l.K, l.wbf, wf.data());
+    sgemm(false, false, M, l.K, l.N, 1.0f, dy, l.N, wf.data(), l.K, acc ? 1.0f : 0.0f, dx, l.K);
+  } else {
+    sgemm(false, false, M, l.K, l.N, 1.0f, dy, l.N, l.W->w.data(), l.K, acc ? 1.0f : 0.0f, dx, l.K);
+  }
+}
+
+void TLinear::bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx) const {
+  if (M <= 0) return;
+  if (W && W->trainable) sgemm(true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, W->g.data(), K);  // dW += dyᵀ·x
+  if (b && b->trainable) bias_bwd(M, N, dy, b->g.data());
+  if (dx) dx_through_w(*this, M, dy, dx, accumulate_dx);
+  if (!has_lora()) return;
+  if (!acts) throw std::logic_error("TLinear::bwd: LoRA layer needs its forward activations");
+  const int64_t r = lora.r;
+  const bool dropped = !acts->keep.empty();
+  const float* xin = dropped ? acts->xd.data() : x;
+  if (lora.B->trainable) sgemm(true, false, N, r, M, lora.s, dy, N, acts->xa.data(), r, 1.0f, lora.B->g.data(), r);
+  std::vector<float> dxa(size_t(M * r));
+  sgemm(false, false, M, r, N, lora.s, dy, N, lora.B->w.data(), r, 0.0f, dxa.data(), r);  // dxa = s·dy·B
+  if (lora.A->trainable) sgemm(true, false, r, K, M, 1.0f, dxa.data(), r, xin, K, 1.0f, lora.A->g.data(), K);
+  if (!dx) return;
+  if (!dropped) {
+    sgemm(false, false, M, K, r, 1.0f, dxa.data(), r, lora.A->w.data(), K, 1.0f, dx, K);  // dx += dxa·A
+    return;
+  }
+  std::vector<float> t(size_t(M * K));
+  sgemm(false, false, M, K, r, 1.0f, dxa.data(), r, lora.A->w.data(), K, 0.0f, t.data(), K);
+  const float inv = 1.0f / (1.0f - lora.dropout);
+  for (int64_t i = 0; i < M * K; i++)
+    if (acts->keep[size_t(i)]) dx[i] += t[size_t(i)] * inv;
+}
+
+void Mlp2::fwd(int64_t M, const float* x, float* y, Acts* acts, Rng* rng) const {
+  std::vector<float> h_local;
+  std::vector<float>& h = acts ? acts->h : h_local;
+  h.resize(size_t(M * a.N));
+  a.fwd(M, x, h.data(), acts ? &acts->la : nullptr, rng);
+  for (auto& v : h) v = v > 0.0f ? v : 0.0f;
+  b.fwd(M, h.data(), y, acts ? &acts->lb : nullptr, rng);
+  if (acts) acts->x.assign(x, x + M * a.K);
+}
+
+void Mlp2::bwd(int64_t M, const float* dy, float* dx, Acts& acts, bool accumulate_dx) const {
+  std::vector<float> dh(size_t(M * a.N));
+  b.bwd(M, acts.h.data(), dy, dh.data(), &acts.lb, false);
+  for (size_t i = 0; i < dh.size(); i++)
+    if (acts.h[i] <= 0.0f) dh[i] = 0.0f;
+  a.bwd(M, acts.x.data(), dh.data(), dx, &acts.la, accumulate_dx);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,108 @@
+// Training building blocks shared by the native training graphs (encoder_train.cc, llama_train.cc).
+//
+// llm.c style: every trainable tensor is a Param (fp32 value, gradient, AdamW moments) owned by a
+// ParamStore under its checkpoint name; a graph holds raw pointers to its Params and writes its own
+// forward (keeping activations) and backward by hand. TLinear is the one layer type with a
+// parameter gradient that needs care: y = x·Wᵀ + b + s·(drop(x)·Aᵀ)·Bᵀ, W trainable (full) or
+// frozen (LoRA, f32 or bf16 storage), A/B present only where a LoRA target matched.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+#include "loom/core.h"
+#include "loom/gemm.h"
+#include "loom/ops.h"
+
+namespace loom::train {
+
+// Deterministic RNG (splitmix64): dropout masks and negative dropping are reproducible from a seed.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+};
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> w, g, m, v;  // m, v allocated on the first optimizer step
+  int group = 0;                  // learning-rate group (0: encoder / LoRA, 1: heads)
+  bool trainable = true;
+  int64_t numel() const { return int64_t(w.size()); }
+};
+
+class ParamStore {
+ public:
+  Param* add(const std::string& name, std::vector<int64_t> shape, const float* init, int group, bool trainable);
+  Param* find(const std::string& name) const;
+  Param* need(const std::string& name) const;  // throws naming the tensor
+  const std::vector<std::unique_ptr<Param>>& list() const { return list_; }
+  void zero_grad();
+  // Global L2 norm of the trainable gradients (double accumulation).
+  double grad_norm() const;
+  // Clips to max_norm (if > 0) and applies AdamW with lr[group]; step >= 1. Returns the pre-clip norm.
+  double optimizer_step(const double* lr, int n_groups, double wd, double b1, double b2, double eps, double max_norm,
+                        int64_t step);
+
+ private:
+  std::vector<std::unique_ptr<Param>> list_;
+  std::unordered_map<std::string, Param*> by_name_;
+};
+
+struct Lora {
+  Param* A = nullptr;  // (r, K)
+  Param* B = nullptr;  // (N, r)
+  int64_t r = 0;
+  float s = 0.0f;      // alpha / r
+  float dropout = 0.0f;
+};
+
+// What TLinear::bwd needs from its forward.
+struct LinActs {
+  std::vector<float> xa;  // (M, r) drop(x)·Aᵀ
+  std::vector<float> xd;      // (M, K) drop(x) (only with dropout > 0)
+  std::vector<uint8_t> keep; // (M, K) dropout mask (only with dropout > 0)
+};
+
+struct TLinear {
+  int64_t N = 0, K = 0;
+  Param* W = nullptr;           // (N, K) fp32 (trainable or frozen)
+  const uint16_t* wbf = nullptr;  // frozen bf16 weights instead of W (decoder base)
+  Param* b = nullptr;           // (N) or null
+  Lora lora;
+  bool has_lora() const { return lora.r > 0; }
+  // y (M, N) = x (M, K)·Wᵀ + b + s·(drop(x)·Aᵀ)·Bᵀ ; acts may be null (no backward).
+  void fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) const;
+  // Given dy (M, N): dW, db (if trainable), dA, dB accumulate; dx (M, K) written (or added with
+  // accumulate_dx) if non-null.
+  void bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx) const;
+};
+
+// Linear → ReLU → Linear, with activations kept for backward.
+struct Mlp2 {
+  TLinear a, b;
+  struct Acts {
+    LinActs la, lb;
+    std::vector<float> x, h;  // input copy, ReLU output
+  };
+  void fwd(int64_t M, const float* x, float* y, Acts* acts, Rng* rng) const;
+  void bwd(int64_t M, const float* dy, float* dx, Acts& acts, bool accumulate_dx) const;
+};
+
+inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// BCE with logits, numerically stable; returns loss, writes dloss/dz.
+inline float bce_logits(float z, float y, float* dz) {
+  if (dz) *dz = sigmoidf(z) - y;
+  return std::max(z, 0.0f) - z * y + std::log1p(std::exp(-std::fabs(z)));
+}
+
+}  // namespace loom::train
