@@ -373,6 +373,12 @@ export class DecoderModel {
     });
   }
 
+  /** Ends every queued and running request (AbortError) and drops cached prefixes; the native memory goes with the object. */
+  close(): void {
+    this.scheduler.close();
+    this.prefix.clear();
+  }
+
   /** Mean-pooled final hidden states (after the final norm), one vector per text. */
   async embed(texts: string[]): Promise<Float32Array[]> {
     const out: Float32Array[] = [];

@@ -176,6 +176,11 @@ export class Scheduler {
     this.kick();
   }
 
+  /** Fails every queued and running sequence (model unload / shutdown). */
+  close(): void {
+    this.failAll(new AbortError('the model was unloaded'));
+  }
+
   /** Runs `fn` between steps with the model to itself (embeddings, maintenance). */
   runExclusive<T>(fn: () => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {

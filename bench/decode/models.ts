@@ -4,7 +4,7 @@
 import { closeSync, existsSync, mkdirSync, openSync, renameSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
-export const CACHE = join(import.meta.dirname, '.cache', 'decode');
+export const CACHE = join(import.meta.dirname, '..', '.cache', 'decode');
 
 export const CONFIGS: Record<string, Record<string, unknown>> = {
   'smollm2-135m': {

@@ -1,0 +1,276 @@
+// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32] [--no-llama]`
+//
+// Our decoder vs llama.cpp (node-llama-cpp 3.21.1, bench/package.json; `npm install --prefix bench`) on the
+// same random weights with the real SmolLM2-135M and Qwen2.5-0.5B configurations (speed does not depend
+// on the weights): ours keeps the checkpoint's bf16 weights (fp32 compute), llama.cpp reads the same
+// weights as an F16 GGUF (same 2 bytes per weight); --f32 compares f32 with an F32 GGUF instead.
+// Reported per model and engine:
+//   prefill tok/s      one 512-token prompt
+//   decode tok/s       batch 1, after a 16-token prompt
+//   agg tok/s ×8, ×32  aggregate generated tokens/s with 8 and 32 concurrent streams
+//   TTFT uncached / cached   a 4096-token shared prefix + 8 new tokens, cold vs with the prefix in cache
+//   bound tok/s        memory-bandwidth bound for decode: measured copy bandwidth / weight bytes read per token
+import { cpus } from 'node:os';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { loadDecoderConfig, type DecoderConfig } from '../src/formats/hf-config.ts';
+import { SafetensorsCheckpoint } from '../src/formats/safetensors.ts';
+import { buildNativeDecoder, type TensorSource } from '../src/models/decoder/loader.ts';
+import type { NativeDecoder } from '../src/models/decoder/native-model.ts';
+import { KvCacheManager } from '../src/runtime/kv-cache.ts';
+import { PrefixCache, type CacheMode } from '../src/runtime/prefix-cache.ts';
+import { Scheduler } from '../src/runtime/scheduler.ts';
+import { setThreads } from '../src/native/cpu.ts';
+import { CACHE, CONFIGS, ensureRandomCheckpoint } from './decode/models.ts';
+import { writeGgufFromCheckpoint } from './decode/gguf-writer.ts';
+
+interface Row {
+  model: string;
+  engine: string;
+  prefill?: number;
+  decode?: number;
+  agg8?: number;
+  agg32?: number;
+  ttftUncachedMs?: number;
+  ttftCachedMs?: number;
+  boundTokS?: number;
+  note?: string;
+}
+
+function flag(argv: string[], name: string): string | undefined {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : undefined;
+}
+
+function randomTokens(n: number, seed: number, V: number): number[] {
+  let s = seed >>> 0 || 1;
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    out.push(300 + (s % (V - 300)));
+  }
+  return out;
+}
+
+/** Copy bandwidth (read + write bytes per second) over 256 MiB buffers. */
+function copyBandwidth(): number {
+  const n = 256 * 1024 * 1024;
+  const a = Buffer.alloc(n, 1);
+  const b = Buffer.alloc(n);
+  a.copy(b);
+  let best = Infinity;
+  for (let i = 0; i < 3; i++) {
+    const t0 = performance.now();
+    a.copy(b);
+    best = Math.min(best, performance.now() - t0);
+  }
+  return (2 * n) / (best / 1000);
+}
+
+// ------------------------------------------------------------------------------------------------
+// ours: the scheduler with a greedy handler (no tokenizer needed)
+// ------------------------------------------------------------------------------------------------
+class Ours {
+  sched: Scheduler;
+  constructor(readonly model: NativeDecoder, readonly cfg: DecoderConfig, kvMemory: string, maxStepTokens: number) {
+    const kv = new KvCacheManager(cfg, { memory: kvMemory });
+    const prefix = new PrefixCache(kv, { minTokens: 16 });
+    this.sched = new Scheduler(model, kv, prefix, { maxStepTokens, maxRunning: 64, maxQueue: 1024 });
+  }
+  /** Runs the prompts concurrently; per request: ms to first token and ms to the end, tokens generated. */
+  run(prompts: number[][], maxTokens: number, mode: CacheMode = 'none'): Promise<{ ttft: number; end: number; n: number }[]> {
+    const V = this.cfg.vocabSize;
+    const t0 = performance.now();
+    return Promise.all(prompts.map((prompt) => new Promise<{ ttft: number; end: number; n: number }>((resolve, reject) => {
+      let ttft = 0;
+      let n = 0;
+      this.sched.submit({
+        prompt, maxTokens, cache: { mode },
+        handler: {
+          next: (logits) => {
+            if (n++ === 0) ttft = performance.now() - t0;
+            let best = 0;
+            for (let i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+            return best;
+          },
+          done: () => resolve({ ttft, end: performance.now() - t0, n }),
+          fail: reject,
+        },
+      });
+    })));
+  }
+}
+
+async function benchOurs(name: string, dir: string, cfg: DecoderConfig, o: Opts, bwBound: (bytes: number) => number): Promise<Row> {
+  const model = await buildNativeDecoder(cfg, SafetensorsCheckpoint.open(dir) as unknown as TensorSource, { dtype: o.f32 ? 'f32' : 'bf16' });
+  const V = cfg.vocabSize;
+  const row: Row = { model: name, engine: `loom (${model.weightDtype.toLowerCase()} weights)` };
+  const ours = new Ours(model, cfg, o.quick ? '1GiB' : '3GiB', 512);
+  // warm-up
+  await ours.run([randomTokens(32, 99, V)], 4);
+  // prefill: one 512-token prompt (a single step), 1 generated token
+  let best = Infinity;
+  for (let r = 0; r < (o.quick ? 1 : 3); r++) best = Math.min(best, (await ours.run([randomTokens(512, 1 + r, V)], 1))[0].ttft);
+  row.prefill = 512 / (best / 1000);
+  // decode batch 1
+  const nDec = o.quick ? 16 : 64;
+  const d = (await ours.run([randomTokens(16, 7, V)], nDec))[0];
+  row.decode = (d.n - 1) / ((d.end - d.ttft) / 1000);
+  // aggregate with 8 / 32 streams
+  for (const streams of [8, 32]) {
+    const gen = o.quick ? 8 : 32;
+    const rs = await ours.run(Array.from({ length: streams }, (_, i) => randomTokens(16, 100 + i, V)), gen);
+    const wall = Math.max(...rs.map((x) => x.end));
+    const tok = rs.reduce((a, x) => a + x.n, 0);
+    if (streams === 8) row.agg8 = tok / (wall / 1000);
+    else row.agg32 = tok / (wall / 1000);
+  }
+  // TTFT with a shared prefix: cold (no cache) vs warm (automatic prefix cache)
+  const P = o.quick ? 1024 : 4096;
+  const prefix = randomTokens(P, 4242, V);
+  const withTail = (s: number) => [...prefix, ...randomTokens(8, s, V)];
+  row.ttftUncachedMs = (await ours.run([withTail(1)], 1, 'none'))[0].ttft;
+  await ours.run([withTail(2)], 1, 'automatic'); // writes the prefix
+  row.ttftCachedMs = (await ours.run([withTail(3)], 1, 'automatic'))[0].ttft;
+  // bandwidth bound: every linear weight once per token (the embedding table contributes one row)
+  const bytes = model.weightBytes - cfg.vocabSize * cfg.hiddenSize * (model.weightDtype === 'BF16' ? 2 : 4);
+  row.boundTokS = bwBound(bytes);
+  if (P !== 4096) row.note = `TTFT prefix ${P} tokens (--quick)`;
+  return row;
+}
+
+// ------------------------------------------------------------------------------------------------
+// llama.cpp through node-llama-cpp
+// ------------------------------------------------------------------------------------------------
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Any = any;
+
+async function loadNodeLlamaCpp(): Promise<Any | null> {
+  const p = join(import.meta.dirname, 'node_modules', 'node-llama-cpp', 'dist', 'index.js');
+  if (!existsSync(p)) return null;
+  return import(pathToFileURL(p).href);
+}
+
+async function benchLlamaCpp(lib: Any, name: string, gguf: string, cfg: DecoderConfig, o: Opts): Promise<Row> {
+  const V = cfg.vocabSize;
+  const llama = await lib.getLlama({ gpu: false, build: 'never', logLevel: 'error', maxThreads: o.threads });
+  const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0 });
+  const row: Row = { model: name, engine: `llama.cpp (${o.f32 ? 'F32' : 'F16'} gguf)` };
+  const P = o.quick ? 1024 : 4096;
+  const mk = async (sequences: number, contextSize: number) =>
+    model.createContext({ sequences, contextSize, batchSize: 512, threads: { ideal: o.threads, min: o.threads }, flashAttention: false });
+  // generate `n` tokens greedily on a sequence; returns [ttft ms, end ms]
+  const gen = async (seq: Any, prompt: number[], n: number, t0: number): Promise<{ ttft: number; end: number; n: number }> => {
+    let ttft = 0, k = 0;
+    const it = seq.evaluate(prompt, { temperature: 0 });
+    for await (const _t of it) {
+      void _t;
+      if (k++ === 0) ttft = performance.now() - t0;
+      if (k >= n) break;
+    }
+    return { ttft, end: performance.now() - t0, n: k };
+  };
+  {
+    const ctx = await mk(1, Math.max(2048, P + 64));
+    const seq = ctx.getSequence();
+    await gen(seq, randomTokens(32, 99, V), 4, performance.now());
+    let best = Infinity;
+    for (let r = 0; r < (o.quick ? 1 : 3); r++) {
+      await seq.clearHistory();
+      best = Math.min(best, (await gen(seq, randomTokens(512, 1 + r, V), 1, performance.now())).ttft);
+    }
+    row.prefill = 512 / (best / 1000);
+    await seq.clearHistory();
+    const nDec = o.quick ? 16 : 64;
+    const d = await gen(seq, randomTokens(16, 7, V), nDec, performance.now());
+    row.decode = (d.n - 1) / ((d.end - d.ttft) / 1000);
+    // TTFT: cold, then with the prefix kept in the sequence's KV cache (suffix only evaluated)
+    const prefix = randomTokens(P, 4242, V);
+    await seq.clearHistory();
+    row.ttftUncachedMs = (await gen(seq, [...prefix, ...randomTokens(8, 1, V)], 1, performance.now())).ttft;
+    await seq.eraseContextTokenRanges([{ start: P, end: seq.nextTokenIndex }]);
+    row.ttftCachedMs = (await gen(seq, randomTokens(8, 3, V), 1, performance.now())).ttft;
+    await ctx.dispose();
+  }
+  for (const streams of [8, 32]) {
+    const ctx = await mk(streams, streams * 64);
+    const n = o.quick ? 8 : 32;
+    const t0 = performance.now();
+    const rs = await Promise.all(Array.from({ length: streams }, (_, i) => gen(ctx.getSequence(), randomTokens(16, 100 + i, V), n, t0)));
+    const wall = Math.max(...rs.map((x) => x.end));
+    const tok = rs.reduce((a, x) => a + x.n, 0);
+    if (streams === 8) row.agg8 = tok / (wall / 1000);
+    else row.agg32 = tok / (wall / 1000);
+    await ctx.dispose();
+  }
+  await model.dispose();
+  return row;
+}
+
+interface Opts {
+  quick: boolean;
+  json: boolean;
+  threads: number;
+  f32: boolean;
+  llama: boolean;
+  models: string[];
+}
+
+const fmt = (v: number | undefined, d = 1) => (v === undefined ? '—' : v.toFixed(d));
+
+export async function run(argv: string[]): Promise<void> {
+  const o: Opts = {
+    quick: argv.includes('--quick'),
+    json: argv.includes('--json'),
+    threads: Number(flag(argv, '--threads') ?? cpus().length),
+    f32: argv.includes('--f32'),
+    llama: !argv.includes('--no-llama'),
+    models: (flag(argv, '--models') ?? Object.keys(CONFIGS).join(',')).split(','),
+  };
+  setThreads(o.threads);
+  const bw = copyBandwidth();
+  const bound = (bytes: number) => bw / 2 / bytes; // copy moves 2 bytes per byte read
+  console.log(`decode bench: ${o.threads} threads, copy bandwidth ${(bw / 1e9).toFixed(1)} GB/s (read+write)${o.quick ? ', --quick' : ''}`);
+  const lib = o.llama ? await loadNodeLlamaCpp() : null;
+  if (o.llama && !lib) console.log('llama.cpp column skipped: node-llama-cpp is not installed (npm install --prefix bench)');
+  const rows: Row[] = [];
+  for (const name of o.models) {
+    if (!CONFIGS[name]) throw new Error(`unknown model ${name}; available: ${Object.keys(CONFIGS).join(', ')}`);
+    const dir = ensureRandomCheckpoint(name);
+    const cfg = loadDecoderConfig(dir);
+    const r = await benchOurs(name, dir, cfg, o, bound);
+    rows.push(r);
+    if (o.json) console.log(JSON.stringify(r));
+    if (lib) {
+      try {
+        const gguf = writeGgufFromCheckpoint(dir, CONFIGS[name], join(CACHE, `${name}.${o.f32 ? 'f32' : 'f16'}.gguf`), o.f32 ? 'F32' : 'F16');
+        const l = await benchLlamaCpp(lib, name, gguf, cfg, o);
+        l.boundTokS = r.boundTokS;
+        rows.push(l);
+        if (o.json) console.log(JSON.stringify(l));
+      } catch (e) {
+        console.log(`llama.cpp column skipped for ${name}: ${(e as Error).message}`);
+      }
+    }
+  }
+  console.log('\n| model | engine | prefill 512 tok/s | decode b=1 tok/s | agg ×8 tok/s | agg ×32 tok/s | TTFT 4k uncached ms | TTFT 4k cached ms | bw bound tok/s |');
+  console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|');
+  for (const r of rows)
+    console.log(`| ${r.model} | ${r.engine} | ${fmt(r.prefill)} | ${fmt(r.decode)} | ${fmt(r.agg8)} | ${fmt(r.agg32)} | ${fmt(r.ttftUncachedMs, 0)} | ${fmt(r.ttftCachedMs, 0)} | ${fmt(r.boundTokS)} |`);
+  console.log('\nratios (ours / llama.cpp, and targets):');
+  for (const name of o.models) {
+    const a = rows.find((r) => r.model === name && r.engine.startsWith('loom'));
+    const b = rows.find((r) => r.model === name && r.engine.startsWith('llama.cpp'));
+    if (!a) continue;
+    const parts = [
+      `32-stream aggregate / single stream = ${fmt(a.agg32! / a.decode!, 2)}× (target ≥ 8×)`,
+      `cached TTFT speed-up = ${fmt(a.ttftUncachedMs! / a.ttftCachedMs!, 1)}× (target ≥ 10×)`,
+      `decode / bandwidth bound = ${fmt((100 * a.decode!) / a.boundTokS!, 0)}%`,
+    ];
+    if (b) parts.unshift(`decode b=1 vs llama.cpp = ${fmt(a.decode! / b.decode!, 2)}× (target ≥ 1.0×)`, `prefill vs llama.cpp = ${fmt(a.prefill! / b.prefill!, 2)}×`, `agg ×32 vs llama.cpp = ${fmt(a.agg32! / b.agg32!, 2)}×`);
+    console.log(`  ${name}: ${parts.join('; ')}`);
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) await run(process.argv.slice(2));
