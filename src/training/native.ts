@@ -1,0 +1,160 @@
+// Typed wrappers over the native training graphs (native/train, native/napi/train_napi.cc).
+// A graph owns every parameter natively (value, gradient, AdamW moments); TypeScript feeds
+// micro-batches, asks for optimizer steps and reads tensors back to save checkpoints.
+import { addon } from '../native/addon.ts';
+import type { DecoderConfig } from '../formats/hf-config.ts';
+import type { DebertaConfig } from '../models/encoder/deberta.ts';
+
+export interface ParamInfo {
+  name: string;
+  shape: number[];
+  trainable: boolean;
+  /** learning-rate group: 0 encoder (or decoder LoRA), 1 heads (and encoder LoRA, at task_lr) */
+  group: number;
+}
+
+export interface OptimOptions {
+  /** one learning rate per group */
+  lr: number[];
+  weightDecay: number;
+  maxGradNorm: number;
+  /** 1-based optimizer step */
+  step: number;
+  betas?: [number, number];
+  eps?: number;
+}
+
+abstract class TrainGraph {
+  protected constructor(protected readonly handle: unknown) {}
+  params(): ParamInfo[] {
+    return addon.trainParams(this.handle) as ParamInfo[];
+  }
+  get(name: string): Float32Array {
+    return addon.trainGet(this.handle, name, false) as Float32Array;
+  }
+  grad(name: string): Float32Array {
+    return addon.trainGet(this.handle, name, true) as Float32Array;
+  }
+  set(name: string, value: Float32Array): void {
+    addon.trainSet(this.handle, name, value);
+  }
+  zeroGrad(): void {
+    addon.trainZeroGrad(this.handle);
+  }
+  /** Clips the gradients (global norm) and applies AdamW; resolves to the pre-clip norm. */
+  optimizerStep(o: OptimOptions): Promise<number> {
+    return addon.trainOptimStep(this.handle, {
+      lr: o.lr,
+      wd: o.weightDecay,
+      maxGradNorm: o.maxGradNorm,
+      step: o.step,
+      b1: o.betas?.[0] ?? 0.9,
+      b2: o.betas?.[1] ?? 0.999,
+      eps: o.eps ?? 1e-8,
+    }) as Promise<number>;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoder (LoRA SFT)
+// ---------------------------------------------------------------------------------------------
+export interface DecoderLoraInit {
+  layer: number;
+  /** 0..6: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj */
+  module: number;
+  r: number;
+  scale: number;
+  dropout: number;
+  A: Float32Array;
+  B: Float32Array;
+}
+
+export interface DecoderBatch {
+  tokens: Int32Array;
+  positions: Int32Array;
+  /** target of each row (the next token), -100 = no loss */
+  labels: Int32Array;
+  /** (S+1) row offsets of the packed sequences */
+  seqOff: Int32Array;
+}
+
+export class DecoderTrainGraph extends TrainGraph {
+  static create(config: DecoderConfig, tensors: Record<string, Float32Array | Uint16Array>, loras: DecoderLoraInit[]): DecoderTrainGraph {
+    const r = config.ropeScaling;
+    const cfg = {
+      vocab: config.vocabSize,
+      hidden: config.hiddenSize,
+      inter: config.intermediateSize,
+      layers: config.numLayers,
+      heads: config.numHeads,
+      kvHeads: config.numKvHeads,
+      headDim: config.headDim,
+      eps: config.rmsNormEps,
+      ropeTheta: config.ropeTheta,
+      qkvBias: config.attentionBias,
+      rope: { type: r.type === 'llama3' ? 1 : r.type === 'linear' ? 2 : 0, factor: r.factor, lowFreqFactor: r.lowFreqFactor, highFreqFactor: r.highFreqFactor, originalMaxPosition: r.originalMaxPosition },
+    };
+    return new DecoderTrainGraph(addon.llamaTrainCreate(cfg, tensors, loras));
+  }
+  /** One micro-batch: forward, masked CE (mean over counted rows), backward scaled by gradScale. */
+  step(b: DecoderBatch, opts: { backward?: boolean; gradScale?: number; seed?: number; wantLogits?: boolean } = {}): Promise<{ loss: number; counted: number; logits?: Float32Array }> {
+    return addon.llamaTrainStep(this.handle, { ...b, backward: opts.backward ?? true, gradScale: opts.gradScale ?? 1, seed: opts.seed ?? 0, wantLogits: opts.wantLogits ?? false });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoder (GLiNER2 span model)
+// ---------------------------------------------------------------------------------------------
+export interface EncoderBatch {
+  B: number;
+  N: number;
+  ids: Int32Array;
+  mask: Uint8Array;
+  woff: Int32Array;
+  wordRows: Int32Array;
+  segSample: Int32Array;
+  segKind: Int32Array;
+  segM: Int32Array;
+  segCount: Int32Array;
+  segCountLoss: Uint8Array;
+  segRows: Int32Array;
+  pos: Int32Array;
+  clsY: Float32Array;
+}
+
+export interface EncoderLoss {
+  loss: number;
+  span: number;
+  count: number;
+  cls: number;
+}
+
+export class EncoderTrainGraph extends TrainGraph {
+  static create(
+    config: DebertaConfig,
+    maxWidth: number,
+    relLayerNorm: boolean,
+    tensors: Record<string, Float32Array>,
+    lora: { r: number; alpha: number; dropout: number; targets: string[]; seed: number } | null,
+  ): EncoderTrainGraph {
+    const cfg = {
+      D: config.hiddenSize,
+      L: config.numLayers,
+      H: config.numHeads,
+      F: config.intermediateSize,
+      V: config.vocabSize,
+      positionBuckets: config.positionBuckets,
+      maxRelativePositions: config.maxRelativePositions,
+      maxPositionEmbeddings: config.maxPositionEmbeddings,
+      eps: config.layerNormEps,
+      c2p: config.posAttType.includes('c2p'),
+      p2c: config.posAttType.includes('p2c'),
+      K: maxWidth,
+      relLn: relLayerNorm,
+    };
+    return new EncoderTrainGraph(addon.encTrainCreate(cfg, tensors, lora));
+  }
+  step(b: EncoderBatch, opts: { backward?: boolean; dropNeg?: boolean; gradScale?: number; seed?: number } = {}): Promise<EncoderLoss> {
+    return addon.encTrainStep(this.handle, { ...b, backward: opts.backward ?? true, dropNeg: opts.dropNeg ?? true, gradScale: opts.gradScale ?? 1, seed: opts.seed ?? 0 });
+  }
+}
