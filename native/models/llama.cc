@@ -12,12 +12,13 @@ namespace portable {
 #include "llama_attn_impl.h"
 }  // namespace portable
 
-static void attn_group_dispatch(const KvCache& kv, int64_t layer, const int32_t* table, int64_t ctx, int64_t kvh,
-                                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores) {
+static void attn_group_dispatch(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx,
+                                int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* out,
+                                float* scores) {
   switch (isa_active()) {
-    case Isa::Avx512: return avx512::attn_group(kv, layer, table, ctx, kvh, G, q, Dh, scale, out, scores);
-    case Isa::Avx2: return avx2::attn_group(kv, layer, table, ctx, kvh, G, q, Dh, scale, out, scores);
-    default: return portable::attn_group(kv, layer, table, ctx, kvh, G, q, Dh, scale, out, scores);
+    case Isa::Avx512: return avx512::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
+    case Isa::Avx2: return avx2::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
+    default: return portable::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
   }
 }
 
@@ -57,7 +58,7 @@ void KvCache::copy_block(int64_t src, int64_t dst, int64_t n_slots) {
 // Paged attention: work items are (token, kv head); each covers the G query heads of its group.
 // ---------------------------------------------------------------------------------------------
 void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
-                     float* out, float* scratch, int64_t max_ctx) {
+                     float* out, float* scratch, int64_t max_ctx, int64_t window) {
   const int64_t Hkv = kv.kv_heads, Dh = kv.head_dim, G = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(float(Dh));
   // row -> sequence index
@@ -76,7 +77,8 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
       const int64_t t = it / Hkv, kvh = it % Hkv;
       const SeqSpec& sq = b.seqs[size_t(row_seq[size_t(t)])];
       const int64_t ctx = int64_t(b.positions[t]) + 1;
-      attn_group_dispatch(kv, layer, sq.block_table, ctx, kvh, G, q + t * ldq + kvh * G * Dh, Dh, scale,
+      const int64_t start = window > 0 ? std::max<int64_t>(0, ctx - window) : 0;
+      attn_group_dispatch(kv, layer, sq.block_table, start, ctx, kvh, G, q + t * ldq + kvh * G * Dh, Dh, scale,
                           out + t * Hq * Dh + kvh * G * Dh, scores);
     }
   });
@@ -294,7 +296,7 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
         std::memcpy(kv.v_at(l, blk, slot), qkv + t * Nqkv + Nq + Nkv, size_t(Nkv) * 4);
       }
     }
-    paged_attention(kv, l, b, Hq, qkv, Nqkv, attn, scratch_.data(), max_ctx);  // attn (T, Nq)
+    paged_attention(kv, l, b, Hq, qkv, Nqkv, attn, scratch_.data(), max_ctx, c.sliding_window);  // attn (T, Nq)
     linear_packed(T, attn, Nq, L.o, nullptr, x, D, 1.0f);                      // x += attn·Woᵀ
     apply_lora(b, int(l), kO, attn, Nq, x, D);
     // --- MLP block

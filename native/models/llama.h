@@ -29,6 +29,7 @@ struct Config {
   float rope_theta = 10000.0f;
   RopeScaling rope;
   bool qkv_bias = false;
+  int64_t sliding_window = 0;       // > 0: a query at position p sees keys (p - window, p] (Mistral)
   DType weight_dtype = DType::F32;  // F32 or BF16: how linear weights are kept (packed)
 };
 
@@ -136,19 +137,19 @@ class Model {
 // packed. Token t of sequence s attends to positions [0, positions[t]] of s's cache.
 // scratch: at least threads_get() · (Hq/Hkv) · max_ctx floats.
 void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
-                     float* out, float* scratch, int64_t max_ctx);
+                     float* out, float* scratch, int64_t max_ctx, int64_t window = 0);
 
 namespace portable {
-void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t ctx, int64_t kvh, int64_t G,
-                const float* q, int64_t Dh, float scale, float* out, float* scores);
+void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx, int64_t kvh,
+                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores);
 }
 namespace avx2 {
-void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t ctx, int64_t kvh, int64_t G,
-                const float* q, int64_t Dh, float scale, float* out, float* scores);
+void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx, int64_t kvh,
+                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores);
 }
 namespace avx512 {
-void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t ctx, int64_t kvh, int64_t G,
-                const float* q, int64_t Dh, float scale, float* out, float* scores);
+void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx, int64_t kvh,
+                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores);
 }
 
 }  // namespace loom::llama

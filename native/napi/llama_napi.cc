@@ -71,6 +71,8 @@ Napi::Value LlamaCreate(const Napi::CallbackInfo& info) {
   c.eps = float(obj_num(o, "eps", 1e-6));
   c.rope_theta = float(obj_num(o, "ropeTheta", 10000.0));
   c.qkv_bias = o.Get("qkvBias").ToBoolean();
+  c.sliding_window = int64_t(obj_num(o, "slidingWindow", 0));
+  if (c.sliding_window < 0) throw_range(env, "slidingWindow must be >= 0");
   Napi::Value rs = o.Get("ropeScaling");
   if (rs.IsObject()) {
     Napi::Object r = rs.As<Napi::Object>();

@@ -92,3 +92,20 @@ t.test('llama-tiny bf16 weights: greedy through the scheduler', async (t) => {
     t.same(r.tokenIds, p.greedy.new_ids, p.name);
   }
 });
+
+t.test('sliding window (Mistral): positions inside the window are unchanged, later ones differ', async (t) => {
+  const dir = join(goldens, 'mistral-tiny');
+  const cases = readCases(dir);
+  const base = loadDecoderConfig(dir);
+  const ids: number[] = cases.prompts[3].input_ids;
+  const full = await buildNativeDecoder(base, SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
+  const win = await buildNativeDecoder({ ...base, slidingWindow: 8 }, SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
+  const [a] = await forwardAll(full, base, [ids]);
+  const [b] = await forwardAll(win, base, [ids]);
+  const V = base.vocabSize;
+  t.equal(maxAbs(a.subarray(0, 8 * V), b.subarray(0, 8 * V)), 0, 'first 8 positions identical');
+  t.ok(maxAbs(a.subarray(8 * V), b.subarray(8 * V)) > 1e-3, 'later positions see fewer keys');
+  const big = await buildNativeDecoder({ ...base, slidingWindow: 4096 }, SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
+  const [c] = await forwardAll(big, base, [ids]);
+  t.equal(maxAbs(a, c), 0, 'a window longer than the sequence changes nothing');
+});

@@ -80,6 +80,7 @@ export class NativeDecoder {
       eps: config.rmsNormEps,
       ropeTheta: config.ropeTheta,
       qkvBias: config.attentionBias,
+      slidingWindow: config.slidingWindow ?? 0,
       ropeScaling: {
         type: rs.type === 'llama3' ? 1 : rs.type === 'linear' ? 2 : 0,
         factor: rs.factor,
