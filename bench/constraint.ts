@@ -14,7 +14,7 @@ const shared = join(import.meta.dirname, '..', '..', 'shared');
 
 function syntheticVocab(size: number, seed = 1): ConstraintTokenizer {
   let s = seed;
-  const rnd = (): number => ((s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  const rnd = (): number => ((s = (Math.imul(s, 1103515245) + 12345) & 0x7fffffff) / 0x7fffffff);
   const enc = new TextEncoder();
   const toks: Uint8Array[] = [];
   const seen = new Set<string>();
@@ -147,5 +147,6 @@ export async function run(argv: string[] = []): Promise<void> {
   measure('synthetic byte-level (SmolLM2 size)', syntheticVocab(49152), reps);
   if (!quick) measure('synthetic byte-level (Qwen2.5 size)', syntheticVocab(151643), reps);
 }
+
 
 if (process.argv[1] && process.argv[1].endsWith('constraint.ts')) await run(process.argv.slice(2));
