@@ -15,6 +15,9 @@ import { gliner2Routes } from './routes/gliner2.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { projectRoutes } from './routes/projects.ts';
 import { systemRoutes } from './routes/system.ts';
+import { datasetRoutes } from './routes/datasets.ts';
+import { trainingJobRoutes } from './routes/training-jobs.ts';
+import { evaluationRoutes } from './routes/evaluations.ts';
 
 export type { RouteDef, Ctx } from './router.ts';
 export { reply, Reply } from './router.ts';
@@ -27,6 +30,9 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => projectRoutes(),
   () => compatRoutes(),
   () => gliner2Routes(),
+  () => datasetRoutes(),
+  () => trainingJobRoutes(),
+  () => evaluationRoutes(),
 ];
 
 export interface LoomServer {

@@ -71,7 +71,9 @@ export interface RouteDef {
   /** path params: 'uuid' (400 when malformed) or 'string' */
   params?: Record<string, 'uuid' | 'string'>;
   /** body size limit for this route (413), default config.maxBodyBytes */
-  maxBodyBytes?: number;
+  maxBodyBytes?: number | ((cfg: Services['config']) => number);
+  /** the handler gets the raw body bytes (a Buffer) instead of parsed JSON (file uploads) */
+  rawBody?: boolean;
   /** metrics/log label, default the pattern */
   name?: string;
   handler(ctx: Ctx): Promise<unknown> | unknown;
@@ -137,7 +139,7 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
     const schemaId = `r${schemaSeq++}`;
     const paramNames = [...route.path.matchAll(/:([A-Za-z_]+)/g)].map((m) => m[1]);
     const label = route.name ?? route.path;
-    const limit = route.maxBodyBytes ?? cfg.maxBodyBytes;
+    const limit = (typeof route.maxBodyBytes === 'function' ? route.maxBodyBytes(cfg) : route.maxBodyBytes) ?? cfg.maxBodyBytes;
     const hasBody = route.method !== 'GET';
     const handler = (res: HttpResponse, req: HttpRequest) => {
       // everything from `req` must be read synchronously, before the first await
@@ -190,7 +192,8 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
         let body: unknown = undefined;
         if (bodyP) {
           const raw = await bodyP;
-          if (validate && raw.byteLength > cfg.workerParseBytes) {
+          if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+          else if (validate && raw.byteLength > cfg.workerParseBytes) {
             const r = await services.workers.parseValidate(raw, schemaId, route.body!);
             if (!r.ok) {
               if (r.kind === 'json') throw new BadRequestError(`Malformed JSON body: ${r.message}`);
@@ -218,7 +221,7 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
         const out = await route.handler(ctx);
         if (ex.done || ex.aborted) return;
         if (out instanceof Reply) {
-          if (typeof out.body === 'string' && Object.keys(out.headers).some((h) => h.toLowerCase() === 'content-type')) ex.send(out.status, out.body, out.headers);
+          if ((typeof out.body === 'string' || out.body instanceof Uint8Array) && Object.keys(out.headers).some((h) => h.toLowerCase() === 'content-type')) ex.send(out.status, out.body, out.headers);
           else ex.json(out.status, out.body ?? null, out.headers);
         }
         else if (out !== undefined) ex.json(200, out);

@@ -47,6 +47,12 @@ export interface ServiceConfig {
   /** Retry-After for 425 while a model warms, seconds */
   warmingRetryAfterS: number;
   workerThreads: number;
+  /** customization: max size of a dataset upload (413 above) */
+  maxUploadBytes: number;
+  /** customization: lifetime of presigned upload/download URLs, seconds */
+  signedUrlTtlS: number;
+  /** customization: training jobs run at once (the rest wait in the queue) */
+  trainingConcurrency: number;
 }
 
 export const DEFAULT_RATE_LIMITS: RateLimitConfig = {
@@ -89,6 +95,9 @@ export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig 
     maxLoadedModels: over.maxLoadedModels ?? 4,
     warmingRetryAfterS: over.warmingRetryAfterS ?? 5,
     workerThreads: over.workerThreads ?? 2,
+    maxUploadBytes: over.maxUploadBytes ?? 256 * 1024 * 1024,
+    signedUrlTtlS: over.signedUrlTtlS ?? 3600,
+    trainingConcurrency: over.trainingConcurrency ?? 1,
   };
 }
 
@@ -106,6 +115,9 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConf
     trustProxy: env.LOOM_TRUST_PROXY === '1',
     maxLoadedModels: num(env.LOOM_MAX_LOADED_MODELS),
     workerThreads: num(env.LOOM_WORKER_THREADS),
+    maxUploadBytes: num(env.LOOM_MAX_UPLOAD_BYTES),
+    signedUrlTtlS: num(env.LOOM_SIGNED_URL_TTL_S),
+    trainingConcurrency: num(env.LOOM_TRAINING_CONCURRENCY),
     rateLimits: env.LOOM_RATE_LIMITS ? { ...DEFAULT_RATE_LIMITS, ...JSON.parse(env.LOOM_RATE_LIMITS) } : undefined,
   });
 }

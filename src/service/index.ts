@@ -12,6 +12,7 @@ import { createProjectsService } from './projects.ts';
 import { createRateLimiter } from './ratelimit.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { createWorkerPool } from './workers.ts';
+import { createCustomization } from './customization.ts';
 
 export interface Logger { info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void; debug?(o: object, m?: string): void }
 
@@ -39,14 +40,18 @@ export async function createServices(opts: ServicesOptions) {
   const rateLimiter = createRateLimiter(config.rateLimits);
   const workers = createWorkerPool({ threads: config.workerThreads });
   projects.resumePending();
+  // datasets, training jobs, evaluations, generation (src/service/customization.ts)
+  const customization = await createCustomization({ store, config, runtime, catalog, inference, log });
   let closed = false;
   return {
     config, store, runtime, metrics, billing, auth, catalog, inference, history, projects, rateLimiter, workers,
+    ...customization.services,
     /** flush and close everything (after the HTTP layer drained) */
     async close() {
       if (closed) return;
       closed = true;
       await projects.settle(2000);
+      await customization.close();
       await workers.close();
       await runtime.close();
       await store.close();

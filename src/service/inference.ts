@@ -10,7 +10,7 @@ import { type BillingService, type CachingFamily, type Pricing, completeUsage, c
 import { type Catalog, type CatalogEntry, ROUTER_MODEL_ID } from './catalog.ts';
 import { ConflictError, DependencyUnavailableError, NotFoundError, RegionBlockedError, ValidationError, WarmingError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
-import { type EncoderSchema, type GenerateMessage, type ModelKind, type ModelRef, type ModelRuntime, generateAll } from './runtime.ts';
+import { type EncoderSchema, type GenerateMessage, type ModelKind, type ModelRef, type ModelRuntime, generateAll, jobModelRef } from './runtime.ts';
 import type { Metrics } from './metrics.ts';
 
 /** Chooses the model behind `service/auto`. The compat/router work replaces the default policy. */
@@ -127,7 +127,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
     if (job.task_type !== kind) throw new ValidationError(`Model ${job.id} is a ${job.task_type} model`, [{ path: kind === 'decoder' ? '/messages' : '/text', message: `model ${job.id} is a ${job.task_type}` }]);
     const base = await catalog.get(job.base_model);
     if (base && p.team.region && base.blocked_regions.includes(p.team.region)) throw new RegionBlockedError(`Model ${job.base_model} is not available in region ${p.team.region}`);
-    const ref: ModelRef = { id: job.id, kind: job.task_type, dir: job.output_dir ?? undefined, base_model: job.base_model, weights: job.training_type === 'lora' ? 'adapter' : 'full' };
+    const ref: ModelRef = jobModelRef(job);
     checkRuntime(ref, null);
     return { ref, model_id: job.id, routed_model: job.id, training_job_id: job.id, pricing: base?.pricing ?? { input: 1, output: 2 }, caching_family: base?.caching_family ?? 'none', via_router: false };
   }

@@ -6,7 +6,7 @@ import type { Principal } from './auth.ts';
 import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import type { InferenceService } from './inference.ts';
-import type { GenerateMessage, ModelRef, ModelRuntime } from './runtime.ts';
+import { type GenerateMessage, type ModelRef, type ModelRuntime, jobModelRef } from './runtime.ts';
 
 const projectView = (p: ProjectRecord) => ({ id: p.id, name: p.name, created_at: p.created_at, active_deployment_id: p.active_deployment_id });
 const deploymentView = (d: DeploymentRecord) => ({
@@ -18,7 +18,7 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
   const { store, runtime } = deps;
   const pending = new Set<Promise<void>>();
 
-  const refOf = (job: TrainingJobRecord): ModelRef => ({ id: job.id, kind: job.task_type, dir: job.output_dir ?? undefined, base_model: job.base_model, weights: job.training_type === 'lora' ? 'adapter' : 'full' });
+  const refOf = (job: TrainingJobRecord): ModelRef => jobModelRef(job);
 
   function own(p: Principal, id: string): ProjectRecord {
     const pr = store.projects.get(id);

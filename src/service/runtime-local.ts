@@ -107,7 +107,7 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
         let adapterDir: string | undefined;
         if (ref.weights === 'adapter' && ref.base_model) {
           adapterDir = ref.dir;
-          dir = localOf(ref.base_model)?.dir;
+          dir = ref.base_dir ?? localOf(ref.base_model)?.dir;
           if (!dir) throw new Error(`base model ${ref.base_model} of ${ref.id} is not on disk`);
         }
         dir ??= localOf(ref.id)?.dir;

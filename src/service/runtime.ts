@@ -16,6 +16,18 @@ export interface ModelRef {
   base_model?: string;
   /** 'adapter' when `dir` holds a PEFT adapter, 'full' for a complete checkpoint */
   weights?: 'adapter' | 'full';
+  /** trained adapters: the base model's directory when it is not a model of the models dir */
+  base_dir?: string;
+}
+
+/**
+ * How a training job's model is served. A finished job stores its `model_ref` (the training
+ * service decides: encoders are served from full weights, LoRA included (merged); decoders apply
+ * their PEFT adapter on the base); older records fall back to the training type.
+ */
+export function jobModelRef(job: { id: string; task_type: ModelKind; output_dir: string | null; base_model: string; training_type: string; model_ref?: unknown }): ModelRef {
+  if (job.model_ref && typeof job.model_ref === 'object') return { ...(job.model_ref as ModelRef), id: job.id };
+  return { id: job.id, kind: job.task_type, dir: job.output_dir ?? undefined, base_model: job.base_model, weights: job.training_type === 'lora' ? 'adapter' : 'full' };
 }
 
 export type ModelStatus =

@@ -13,9 +13,13 @@ import { makeExamplesRepo } from './examples.ts';
 import { makeProjectsRepo } from './projects.ts';
 import { makeDeploymentsRepo } from './deployments.ts';
 import { makeTrainingJobsRepo } from './training-jobs.ts';
+import { makeDatasetsRepo } from './datasets.ts';
+import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
+import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
 
 export { SCHEMA_VERSION, ikey, scanIndex } from './db.ts';
 export type * from './types.ts';
+export type * from './customization-types.ts';
 
 function makeRepos(db: Db) {
   return {
@@ -31,6 +35,10 @@ function makeRepos(db: Db) {
     projects: makeProjectsRepo(db),
     deployments: makeDeploymentsRepo(db),
     trainingJobs: makeTrainingJobsRepo(db),
+    datasets: makeDatasetsRepo(db),
+    trainingArtifacts: makeTrainingArtifactsRepo(db),
+    evaluations: makeEvaluationsRepo(db),
+    generationJobs: makeGenerationJobsRepo(db),
   };
 }
 export type Repos = ReturnType<typeof makeRepos>;

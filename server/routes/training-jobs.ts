@@ -1,0 +1,61 @@
+// Training jobs, their logs/checkpoints/weights, trained models.
+import { readFileSync } from 'node:fs';
+import type { RouteDef } from '../router.ts';
+import { reply } from '../router.ts';
+import { requestBaseUrl } from '../../src/service/signed-urls.ts';
+import { trainingJobRequestSchema } from '../../src/service/training-jobs.ts';
+
+export function trainingJobRoutes(): RouteDef[] {
+  return [
+    {
+      method: 'POST', path: '/felix/training-jobs', auth: 'any', body: trainingJobRequestSchema,
+      handler: ({ services, principal, body }) => services.trainingJobs.create(principal, body),
+    },
+    {
+      method: 'GET', path: '/felix/training-jobs', auth: 'any',
+      query: {
+        status: { type: 'string', enum: ['requested', 'running', 'complete', 'deployed', 'failed', 'cancelled'] },
+        project_id: { type: 'string' },
+        limit: { type: 'integer', min: 1, max: 200, default: 200 },
+        offset: { type: 'integer', min: 0, default: 0 },
+      },
+      handler: ({ services, principal, query }) => services.trainingJobs.list(principal, query),
+    },
+    {
+      method: 'GET', path: '/felix/training-jobs/:id', auth: 'any', params: { id: 'uuid' },
+      handler: ({ services, principal, params }) => services.trainingJobs.get(principal, params.id),
+    },
+    {
+      method: 'GET', path: '/felix/training-jobs/:id/logs', auth: 'any', params: { id: 'uuid' },
+      query: { after: { type: 'integer', min: -1 }, limit: { type: 'integer', min: 1, max: 10_000, default: 1000 } },
+      handler: ({ services, principal, params, query }) => services.trainingJobs.logs(principal, params.id, query),
+    },
+    {
+      method: 'GET', path: '/felix/training-jobs/:id/checkpoints', auth: 'any', params: { id: 'uuid' },
+      handler: ({ services, principal, params }) => services.trainingJobs.checkpoints(principal, params.id),
+    },
+    {
+      method: 'GET', path: '/felix/training-jobs/:id/download', auth: 'any', params: { id: 'uuid' },
+      handler: ({ services, principal, params, headers }) => services.trainingJobs.download(principal, params.id, requestBaseUrl(headers, services.config.publicUrl, services.config.trustProxy)),
+    },
+    {
+      // the signed URL returned by /download: the signature is the credential
+      method: 'GET', path: '/felix/training-jobs/:id/download/archive', auth: 'none', params: { id: 'uuid' },
+      query: { expires: { type: 'integer' }, signature: { type: 'string' } },
+      handler({ services, params, query, url }) {
+        services.signedUrls.verify('GET', url, query);
+        const a = services.trainingJobs.archive(params.id);
+        return reply(200, readFileSync(a.path), { 'Content-Type': 'application/gzip', 'Content-Disposition': `attachment; filename="${a.filename.replace(/"/g, '')}"` });
+      },
+    },
+    {
+      method: 'POST', path: '/felix/training-jobs/:id/stop', auth: 'any', params: { id: 'uuid' },
+      handler: ({ services, principal, params }) => services.trainingJobs.stop(principal, params.id),
+    },
+    {
+      method: 'DELETE', path: '/felix/training-jobs/:id', auth: 'any', params: { id: 'uuid' },
+      handler: ({ services, principal, params }) => services.trainingJobs.remove(principal, params.id),
+    },
+    { method: 'GET', path: '/felix/trained-models', auth: 'any', handler: ({ services, principal }) => services.trainingJobs.trainedModels(principal) },
+  ];
+}

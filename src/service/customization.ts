@@ -1,0 +1,36 @@
+// The customization half of Loom, wired: the worker pool (dataset processing, training,
+// evaluation), signed URLs, datasets, training jobs and evaluations. createServices spreads
+// `services` into the service object and calls `close()` on shutdown.
+import type { Store } from '../store/index.ts';
+import type { Catalog } from './catalog.ts';
+import type { ServiceConfig } from './config.ts';
+import { createDatasetsService } from './datasets.ts';
+import { createEvaluationsService } from './evaluations.ts';
+import type { Logger } from './index.ts';
+import type { InferenceService } from './inference.ts';
+import { createJobPool } from './jobs/pool.ts';
+import type { ModelRuntime } from './runtime.ts';
+import { createSignedUrls } from './signed-urls.ts';
+import { createTrainingJobsService } from './training-jobs.ts';
+
+export async function createCustomization(deps: { store: Store; config: ServiceConfig; runtime: ModelRuntime; catalog: Catalog; inference: InferenceService; log?: Logger }) {
+  const { store, config, runtime, catalog, log } = deps;
+  // training jobs (trainingConcurrency) + one evaluation + one dataset task at a time
+  const jobPool = createJobPool({ threads: config.trainingConcurrency + 2 });
+  const signedUrls = await createSignedUrls(store);
+  const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, log });
+  const trainingJobs = createTrainingJobsService({ store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log });
+  const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log });
+  datasets.resumePending();
+  trainingJobs.resumePending();
+  evaluations.resumePending();
+  return {
+    services: { jobPool, signedUrls, datasets, trainingJobs, evaluations },
+    async close() {
+      await trainingJobs.shutdown();
+      await evaluations.shutdown();
+      await datasets.settle(2000);
+      await jobPool.close();
+    },
+  };
+}

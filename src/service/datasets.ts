@@ -1,0 +1,257 @@
+// Datasets: versioned, per team and name. Upload is three steps (spec section 4):
+//   1. POST /felix/datasets/upload/url → a presigned PUT URL served by Loom (HMAC-signed,
+//      expiring, single use, size-limited); a new version in `initialized`
+//   2. PUT <url> with the file → the version is `uploading` (file stored, waiting to be processed)
+//   3. POST /felix/datasets/upload/process → `converting` → `validating` → `ready` | `failed`
+//      in the worker pool; `processing_error` names the line and the problem.
+// Uploading or generating into an existing name adds a version. Files live under
+// <LOOM_DATA_DIR>/datasets/<team>/<dataset id>/<version id>/.
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { DatasetRecord, DatasetType, DatasetVersionRecord, Store } from '../store/index.ts';
+import type { Principal } from './auth.ts';
+import type { ServiceConfig } from './config.ts';
+import { ConflictError, NotFoundError, PayloadTooLargeError, ValidationError } from './errors.ts';
+import { newId, nowIso } from './ids.ts';
+import type { JobPool } from './jobs/pool.ts';
+import type { ProcessDatasetResult } from './jobs/datasets-task.ts';
+import type { SignedUrls } from './signed-urls.ts';
+import type { Logger } from './index.ts';
+
+export const DATASET_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const RESERVED = new Set(['upload']);
+const FILE_EXT = /\.(jsonl|ndjson|json|csv)$/i;
+
+export const versionView = (v: DatasetVersionRecord) => ({
+  id: v.id, dataset_name: v.dataset_name, version_number: v.version_number, size: v.size, status: v.status, created_at: v.created_at,
+  dataset_type: v.dataset_type, processing_error: v.processing_error, source: v.source, filename: v.filename, format: v.format,
+  bytes: v.bytes, labels: v.labels, kinds: v.kinds, updated_at: v.updated_at, ready_at: v.ready_at,
+});
+
+export function createDatasetsService(deps: { store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; log?: Logger }) {
+  const { store, config, pool, urls } = deps;
+  const root = join(config.dataDir, 'datasets');
+  const pending = new Set<Promise<void>>();
+  /** jobs/evaluations using a dataset right now (set by the training and evaluation services) */
+  const users: Array<(teamId: string, name: string) => string | null> = [];
+
+  const versionDir = (v: DatasetVersionRecord) => join(root, v.team_id, v.dataset_id, v.id);
+  const dataFile = (v: DatasetVersionRecord) => join(versionDir(v), 'data.jsonl');
+
+  function own(p: Principal, name: string): DatasetRecord {
+    const d = store.datasets.byName(p.team_id, name);
+    if (!d) throw new NotFoundError(`Dataset ${name} not found`);
+    return d;
+  }
+
+  function resolveVersion(d: DatasetRecord, version: string): DatasetVersionRecord {
+    const all = store.datasets.listVersions(d.id);
+    const v = version === 'latest' ? all[0] : all.find((x) => x.version_number === version || x.id === version);
+    if (!v) throw new NotFoundError(`Dataset ${d.dataset_name} has no version ${version}`);
+    return v;
+  }
+
+  async function update(id: string, patch: Partial<DatasetVersionRecord>): Promise<DatasetVersionRecord | undefined> {
+    return store.tx(() => {
+      const v = store.datasets.getVersion(id);
+      if (!v) return undefined;
+      const nv = { ...v, ...patch, updated_at: nowIso() };
+      store.datasets.putVersion(nv);
+      return nv;
+    });
+  }
+
+  /** a new version of `name` (created when missing); inside one transaction */
+  async function newVersion(teamId: string, name: string, type: DatasetType, fields: Partial<DatasetVersionRecord>): Promise<DatasetVersionRecord> {
+    return store.tx(() => {
+      const now = nowIso();
+      let d = store.datasets.byName(teamId, name);
+      if (d && d.dataset_type !== type) {
+        throw new ValidationError(`Dataset ${name} holds ${d.dataset_type} data; a ${type} version cannot be added to it`, [{ path: '/dataset_type', message: `must be ${d.dataset_type} for dataset ${name}` }]);
+      }
+      d ??= { id: newId(), team_id: teamId, dataset_name: name, dataset_type: type, next_version: 1, latest_version_id: null, created_at: now, updated_at: now };
+      const v: DatasetVersionRecord = {
+        id: newId(), team_id: teamId, dataset_id: d.id, dataset_name: name, dataset_type: type, version_number: String(d.next_version), size: 0,
+        status: 'initialized', processing_error: null, source: 'upload', filename: null, format: null, bytes: 0, kinds: {}, labels: {},
+        created_at: now, updated_at: now, ready_at: null, ...fields,
+      };
+      store.datasets.put({ ...d, next_version: d.next_version + 1, latest_version_id: v.id, updated_at: now });
+      store.datasets.putVersion(v);
+      return v;
+    });
+  }
+
+  /** converting → validating → ready | failed, in the worker pool */
+  function startProcessing(v: DatasetVersionRecord, rawPath: string): void {
+    const job = (async () => {
+      const { result } = pool.run<ProcessDatasetResult>(
+        { op: 'process_dataset', raw_path: rawPath, out_path: dataFile(v), filename: v.filename ?? 'data.jsonl', dataset_type: v.dataset_type },
+        (m) => { if (m?.phase === 'validating') void update(v.id, { status: 'validating' }); },
+      );
+      let r: ProcessDatasetResult;
+      try { r = await result; } catch (e) { r = { ok: false, stage: 'converting', error: `processing crashed: ${(e as Error).message}` }; }
+      if (r.ok) await update(v.id, { status: 'ready', size: r.size, kinds: r.kinds, labels: r.labels, format: r.format, processing_error: null, ready_at: nowIso() });
+      else await update(v.id, { status: 'failed', processing_error: r.error });
+      deps.log?.info({ dataset: v.dataset_name, version: v.version_number, ok: r.ok }, 'dataset processed');
+    })().catch((e) => deps.log?.error({ err: String(e) }, 'dataset processing failed')).finally(() => pending.delete(job));
+    pending.add(job);
+  }
+
+  return {
+    root,
+    dataFile,
+    /** register a check "is this dataset in use?" (returns what uses it, or null) */
+    addUsageCheck(fn: (teamId: string, name: string) => string | null) { users.push(fn); },
+
+    list(p: Principal) {
+      const datasets = store.datasets.listByTeam(p.team_id).map((d) => {
+        const latest = d.latest_version_id ? store.datasets.getVersion(d.latest_version_id) : undefined;
+        return {
+          dataset_name: d.dataset_name, status: latest?.status ?? 'initialized', created_at: d.created_at, version_number: latest?.version_number ?? '0',
+          dataset_type: d.dataset_type, size: latest?.size ?? 0, version_count: d.next_version - 1, updated_at: d.updated_at,
+        };
+      });
+      return { success: true, count: datasets.length, datasets };
+    },
+
+    versions(p: Principal, name: string) {
+      const d = own(p, name);
+      const versions = store.datasets.listVersions(d.id).map(versionView);
+      return { success: true, dataset_name: d.dataset_name, dataset_type: d.dataset_type, count: versions.length, versions };
+    },
+
+    version(p: Principal, name: string, version: string) {
+      return { success: true, ...versionView(resolveVersion(own(p, name), version)) };
+    },
+
+    /** the version a job or evaluation would use (must be ready) */
+    readyVersion(teamId: string, name: string, version = 'latest'): DatasetVersionRecord {
+      const d = store.datasets.byName(teamId, name);
+      if (!d) throw new NotFoundError(`Dataset ${name} not found`);
+      const v = resolveVersion(d, version);
+      if (v.status !== 'ready') {
+        throw new ValidationError(`Dataset ${name} (version ${v.version_number}) is ${v.status}; it must be ready`, [{ path: '/datasets', message: `dataset ${name} is ${v.status}, not ready`, keyword: 'dataset_not_ready' }]);
+      }
+      return v;
+    },
+
+    /** canonical records of a version, first `limit` */
+    preview(p: Principal, name: string, version: string, limit: number, offset: number) {
+      const v = resolveVersion(own(p, name), version);
+      if (v.status !== 'ready') throw new ConflictError(`Dataset ${name} version ${v.version_number} is ${v.status}; preview is available once it is ready`);
+      const lines = readFileSync(dataFile(v), 'utf8').split('\n').filter(Boolean);
+      const records = lines.slice(offset, offset + limit).map((l) => JSON.parse(l));
+      return { success: true, dataset_name: v.dataset_name, version_number: v.version_number, total: lines.length, count: records.length, offset, records };
+    },
+
+    download(p: Principal, name: string, version: string): { body: string; filename: string } {
+      const v = resolveVersion(own(p, name), version);
+      if (v.status !== 'ready') throw new ConflictError(`Dataset ${name} version ${v.version_number} is ${v.status}; download is available once it is ready`);
+      return { body: readFileSync(dataFile(v), 'utf8'), filename: `${v.dataset_name}-v${v.version_number}.jsonl` };
+    },
+
+    async remove(p: Principal, name: string): Promise<void> {
+      const d = own(p, name);
+      for (const check of users) {
+        const user = check(p.team_id, d.dataset_name);
+        if (user) throw new ConflictError(`Dataset ${name} is in use by ${user}; stop or delete it first`);
+      }
+      await store.tx(() => store.datasets.remove(d.id));
+      rmSync(join(root, d.team_id, d.id), { recursive: true, force: true });
+    },
+
+    /** step 1 */
+    async createUpload(p: Principal, body: { dataset_name: string; dataset_type: DatasetType; filename: string }, baseUrl: string) {
+      if (!DATASET_NAME.test(body.dataset_name) || RESERVED.has(body.dataset_name)) {
+        throw new ValidationError('dataset_name must be 1-128 letters, digits, ".", "_" or "-", starting with a letter or digit (and not "upload")', [{ path: '/dataset_name', message: 'invalid dataset name' }]);
+      }
+      if (!FILE_EXT.test(body.filename)) {
+        throw new ValidationError('filename must end in .jsonl, .ndjson, .json or .csv', [{ path: '/filename', message: 'unsupported file type' }]);
+      }
+      const v = await newVersion(p.team_id, body.dataset_name, body.dataset_type, { filename: body.filename.split(/[\\/]/).pop()!, source: 'upload' });
+      const uploadId = newId();
+      const path = `/felix/datasets/upload/${uploadId}`;
+      const signed = urls.sign('PUT', path, config.signedUrlTtlS, baseUrl);
+      await store.tx(() => store.datasets.putUpload({
+        id: uploadId, team_id: p.team_id, version_id: v.id, dataset_name: v.dataset_name, filename: v.filename!, max_bytes: config.maxUploadBytes,
+        expires_at: signed.expires_at, used_at: null, created_at: nowIso(),
+      }));
+      return {
+        success: true, upload_url: signed.url, method: 'PUT', expires_at: signed.expires_at, max_bytes: config.maxUploadBytes, upload_id: uploadId,
+        dataset_name: v.dataset_name, dataset_type: v.dataset_type, version_id: v.id, version_number: v.version_number, status: v.status,
+      };
+    },
+
+    /** step 2: the PUT to the presigned URL (already signature-checked) */
+    async receiveUpload(uploadId: string, data: Buffer) {
+      const u = store.datasets.getUpload(uploadId);
+      if (!u) throw new NotFoundError('Upload not found (the dataset may have been deleted)');
+      if (u.used_at) throw new ConflictError('This upload URL has already been used: request a new one');
+      if (data.byteLength > u.max_bytes) throw new PayloadTooLargeError(u.max_bytes);
+      if (data.byteLength === 0) throw new ValidationError('The uploaded file is empty', [{ path: '', message: 'empty body' }]);
+      const v = store.datasets.getVersion(u.version_id);
+      if (!v) throw new NotFoundError('Upload not found (the dataset may have been deleted)');
+      const claimed = await store.tx(() => {
+        const cur = store.datasets.getUpload(uploadId);
+        if (!cur || cur.used_at) return false;
+        store.datasets.putUpload({ ...cur, used_at: nowIso() });
+        return true;
+      });
+      if (!claimed) throw new ConflictError('This upload URL has already been used: request a new one');
+      mkdirSync(versionDir(v), { recursive: true });
+      writeFileSync(join(versionDir(v), 'raw'), data);
+      await update(v.id, { status: 'uploading', bytes: data.byteLength });
+      return { success: true, upload_id: uploadId, dataset_name: v.dataset_name, version_number: v.version_number, bytes: data.byteLength };
+    },
+
+    /** step 3 */
+    async process(p: Principal, body: { dataset_name: string; upload_id?: string; version_id?: string; version_number?: string }) {
+      const d = own(p, body.dataset_name);
+      let v: DatasetVersionRecord | undefined;
+      if (body.upload_id) {
+        const u = store.datasets.getUpload(body.upload_id);
+        if (!u || u.team_id !== p.team_id || u.dataset_name !== d.dataset_name) throw new NotFoundError(`Upload ${body.upload_id} not found`);
+        v = store.datasets.getVersion(u.version_id);
+      } else if (body.version_id || body.version_number) {
+        v = store.datasets.listVersions(d.id).find((x) => x.id === body.version_id || x.version_number === body.version_number);
+      } else {
+        v = store.datasets.listVersions(d.id).find((x) => x.source === 'upload' && (x.status === 'uploading' || x.status === 'initialized'));
+      }
+      if (!v) throw new NotFoundError(`Dataset ${body.dataset_name} has no such upload`);
+      if (v.status === 'initialized') throw new ConflictError(`No file was uploaded for dataset ${v.dataset_name} version ${v.version_number}: PUT the file to the upload URL first`);
+      if (v.status !== 'uploading') throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already ${v.status}`);
+      const nv = (await update(v.id, { status: 'converting' }))!;
+      startProcessing(nv, join(versionDir(nv), 'raw'));
+      return { success: true, ...versionView(nv) };
+    },
+
+    /** a version made by the generation service from records it produced */
+    async createVersionFromRecords(teamId: string, name: string, type: DatasetType, jsonl: string, filename: string): Promise<DatasetVersionRecord> {
+      const v = await newVersion(teamId, name, type, { filename, source: 'generate', status: 'uploading' });
+      mkdirSync(versionDir(v), { recursive: true });
+      writeFileSync(join(versionDir(v), 'raw'), jsonl);
+      const nv = (await update(v.id, { status: 'converting', bytes: Buffer.byteLength(jsonl) }))!;
+      startProcessing(nv, join(versionDir(nv), 'raw'));
+      return nv;
+    },
+
+    /** after a restart: versions left converting/validating are processed again from their file */
+    resumePending(): number {
+      let n = 0;
+      for (const v of store.datasets.allVersions()) {
+        if (v.status !== 'converting' && v.status !== 'validating') continue;
+        const raw = join(versionDir(v), 'raw');
+        if (!existsSync(raw)) { void update(v.id, { status: 'failed', processing_error: 'the uploaded file was lost during a server restart; upload it again' }); continue; }
+        startProcessing(v, raw);
+        n++;
+      }
+      return n;
+    },
+
+    /** wait for background processing (tests, shutdown) */
+    async settle(timeoutMs = 10_000): Promise<void> {
+      await Promise.race([Promise.allSettled([...pending]), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+    },
+  };
+}
+export type DatasetsService = ReturnType<typeof createDatasetsService>;

@@ -1,0 +1,79 @@
+// A training run (customization worker pool): calls the training library (src/training/index.ts:
+// trainEncoder / trainDecoder) with hooks that post progress, log lines and checkpoints to the
+// main thread over the task's port. A `{type: 'stop'}` message on the port aborts the trainer's
+// signal: it stops after the current step, saves a last checkpoint and returns.
+// After training, the final model is scored on the validation split (evaluate-task.ts) so the job
+// carries f1 / precision / recall.
+import type { MessagePort } from 'node:worker_threads';
+import { evaluate, type EvaluateResult } from './evaluate-task.ts';
+
+export interface TrainTask {
+  op: 'train';
+  kind: 'encoder' | 'decoder';
+  /** the training library's config (base_model dir, output_dir, hyper-parameters, data files) */
+  config: Record<string, unknown>;
+  /** fresh encoder: initialize `config.base_model` from this preset first (loom init-encoder) */
+  init_encoder?: { preset: string; texts_from: string[] };
+  /** data file + validation indices to score the final model on */
+  score?: { data_file: string; indices?: number[]; threshold?: number };
+  port?: MessagePort;
+}
+
+export interface TrainTaskResult {
+  stopped: boolean;
+  result: Record<string, unknown>;
+  metrics: { f1: number; precision: number; recall: number; accuracy?: number; sample_count: number } | null;
+  metrics_error?: string;
+}
+
+// the training library (src/training/index.ts), imported by a computed path: it is built in
+// parallel and this module must load without it
+const TRAINING = '../../training/index.ts';
+
+export interface InitEncoderTask { op: 'init_encoder'; dir: string; preset: string; texts_from: string[]; port?: MessagePort }
+
+/** A fresh GLiNER2 encoder in `dir` (the library's `loom init-encoder`), no pretrained weights. */
+export async function initEncoder(t: InitEncoderTask): Promise<{ dir: string }> {
+  const training = (await import(TRAINING)) as Record<string, any>;
+  const init = training.initEncoder;
+  if (typeof init !== 'function') throw new Error('this build of the training library cannot initialize a fresh encoder');
+  await init({ preset: t.preset, dir: t.dir, texts_from: t.texts_from });
+  return { dir: t.dir };
+}
+
+export async function train(t: TrainTask): Promise<TrainTaskResult> {
+  const port = t.port;
+  const ac = new AbortController();
+  port?.on('message', (m: { type?: string }) => { if (m?.type === 'stop') ac.abort(new Error('stopped by the user')); });
+  const post = (type: string, data: unknown) => port?.postMessage({ type, data });
+  const training = (await import(TRAINING)) as Record<string, any>;
+  if (t.init_encoder) {
+    post('log', { level: 'info', message: `initializing a fresh ${t.init_encoder.preset} encoder (tokenizer built from the training text)` });
+    await initEncoder({ op: 'init_encoder', dir: String(t.config.base_model), preset: t.init_encoder.preset, texts_from: t.init_encoder.texts_from });
+  }
+  const fn = t.kind === 'encoder' ? training.trainEncoder : training.trainDecoder;
+  if (typeof fn !== 'function') throw new Error(`the training library has no ${t.kind === 'encoder' ? 'trainEncoder' : 'trainDecoder'}()`);
+  const hooks = {
+    onProgress: (p: unknown) => post('progress', p),
+    onLog: (l: unknown) => post('log', l),
+    onCheckpoint: (c: unknown) => post('checkpoint', c),
+    signal: ac.signal,
+  };
+  const result = ((await fn(t.config, hooks)) ?? {}) as Record<string, unknown>;
+  port?.removeAllListeners('message');
+  const stopped = ac.signal.aborted;
+  let metrics: TrainTaskResult['metrics'] = null;
+  let metrics_error: string | undefined;
+  if (!stopped && t.score && (t.score.indices === undefined || t.score.indices.length > 0)) {
+    try {
+      const serveDir = String(result.merged_dir ?? result.model_dir ?? result.output_dir ?? t.config.output_dir);
+      let ev: EvaluateResult;
+      if (t.kind === 'decoder') ev = await evaluate({ op: 'evaluate', kind: 'decoder', model_dir: String(t.config.base_model), adapter_dir: t.config.training_type === 'lora' ? serveDir : undefined, data_file: t.score.data_file, indices: t.score.indices, max_new_tokens: 64 });
+      else ev = await evaluate({ op: 'evaluate', kind: 'encoder', model_dir: serveDir, data_file: t.score.data_file, indices: t.score.indices, threshold: t.score.threshold });
+      metrics = { f1: ev.f1, precision: ev.precision, recall: ev.recall, ...(ev.accuracy !== undefined ? { accuracy: ev.accuracy } : {}), sample_count: ev.sample_count };
+    } catch (e) {
+      metrics_error = (e as Error).message;
+    }
+  }
+  return { stopped, result: JSON.parse(JSON.stringify(result)), metrics, metrics_error };
+}

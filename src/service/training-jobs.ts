@@ -1,0 +1,554 @@
+// Training jobs (spec sections 2-4): validation of a job request, the queue (one job at a time by
+// default, LOOM_TRAINING_CONCURRENCY), the run in a worker thread (src/service/jobs/train-task.ts
+// over src/training), progress / logs / checkpoints in the store, graceful stop, deletion,
+// signed weight downloads, and recovery after a restart.
+//
+// States (spec section 3): requested → running → complete | failed | cancelled; complete → deployed
+// (by a deployment, src/service/projects.ts); requested | running → cancelled (POST /stop).
+// A restart finds `running` jobs whose worker died with the process: they are queued again from
+// the start (same seed and data give the same weights), at most MAX_RESTARTS times, then failed;
+// `requested` jobs stay queued. Each of these moves writes a log line.
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { CheckpointRecord, Store, TrainingJobRecord, TrainingLogRecord } from '../store/index.ts';
+import type { Principal } from './auth.ts';
+import type { Catalog } from './catalog.ts';
+import type { ServiceConfig } from './config.ts';
+import type { DatasetsService } from './datasets.ts';
+import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
+import { newId, nowIso } from './ids.ts';
+import type { Logger } from './index.ts';
+import { writeTarGz } from './jobs/archive.ts';
+import type { JobPool } from './jobs/pool.ts';
+import type { TrainTaskResult } from './jobs/train-task.ts';
+import type { ModelRef, ModelRuntime } from './runtime.ts';
+import type { SignedUrls } from './signed-urls.ts';
+
+export const FRESH_ENCODER_ID = 'loom/gliner2-init-small';
+const MAX_RESTARTS = 2;
+const ACTIVE = new Set(['requested', 'running']);
+const STATUSES = ['requested', 'running', 'complete', 'deployed', 'failed', 'cancelled'] as const;
+
+export interface TrainingJobRequest {
+  base_model: string;
+  datasets: Array<{ name: string; version?: string }>;
+  model_name?: string;
+  training_type?: 'lora' | 'full';
+  training_algorithm?: 'sft' | 'grpo' | 'dpo';
+  rl_config?: Record<string, unknown>;
+  nr_epochs?: number;
+  learning_rate?: number;
+  batch_size?: number;
+  seed?: number;
+  validation_data_percentage?: number;
+  early_stopping?: boolean;
+  early_stopping_patience?: number;
+  lora_r?: number;
+  lora_alpha?: number;
+  lora_dropout?: number;
+  target_modules?: string[];
+  max_steps?: number;
+  warmup_ratio?: number;
+  lr_scheduler?: 'cosine' | 'linear' | 'constant';
+  gradient_accumulation_steps?: number;
+  project_id?: string;
+}
+
+/** ajv schema of POST /felix/training-jobs */
+export const trainingJobRequestSchema = {
+  type: 'object', required: ['base_model', 'datasets'],
+  properties: {
+    base_model: { type: 'string', minLength: 1 },
+    datasets: { type: 'array', minItems: 1, maxItems: 16, items: { type: 'object', required: ['name'], properties: { name: { type: 'string', minLength: 1 }, version: { type: 'string', minLength: 1 } } } },
+    model_name: { type: 'string', minLength: 1, maxLength: 200 },
+    training_type: { enum: ['lora', 'full'] },
+    training_algorithm: { enum: ['sft', 'grpo', 'dpo'] },
+    rl_config: { type: 'object' },
+    nr_epochs: { type: 'integer', minimum: 1, maximum: 1000 },
+    learning_rate: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+    batch_size: { type: 'integer', minimum: 1, maximum: 4096 },
+    seed: { type: 'integer', minimum: 0, maximum: 2 ** 31 - 1 },
+    validation_data_percentage: { type: 'number', minimum: 0, maximum: 50 },
+    early_stopping: { type: 'boolean' },
+    early_stopping_patience: { type: 'integer', minimum: 1, maximum: 1000 },
+    lora_r: { type: 'integer', minimum: 1, maximum: 1024 },
+    lora_alpha: { type: 'number', exclusiveMinimum: 0, maximum: 4096 },
+    lora_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
+    target_modules: { type: 'array', minItems: 1, items: { type: 'string', minLength: 1 } },
+    max_steps: { type: 'integer', minimum: 1 },
+    warmup_ratio: { type: 'number', minimum: 0, maximum: 0.5 },
+    lr_scheduler: { enum: ['cosine', 'linear', 'constant'] },
+    gradient_accumulation_steps: { type: 'integer', minimum: 1, maximum: 1024 },
+    project_id: { type: 'string', minLength: 1 },
+  },
+};
+
+/** The base a job trains from. */
+interface BaseSpec {
+  task_type: 'encoder' | 'decoder';
+  /** what the caller named (catalog id, checkpoint id or job id) */
+  requested: string;
+  source: 'catalog' | 'fresh' | 'checkpoint' | 'training_job';
+  /** the catalog model underneath (base of a checkpoint chain) */
+  catalog_id: string;
+  /** full-weights directory to start from (null: resolved at start, e.g. pulled) */
+  dir: string | null;
+  /** decoder LoRA chains: adapter to continue from */
+  init_adapter: string | null;
+}
+
+type Job = TrainingJobRecord & {
+  training_algorithm: string;
+  datasets: Array<{ name: string; version_number: string; version_id: string; dataset_type: string; size: number }>;
+  configuration: Record<string, unknown>;
+  base: BaseSpec;
+  progress_percent: number;
+  current_epoch: number;
+  current_step: number;
+  total_steps: number | null;
+  train_loss: number | null;
+  val_loss: number | null;
+  tokens_per_s: number | null;
+  metrics: { f1: number; precision: number; recall: number; [k: string]: number } | null;
+  error: string | null;
+  started_at: string | null;
+  completed_at: string | null;
+  restarts: number;
+  model_ref?: ModelRef;
+  weights_dir?: string | null;
+  weights_format?: 'peft_lora' | 'safetensors' | null;
+};
+
+const round = (x: number | null | undefined, d = 6) => (x === null || x === undefined || !Number.isFinite(x) ? null : Math.round(x * 10 ** d) / 10 ** d);
+
+export function jobView(j: Job) {
+  const done = j.status === 'complete' || j.status === 'deployed';
+  return {
+    id: j.id, status: j.status, model_name: j.model_name, base_model: j.base_model, task_type: j.task_type, training_type: j.training_type,
+    training_algorithm: j.training_algorithm, datasets: j.datasets.map((d) => ({ name: d.name, version: d.version_number, size: d.size })),
+    project_id: j.project_id, configuration: j.configuration,
+    progress_percent: round(j.progress_percent, 2) ?? 0, current_epoch: j.current_epoch, current_step: j.current_step, total_steps: j.total_steps,
+    train_loss: round(j.train_loss), val_loss: round(j.val_loss), tokens_per_s: round(j.tokens_per_s, 1),
+    ...(done && j.metrics ? { metrics: j.metrics } : {}),
+    error: j.error, created_at: j.created_at, updated_at: j.updated_at, started_at: j.started_at, completed_at: j.completed_at,
+  };
+}
+
+export function createTrainingJobsService(deps: { store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime; log?: Logger }) {
+  const { store, config, pool, datasets, catalog, runtime } = deps;
+  const root = join(config.dataDir, 'jobs');
+  const running = new Map<string, { stop(): void; done: Promise<void> }>();
+  let closing = false;
+
+  const jobDir = (id: string) => join(root, id);
+  const getJob = (id: string) => store.trainingJobs.get(id) as Job | undefined;
+
+  function own(p: Principal, id: string): Job {
+    const j = getJob(id);
+    if (!j || j.team_id !== p.team_id) throw new NotFoundError(`Training job ${id} not found`);
+    return j;
+  }
+
+  async function patch(id: string, fn: (j: Job) => Partial<Job> | null, log?: { level: TrainingLogRecord['level']; message: string }): Promise<Job | undefined> {
+    return store.tx(() => {
+      const j = store.trainingJobs.get(id) as Job | undefined;
+      if (!j) return undefined;
+      const ch = fn(j);
+      if (ch === null) return j;
+      const nj = { ...j, ...ch, updated_at: nowIso() } as Job;
+      store.trainingJobs.put(nj);
+      if (log) store.trainingArtifacts.appendLog(id, log.level, log.message);
+      return nj;
+    });
+  }
+  const addLog = (id: string, level: TrainingLogRecord['level'], message: string) => store.tx(() => { if (store.trainingJobs.get(id)) store.trainingArtifacts.appendLog(id, level, message); });
+
+  // datasets in use by a queued or running job cannot be deleted
+  datasets.addUsageCheck((teamId, name) => {
+    for (const j of store.trainingJobs.listByTeam(teamId) as Job[]) if (ACTIVE.has(j.status) && j.datasets?.some((d) => d.name === name)) return `training job ${j.id} (${j.status})`;
+    return null;
+  });
+
+  function invalid(path: string, message: string, keyword?: string): never {
+    throw new ValidationError(message, [{ path, message, keyword }]);
+  }
+
+  async function resolveBase(p: Principal, id: string): Promise<BaseSpec> {
+    const ck = store.trainingArtifacts.getCheckpoint(id);
+    const fromJob = (j: Job, dir: string, source: BaseSpec['source']): BaseSpec => {
+      if (j.training_type === 'lora' && j.task_type === 'decoder') {
+        return { task_type: j.task_type, requested: id, source, catalog_id: j.base.catalog_id, dir: j.base.dir, init_adapter: dir };
+      }
+      return { task_type: j.task_type, requested: id, source, catalog_id: j.base.catalog_id, dir, init_adapter: null };
+    };
+    if (ck) {
+      const j = getJob(ck.job_id);
+      if (!j || j.team_id !== p.team_id) throw new NotFoundError(`Model ${id} not found`);
+      if (!existsSync(ck.dir)) invalid('/base_model', `checkpoint ${id} has no weights on disk any more`);
+      return fromJob(j, ck.dir, 'checkpoint');
+    }
+    const j = getJob(id);
+    if (j && j.team_id === p.team_id) {
+      if ((j.status !== 'complete' && j.status !== 'deployed') || !j.weights_dir) invalid('/base_model', `training job ${id} is ${j.status}; only a complete job (or one of its checkpoints) can be a base model`);
+      return fromJob(j, j.weights_dir!, 'training_job');
+    }
+    if (id === FRESH_ENCODER_ID) return { task_type: 'encoder', requested: id, source: 'fresh', catalog_id: id, dir: null, init_adapter: null };
+    const entry = await catalog.get(id);
+    if (!entry) throw new NotFoundError(`Model ${id} not found: use a model id from GET /base-models, a checkpoint id or a training job id`);
+    if (!entry.supports_training) invalid('/base_model', `model ${id} does not support training`);
+    const local = (await runtime.listLocal()).find((m) => m.id === id);
+    return { task_type: entry.task_type, requested: id, source: 'catalog', catalog_id: id, dir: local?.dir ?? null, init_adapter: null };
+  }
+
+  function defaults(kind: 'encoder' | 'decoder', fresh: boolean, type: 'lora' | 'full') {
+    if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
+    if (fresh) return { nr_epochs: 5, learning_rate: 1e-3, batch_size: 8 };
+    return { nr_epochs: 3, learning_rate: type === 'lora' ? 1e-4 : 3e-5, batch_size: 8 };
+  }
+
+  // ---- the queue -------------------------------------------------------------------------------
+
+  function queued(): Job[] {
+    const out: Job[] = [];
+    for (const { value } of store.db.dbs.training_jobs.getRange() as Iterable<{ value: Job }>) if (value.status === 'requested') out.push(value);
+    return out.sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
+  }
+
+  function schedule(): void {
+    if (closing) return;
+    for (const j of queued()) {
+      if (running.size >= config.trainingConcurrency) return;
+      if (running.has(j.id)) continue;
+      start(j);
+    }
+  }
+
+  function start(j: Job): void {
+    let stopFn: () => void = () => {};
+    let stopRequested = false;
+    const entry = { stop: () => { stopRequested = true; stopFn(); }, done: Promise.resolve() };
+    running.set(j.id, entry);
+    entry.done = run(j, (fn) => { stopFn = fn; if (stopRequested) fn(); })
+      .catch((e) => deps.log?.error({ job: j.id, err: String(e) }, 'training job runner error'))
+      .finally(() => { running.delete(j.id); schedule(); });
+  }
+
+  async function prepareData(j: Job, dir: string): Promise<{ train: string; val: string | null; all: string; trainCount: number; valCount: number }> {
+    const lines: string[] = [];
+    for (const d of j.datasets) {
+      const v = store.datasets.getVersion(d.version_id);
+      if (!v || v.status !== 'ready') throw new Error(`dataset ${d.name} version ${d.version_number} is no longer available`);
+      for (const l of readFileSync(datasets.dataFile(v), 'utf8').split('\n')) if (l.trim()) lines.push(l);
+    }
+    // a seeded shuffle, then the validation split (validation_data_percentage)
+    const seed = Number(j.configuration.seed ?? 42);
+    let s = (seed ^ 0x9e3779b9) >>> 0;
+    const rand = () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s / 2 ** 32; };
+    const order = lines.map((_, i) => i);
+    for (let i = order.length - 1; i > 0; i--) { const k = Math.floor(rand() * (i + 1)); [order[i], order[k]] = [order[k], order[i]]; }
+    const pct = Number(j.configuration.validation_data_percentage ?? 10);
+    let nVal = Math.round((lines.length * pct) / 100);
+    if (pct > 0 && nVal === 0 && lines.length >= 2) nVal = 1;
+    if (nVal >= lines.length) nVal = lines.length - 1;
+    const val = order.slice(0, nVal).sort((a, b) => a - b).map((i) => lines[i]);
+    const train = order.slice(nVal).sort((a, b) => a - b).map((i) => lines[i]);
+    const all = join(dir, 'data.jsonl');
+    writeFileSync(all, lines.join('\n') + '\n');
+    writeFileSync(join(dir, 'train.jsonl'), train.join('\n') + '\n');
+    if (val.length) writeFileSync(join(dir, 'validation.jsonl'), val.join('\n') + '\n');
+    return { train: join(dir, 'train.jsonl'), val: val.length ? join(dir, 'validation.jsonl') : null, all, trainCount: train.length, valCount: val.length };
+  }
+
+  async function run(j0: Job, onStop: (fn: () => void) => void): Promise<void> {
+    const id = j0.id;
+    const dir = jobDir(id);
+    let j = await patch(id, (cur) => (cur.status === 'requested' ? { status: 'running', started_at: nowIso(), progress_percent: 0, current_epoch: 0, current_step: 0, error: null } : null), { level: 'info', message: 'training started' });
+    if (!j || j.status !== 'running') return;
+    const fail = async (message: string) => {
+      await patch(id, (cur) => (cur.status === 'running' ? { status: 'failed', error: message, completed_at: nowIso() } : null), { level: 'error', message: `training failed: ${message}` });
+    };
+    try {
+      rmSync(dir, { recursive: true, force: true });
+      mkdirSync(join(dir, 'checkpoints'), { recursive: true });
+      const data = await prepareData(j, dir);
+      await addLog(id, 'info', `data: ${data.trainCount} training and ${data.valCount} validation examples from ${j.datasets.map((d) => `${d.name} v${d.version_number}`).join(', ')}`);
+      // the base weights
+      const base = j.base;
+      let baseDir = base.dir;
+      let initEncoder: { preset: string; texts_from: string[] } | undefined;
+      if (base.source === 'fresh') {
+        baseDir = join(dir, 'base');
+        initEncoder = { preset: 'small', texts_from: [data.all] };
+      } else if (!baseDir) {
+        await addLog(id, 'info', `pulling base model ${base.catalog_id}`);
+        await runtime.warm({ id: base.catalog_id, kind: base.task_type });
+        baseDir = (await runtime.listLocal()).find((m) => m.id === base.catalog_id)?.dir ?? null;
+        if (!baseDir) throw new Error(`base model ${base.catalog_id} is not available on this server`);
+      }
+      if (!existsSync(baseDir) && !initEncoder) throw new Error(`base model weights ${baseDir} are missing`);
+      const c = j.configuration;
+      const out = join(dir, 'output');
+      const trainerConfig: Record<string, unknown> = {
+        base_model: baseDir, output_dir: out, checkpoint_dir: join(dir, 'checkpoints'),
+        train_file: data.train, validation_file: data.val, train_files: [data.train], data_files: [data.train],
+        training_type: j.training_type, nr_epochs: c.nr_epochs, learning_rate: c.learning_rate, batch_size: c.batch_size, seed: c.seed,
+        validation_data_percentage: data.val ? 0 : c.validation_data_percentage,
+        early_stopping: c.early_stopping, early_stopping_patience: c.early_stopping_patience,
+        lora_r: c.lora_r, lora_alpha: c.lora_alpha, lora_dropout: c.lora_dropout, target_modules: c.target_modules,
+        max_steps: c.max_steps, warmup_ratio: c.warmup_ratio, lr_scheduler: c.lr_scheduler, gradient_accumulation_steps: c.gradient_accumulation_steps,
+        init_adapter: base.init_adapter ?? undefined,
+      };
+      for (const k of Object.keys(trainerConfig)) if (trainerConfig[k] === undefined || trainerConfig[k] === null) delete trainerConfig[k];
+      await addLog(id, 'info', `base ${base.requested}${base.source !== 'catalog' ? ` (${base.source})` : ''}, ${j.training_type} ${j.training_algorithm}, ${c.nr_epochs} epoch(s), learning rate ${c.learning_rate}, batch size ${c.batch_size}, seed ${c.seed}`);
+
+      let lastWrite = 0;
+      let pendingProgress: Record<string, unknown> | null = null;
+      const flushProgress = async () => {
+        const pr = pendingProgress;
+        pendingProgress = null;
+        if (!pr) return;
+        await patch(id, (cur) => (cur.status === 'running' || cur.status === 'cancelled' ? {
+          progress_percent: Math.max(0, Math.min(100, Number(pr.progress_percent ?? cur.progress_percent))),
+          current_epoch: Number(pr.epoch ?? cur.current_epoch), current_step: Number(pr.step ?? cur.current_step),
+          total_steps: pr.totalSteps !== undefined ? Number(pr.totalSteps) : cur.total_steps,
+          train_loss: typeof pr.loss === 'number' ? pr.loss : cur.train_loss, tokens_per_s: typeof pr.tokens_per_s === 'number' ? pr.tokens_per_s : cur.tokens_per_s,
+        } : null));
+      };
+      let chain = Promise.resolve();
+      const enqueue = (fn: () => Promise<unknown>) => { chain = chain.then(fn).then(() => {}, (e) => deps.log?.warn({ job: id, err: String(e) }, 'training event not recorded')); };
+      const { result, port } = pool.run<TrainTaskResult>(
+        { op: 'train', kind: j.task_type, config: trainerConfig, init_encoder: initEncoder, score: data.val ? { data_file: data.val } : undefined },
+        (m: { type: string; data: any }) => {
+          if (m?.type === 'progress') {
+            pendingProgress = m.data;
+            const now = Date.now();
+            if (now - lastWrite >= 500) { lastWrite = now; enqueue(flushProgress); }
+          } else if (m?.type === 'log') {
+            const lvl = ['debug', 'info', 'warn', 'error'].includes(m.data?.level) ? m.data.level : 'info';
+            enqueue(() => addLog(id, lvl, String(m.data?.message ?? '')));
+          } else if (m?.type === 'checkpoint') {
+            const c = m.data ?? {};
+            const ck: CheckpointRecord = {
+              id: newId(), job_id: id, team_id: j0.team_id, epoch: Number(c.epoch ?? 0), step: Number(c.step ?? 0),
+              train_loss: typeof c.train_loss === 'number' ? c.train_loss : null, val_loss: typeof c.val_loss === 'number' ? c.val_loss : null,
+              is_best: !!c.is_best, is_final: !!c.is_final, dir: String(c.dir ?? ''), created_at: nowIso(),
+            };
+            enqueue(() => store.tx(() => {
+              if (!store.trainingJobs.get(id)) return;
+              if (ck.is_best) for (const o of store.trainingArtifacts.listCheckpoints(id)) if (o.is_best) store.trainingArtifacts.putCheckpoint({ ...o, is_best: false });
+              store.trainingArtifacts.putCheckpoint(ck);
+              store.trainingArtifacts.appendLog(id, 'info', `checkpoint at epoch ${ck.epoch}, step ${ck.step}${ck.val_loss !== null ? `, validation loss ${ck.val_loss.toFixed(4)}` : ''}${ck.is_best ? ' (best so far)' : ''}`);
+              const cur = store.trainingJobs.get(id) as Job;
+              store.trainingJobs.put({ ...cur, val_loss: ck.val_loss ?? cur.val_loss, updated_at: nowIso() });
+            }));
+          }
+        },
+      );
+      onStop(() => port.postMessage({ type: 'stop' }));
+      let r: TrainTaskResult;
+      try {
+        r = await result;
+      } finally {
+        await new Promise((res) => setImmediate(res)); // let the last port messages arrive
+        enqueue(flushProgress);
+        await chain;
+      }
+      const res = r.result;
+      const weightsDir = String(res.output_dir ?? res.adapter_dir ?? out);
+      const serveDir = String(res.merged_dir ?? res.model_dir ?? weightsDir);
+      const lora = j.training_type === 'lora';
+      const modelRef: ModelRef = j.task_type === 'decoder' && lora
+        ? { id, kind: 'decoder', dir: weightsDir, base_model: base.catalog_id, weights: 'adapter', base_dir: baseDir! }
+        : { id, kind: j.task_type, dir: serveDir, base_model: base.catalog_id, weights: 'full' };
+      const finals = { weights_dir: weightsDir, weights_format: lora ? 'peft_lora' as const : 'safetensors' as const, output_dir: modelRef.dir ?? null, model_ref: modelRef, completed_at: nowIso() };
+      if (r.metrics_error) await addLog(id, 'warn', `could not score the validation split: ${r.metrics_error}`);
+      j = await patch(id, (cur) => {
+        if (cur.status === 'cancelled') return { ...finals, base: { ...cur.base, dir: baseDir } };
+        if (cur.status !== 'running') return null;
+        return { ...finals, status: 'complete', progress_percent: 100, metrics: r.metrics ? { ...r.metrics } : null, base: { ...cur.base, dir: baseDir } };
+      }, r.stopped ? { level: 'info', message: 'training stopped; the last checkpoint is kept' } : { level: 'info', message: `training complete${r.metrics ? `: validation F1 ${r.metrics.f1.toFixed(4)}, precision ${r.metrics.precision.toFixed(4)}, recall ${r.metrics.recall.toFixed(4)}` : ''}` });
+      if (!j) rmSync(dir, { recursive: true, force: true }); // deleted while it ran
+    } catch (e) {
+      if (closing) return; // the process is shutting down: the restart logic takes over
+      const msg = e instanceof Error ? e.message : String(e);
+      const cur = getJob(id);
+      if (!cur) { rmSync(dir, { recursive: true, force: true }); return; }
+      if (cur.status === 'cancelled') { await addLog(id, 'info', `training stopped (${msg})`); return; }
+      await fail(msg);
+    }
+  }
+
+  // ---- the API ---------------------------------------------------------------------------------
+
+  return {
+    root,
+    jobDir,
+
+    async create(p: Principal, body: TrainingJobRequest) {
+      const algo = body.training_algorithm ?? 'sft';
+      if (algo === 'sft' && body.rl_config !== undefined) invalid('/rl_config', 'rl_config must be omitted for sft', 'rl_config_with_sft');
+      if (algo !== 'sft') {
+        if (body.rl_config === undefined) invalid('/rl_config', `${algo} needs rl_config`, 'required');
+        if (algo === 'grpo' && (typeof body.rl_config?.reward_type !== 'string' || !body.rl_config.reward_type)) invalid('/rl_config/reward_type', 'grpo needs rl_config.reward_type', 'required');
+      }
+      const base = await resolveBase(p, body.base_model);
+      const type = body.training_type ?? 'lora';
+      if (algo !== 'sft') invalid('/training_algorithm', `${algo} is not yet supported on this server: model ${body.base_model} is not verified for reinforcement learning (use sft)`, 'rl_not_supported');
+      if (base.task_type === 'decoder' && type === 'full') invalid('/training_type', 'decoder models are LoRA-only: full fine-tuning is reserved for encoder models', 'full_on_decoder');
+      if (base.init_adapter && type === 'full') invalid('/training_type', 'a LoRA checkpoint can only be continued with lora training', 'full_on_adapter');
+      if (body.project_id && store.projects.get(body.project_id)?.team_id !== p.team_id) throw new NotFoundError(`Project ${body.project_id} not found`);
+      const ds: Job['datasets'] = [];
+      for (const [i, d] of body.datasets.entries()) {
+        let v;
+        try { v = datasets.readyVersion(p.team_id, d.name, d.version ?? 'latest'); } catch (e) {
+          if (e instanceof ValidationError) invalid(`/datasets/${i}/name`, e.message, 'dataset_not_ready');
+          throw e;
+        }
+        const kinds = Object.keys(v.kinds);
+        const decoderData = kinds.some((k) => k === 'chat' || k === 'dpo' || k === 'grpo');
+        if (base.task_type === 'encoder' && decoderData) invalid(`/datasets/${i}/name`, `dataset ${d.name} holds ${kinds.join('/')} records, which an encoder cannot train on`, 'dataset_type');
+        if (base.task_type === 'decoder' && !kinds.includes('chat')) invalid(`/datasets/${i}/name`, `dataset ${d.name} holds ${kinds.join('/')} records; sft of a decoder needs chat (messages) records`, 'dataset_type');
+        ds.push({ name: v.dataset_name, version_number: v.version_number, version_id: v.id, dataset_type: v.dataset_type, size: v.size });
+      }
+      const d = defaults(base.task_type, base.source === 'fresh', type);
+      const configuration = {
+        nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate, batch_size: body.batch_size ?? d.batch_size,
+        seed: body.seed ?? 42, validation_data_percentage: body.validation_data_percentage ?? 10,
+        early_stopping: body.early_stopping ?? body.early_stopping_patience !== undefined, early_stopping_patience: body.early_stopping_patience ?? (body.early_stopping ? 3 : null),
+        ...(type === 'lora' ? { lora_r: body.lora_r ?? 8, lora_alpha: body.lora_alpha ?? 16, lora_dropout: body.lora_dropout ?? 0.05, target_modules: body.target_modules ?? null } : {}),
+        max_steps: body.max_steps ?? null, warmup_ratio: body.warmup_ratio ?? null, lr_scheduler: body.lr_scheduler ?? null, gradient_accumulation_steps: body.gradient_accumulation_steps ?? null,
+      };
+      const now = nowIso();
+      const id = newId();
+      const job: Job = {
+        id, team_id: p.team_id, status: 'requested', base_model: body.base_model, model_name: body.model_name ?? `${base.catalog_id.split('/').pop()}-${id.slice(0, 8)}`,
+        task_type: base.task_type, output_dir: null, training_type: type, project_id: body.project_id ?? null, created_at: now, updated_at: now,
+        training_algorithm: algo, datasets: ds, configuration, base,
+        progress_percent: 0, current_epoch: 0, current_step: 0, total_steps: null, train_loss: null, val_loss: null, tokens_per_s: null,
+        metrics: null, error: null, started_at: null, completed_at: null, restarts: 0, weights_dir: null, weights_format: null,
+      };
+      await store.tx(() => {
+        store.trainingJobs.put(job);
+        const ahead = queued().length + running.size;
+        store.trainingArtifacts.appendLog(id, 'info', `job created; ${ahead > 0 ? `queued behind ${ahead} job(s)` : 'queued'}`);
+      });
+      setImmediate(schedule);
+      return { id, status: 'requested' as const };
+    },
+
+    list(p: Principal, q: { status?: string; project_id?: string; limit: number; offset: number }) {
+      let jobs = store.trainingJobs.listByTeam(p.team_id) as Job[];
+      if (q.status) jobs = jobs.filter((j) => j.status === q.status);
+      if (q.project_id) jobs = jobs.filter((j) => j.project_id === q.project_id || store.deployments.listByProject(q.project_id!).some((d) => d.training_job_id === j.id && d.team_id === p.team_id));
+      const page = jobs.slice(q.offset, q.offset + q.limit).map(jobView);
+      return { training_jobs: page, count: page.length, total: jobs.length, limit: q.limit, offset: q.offset };
+    },
+
+    get(p: Principal, id: string) { return jobView(own(p, id)); },
+
+    logs(p: Principal, id: string, q: { after?: number; limit?: number }) {
+      own(p, id);
+      const rows = store.trainingArtifacts.listLogs(id, { after: q.after, limit: q.limit });
+      return { success: true, job_id: id, count: rows.length, logs: rows.map((r) => ({ seq: r.seq, timestamp: r.timestamp, level: r.level, message: r.message })) };
+    },
+
+    checkpoints(p: Principal, id: string) {
+      own(p, id);
+      const cks = store.trainingArtifacts.listCheckpoints(id).map((c) => ({ id: c.id, epoch: c.epoch, step: c.step, train_loss: round(c.train_loss), val_loss: round(c.val_loss), is_best: c.is_best, is_final: c.is_final, created_at: c.created_at }));
+      return { success: true, job_id: id, count: cks.length, checkpoints: cks };
+    },
+
+    async download(p: Principal, id: string, baseUrl: string) {
+      const j = own(p, id);
+      if (j.status !== 'complete' && j.status !== 'deployed') throw new ConflictError(`Training job ${id} is ${j.status}; weights can be downloaded once it is complete`);
+      if (!j.weights_dir || !existsSync(j.weights_dir)) throw new NotFoundError(`The weights of training job ${id} are missing on disk`);
+      const archive = join(jobDir(id), 'weights.tar.gz');
+      if (!existsSync(archive)) await writeTarGz(j.weights_dir, archive, `${j.model_name}`);
+      const path = `/felix/training-jobs/${id}/download/archive`;
+      const signed = deps.urls.sign('GET', path, config.signedUrlTtlS, baseUrl);
+      return {
+        success: true, download_url: signed.url, expires_at: signed.expires_at, filename: `${j.model_name}.tar.gz`,
+        format: j.weights_format, size_bytes: statSync(archive).size,
+      };
+    },
+
+    /** the signed archive URL (signature checked by the route) */
+    archive(id: string): { path: string; filename: string } {
+      const j = getJob(id);
+      const path = join(jobDir(id), 'weights.tar.gz');
+      if (!j || !existsSync(path)) throw new NotFoundError('Archive not found');
+      return { path, filename: `${j.model_name}.tar.gz` };
+    },
+
+    async stop(p: Principal, id: string) {
+      const j = own(p, id);
+      if (j.status !== 'running' && j.status !== 'requested') throw new ConflictError(`Training job ${id} is ${j.status}; only a running (or queued) job can be stopped`);
+      const nj = await patch(id, (cur) => (ACTIVE.has(cur.status) ? { status: 'cancelled', completed_at: nowIso() } : null), { level: 'info', message: j.status === 'running' ? 'stop requested: finishing the current step and keeping the last checkpoint' : 'cancelled before it started' });
+      running.get(id)?.stop();
+      return { success: true, id, status: nj?.status ?? 'cancelled', message: j.status === 'running' ? 'The job stops after its current step; its last checkpoint is kept.' : 'The queued job was cancelled.' };
+    },
+
+    async remove(p: Principal, id: string) {
+      const j = own(p, id);
+      const active = store.projects.listByTeam(p.team_id).find((pr) => pr.active_deployment_id && store.deployments.get(pr.active_deployment_id)?.training_job_id === id);
+      if (active) throw new ConflictError(`Training job ${id} is deployed to project ${active.name}; deploy another model there or delete the project first`);
+      running.get(id)?.stop();
+      await store.tx(() => { store.trainingArtifacts.removeJob(id); store.trainingJobs.remove(id); });
+      if (!running.has(id)) rmSync(jobDir(id), { recursive: true, force: true });
+      return { success: true, message: `Training job ${id} and its checkpoints, logs and weights were deleted` };
+    },
+
+    trainedModels(p: Principal) {
+      const models = (store.trainingJobs.listByTeam(p.team_id) as Job[]).filter((j) => j.status === 'complete' || j.status === 'deployed').map((j) => ({
+        id: j.id, training_job_id: j.id, model_name: j.model_name, base_model: j.base_model, task_type: j.task_type, training_type: j.training_type,
+        status: j.status, metrics: j.metrics, weights_format: j.weights_format, project_id: j.project_id, created_at: j.created_at, completed_at: j.completed_at,
+      }));
+      return { success: true, count: models.length, models };
+    },
+
+    /** evaluations: what to run for a job id (null: not a job of this team) */
+    modelOf(teamId: string, id: string): { kind: 'encoder' | 'decoder'; model_dir: string; adapter_dir?: string; status: string } | null {
+      const j = getJob(id);
+      if (!j || j.team_id !== teamId) return null;
+      const ref = j.model_ref;
+      if (!ref) return { kind: j.task_type, model_dir: '', status: j.status };
+      return ref.weights === 'adapter' ? { kind: ref.kind, model_dir: ref.base_dir ?? '', adapter_dir: ref.dir, status: j.status } : { kind: ref.kind, model_dir: ref.dir ?? '', status: j.status };
+    },
+
+    /** after a restart: queued jobs stay queued, running jobs are re-queued (or failed) */
+    resumePending(): void {
+      const work: Array<Promise<unknown>> = [];
+      for (const { value: j } of store.db.dbs.training_jobs.getRange() as Iterable<{ value: Job }>) {
+        if (j.status === 'running') {
+          if ((j.restarts ?? 0) >= MAX_RESTARTS) {
+            work.push(patch(j.id, () => ({ status: 'failed', error: `the server restarted during training ${MAX_RESTARTS + 1} times`, completed_at: nowIso() }), { level: 'error', message: `the server restarted while the job was running (epoch ${j.current_epoch}, step ${j.current_step}); it has been restarted ${MAX_RESTARTS} times already, so it is marked failed` }));
+          } else {
+            work.push(patch(j.id, (cur) => ({ status: 'requested', restarts: (cur.restarts ?? 0) + 1, progress_percent: 0, current_epoch: 0, current_step: 0 }), { level: 'warn', message: `the server restarted while the job was running (epoch ${j.current_epoch}, step ${j.current_step}); the job is queued again and restarts from the beginning with the same seed and data` }));
+          }
+        } else if (j.status === 'requested') {
+          work.push(addLog(j.id, 'info', 'the server restarted; the job is still queued'));
+        }
+      }
+      void Promise.all(work).then(() => schedule());
+    },
+
+    /** wait until no job is running or queued (tests), at most `timeoutMs` */
+    async idle(timeoutMs = 60_000): Promise<void> {
+      const until = Date.now() + timeoutMs;
+      while (Date.now() < until) {
+        if (running.size === 0 && queued().length === 0) return;
+        await Promise.race([...[...running.values()].map((r) => r.done), new Promise((r) => setTimeout(r, 100))]);
+      }
+    },
+
+    /** shutdown: running jobs are left `running` in the store; the next start re-queues them */
+    async shutdown(): Promise<void> {
+      // no stop message: a stopped trainer returns normally and the job would look finished.
+      // The pool is destroyed next, which ends the workers; their jobs stay `running`.
+      closing = true;
+    },
+
+    statuses: STATUSES,
+  };
+}
+export type TrainingJobsService = ReturnType<typeof createTrainingJobsService>;
