@@ -1,0 +1,96 @@
+// GLiNER2 training graph: every parameter gradient (DeBERTa with c2p/p2c and rel embeddings, span
+// head, count_lstm GRU, count_pred, classifier; full and LoRA) against central finite differences
+// on a tiny fresh model.
+import t from 'tap';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EncoderTokenizer } from '../../src/models/encoder/tokenizer.ts';
+import { buildWordPieceVocab, wordPieceTokenizerJson } from '../../src/training/encoder/wordpiece.ts';
+import { initEncoderTensors, InitRng } from '../../src/training/encoder/init.ts';
+import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
+import { EncoderTrainGraph } from '../../src/training/native.ts';
+import type { DataRecord } from '../../src/training/data/formats.ts';
+import type { DebertaConfig } from '../../src/models/encoder/deberta.ts';
+
+const texts = ['Tim Cook visited Apple Park in Cupertino yesterday', 'Angela Merkel met Emmanuel Macron in Paris', 'Great movie, loved it'];
+const dir = mkdtempSync(join(tmpdir(), 'loom-encgrad-'));
+writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(wordPieceTokenizerJson(buildWordPieceVocab(texts, { vocabSize: 200, minFrequency: 1 }))));
+const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
+const V = tok.vocabSize();
+const D = 8;
+const cfg: DebertaConfig = {
+  hiddenSize: D, numLayers: 2, numHeads: 2, intermediateSize: 16, vocabSize: V, positionBuckets: 4, maxRelativePositions: -1,
+  maxPositionEmbeddings: 512, layerNormEps: 1e-7, posAttType: ['p2c', 'c2p'], hiddenAct: 'gelu',
+};
+const tensors = initEncoderTensors({ hidden_size: D, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 16, vocab_size: V, position_buckets: 4 }, V, 7);
+// Larger weights than the 0.02 init so every path carries a measurable gradient.
+const rng = new InitRng(3);
+for (const [n, v] of Object.entries(tensors)) if (!n.includes('LayerNorm')) for (let i = 0; i < v.length; i++) v[i] += 0.3 * rng.normal();
+
+const records: DataRecord[] = [
+  { kind: 'relations', text: texts[0], entities: [{ start: 0, end: 8, label: 'person', text: 'Tim Cook' }, { start: 17, end: 22, label: 'company', text: 'Apple' }, { start: 35, end: 44, label: 'location', text: 'Cupertino' }], relations: [{ head: 0, tail: 1, label: 'works for' }] },
+  { kind: 'ner', text: texts[1], entities: [{ start: 0, end: 13, label: 'person', text: 'Angela Merkel' }, { start: 18, end: 33, label: 'person', text: 'Emmanuel Macron' }] },
+  { kind: 'classification', text: texts[2], labels: ['positive'], multiLabel: false },
+];
+const exs = recordsToExamples(records, ['company', 'location', 'person'], ['negative', 'positive']);
+const batch = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8))));
+
+// Small steps (ReLU kinks in the span head make larger ones unreliable); the float32 rounding of
+// the summed loss sets the noise floor of the finite difference.
+const H = 1e-3;
+async function check(t: Tap.Test, g: EncoderTrainGraph, names: string[], perTensor: number) {
+  g.zeroGrad();
+  const base = await g.step(batch, { dropNeg: false });
+  t.ok(base.span > 0 && base.count > 0 && base.cls > 0, `all three losses present (${base.span.toFixed(3)}, ${base.count.toFixed(3)}, ${base.cls.toFixed(3)})`);
+  const r = new InitRng(11);
+  let worst = 0;
+  for (const name of names) {
+    const w = g.get(name);
+    const grad = g.grad(name);
+    let gmax = 0;
+    for (const v of grad) gmax = Math.max(gmax, Math.abs(v));
+    t.ok(gmax > 0, `${name}: non-zero gradient`);
+    // the coordinates with the largest gradients plus random ones
+    const idx = new Set<number>([grad.indexOf(grad.reduce((a, b) => (Math.abs(b) > Math.abs(a) ? b : a), 0))]);
+    while (idx.size < Math.min(perTensor, w.length)) idx.add(Math.floor(r.uniform() * w.length));
+    for (const i of idx) {
+      const h = H * Math.max(1, Math.abs(w[i]));
+      const orig = w[i];
+      w[i] = orig + h;
+      g.set(name, w);
+      const lp = (await g.step(batch, { backward: false, dropNeg: false })).loss;
+      w[i] = orig - h;
+      g.set(name, w);
+      const lm = (await g.step(batch, { backward: false, dropNeg: false })).loss;
+      w[i] = orig;
+      g.set(name, w);
+      const fd = (lp - lm) / (2 * h);
+      const noise = (4 * Math.abs(base.loss) * 1.2e-7) / h;
+      const err = Math.max(0, Math.abs(fd - grad[i]) - noise) / (Math.abs(fd) + Math.abs(grad[i]) + 1e-2 * gmax + 1e-4);
+      worst = Math.max(worst, err);
+      if (err > 0.05) t.fail(`${name}[${i}]: analytic ${grad[i]} vs finite difference ${fd}`);
+    }
+  }
+  t.ok(worst <= 0.05, `worst relative error ${worst.toExponential(2)}`);
+}
+
+t.test('full fine-tuning: every tensor', async (t) => {
+  const g = EncoderTrainGraph.create(cfg, 8, true, tensors, null);
+  const names = g.params().filter((p) => p.trainable).map((p) => p.name);
+  t.equal(names.length, Object.keys(tensors).length, 'every checkpoint tensor is trainable');
+  await check(t, g, names, 3);
+});
+
+t.test('LoRA: adapter tensors only (encoder and head Linear layers)', async (t) => {
+  const targets = ['encoder.encoder.layer.0.attention.self.query_proj', 'encoder.encoder.layer.1.attention.self.key_proj', 'encoder.encoder.layer.0.attention.self.value_proj',
+    'encoder.encoder.layer.1.output.dense', 'span_rep.span_rep_layer.out_project.0', 'span_rep.span_rep_layer.out_project.3', 'count_embed.projector.0', 'classifier.0', 'count_pred.2'];
+  const g = EncoderTrainGraph.create(cfg, 8, true, tensors, { r: 2, alpha: 4, dropout: 0, targets, seed: 5 });
+  const lora = g.params().filter((p) => p.trainable);
+  t.equal(lora.length, 2 * targets.length);
+  t.ok(g.params().filter((p) => !p.trainable).length === Object.keys(tensors).length, 'base frozen');
+  // B starts at zero (PEFT); give it values so the A gradients are non-trivial
+  const r = new InitRng(9);
+  for (const p of lora) if (p.name.endsWith('lora_B.weight')) g.set(p.name, Float32Array.from({ length: p.shape[0] * p.shape[1] }, () => 0.3 * r.normal()));
+  await check(t, g, lora.map((p) => p.name), 3);
+});
