@@ -168,6 +168,12 @@ t.test('messages: system blocks with a cache marker; the second call reads the c
   t.ok((b.usage.cache_read_input_tokens ?? 0) > 0, `second call reads the cache (${JSON.stringify(b.usage)})`);
   t.ok(b.usage.input_tokens < a.usage.input_tokens + (a.usage.cache_creation_input_tokens ?? 0), 'fewer uncached input tokens');
   t.same((b.content[0] as { text: string }).text, (a.content[0] as { text: string }).text, 'same greedy text from the cache');
+  // billed with the model's caching family (local decoders: automatic, reads at 0.5x the input price)
+  const idOf = (m: unknown) => (m as { x_service: { inference_id: string } }).x_service.inference_id;
+  const ra = await call(ts.url, 'GET', `/inferences/${idOf(a)}`, { key: paid.key });
+  const rb = await call(ts.url, 'GET', `/inferences/${idOf(b)}`, { key: paid.key });
+  t.ok(rb.body.cost < ra.body.cost, `the cache hit costs less (${ra.body.cost} then ${rb.body.cost})`);
+  t.equal(rb.body.usage.cache_read_tokens, b.usage.cache_read_input_tokens, 'the stored usage is what the client saw');
 });
 
 t.test('messages: streaming event sequence through the SDK helper', async (t) => {
