@@ -35,8 +35,9 @@ function teamOf(store: Store, v: { email?: string; 'team-id'?: string }): string
 
 export async function main(argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
+  if (!sub || sub === 'help' || sub.startsWith('-')) { console.log(USAGE); return sub ? 0 : 1; }
   const { values: v } = parseArgs({ args: rest, options: OPTIONS, allowPositionals: false });
-  if (!sub || v.help) { console.log(USAGE); return sub ? 0 : 1; }
+  if (v.help) { console.log(USAGE); return 0; }
   const config = configFromEnv();
   const store = await openStore(config.dataDir);
   const billing = createBillingService(store, config);
