@@ -2,8 +2,8 @@
 //
 // Our decoder vs llama.cpp (node-llama-cpp 3.21.1, bench/package.json; `npm install --prefix bench`) on the
 // same random weights with the real SmolLM2-135M and Qwen2.5-0.5B configurations (speed does not depend
-// on the weights): ours keeps the checkpoint's bf16 weights (fp32 compute), llama.cpp reads the same
-// weights as an F16 GGUF (same 2 bytes per weight); --f32 compares f32 with an F32 GGUF instead.
+// on the weights). Both engines read the same GGUF file (F16; ours keeps it as bf16 weights with fp32
+// compute, 2 bytes per weight like llama.cpp's F16); --f32 compares f32 with an F32 GGUF instead.
 // Reported per model and engine:
 //   prefill tok/s      one 512-token prompt
 //   decode tok/s       batch 1, after a 16-token prompt
@@ -17,6 +17,8 @@ import { pathToFileURL } from 'node:url';
 import { loadDecoderConfig, type DecoderConfig } from '../src/formats/hf-config.ts';
 import { SafetensorsCheckpoint } from '../src/formats/safetensors.ts';
 import { buildNativeDecoder, type TensorSource } from '../src/models/decoder/loader.ts';
+import { ggufTensorSource } from '../src/models/decoder/gguf-source.ts';
+import { loadGgufCheckpoint } from '../src/formats/gguf.ts';
 import type { NativeDecoder } from '../src/models/decoder/native-model.ts';
 import { KvCacheManager } from '../src/runtime/kv-cache.ts';
 import { PrefixCache, type CacheMode } from '../src/runtime/prefix-cache.ts';
@@ -102,10 +104,12 @@ class Ours {
   }
 }
 
-async function benchOurs(name: string, dir: string, cfg: DecoderConfig, o: Opts, bwBound: (bytes: number) => number): Promise<Row> {
-  const model = await buildNativeDecoder(cfg, SafetensorsCheckpoint.open(dir) as unknown as TensorSource, { dtype: o.f32 ? 'f32' : 'bf16' });
+async function benchOurs(name: string, dir: string, gguf: string | null, cfg: DecoderConfig, o: Opts, bwBound: (bytes: number) => number): Promise<Row> {
+  // the same GGUF file llama.cpp reads when there is one, else the safetensors checkpoint
+  const src = gguf ? (() => { const ck = loadGgufCheckpoint(gguf); return ggufTensorSource(ck.tensors, ck.tied); })() : (SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
+  const model = await buildNativeDecoder(cfg, src, { dtype: o.f32 ? 'f32' : 'bf16' });
   const V = cfg.vocabSize;
-  const row: Row = { model: name, engine: `loom (${model.weightDtype.toLowerCase()} weights)` };
+  const row: Row = { model: name, engine: `loom (${model.weightDtype.toLowerCase()} weights${gguf ? ', same gguf' : ''})` };
   const ours = new Ours(model, cfg, o.quick ? '1GiB' : '3GiB', 512);
   // warm-up
   await ours.run([randomTokens(32, 99, V)], 4);
@@ -239,12 +243,12 @@ export async function run(argv: string[]): Promise<void> {
     if (!CONFIGS[name]) throw new Error(`unknown model ${name}; available: ${Object.keys(CONFIGS).join(', ')}`);
     const dir = ensureRandomCheckpoint(name);
     const cfg = loadDecoderConfig(dir);
-    const r = await benchOurs(name, dir, cfg, o, bound);
+    const gguf = lib ? writeGgufFromCheckpoint(dir, CONFIGS[name], join(CACHE, `${name}.${o.f32 ? 'f32' : 'f16'}.gguf`), o.f32 ? 'F32' : 'F16') : null;
+    const r = await benchOurs(name, dir, gguf, cfg, o, bound);
     rows.push(r);
     if (o.json) console.log(JSON.stringify(r));
-    if (lib) {
+    if (lib && gguf) {
       try {
-        const gguf = writeGgufFromCheckpoint(dir, CONFIGS[name], join(CACHE, `${name}.${o.f32 ? 'f32' : 'f16'}.gguf`), o.f32 ? 'F32' : 'F16');
         const l = await benchLlamaCpp(lib, name, gguf, cfg, o);
         l.boundTokS = r.boundTokS;
         rows.push(l);

@@ -30,6 +30,7 @@ import { existsSync, statSync } from 'node:fs';
 import { loadDecoderConfig, loadGenerationConfig, type DecoderConfig, type GenerationConfig } from '../formats/hf-config.ts';
 import { SafetensorsCheckpoint } from '../formats/safetensors.ts';
 import { buildNativeDecoder, type LoadOptions, type TensorSource } from '../models/decoder/loader.ts';
+import { openGgufDecoder } from '../models/decoder/gguf-source.ts';
 import type { NativeDecoder } from '../models/decoder/native-model.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
 import { encodeChat, type ChatMessage } from '../tokenize/chat-template.ts';
@@ -114,14 +115,8 @@ export interface DecoderOptions extends LoadOptions, SchedulerOptions {
   /** Minimum cacheable prefix for explicit breakpoints (default: 1024, at most a quarter of the context). */
   minCacheTokens?: number;
   id?: string;
-}
-
-async function importOptional<T>(path: string, what: string): Promise<T> {
-  try {
-    return (await import(path)) as T;
-  } catch (e) {
-    throw new Error(`${what} is not available in this build (${(e as Error).message})`);
-  }
+  /** GGUF files: folder holding the model's tokenizer.json (default: the file's folder). */
+  tokenizerDir?: string;
 }
 
 /** ttl of each cache_control marker in order of appearance (undefined = default 5 minutes). */
@@ -425,8 +420,7 @@ export class DecoderModel {
 export async function loadDecoder(dirOrGguf: string, opts: DecoderOptions = {}): Promise<DecoderModel> {
   if (!existsSync(dirOrGguf)) throw new Error(`${dirOrGguf}: not found`);
   if (dirOrGguf.endsWith('.gguf') && statSync(dirOrGguf).isFile()) {
-    const g = await importOptional<{ openGgufDecoder(path: string): Promise<{ config: DecoderConfig; generation: GenerationConfig; tokenizer: Tokenizer; source: TensorSource }> }>('../models/decoder/gguf-source.ts', 'GGUF loading');
-    const r = await g.openGgufDecoder(dirOrGguf);
+    const r = await openGgufDecoder(dirOrGguf, { tokenizerDir: opts.tokenizerDir });
     const native = await buildNativeDecoder(r.config, r.source, opts);
     return new DecoderModel(opts.id ?? dirOrGguf, r.config, r.generation, r.tokenizer, native, opts);
   }
