@@ -196,12 +196,12 @@ export async function pullModel(repo: string, opts: PullOptions = {}): Promise<s
           for (;;) {
             const { done, value } = await reader.read();
             if (done) break;
-            if (!ws.write(value)) await new Promise((r) => ws.once('drain', r));
+            if (!ws.write(value)) await new Promise<void>((r) => ws.once('drain', () => r()));
             got += value.byteLength;
             opts.onProgress?.({ file, fileBytes: got, fileTotal, bytes: doneBytes + got, total, filesDone, files: siblings.length });
           }
         } catch (e) {
-          await new Promise((r) => ws.end(r));
+          await new Promise<void>((r) => ws.end(() => r()));
           if (signal?.aborted) throw new HubError(`download aborted (${file}: ${got} bytes kept for resume)`);
           throw new HubError(`${file}: transfer interrupted after ${got} bytes (${(e as Error).message}); run again to resume`);
         }

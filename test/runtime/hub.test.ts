@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HubError, pullModel, resolveModel } from '../../src/runtime/hub.ts';
 
-const big = Buffer.alloc(300_000).map((_, i) => (i * 7 + (i >> 9)) & 0xff);
+const big = Buffer.from(Uint8Array.from({ length: 300_000 }, (_, i) => (i * 7 + (i >> 9)) & 0xff));
 const files: Record<string, Buffer> = {
   'config.json': Buffer.from(JSON.stringify({ model_type: 'llama' })),
   'model.safetensors': big,
