@@ -25,6 +25,8 @@ import type { ModelRef, ModelRuntime } from './runtime.ts';
 import type { SignedUrls } from './signed-urls.ts';
 
 export const FRESH_ENCODER_ID = 'loom/gliner2-init-small';
+/** training-only bases created fresh from a preset (no pretrained weights offline) */
+export const FRESH_ENCODERS: Record<string, string> = { [FRESH_ENCODER_ID]: 'small', 'loom/gliner2-init-tiny': 'tiny' };
 const MAX_RESTARTS = 2;
 const ACTIVE = new Set(['requested', 'running']);
 const STATUSES = ['requested', 'running', 'complete', 'deployed', 'failed', 'cancelled'] as const;
@@ -192,7 +194,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       if ((j.status !== 'complete' && j.status !== 'deployed') || !j.weights_dir) invalid('/base_model', `training job ${id} is ${j.status}; only a complete job (or one of its checkpoints) can be a base model`);
       return fromJob(j, j.weights_dir!, 'training_job');
     }
-    if (id === FRESH_ENCODER_ID) return { task_type: 'encoder', requested: id, source: 'fresh', catalog_id: id, dir: null, init_adapter: null };
+    if (FRESH_ENCODERS[id]) return { task_type: 'encoder', requested: id, source: 'fresh', catalog_id: id, dir: null, init_adapter: null };
     const entry = await catalog.get(id);
     if (!entry) throw new NotFoundError(`Model ${id} not found: use a model id from GET /base-models, a checkpoint id or a training job id`);
     if (!entry.supports_training) invalid('/base_model', `model ${id} does not support training`);
@@ -275,10 +277,10 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       // the base weights
       const base = j.base;
       let baseDir = base.dir;
-      let initEncoder: { preset: string; texts_from: string[] } | undefined;
+      let initEncoder: { preset: string; texts_from: string[]; seed: number } | undefined;
       if (base.source === 'fresh') {
         baseDir = join(dir, 'base');
-        initEncoder = { preset: 'small', texts_from: [data.all] };
+        initEncoder = { preset: FRESH_ENCODERS[base.catalog_id] ?? 'small', texts_from: [data.all], seed: Number(j.configuration.seed ?? 42) };
       } else if (!baseDir) {
         await addLog(id, 'info', `pulling base model ${base.catalog_id}`);
         await runtime.warm({ id: base.catalog_id, kind: base.task_type });

@@ -4,6 +4,7 @@
 // signal: it stops after the current step, saves a last checkpoint and returns.
 // After training, the final model is scored on the validation split (evaluate-task.ts) so the job
 // carries f1 / precision / recall.
+import { readFileSync } from 'node:fs';
 import type { MessagePort } from 'node:worker_threads';
 import { evaluate, type EvaluateResult } from './evaluate-task.ts';
 
@@ -13,7 +14,7 @@ export interface TrainTask {
   /** the training library's config (base_model dir, output_dir, hyper-parameters, data files) */
   config: Record<string, unknown>;
   /** fresh encoder: initialize `config.base_model` from this preset first (loom init-encoder) */
-  init_encoder?: { preset: string; texts_from: string[] };
+  init_encoder?: { preset: string; texts_from: string[]; seed?: number };
   /** data file + validation indices to score the final model on */
   score?: { data_file: string; indices?: number[]; threshold?: number };
   port?: MessagePort;
@@ -29,16 +30,30 @@ export interface TrainTaskResult {
 // the training library (src/training/index.ts), imported by a computed path: it is built in
 // parallel and this module must load without it
 const TRAINING = '../../training/index.ts';
+const ENCODER_INIT = '../../training/encoder/init.ts';
 
-export interface InitEncoderTask { op: 'init_encoder'; dir: string; preset: string; texts_from: string[]; port?: MessagePort }
+export interface InitEncoderTask { op: 'init_encoder'; dir: string; preset: string; texts_from: string[]; seed?: number; port?: MessagePort }
 
-/** A fresh GLiNER2 encoder in `dir` (the library's `loom init-encoder`), no pretrained weights. */
-export async function initEncoder(t: InitEncoderTask): Promise<{ dir: string }> {
-  const training = (await import(TRAINING)) as Record<string, any>;
-  const init = training.initEncoder;
-  if (typeof init !== 'function') throw new Error('this build of the training library cannot initialize a fresh encoder');
-  await init({ preset: t.preset, dir: t.dir, texts_from: t.texts_from });
-  return { dir: t.dir };
+/** The texts of canonical JSONL records (tokenizer vocabulary of a fresh encoder). */
+function* textsOf(files: string[]): Generator<string> {
+  for (const f of files) {
+    for (const line of readFileSync(f, 'utf8').split('\n')) {
+      if (!line.trim()) continue;
+      const r = JSON.parse(line) as Record<string, unknown>;
+      if (typeof r.text === 'string') yield r.text;
+      else if (typeof r.input === 'string') yield r.input;
+      else if (Array.isArray(r.messages)) for (const m of r.messages as Array<{ content?: unknown }>) if (typeof m.content === 'string') yield m.content;
+    }
+  }
+}
+
+/** A fresh GLiNER2 encoder in `dir` (what `loom init-encoder` does): no pretrained weights. */
+export async function initEncoder(t: InitEncoderTask): Promise<{ dir: string; parameters: number; vocab_size: number }> {
+  const mod = (await import(ENCODER_INIT)) as { initEncoder: (dir: string, cfg: unknown, texts: Iterable<string>, o?: { seed?: number; name?: string }) => { parameters: number; vocabSize: number }; ENCODER_PRESETS: Record<string, unknown> };
+  const cfg = mod.ENCODER_PRESETS[t.preset];
+  if (!cfg) throw new Error(`unknown encoder preset ${t.preset} (${Object.keys(mod.ENCODER_PRESETS).join(', ')})`);
+  const r = mod.initEncoder(t.dir, cfg, textsOf(t.texts_from), { seed: t.seed ?? 42, name: `loom-gliner2-init-${t.preset}` });
+  return { dir: t.dir, parameters: r.parameters, vocab_size: r.vocabSize };
 }
 
 export async function train(t: TrainTask): Promise<TrainTaskResult> {
@@ -49,7 +64,8 @@ export async function train(t: TrainTask): Promise<TrainTaskResult> {
   const training = (await import(TRAINING)) as Record<string, any>;
   if (t.init_encoder) {
     post('log', { level: 'info', message: `initializing a fresh ${t.init_encoder.preset} encoder (tokenizer built from the training text)` });
-    await initEncoder({ op: 'init_encoder', dir: String(t.config.base_model), preset: t.init_encoder.preset, texts_from: t.init_encoder.texts_from });
+    const r = await initEncoder({ op: 'init_encoder', dir: String(t.config.base_model), preset: t.init_encoder.preset, texts_from: t.init_encoder.texts_from, seed: t.init_encoder.seed });
+    post('log', { level: 'info', message: `fresh encoder: ${(r.parameters / 1e6).toFixed(2)}M parameters, ${r.vocab_size} tokens` });
   }
   const fn = t.kind === 'encoder' ? training.trainEncoder : training.trainDecoder;
   if (typeof fn !== 'function') throw new Error(`the training library has no ${t.kind === 'encoder' ? 'trainEncoder' : 'trainDecoder'}()`);
