@@ -1,7 +1,7 @@
 // Dashboard session and API keys: POST /auth/login, POST /auth/logout, GET /auth/session,
 // POST /create-api-key (session + CSRF only), GET /list-api-keys, DELETE /delete-api-key, GET /account.
 import type { RouteDef } from '../router.ts';
-import { reply, SESSION_COOKIE } from '../router.ts';
+import { SESSION_COOKIE } from '../router.ts';
 
 export function authRoutes(): RouteDef[] {
   return [
@@ -44,4 +44,3 @@ export function authRoutes(): RouteDef[] {
     { method: 'GET', path: '/account', auth: 'any', handler: ({ services, principal }) => ({ team_name: principal.team.name, region: principal.team.region, ...services.billing.view(principal.team_id) }) },
   ];
 }
-void reply;

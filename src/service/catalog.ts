@@ -29,7 +29,7 @@ export interface CatalogEntry {
   provider: string;
 }
 
-export const ROUTER_MODEL_ID = 'service/auto';
+export { ROUTER_MODEL_ID } from './router.ts';
 
 type Curated = Omit<CatalogEntry, 'local' | 'source' | 'description' | 'blocked_regions' | 'supports_training' | 'hf_repo'> & Partial<CatalogEntry>;
 

@@ -11,6 +11,7 @@ import { createMetrics } from './metrics.ts';
 import { createProjectsService } from './projects.ts';
 import { createRateLimiter } from './ratelimit.ts';
 import type { ModelRuntime } from './runtime.ts';
+import { createRoutePolicy, loadRouterPolicy } from './router.ts';
 import { createWorkerPool } from './workers.ts';
 import { createCustomization } from './customization.ts';
 
@@ -35,6 +36,8 @@ export async function createServices(opts: ServicesOptions) {
   const auth = createAuthService(store, config, billing);
   const catalog = createCatalog({ runtime, catalogFile: config.catalogFile });
   const inference = createInferenceService({ store, config, billing, catalog, runtime, metrics, log });
+  // `service/auto`: the documented router policy (src/service/router.ts, LOOM_ROUTER_POLICY)
+  inference.setRoutePolicy(createRoutePolicy(loadRouterPolicy()));
   const history = createHistoryService(store);
   const projects = createProjectsService({ store, runtime, inference, log });
   const rateLimiter = createRateLimiter(config.rateLimits);

@@ -7,13 +7,14 @@ import type { InferenceRecord, Store, TokenUsage, TrainingJobRecord } from '../s
 import type { ServiceConfig } from './config.ts';
 import type { Principal } from './auth.ts';
 import { type BillingService, type CachingFamily, type Pricing, completeUsage, costMicro, MICRO } from './billing.ts';
-import { type Catalog, type CatalogEntry, ROUTER_MODEL_ID } from './catalog.ts';
+import type { Catalog, CatalogEntry } from './catalog.ts';
+import { ROUTER_MODEL_ID } from './router.ts';
 import { ConflictError, DependencyUnavailableError, NotFoundError, RegionBlockedError, ValidationError, WarmingError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import { type EncoderSchema, type GenerateMessage, type ModelKind, type ModelRef, type ModelRuntime, generateAll, jobModelRef } from './runtime.ts';
 import type { Metrics } from './metrics.ts';
 
-/** Chooses the model behind `service/auto`. The compat/router work replaces the default policy. */
+/** Chooses the model behind `service/auto` (createServices installs src/service/router.ts's policy). */
 export type RoutePolicy = (kind: ModelKind, hints: { schema?: unknown; messages?: unknown[]; prompt_chars?: number }, catalog: CatalogEntry[]) => string | null;
 
 /** Default policy: the first local model of the kind that supports inference, else the cheapest on-demand one. */
