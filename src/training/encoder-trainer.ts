@@ -1,0 +1,282 @@
+// GLiNER2 span-model training (spec ../shared/specs/gliner2.md §5): full fine-tuning or LoRA on the
+// native graph, separate encoder / head learning rates, validation split, early stopping, best
+// checkpoint, checkpoints in the real layout (§5.7) that loadEncoder() loads.
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../formats/safetensors.ts';
+import { parseDebertaConfig } from '../models/encoder/deberta.ts';
+import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
+import type { DataRecord } from './data/formats.ts';
+import { classLabels, collate, entityLabels, featurize, recordsToExamples, type Featurized } from './encoder/examples.ts';
+import { InitRng } from './encoder/init.ts';
+import { EncoderTrainGraph, type ParamInfo } from './native.ts';
+import {
+  CheckpointBook, loadRecords, log, lrFactor, positiveInt, positiveNum, shuffled, splitValidation, TrainingConfigError,
+  type CommonTrainConfig, type TrainHooks, type TrainResult,
+} from './common.ts';
+
+export interface EncoderTrainConfig extends CommonTrainConfig {
+  /** learning rate of encoder.* parameters in full fine-tuning (spec default 1e-5; a freshly initialized encoder needs ~1e-4) */
+  encoder_learning_rate?: number;
+  /** words kept per text (longer texts are truncated); default 256 */
+  max_words?: number;
+  /** entity label set (default: every label in the training data) */
+  entity_labels?: string[];
+  /** drop each negative span with probability 0.5 during training (spec §5.4); default true */
+  negative_dropping?: boolean;
+}
+
+const LINEAR_GROUPS = ['span_rep', 'classifier', 'count_embed', 'count_pred'];
+
+/** Resolves LoRA target names (spec §5.6) to full Linear module names of the checkpoint. */
+export function resolveEncoderLoraTargets(params: { name: string; shape: number[] }[], targets: string[]): string[] {
+  const linears = params
+    .filter((p) => p.shape.length === 2 && p.name.endsWith('.weight') && !/embeddings|pos_embedding/.test(p.name))
+    .map((p) => p.name.slice(0, -'.weight'.length));
+  const out = new Set<string>();
+  for (const t of targets) {
+    const [group, kind] = t.split('.', 2);
+    let hit = 0;
+    for (const m of linears) {
+      const last = m.split('.').filter((x) => !/^\d+$/.test(x)).pop() ?? '';
+      if (group === 'encoder' && m.startsWith('encoder.')) {
+        const ok = kind ? last.includes(kind) : ['query', 'key', 'value', 'dense'].some((k) => last.includes(k));
+        if (ok) (out.add(m), hit++);
+      } else if (LINEAR_GROUPS.includes(group) && m.startsWith(group + '.') && !kind) {
+        out.add(m);
+        hit++;
+      } else if (m === t) {
+        out.add(m);
+        hit++;
+      }
+    }
+    if (!hit) throw new TrainingConfigError(`lora_target_modules: "${t}" matches no Linear layer`);
+  }
+  return [...out].sort();
+}
+
+interface Loaded {
+  graph: EncoderTrainGraph;
+  tok: EncoderTokenizer;
+  maxWidth: number;
+  params: ParamInfo[];
+  shapes: Map<string, number[]>;
+  lora: { r: number; alpha: number; dropout: number; targets: string[] } | null;
+}
+
+async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> {
+  const dir = cfg.base_model;
+  for (const f of ['config.json', 'encoder_config/config.json', 'tokenizer.json'])
+    if (!existsSync(join(dir, f))) throw new TrainingConfigError(`base_model ${dir}: missing ${f} (a GLiNER2 checkpoint directory is expected; see \`loom init-encoder\`)`);
+  const g2 = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+  const encRaw = JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8'));
+  const enc = parseDebertaConfig(encRaw, `${dir}/encoder_config/config.json`);
+  const maxWidth = Number(g2.span_head?.max_width ?? g2.max_width ?? 8);
+  const ckpt = SafetensorsCheckpoint.open(dir);
+  const names = ckpt.names();
+  if (!names.some((n) => n.startsWith('count_embed.projector.')))
+    throw new TrainingConfigError(`base_model ${dir}: only count_lstm GLiNER2 checkpoints can be trained (count_lstm_v2 training is not implemented)`);
+  const tensors: Record<string, Float32Array> = {};
+  const shapes = new Map<string, number[]>();
+  for (const n of names) {
+    const t = ckpt.get(n);
+    tensors[n] = toFloat32(t);
+    shapes.set(n, t.shape);
+  }
+  const relLn = String(encRaw.norm_rel_ebd ?? 'none').includes('layer_norm');
+  const S2 = 2 * (enc.positionBuckets > 0 ? enc.positionBuckets : enc.maxRelativePositions < 1 ? enc.maxPositionEmbeddings : enc.maxRelativePositions);
+  const rel = shapes.get('encoder.encoder.rel_embeddings.weight');
+  if (!rel || rel[0] !== S2) throw new TrainingConfigError(`base_model ${dir}: rel_embeddings must have ${S2} rows`);
+  let lora: Loaded['lora'] = null;
+  if ((cfg.training_type ?? 'full') === 'lora') {
+    const targets = resolveEncoderLoraTargets([...shapes].map(([name, shape]) => ({ name, shape })), cfg.lora_target_modules ?? ['encoder', 'span_rep', 'classifier', 'count_embed', 'count_pred']);
+    lora = { r: positiveInt(cfg.lora_r, 'lora_r', 16), alpha: positiveNum(cfg.lora_alpha, 'lora_alpha', 32), dropout: positiveNum(cfg.lora_dropout, 'lora_dropout', 0, true), targets };
+    if (lora.dropout >= 1) throw new TrainingConfigError('lora_dropout must be < 1');
+  }
+  const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null);
+  const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
+  return { graph, tok, maxWidth, params: graph.params(), shapes, lora };
+}
+
+/** Writes the current weights as a checkpoint in the real layout (+ the PEFT adapter for LoRA). */
+function saveCheckpoint(base: string, dir: string, L: Loaded): void {
+  mkdirSync(join(dir, 'encoder_config'), { recursive: true });
+  copyFileSync(join(base, 'config.json'), join(dir, 'config.json'));
+  copyFileSync(join(base, 'encoder_config', 'config.json'), join(dir, 'encoder_config', 'config.json'));
+  for (const f of ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'added_tokens.json', 'spm.model'])
+    if (existsSync(join(base, f))) copyFileSync(join(base, f), join(dir, f));
+  const out: Record<string, TensorToWrite> = {};
+  const baseParams = L.params.filter((p) => !p.name.startsWith('base_model.model.'));
+  const w = new Map<string, Float32Array>();
+  for (const p of baseParams) w.set(p.name, L.graph.get(p.name));
+  if (L.lora) {
+    // merged full save: W += (α/r)·B·A
+    const s = L.lora.alpha / L.lora.r;
+    const adapter: Record<string, TensorToWrite> = {};
+    for (const m of L.lora.targets) {
+      const A = L.graph.get(`base_model.model.${m}.lora_A.weight`);
+      const B = L.graph.get(`base_model.model.${m}.lora_B.weight`);
+      const W = w.get(m + '.weight')!;
+      const [N, K] = L.shapes.get(m + '.weight')!;
+      const r = L.lora.r;
+      for (let i = 0; i < N; i++)
+        for (let q = 0; q < r; q++) {
+          const b = B[i * r + q] * s;
+          if (b === 0) continue;
+          for (let k = 0; k < K; k++) W[i * K + k] += b * A[q * K + k];
+        }
+      adapter[`base_model.model.${m}.lora_A.weight`] = { dtype: 'F32', shape: [r, K], data: A };
+      adapter[`base_model.model.${m}.lora_B.weight`] = { dtype: 'F32', shape: [N, r], data: B };
+    }
+    writeSafetensors(join(dir, 'adapter_model.safetensors'), adapter, { format: 'pt' });
+    writeFileSync(join(dir, 'adapter_config.json'), JSON.stringify({
+      peft_type: 'LORA', r: L.lora.r, lora_alpha: L.lora.alpha, lora_dropout: L.lora.dropout, target_modules: L.lora.targets,
+      bias: 'none', use_dora: false, use_rslora: false, base_model_name_or_path: base, task_type: null, inference_mode: true,
+    }, null, 2));
+    writeFileSync(join(dir, 'lora_config.json'), JSON.stringify({ use_lora: true, lora_r: L.lora.r, lora_alpha: L.lora.alpha, lora_dropout: L.lora.dropout, lora_target_modules: L.lora.targets, merged: true }, null, 2));
+  }
+  for (const [n, v] of w) out[n] = { dtype: 'F32', shape: L.shapes.get(n)!, data: v };
+  writeSafetensors(join(dir, 'model.safetensors'), out, { format: 'pt' });
+}
+
+/** Trains a GLiNER2 span model. See src/training/index.ts for the API. */
+export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks = {}): Promise<TrainResult> {
+  const t0 = Date.now();
+  const seed = positiveInt(config.seed, 'seed', 42, 0);
+  const epochs = positiveInt(config.nr_epochs, 'nr_epochs', 10);
+  const bs = positiveInt(config.batch_size, 'batch_size', 8);
+  const accum = positiveInt(config.gradient_accumulation_steps, 'gradient_accumulation_steps', 1);
+  const taskLr = positiveNum(config.learning_rate, 'learning_rate', 5e-4);
+  const encLr = positiveNum(config.encoder_learning_rate, 'encoder_learning_rate', 1e-5);
+  const wd = positiveNum(config.weight_decay, 'weight_decay', 0.01, true);
+  const maxNorm = positiveNum(config.max_grad_norm, 'max_grad_norm', 1.0, true);
+  const patience = positiveInt(config.early_stopping_patience, 'early_stopping_patience', 0, 0);
+  const valPct = positiveNum(config.validation_data_percentage, 'validation_data_percentage', 10, true);
+  if (valPct >= 100) throw new TrainingConfigError('validation_data_percentage must be below 100');
+  const maxSteps = positiveInt(config.max_steps, 'max_steps', 0, 0);
+  const sched = config.scheduler ?? 'linear';
+  if (!['linear', 'cosine', 'constant'].includes(sched)) throw new TrainingConfigError('scheduler must be linear, cosine or constant');
+  const type = config.training_type ?? 'full';
+  if (type !== 'full' && type !== 'lora') throw new TrainingConfigError('training_type must be lora or full');
+  if (!config.output_dir) throw new TrainingConfigError('output_dir is required');
+
+  const all = loadRecords(config.train_data, ['ner', 'relations', 'classification', 'gliner2']);
+  let trainRecs: DataRecord[];
+  let valRecs: DataRecord[];
+  if (config.validation_data) {
+    trainRecs = all;
+    valRecs = loadRecords(config.validation_data, ['ner', 'relations', 'classification', 'gliner2']);
+  } else ({ train: trainRecs, val: valRecs } = splitValidation(all, valPct, seed));
+  if (!trainRecs.length) throw new TrainingConfigError('the training data is empty');
+  const labels = config.entity_labels ?? entityLabels(all);
+  const classes = classLabels(all);
+  const L = await loadBase(config, seed);
+  log(hooks, 'info', `loaded ${config.base_model}: ${L.params.length} tensors, ${L.params.filter((p) => p.trainable).reduce((a, p) => a + p.shape.reduce((x, y) => x * y, 1), 0)} trainable parameters (${type})`);
+  const maxWords = positiveInt(config.max_words, 'max_words', 256);
+  const feat = async (recs: DataRecord[]) => Promise.all(recordsToExamples(recs, labels, classes).map((e) => featurize(L.tok, e, L.maxWidth, maxWords)));
+  const trainF = await feat(trainRecs);
+  const valF = await feat(valRecs);
+  log(hooks, 'info', `${trainF.length} training / ${valF.length} validation examples; entity labels: ${labels.join(', ') || '(none)'}`);
+
+  const perEpochBatches = trainF.length > bs ? Math.floor(trainF.length / bs) : 1; // drop_last
+  const stepsPerEpoch = Math.max(1, Math.floor(perEpochBatches / accum));
+  let totalSteps = stepsPerEpoch * epochs;
+  if (maxSteps) totalSteps = Math.min(totalSteps, maxSteps);
+  const warmup = config.warmup_steps ?? Math.round((config.warmup_ratio ?? 0.1) * totalSteps);
+  const evalEvery = config.eval_steps ?? stepsPerEpoch;
+  mkdirSync(config.output_dir, { recursive: true });
+  writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify({ ...config, train_data: typeof config.train_data === 'string' ? config.train_data : `${all.length} records`, validation_data: undefined, resolved: { totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora } }, null, 2));
+  const book = new CheckpointBook(config.output_dir, positiveInt(config.save_total_limit, 'save_total_limit', 3), hooks);
+
+  const evaluate = async (): Promise<number | null> => {
+    if (!valF.length) return null;
+    let s = 0;
+    for (let i = 0; i < valF.length; i += bs) s += (await L.graph.step(collate(valF.slice(i, i + bs)), { backward: false, dropNeg: false })).loss;
+    return s / valF.length;
+  };
+
+  let step = 0;
+  let epoch = 0;
+  let stopped: TrainResult['stopped'] = 'completed';
+  let bad = 0;
+  let windowLoss = 0;
+  let windowN = 0;
+  let lastTrain = NaN;
+  let lastVal: number | null = null;
+  let tokens = 0;
+  let busy = 0;
+  const rng = new InitRng(seed);
+  const save = (isFinal: boolean) => {
+    const dir = join(config.output_dir, `checkpoint-${step}`);
+    saveCheckpoint(config.base_model, dir, L);
+    return book.add({ epoch, step, train_loss: lastTrain, val_loss: lastVal, is_final: isFinal }, dir);
+  };
+  outer: for (epoch = 1; epoch <= epochs; epoch++) {
+    const order: Featurized[] = shuffled(trainF, rng);
+    for (let b0 = 0; b0 + accum <= perEpochBatches; b0 += accum) {
+      if (hooks.signal?.aborted) {
+        stopped = 'aborted';
+        break outer;
+      }
+      const ts = Date.now();
+      L.graph.zeroGrad();
+      for (let a = 0; a < accum; a++) {
+        const items = order.slice((b0 + a) * bs, (b0 + a + 1) * bs);
+        const batch = collate(items);
+        const r = await L.graph.step(batch, { dropNeg: config.negative_dropping ?? true, gradScale: 1 / accum, seed: seed * 1000003 + step * 131 + a });
+        windowLoss += r.loss;
+        windowN += items.length;
+        for (const it of items) tokens += it.f.ids.length;
+      }
+      step++;
+      const f = lrFactor(sched, step, totalSteps, warmup);
+      await L.graph.optimizerStep({ lr: [encLr * f, taskLr * f], weightDecay: wd, maxGradNorm: maxNorm, step });
+      busy += Date.now() - ts;
+      const tps = tokens / Math.max(busy / 1000, 1e-9);
+      hooks.onProgress?.({ epoch, step, totalSteps, progress_percent: (100 * step) / totalSteps, loss: windowLoss / Math.max(windowN, 1), tokens_per_s: tps });
+      if (step % evalEvery === 0 || step === totalSteps) {
+        lastTrain = windowLoss / Math.max(windowN, 1);
+        windowLoss = windowN = 0;
+        lastVal = await evaluate();
+        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : ''} (${tps.toFixed(0)} tokens/s)`);
+        const prevBest = book.bestLoss;
+        const isLast = step === totalSteps;
+        save(isLast);
+        if (isLast) break outer;
+        if (patience > 0 && lastVal !== null) {
+          bad = prevBest !== null && lastVal >= prevBest ? bad + 1 : 0;
+          if (bad >= patience) {
+            stopped = 'early_stopping';
+            log(hooks, 'info', `early stopping: no validation improvement in ${patience} evaluations`);
+            break outer;
+          }
+        }
+      }
+      if (maxSteps && step >= maxSteps) {
+        stopped = 'max_steps';
+        break outer;
+      }
+    }
+  }
+  epoch = Math.min(epoch, epochs);
+  if (!book.events.some((e) => e.is_final)) {
+    if (windowN) lastTrain = windowLoss / windowN;
+    if (stopped !== 'aborted' || step > 0) lastVal = await evaluate();
+    save(true);
+  }
+  const fin = book.events[book.events.length - 1];
+  return {
+    output_dir: config.output_dir,
+    best_checkpoint: book.bestDir,
+    final_checkpoint: fin.dir,
+    checkpoints: book.events,
+    steps: step,
+    epochs_completed: stopped === 'completed' ? epochs : Math.max(0, epoch - 1),
+    train_loss: lastTrain,
+    val_loss: lastVal,
+    best_val_loss: book.bestLoss,
+    stopped,
+    tokens_per_s: tokens / Math.max(busy / 1000, 1e-9),
+    duration_s: (Date.now() - t0) / 1000,
+  };
+}
