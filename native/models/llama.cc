@@ -61,13 +61,8 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
                      float* out, float* scratch, int64_t max_ctx, int64_t window) {
   const int64_t Hkv = kv.kv_heads, Dh = kv.head_dim, G = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(float(Dh));
-  // row -> sequence index
   const int64_t items = b.T * Hkv;
-  // map each row to its sequence once (small vector on the stack of this call; T is bounded by
-  // the scheduler's token budget)
-  std::vector<int32_t> row_seq(size_t(b.T));
-  for (size_t s = 0; s < b.seqs.size(); s++)
-    for (int64_t i = 0; i < b.seqs[s].n_tokens; i++) row_seq[size_t(b.seqs[s].first_row + i)] = int32_t(s);
+  const int32_t* row_seq = b.row_seq.data();  // row -> sequence index
   const int nth = std::max(1, std::min<int>(threads_get(), int(items)));
   pool_run(nth, [&](int tid, int n) {
     float* scores = scratch + int64_t(tid) * G * max_ctx;
@@ -75,7 +70,7 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
     // growing context, so interleave: item = tid, tid + n, ...)
     for (int64_t it = tid; it < items; it += n) {
       const int64_t t = it / Hkv, kvh = it % Hkv;
-      const SeqSpec& sq = b.seqs[size_t(row_seq[size_t(t)])];
+      const SeqSpec& sq = b.seqs[size_t(row_seq[t])];
       const int64_t ctx = int64_t(b.positions[t]) + 1;
       const int64_t start = window > 0 ? std::max<int64_t>(0, ctx - window) : 0;
       attn_group_dispatch(kv, layer, sq.block_table, start, ctx, kvh, G, q + t * ldq + kvh * G * Dh, Dh, scale,
@@ -96,6 +91,8 @@ Model::Model(const Config& c) : cfg_(c) {
   if (c.weight_dtype != DType::F32 && c.weight_dtype != DType::BF16)
     throw std::invalid_argument("llama: weight dtype must be f32 or bf16");
   layers_.resize(size_t(c.layers));
+  inv_freq_.resize(size_t(c.head_dim / 2));
+  rope_inv_freq(c.head_dim, c.rope_theta, c.rope, inv_freq_.data());
 }
 
 Model::~Model() {
@@ -264,8 +261,7 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
   grow(act_, T * F);
   grow(lora_, T * std::max<int64_t>(max_r, 1));
   grow(scratch_, int64_t(threads_get()) * (Hq / Hkv) * max_ctx);
-  std::vector<float> inv_freq(size_t(Dh / 2));
-  rope_inv_freq(Dh, c.rope_theta, c.rope, inv_freq.data());
+  if (int64_t(b.row_seq.size()) != T) throw std::invalid_argument("llama: batch row map not built");
 
   float* x = x_.data();
   float* xn = xn_.data();
@@ -285,8 +281,8 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     apply_lora(b, int(l), kQ, xn, D, qkv, Nqkv);
     apply_lora(b, int(l), kK, xn, D, qkv + Nq, Nqkv);
     apply_lora(b, int(l), kV, xn, D, qkv + Nq + Nkv, Nqkv);
-    rope_fwd(T, Hq, Dh, Nqkv, b.positions, inv_freq.data(), qkv);
-    rope_fwd(T, Hkv, Dh, Nqkv, b.positions, inv_freq.data(), qkv + Nq);
+    rope_fwd(T, Hq, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
+    rope_fwd(T, Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv + Nq);
     // write K, V of the new tokens into their cache slots
     for (const SeqSpec& s : b.seqs) {
       for (int64_t i = 0; i < s.n_tokens; i++) {

@@ -97,6 +97,12 @@ struct Batch {
   const int32_t* out_rows = nullptr;   // rows to return
   int64_t n_out = 0;
   bool hidden = false;                 // return final normed hidden states (D) instead of logits (V)
+  std::vector<int32_t> row_seq;        // (T): sequence index of each row (build_row_map)
+  void build_row_map() {
+    row_seq.assign(size_t(T), 0);
+    for (size_t s = 0; s < seqs.size(); s++)
+      for (int64_t i = 0; i < seqs[s].n_tokens; i++) row_seq[size_t(seqs[s].first_row + i)] = int32_t(s);
+  }
 };
 
 class Model {
@@ -125,6 +131,7 @@ class Model {
   void* embed_ = nullptr;  // (V, D) aligned, F32 or BF16
   PackedWeight* lm_head_ = nullptr;
   std::vector<float> norm_;
+  std::vector<float> inv_freq_;  // (Dh/2) RoPE frequencies, scaling applied
   std::vector<Layer> layers_;
   bool finalized_ = false;
   std::mutex mu_;

@@ -285,6 +285,7 @@ Napi::Value LlamaStep(const Napi::CallbackInfo& info) {
     batch->seqs.push_back(sp);
   }
   if (row != T) throw_range(env, "seqLens must add up to tokens.length");
+  batch->build_row_map();
   batch->out_rows = out_rows.data;
   batch->n_out = int64_t(out_rows.length);
   if (batch->n_out > T) throw_range(env, "more output rows than tokens");

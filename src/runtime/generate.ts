@@ -36,6 +36,7 @@ import { Tokenizer } from '../tokenize/tokenizer.ts';
 import { encodeChat, type ChatMessage } from '../tokenize/chat-template.ts';
 import { compileJsonSchema, type JsonConstraint } from './json-constraint.ts';
 import { AdapterError, AdapterRegistry, type AdapterInfo } from './adapters.ts';
+import { resolveModel } from './hub.ts';
 import { KvCacheManager, type KvCacheOptions } from './kv-cache.ts';
 import { parseTtl, PrefixCache, type CacheBreakpoint, type CacheMode } from './prefix-cache.ts';
 import { Sampler, SamplingError, type SamplingParams } from './sampling.ts';
@@ -43,6 +44,15 @@ import { AbortError, OverloadedError, RequestTooLargeError, Scheduler, type Sche
 import { StopMatcher } from './stop.ts';
 
 export { AbortError, AdapterError, OverloadedError, RequestTooLargeError, SamplingError };
+
+/** The model is known (pullable with `loom pull`) but not downloaded; the service answers 425 while it warms. */
+export class ModelNotOnDiskError extends Error {
+  override name = 'ModelNotOnDiskError';
+  readonly code = 'model_not_on_disk';
+  constructor(readonly id: string, readonly repo: string) {
+    super(`model ${id} is not on disk; pull it with \`loom pull ${repo}\``);
+  }
+}
 
 export type { ChatMessage };
 
@@ -418,7 +428,13 @@ export class DecoderModel {
  * *.safetensors) or a GGUF file.
  */
 export async function loadDecoder(dirOrGguf: string, opts: DecoderOptions = {}): Promise<DecoderModel> {
-  if (!existsSync(dirOrGguf)) throw new Error(`${dirOrGguf}: not found`);
+  if (!existsSync(dirOrGguf)) {
+    // a model id: LOOM_MODELS_DIR, the Hugging Face cache, or known-but-not-downloaded
+    const r = resolveModel(dirOrGguf);
+    if (r.status === 'local') return loadDecoder(r.dir, { id: dirOrGguf, ...opts });
+    if (r.status === 'pullable') throw new ModelNotOnDiskError(dirOrGguf, r.repo);
+    throw new Error(`${dirOrGguf}: not found (no such path and not a known model id)`);
+  }
   if (dirOrGguf.endsWith('.gguf') && statSync(dirOrGguf).isFile()) {
     const r = await openGgufDecoder(dirOrGguf, { tokenizerDir: opts.tokenizerDir });
     const native = await buildNativeDecoder(r.config, r.source, opts);

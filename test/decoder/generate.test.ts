@@ -69,3 +69,27 @@ t.test('logprobs', async (t) => {
   const fin = evs[evs.length - 1];
   t.equal(fin.type, 'final');
 });
+
+t.test('loadDecoder by model id: models dir, and known-but-not-downloaded', async (t) => {
+  const { mkdtempSync, mkdirSync, cpSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { KNOWN_MODELS } = await import('../../src/runtime/hub.ts');
+  const { ModelNotOnDiskError } = await import('../../src/runtime/generate.ts');
+  const md = mkdtempSync(join(tmpdir(), 'loom-models-'));
+  const prev = process.env.LOOM_MODELS_DIR;
+  const prevHf = process.env.HF_HUB_CACHE;
+  process.env.LOOM_MODELS_DIR = md;
+  process.env.HF_HUB_CACHE = join(md, 'hf-empty');
+  t.teardown(() => {
+    if (prev === undefined) delete process.env.LOOM_MODELS_DIR; else process.env.LOOM_MODELS_DIR = prev;
+    if (prevHf === undefined) delete process.env.HF_HUB_CACHE; else process.env.HF_HUB_CACHE = prevHf;
+    rmSync(md, { recursive: true, force: true });
+  });
+  mkdirSync(join(md, 'roneneldan'), { recursive: true });
+  cpSync(join(shared, 'models/tinystories-656k'), join(md, 'roneneldan', 'tiny-test'), { recursive: true });
+  const m = await loadDecoder('roneneldan/tiny-test', { kv: { memory: '4MiB' } });
+  t.equal(m.info.id, 'roneneldan/tiny-test');
+  t.equal(m.config.vocabSize, 2048);
+  await t.rejects(loadDecoder(KNOWN_MODELS[0]), ModelNotOnDiskError);
+  await t.rejects(loadDecoder('nobody/nothing-here'), /not found/);
+});
