@@ -1,13 +1,15 @@
 // The production ModelRuntime: models under LOOM_MODELS_DIR (Hugging Face layout, `<name>/` or
 // `<org>/<name>/`), loaded lazily on first use, at most `maxLoaded` at once (least recently used is
 // dropped). A model on disk loads inside the first request (concurrent requests share the load);
-// a catalog model not on disk is pulled through src/runtime/hub.ts when that module is present,
-// and reports `warming` (425 + Retry-After) while it pulls and loads. The native modules are
-// imported lazily, so a build without them still serves everything else and answers 503 here.
+// a catalog model not on disk (nor in the Hugging Face cache) is pulled through src/runtime/hub.ts
+// and reports `warming` (425 + Retry-After, with progress) while it pulls and loads; a failed pull
+// answers 503 for a minute. The native modules are imported lazily, so a build without them still
+// serves everything else and answers with the error here.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { EncoderModel } from '../models/encoder/index.ts';
 import type { DecoderModel } from '../runtime/generate.ts';
+import { cachedSnapshot, pullModel } from '../runtime/hub.ts';
 import type { EmbedOutput, EncoderSchema, ExtractOptions, ExtractOutput, GenerateEvent, GenerateParams, LocalModel, ModelKind, ModelRef, ModelRuntime, ModelStatus } from './runtime.ts';
 
 interface Loaded { kind: ModelKind; enc?: EncoderModel; dec?: DecoderModel; adapter?: string; lastUsed: number }
@@ -83,7 +85,18 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
   }
 
   const keyOf = (ref: ModelRef) => ref.id;
-  const localOf = (id: string) => scan().find((m) => m.id === id);
+  /** pulled (or found in the HF cache) snapshot folders by model id */
+  const snapshots = new Map<string, string>();
+  function dirOf(id: string): string | undefined {
+    const local = scan().find((m) => m.id === id)?.dir ?? snapshots.get(id);
+    if (local) return local;
+    if (!/^[\w.-]+\/[\w.-]+$/.test(id)) return undefined;
+    try {
+      const snap = cachedSnapshot(id);
+      if (snap && detectKind(snap)) { snapshots.set(id, snap); return snap; }
+    } catch { /* not a cached repository */ }
+    return undefined;
+  }
 
   function evict(): void {
     while (loaded.size > maxLoaded) {
@@ -107,10 +120,10 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
         let adapterDir: string | undefined;
         if (ref.weights === 'adapter' && ref.base_model) {
           adapterDir = ref.dir;
-          dir = ref.base_dir ?? localOf(ref.base_model)?.dir;
+          dir = ref.base_dir ?? dirOf(ref.base_model);
           if (!dir) throw new Error(`base model ${ref.base_model} of ${ref.id} is not on disk`);
         }
-        dir ??= localOf(ref.id)?.dir;
+        dir ??= dirOf(ref.id);
         if (!dir) throw new Error(`model ${ref.id} is not on disk`);
         let l: Loaded;
         if (ref.kind === 'encoder') {
@@ -137,11 +150,8 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     if (cur?.state === 'pulling') return;
     pulls.set(k, { state: 'pulling', at: Date.now() });
     try {
-      const hubPath = '../runtime/hub.ts';
-      const hub = (await import(hubPath)) as { pullModel?: (id: string, o: { dir: string; onProgress?: (f: number) => void }) => Promise<unknown> };
-      if (typeof hub.pullModel !== 'function') throw new Error('the model hub module has no pullModel()');
-      await hub.pullModel(ref.id, { dir: join(opts.modelsDir, ref.id), onProgress: (f) => { const s = pulls.get(k); if (s) s.progress = f; } });
-      scannedAt = 0;
+      const snap = await pullModel(ref.id, { onProgress: (p) => { const s = pulls.get(k); if (s && p.total) s.progress = p.bytes / p.total; } });
+      snapshots.set(ref.id, snap);
       await load(ref);
       pulls.delete(k);
     } catch (e) {
@@ -156,7 +166,14 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
   }
 
   return {
-    async listLocal() { return scan(); },
+    async listLocal() {
+      const out = [...scan()];
+      for (const [id, dir] of snapshots) {
+        const k = detectKind(dir);
+        if (k && !out.some((m) => m.id === id)) out.push({ id, kind: k.kind, dir, architecture: k.architecture, context_length: k.context_length });
+      }
+      return out;
+    },
 
     status(ref: ModelRef): ModelStatus {
       const k = keyOf(ref);
@@ -166,12 +183,12 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
       if (p?.state === 'failed' && Date.now() - p.at < 60_000) return { state: 'unavailable', reason: `pull of ${ref.id} failed: ${p.error}` };
       if (ref.dir) return existsSync(ref.dir) ? { state: 'ready' } : { state: 'not_found' };
       // on disk: loads inside the request (concurrent callers share the load)
-      if (localOf(ref.id)) return { state: 'ready' };
+      if (dirOf(ref.id)) return { state: 'ready' };
       return { state: 'pullable' };
     },
 
     async warm(ref: ModelRef): Promise<void> {
-      if (ref.dir || localOf(ref.id)) { await load(ref); return; }
+      if (ref.dir || dirOf(ref.id)) { await load(ref); return; }
       await pull(ref);
     },
 
