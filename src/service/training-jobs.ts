@@ -40,6 +40,8 @@ export interface TrainingJobRequest {
   rl_config?: Record<string, unknown>;
   nr_epochs?: number;
   learning_rate?: number;
+  encoder_learning_rate?: number;
+  eval_steps?: number;
   batch_size?: number;
   seed?: number;
   validation_data_percentage?: number;
@@ -68,6 +70,8 @@ export const trainingJobRequestSchema = {
     rl_config: { type: 'object' },
     nr_epochs: { type: 'integer', minimum: 1, maximum: 1000 },
     learning_rate: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+    encoder_learning_rate: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+    eval_steps: { type: 'integer', minimum: 1 },
     batch_size: { type: 'integer', minimum: 1, maximum: 4096 },
     seed: { type: 'integer', minimum: 0, maximum: 2 ** 31 - 1 },
     validation_data_percentage: { type: 'number', minimum: 0, maximum: 50 },
@@ -202,10 +206,11 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
     return { task_type: entry.task_type, requested: id, source: 'catalog', catalog_id: id, dir: local?.dir ?? null, init_adapter: null };
   }
 
+  /** encoders: `learning_rate` drives the task heads, `encoder_learning_rate` the backbone (spec §5) */
   function defaults(kind: 'encoder' | 'decoder', fresh: boolean, type: 'lora' | 'full') {
     if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
-    if (fresh) return { nr_epochs: 5, learning_rate: 1e-3, batch_size: 8 };
-    return { nr_epochs: 3, learning_rate: type === 'lora' ? 1e-4 : 3e-5, batch_size: 8 };
+    if (fresh) return { nr_epochs: 10, learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8 };
+    return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: type === 'lora' ? 2e-4 : 1e-5, batch_size: 8 };
   }
 
   // ---- the queue -------------------------------------------------------------------------------
@@ -291,13 +296,15 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       const c = j.configuration;
       const out = join(dir, 'output');
       const trainerConfig: Record<string, unknown> = {
-        base_model: baseDir, output_dir: out, checkpoint_dir: join(dir, 'checkpoints'),
-        train_file: data.train, validation_file: data.val, train_files: [data.train], data_files: [data.train],
-        training_type: j.training_type, nr_epochs: c.nr_epochs, learning_rate: c.learning_rate, batch_size: c.batch_size, seed: c.seed,
-        validation_data_percentage: data.val ? 0 : c.validation_data_percentage,
-        early_stopping: c.early_stopping, early_stopping_patience: c.early_stopping_patience,
-        lora_r: c.lora_r, lora_alpha: c.lora_alpha, lora_dropout: c.lora_dropout, target_modules: c.target_modules,
-        max_steps: c.max_steps, warmup_ratio: c.warmup_ratio, lr_scheduler: c.lr_scheduler, gradient_accumulation_steps: c.gradient_accumulation_steps,
+        base_model: baseDir, output_dir: out, train_data: data.train, validation_data: data.val ?? undefined,
+        training_type: j.training_type, nr_epochs: c.nr_epochs, learning_rate: c.learning_rate, encoder_learning_rate: c.encoder_learning_rate,
+        batch_size: c.batch_size, seed: c.seed, validation_data_percentage: 0,
+        early_stopping_patience: c.early_stopping ? c.early_stopping_patience : 0,
+        lora_r: c.lora_r, lora_alpha: c.lora_alpha, lora_dropout: c.lora_dropout, lora_target_modules: c.target_modules ?? undefined,
+        max_steps: c.max_steps ?? undefined, warmup_ratio: c.warmup_ratio ?? undefined, scheduler: c.lr_scheduler ?? undefined,
+        gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
+        // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
+        save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
       };
       for (const k of Object.keys(trainerConfig)) if (trainerConfig[k] === undefined || trainerConfig[k] === null) delete trainerConfig[k];
@@ -356,13 +363,14 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         await chain;
       }
       const res = r.result;
-      const weightsDir = String(res.output_dir ?? res.adapter_dir ?? out);
-      const serveDir = String(res.merged_dir ?? res.model_dir ?? weightsDir);
+      // final/ holds the last weights: full models (encoder LoRA: merged, plus the PEFT adapter
+      // files) or the decoder's PEFT adapter
+      const finalDir = String(res.final_checkpoint ?? join(out, 'final'));
       const lora = j.training_type === 'lora';
       const modelRef: ModelRef = j.task_type === 'decoder' && lora
-        ? { id, kind: 'decoder', dir: weightsDir, base_model: base.catalog_id, weights: 'adapter', base_dir: baseDir! }
-        : { id, kind: j.task_type, dir: serveDir, base_model: base.catalog_id, weights: 'full' };
-      const finals = { weights_dir: weightsDir, weights_format: lora ? 'peft_lora' as const : 'safetensors' as const, output_dir: modelRef.dir ?? null, model_ref: modelRef, completed_at: nowIso() };
+        ? { id, kind: 'decoder', dir: finalDir, base_model: base.catalog_id, weights: 'adapter', base_dir: baseDir! }
+        : { id, kind: j.task_type, dir: finalDir, base_model: base.catalog_id, weights: 'full' };
+      const finals = { weights_dir: finalDir, weights_format: lora ? 'peft_lora' as const : 'safetensors' as const, output_dir: finalDir, model_ref: modelRef, completed_at: nowIso() };
       if (r.metrics_error) await addLog(id, 'warn', `could not score the validation split: ${r.metrics_error}`);
       j = await patch(id, (cur) => {
         if (cur.status === 'cancelled') return { ...finals, base: { ...cur.base, dir: baseDir } };
@@ -414,11 +422,14 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       }
       const d = defaults(base.task_type, base.source === 'fresh', type);
       const configuration = {
-        nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate, batch_size: body.batch_size ?? d.batch_size,
+        nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate,
+        ...(base.task_type === 'encoder' ? { encoder_learning_rate: body.encoder_learning_rate ?? d.encoder_learning_rate } : {}),
+        batch_size: body.batch_size ?? d.batch_size,
         seed: body.seed ?? 42, validation_data_percentage: body.validation_data_percentage ?? 10,
         early_stopping: body.early_stopping ?? body.early_stopping_patience !== undefined, early_stopping_patience: body.early_stopping_patience ?? (body.early_stopping ? 3 : null),
         ...(type === 'lora' ? { lora_r: body.lora_r ?? 8, lora_alpha: body.lora_alpha ?? 16, lora_dropout: body.lora_dropout ?? 0.05, target_modules: body.target_modules ?? null } : {}),
         max_steps: body.max_steps ?? null, warmup_ratio: body.warmup_ratio ?? null, lr_scheduler: body.lr_scheduler ?? null, gradient_accumulation_steps: body.gradient_accumulation_steps ?? null,
+        eval_steps: body.eval_steps ?? null,
       };
       const now = nowIso();
       const id = newId();
@@ -465,7 +476,10 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       if (j.status !== 'complete' && j.status !== 'deployed') throw new ConflictError(`Training job ${id} is ${j.status}; weights can be downloaded once it is complete`);
       if (!j.weights_dir || !existsSync(j.weights_dir)) throw new NotFoundError(`The weights of training job ${id} are missing on disk`);
       const archive = join(jobDir(id), 'weights.tar.gz');
-      if (!existsSync(archive)) await writeTarGz(j.weights_dir, archive, `${j.model_name}`);
+      // LoRA: the PEFT adapter (adapter_config.json + adapter_model.safetensors); full: the model
+      const peft = j.weights_format === 'peft_lora';
+      const keep = peft ? (rel: string) => /^(adapter_config\.json|adapter_model\.safetensors|tokenizer[^/]*\.json|special_tokens_map\.json|README\.md)$/.test(rel) : (rel: string) => rel !== 'training_config.json';
+      if (!existsSync(archive)) await writeTarGz(j.weights_dir, archive, j.model_name, keep);
       const path = `/felix/training-jobs/${id}/download/archive`;
       const signed = deps.urls.sign('GET', path, config.signedUrlTtlS, baseUrl);
       return {

@@ -33,14 +33,16 @@ function header(name: string, size: number, mtime: number, type: '0' | '5'): Buf
   return h;
 }
 
-function* entries(root: string, dir: string, top: string): Generator<Buffer> {
+function* entries(root: string, dir: string, top: string, keep: (rel: string) => boolean): Generator<Buffer> {
   for (const name of readdirSync(dir).sort()) {
     const p = join(dir, name);
     const st = statSync(p);
-    const rel = `${top}/${relative(root, p).split('\\').join('/')}`;
+    const relPath = relative(root, p).split('\\').join('/');
+    if (!st.isDirectory() && !keep(relPath)) continue;
+    const rel = `${top}/${relPath}`;
     if (st.isDirectory()) {
       yield header(rel + '/', 0, st.mtimeMs, '5');
-      yield* entries(root, p, top);
+      yield* entries(root, p, top, keep);
     } else if (st.isFile()) {
       yield header(rel, st.size, st.mtimeMs, '0');
       yield readFileSync(p);
@@ -50,10 +52,10 @@ function* entries(root: string, dir: string, top: string): Generator<Buffer> {
   }
 }
 
-/** `dir` packed under the top-level folder `top` into `out` (written atomically). */
-export async function writeTarGz(dir: string, out: string, top: string): Promise<void> {
+/** `dir` (the files `keep` accepts) packed under the top-level folder `top` into `out` (written atomically). */
+export async function writeTarGz(dir: string, out: string, top: string, keep: (rel: string) => boolean = () => true): Promise<void> {
   const safeTop = top.replace(/[^A-Za-z0-9._-]/g, '_') || 'model';
-  function* all() { yield* entries(dir, dir, safeTop); yield Buffer.alloc(1024); }
+  function* all() { yield* entries(dir, dir, safeTop, keep); yield Buffer.alloc(1024); }
   await pipeline(Readable.from(all()), createGzip(), createWriteStream(out + '.tmp'));
   renameSync(out + '.tmp', out);
 }

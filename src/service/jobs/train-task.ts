@@ -32,6 +32,20 @@ export interface TrainTaskResult {
 const TRAINING = '../../training/index.ts';
 const ENCODER_INIT = '../../training/encoder/init.ts';
 
+async function trainingLibrary(): Promise<Record<string, any>> {
+  try {
+    return (await import(TRAINING)) as Record<string, any>;
+  } catch (e) {
+    if ((e as { code?: string }).code !== 'ERR_MODULE_NOT_FOUND' && !/Cannot find module/.test(String(e))) throw e;
+    // before src/training/index.ts exists: the trainers' own modules
+    const lib: Record<string, any> = {};
+    for (const m of ['../../training/encoder-trainer.ts', '../../training/decoder-trainer.ts']) {
+      try { Object.assign(lib, await import(m)); } catch { /* not built yet */ }
+    }
+    return lib;
+  }
+}
+
 export interface InitEncoderTask { op: 'init_encoder'; dir: string; preset: string; texts_from: string[]; seed?: number; port?: MessagePort }
 
 /** The texts of canonical JSONL records (tokenizer vocabulary of a fresh encoder). */
@@ -61,7 +75,7 @@ export async function train(t: TrainTask): Promise<TrainTaskResult> {
   const ac = new AbortController();
   port?.on('message', (m: { type?: string }) => { if (m?.type === 'stop') ac.abort(new Error('stopped by the user')); });
   const post = (type: string, data: unknown) => port?.postMessage({ type, data });
-  const training = (await import(TRAINING)) as Record<string, any>;
+  const training = await trainingLibrary();
   if (t.init_encoder) {
     post('log', { level: 'info', message: `initializing a fresh ${t.init_encoder.preset} encoder (tokenizer built from the training text)` });
     const r = await initEncoder({ op: 'init_encoder', dir: String(t.config.base_model), preset: t.init_encoder.preset, texts_from: t.init_encoder.texts_from, seed: t.init_encoder.seed });
@@ -82,7 +96,7 @@ export async function train(t: TrainTask): Promise<TrainTaskResult> {
   let metrics_error: string | undefined;
   if (!stopped && t.score && (t.score.indices === undefined || t.score.indices.length > 0)) {
     try {
-      const serveDir = String(result.merged_dir ?? result.model_dir ?? result.output_dir ?? t.config.output_dir);
+      const serveDir = String(result.final_checkpoint ?? result.merged_dir ?? result.output_dir ?? t.config.output_dir);
       let ev: EvaluateResult;
       if (t.kind === 'decoder') ev = await evaluate({ op: 'evaluate', kind: 'decoder', model_dir: String(t.config.base_model), adapter_dir: t.config.training_type === 'lora' ? serveDir : undefined, data_file: t.score.data_file, indices: t.score.indices, max_new_tokens: 64 });
       else ev = await evaluate({ op: 'evaluate', kind: 'encoder', model_dir: serveDir, data_file: t.score.data_file, indices: t.score.indices, threshold: t.score.threshold });
