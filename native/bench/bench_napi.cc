@@ -47,20 +47,21 @@ Napi::Value Peak(const Napi::CallbackInfo& info) {
   else if (kind == "bf16" && f.avx512bf16) fn = bench::peak_bf16_avx512;
   if (!fn) return env.Null();
   ThreadsScope ts(th);
-  // calibrate: iterations for ~secs on one thread
-  int64_t iters = 1 << 16;
+  // calibrate: iterations for ~secs/10 on one thread; best of 10 short runs (a shared machine
+  // preempts long ones)
+  int64_t iters = 1 << 14;
   for (;;) {
     double t0 = now_s();
     fn(iters);
     double dt = now_s() - t0;
-    if (dt > secs / 4) {
-      iters = int64_t(double(iters) * secs / dt);
+    if (dt > secs / 40) {
+      iters = int64_t(double(iters) * secs / 10 / dt);
       break;
     }
     iters *= 4;
   }
   double best = 0;
-  for (int rep = 0; rep < 3; rep++) {
+  for (int rep = 0; rep < 10; rep++) {
     std::atomic<double> flops{0};
     double t0 = now_s();
     pool_run(th, [&](int, int) {

@@ -1,6 +1,11 @@
 // GEMM fast path for AVX2 + FMA (+F16C): 6×16 micro-kernel (12 ymm accumulators, as BLIS's
 // Haswell/Zen kernel), blocking for 32 KiB L1 / 512 KiB L2 (Zen 3) and similar.
 // The algorithm itself is gemm_impl.h, shared with the AVX-512 file.
+// Measured on this dev machine (Zen 3 class, AVX2): the FMA loop reaches ~150 GFLOP/s per core
+// with B loads alone, ~100 once the 6 A broadcasts per 12 FMAs are added (vbroadcastss takes an
+// FP pipe slot there), and this kernel runs at ~92-95 GFLOP/s on L1-resident panels, on par with
+// OpenBLAS's Zen kernel. A dot-product-along-K formulation (no broadcasts) was tried for all M
+// and was slower (per-tile reductions and overheads); it is kept for M <= 16 only.
 #include <immintrin.h>
 #include <cstdint>
 #include <utility>
