@@ -76,6 +76,7 @@ function recordParams(req: CompatRequest): Record<string, unknown> {
   const out: Record<string, unknown> = { endpoint: req.endpoint, stream: req.stream, n: req.n, cache_markers: req.cache_markers.applied };
   for (const [k, v] of Object.entries(p)) if (v !== undefined && !(Array.isArray(v) && !v.length) && v !== false) out[k] = v;
   if (req.tools) out.tools = req.tools.map((t) => t.name);
+  if (req.user) out.user = req.user;
   return out;
 }
 function recordOutput(choices: ChoiceResult[]) {

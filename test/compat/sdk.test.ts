@@ -243,6 +243,12 @@ t.test('errors: typed SDK errors with the spec shapes', async (t) => {
   // the same full queue on an OpenAI-style route is a 503 (529 is /v1/messages only)
   await rejectsWith(t, oai.chat.completions.create({ model: 'tinystories-busy', messages: [{ role: 'user', content: 'x' }], max_tokens: 4 }),
     (e) => e instanceof OpenAI.APIError && e.status === 503, 'full queue on chat completions: 503');
+  // /v1/messages: the messages-style body only with the version header; `detail` otherwise
+  const bare = await call(ts.url, 'POST', '/v1/messages', { key: paid.key, body: { model: DEC, messages: [{ role: 'user', content: 'x' }] } });
+  t.equal(bare.status, 422);
+  t.type(bare.body.detail, 'string');
+  const versioned = await call(ts.url, 'POST', '/v1/messages', { key: paid.key, body: { model: DEC, messages: [{ role: 'user', content: 'x' }] }, headers: { 'messages-version': '2023-06-01' } });
+  t.same(versioned.body, { type: 'error', error: { type: 'invalid_request_error', message: "Missing required parameter: 'max_tokens'." } });
   // malformed JSON: 400 in the OpenAI envelope
   const raw = await call(ts.url, 'POST', '/v1/chat/completions', { key: paid.key, raw: '{"model":' });
   t.equal(raw.status, 400);

@@ -5,15 +5,15 @@
 //                                                          the `messages-version` header (or the
 //                                                          SDK's `anthropic-version` spelling of it)
 // Framework-free: routes call `compatErrorResponse(style, err)` and write {status, headers, body}.
+import { ServiceError } from '../errors.ts';
 
 export type ErrorStyle = 'openai' | 'messages';
 
-export class CompatError extends Error {
-  readonly status: number;
-  readonly param: string | null;
-  readonly code: string | null;
-  /** extra response headers (Retry-After, X-RateLimit-*) */
-  readonly headers: Record<string, string>;
+/**
+ * An error raised by the compatibility layer. It is a ServiceError, so the native error family
+ * (`detail`) renders it too (e.g. /v1/messages without the version header).
+ */
+export class CompatError extends ServiceError {
   /** overrides the status-derived error type */
   readonly type: string | null;
   constructor(
@@ -21,13 +21,9 @@ export class CompatError extends Error {
     message: string,
     opts: { param?: string | null; code?: string | null; type?: string; headers?: Record<string, string> } = {},
   ) {
-    super(message);
+    super(status, message, { param: opts.param ?? null, code: opts.code ?? null, headers: opts.headers ?? {} });
     this.name = 'CompatError';
-    this.status = status;
-    this.param = opts.param ?? null;
-    this.code = opts.code ?? null;
     this.type = opts.type ?? null;
-    this.headers = opts.headers ?? {};
   }
 }
 
