@@ -122,7 +122,7 @@ function refLinear(
 }
 
 // (M, N, K): odd sizes, M=1 (decode), K not a multiple of the vector width, blocks larger than
-// the cache blocking (K > 256, M > 144), N with partial panels.
+// the cache blocking (K > 256 and > 512, M > 144, N > 4096), N with partial panels.
 const SHAPES: [number, number, number][] = [
   [1, 1, 1],
   [1, 37, 19],
@@ -135,6 +135,8 @@ const SHAPES: [number, number, number][] = [
   [17, 95, 263],
   [33, 40, 17],
   [150, 70, 300],
+  [20, 33, 600], // several K blocks in the bf16-pair path too
+  [20, 4100, 9], // N beyond one NC block
 ];
 
 t.test('linear f32: shapes, bias, beta, strides on every ISA', async (t) => {
