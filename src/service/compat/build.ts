@@ -189,7 +189,7 @@ export class ChatStreamEncoder {
         finish_reason: null,
       }]);
     }
-    out += this.chunk([{ index: c.index, delta: {}, logprobs: null, finish_reason: openaiFinish(c.finish_reason) }]);
+    out += this.chunk([{ index: c.index, delta: { content: '' }, logprobs: null, finish_reason: openaiFinish(c.finish_reason) }]);
     return out;
   }
   /** the usage chunk (when asked) and [DONE] */
