@@ -2,7 +2,8 @@
 //
 // In one process run, side by side:
 //   - the machine's peak: our own FMA loop (fp32, AVX-512 or AVX2 as the active ISA uses, and
-//     bf16 vdpbf16ps where the CPU has AVX512_BF16), on 1 and 2 threads;
+//     bf16 vdpbf16ps where the CPU has AVX512_BF16), on 1 and 2 threads, each thread's rate
+//     taken from its own CPU time (robust to other processes sharing the cores);
 //   - memory bandwidth: a STREAM-style triad (a = b + s·c), which bounds the M=1 (decode) path;
 //   - our GEMM, y (M,N) = x (M,K) · Wᵀ, W stored (N,K) as in checkpoints, at shapes from real
 //     models: M ∈ {1, 16, 128, 512} × K×N ∈ {576×576, 576×1536, 768×3072, 2048×2048, 4096×4096},
@@ -87,7 +88,7 @@ export async function run(argv: string[] = []): Promise<void> {
     const bf16 = addon.benchPeak('bf16', th, quick ? 0.1 : 0.3) as number | null;
     const triad = addon.benchTriad(th, quick ? 64 : 256, quick ? 3 : 5) as number;
     peak[th] = { fp32, bf16, triad };
-    log(`# ${th} thread${th > 1 ? 's' : ' '}: fp32 peak (${fpKind ?? 'n/a'} FMA loop) ${fmt(fp32)} GFLOP/s, ` +
+    log(`# ${th} thread${th > 1 ? 's' : ' '}: fp32 peak (${fpKind ?? 'n/a'} FMA loop, per-thread CPU time) ${fmt(fp32)} GFLOP/s, ` +
       `bf16 peak (vdpbf16ps) ${bf16 === null ? 'n/a (no AVX512_BF16)' : fmt(bf16) + ' GFLOP/s'}, triad ${fmt(triad)} GB/s`);
     if (json)
       console.log(JSON.stringify({ kind: 'peak', threads: th, fp32_peak_gflops: fp32, bf16_peak_gflops: bf16, triad_gbps: triad, isa }));
@@ -96,7 +97,8 @@ export async function run(argv: string[] = []): Promise<void> {
   const ob = addon.benchOpenBlasInfo() as { available: boolean; error?: string; config?: string; core?: string; coretype?: string | null };
   if (ob.available) log(`# OpenBLAS: ${ob.config} (core ${ob.core}${ob.coretype ? `, OPENBLAS_CORETYPE=${ob.coretype}` : ''})`);
   else log(`# OpenBLAS not found (${ob.error}); install it with \`apt-get install libopenblas-dev\` for that column`);
-  if (cpuTime) log('# --cpu-time: 1-thread figures use thread CPU time');
+  if (cpuTime) log('# --cpu-time: 1-thread GEMM figures use thread CPU time (2-thread ones wall time)');
+  log(`# GEMM figures: best of repeated calls over ${minS} s each`);
 
   const header = ['shape MxKxN', 'thr', 'dtype', 'GFLOP/s', '% peak', 'OpenBLAS', 'x OpenBLAS', 'GB/s W', '% triad'];
   const widths = [18, 4, 12, 9, 7, 9, 11, 8, 8];
