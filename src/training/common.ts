@@ -71,6 +71,8 @@ export interface CommonTrainConfig {
   eval_steps?: number;
   /** checkpoint-<step> directories kept (best/ and final/ are never rotated); default 3 */
   save_total_limit?: number;
+  /** size of the native thread pool for this process (tiny models train faster on 1 thread) */
+  threads?: number;
 }
 
 export interface TrainResult {

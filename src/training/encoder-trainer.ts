@@ -10,6 +10,7 @@ import type { DataRecord } from './data/formats.ts';
 import { classLabels, collate, entityLabels, featurize, recordsToExamples, type Featurized } from './encoder/examples.ts';
 import { InitRng } from './encoder/init.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
+import { setThreads } from '../native/cpu.ts';
 import {
   CheckpointBook, loadRecords, log, lrFactor, positiveInt, positiveNum, shuffled, splitValidation, TrainingConfigError,
   type CommonTrainConfig, type TrainHooks, type TrainResult,
@@ -159,6 +160,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const type = config.training_type ?? 'full';
   if (type !== 'full' && type !== 'lora') throw new TrainingConfigError('training_type must be lora or full');
   if (!config.output_dir) throw new TrainingConfigError('output_dir is required');
+  if (config.threads !== undefined) setThreads(positiveInt(config.threads, 'threads', 1));
 
   const all = loadRecords(config.train_data, ['ner', 'relations', 'classification', 'gliner2']);
   let trainRecs: DataRecord[];
