@@ -442,7 +442,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       };
       await store.tx(() => {
         store.trainingJobs.put(job);
-        const ahead = queued().length + running.size;
+        const ahead = new Set([...queued().map((x) => x.id), ...running.keys()].filter((x) => x !== id)).size;
         store.trainingArtifacts.appendLog(id, 'info', `job created; ${ahead > 0 ? `queued behind ${ahead} job(s)` : 'queued'}`);
       });
       setImmediate(schedule);

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServices } from '../../src/service/index.ts';
 import { call, makeUser, startServer, type TestUser } from './helpers.ts';
-import { nerLine, uploadDataset } from './customization-helpers.ts';
+import { nerLine, poll, uploadDataset } from './customization-helpers.ts';
 import { FakeRuntime } from './fake-runtime.ts';
 
 const ts = await startServer({ config: { trainingConcurrency: 0 } });
@@ -180,4 +180,44 @@ t.test('restart: running jobs are re-queued with a log line; after repeated rest
   t.match(s.store.trainingArtifacts.listLogs('job-tired')[0], { level: 'error' });
   t.equal(s.store.trainingJobs.get('job-queued')!.status, 'requested');
   t.match(s.store.trainingArtifacts.listLogs('job-queued')[0].message, /still queued/);
+});
+
+t.test('real runs: one job at a time (the next waits queued); stop keeps the last checkpoint', async (t) => {
+  const { createLocalRuntime } = await import('../../src/service/runtime-local.ts');
+  const modelsDir = mkdtempSync(join(tmpdir(), 'loom-tj-models-'));
+  const s = await startServer({ runtime: createLocalRuntime({ modelsDir }), config: { trainingConcurrency: 1 } });
+  t.teardown(async () => { await s.close(); rmSync(modelsDir, { recursive: true, force: true }); });
+  const v = await makeUser(s);
+  const lines = Array.from({ length: 40 }, (_, i) => nerLine(`Person${i % 7} visited City${i % 5} today .`, [[`Person${i % 7}`, 'person'], [`City${i % 5}`, 'city']])).join('\n');
+  t.equal((await uploadDataset(s.url, v.key, 'visits', 'ner', 'v.jsonl', lines)).body.status, 'ready');
+  const body = { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full', nr_epochs: 200, batch_size: 4, eval_steps: 2 };
+  const a = (await call(s.url, 'POST', '/felix/training-jobs', { key: v.key, body })).body;
+  const b = (await call(s.url, 'POST', '/felix/training-jobs', { key: v.key, body })).body;
+  const ck = await poll(() => call(s.url, 'GET', `/felix/training-jobs/${a.id}/checkpoints`, { key: v.key }), (r) => r.body.count >= 1, 60_000, 100);
+  t.ok(ck.body.count >= 1, 'a checkpoint was written');
+  t.equal((await call(s.url, 'GET', `/felix/training-jobs/${a.id}`, { key: v.key })).body.status, 'running');
+  const queued = await call(s.url, 'GET', `/felix/training-jobs/${b.id}`, { key: v.key });
+  t.equal(queued.body.status, 'requested', 'the second job waits for the first');
+  t.match((await call(s.url, 'GET', `/felix/training-jobs/${b.id}/logs`, { key: v.key })).body.logs[0].message, /queued behind 1 job/);
+
+  const stop = await call(s.url, 'POST', `/felix/training-jobs/${a.id}/stop`, { key: v.key });
+  t.match(stop.body, { success: true, status: 'cancelled' });
+  // the stopped job ends gracefully: a final checkpoint, still cancelled; then the queue moves on
+  const started = await poll(() => call(s.url, 'GET', `/felix/training-jobs/${b.id}`, { key: v.key }), (r) => r.body.status !== 'requested', 60_000, 100);
+  t.equal(started.body.status, 'running', 'the next job starts once the first has stopped');
+  const after = await call(s.url, 'GET', `/felix/training-jobs/${a.id}`, { key: v.key });
+  t.equal(after.body.status, 'cancelled');
+  t.notOk('metrics' in after.body);
+  const cks = (await call(s.url, 'GET', `/felix/training-jobs/${a.id}/checkpoints`, { key: v.key })).body.checkpoints;
+  t.equal(cks.filter((c: { is_final: boolean }) => c.is_final).length, 1, 'the last checkpoint is kept as final');
+  t.match((await call(s.url, 'GET', `/felix/training-jobs/${a.id}/logs`, { key: v.key })).body.logs.map((l: { message: string }) => l.message).join('\n'), /training stopped; the last checkpoint is kept/);
+  t.equal((await call(s.url, 'GET', `/felix/training-jobs/${a.id}/download`, { key: v.key })).status, 409, 'no download for a cancelled job');
+  // a kept checkpoint can seed a new job
+  const final = cks.find((c: { is_final: boolean }) => c.is_final);
+  t.equal((await call(s.url, 'POST', '/felix/training-jobs', { key: v.key, body: { base_model: final.id, datasets: [{ name: 'visits' }], training_type: 'full', max_steps: 1 } })).status, 200);
+  await call(s.url, 'POST', `/felix/training-jobs/${b.id}/stop`, { key: v.key });
+  // deleting a running job removes it at once (its worker is told to stop)
+  const del = await call(s.url, 'DELETE', `/felix/training-jobs/${b.id}`, { key: v.key });
+  t.equal(del.status, 200);
+  await s.services.trainingJobs.idle(60_000);
 });
