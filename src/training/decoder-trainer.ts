@@ -1,0 +1,260 @@
+// Decoder LoRA SFT on the native graph: chat records rendered with the model's chat template, loss
+// on assistant tokens only, sequences packed per micro-batch (attention never crosses sequences),
+// LoRA on the chosen modules, AdamW with warmup + linear/cosine decay, validation, early stopping,
+// PEFT adapter checkpoints (adapter_config.json + adapter_model.safetensors) that
+// src/runtime/adapters.ts serves.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { loadDecoderConfig, type DecoderConfig } from '../formats/hf-config.ts';
+import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../formats/safetensors.ts';
+import { LORA_MODULES } from '../models/decoder/native-model.ts';
+import { renderChat, type ChatMessage } from '../tokenize/chat-template.ts';
+import { Tokenizer } from '../tokenize/tokenizer.ts';
+import type { ChatRecord, DataRecord } from './data/formats.ts';
+import { InitRng } from './encoder/init.ts';
+import { DecoderTrainGraph, type DecoderBatch, type DecoderLoraInit } from './native.ts';
+import { setThreads } from '../native/cpu.ts';
+import {
+  CheckpointBook, loadRecords, log, lrFactor, positiveInt, positiveNum, shuffled, splitValidation, TrainingConfigError,
+  type CommonTrainConfig, type TrainHooks, type TrainResult,
+} from './common.ts';
+
+export interface DecoderTrainConfig extends CommonTrainConfig {
+  /** tokens per sequence (longer conversations are truncated); default 1024 */
+  max_seq_len?: number;
+  /** 'bf16' keeps the frozen base weights in bf16 (half the memory); default: as stored */
+  base_dtype?: 'f32' | 'bf16';
+}
+
+export interface SftSequence {
+  ids: number[];
+  /** per position: 1 if the token is an assistant token (trained on) */
+  train: Uint8Array;
+}
+
+/** Renders a chat record and marks its assistant tokens (each assistant turn as the template renders it). */
+export function chatToSequence(tok: Tokenizer, messages: ChatMessage[], maxLen: number): SftSequence | null {
+  const full = renderChat(tok, messages, { addGenerationPrompt: false });
+  const addSpecial = !(tok.bosToken && full.startsWith(tok.bosToken));
+  const ids = tok.encode(full, { addSpecialTokens: addSpecial });
+  const train = new Uint8Array(ids.length);
+  let any = false;
+  messages.forEach((m, i) => {
+    if (m.role !== 'assistant') return;
+    const before = renderChat(tok, messages.slice(0, i), { addGenerationPrompt: true });
+    const upto = renderChat(tok, messages.slice(0, i + 1), { addGenerationPrompt: false });
+    if (!full.startsWith(before) || !full.startsWith(upto)) return; // template not prefix-stable: skip this turn
+    const a = tok.tokenCountAt(full, before.length, { addSpecialTokens: addSpecial }, ids);
+    const b = tok.tokenCountAt(full, upto.length, { addSpecialTokens: addSpecial }, ids);
+    for (let t = a; t < b; t++) (train[t] = 1), (any = true);
+  });
+  if (!any) return null;
+  const n = Math.min(ids.length, maxLen);
+  return { ids: ids.slice(0, n), train: train.slice(0, n) };
+}
+
+/** Packs sequences into one micro-batch; labels[t] = ids[t+1] when token t+1 is trained on. */
+export function packSequences(seqs: SftSequence[]): DecoderBatch {
+  const R = seqs.reduce((a, s) => a + s.ids.length, 0);
+  const tokens = new Int32Array(R);
+  const positions = new Int32Array(R);
+  const labels = new Int32Array(R).fill(-100);
+  const seqOff = new Int32Array(seqs.length + 1);
+  let r = 0;
+  seqs.forEach((s, i) => {
+    for (let t = 0; t < s.ids.length; t++) {
+      tokens[r + t] = s.ids[t];
+      positions[r + t] = t;
+      if (t + 1 < s.ids.length && s.train[t + 1]) labels[r + t] = s.ids[t + 1];
+    }
+    r += s.ids.length;
+    seqOff[i + 1] = r;
+  });
+  return { tokens, positions, labels, seqOff };
+}
+
+function baseTensors(dir: string, config: DecoderConfig, dtype?: 'f32' | 'bf16'): Record<string, Float32Array | Uint16Array> {
+  const ck = SafetensorsCheckpoint.open(dir);
+  const out: Record<string, Float32Array | Uint16Array> = {};
+  for (const n of ck.names()) {
+    const t = ck.get(n);
+    const isLinear = /(_proj|lm_head|embed_tokens)\.weight$/.test(n);
+    const keepBf16 = isLinear && (dtype === 'bf16' || (dtype === undefined && t.dtype === 'BF16'));
+    if (keepBf16 && t.dtype === 'BF16') out[n] = new Uint16Array(t.bytes.buffer, t.bytes.byteOffset, t.bytes.byteLength / 2).slice();
+    else if (keepBf16) {
+      const f = toFloat32(t);
+      const u = new Uint16Array(f.length);
+      const v = new Uint32Array(f.buffer, f.byteOffset, f.length);
+      for (let i = 0; i < f.length; i++) u[i] = (v[i] + 0x7fff + ((v[i] >>> 16) & 1)) >>> 16; // round to nearest even
+      out[n] = u;
+    } else out[n] = toFloat32(t);
+  }
+  if (!config.tieWordEmbeddings && !out['lm_head.weight']) throw new TrainingConfigError(`${dir}: lm_head.weight missing`);
+  return out;
+}
+
+/** LoRA init as PEFT: A Kaiming-uniform (bound 1/√in), B zeros. */
+function initLoras(config: DecoderConfig, targets: string[], r: number, alpha: number, dropout: number, seed: number): DecoderLoraInit[] {
+  const rng = new InitRng(seed);
+  const D = config.hiddenSize;
+  const dims: Record<string, [number, number]> = {
+    q_proj: [config.numHeads * config.headDim, D], k_proj: [config.numKvHeads * config.headDim, D], v_proj: [config.numKvHeads * config.headDim, D],
+    o_proj: [D, config.numHeads * config.headDim], gate_proj: [config.intermediateSize, D], up_proj: [config.intermediateSize, D], down_proj: [D, config.intermediateSize],
+  };
+  const out: DecoderLoraInit[] = [];
+  for (let l = 0; l < config.numLayers; l++)
+    for (const t of targets) {
+      const module = LORA_MODULES.indexOf(t as (typeof LORA_MODULES)[number]);
+      const [N, K] = dims[t];
+      const b = 1 / Math.sqrt(K);
+      out.push({ layer: l, module, r, scale: alpha / r, dropout, A: Float32Array.from({ length: r * K }, () => (rng.uniform() * 2 - 1) * b), B: new Float32Array(N * r) });
+    }
+  return out;
+}
+
+/** Writes the adapter in PEFT format. */
+export function savePeftAdapter(dir: string, graph: DecoderTrainGraph, meta: { base: string; r: number; alpha: number; dropout: number; targets: string[] }): void {
+  mkdirSync(dir, { recursive: true });
+  const tensors: Record<string, TensorToWrite> = {};
+  for (const p of graph.params()) if (p.trainable) tensors[p.name] = { dtype: 'F32', shape: p.shape, data: graph.get(p.name) };
+  writeSafetensors(join(dir, 'adapter_model.safetensors'), tensors, { format: 'pt' });
+  writeFileSync(join(dir, 'adapter_config.json'), JSON.stringify({
+    peft_type: 'LORA', task_type: 'CAUSAL_LM', r: meta.r, lora_alpha: meta.alpha, lora_dropout: meta.dropout, target_modules: meta.targets,
+    bias: 'none', use_rslora: false, use_dora: false, fan_in_fan_out: false, inference_mode: true, base_model_name_or_path: meta.base,
+    rank_pattern: {}, alpha_pattern: {}, modules_to_save: null,
+  }, null, 2));
+}
+
+/** LoRA SFT of a Llama-family decoder. See src/training/index.ts for the API. */
+export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks = {}): Promise<TrainResult> {
+  const t0 = Date.now();
+  if ((config.training_type ?? 'lora') !== 'lora') throw new TrainingConfigError('decoder models support training_type "lora" only');
+  if (!config.output_dir) throw new TrainingConfigError('output_dir is required');
+  if (config.threads !== undefined) setThreads(positiveInt(config.threads, 'threads', 1));
+  const seed = positiveInt(config.seed, 'seed', 42, 0);
+  const epochs = positiveInt(config.nr_epochs, 'nr_epochs', 3);
+  const bs = positiveInt(config.batch_size, 'batch_size', 4);
+  const accum = positiveInt(config.gradient_accumulation_steps, 'gradient_accumulation_steps', 1);
+  const lr = positiveNum(config.learning_rate, 'learning_rate', 2e-4);
+  const wd = positiveNum(config.weight_decay, 'weight_decay', 0, true);
+  const maxNorm = positiveNum(config.max_grad_norm, 'max_grad_norm', 1.0, true);
+  const patience = positiveInt(config.early_stopping_patience, 'early_stopping_patience', 0, 0);
+  const valPct = positiveNum(config.validation_data_percentage, 'validation_data_percentage', 10, true);
+  const maxSteps = positiveInt(config.max_steps, 'max_steps', 0, 0);
+  const maxLen = positiveInt(config.max_seq_len, 'max_seq_len', 1024, 2);
+  const r = positiveInt(config.lora_r, 'lora_r', 16);
+  const alpha = positiveNum(config.lora_alpha, 'lora_alpha', 32);
+  const dropout = positiveNum(config.lora_dropout, 'lora_dropout', 0, true);
+  if (dropout >= 1) throw new TrainingConfigError('lora_dropout must be < 1');
+  const targets = config.lora_target_modules ?? ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+  for (const t of targets) if (!(LORA_MODULES as readonly string[]).includes(t)) throw new TrainingConfigError(`lora_target_modules: ${t} is not one of ${LORA_MODULES.join(', ')}`);
+  const sched = config.scheduler ?? 'cosine';
+
+  const dc = loadDecoderConfig(config.base_model);
+  const tok = Tokenizer.fromDirSync(config.base_model);
+  const all = loadRecords(config.train_data, ['chat']);
+  let trainRecs: DataRecord[];
+  let valRecs: DataRecord[];
+  if (config.validation_data) ((trainRecs = all), (valRecs = loadRecords(config.validation_data, ['chat'])));
+  else ({ train: trainRecs, val: valRecs } = splitValidation(all, valPct, seed));
+  const toSeqs = (recs: DataRecord[]) =>
+    recs.filter((x): x is ChatRecord => x.kind === 'chat').map((x) => chatToSequence(tok, x.messages as ChatMessage[], maxLen)).filter((s): s is SftSequence => s !== null);
+  const trainS = toSeqs(trainRecs);
+  const valS = toSeqs(valRecs);
+  if (!trainS.length) throw new TrainingConfigError('no training conversation has an assistant turn');
+  const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initLoras(dc, targets, r, alpha, dropout, seed));
+  log(hooks, 'info', `${trainS.length} training / ${valS.length} validation conversations; LoRA r=${r} alpha=${alpha} on ${targets.join(', ')}`);
+
+  const perEpoch = trainS.length > bs ? Math.floor(trainS.length / bs) : 1;
+  const stepsPerEpoch = Math.max(1, Math.floor(perEpoch / accum));
+  let totalSteps = stepsPerEpoch * epochs;
+  if (maxSteps) totalSteps = Math.min(totalSteps, maxSteps);
+  const warmup = config.warmup_steps ?? Math.round((config.warmup_ratio ?? 0.03) * totalSteps);
+  const evalEvery = config.eval_steps ?? stepsPerEpoch;
+  mkdirSync(config.output_dir, { recursive: true });
+  writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify({ ...config, train_data: typeof config.train_data === 'string' ? config.train_data : `${all.length} records`, validation_data: undefined, resolved: { totalSteps, warmup, targets, r, alpha } }, null, 2));
+  const book = new CheckpointBook(config.output_dir, positiveInt(config.save_total_limit, 'save_total_limit', 3), hooks);
+  const evaluate = async (): Promise<number | null> => {
+    if (!valS.length) return null;
+    let s = 0;
+    let n = 0;
+    for (let i = 0; i < valS.length; i += bs) {
+      const res = await graph.step(packSequences(valS.slice(i, i + bs)), { backward: false });
+      s += res.loss * res.counted;
+      n += res.counted;
+    }
+    return n ? s / n : null;
+  };
+  let step = 0;
+  let epoch = 0;
+  let stopped: TrainResult['stopped'] = 'completed';
+  let bad = 0;
+  let wl = 0;
+  let wn = 0;
+  let lastTrain = NaN;
+  let lastVal: number | null = null;
+  let tokens = 0;
+  let busy = 0;
+  const rng = new InitRng(seed);
+  const save = (isFinal: boolean) => {
+    const dir = join(config.output_dir, `checkpoint-${step}`);
+    savePeftAdapter(dir, graph, { base: config.base_model, r, alpha, dropout, targets });
+    return book.add({ epoch, step, train_loss: lastTrain, val_loss: lastVal, is_final: isFinal }, dir);
+  };
+  outer: for (epoch = 1; epoch <= epochs; epoch++) {
+    const order = shuffled(trainS, rng);
+    for (let b0 = 0; b0 + accum <= perEpoch; b0 += accum) {
+      if (hooks.signal?.aborted) {
+        stopped = 'aborted';
+        break outer;
+      }
+      const ts = Date.now();
+      graph.zeroGrad();
+      for (let a = 0; a < accum; a++) {
+        const seqs = order.slice((b0 + a) * bs, (b0 + a + 1) * bs);
+        const res = await graph.step(packSequences(seqs), { gradScale: 1 / accum, seed: seed * 1000003 + step * 131 + a });
+        wl += res.loss;
+        wn++;
+        for (const s of seqs) tokens += s.ids.length;
+      }
+      step++;
+      await graph.optimizerStep({ lr: [lr * lrFactor(sched, step, totalSteps, warmup)], weightDecay: wd, maxGradNorm: maxNorm, step });
+      busy += Date.now() - ts;
+      const tps = tokens / Math.max(busy / 1000, 1e-9);
+      hooks.onProgress?.({ epoch, step, totalSteps, progress_percent: (100 * step) / totalSteps, loss: wl / Math.max(wn, 1), tokens_per_s: tps });
+      if (step % evalEvery === 0 || step === totalSteps) {
+        lastTrain = wl / Math.max(wn, 1);
+        wl = wn = 0;
+        lastVal = await evaluate();
+        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : ''}`);
+        const prevBest = book.bestLoss;
+        const isLast = step === totalSteps;
+        save(isLast);
+        if (isLast) break outer;
+        if (patience > 0 && lastVal !== null) {
+          bad = prevBest !== null && lastVal >= prevBest ? bad + 1 : 0;
+          if (bad >= patience) {
+            stopped = 'early_stopping';
+            break outer;
+          }
+        }
+      }
+      if (maxSteps && step >= maxSteps) {
+        stopped = 'max_steps';
+        break outer;
+      }
+    }
+  }
+  epoch = Math.min(epoch, epochs);
+  if (!book.events.some((e) => e.is_final)) {
+    if (wn) lastTrain = wl / wn;
+    lastVal = await evaluate();
+    save(true);
+  }
+  const fin = book.events[book.events.length - 1];
+  return {
+    output_dir: config.output_dir, best_checkpoint: book.bestDir, final_checkpoint: fin.dir, checkpoints: book.events, steps: step,
+    epochs_completed: stopped === 'completed' ? epochs : Math.max(0, epoch - 1), train_loss: lastTrain, val_loss: lastVal, best_val_loss: book.bestLoss,
+    stopped, tokens_per_s: tokens / Math.max(busy / 1000, 1e-9), duration_s: (Date.now() - t0) / 1000,
+  };
+}
