@@ -284,6 +284,8 @@ export class Tokenizer {
   private readonly normAdded: Map<string, AddedTokenJson[]>;
   private readonly normalizer: Normalizer | null;
   private readonly preTokenizer: PreTokenizer | null;
+  /** The pre-tokenizer for text that does not start at offset 0 of the input (see encode). */
+  private readonly preTokenizerRest: PreTokenizer | null;
   private readonly decoder: Decoder | null;
   private readonly post: PostStep[];
   private readonly byteLevel: boolean;
@@ -299,6 +301,25 @@ export class Tokenizer {
     this.native = HfTokenizer.fromString(JSON.stringify(json));
     this.normalizer = this.native.getNormalizer() as Normalizer | null;
     this.preTokenizer = this.native.getPreTokenizer() as PreTokenizer | null;
+    // Metaspace with prepend_scheme "first" (Mistral v0.3, Llama 2 non-legacy) prepends "▁" only to the split
+    // that starts at offset 0 of the original text: text after an added token gets none. preTokenizeString
+    // sees each segment on its own (offset 0), so segments after the first use a copy with "never".
+    let firstScheme = false;
+    const toNever = (p: unknown): unknown => {
+      if (Array.isArray(p)) return p.map(toNever);
+      if (!p || typeof p !== 'object') return p;
+      const o: Record<string, unknown> = {};
+      for (const [k, v] of Object.entries(p)) o[k] = toNever(v);
+      if (o.type === 'Metaspace' && o.prepend_scheme === 'first') {
+        firstScheme = true;
+        o.prepend_scheme = 'never';
+      }
+      return o;
+    };
+    const restJson = toNever(json.pre_tokenizer ?? null);
+    this.preTokenizerRest = firstScheme
+      ? (HfTokenizer.fromString(JSON.stringify({ version: '1.0', pre_tokenizer: restJson, model: { type: 'BPE', vocab: {}, merges: [] } })).getPreTokenizer() as PreTokenizer)
+      : this.preTokenizer;
     this.decoder = this.native.getDecoder() as Decoder | null;
     this.added = (json.added_tokens as AddedTokenJson[]) ?? [];
     for (const a of this.added) {
@@ -452,19 +473,24 @@ export class Tokenizer {
     return out;
   }
 
-  /** The model part of encoding for one plain (non-added-token) segment of raw text. */
-  private encodeSegment(seg: string, out: number[]): void {
+  /** The model part of encoding for one plain (non-added-token) segment of raw text; `atStart`: the segment
+   *  starts at offset 0 of the input. */
+  private encodeSegment(seg: string, out: number[], atStart: boolean): void {
     const norm = this.normalizer ? this.normalizer.normalizeString(seg) : seg;
+    let first = atStart;
     for (const part of this.splitAdded(norm, this.normAdded)) {
       if (typeof part === 'number') {
         out.push(part);
+        first = false;
         continue;
       }
-      if (!this.preTokenizer) {
+      const pre = first ? this.preTokenizer : this.preTokenizerRest;
+      first = false;
+      if (!pre) {
         this.model.tokenize(part, out);
         continue;
       }
-      for (const [w] of this.preTokenizer.preTokenizeString(part)) this.model.tokenize(w, out);
+      for (const [w] of pre.preTokenizeString(part)) this.model.tokenize(w, out);
     }
   }
 
@@ -498,11 +524,19 @@ export class Tokenizer {
   /** Encodes text to ids exactly as tokenizer.json does (special tokens in the text are recognised). */
   encode(text: string, opts: EncodeOptions = {}): number[] {
     const ids: number[] = [];
-    for (const part of this.splitAdded(text, this.rawAdded)) {
+    this.splitAdded(text, this.rawAdded).forEach((part, i) => {
       if (typeof part === 'number') ids.push(part);
-      else this.encodeSegment(part, ids);
-    }
+      else this.encodeSegment(part, ids, i === 0);
+    });
     return this.encodePost(ids, opts.addSpecialTokens !== false);
+  }
+
+  /**
+   * Encodes with the `tokenizers` package itself (asynchronous, off the event loop). Gives the same ids as
+   * encode(); use it for large batches of text, or as the reference.
+   */
+  async encodeAsync(text: string, opts: EncodeOptions = {}): Promise<number[]> {
+    return (await this.native.encode(text, null, { addSpecialTokens: opts.addSpecialTokens !== false })).getIds();
   }
 
   /** Decodes ids (special ids removed first unless skipSpecialTokens is false). */
@@ -520,28 +554,39 @@ export class Tokenizer {
   }
 
   /**
-   * Incremental detokenizer for streaming: decodes a sliding window (prefix tokens already emitted +
-   * new tokens) and emits the text past the prefix, holding back while the text ends in U+FFFD (an
-   * incomplete UTF-8 sequence from byte-fallback / byte-level tokens). Concatenated deltas equal
-   * `decode(all ids)`.
+   * Incremental detokenizer for streaming. Each push decodes a window that starts at the previous emission
+   * point (a character boundary, with one emitted chunk of left context so decoders that strip a leading
+   * space or merge across tokens see a real neighbour) and emits the text past that context, holding back
+   * while the text ends in U+FFFD (an incomplete UTF-8 sequence from byte-level / byte-fallback tokens).
+   * Skipped special ids never enter the window (decode() drops them before the decoder runs too).
+   * With byte fallback (`<0x..>` tokens), the ByteFallback decoder turns a whole run of byte tokens into
+   * U+FFFDs when the run is not valid UTF-8, so text is held back while the last token is a byte token (the
+   * run may still turn invalid); a window never starts inside a run. Concatenated deltas equal
+   * `decode(all ids)`, invalid sequences included.
    */
   createStreamDecoder(opts: DecodeOptions = {}): StreamDecoder {
+    const skip = opts.skipSpecialTokens !== false;
     const ids: number[] = [];
-    let prefixOffset = 0; // window start
+    let prefixOffset = 0; // window start: the emission point before the last one
     let readOffset = 0; // tokens up to here have been emitted
-    const text = (a: number, b: number): string => this.decode(ids.slice(a, b), opts);
+    const text = (a: number, b: number): string => this.decode(ids.slice(a, b), { skipSpecialTokens: false });
+    const commonPrefix = (a: string, b: string): number => {
+      let i = 0;
+      while (i < a.length && i < b.length && a.charCodeAt(i) === b.charCodeAt(i)) i++;
+      return i;
+    };
     return {
       push: (id: number): string => {
+        if (skip && this.specialIds.has(id)) return '';
+        if (this.idToToken(id) === undefined) throw new TokenizerError(`token id ${id} is outside the vocabulary (size ${this.vocabSize})`);
         ids.push(id);
         const prefix = text(prefixOffset, readOffset);
         const full = text(prefixOffset, ids.length);
+        if (this.model.byteFallback && this.isByteToken(id)) return '';
         if (full.length > prefix.length && !full.endsWith('\uFFFD') && full.startsWith(prefix)) {
-          const delta = full.slice(prefix.length);
-          // keep a few tokens of context so merges / leading-space rules see a real left neighbour
-          prefixOffset = Math.max(prefixOffset, ids.length - 4);
-          if (prefixOffset >= ids.length) prefixOffset = ids.length - 1;
+          prefixOffset = readOffset;
           readOffset = ids.length;
-          return delta;
+          return full.slice(prefix.length);
         }
         return '';
       },
@@ -549,10 +594,16 @@ export class Tokenizer {
         if (readOffset === ids.length) return '';
         const prefix = text(prefixOffset, readOffset);
         const full = text(prefixOffset, ids.length);
+        prefixOffset = readOffset;
         readOffset = ids.length;
-        return full.startsWith(prefix) ? full.slice(prefix.length) : full;
+        return full.slice(commonPrefix(prefix, full));
       },
     };
+  }
+
+  /** Whether `id` is a byte-fallback token `<0xAB>` of the model vocabulary. */
+  private isByteToken(id: number): boolean {
+    return !this.addedById.has(id) && /^<0x[0-9A-F]{2}>$/.test(this.model.idToTok[id] ?? '');
   }
 
   /**
