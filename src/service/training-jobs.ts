@@ -405,7 +405,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       const type = body.training_type ?? 'lora';
       if (algo !== 'sft') invalid('/training_algorithm', `${algo} is not yet supported on this server: model ${body.base_model} is not verified for reinforcement learning (use sft)`, 'rl_not_supported');
       if (base.task_type === 'decoder' && type === 'full') invalid('/training_type', 'decoder models are LoRA-only: full fine-tuning is reserved for encoder models', 'full_on_decoder');
-      if (base.init_adapter && type === 'full') invalid('/training_type', 'a LoRA checkpoint can only be continued with lora training', 'full_on_adapter');
+      if (base.init_adapter) invalid('/base_model', `${body.base_model} is a decoder LoRA adapter; continuing an adapter is not supported yet: train from its base model ${base.catalog_id}`, 'adapter_base');
       if (body.project_id && store.projects.get(body.project_id)?.team_id !== p.team_id) throw new NotFoundError(`Project ${body.project_id} not found`);
       const ds: Job['datasets'] = [];
       for (const [i, d] of body.datasets.entries()) {

@@ -127,3 +127,42 @@ t.test('upload → train → evaluate → deploy → project inference', async (
   const contDone = await poll(() => call(ts.url, 'GET', `/felix/training-jobs/${cont.body.id}`, { key: u.key }), (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status), 60_000, 200);
   t.match(contDone.body, { status: 'complete', base_model: best.id, current_step: 2 });
 });
+
+t.test('decoder LoRA: chat data → PEFT adapter → download → deployed and served with the adapter', async (t) => {
+  const { symlinkSync } = await import('node:fs');
+  symlinkSync(join(import.meta.dirname, '../../../shared/models/tinystories-656k'), join(modelsDir, 'tinystories-656k'));
+  const chats = Array.from({ length: 12 }, (_, i) => JSON.stringify({ messages: [{ role: 'user', content: `Tell me story ${i}` }, { role: 'assistant', content: 'Once upon a time there was a little cat.' }] })).join('\n');
+  t.equal((await uploadDataset(ts.url, u.key, 'stories', 'decoder', 'stories.jsonl', chats)).body.status, 'ready');
+  const full = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: { base_model: 'tinystories-656k', datasets: [{ name: 'stories' }], training_type: 'full' } });
+  t.equal(full.status, 422, 'decoders are LoRA-only');
+  const job = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: { base_model: 'tinystories-656k', datasets: [{ name: 'stories' }], model_name: 'cat-stories', nr_epochs: 2, max_steps: 3, batch_size: 4, lora_r: 4, learning_rate: 1e-3 } });
+  t.equal(job.status, 200);
+  const id = job.body.id;
+  const done = await poll(() => call(ts.url, 'GET', `/felix/training-jobs/${id}`, { key: u.key }), (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status), 120_000, 200);
+  if (done.body.status !== 'complete') {
+    const logs = await call(ts.url, 'GET', `/felix/training-jobs/${id}/logs`, { key: u.key });
+    t.fail(`job ended ${done.body.status}: ${done.body.error}\n${logs.body.logs.map((l: { message: string }) => l.message).join('\n')}`);
+    return;
+  }
+  t.match(done.body, { status: 'complete', task_type: 'decoder', training_type: 'lora', current_step: 3, configuration: { lora_r: 4 }, metrics: { f1: Number } });
+  const dl = (await call(ts.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key })).body;
+  t.equal(dl.format, 'peft_lora');
+  const tar = gunzipSync(Buffer.from(await (await fetch(dl.download_url)).arrayBuffer())).toString('latin1');
+  t.match(tar, /cat-stories\/adapter_config\.json/);
+  t.match(tar, /cat-stories\/adapter_model\.safetensors/);
+  t.notMatch(tar, /cat-stories\/model\.safetensors/, 'an adapter, not a full model');
+
+  const ck = (await call(ts.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, { key: u.key })).body.checkpoints[0];
+  const cont = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: { base_model: ck.id, datasets: [{ name: 'stories' }] } });
+  t.equal(cont.status, 422);
+  t.match(cont.body.detail, /continuing an adapter is not supported yet/);
+
+  const project = (await call(ts.url, 'POST', '/projects', { key: u.key, body: { name: 'stories' } })).body;
+  t.equal((await call(ts.url, 'POST', `/projects/${project.id}/deployments`, { key: u.key, body: { training_job_id: id } })).status, 200);
+  await ts.services.projects.settle();
+  const gen = await call(ts.url, 'POST', `/projects/${project.id}/inference`, { key: u.key, body: { text: 'Tell me story 3', task: 'generate', max_tokens: 8, temperature: 0 } });
+  t.equal(gen.status, 200);
+  t.match(gen.body, { type: 'decoder', model_id: id, result: { content: String } });
+  const chat = await call(ts.url, 'POST', '/v1/chat/completions', { key: u.key, body: { model: id, messages: [{ role: 'user', content: 'Tell me story 1' }], max_tokens: 8, temperature: 0 } });
+  t.equal(chat.status, 200, 'served by model id through the compat API too');
+});
