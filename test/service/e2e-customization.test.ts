@@ -4,7 +4,7 @@
 // weights → evaluate against the fresh-initialized baseline → deploy to a project → project
 // inference (and inference by model id) returns entities → a checkpoint is the base of a new job.
 import t from 'tap';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
@@ -13,6 +13,8 @@ import { call, makeUser, startServer } from './helpers.ts';
 import { poll, uploadDataset } from './customization-helpers.ts';
 
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-models-'));
+// the base decoder of the LoRA test (the encoder is trained from a fresh initialization)
+symlinkSync(join(import.meta.dirname, '../../../shared/models/tinystories-656k'), join(modelsDir, 'tinystories-656k'));
 const ts = await startServer({ runtime: createLocalRuntime({ modelsDir }) });
 t.teardown(async () => { await ts.close(); rmSync(modelsDir, { recursive: true, force: true }); });
 const u = await makeUser(ts, { credits: 100 });
@@ -129,8 +131,6 @@ t.test('upload → train → evaluate → deploy → project inference', async (
 });
 
 t.test('decoder LoRA: chat data → PEFT adapter → download → deployed and served with the adapter', async (t) => {
-  const { symlinkSync } = await import('node:fs');
-  symlinkSync(join(import.meta.dirname, '../../../shared/models/tinystories-656k'), join(modelsDir, 'tinystories-656k'));
   const chats = Array.from({ length: 12 }, (_, i) => JSON.stringify({ messages: [{ role: 'user', content: `Tell me story ${i}` }, { role: 'assistant', content: 'Once upon a time there was a little cat.' }] })).join('\n');
   t.equal((await uploadDataset(ts.url, u.key, 'stories', 'decoder', 'stories.jsonl', chats)).body.status, 'ready');
   const full = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: { base_model: 'tinystories-656k', datasets: [{ name: 'stories' }], training_type: 'full' } });
