@@ -33,7 +33,7 @@ import { buildNativeDecoder, type LoadOptions, type TensorSource } from '../mode
 import { openGgufDecoder } from '../models/decoder/gguf-source.ts';
 import type { NativeDecoder } from '../models/decoder/native-model.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
-import { encodeChat, type ChatMessage } from '../tokenize/chat-template.ts';
+import { encodeChatAsync, type ChatMessage } from '../tokenize/chat-template.ts';
 import { compileJsonSchema, type JsonConstraint } from './json-constraint.ts';
 import { AdapterError, AdapterRegistry, type AdapterInfo } from './adapters.ts';
 import { resolveModel } from './hub.ts';
@@ -274,9 +274,9 @@ export class DecoderModel {
       for (const t of req.prompt_ids) if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize) throw new RangeError(`prompt_ids: token id ${t} is out of range`);
       return { ids: [...req.prompt_ids], breakpoints: bps };
     }
-    if (typeof req.prompt === 'string') return { ids: this.tokenizer.encode(req.prompt), breakpoints: bps };
+    if (typeof req.prompt === 'string') return { ids: await this.tokenizer.encodeAsync(req.prompt), breakpoints: bps };
     if (Array.isArray(req.messages)) {
-      const r = encodeChat(this.tokenizer, req.messages, { addGenerationPrompt: true });
+      const r = await encodeChatAsync(this.tokenizer, req.messages, { addGenerationPrompt: true });
       const ttls = markerTtls(req.messages);
       r.breakpointTokens.forEach((n, i) => bps.push({ tokens: n, ttlMs: parseTtl(ttls[i]) }));
       return { ids: r.ids, breakpoints: bps };
@@ -387,7 +387,7 @@ export class DecoderModel {
   /** Mean-pooled final hidden states (after the final norm), one vector per text. */
   async embed(texts: string[]): Promise<Float32Array[]> {
     const out: Float32Array[] = [];
-    for (const t of texts) out.push(await this.embedIds(this.tokenizer.encode(t)));
+    for (const t of texts) out.push(await this.embedIds(await this.tokenizer.encodeAsync(t)));
     return out;
   }
 

@@ -172,3 +172,19 @@ export function encodeChat(
   const breakpointTokens = breakpoints.map((off) => tok.tokenCountAt(text, off, { addSpecialTokens }, ids));
   return { text, ids, breakpointTokens };
 }
+
+/** encodeChat for every tokenizer.json: uses Tokenizer.encodeAsync (the `tokenizers` package where the
+ *  synchronous pipeline does not cover the file, see Tokenizer.syncEncode). */
+export async function encodeChatAsync(
+  tok: Tokenizer,
+  messages: ChatMessage[],
+  opts: RenderOptions = {},
+): Promise<{ text: string; ids: number[]; breakpointTokens: number[] }> {
+  if (tok.syncEncode) return encodeChat(tok, messages, opts);
+  const { text, breakpoints } = renderChatWithBreakpoints(tok, messages, opts);
+  const addSpecialTokens = !(tok.bosToken && text.startsWith(tok.bosToken));
+  const ids = await tok.encodeAsync(text, { addSpecialTokens });
+  const breakpointTokens: number[] = [];
+  for (const off of breakpoints) breakpointTokens.push(await tok.tokenCountAtAsync(text, off, { addSpecialTokens }, ids));
+  return { text, ids, breakpointTokens };
+}

@@ -4,7 +4,11 @@
 //   added-token split (raw text) → normalizer (native, sync) → added-token split (normalized text)
 //   → pre-tokenizer (native, sync) → BPE model (here, TS: ranked merges with a heap, byte fallback,
 //   fuse_unk, ignore_merges) → post-processor (TemplateProcessing / Roberta / Bert / ByteLevel, here).
-// Decoding uses the native decoder chain (sync). Tests compare against the native async encode.
+// Decoding uses the native decoder chain (sync). Tests compare against the native async encode, on the
+// SentencePiece-style TinyStories / minueza files and on byte-level fixtures of Qwen2.5, SmolLM2, Llama 3 and
+// Mistral v0.3 (test/fixtures/tokenizers). Files the synchronous pipeline does not cover (non-BPE models, BPE
+// dropout, unknown post-processors) load with `syncEncode: false`: encode() throws there, and encodeAsync() /
+// tokenCountAtAsync() (which every model-agnostic caller uses) run the package's own async encode.
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from 'tokenizers';
@@ -93,8 +97,27 @@ class MergeHeap {
   }
 }
 
+/** What the tokenizer needs of any model: the vocabulary both ways, unk, byte fallback. */
+interface ModelVocab {
+  readonly vocab: Map<string, number>;
+  readonly idToTok: string[];
+  readonly unkId: number | undefined;
+  readonly byteFallback: boolean;
+}
+
+/** The vocabulary of a non-BPE model (Unigram: [piece, score] list; WordPiece / WordLevel: piece → id). */
+function plainVocab(m: Record<string, unknown>): ModelVocab {
+  const vocab = new Map<string, number>();
+  if (Array.isArray(m.vocab)) (m.vocab as [string, number][]).forEach(([piece], id) => vocab.set(piece, id));
+  else for (const [k, v] of Object.entries((m.vocab as Record<string, number>) ?? {})) vocab.set(k, v);
+  const idToTok: string[] = [];
+  for (const [t, id] of vocab) idToTok[id] = t;
+  const unk = m.unk_token ?? (typeof m.unk_id === 'number' ? idToTok[m.unk_id] : undefined);
+  return { vocab, idToTok, unkId: typeof unk === 'string' ? vocab.get(unk) : undefined, byteFallback: m.byte_fallback === true };
+}
+
 /** The BPE model of tokenizer.json (`model.type == "BPE"`). */
-class BpeModel {
+class BpeModel implements ModelVocab {
   readonly vocab: Map<string, number>;
   readonly idToTok: string[];
   private readonly merges = new Map<number, number>(); // pairKey → rank * 2^21 ... stored as [rank, newId] below
@@ -276,7 +299,17 @@ export class Tokenizer {
   /** The native reference tokenizer (async encode/decode), for tests and batch paths. */
   readonly native: HfTokenizer;
 
-  private readonly model: BpeModel;
+  /**
+   * Whether encode() (the synchronous pipeline) supports this tokenizer.json. When false (a non-BPE model,
+   * BPE dropout, an unknown post-processor: see `syncUnsupported`), encode() / tokenCountAt() throw and
+   * callers use encodeAsync() / tokenCountAtAsync(), which run the `tokenizers` package itself.
+   */
+  readonly syncEncode: boolean;
+  /** Why the synchronous pipeline does not support this tokenizer (undefined when it does). */
+  readonly syncUnsupported?: string;
+
+  private readonly model: ModelVocab;
+  private readonly bpe: BpeModel | null;
   private readonly added: AddedTokenJson[];
   private readonly addedById = new Map<number, AddedTokenJson>();
   private readonly addedByContent = new Map<string, number>();
@@ -295,10 +328,21 @@ export class Tokenizer {
   private constructor(dir: string, json: Record<string, unknown>, cfg: Record<string, unknown>, gen: Record<string, unknown>) {
     this.dir = dir;
     const model = json.model as Record<string, unknown>;
-    if (!model || (model.type !== 'BPE' && !(model.type === undefined && model.merges)))
-      throw new TokenizerError(`${dir}: tokenizer.json model type "${String(model?.type)}" is not supported for decoders (BPE only)`);
-    this.model = new BpeModel(model);
-    this.native = HfTokenizer.fromString(JSON.stringify(json));
+    if (!model || typeof model !== 'object' || !model.vocab) throw new TokenizerError(`${dir}: tokenizer.json has no model vocabulary`);
+    try {
+      this.native = HfTokenizer.fromString(JSON.stringify(json));
+    } catch (e) {
+      throw new TokenizerError(`${dir}: tokenizer.json is not a valid tokenizer (${(e as Error).message})`);
+    }
+    // transformers ignores tokenizer.json's truncation / padding unless asked per call: so do we.
+    this.native.disableTruncation();
+    this.native.disablePadding();
+    const isBpe = model.type === 'BPE' || (model.type === undefined && !!model.merges);
+    const reasons: string[] = [];
+    if (!isBpe) reasons.push(`model type ${String(model.type)}`);
+    if (isBpe && typeof model.dropout === 'number' && model.dropout > 0) reasons.push('BPE dropout');
+    this.bpe = isBpe ? new BpeModel(model) : null;
+    this.model = this.bpe ?? plainVocab(model);
     this.normalizer = this.native.getNormalizer() as Normalizer | null;
     this.preTokenizer = this.native.getPreTokenizer() as PreTokenizer | null;
     // Metaspace with prepend_scheme "first" (Mistral v0.3, Llama 2 non-legacy) prepends "▁" only to the split
@@ -354,6 +398,10 @@ export class Tokenizer {
       else this.post.push({ type: String(p.type), raw: p });
     };
     addStep(pp);
+    const knownPost = new Set(['TemplateProcessing', 'RobertaProcessing', 'BertProcessing', 'ByteLevel']);
+    for (const st of this.post) if (!knownPost.has(st.type)) reasons.push(`post_processor ${st.type}`);
+    this.syncEncode = reasons.length === 0;
+    if (!this.syncEncode) this.syncUnsupported = reasons.join(', ');
     const dec = json.decoder as Record<string, unknown> | null;
     const decTypes = new Set<string>();
     const walk = (d: Record<string, unknown> | null): void => {
@@ -486,11 +534,12 @@ export class Tokenizer {
       }
       const pre = first ? this.preTokenizer : this.preTokenizerRest;
       first = false;
+      const bpe = this.bpe!;
       if (!pre) {
-        this.model.tokenize(part, out);
+        bpe.tokenize(part, out);
         continue;
       }
-      for (const [w] of pre.preTokenizeString(part)) this.model.tokenize(w, out);
+      for (const [w] of pre.preTokenizeString(part)) bpe.tokenize(w, out);
     }
   }
 
@@ -521,8 +570,13 @@ export class Tokenizer {
     return cur;
   }
 
-  /** Encodes text to ids exactly as tokenizer.json does (special tokens in the text are recognised). */
+  /**
+   * Encodes text to ids exactly as tokenizer.json does (special tokens in the text are recognised), on the
+   * calling thread. Throws a TokenizerError when `syncEncode` is false: use encodeAsync() then.
+   */
   encode(text: string, opts: EncodeOptions = {}): number[] {
+    if (!this.syncEncode)
+      throw new TokenizerError(`${this.dir}: synchronous encode does not support this tokenizer.json (${this.syncUnsupported}); use encodeAsync()`);
     const ids: number[] = [];
     this.splitAdded(text, this.rawAdded).forEach((part, i) => {
       if (typeof part === 'number') ids.push(part);
@@ -532,10 +586,18 @@ export class Tokenizer {
   }
 
   /**
-   * Encodes with the `tokenizers` package itself (asynchronous, off the event loop). Gives the same ids as
-   * encode(); use it for large batches of text, or as the reference.
+   * Encodes for every tokenizer.json: the synchronous pipeline when it supports the file (same ids, no thread
+   * hop), otherwise the `tokenizers` package itself (runs off the event loop). Callers that must work with
+   * any model (generation, chat encoding) use this.
    */
   async encodeAsync(text: string, opts: EncodeOptions = {}): Promise<number[]> {
+    if (this.syncEncode) return this.encode(text, opts);
+    return this.encodeNative(text, opts);
+  }
+
+  /** Encodes with the `tokenizers` package (the reference implementation), whatever syncEncode says. */
+  async encodeNative(text: string, opts: EncodeOptions = {}): Promise<number[]> {
+    if (typeof text !== 'string') throw new TokenizerError('text must be a string');
     return (await this.native.encode(text, null, { addSpecialTokens: opts.addSpecialTokens !== false })).getIds();
   }
 
@@ -649,9 +711,18 @@ export class Tokenizer {
    */
   tokenCountAt(text: string, charOffset: number, opts: EncodeOptions = {}, full?: number[]): number {
     const all = full ?? this.encode(text, opts);
-    const pre = this.encode(text.slice(0, charOffset), opts);
-    let k = 0;
-    while (k < pre.length && k < all.length && pre[k] === all[k]) k++;
-    return k;
+    return commonPrefixLength(all, this.encode(text.slice(0, charOffset), opts));
   }
+
+  /** tokenCountAt for every tokenizer.json (see encodeAsync). */
+  async tokenCountAtAsync(text: string, charOffset: number, opts: EncodeOptions = {}, full?: number[]): Promise<number> {
+    const all = full ?? (await this.encodeAsync(text, opts));
+    return commonPrefixLength(all, await this.encodeAsync(text.slice(0, charOffset), opts));
+  }
+}
+
+function commonPrefixLength(a: readonly number[], b: readonly number[]): number {
+  let k = 0;
+  while (k < a.length && k < b.length && a[k] === b[k]) k++;
+  return k;
 }

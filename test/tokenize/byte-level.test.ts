@@ -4,10 +4,11 @@
 // prepend_scheme "first", byte fallback). Fixtures: test/fixtures/tokenizers/<family>/ (generate.py there);
 // expected.json holds the Python library's encodings of a few texts, a second reference.
 import t from 'tap';
-import { readFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Tokenizer } from '../../src/tokenize/tokenizer.ts';
-import { encodeChat, renderChat } from '../../src/tokenize/chat-template.ts';
+import { Tokenizer, TokenizerError } from '../../src/tokenize/tokenizer.ts';
+import { encodeChat, encodeChatAsync, renderChat } from '../../src/tokenize/chat-template.ts';
 
 const fixtures = join(import.meta.dirname, '..', 'fixtures', 'tokenizers');
 const FAMILIES = ['qwen2.5', 'smollm2', 'llama3', 'mistral'] as const;
@@ -81,6 +82,7 @@ for (const fam of FAMILIES) {
       t.same(tok.encode(c.text, { addSpecialTokens: false }), c.ids_no_special, `encode (no specials) ${JSON.stringify(c.text)}`);
       t.equal(tok.decode(c.ids_no_special, { skipSpecialTokens: false }), c.decoded, `decode ${JSON.stringify(c.text)}`);
       t.same(await tok.encodeAsync(c.text), c.ids, `encodeAsync ${JSON.stringify(c.text)}`);
+      t.same(await tok.encodeNative(c.text), c.ids, `encodeNative ${JSON.stringify(c.text)}`);
     }
   });
 
@@ -136,6 +138,8 @@ for (const fam of FAMILIES) {
       : [{ role: 'system' as const, content: 'Be brief.' }, { role: 'user' as const, content: 'Hi there 👋' }, { role: 'assistant' as const, content: 'Hello! 123' }, { role: 'user' as const, content: "What's 2+2?" }];
     const text = renderChat(tok, messages);
     const { ids } = encodeChat(tok, messages);
+    t.equal(tok.syncEncode, true);
+    t.same((await encodeChatAsync(tok, messages)).ids, ids, 'encodeChatAsync = encodeChat');
     const startsWithBos = !!tok.bosToken && text.startsWith(tok.bosToken);
     const ref = (await tok.native.encode(text, null, { addSpecialTokens: !startsWithBos })).getIds();
     t.same(ids, ref, 'encodeChat = reference encode');
@@ -194,4 +198,42 @@ t.test('family specifics', async (t) => {
   const parts = q.map((id) => sd.push(id));
   t.ok(parts.some((p) => p === ''), 'an incomplete character is held back');
   t.equal(parts.join('') + sd.flush(), 'é 🙂');
+});
+
+t.test('a tokenizer.json the synchronous pipeline does not cover falls back to the async path', async (t) => {
+  // Unigram model (SentencePiece unigram, e.g. T5-style vocabularies) over the Mistral fixture's pieces
+  const src = JSON.parse(readFileSync(join(fixtures, 'mistral', 'tokenizer.json'), 'utf8'));
+  const pieces = Object.entries(src.model.vocab as Record<string, number>).sort((a, b) => a[1] - b[1]);
+  const uni = { ...src, model: { type: 'Unigram', unk_id: 0, byte_fallback: true, vocab: pieces.map(([p, id]) => [p, id < 300 ? 0 : -Math.log(id) - p.length * 0.1]) } };
+  const dir = mkdtempSync(join(tmpdir(), 'loom-unigram-'));
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(uni));
+  copyFileSync(join(fixtures, 'mistral', 'tokenizer_config.json'), join(dir, 'tokenizer_config.json'));
+  const tok = Tokenizer.fromDirSync(dir);
+  t.equal(tok.syncEncode, false);
+  t.match(tok.syncUnsupported, /Unigram/);
+  t.throws(() => tok.encode('hi'), TokenizerError, 'encode() says to use encodeAsync()');
+  t.equal(tok.bosId, 1);
+  let mism = 0;
+  for (const text of randomTexts(60, 5)) {
+    const ref = (await tok.native.encode(text, null, { addSpecialTokens: true })).getIds();
+    const got = await tok.encodeAsync(text);
+    if (JSON.stringify(got) !== JSON.stringify(ref) && mism++ < 3) t.same(got, ref, `encodeAsync ${JSON.stringify(text)}`);
+    const refDec = await tok.native.decode(got, true);
+    if (tok.decode(got) !== refDec && mism++ < 3) t.equal(tok.decode(got), refDec, `decode ${JSON.stringify(text)}`);
+    if (stream(tok, got, true) !== refDec && mism++ < 3) t.equal(stream(tok, got, true), refDec, `stream ${JSON.stringify(text)}`);
+  }
+  t.equal(mism, 0, 'no mismatches');
+  const messages = [
+    { role: 'user' as const, content: [{ type: 'text', text: 'A long shared context.', cache_control: { type: 'ephemeral' as const } }] },
+    { role: 'assistant' as const, content: 'Sure.' },
+    { role: 'user' as const, content: 'Question?' },
+  ];
+  t.throws(() => encodeChat(tok, messages), TokenizerError);
+  const r = await encodeChatAsync(tok, messages);
+  t.same(r.ids, (await tok.native.encode(r.text, null, { addSpecialTokens: false })).getIds(), 'text starts with <s>: no second BOS');
+  t.equal(r.ids.filter((i) => i === 1).length, 1);
+  t.equal(r.breakpointTokens.length, 1);
+  const off = r.text.indexOf('context.') + 'context.'.length;
+  t.same(r.ids.slice(0, r.breakpointTokens[0]), (await tok.encodeAsync(r.text.slice(0, off), { addSpecialTokens: false })).slice(0, r.breakpointTokens[0]));
+  t.ok(r.breakpointTokens[0] > 3 && r.breakpointTokens[0] < r.ids.length);
 });
