@@ -48,7 +48,7 @@ t.test('LoRA SFT lowers the loss and exports a PEFT adapter the runtime loads', 
   const tensors: Record<string, Float32Array> = {};
   for (const n of ck.names()) tensors[n] = toFloat32(ck.get(n));
   const tok = Tokenizer.fromDirSync(base);
-  const seq = chatToSequence(tok, (records[0] as { messages: never[] }).messages, 512)!;
+  const seq = chatToSequence(tok, (records[0] as unknown as { messages: never[] }).messages, 512)!;
   const batch = packSequences([seq]);
   const withAd = DecoderTrainGraph.create(config, tensors, ad.modules.map((m) => ({ ...m, dropout: 0 })));
   const noAd = DecoderTrainGraph.create(config, tensors, []);

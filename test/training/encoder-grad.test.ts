@@ -1,7 +1,7 @@
 // GLiNER2 training graph: every parameter gradient (DeBERTa with c2p/p2c and rel embeddings, span
 // head, count_lstm GRU, count_pred, classifier; full and LoRA) against central finite differences
 // on a tiny fresh model.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -39,7 +39,7 @@ const batch = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8))));
 // Small steps (ReLU kinks in the span head make larger ones unreliable); the float32 rounding of
 // the summed loss sets the noise floor of the finite difference.
 const H = 1e-3;
-async function check(t: Tap.Test, g: EncoderTrainGraph, names: string[], perTensor: number) {
+async function check(t: Test, g: EncoderTrainGraph, names: string[], perTensor: number) {
   g.zeroGrad();
   const base = await g.step(batch, { dropNeg: false });
   t.ok(base.span > 0 && base.count > 0 && base.cls > 0, `all three losses present (${base.span.toFixed(3)}, ${base.count.toFixed(3)}, ${base.cls.toFixed(3)})`);

@@ -1,0 +1,67 @@
+// `loom train --dataset <jsonl | name in ../shared/data> --base-model <dir> --out <dir> [options]`
+// Encoder (GLiNER2) or decoder (LoRA SFT) training with a progress bar; the same trainers the
+// service's training jobs run. `--eval <jsonl>` scores the final model (strict span F1) after NER training.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import cliProgress from 'cli-progress';
+import { trainDecoder, trainEncoder, evaluateNer } from '../training/index.ts';
+import { loadRecords } from '../training/common.ts';
+
+const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> --out <dir>
+  [--type full|lora] [--epochs N] [--lr X] [--encoder-lr X] [--batch-size N] [--grad-accum N] [--seed N]
+  [--val-pct P] [--patience N] [--scheduler linear|cosine|constant] [--max-steps N] [--max-minutes M]
+  [--lora-r N] [--lora-alpha X] [--lora-dropout X] [--targets a,b] [--eval file.jsonl] [--threads N]`;
+
+export async function main(argv: string[]): Promise<number> {
+  const names = ['dataset', 'base-model', 'out', 'type', 'epochs', 'lr', 'encoder-lr', 'batch-size', 'grad-accum', 'seed', 'val-pct', 'patience', 'scheduler', 'max-steps', 'max-minutes', 'lora-r', 'lora-alpha', 'lora-dropout', 'targets', 'eval', 'threads', 'eval-steps', 'max-words'];
+  const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
+  for (const k of names) options[k] = { type: 'string' };
+  const v = parseArgs({ args: argv, options }).values as Record<string, string | boolean | undefined>;
+  if (v.help) return (console.log(HELP), 0);
+  if (!v.dataset || !v['base-model'] || !v.out) return (console.error(HELP), 2);
+  let ds = v.dataset as string;
+  if (!existsSync(ds)) {
+    const named = join(import.meta.dirname, '../../../shared/data', ds, 'train.jsonl');
+    if (!existsSync(named)) return (console.error(`train: dataset ${ds} not found`), 2);
+    ds = named;
+  }
+  const num = (k: string) => (v[k] !== undefined ? Number(v[k]) : undefined);
+  const records = loadRecords(ds);
+  const isDecoder = records[0]?.kind === 'chat';
+  const ctl = new AbortController();
+  process.once('SIGINT', () => ctl.abort());
+  const maxMin = num('max-minutes');
+  const timer = maxMin ? setTimeout(() => ctl.abort(), maxMin * 60_000) : undefined;
+  const bar = new cliProgress.SingleBar({ format: 'train |{bar}| {percentage}% | step {value}/{total} | epoch {epoch} | loss {loss} | {tps} tok/s', hideCursor: true }, cliProgress.Presets.shades_classic);
+  let started = false;
+  const hooks = {
+    signal: ctl.signal,
+    onProgress: (e: { step: number; totalSteps: number; epoch: number; loss: number; tokens_per_s: number }) => {
+      if (!started) (bar.start(e.totalSteps, 0, { epoch: 1, loss: '-', tps: '-' }), (started = true));
+      bar.update(e.step, { epoch: e.epoch, loss: e.loss.toFixed(4), tps: e.tokens_per_s.toFixed(0) });
+    },
+    onLog: (e: { level: string; message: string }) => (started ? process.stderr.write(`\n${e.message}\n`) : console.log(e.message)),
+    onCheckpoint: (e: { id: string; val_loss: number | null; is_best: boolean }) => started || console.log(`checkpoint ${e.id}${e.is_best ? ' (best)' : ''}`),
+  };
+  const common = {
+    base_model: v['base-model'] as string, output_dir: v.out as string, train_data: records, training_type: v.type as 'lora' | 'full' | undefined,
+    nr_epochs: num('epochs'), learning_rate: num('lr'), batch_size: num('batch-size'), gradient_accumulation_steps: num('grad-accum'), seed: num('seed'),
+    validation_data_percentage: num('val-pct'), early_stopping_patience: num('patience'), scheduler: v.scheduler as 'linear' | undefined, max_steps: num('max-steps'),
+    lora_r: num('lora-r'), lora_alpha: num('lora-alpha'), lora_dropout: num('lora-dropout'), lora_target_modules: v.targets ? String(v.targets).split(',') : undefined,
+    threads: num('threads'), eval_steps: num('eval-steps'),
+  };
+  const res = isDecoder ? await trainDecoder(common, hooks) : await trainEncoder({ ...common, encoder_learning_rate: num('encoder-lr'), max_words: num('max-words') }, hooks);
+  if (timer) clearTimeout(timer);
+  if (started) bar.stop();
+  console.log(`${res.stopped}: ${res.steps} steps, train_loss ${res.train_loss.toFixed(4)}, val_loss ${res.val_loss?.toFixed(4) ?? '-'}, ${res.tokens_per_s.toFixed(0)} tokens/s, ${res.duration_s.toFixed(0)} s`);
+  console.log(`final: ${res.final_checkpoint}${res.best_checkpoint ? `\nbest: ${res.best_checkpoint}` : ''}`);
+  if (v.eval && !isDecoder) {
+    for (const f of String(v.eval).split(',')) {
+      const s = await evaluateNer(res.best_checkpoint ?? res.final_checkpoint, loadRecords(f));
+      console.log(`eval ${f}: F1 ${s.f1.toFixed(4)} P ${s.precision.toFixed(4)} R ${s.recall.toFixed(4)} (${s.sample_count} texts)`);
+      for (const [l, p] of Object.entries(s.per_label)) console.log(`  ${l}: F1 ${p.f1.toFixed(4)} P ${p.precision.toFixed(4)} R ${p.recall.toFixed(4)} (${p.support})`);
+    }
+  }
+  return 0;
+}
