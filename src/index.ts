@@ -3,3 +3,4 @@ export * as native from './native/index.ts';
 export * as encoder from './models/encoder/index.ts';
 export * as service from './service/index.ts';
 export * as decoder from './runtime/generate.ts';
+export * as training from './training/index.ts';
