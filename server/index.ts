@@ -18,6 +18,7 @@ import { systemRoutes } from './routes/system.ts';
 import { datasetRoutes } from './routes/datasets.ts';
 import { trainingJobRoutes } from './routes/training-jobs.ts';
 import { evaluationRoutes } from './routes/evaluations.ts';
+import { generationRoutes } from './routes/generation.ts';
 
 export type { RouteDef, Ctx } from './router.ts';
 export { reply, Reply } from './router.ts';
@@ -33,6 +34,7 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => datasetRoutes(),
   () => trainingJobRoutes(),
   () => evaluationRoutes(),
+  () => generationRoutes(),
 ];
 
 export interface LoomServer {

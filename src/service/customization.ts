@@ -6,6 +6,7 @@ import type { Catalog } from './catalog.ts';
 import type { ServiceConfig } from './config.ts';
 import { createDatasetsService } from './datasets.ts';
 import { createEvaluationsService } from './evaluations.ts';
+import { createGenerationService } from './generation.ts';
 import type { Logger } from './index.ts';
 import type { InferenceService } from './inference.ts';
 import { createJobPool } from './jobs/pool.ts';
@@ -14,19 +15,22 @@ import { createSignedUrls } from './signed-urls.ts';
 import { createTrainingJobsService } from './training-jobs.ts';
 
 export async function createCustomization(deps: { store: Store; config: ServiceConfig; runtime: ModelRuntime; catalog: Catalog; inference: InferenceService; log?: Logger }) {
-  const { store, config, runtime, catalog, log } = deps;
+  const { store, config, runtime, catalog, inference, log } = deps;
   // training jobs (trainingConcurrency) + one evaluation + one dataset task at a time
   const jobPool = createJobPool({ threads: config.trainingConcurrency + 2 });
   const signedUrls = await createSignedUrls(store);
   const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, log });
   const trainingJobs = createTrainingJobsService({ store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log });
   const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log });
+  const generation = createGenerationService({ store, inference, datasets, log });
   datasets.resumePending();
+  await generation.resumePending();
   trainingJobs.resumePending();
   evaluations.resumePending();
   return {
-    services: { jobPool, signedUrls, datasets, trainingJobs, evaluations },
+    services: { jobPool, signedUrls, datasets, trainingJobs, evaluations, generation },
     async close() {
+      await generation.shutdown();
       await trainingJobs.shutdown();
       await evaluations.shutdown();
       await datasets.settle(2000);
