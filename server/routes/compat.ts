@@ -42,9 +42,11 @@ import type { ChoiceResult, CompatRequest, Usage } from '../../src/service/compa
 import { SSE_HEADERS, type ResponseStream } from '../http.ts';
 import type { Ctx, RouteDef } from '../router.ts';
 
-// the router policy (LOOM_ROUTER_POLICY) is installed into each Services instance once
+// The router policy (LOOM_ROUTER_POLICY) is installed into each Services instance once, on its
+// first compat or /gliner-2 request. TODO(service core): install it in createServices so that
+// POST /inference routes `service/auto` by the same policy from the first request on.
 const policyInstalled = new WeakSet<object>();
-function ensureRouterPolicy(services: Services): void {
+export function ensureRouterPolicy(services: Services): void {
   if (policyInstalled.has(services)) return;
   policyInstalled.add(services);
   services.inference.setRoutePolicy(createRoutePolicy(loadRouterPolicy()));
