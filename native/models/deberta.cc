@@ -1,9 +1,14 @@
 // DeBERTa-v2/v3 encoder forward (see deberta.h for the math and shapes).
 #include "deberta.h"
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <numeric>
 #include <stdexcept>
+#include "deberta_internal.h"
+#include "loom/dispatch.h"
 #include "loom/ops.h"
 
 namespace loom::deberta {
@@ -40,6 +45,22 @@ int64_t rel_index(const Config& cfg, int64_t rel) {
 
 static size_t wbytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
+struct Model::Workspace {
+  float* buf = nullptr;
+  size_t cap = 0;
+  float* get(size_t n) {
+    if (n > cap) {
+      aligned_free(buf);
+      buf = static_cast<float*>(aligned_malloc(n * sizeof(float)));
+      if (!buf) throw std::bad_alloc();
+      cap = n;
+    }
+    return buf;
+  }
+  ~Workspace() { aligned_free(buf); }
+};
+Model::~Model() = default;
+
 std::unique_ptr<Model> model_create(const ModelSrc& src) {
   const Config& c = src.cfg;
   if (c.D <= 0 || c.L <= 0 || c.H <= 0 || c.F <= 0 || c.V <= 0 || c.D % c.H != 0)
@@ -50,7 +71,8 @@ std::unique_ptr<Model> model_create(const ModelSrc& src) {
   m->cfg = c;
   m->wtype = src.wtype;
   m->span = c.att_span();
-  const int64_t D = c.D, F = c.F, S2 = 2 * m->span;
+  const int64_t D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * m->span, S2P = S2 + 32;
+  m->S2P = S2P;
   if (src.rel_rows < S2) throw std::invalid_argument("deberta: rel_embeddings has fewer rows than 2*position_buckets");
   size_t eb = wbytes(src.wtype);
   m->word_emb.resize(size_t(c.V * D) * eb);
@@ -67,7 +89,7 @@ std::unique_ptr<Model> model_create(const ModelSrc& src) {
 
   m->layers.resize(size_t(c.L));
   std::vector<uint8_t> qkvw(size_t(3 * D * D) * eb);
-  std::vector<float> qkvb(size_t(3 * D));
+  std::vector<float> qkvb(size_t(3 * D)), PQ(size_t(S2 * D)), PK(size_t(S2 * D));
   for (int64_t l = 0; l < c.L; l++) {
     const LayerSrc& s = src.layers[size_t(l)];
     Layer& L = m->layers[size_t(l)];
@@ -85,78 +107,82 @@ std::unique_ptr<Model> model_create(const ModelSrc& src) {
     L.ln1_b.assign(s.ln1_b, s.ln1_b + D);
     L.ln2_w.assign(s.ln2_w, s.ln2_w + D);
     L.ln2_b.assign(s.ln2_b, s.ln2_b + D);
-    // Position projections depend only on weights: PQ = R·Wqᵀ + bq, PK = R·Wkᵀ + bk.
-    L.PQ.resize(size_t(S2 * D));
-    L.PK.resize(size_t(S2 * D));
-    linear(src.wtype, S2, D, D, R.data(), D, s.wq, D, s.bq, L.PQ.data(), D);
-    linear(src.wtype, S2, D, D, R.data(), D, s.wk, D, s.bk, L.PK.data(), D);
+    // Position projections depend only on weights: PQ = R·Wqᵀ + bq, PK = R·Wkᵀ + bk, stored per
+    // head transposed (PK with reversed columns) for the attention kernels.
+    linear(src.wtype, S2, D, D, R.data(), D, s.wq, D, s.bq, PQ.data(), D);
+    linear(src.wtype, S2, D, D, R.data(), D, s.wk, D, s.bk, PK.data(), D);
+    L.PQT.assign(size_t(H * d * S2P), 0.0f);
+    L.PKTr.assign(size_t(H * d * S2P), 0.0f);
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t e = 0; e < d; e++) {
+        float* pq = L.PQT.data() + (h * d + e) * S2P;
+        float* pk = L.PKTr.data() + (h * d + e) * S2P;
+        for (int64_t r = 0; r < S2; r++) {
+          pq[r] = PQ[size_t(r * D + h * d + e)];
+          pk[r] = PK[size_t((S2 - 1 - r) * D + h * d + e)];
+        }
+      }
   }
   return m;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Portable attention kernel: deberta_attn_impl.h over one scalar lane.
+// ---------------------------------------------------------------------------------------------
+}  // namespace loom::deberta
+
+namespace loom::portable {
+namespace {
+struct Vec {
+  using R = float;
+  static constexpr int64_t W = 1;
+  static inline R zero() { return 0.0f; }
+  static inline R set1(float f) { return f; }
+  static inline R load(const float* p) { return *p; }
+  static inline void store(float* p, R v) { *p = v; }
+  static inline R add(R a, R b) { return a + b; }
+  static inline R sub(R a, R b) { return a - b; }
+  static inline R mul(R a, R b) { return a * b; }
+  static inline R fmadd(R a, R b, R c) { return a * b + c; }
+  static inline R max(R a, R b) { return a > b ? a : b; }
+  static inline float hmax(R v) { return v; }
+  static inline float hsum(R v) { return v; }
+  static inline R exp(R x) { return std::exp(x); }
+  static inline R gather(const float* base, const int32_t* idx) { return base[idx[0]]; }
+  static inline void transpose_add(float* S, int64_t lds, const float* T, int64_t ldt, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < n; j++) S[i * lds + j] += T[j * ldt + i];
+  }
+};
+using V = Vec;
+#include "deberta_attn_impl.h"
+}  // namespace
+void deberta_attend(const deberta::AttnTask& t) { attend(t); }
+}  // namespace loom::portable
+
+namespace loom::deberta {
 namespace {
 
-// Fused disentangled attention for one (sample, head).
-//   q, k, v: rows of the QKV buffer (stride ld = 3D), head slice already applied
-//   PQ, PK:  (2*span, D) with the head slice applied (stride D)
-//   dtab:    δ(i,j) − lo indexed by (i − j + N − 1); ncol = number of relative rows in use
-//   ctx:     (N, d) output with stride ldc; probs (N, N) optional (train)
-struct AttnScratch {
-  std::vector<float> c2p, p2c, s;
+void attend(const AttnTask& t) { LOOM_DISPATCH(deberta_attend, t); }
+
+struct WsLease {
+  const Model& m;
+  std::unique_ptr<Model::Workspace> w;
+  explicit WsLease(const Model& mm) : m(mm) {
+    std::lock_guard<std::mutex> g(m.ws_mu);
+    if (!m.ws_free.empty()) {
+      w = std::move(m.ws_free.back());
+      m.ws_free.pop_back();
+    }
+    if (!w) w = std::make_unique<Model::Workspace>();
+  }
+  ~WsLease() {
+    std::lock_guard<std::mutex> g(m.ws_mu);
+    if (m.ws_free.size() < 2) m.ws_free.push_back(std::move(w));  // keep two; more are freed
+  }
 };
 
-void attend_one(int64_t N, int64_t d, int64_t ld, const float* q, const float* k, const float* v, const float* PQ,
-                const float* PK, int64_t D, int64_t lo, int64_t ncol, const int32_t* dtab, const uint8_t* mask,
-                float inv_scale, bool c2p, bool p2c, float* ctx, int64_t ldc, float* probs, AttnScratch& sc) {
-  sc.s.resize(size_t(N * N));
-  float* S = sc.s.data();
-  // S = q·kᵀ                                                      (N, N)
-  sgemm(false, true, N, N, d, 1.0f, q, ld, k, ld, 0.0f, S, N);
-  if (c2p) {  // C2P[i, c] = q_i · PK[lo + c]                        (N, ncol)
-    sc.c2p.resize(size_t(N * ncol));
-    sgemm(false, true, N, ncol, d, 1.0f, q, ld, PK + lo * D, D, 0.0f, sc.c2p.data(), ncol);
-  }
-  if (p2c) {  // P2C[j, c] = k_j · PQ[lo + c]                        (N, ncol)
-    sc.p2c.resize(size_t(N * ncol));
-    sgemm(false, true, N, ncol, d, 1.0f, k, ld, PQ + lo * D, D, 0.0f, sc.p2c.data(), ncol);
-  }
-  const float* C = sc.c2p.data();
-  const float* P = sc.p2c.data();
-  for (int64_t i = 0; i < N; i++) {
-    float* row = S + i * N;
-    const int32_t* di = dtab + (i + N - 1);  // δ(i, j) − lo = di[-j]
-    const float* ci = C + i * ncol;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < N; j++) {
-      if (mask && !mask[j]) {
-        row[j] = -INFINITY;
-        continue;
-      }
-      int32_t r = di[-j];
-      float a = row[j];
-      if (c2p) a += ci[r];
-      if (p2c) a += P[j * ncol + r];
-      a *= inv_scale;
-      row[j] = a;
-      mx = std::max(mx, a);
-    }
-    if (mx == -INFINITY) {
-      std::memset(row, 0, size_t(N) * 4);
-      continue;
-    }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < N; j++) {
-      float e = std::exp(row[j] - mx);
-      row[j] = e;
-      sum += e;
-    }
-    float inv = 1.0f / sum;
-    for (int64_t j = 0; j < N; j++) row[j] *= inv;
-  }
-  if (probs) std::memcpy(probs, S, size_t(N * N) * 4);
-  // ctx = P·V                                                        (N, d)
-  sgemm(false, false, N, d, N, 1.0f, S, N, v, ld, 0.0f, ctx, ldc);
-}
+inline size_t r16(size_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
 
@@ -168,11 +194,50 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   for (int64_t t = 0; t < BN; t++)
     if (ids[t] < 0 || ids[t] >= c.V) throw std::out_of_range("deberta: token id " + std::to_string(ids[t]) + " out of range");
 
-  // Relative index table: dtab[r + N − 1] = δ(rel = r) − lo for r in [−(N−1), N−1].
-  const int64_t lo = rel_index(c, -(N - 1)), hi = rel_index(c, N - 1), ncol = hi - lo + 1;
-  std::vector<int32_t> dtab(size_t(2 * N - 1));
-  for (int64_t r = -(N - 1); r <= N - 1; r++) dtab[size_t(r + N - 1)] = int32_t(rel_index(c, r) - lo);
-  const float inv_scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
+  // Packing: sample b owns rows [off[b], off[b] + len[b]) of the (T, D) activations, positions
+  // 0..len[b)−1. Right padding (mask 1…1 0…0) is dropped; other masks keep the row whole and mask
+  // the keys in attention (the training path, acts, always keeps the (B*N) layout).
+  std::vector<int64_t> len(static_cast<size_t>(B)), off(static_cast<size_t>(B) + 1, 0);
+  std::vector<const uint8_t*> kmask(static_cast<size_t>(B), nullptr);
+  for (int64_t b = 0; b < B; b++) {
+    const uint8_t* mb = mask + b * N;
+    int64_t k = 0;
+    while (k < N && mb[k]) k++;
+    int64_t z = k;
+    while (z < N && !mb[z]) z++;
+    const bool prefix = z == N;
+    if (acts || !prefix) {
+      len[size_t(b)] = N;
+      kmask[size_t(b)] = k == N ? nullptr : mb;
+    } else {
+      len[size_t(b)] = k;
+    }
+    off[size_t(b) + 1] = off[size_t(b)] + len[size_t(b)];
+  }
+  const int64_t T = off[size_t(B)];
+  const int64_t Nmax = *std::max_element(len.begin(), len.end());
+  // Scatter of (T, D) rows back to (B, N, D); rows with mask 0 are zero.
+  auto scatter = [&](const float* x, float* dst) {
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t p = 0; p < N; p++) {
+        float* o = dst + (b * N + p) * D;
+        if (p < len[size_t(b)] && mask[b * N + p]) std::memcpy(o, x + (off[size_t(b)] + p) * D, size_t(D) * 4);
+        else std::memset(o, 0, size_t(D) * 4);
+      }
+  };
+  if (T == 0) {
+    std::memset(out, 0, size_t(BN * D) * 4);
+    if (hidden_states) std::memset(hidden_states, 0, size_t((c.L + 1) * BN * D) * 4);
+    return;
+  }
+  std::vector<int32_t> pids(static_cast<size_t>(T));
+  for (int64_t b = 0; b < B; b++) std::memcpy(pids.data() + off[size_t(b)], ids + b * N, size_t(len[size_t(b)]) * 4);
+
+  // δ(rel) for |rel| < Rr (covers every padded tile of the kernels).
+  const int64_t Rr = (Nmax + 15) / 16 * 16 + 16;
+  std::vector<int32_t> dtab(static_cast<size_t>(2 * Rr - 1));
+  for (int64_t r = -(Rr - 1); r <= Rr - 1; r++) dtab[size_t(r + Rr - 1)] = int32_t(rel_index(c, r));
+  const float scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
 
   if (acts) {
     acts->B = B;
@@ -182,77 +247,117 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
     acts->layers.resize(size_t(c.L));
   }
 
-  // Embeddings: x = LN(word_emb[ids]) * mask                          (B*N, D)
-  std::vector<float> x(size_t(BN * D)), tmp(size_t(BN * D));
-  embedding_fwd(BN, D, ids, m.wtype, m.word_emb.data(), tmp.data());
-  if (acts) {
-    acts->emb_pre = tmp;
-    acts->emb_mean.resize(size_t(BN));
-    acts->emb_rstd.resize(size_t(BN));
-  }
-  layernorm_fwd(BN, D, tmp.data(), m.emb_ln_w.data(), m.emb_ln_b.data(), c.eps, x.data(),
-                acts ? acts->emb_mean.data() : nullptr, acts ? acts->emb_rstd.data() : nullptr);
-  for (int64_t t = 0; t < BN; t++)
-    if (!mask[t]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
-  if (hidden_states) std::memcpy(hidden_states, x.data(), size_t(BN * D) * 4);
+  // Workspace: x, a, ctx (T, D), qkv (T, 3D), h (FC, F), attention scratch per thread.
+  const int nth = std::max(1, threads_get());
+  const int64_t FC = std::min<int64_t>(T, 512);  // FFN rows per chunk (h stays cache-sized)
+  const size_t scr = r16(attn_scratch_floats(Nmax, d));
+  WsLease lease(m);
+  float* base = lease.w->get(3 * r16(size_t(T * D)) + r16(size_t(T * 3 * D)) + r16(size_t(FC * F)) + size_t(nth) * scr);
+  float* x = base;
+  float* a = x + r16(size_t(T * D));
+  float* ctx = a + r16(size_t(T * D));
+  float* qkv = ctx + r16(size_t(T * D));
+  float* h = qkv + r16(size_t(T * 3 * D));
+  float* ascr = h + r16(size_t(FC * F));
 
-  std::vector<float> qkv(size_t(BN * 3 * D)), ctx(size_t(BN * D)), a(size_t(BN * D)), h(size_t(BN * F)),
-      hg(size_t(BN * F));
-  int nth = threads_get();
-  std::vector<AttnScratch> scratch(size_t(std::max(nth, 1)));
+  // Embeddings: x = LN(word_emb[ids]) * mask                          (T, D)
+  embedding_fwd(T, D, pids.data(), m.wtype, m.word_emb.data(), ctx);
+  if (acts) {
+    acts->emb_pre.assign(ctx, ctx + T * D);
+    acts->emb_mean.resize(size_t(T));
+    acts->emb_rstd.resize(size_t(T));
+  }
+  layernorm_fwd(T, D, ctx, m.emb_ln_w.data(), m.emb_ln_b.data(), c.eps, x, acts ? acts->emb_mean.data() : nullptr,
+                acts ? acts->emb_rstd.data() : nullptr);
+  for (int64_t b = 0; b < B; b++)
+    if (kmask[size_t(b)])
+      for (int64_t p = 0; p < len[size_t(b)]; p++)
+        if (!kmask[size_t(b)][p]) std::memset(x + (off[size_t(b)] + p) * D, 0, size_t(D) * 4);
+  if (hidden_states) scatter(x, hidden_states);
+
+  // Attention tasks, longest samples first (dynamic scheduling over the pool).
+  std::vector<int64_t> order(static_cast<size_t>(B));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return len[size_t(p)] > len[size_t(q)]; });
+  const int64_t ntask = B * H;
 
   for (int64_t l = 0; l < c.L; l++) {
     const Layer& L = m.layers[size_t(l)];
     LayerActs* la = acts ? &acts->layers[size_t(l)] : nullptr;
     if (la) {
-      la->x_in = x;
-      la->probs.resize(size_t(B * H * N * N));
+      la->x_in.assign(x, x + T * D);
+      la->probs.assign(size_t(B * H * N * N), 0.0f);
     }
-    // QKV = x·Wqkvᵀ + b                                              (B*N, 3D)
-    L.qkv.fwd(BN, x.data(), D, qkv.data(), 3 * D);
+    // QKV = x·Wqkvᵀ + b                                              (T, 3D)
+    L.qkv.fwd(T, x, D, qkv, 3 * D);
     // Attention, one task per (sample, head).
-    pool_run(nth, [&](int tid, int nt) {
-      for (int64_t bh = tid; bh < B * H; bh += nt) {
-        int64_t b = bh / H, hh = bh % H;
-        const float* base = qkv.data() + b * N * 3 * D + hh * d;
-        attend_one(N, d, 3 * D, base, base + D, base + 2 * D, L.PQ.data() + hh * d, L.PK.data() + hh * d, D, lo, ncol,
-                   dtab.data(), mask + b * N, inv_scale, c.c2p, c.p2c, ctx.data() + b * N * D + hh * d, D,
-                   la ? la->probs.data() + (b * H + hh) * N * N : nullptr, scratch[size_t(tid)]);
+    std::atomic<int64_t> next{0};
+    pool_run(nth, [&](int tid, int) {
+      float* scratch = ascr + size_t(tid) * scr;
+      for (int64_t k; (k = next.fetch_add(1)) < ntask;) {
+        const int64_t b = order[size_t(k / H)], hh = k % H, n = len[size_t(b)];
+        if (n == 0) continue;
+        AttnTask t;
+        t.n = n;
+        t.d = d;
+        t.q = qkv + off[size_t(b)] * 3 * D + hh * d;
+        t.k = t.q + D;
+        t.v = t.q + 2 * D;
+        t.ld = 3 * D;
+        t.PQT = L.PQT.data() + hh * d * m.S2P;
+        t.PKTr = L.PKTr.data() + hh * d * m.S2P;
+        t.S2P = m.S2P;
+        t.span2 = 2 * m.span;
+        t.dtab = dtab.data();
+        t.R = Rr;
+        t.mask = kmask[size_t(b)];
+        t.scale = scale;
+        t.c2p = c.c2p;
+        t.p2c = c.p2c;
+        t.ctx = ctx + off[size_t(b)] * D + hh * d;
+        t.ldc = D;
+        t.probs = la ? la->probs.data() + (b * H + hh) * N * N : nullptr;
+        t.scratch = scratch;
+        attend(t);
       }
     });
-    // a = LN(ctx·Woᵀ + bo + x)
-    std::memcpy(tmp.data(), x.data(), size_t(BN * D) * 4);
-    L.o.fwd(BN, ctx.data(), D, tmp.data(), D, 1.0f);
     if (la) {
-      la->qkv = qkv;
-      la->ctx = ctx;
-      la->a_pre = tmp;
-      la->ln1_mean.resize(size_t(BN));
-      la->ln1_rstd.resize(size_t(BN));
+      la->qkv.assign(qkv, qkv + T * 3 * D);
+      la->ctx.assign(ctx, ctx + T * D);
     }
-    layernorm_fwd(BN, D, tmp.data(), L.ln1_w.data(), L.ln1_b.data(), c.eps, a.data(), la ? la->ln1_mean.data() : nullptr,
+    // a = LN(x + ctx·Woᵀ + bo)
+    L.o.fwd(T, ctx, D, x, D, 1.0f);
+    if (la) {
+      la->a_pre.assign(x, x + T * D);
+      la->ln1_mean.resize(size_t(T));
+      la->ln1_rstd.resize(size_t(T));
+    }
+    layernorm_fwd(T, D, x, L.ln1_w.data(), L.ln1_b.data(), c.eps, a, la ? la->ln1_mean.data() : nullptr,
                   la ? la->ln1_rstd.data() : nullptr);
-    // FFN: x' = LN(GELU(a·Wiᵀ + bi)·Woutᵀ + bout + a)
-    L.inter.fwd(BN, a.data(), D, h.data(), F);
-    gelu_fwd(BN * F, h.data(), hg.data(), false);
-    std::memcpy(tmp.data(), a.data(), size_t(BN * D) * 4);
-    L.out.fwd(BN, hg.data(), F, tmp.data(), D, 1.0f);
     if (la) {
-      la->a = a;
-      la->h_pre = h;
-      la->h = hg;
-      la->f_pre = tmp;
-      la->ln2_mean.resize(size_t(BN));
-      la->ln2_rstd.resize(size_t(BN));
+      la->a.assign(a, a + T * D);
+      la->h_pre.resize(size_t(T * F));
+      la->h.resize(size_t(T * F));
     }
-    layernorm_fwd(BN, D, tmp.data(), L.ln2_w.data(), L.ln2_b.data(), c.eps, x.data(), la ? la->ln2_mean.data() : nullptr,
+    // FFN in row chunks: a += GELU(a·Wiᵀ + bi)·Woutᵀ + bout ; x' = LN(a)
+    for (int64_t r0 = 0; r0 < T; r0 += FC) {
+      const int64_t rows = std::min(FC, T - r0);
+      L.inter.fwd(rows, a + r0 * D, D, h, F);
+      if (la) std::memcpy(la->h_pre.data() + r0 * F, h, size_t(rows * F) * 4);
+      gelu_fwd(rows * F, h, h, false);
+      if (la) std::memcpy(la->h.data() + r0 * F, h, size_t(rows * F) * 4);
+      L.out.fwd(rows, h, F, a + r0 * D, D, 1.0f);
+    }
+    if (la) {
+      la->f_pre.assign(a, a + T * D);
+      la->ln2_mean.resize(size_t(T));
+      la->ln2_rstd.resize(size_t(T));
+    }
+    layernorm_fwd(T, D, a, L.ln2_w.data(), L.ln2_b.data(), c.eps, x, la ? la->ln2_mean.data() : nullptr,
                   la ? la->ln2_rstd.data() : nullptr);
-    if (hidden_states) std::memcpy(hidden_states + (l + 1) * BN * D, x.data(), size_t(BN * D) * 4);
+    if (hidden_states) scatter(x, hidden_states + (l + 1) * BN * D);
   }
-  // Padded positions are zeroed (they carry no meaning; keeps outputs deterministic).
-  for (int64_t t = 0; t < BN; t++)
-    if (!mask[t]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
-  std::memcpy(out, x.data(), size_t(BN * D) * 4);
+  scatter(x, out);
 }
 
 }  // namespace loom::deberta

@@ -6,12 +6,15 @@
 //   A[h,i,j] = (q_i·k_j + q_i·PK[δ(i,j)] + k_j·PQ[δ(i,j)]) / sqrt(3·d), keys with mask 0 excluded
 //   a = LN(softmax(A)·V · Woᵀ + bo + x) ; x' = LN(GELU(a·Wiᵀ + bi)·Woutᵀ + bout + a)   (eps 1e-7)
 // δ(i,j) = clamp(bucket(i−j) + span, 0, 2·span−1), log-bucketed for |i−j| beyond span/2.
-// The attention is fused per (sample, head): the c2p / p2c terms are computed as (N, ncol) products
-// against only the relative rows that occur at this length, gathered into the score tile, soft-maxed
-// and multiplied with V. With `train`, everything backward needs is retained in DebertaActs.
+// The attention is fused per (sample, head) (deberta_attn_impl.h, one kernel per ISA): the c2p / p2c
+// terms are small GEMMs against only the relative rows that occur at this length, gathered into the
+// score tile, soft-maxed and multiplied with V. Padding is never computed: the tokens of all samples
+// are packed into one (ΣT_b, D) matrix, so every projection is one GEMM over real tokens only.
+// With `acts`, everything backward needs is retained (DebertaActs, unpacked (B*N) layout).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 #include "loom/core.h"
 #include "loom/gemm.h"
@@ -54,7 +57,10 @@ struct Layer {
   Linear inter;  // (F, D)
   Linear out;    // (D, F)
   std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;  // attention.output.LayerNorm, output.LayerNorm
-  std::vector<float> PQ, PK;                      // (2*span, D): R·Wqᵀ+bq, R·Wkᵀ+bk
+  // Position projections PQ = R·Wqᵀ + bq, PK = R·Wkᵀ + bk ((2*span, D)), stored per head transposed
+  // for the attention kernels: PQT[h][e][m] = PQ[m][h*d+e], PKTr[h][e][m] = PK[2*span−1−m][h*d+e]
+  // (columns reversed), m < S2P (zero past 2*span).
+  std::vector<float> PQT, PKTr;  // (H, d, S2P)
 };
 
 // Raw weights handed over by the loader (pointers stay valid only during model_create).
@@ -81,6 +87,12 @@ struct Model {
   std::vector<float> emb_ln_w, emb_ln_b;
   std::vector<Layer> layers;
   int64_t span = 256;  // att_span: relative rows used = 2*span
+  int64_t S2P = 0;     // row stride of PQT / PKTr: 2*span + 32
+  // Forward workspaces (one per concurrent forward, reused: no allocation per call in steady state).
+  struct Workspace;
+  mutable std::mutex ws_mu;
+  mutable std::vector<std::unique_ptr<Workspace>> ws_free;
+  ~Model();
 };
 
 std::unique_ptr<Model> model_create(const ModelSrc& src);
@@ -114,6 +126,8 @@ struct Acts {
 
 // ids, mask: (B, N); out: (B, N, D) last hidden state. hidden_states (optional): (L+1, B, N, D)
 // (embedding output, then each layer's output). acts (optional): retained activations (train).
+// Rows whose mask is 0 are 0 in out and hidden_states. A mask row of the form 1…1 0…0 (right
+// padding) costs only its real tokens; other masks run the whole row with the keys masked.
 void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uint8_t* mask, float* out,
              float* hidden_states = nullptr, Acts* acts = nullptr);
 

@@ -1,0 +1,42 @@
+// Private to the DeBERTa forward: the per-(sample, head) attention task handed to the ISA kernels
+// (deberta_attn_impl.h, compiled in deberta.cc / deberta_attn_avx2.cc / deberta_attn_avx512.cc).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include "deberta.h"
+
+namespace loom::deberta {
+
+struct AttnTask {
+  int64_t n = 0, d = 0;                  // tokens of the sample, head size
+  const float *q = nullptr, *k = nullptr, *v = nullptr;  // rows of the QKV buffer, head slice applied
+  int64_t ld = 0;                        // row stride of q, k, v
+  const float *PQT = nullptr, *PKTr = nullptr;  // this head's (d, S2P) position projections (see Layer)
+  int64_t S2P = 0, span2 = 0;            // row stride of PQT/PKTr, 2*span
+  const int32_t* dtab = nullptr;         // δ(rel) (rel-embedding row) at dtab[rel + R − 1], |rel| < R
+  int64_t R = 0;
+  const uint8_t* mask = nullptr;         // (n) keys, 1 = attend; null = all
+  float scale = 1.0f;
+  bool c2p = true, p2c = true;
+  float* ctx = nullptr;                  // (n, d) output, row stride ldc
+  int64_t ldc = 0;
+  float* probs = nullptr;                // (n, n) normalized probabilities (training), or null
+  float* scratch = nullptr;              // attn_scratch_floats(n, d) floats, 64-byte aligned
+  int64_t delta(int64_t rel) const { return dtab[rel + R - 1]; }
+};
+
+// Scratch floats one task needs for n tokens and head size d (any ISA: sized for 16 lanes).
+inline size_t attn_scratch_floats(int64_t n, int64_t d) {
+  auto r16 = [](int64_t a) { return (a + 15) / 16 * 16; };
+  const int64_t Np = r16(n), dp = r16(d), ncolp = r16(2 * n - 1);
+  return size_t(r16(Np * d) + r16(d * Np) + r16(Np * dp) + 2 * r16(Np * Np) + 2 * r16(Np * ncolp) + 2 * r16(Np) +
+                2 * r16(2 * Np) + 64);
+}
+
+}  // namespace loom::deberta
+
+namespace loom {
+namespace portable { void deberta_attend(const deberta::AttnTask& t); }
+namespace avx2 { void deberta_attend(const deberta::AttnTask& t); }
+namespace avx512 { void deberta_attend(const deberta::AttnTask& t); }
+}  // namespace loom
