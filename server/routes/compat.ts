@@ -37,7 +37,7 @@ import {
 } from '../../src/service/compat/build.ts';
 import { listModels, MAX_MODELS_LIMIT, modelEntry } from '../../src/service/compat/models.ts';
 import { checkDimensions, embeddingsResponse } from '../../src/service/compat/embeddings.ts';
-import { promptChars, runCompat, type RunEvent } from '../../src/service/compat/run.ts';
+import { promptChars, runCompat, toEncoderSchema, type RunEvent } from '../../src/service/compat/run.ts';
 import type { ChoiceResult, CompatRequest, Usage } from '../../src/service/compat/types.ts';
 import { SSE_HEADERS, type ResponseStream } from '../http.ts';
 import type { Ctx, RouteDef } from '../router.ts';
@@ -167,6 +167,7 @@ function encoderFor(endpoint: Endpoint, bctx: BuildContext, req: CompatRequest, 
 
 async function handleGeneration(ctx: Ctx, endpoint: Endpoint, normalize: (b: unknown) => CompatRequest): Promise<unknown> {
   const req = normalize(ctx.body);
+  if (req.extract) toEncoderSchema(req.extract.schema); // a bad `schema` is a 422 before anything is billed or stored
   const call = await beginCall(ctx, req);
   const base = { task: req.task === 'extract' ? 'extraction' : 'generate', input: recordInput(req), schema: req.extract?.schema, params: recordParams(req) };
   const bctx = newContext(endpoint, call.model.routed_model, { inference_id: call.inference_id, routed_model: call.model.routed_model });

@@ -249,6 +249,9 @@ t.test('errors: typed SDK errors with the spec shapes', async (t) => {
   t.type(bare.body.detail, 'string');
   const versioned = await call(ts.url, 'POST', '/v1/messages', { key: paid.key, body: { model: DEC, messages: [{ role: 'user', content: 'x' }] }, headers: { 'messages-version': '2023-06-01' } });
   t.same(versioned.body, { type: 'error', error: { type: 'invalid_request_error', message: "Missing required parameter: 'max_tokens'." } });
+  // a bad `schema` extension: 422 naming it
+  await rejectsWith(t, oai.chat.completions.create({ model: 'service/auto', messages: [{ role: 'user', content: 'x' }], schema: { entities: 5 } } as never),
+    (e) => e instanceof OpenAI.UnprocessableEntityError && e.param === 'schema.entities', 'bad schema extension: 422');
   // malformed JSON: 400 in the OpenAI envelope
   const raw = await call(ts.url, 'POST', '/v1/chat/completions', { key: paid.key, raw: '{"model":' });
   t.equal(raw.status, 400);
