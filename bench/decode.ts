@@ -1,4 +1,4 @@
-// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32] [--no-llama]`
+// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32] [--no-llama] [--no-ours]`
 //
 // Our decoder vs llama.cpp (node-llama-cpp 3.21.1, bench/package.json; `npm install --prefix bench`) on the
 // same random weights with the real SmolLM2-135M and Qwen2.5-0.5B configurations (speed does not depend
@@ -111,12 +111,14 @@ async function benchOurs(name: string, dir: string, gguf: string | null, cfg: De
   const V = cfg.vocabSize;
   const row: Row = { model: name, engine: `loom (${model.weightDtype.toLowerCase()} weights${gguf ? ', same gguf' : ''})` };
   const ours = new Ours(model, cfg, o.quick ? '1GiB' : '3GiB', 512);
+  progress(`${name}: loom loaded (${(model.weightBytes / 1e6).toFixed(0)} MB weights)`);
   // warm-up
   await ours.run([randomTokens(32, 99, V)], 4);
   // prefill: one 512-token prompt (a single step), 1 generated token
   let best = Infinity;
   for (let r = 0; r < (o.quick ? 1 : 3); r++) best = Math.min(best, (await ours.run([randomTokens(512, 1 + r, V)], 1))[0].ttft);
   row.prefill = 512 / (best / 1000);
+  progress(`${name}: loom prefill ${row.prefill.toFixed(1)} tok/s`);
   // decode batch 1
   const nDec = o.quick ? 16 : 64;
   const d = (await ours.run([randomTokens(16, 7, V)], nDec))[0];
@@ -129,6 +131,7 @@ async function benchOurs(name: string, dir: string, gguf: string | null, cfg: De
     const tok = rs.reduce((a, x) => a + x.n, 0);
     if (streams === 8) row.agg8 = tok / (wall / 1000);
     else row.agg32 = tok / (wall / 1000);
+    progress(`${name}: loom ${streams} streams ${(tok / (wall / 1000)).toFixed(1)} tok/s`);
   }
   // TTFT with a shared prefix: cold (no cache) vs warm (automatic prefix cache)
   const P = o.quick ? 1024 : 4096;
@@ -185,16 +188,19 @@ async function benchLlamaCpp(lib: Any, name: string, gguf: string, cfg: DecoderC
       best = Math.min(best, (await gen(seq, randomTokens(512, 1 + r, V), 1, performance.now())).ttft);
     }
     row.prefill = 512 / (best / 1000);
+    progress(`${name}: llama.cpp prefill ${row.prefill.toFixed(1)} tok/s`);
     await seq.clearHistory();
     const nDec = o.quick ? 16 : 64;
     const d = await gen(seq, randomTokens(16, 7, V), nDec, performance.now());
     row.decode = (d.n - 1) / ((d.end - d.ttft) / 1000);
+    progress(`${name}: llama.cpp decode ${row.decode.toFixed(1)} tok/s`);
     // TTFT: cold, then with the prefix kept in the sequence's KV cache (suffix only evaluated)
     const prefix = randomTokens(P, 4242, V);
     await seq.clearHistory();
     row.ttftUncachedMs = (await gen(seq, [...prefix, ...randomTokens(8, 1, V)], 1, performance.now())).ttft;
     await seq.eraseContextTokenRanges([{ start: P, end: seq.nextTokenIndex }]);
     row.ttftCachedMs = (await gen(seq, randomTokens(8, 3, V), 1, performance.now())).ttft;
+    progress(`${name}: llama.cpp TTFT ${row.ttftUncachedMs.toFixed(0)} / ${row.ttftCachedMs.toFixed(0)} ms`);
     await ctx.dispose();
   }
   for (const streams of [8, 32]) {
@@ -206,6 +212,7 @@ async function benchLlamaCpp(lib: Any, name: string, gguf: string, cfg: DecoderC
     const tok = rs.reduce((a, x) => a + x.n, 0);
     if (streams === 8) row.agg8 = tok / (wall / 1000);
     else row.agg32 = tok / (wall / 1000);
+    progress(`${name}: llama.cpp ${streams} streams ${(tok / (wall / 1000)).toFixed(1)} tok/s`);
     await ctx.dispose();
   }
   await model.dispose();
@@ -218,8 +225,11 @@ interface Opts {
   threads: number;
   f32: boolean;
   llama: boolean;
+  ours: boolean;
   models: string[];
 }
+
+const progress = (msg: string) => process.stderr.write(`  [decode bench] ${msg}\n`);
 
 const fmt = (v: number | undefined, d = 1) => (v === undefined ? '—' : v.toFixed(d));
 
@@ -230,9 +240,18 @@ export async function run(argv: string[]): Promise<void> {
     threads: Number(flag(argv, '--threads') ?? cpus().length),
     f32: argv.includes('--f32'),
     llama: !argv.includes('--no-llama'),
+    ours: !argv.includes('--no-ours'),
     models: (flag(argv, '--models') ?? Object.keys(CONFIGS).join(',')).split(','),
   };
   setThreads(o.threads);
+  // an engine that stops scheduling work would let the process exit silently mid-run: say so
+  let finished = false;
+  process.on('beforeExit', () => {
+    if (!finished) {
+      console.error('decode bench: the event loop drained before the run finished (an engine stalled)');
+      process.exitCode = 1;
+    }
+  });
   const bw = copyBandwidth();
   const bound = (bytes: number) => bw / 2 / bytes; // copy moves 2 bytes per byte read
   console.log(`decode bench: ${o.threads} threads, copy bandwidth ${(bw / 1e9).toFixed(1)} GB/s (read+write)${o.quick ? ', --quick' : ''}`);
@@ -244,7 +263,7 @@ export async function run(argv: string[]): Promise<void> {
     const dir = ensureRandomCheckpoint(name);
     const cfg = loadDecoderConfig(dir);
     const gguf = lib ? writeGgufFromCheckpoint(dir, CONFIGS[name], join(CACHE, `${name}.${o.f32 ? 'f32' : 'f16'}.gguf`), o.f32 ? 'F32' : 'F16') : null;
-    const r = await benchOurs(name, dir, gguf, cfg, o, bound);
+    const r: Row = o.ours ? await benchOurs(name, dir, gguf, cfg, o, bound) : { model: name, engine: 'loom (skipped: --no-ours)' };
     rows.push(r);
     if (o.json) console.log(JSON.stringify(r));
     if (lib && gguf) {
@@ -258,6 +277,7 @@ export async function run(argv: string[]): Promise<void> {
       }
     }
   }
+  finished = true;
   console.log('\n| model | engine | prefill 512 tok/s | decode b=1 tok/s | agg ×8 tok/s | agg ×32 tok/s | TTFT 4k uncached ms | TTFT 4k cached ms | bw bound tok/s |');
   console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows)
@@ -266,7 +286,7 @@ export async function run(argv: string[]): Promise<void> {
   for (const name of o.models) {
     const a = rows.find((r) => r.model === name && r.engine.startsWith('loom'));
     const b = rows.find((r) => r.model === name && r.engine.startsWith('llama.cpp'));
-    if (!a) continue;
+    if (!a || a.decode === undefined) continue;
     const parts = [
       `32-stream aggregate / single stream = ${fmt(a.agg32! / a.decode!, 2)}× (target ≥ 8×)`,
       `cached TTFT speed-up = ${fmt(a.ttftUncachedMs! / a.ttftCachedMs!, 1)}× (target ≥ 10×)`,
