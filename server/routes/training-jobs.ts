@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import type { RouteDef } from '../router.ts';
 import { reply } from '../router.ts';
+import { SSE_HEADERS } from '../http.ts';
 import { requestBaseUrl } from '../../src/service/signed-urls.ts';
 import { trainingJobRequestSchema } from '../../src/service/training-jobs.ts';
 
@@ -26,9 +27,26 @@ export function trainingJobRoutes(): RouteDef[] {
       handler: ({ services, principal, params }) => services.trainingJobs.get(principal, params.id),
     },
     {
+      // JSON, or with ?stream=true server-sent events: one `log` event per entry as it is written,
+      // then an `end` event with the final status once the job is finished
       method: 'GET', path: '/felix/training-jobs/:id/logs', auth: 'any', params: { id: 'uuid' },
-      query: { after: { type: 'integer', min: -1 }, limit: { type: 'integer', min: 1, max: 10_000, default: 1000 } },
-      handler: ({ services, principal, params, query }) => services.trainingJobs.logs(principal, params.id, query),
+      query: { after: { type: 'integer', min: -1 }, limit: { type: 'integer', min: 1, max: 10_000, default: 1000 }, stream: { type: 'boolean', default: false } },
+      async handler({ services, principal, params, query, stream, signal }) {
+        if (!query.stream) return services.trainingJobs.logs(principal, params.id, query);
+        let after: number | undefined = query.after;
+        services.trainingJobs.get(principal, params.id); // 404 before the stream starts
+        const s = stream(200, SSE_HEADERS);
+        while (!signal.aborted) {
+          const batch = services.trainingJobs.logs(principal, params.id, { after, limit: 1000 }).logs;
+          for (const l of batch) { await s.sse(l, 'log'); after = l.seq; }
+          if (batch.length) continue;
+          let status: string;
+          try { status = services.trainingJobs.get(principal, params.id).status; } catch { status = 'deleted'; }
+          if (!['requested', 'running'].includes(status)) { await s.sse({ status }, 'end'); break; }
+          await new Promise((r) => setTimeout(r, 500));
+        }
+        s.end();
+      },
     },
     {
       method: 'GET', path: '/felix/training-jobs/:id/checkpoints', auth: 'any', params: { id: 'uuid' },

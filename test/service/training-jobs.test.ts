@@ -143,6 +143,10 @@ t.test('GET one / list: shapes, filters, bounds; logs; checkpoints; download 409
   t.equal(again.status, 409);
   t.match(again.body.detail, /cancelled; only a running/);
   t.equal((await call(ts.url, 'GET', '/felix/training-jobs?status=cancelled', { key: u.key })).body.count, 1);
+  const sse = await call(ts.url, 'GET', `/felix/training-jobs/${a.id}/logs?stream=true`, { key: u.key });
+  t.match(sse.headers.get('content-type'), /text\/event-stream/);
+  t.match(sse.text, /^event: log\ndata: \{"seq":0,.*"message":"job created; queued[^"]*"\}\n\n/);
+  t.match(sse.text, /event: end\ndata: \{"status":"cancelled"\}\n\n$/);
   t.match(await call(ts.url, 'GET', '/felix/trained-models', { key: u.key }), { status: 200, body: { success: true, count: 0, models: [] } });
 
   const del = await call(ts.url, 'DELETE', `/felix/training-jobs/${a.id}`, { key: u.key });
