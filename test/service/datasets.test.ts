@@ -163,3 +163,26 @@ t.test('list, 404s, delete (200 empty body; 409 while a job uses it)', async (t)
   const again = await uploadDataset(ts.url, u.key, 'todelete', 'ner', 'a.jsonl', NER);
   t.match(again.body, { status: 'ready', version_number: '1' }, 'the name starts over');
 });
+
+t.test('restart: a version cut off while processing is processed again', async (t) => {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { createServices } = await import('../../src/service/index.ts');
+  const { FakeRuntime } = await import('./fake-runtime.ts');
+  const dataDir = mkdtempSync(join(tmpdir(), 'loom-ds-restart-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const open = () => createServices({ runtime: new FakeRuntime(), config: { dataDir, workerThreads: 1 } });
+  let s = await open();
+  const { team } = await s.auth.createUser({ email: 'ds@example.com', password: 'correct horse battery' });
+  const p = { team_id: team.id } as never;
+  const up = await s.datasets.createUpload(p, { dataset_name: 'cut', dataset_type: 'ner', filename: 'c.jsonl' }, 'http://x');
+  await s.datasets.receiveUpload(up.upload_id, Buffer.from(NER));
+  // the process died right after the status moved to converting
+  await s.store.tx(() => { const v = s.store.datasets.getVersion(up.version_id)!; s.store.datasets.putVersion({ ...v, status: 'converting' }); });
+  await s.close();
+  s = await open();
+  t.teardown(() => s.close());
+  await s.datasets.settle();
+  t.match(s.store.datasets.getVersion(up.version_id), { status: 'ready', size: 3 });
+});
