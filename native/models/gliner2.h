@@ -29,6 +29,7 @@ struct Heads {
   deberta::Linear cls0, cls2, cp0, cp2;
   std::vector<float> pos_emb;          // (20, D)
   deberta::Linear gru_ih, gru_hh;      // (3D, D) each, rows r, z, n
+  std::vector<float> gru_x;            // (20, 3D) = pos_emb·W_ihᵀ + b_ih (the GRU inputs), at load
   // count_lstm
   deberta::Linear proj0, proj2;        // 2D→4D→D
   // count_lstm_v2

@@ -42,17 +42,20 @@ void mlp2(const Linear& a, const Linear& b, int64_t M, const float* x, int64_t l
   b.fwd(M, h.data(), a.N, y, ldy);
 }
 
-// count_lstm / count_lstm_v2: F (M, D) field embeddings, c steps → Fc (c, M, D).
-void count_embed(const Heads& hd, int64_t M, const float* F, int64_t c, float* Fc) {
+// count_lstm / count_lstm_v2 for several segments at once (all with the same count c): the fields
+// of every segment are rows of F (Mt, D), segment g owning rows [gr[g], gr[g] + gm[g]).
+// Fc (c, Mt, D): row (t, m) is field m's embedding for instance t. Row-wise layers run as one GEMM
+// over all segments; the v2 transformer attends within each (step, segment) group only.
+void count_embed(const Heads& hd, int64_t Mt, const float* F, int64_t c, const std::vector<int64_t>& gr,
+                 const std::vector<int64_t>& gm, float* Fc) {
   const int64_t D = hd.D;
-  if (c <= 0 || M <= 0) return;
-  // GRU over c steps; h0 = F; input x_t = pos_emb[t] (same for all fields).
-  std::vector<float> G(size_t(c * M * D)), gi(size_t(c * 3 * D)), gh(size_t(M * 3 * D)), h(F, F + M * D);
-  hd.gru_ih.fwd(c, hd.pos_emb.data(), D, gi.data(), 3 * D);  // (c, 3D)
+  if (c <= 0 || Mt <= 0) return;
+  // GRU over c steps; h0 = F; input x_t = pos_emb[t] (same for all fields: gates precomputed at load).
+  std::vector<float> G(size_t(c * Mt * D)), gh(size_t(Mt * 3 * D)), h(F, F + Mt * D);
   for (int64_t t = 0; t < c; t++) {
-    hd.gru_hh.fwd(M, h.data(), D, gh.data(), 3 * D);  // (M, 3D)
-    const float* x = gi.data() + t * 3 * D;
-    for (int64_t m = 0; m < M; m++) {
+    hd.gru_hh.fwd(Mt, h.data(), D, gh.data(), 3 * D);  // (Mt, 3D)
+    const float* x = hd.gru_x.data() + t * 3 * D;
+    for (int64_t m = 0; m < Mt; m++) {
       float* hm = h.data() + m * D;
       const float* g = gh.data() + m * 3 * D;
       for (int64_t u = 0; u < D; u++) {
@@ -62,61 +65,68 @@ void count_embed(const Heads& hd, int64_t M, const float* F, int64_t c, float* F
         hm[u] = (1.0f - z) * n + z * hm[u];
       }
     }
-    std::memcpy(G.data() + t * M * D, h.data(), size_t(M * D) * 4);
+    std::memcpy(G.data() + t * Mt * D, h.data(), size_t(Mt * D) * 4);
   }
-  const int64_t R = c * M;
+  const int64_t R = c * Mt;
   if (hd.counting == Counting::Lstm) {
     // Fc = proj2(ReLU(proj0(concat(G, F))))
     std::vector<float> cat(size_t(R * 2 * D));
     for (int64_t t = 0; t < c; t++)
-      for (int64_t m = 0; m < M; m++) {
-        float* row = cat.data() + (t * M + m) * 2 * D;
-        std::memcpy(row, G.data() + (t * M + m) * D, size_t(D) * 4);
+      for (int64_t m = 0; m < Mt; m++) {
+        float* row = cat.data() + (t * Mt + m) * 2 * D;
+        std::memcpy(row, G.data() + (t * Mt + m) * D, size_t(D) * 4);
         std::memcpy(row + D, F + m * D, size_t(D) * 4);
       }
     mlp2(hd.proj0, hd.proj2, R, cat.data(), 2 * D, Fc, D);
     return;
   }
   // count_lstm_v2: X = G + F; Y = in_proj(X); 2 post-norm transformer layers attending across the
-  // M fields for each step t; Fc = o4(ReLU(o2(ReLU(o0(concat(Y, X)))))).
+  // fields of one segment for each step t; Fc = o4(ReLU(o2(ReLU(o0(concat(Y, X)))))).
   const int64_t T = hd.in_proj.N, NH = 4, dh = T / NH;
   std::vector<float> X(size_t(R * D));
   for (int64_t t = 0; t < c; t++)
-    for (int64_t m = 0; m < M; m++)
-      for (int64_t u = 0; u < D; u++) X[size_t((t * M + m) * D + u)] = G[size_t((t * M + m) * D + u)] + F[m * D + u];
+    for (int64_t m = 0; m < Mt; m++)
+      for (int64_t u = 0; u < D; u++) X[size_t((t * Mt + m) * D + u)] = G[size_t((t * Mt + m) * D + u)] + F[m * D + u];
   std::vector<float> Y(size_t(R * T)), qkv(size_t(R * 3 * T)), ctx(size_t(R * T)), tmp(size_t(R * T)),
       ff(size_t(R * hd.tl[0].lin1.N));
-  std::vector<float> sc(static_cast<size_t>(M));
+  int64_t Mmax = 1;
+  for (int64_t v : gm) Mmax = std::max(Mmax, v);
+  std::vector<float> sc(static_cast<size_t>(Mmax));
   hd.in_proj.fwd(R, X.data(), D, Y.data(), T);
   const float scale = 1.0f / std::sqrt(float(dh));
   for (int li = 0; li < 2; li++) {
     const Heads::TLayer& L = hd.tl[li];
     L.attn_in.fwd(R, Y.data(), T, qkv.data(), 3 * T);
-    for (int64_t t = 0; t < c; t++)
-      for (int64_t hh = 0; hh < NH; hh++)
-        for (int64_t i = 0; i < M; i++) {
-          const float* q = qkv.data() + (t * M + i) * 3 * T + hh * dh;
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < M; j++) {
-            const float* k = qkv.data() + (t * M + j) * 3 * T + T + hh * dh;
-            float s = 0.0f;
-            for (int64_t e = 0; e < dh; e++) s += q[e] * k[e];
-            sc[size_t(j)] = s * scale;
-            mx = std::max(mx, sc[size_t(j)]);
+    for (size_t g = 0; g < gr.size(); g++) {
+      const int64_t M = gm[g];
+      for (int64_t t = 0; t < c; t++) {
+        const int64_t r0 = t * Mt + gr[g];
+        for (int64_t hh = 0; hh < NH; hh++)
+          for (int64_t i = 0; i < M; i++) {
+            const float* q = qkv.data() + (r0 + i) * 3 * T + hh * dh;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < M; j++) {
+              const float* k = qkv.data() + (r0 + j) * 3 * T + T + hh * dh;
+              float s = 0.0f;
+              for (int64_t e = 0; e < dh; e++) s += q[e] * k[e];
+              sc[size_t(j)] = s * scale;
+              mx = std::max(mx, sc[size_t(j)]);
+            }
+            float sum = 0.0f;
+            for (int64_t j = 0; j < M; j++) {
+              sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
+              sum += sc[size_t(j)];
+            }
+            float* o = ctx.data() + (r0 + i) * T + hh * dh;
+            std::fill(o, o + dh, 0.0f);
+            for (int64_t j = 0; j < M; j++) {
+              const float* v = qkv.data() + (r0 + j) * 3 * T + 2 * T + hh * dh;
+              float p = sc[size_t(j)] / sum;
+              for (int64_t e = 0; e < dh; e++) o[e] += p * v[e];
+            }
           }
-          float sum = 0.0f;
-          for (int64_t j = 0; j < M; j++) {
-            sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
-            sum += sc[size_t(j)];
-          }
-          float* o = ctx.data() + (t * M + i) * T + hh * dh;
-          std::fill(o, o + dh, 0.0f);
-          for (int64_t j = 0; j < M; j++) {
-            const float* v = qkv.data() + (t * M + j) * 3 * T + 2 * T + hh * dh;
-            float p = sc[size_t(j)] / sum;
-            for (int64_t e = 0; e < dh; e++) o[e] += p * v[e];
-          }
-        }
+      }
+    }
     std::memcpy(tmp.data(), Y.data(), size_t(R * T) * 4);
     L.attn_out.fwd(R, ctx.data(), T, tmp.data(), T, 1.0f);
     layernorm_fwd(R, T, tmp.data(), L.n1w.data(), L.n1b.data(), 1e-5f, Y.data(), nullptr, nullptr);
@@ -164,6 +174,8 @@ std::unique_ptr<Heads> heads_create(int64_t D, int64_t K, Counting counting,
   vec(h->pos_emb, t, "count_embed.pos_embedding.weight", 20 * D);
   h->gru_ih.init(DType::F32, 3 * D, D, need(t, "count_embed.gru.weight_ih_l0"), D, need(t, "count_embed.gru.bias_ih_l0"));
   h->gru_hh.init(DType::F32, 3 * D, D, need(t, "count_embed.gru.weight_hh_l0"), D, need(t, "count_embed.gru.bias_hh_l0"));
+  h->gru_x.resize(size_t(20 * 3 * D));  // the GRU's inputs are the 20 position embeddings: gates once
+  h->gru_ih.fwd(20, h->pos_emb.data(), D, h->gru_x.data(), 3 * D);
   if (counting == Counting::Lstm) {
     lin(h->proj0, t, "count_embed.projector.0", 4 * D, 2 * D);
     lin(h->proj2, t, "count_embed.projector.2", D, 4 * D);
@@ -193,25 +205,65 @@ void heads_run(const Heads& hd, int64_t B, const float* words, const int64_t* wo
                std::vector<SegOut>& outs, std::vector<std::vector<float>>* span_rep) {
   const int64_t D = hd.D, K = hd.K, D4 = 4 * D, S = int64_t(segs.size());
   outs.assign(size_t(S), SegOut());
-  // Count head over the [P] rows of span segments; classifier over classification markers.
-  bool any_span = false;
+  // Count head over the [P] rows of all span segments, classifier over all classification markers:
+  // one batched MLP each.
+  std::vector<int64_t> span_ids, cls_ids;
+  int64_t ncls = 0;
   for (int64_t s = 0; s < S; s++) {
-    const Segment& g = segs[size_t(s)];
-    SegOut& o = outs[size_t(s)];
-    if (g.kind == 1) {
-      o.cls_logits.resize(size_t(g.M));
-      mlp2(hd.cls0, hd.cls2, g.M, g.embs + D, D, o.cls_logits.data(), 1);
-    } else {
-      any_span = true;
-      o.count_logits.resize(20);
-      mlp2(hd.cp0, hd.cp2, 1, g.embs, D, o.count_logits.data(), 20);
+    if (segs[size_t(s)].kind == 1) cls_ids.push_back(s), ncls += segs[size_t(s)].M;
+    else span_ids.push_back(s);
+  }
+  const bool any_span = !span_ids.empty();
+  if (ncls > 0) {
+    std::vector<float> x(static_cast<size_t>(ncls * D)), y(static_cast<size_t>(ncls));
+    int64_t r = 0;
+    for (int64_t s : cls_ids) {
+      const Segment& g = segs[size_t(s)];
+      std::memcpy(x.data() + r * D, g.embs + D, size_t(g.M * D) * 4);
+      r += g.M;
+    }
+    mlp2(hd.cls0, hd.cls2, ncls, x.data(), D, y.data(), 1);
+    r = 0;
+    for (int64_t s : cls_ids) {
+      const int64_t M = segs[size_t(s)].M;
+      outs[size_t(s)].cls_logits.assign(y.begin() + r, y.begin() + r + M);
+      r += M;
+    }
+  }
+  for (int64_t s : cls_ids) outs[size_t(s)].cls_logits.resize(size_t(segs[size_t(s)].M));
+  if (any_span) {
+    const int64_t ns = int64_t(span_ids.size());
+    std::vector<float> x(static_cast<size_t>(ns * D)), y(static_cast<size_t>(ns * 20));
+    for (int64_t q = 0; q < ns; q++) std::memcpy(x.data() + q * D, segs[size_t(span_ids[size_t(q)])].embs, size_t(D) * 4);
+    mlp2(hd.cp0, hd.cp2, ns, x.data(), D, y.data(), 20);
+    for (int64_t q = 0; q < ns; q++) {
+      SegOut& o = outs[size_t(span_ids[size_t(q)])];
+      o.count_logits.assign(y.begin() + q * 20, y.begin() + q * 20 + 20);
       int64_t c = 0;
       for (int64_t i = 1; i < 20; i++)
         if (o.count_logits[size_t(i)] > o.count_logits[size_t(c)]) c = i;
       o.count = c;
-      if (c > 0 && g.M > 0) {
-        o.count_embed.resize(size_t(c * g.M * D));
-        count_embed(hd, g.M, g.embs + D, c, o.count_embed.data());
+    }
+    // Count-aware field embeddings, one batched run per distinct count.
+    for (int64_t c = 1; c < 20; c++) {
+      std::vector<int64_t> ids, gr, gm;
+      int64_t Mt = 0;
+      for (int64_t s : span_ids)
+        if (outs[size_t(s)].count == c && segs[size_t(s)].M > 0) {
+          ids.push_back(s);
+          gr.push_back(Mt);
+          gm.push_back(segs[size_t(s)].M);
+          Mt += segs[size_t(s)].M;
+        }
+      if (ids.empty()) continue;
+      std::vector<float> F(static_cast<size_t>(Mt * D)), Fc(static_cast<size_t>(c * Mt * D));
+      for (size_t g = 0; g < ids.size(); g++) std::memcpy(F.data() + gr[g] * D, segs[size_t(ids[g])].embs + D, size_t(gm[g] * D) * 4);
+      count_embed(hd, Mt, F.data(), c, gr, gm, Fc.data());
+      for (size_t g = 0; g < ids.size(); g++) {
+        std::vector<float>& ce = outs[size_t(ids[g])].count_embed;
+        ce.resize(size_t(c * gm[g] * D));
+        for (int64_t t = 0; t < c; t++)
+          std::memcpy(ce.data() + t * gm[g] * D, Fc.data() + (t * Mt + gr[g]) * D, size_t(gm[g] * D) * 4);
       }
     }
   }
