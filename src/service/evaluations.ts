@@ -19,9 +19,11 @@ import type { Logger } from './index.ts';
 import type { EvaluateResult } from './jobs/evaluate-task.ts';
 import type { JobPool } from './jobs/pool.ts';
 import type { ModelRuntime } from './runtime.ts';
-import { FRESH_ENCODER_ID, type TrainingJobsService } from './training-jobs.ts';
+import { FRESH_ENCODERS, type TrainingJobsService } from './training-jobs.ts';
 
 export const BASELINE_FRESH_ENCODER = 'baseline/gliner2-init-small';
+/** fresh-initialized baselines: id → encoder preset (the same presets as the loom/gliner2-init-* bases) */
+export const FRESH_BASELINES: Record<string, string> = { [BASELINE_FRESH_ENCODER]: 'small', 'baseline/gliner2-init-tiny': 'tiny' };
 
 const r6 = (x: number) => Math.round(x * 1e6) / 1e6;
 
@@ -59,18 +61,21 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
     const entries = await catalog.list({ supports_inference: true });
     const models = entries.filter((e) => e.local).map((e) => ({ id: e.id, name: e.name, provider: e.provider, description: `${e.description} (base ${e.task_type}, as released)`, task_type: e.task_type }));
     for (const l of local) if (!models.some((m) => m.id === l.id)) models.push({ id: l.id, name: l.id, provider: 'local', description: `${l.kind} on disk`, task_type: l.kind });
-    models.push({ id: BASELINE_FRESH_ENCODER, name: 'GLiNER2 small, freshly initialized', provider: 'loom', description: 'An untrained small GLiNER2 encoder (the starting point of training from scratch): the floor a trained model should clear', task_type: 'encoder' });
+    for (const [id, preset] of Object.entries(FRESH_BASELINES)) {
+      models.push({ id, name: `GLiNER2 ${preset}, freshly initialized`, provider: 'loom', description: `An untrained ${preset} GLiNER2 encoder (the starting point of training loom/gliner2-init-${preset} from scratch): the floor a trained model should clear`, task_type: 'encoder' });
+    }
     return models;
   }
 
   /** what to run for `base_model` */
-  async function resolveModel(p: Principal, id: string): Promise<{ source: string; kind: 'encoder' | 'decoder'; dir: string | null; adapter?: string; fresh?: boolean }> {
+  async function resolveModel(p: Principal, id: string): Promise<{ source: string; kind: 'encoder' | 'decoder'; dir: string | null; adapter?: string; fresh?: string }> {
     const job = trainingJobs.modelOf(p.team_id, id);
     if (job) {
       if (job.status !== 'complete' && job.status !== 'deployed') throw new ConflictError(`Training job ${id} is ${job.status}; evaluate it once it is complete`);
       return { source: 'training_job', kind: job.kind, dir: job.model_dir, adapter: job.adapter_dir };
     }
-    if (id === BASELINE_FRESH_ENCODER || id === FRESH_ENCODER_ID) return { source: 'baseline', kind: 'encoder', dir: null, fresh: true };
+    const preset = FRESH_BASELINES[id] ?? FRESH_ENCODERS[id];
+    if (preset) return { source: 'baseline', kind: 'encoder', dir: null, fresh: preset };
     const local = (await runtime.listLocal()).find((m) => m.id === id);
     if (local) return { source: (await baselines()).some((b) => b.id === id) ? 'baseline' : 'base_model', kind: local.kind, dir: local.dir };
     const entry = await catalog.get(id);
@@ -101,10 +106,10 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
         if (!dir) throw new Error(`model ${e.base_model} is not available on this server`);
       }
       if (m.fresh) {
-        // the baseline: a freshly initialized small encoder, its tokenizer built from this data
+        // the baseline: a freshly initialized encoder, its tokenizer built from this data
         mkdirSync(work, { recursive: true });
         dir = join(work, 'fresh-encoder');
-        await pool.run<unknown>({ op: 'init_encoder', dir, preset: 'small', texts_from: [datasets.dataFile(v)] }).result;
+        await pool.run<unknown>({ op: 'init_encoder', dir, preset: m.fresh, texts_from: [datasets.dataFile(v)] }).result;
       }
       const { result } = pool.run<EvaluateResult>({ op: 'evaluate', kind: m.kind, model_dir: dir!, adapter_dir: m.adapter, data_file: datasets.dataFile(v), threshold: e.threshold });
       const r = await result;

@@ -92,17 +92,19 @@ t.test('upload → train → evaluate → deploy → project inference', async (
 
   // evaluations: the trained model against the fresh-initialized baseline, on held-out data
   const baselines = (await call(ts.url, 'GET', '/felix/baseline-models', { key: u.key })).body;
-  t.ok(baselines.models.some((m: { id: string }) => m.id === 'baseline/gliner2-init-small'));
+  t.ok(baselines.models.some((m: { id: string }) => m.id === 'baseline/gliner2-init-tiny'));
   const ev = await call(ts.url, 'POST', '/felix/evaluations', { key: u.key, body: { base_model: id, dataset_name: 'people-eval' } });
   t.equal(ev.status, 200);
   t.match(ev.body, { success: true, count: 1, evaluations: [{ status: 'queued' }] });
-  const evBase = await call(ts.url, 'POST', '/felix/evaluations', { key: u.key, body: { base_model: 'baseline/gliner2-init-small', dataset_name: 'people-eval' } });
+  const evBase = await call(ts.url, 'POST', '/felix/evaluations', { key: u.key, body: { base_model: 'baseline/gliner2-init-tiny', dataset_name: 'people-eval' } });
   const evDone = await poll(() => call(ts.url, 'GET', `/felix/evaluations/${ev.body.evaluations[0].id}`, { key: u.key }), (r) => ['complete', 'failed'].includes(r.body.status), 60_000, 100);
   const baseDone = await poll(() => call(ts.url, 'GET', `/felix/evaluations/${evBase.body.evaluations[0].id}`, { key: u.key }), (r) => ['complete', 'failed'].includes(r.body.status), 60_000, 100);
   t.match(evDone.body, { status: 'complete', sample_count: 20, f1_score: Number, precision_score: Number, recall_score: Number, per_label: { person: { f1: Number }, city: { f1: Number } } });
   t.type(evDone.body.completed_at, 'string');
   t.match(baseDone.body, { status: 'complete', sample_count: 20 });
-  t.ok(evDone.body.f1_score > baseDone.body.f1_score, `trained F1 ${evDone.body.f1_score} > fresh baseline F1 ${baseDone.body.f1_score}`);
+  // the same architecture, untrained: training must clear it by a wide margin
+  t.ok(evDone.body.f1_score > baseDone.body.f1_score + 0.2, `trained F1 ${evDone.body.f1_score} > fresh baseline F1 ${baseDone.body.f1_score} + 0.2`);
+  t.comment(`held-out F1: trained ${evDone.body.f1_score} (P ${evDone.body.precision_score}, R ${evDone.body.recall_score}) vs untrained ${baseDone.body.f1_score}`);
 
   // deploy and serve
   const project = (await call(ts.url, 'POST', '/projects', { key: u.key, body: { name: 'people' } })).body;
