@@ -12,6 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { cpus, loadavg } from 'node:os';
 import { writeSafetensors, type TensorToWrite } from '../src/formats/safetensors.ts';
 import { loadEncoder, type EncoderModel } from '../src/models/encoder/index.ts';
 import { normalizeSchema } from '../src/models/encoder/schema.ts';
@@ -119,17 +120,23 @@ async function sentences(model: EncoderModel, words: number, count: number): Pro
   return out;
 }
 
-async function timeIt(fn: () => Promise<unknown>, minReps: number, seconds: number): Promise<number> {
+type Timing = { s: number; cpu: number }; // median wall seconds, median process CPU seconds (all threads)
+
+async function timeIt(fn: () => Promise<unknown>, minReps: number, seconds: number): Promise<Timing> {
   await fn(); // warm-up
   const times: number[] = [];
+  const cpus: number[] = [];
   const end = performance.now() + seconds * 1000;
   while (times.length < minReps || (performance.now() < end && times.length < 50)) {
+    const c0 = process.cpuUsage();
     const t0 = performance.now();
     await fn();
     times.push(performance.now() - t0);
+    const c = process.cpuUsage(c0);
+    cpus.push((c.user + c.system) / 1000);
   }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(times.length / 2)] / 1000;
+  const med = (a: number[]) => a.sort((x, y) => x - y)[Math.floor(a.length / 2)] / 1000;
+  return { s: med(times), cpu: med(cpus) };
 }
 
 export async function run(argv: string[] = []): Promise<void> {
@@ -145,16 +152,17 @@ export async function run(argv: string[] = []): Promise<void> {
   const lengths = quick ? [16, 64] : [16, 64, 256];
   const batches = [1, 32];
   const secs = quick ? 1 : 4;
-  type Row = { words: number; B: number; N: number; W: number; loom: number; torch?: number; ort?: number };
+  type Row = { words: number; B: number; N: number; W: number; loom: number; loomCpu: number; torch?: number; torchCpu?: number; ort?: number; ortCpu?: number };
+  const load0 = loadavg()[0];
   const rows: Row[] = [];
   for (const words of lengths) {
     const texts = await sentences(model, words, 32);
     const f = await model.format(texts[0], schema);
     for (const B of batches) {
       const batch = texts.slice(0, B);
-      const s = await timeIt(() => (B === 1 ? model.extract(batch[0], labels) : model.extract(batch, labels)), quick ? 2 : 3, secs);
-      rows.push({ words, B, N: f.ids.length, W: f.wordPos.length, loom: s });
-      console.log(`loom  words=${words} B=${B} N=${f.ids.length}: ${(s * 1000).toFixed(1)} ms/call, ${(B / s).toFixed(1)} texts/s`);
+      const { s, cpu } = await timeIt(() => (B === 1 ? model.extract(batch[0], labels) : model.extract(batch, labels)), quick ? 2 : 3, secs);
+      rows.push({ words, B, N: f.ids.length, W: f.wordPos.length, loom: s, loomCpu: cpu });
+      console.log(`loom  words=${words} B=${B} N=${f.ids.length}: ${(s * 1000).toFixed(1)} ms/call, ${(B / s).toFixed(1)} texts/s, CPU ${(cpu * 1000).toFixed(1)} ms/call`);
     }
   }
   // PyTorch (+ ONNX export for onnxruntime)
@@ -171,7 +179,7 @@ export async function run(argv: string[] = []): Promise<void> {
     writeFileSync(jp, JSON.stringify(job));
     try {
       const out = JSON.parse(execFileSync(py, [join(here, 'encode_torch.py'), jp], { encoding: 'utf8', maxBuffer: 1 << 24, env: { ...process.env, OMP_NUM_THREADS: String(threads) } }).trim().split('\n').pop()!);
-      out.runs.forEach((r: { median_s: number }, i: number) => (rows[i].torch = r.median_s));
+      out.runs.forEach((r: { median_s: number; median_cpu_s?: number }, i: number) => ((rows[i].torch = r.median_s), (rows[i].torchCpu = r.median_cpu_s)));
       if (out.onnx_error) console.log(`onnx export failed: ${out.onnx_error}`);
       console.log(`pytorch ${out.torch}, ${out.threads} threads`);
     } catch (e) {
@@ -194,16 +202,29 @@ export async function run(argv: string[] = []): Promise<void> {
         word_pos: new ort.Tensor('int64', BigInt64Array.from({ length: r.B * r.W }, (_, i) => BigInt(r.N - r.W + (i % r.W))), [r.B, r.W]),
         label_pos: new ort.Tensor('int64', BigInt64Array.from({ length: r.B * 4 }, (_, i) => BigInt(1 + 2 * (i % 4))), [r.B, 4]),
       };
-      r.ort = await timeIt(() => sess.run(feeds), quick ? 2 : 3, secs);
+      const tm = await timeIt(() => sess.run(feeds), quick ? 2 : 3, secs);
+      r.ort = tm.s;
+      r.ortCpu = tm.cpu;
     }
   }
   const fmt = (s?: number, B = 1) => (s === undefined ? '—' : `${(B / s).toFixed(1)} (${(s * 1000).toFixed(0)} ms)`);
-  console.log(`\nGLiNER2 base config, 4 labels, ${threads} threads — texts/s (latency per call)`);
+  const load1 = loadavg()[0];
+  console.log(`\nGLiNER2 base config, 4 labels, ${threads} threads, ${cpus().length} cores (${cpus()[0]?.model.trim()}), load average ${load0.toFixed(1)} at start, ${load1.toFixed(1)} at end — texts/s (latency per call)`);
   console.log('| words | batch | tokens | Loom | PyTorch | onnxruntime | Loom/PyTorch | Loom/ORT |');
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows)
     console.log(
       `| ${r.words} | ${r.B} | ${r.N} | ${fmt(r.loom, r.B)} | ${fmt(r.torch, r.B)} | ${fmt(r.ort, r.B)} | ${r.torch ? (r.torch / r.loom).toFixed(2) + '×' : '—'} | ${r.ort ? (r.ort / r.loom).toFixed(2) + '×' : '—'} |`,
+    );
+  // CPU time (user + system of the whole process, every thread) per call: robust to other jobs on a
+  // shared machine, unlike wall time; with --threads 1 it is the work each engine does per text.
+  const cms = (c?: number, B = 1) => (c === undefined ? '—' : `${((c * 1000) / B).toFixed(1)}`);
+  console.log(`\nCPU time per text (ms, process user+system over all threads, median call / batch size)`);
+  console.log('| words | batch | Loom | PyTorch | onnxruntime | PyTorch/Loom | ORT/Loom |');
+  console.log('|---:|---:|---:|---:|---:|---:|---:|');
+  for (const r of rows)
+    console.log(
+      `| ${r.words} | ${r.B} | ${cms(r.loomCpu, r.B)} | ${cms(r.torchCpu, r.B)} | ${cms(r.ortCpu, r.B)} | ${r.torchCpu ? (r.torchCpu / r.loomCpu).toFixed(2) + '×' : '—'} | ${r.ortCpu ? (r.ortCpu / r.loomCpu).toFixed(2) + '×' : '—'} |`,
     );
 }
 
