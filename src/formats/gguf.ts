@@ -9,13 +9,22 @@
 // row a·hd/2 + i. hfToGguf applies it, ggufToHf undoes it, so HF → GGUF → HF gives identical tensors (and
 // identical logits). Arch "qwen2" uses NEOX RoPE in llama.cpp and is not permuted.
 //
+// Llama 3 RoPE scaling: llama.cpp reads it as the tensor `rope_freqs.weight` (F32, head_dim/2): per rotary
+// pair, the divisor of the default frequency theta^(-2i/Dh) (1 for high frequencies, `factor` for low ones,
+// the smooth interpolation between). The converter writes it (plus the exact HF parameters under the private
+// key loom.rope_scaling); the reader recovers the llama3 parameters from the tensor (checking that they
+// reproduce it), so files from llama.cpp's own converter load with the same frequencies.
+//
 // Tokenizer: not rebuilt from GGUF metadata; a GGUF model needs a tokenizer.json beside it (or the original
-// HF folder). The writer does store tokenizer.ggml.* metadata so llama.cpp can load the file.
+// HF folder). The writer does store tokenizer.ggml.* metadata so llama.cpp can load the file: byte-level BPE
+// as model "gpt2" with merges and the pre-tokenizer llama.cpp must use ("qwen2", "llama-bpe", "smollm",
+// "gpt-2"), recognised from tokenizer.json's pre_tokenizer; SentencePiece-style BPE as model "llama".
 import { readFileSync, writeFileSync, openSync, writeSync, closeSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { addon } from '../native/addon.ts';
 import { SafetensorsCheckpoint, type StDType } from './safetensors.ts';
 import { loadDecoderConfig, parseDecoderConfig, type DecoderConfig } from './hf-config.ts';
+import { Tokenizer } from '../tokenize/tokenizer.ts';
 
 export class GgufError extends Error {
   override name = 'GgufError';
@@ -438,13 +447,112 @@ export function permuteRows(data: Uint8Array, nHeads: number, rowBytes: number, 
   return out;
 }
 
+// ---- Llama 3 RoPE frequency factors ---------------------------------------------------------------------
+export interface Llama3RopeParams {
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPosition: number;
+}
+
+/** Default RoPE frequency of pair i: theta^(-2i/Dh) (double). */
+function ropeBaseFreq(i: number, headDim: number, theta: number): number {
+  return 1 / Math.pow(theta, (2 * i) / headDim);
+}
+
+/** The llama3-scaled frequency (transformers' _compute_llama3_parameters; native rope_inv_freq). */
+function llama3Freq(f: number, r: Llama3RopeParams): number {
+  const lowWl = r.originalMaxPosition / r.lowFreqFactor, highWl = r.originalMaxPosition / r.highFreqFactor;
+  const wl = (2 * Math.PI) / f;
+  if (wl > lowWl) return f / r.factor;
+  if (wl >= highWl) {
+    const smooth = (r.originalMaxPosition / wl - r.lowFreqFactor) / (r.highFreqFactor - r.lowFreqFactor);
+    return ((1 - smooth) * f) / r.factor + smooth * f;
+  }
+  return f;
+}
+
+/**
+ * llama.cpp's `rope_freqs.weight` for llama3 scaling: factor_i = default_freq_i / scaled_freq_i (Dh/2 values),
+ * so llama.cpp's theta_i = pos · default_freq_i / factor_i equals Loom's pos · inv_freq_i.
+ */
+export function llama3RopeFactors(headDim: number, theta: number, r: Llama3RopeParams): Float32Array {
+  const out = new Float32Array(headDim / 2);
+  for (let i = 0; i < out.length; i++) {
+    const f = ropeBaseFreq(i, headDim, theta);
+    out[i] = f / llama3Freq(f, r);
+  }
+  return out;
+}
+
+/**
+ * Recovers llama3 parameters from `rope_freqs.weight` factors. Only the ratios L/low_freq_factor and
+ * L/high_freq_factor matter to the rule, so low_freq_factor is set to 1 unless `hint` (e.g. the
+ * loom.rope_scaling key) reproduces the factors. Throws when no llama3 parameters reproduce them.
+ */
+export function llama3ParamsFromFactors(factors: ArrayLike<number>, headDim: number, theta: number, hint?: Llama3RopeParams): Llama3RopeParams | null {
+  const n = factors.length;
+  if (n !== headDim / 2) throw new GgufError(`rope_freqs.weight has ${n} values, expected head_dim/2 = ${headDim / 2}`);
+  const fs = Array.from(factors);
+  if (fs.some((x) => !Number.isFinite(x) || x <= 0)) throw new GgufError('rope_freqs.weight has non-positive or non-finite values');
+  const fits = (r: Llama3RopeParams): boolean => {
+    // as the native core holds them: float32 factors, integer original_max_position
+    const re = llama3RopeFactors(headDim, theta, { factor: Math.fround(r.factor), lowFreqFactor: Math.fround(r.lowFreqFactor), highFreqFactor: Math.fround(r.highFreqFactor), originalMaxPosition: Math.round(r.originalMaxPosition) });
+    if (!Number.isInteger(r.originalMaxPosition)) return false;
+    return fs.every((x, i) => Math.abs(re[i] - x) <= 1e-5 * Math.max(1, x));
+  };
+  if (hint && fits(hint)) return hint;
+  const factor = Math.max(...fs);
+  if (Math.abs(factor - 1) < 1e-6) return null; // all ones: plain RoPE
+  const wl = fs.map((_, i) => (2 * Math.PI) / ropeBaseFreq(i, headDim, theta)); // increasing with i
+  const tol = 1e-5;
+  const ones = fs.map((x, i) => (Math.abs(x - 1) <= tol ? i : -1)).filter((i) => i >= 0);
+  const lows = fs.map((x, i) => (Math.abs(x - factor) <= tol * factor ? i : -1)).filter((i) => i >= 0);
+  const band = fs.map((_, i) => i).filter((i) => !ones.includes(i) && !lows.includes(i));
+  // smooth s of a band pair: 1/f = (1 - s)/factor + s; and s = (L/wl - lff)/(hff - lff), linear in 1/wl
+  const sOf = (i: number): number => (1 / fs[i] - 1 / factor) / (1 - 1 / factor);
+  const maxOnes = ones.length ? wl[ones[ones.length - 1]] : wl[0] / 2;
+  const minLows = lows.length ? wl[lows[0]] : wl[n - 1] * 2;
+  // the wavelength thresholds: low = L/lff, high = L/hff; s = (1/wl - 1/low) / (1/high - 1/low)
+  let lowWl: number, highWl: number;
+  if (band.length >= 2) {
+    // least squares s = a·(1/wl) + b  ⇒  1/low = -b/a, 1/high = (1 - b)/a
+    const xs = band.map((i) => 1 / wl[i]), ys = band.map(sOf);
+    const mx = xs.reduce((p, q) => p + q, 0) / xs.length, my = ys.reduce((p, q) => p + q, 0) / ys.length;
+    let sxy = 0, sxx = 0;
+    xs.forEach((x, k) => { sxy += (x - mx) * (ys[k] - my); sxx += (x - mx) * (x - mx); });
+    const a = sxy / sxx, b = my - a * mx;
+    lowWl = a / -b;
+    highWl = a / (1 - b);
+  } else if (band.length === 1) {
+    const wb = wl[band[0]], sb = sOf(band[0]);
+    lowWl = Math.sqrt(wb * minLows); // between the band pair and the first low pair
+    highWl = 1 / (1 / lowWl + (1 / wb - 1 / lowWl) / sb);
+  } else {
+    lowWl = Math.sqrt(maxOnes * minLows);
+    highWl = Math.sqrt(maxOnes * lowWl);
+  }
+  // Loom's native config holds original_max_position as an integer (as HF configs do): L = round(low), lff = L/low
+  const L = Math.max(1, Math.round(lowWl));
+  const r: Llama3RopeParams = { factor, lowFreqFactor: L / lowWl, highFreqFactor: L / highWl, originalMaxPosition: L };
+  for (const k of ['factor', 'lowFreqFactor', 'highFreqFactor'] as const) {
+    const nice = Math.round(r[k] * 1000) / 1000; // 3.9999999 → 4 when that still reproduces the factors
+    if (Math.abs(nice - r[k]) < 1e-5 * Math.abs(nice)) r[k] = nice;
+  }
+  if (!fits(r)) throw new GgufError('rope_freqs.weight does not follow the llama3 RoPE scaling rule (not supported)');
+  return r;
+}
+
 function metaNum(meta: Record<string, unknown>, key: string): number | undefined {
   const v = meta[key];
   return typeof v === 'number' ? v : undefined;
 }
 
-/** GGUF metadata → an HF config.json object (feed it to parseDecoderConfig). Supports arch llama / qwen2 / mistral. */
-export function ggufToHfConfig(meta: Record<string, unknown>): Record<string, unknown> {
+/**
+ * GGUF metadata → an HF config.json object (feed it to parseDecoderConfig). Supports arch llama / qwen2 / mistral.
+ * `ropeFreqs`: the file's rope_freqs.weight (llama3 scaling), when present.
+ */
+export function ggufToHfConfig(meta: Record<string, unknown>, ropeFreqs?: ArrayLike<number>): Record<string, unknown> {
   const arch = String(meta['general.architecture'] ?? '');
   if (!['llama', 'qwen2', 'mistral'].includes(arch)) throw new GgufError(`GGUF architecture "${arch}" is not supported (llama, qwen2, mistral)`);
   const k = (s: string): number | undefined => metaNum(meta, `${arch}.${s}`);
@@ -470,7 +578,25 @@ export function ggufToHfConfig(meta: Record<string, unknown>): Record<string, un
   };
   const scType = meta[`${arch}.rope.scaling.type`];
   if (scType === 'linear') cfg.rope_scaling = { rope_type: 'linear', factor: k('rope.scaling.factor') ?? 1 };
-  if (meta['loom.rope_scaling'] && typeof meta['loom.rope_scaling'] === 'string') cfg.rope_scaling = JSON.parse(meta['loom.rope_scaling'] as string);
+  let loomRs: Record<string, unknown> | undefined;
+  if (meta['loom.rope_scaling'] && typeof meta['loom.rope_scaling'] === 'string') {
+    try {
+      loomRs = JSON.parse(meta['loom.rope_scaling'] as string);
+    } catch {
+      throw new GgufError('loom.rope_scaling is not valid JSON');
+    }
+    cfg.rope_scaling = loomRs;
+  }
+  if (ropeFreqs) {
+    const headDim = cfg.head_dim as number, theta = cfg.rope_theta as number;
+    const hint = loomRs?.rope_type === 'llama3'
+      ? { factor: Number(loomRs.factor), lowFreqFactor: Number(loomRs.low_freq_factor), highFreqFactor: Number(loomRs.high_freq_factor), originalMaxPosition: Number(loomRs.original_max_position_embeddings) }
+      : undefined;
+    const r = llama3ParamsFromFactors(ropeFreqs, headDim, theta, hint);
+    if (r === null) delete cfg.rope_scaling;
+    else if (r !== hint)
+      cfg.rope_scaling = { rope_type: 'llama3', factor: r.factor, low_freq_factor: r.lowFreqFactor, high_freq_factor: r.highFreqFactor, original_max_position_embeddings: r.originalMaxPosition };
+  }
   const sw = k('attention.sliding_window');
   if (sw) cfg.sliding_window = sw;
   if (arch === 'qwen2') cfg.use_sliding_window = false;
@@ -490,7 +616,7 @@ export interface GgufCheckpoint {
 export function loadGgufCheckpoint(path: string): GgufCheckpoint {
   const file = new GgufFile(path);
   const meta = file.metadataObject();
-  const raw = ggufToHfConfig(meta);
+  const raw = ggufToHfConfig(meta, file.tensors.has('rope_freqs.weight') ? file.float32('rope_freqs.weight') : undefined);
   const tied = !file.tensors.has('output.weight');
   raw.tie_word_embeddings = tied;
   raw.attention_bias = file.tensors.has('blk.0.attn_q.bias');
@@ -548,6 +674,10 @@ export function convertHfToGguf(dir: string, outPath: string, opts: { outType?: 
   Object.assign(md, tokenizerMetadata(dir, cfg));
 
   const tensors: Record<string, GgufTensorToWrite> = {};
+  if (cfg.ropeScaling.type === 'llama3') {
+    const f = llama3RopeFactors(cfg.headDim, cfg.ropeTheta, cfg.ropeScaling);
+    tensors['rope_freqs.weight'] = { type: GgmlType.F32, shape: [f.length], data: new Uint8Array(f.buffer) };
+  }
   const names = ck.names();
   const tied = cfg.tieWordEmbeddings;
   const emb = ck.has('model.embed_tokens.weight') ? 'model.embed_tokens.weight' : 'lm_head.weight';
@@ -589,6 +719,35 @@ export function convertHfToGguf(dir: string, outPath: string, opts: { outType?: 
   writeGguf(outPath, { metadata: md, tensors });
 }
 
+const QWEN2_PRE_RE = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+const LLAMA3_PRE_RE = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+
+/**
+ * llama.cpp's `tokenizer.ggml.pre` for a byte-level tokenizer.json, from its pre_tokenizer: Split with the
+ * Qwen2 regex → "qwen2"; with the Llama 3 regex (\p{N}{1,3}) → "llama-bpe" (llama.cpp then also ignores
+ * merges for whole-word vocabulary hits); Digits(individual) + ByteLevel(GPT-2 regex) → "smollm"; ByteLevel
+ * alone → "gpt-2"; anything else "default" (llama.cpp's generic regex: tokenization may differ).
+ */
+export function ggufPreTokenizerName(tj: { pre_tokenizer?: unknown }): string {
+  const steps: Record<string, unknown>[] = [];
+  const walk = (p: unknown): void => {
+    if (!p || typeof p !== 'object') return;
+    const o = p as Record<string, unknown>;
+    if (o.type === 'Sequence') for (const q of (o.pretokenizers as unknown[]) ?? []) walk(q);
+    else steps.push(o);
+  };
+  walk(tj.pre_tokenizer);
+  const types = steps.map((x) => String(x.type)).join(',');
+  const regex = (x: Record<string, unknown>): string | undefined => ((x.pattern as { Regex?: string } | undefined)?.Regex);
+  if (types === 'Split,ByteLevel' && steps[1].use_regex === false) {
+    if (regex(steps[0]) === QWEN2_PRE_RE) return 'qwen2';
+    if (regex(steps[0]) === LLAMA3_PRE_RE) return 'llama-bpe';
+  }
+  if (types === 'Digits,ByteLevel' && steps[0].individual_digits === true && steps[1].use_regex !== false) return 'smollm';
+  if (types === 'ByteLevel' && steps[0].use_regex !== false) return 'gpt-2';
+  return 'default';
+}
+
 function tokenizerMetadata(dir: string, cfg: DecoderConfig): Record<string, GgufValue> {
   const p = join(dir, 'tokenizer.json');
   if (!existsSync(p)) return {};
@@ -606,7 +765,7 @@ function tokenizerMetadata(dir: string, cfg: DecoderConfig): Record<string, Gguf
   const md: Record<string, GgufValue> = {};
   if (byteLevel) {
     md['tokenizer.ggml.model'] = gv.str('gpt2');
-    md['tokenizer.ggml.pre'] = gv.str(cfg.modelType === 'qwen2' ? 'qwen2' : 'smollm');
+    md['tokenizer.ggml.pre'] = gv.str(ggufPreTokenizerName(tj));
     const merges = ((tj.model.merges ?? []) as (string | string[])[]).map((m) => (Array.isArray(m) ? m.join(' ') : m));
     md['tokenizer.ggml.merges'] = gv.arr(GgufType.STRING, merges);
   } else {
@@ -625,8 +784,12 @@ function tokenizerMetadata(dir: string, cfg: DecoderConfig): Record<string, Gguf
   const tc = join(dir, 'tokenizer_config.json');
   if (existsSync(tc)) {
     const c = JSON.parse(readFileSync(tc, 'utf8'));
-    if (typeof c.add_bos_token === 'boolean') md['tokenizer.ggml.add_bos_token'] = gv.bool(c.add_bos_token);
     if (typeof c.chat_template === 'string') md['tokenizer.chat_template'] = gv.str(c.chat_template);
   }
+  // add_bos_token as Loom encodes (tokenizer_config.json's flag, else whether the post-processor adds BOS):
+  // llama.cpp's default differs per pre-tokenizer, so it is always written.
+  const tok = Tokenizer.fromDirSync(dir);
+  md['tokenizer.ggml.add_bos_token'] = gv.bool(tok.addBosToken);
+  if (tok.bosId !== undefined && !('tokenizer.ggml.bos_token_id' in md)) md['tokenizer.ggml.bos_token_id'] = gv.u32(tok.bosId);
   return md;
 }

@@ -1,13 +1,15 @@
 import t from 'tap';
-import { mkdtempSync, writeFileSync, copyFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SafetensorsCheckpoint, writeSafetensors } from '../../src/formats/safetensors.ts';
 import { loadDecoderConfig } from '../../src/formats/hf-config.ts';
 import {
-  convertHfToGguf, dequantize, f32ToF16, GgmlType, GgufError, GgufFile, ggufToHfName, gv, hfToGgufName,
-  loadGgufCheckpoint, permuteRows, quantizeQ8_0, writeGguf,
+  convertHfToGguf, dequantize, f32ToF16, GgmlType, GgufError, GgufFile, ggufPreTokenizerName, ggufToHfName, gv, hfToGgufName,
+  llama3ParamsFromFactors, llama3RopeFactors, loadGgufCheckpoint, permuteRows, quantizeQ8_0, writeGguf, type GgufValue,
 } from '../../src/formats/gguf.ts';
+import { ropeInvFreq } from '../../src/native/ops.ts';
+import { Tokenizer } from '../../src/tokenize/tokenizer.ts';
 
 const shared = join(import.meta.dirname, '..', '..', '..', 'shared');
 const tmp = mkdtempSync(join(tmpdir(), 'loom-gguf-'));
@@ -106,4 +108,153 @@ t.test('bad files give clear errors', async (t) => {
   writeFileSync(q, b);
   t.throws(() => new GgufFile(q), GgufError);
   void copyFileSync; void writeSafetensors;
+});
+
+t.test('llama3 RoPE scaling: rope_freqs.weight as llama.cpp expects, read back into the config', async (t) => {
+  const dir = join(shared, 'goldens/llama3-rope-tiny');
+  const cfg = loadDecoderConfig(dir);
+  const out = join(tmp, 'l3.gguf');
+  convertHfToGguf(dir, out);
+  const g = new GgufFile(out);
+  const rf = g.get('rope_freqs.weight');
+  t.equal(rf.type, GgmlType.F32);
+  t.same(rf.ne, [cfg.headDim / 2]);
+  t.equal(g.meta('llama.rope.scaling.type'), undefined, 'no rope.scaling.type: llama.cpp applies rope_freqs');
+  // llama.cpp: theta_i = pos · theta^(-2i/Dh) / factor_i; Loom: pos · inv_freq_i (native rope_inv_freq)
+  const factors = g.float32('rope_freqs.weight');
+  const ours = ropeInvFreq(cfg.headDim, cfg.ropeTheta, { type: 'llama3', factor: cfg.ropeScaling.factor, lowFreqFactor: cfg.ropeScaling.lowFreqFactor, highFreqFactor: cfg.ropeScaling.highFreqFactor, originalMaxPositionEmbeddings: cfg.ropeScaling.originalMaxPosition });
+  let maxRel = 0;
+  const kinds = new Set<string>();
+  for (let i = 0; i < factors.length; i++) {
+    const llamacpp = Math.fround(Math.fround(Math.pow(cfg.ropeTheta, (-2 * i) / cfg.headDim)) / factors[i]);
+    maxRel = Math.max(maxRel, Math.abs(llamacpp - ours.data[i]) / ours.data[i]);
+    kinds.add(Math.abs(factors[i] - 1) < 1e-6 ? 'high' : Math.abs(factors[i] - cfg.ropeScaling.factor) < 1e-5 ? 'low' : 'band');
+  }
+  t.ok(maxRel < 2e-7, `inv_freq from rope_freqs matches native rope_inv_freq (max rel err ${maxRel})`);
+  t.same([...kinds].sort(), ['band', 'high', 'low'], 'the tiny config exercises all three bands');
+  t.same(loadGgufCheckpoint(out).config.ropeScaling, cfg.ropeScaling, 'exact parameters back (loom.rope_scaling agrees with the tensor)');
+
+  // A file from llama.cpp's converter has only the tensor: the parameters are recovered from it.
+  const md: Record<string, GgufValue> = {};
+  for (const [k, v] of g.metadata) if (k !== 'loom.rope_scaling') md[k] = v;
+  const tensors: Record<string, { type: GgmlType; shape: number[]; data: Uint8Array }> = {};
+  for (const [n, ti] of g.tensors) tensors[n] = { type: ti.type, shape: ti.shape, data: ti.bytes };
+  const bare = join(tmp, 'l3-bare.gguf');
+  writeGguf(bare, { metadata: md, tensors });
+  const rc = loadGgufCheckpoint(bare).config;
+  t.equal(rc.ropeScaling.type, 'llama3');
+  t.ok(Math.abs(rc.ropeScaling.factor - cfg.ropeScaling.factor) < 1e-5);
+  const back = ropeInvFreq(rc.headDim, rc.ropeTheta, { type: 'llama3', factor: rc.ropeScaling.factor, lowFreqFactor: rc.ropeScaling.lowFreqFactor, highFreqFactor: rc.ropeScaling.highFreqFactor, originalMaxPositionEmbeddings: rc.ropeScaling.originalMaxPosition });
+  let maxRel2 = 0;
+  for (let i = 0; i < back.data.length; i++) maxRel2 = Math.max(maxRel2, Math.abs(back.data[i] - ours.data[i]) / ours.data[i]);
+  t.ok(maxRel2 < 1e-5, `recovered parameters give the same inv_freq (max rel err ${maxRel2})`);
+
+  // the recovery on its own: the real Llama 3.1 parameters, and factors that follow no llama3 rule
+  const real = { factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPosition: 8192 };
+  const f128 = llama3RopeFactors(128, 500000, real);
+  const r = llama3ParamsFromFactors(f128, 128, 500000)!;
+  t.ok(Math.abs(r.originalMaxPosition / r.lowFreqFactor - 8192) < 0.5 && Math.abs(r.originalMaxPosition / r.highFreqFactor - 2048) < 0.5, 'wavelength thresholds 8192 / 2048 recovered');
+  t.equal(llama3ParamsFromFactors(new Float32Array(64).fill(1), 128, 500000), null, 'all ones: plain RoPE');
+  t.throws(() => llama3ParamsFromFactors(Float32Array.from({ length: 64 }, (_, i) => 1 + (i % 3)), 128, 500000), GgufError);
+});
+
+const tokFixtures = join(import.meta.dirname, '..', 'fixtures', 'tokenizers');
+/** A tiny model folder (a golden checkpoint) with a fixture tokenizer (the model vocabulary, 2048, covers it). */
+function modelWithTokenizer(golden: string, fam: string): string {
+  const d = mkdtempSync(join(tmpdir(), `loom-gguf-${fam}-`));
+  for (const f of readdirSync(join(shared, 'goldens', golden))) if (f === 'config.json' || f === 'model.safetensors') copyFileSync(join(shared, 'goldens', golden, f), join(d, f));
+  for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) copyFileSync(join(tokFixtures, fam, f), join(d, f));
+  return d;
+}
+const BYTE_LEVEL: [string, string, string][] = [['qwen2.5', 'qwen2-tiny', 'qwen2'], ['smollm2', 'llama-tiny', 'smollm'], ['llama3', 'llama3-rope-tiny', 'llama-bpe']];
+
+t.test('byte-level tokenizer metadata: model gpt2, pre per family, merges, token types, add_bos', async (t) => {
+  for (const [fam, golden, pre] of BYTE_LEVEL) {
+    const dir = modelWithTokenizer(golden, fam);
+    const out = join(dir, 'm.gguf');
+    convertHfToGguf(dir, out);
+    const md = new GgufFile(out).metadataObject();
+    const tj = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8'));
+    const tok = Tokenizer.fromDirSync(dir);
+    t.equal(md['tokenizer.ggml.model'], 'gpt2', `${fam}: gpt2`);
+    t.equal(md['tokenizer.ggml.pre'], pre, `${fam}: pre ${pre}`);
+    t.equal(ggufPreTokenizerName(tj), pre);
+    t.equal((md['tokenizer.ggml.merges'] as string[]).length, tj.model.merges.length);
+    const tokens = md['tokenizer.ggml.tokens'] as string[], types = md['tokenizer.ggml.token_type'] as number[];
+    t.equal(tokens.length, 2048);
+    for (const a of tj.added_tokens) {
+      t.equal(tokens[a.id], a.content);
+      t.equal(types[a.id], a.special ? 3 : 4, `${fam}: type of ${a.content}`);
+    }
+    t.equal(md['tokenizer.ggml.add_bos_token'], tok.addBosToken, `${fam}: add_bos_token ${tok.addBosToken}`);
+    t.ok(typeof md['tokenizer.chat_template'] === 'string');
+  }
+  const mis = modelWithTokenizer('mistral-tiny', 'mistral');
+  convertHfToGguf(mis, join(mis, 'm.gguf'));
+  const mm = new GgufFile(join(mis, 'm.gguf')).metadataObject();
+  t.equal(mm['tokenizer.ggml.model'], 'llama', 'Mistral (SentencePiece BPE): llama');
+  t.equal((mm['tokenizer.ggml.token_type'] as number[])[mm['tokenizer.ggml.tokens'] ? (mm['tokenizer.ggml.tokens'] as string[]).indexOf('<0x41>') : 0], 6, 'byte tokens typed BYTE');
+  t.equal(mm['tokenizer.ggml.add_bos_token'], true);
+});
+
+/** Words whose vocabulary token has no merge path (so only ignore_merges yields the one token). */
+function unmergedWords(tokenizerJson: string): string[] {
+  const tj = JSON.parse(readFileSync(tokenizerJson, 'utf8'));
+  const merged = new Set<string>((tj.model.merges as string[]).map((m) => m.replace(' ', '')));
+  return Object.keys(tj.model.vocab).filter((k) => k.length > 3 && k.startsWith('Ġ') && !merged.has(k)).slice(0, 8).map((k) => 'x' + k.replace('Ġ', ' '));
+}
+
+// llama.cpp (node-llama-cpp, a bench-only dependency) tokenizes a GGUF written from a byte-level fixture like
+// our Tokenizer. Skipped when bench/node_modules is not installed (`npm install --prefix bench`).
+const nlcPath = join(import.meta.dirname, '..', '..', 'bench', 'node_modules', 'node-llama-cpp', 'dist', 'index.js');
+// one llama.cpp instance, one thread: the tiny models need no more, and llama.cpp's spinning thread pool is
+// slow on a shared 2-core machine
+let llamaP: Promise<any> | undefined;
+const getLlama = async () => (llamaP ??= import(nlcPath).then((lib) => lib.getLlama({ gpu: false, build: 'never', logLevel: 'error', maxThreads: 1 })));
+t.teardown(async () => { if (llamaP) await (await llamaP).dispose(); });
+t.test('llama.cpp tokenizes our byte-level GGUFs like Loom', { skip: existsSync(nlcPath) ? false : 'node-llama-cpp not installed (npm install --prefix bench)' }, async (t) => {
+  const llama = await getLlama();
+  const texts = ['Hello world', ' Hello  world ', "I'm sure they'll say it's fine, DON'T you?", '12345 3.14159 1,000,000', 'Family: 👨‍👩‍👧‍👦 🇫🇷 👍🏽',
+    '東京は日本の首都です。', 'مرحبا بالعالم', 'def f(x):\n\treturn x ** 2\n', '   \n\n\t  x', 'the information Information', 'a\u00a0b\u2003c\r\n\r\nend', '🙂🙂 x'];
+  for (const [fam, golden] of BYTE_LEVEL) {
+    const dir = modelWithTokenizer(golden, fam);
+    const out = join(dir, 'm.gguf');
+    convertHfToGguf(dir, out, { outType: 'F32' });
+    const tok = Tokenizer.fromDirSync(dir);
+    const model = await llama.loadModel({ modelPath: out, gpuLayers: 0 });
+    try {
+      const extra = fam === 'llama3' ? unmergedWords(join(dir, 'tokenizer.json')) : [];
+      if (fam === 'llama3') t.ok(extra.length >= 5, 'ignore_merges words present');
+      for (const text of [...texts, ...extra]) t.same(Array.from(model.tokenize(text) as number[]), tok.encode(text, { addSpecialTokens: false }), `${fam}: ${JSON.stringify(text)}`);
+      const chat = tok.bosToken && fam === 'llama3' ? '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>' : '<|im_start|>user\nHi<|im_end|>\n';
+      t.same(Array.from(model.tokenize(chat, true) as number[]), tok.encode(chat, { addSpecialTokens: false }), `${fam}: special tokens in text`);
+    } finally {
+      await model.dispose();
+    }
+  }
+});
+
+t.test('llama.cpp with our rope_freqs.weight reproduces the llama3-rope golden greedy continuations', { skip: existsSync(nlcPath) ? false : 'node-llama-cpp not installed (npm install --prefix bench)' }, async (t) => {
+  const dir = join(shared, 'goldens/llama3-rope-tiny');
+  const cases = JSON.parse(readFileSync(join(dir, 'cases.json'), 'utf8')) as { prompts: { name: string; input_ids: number[]; greedy: { max_new_tokens: number; new_ids: number[] } }[] };
+  const out = join(tmp, 'l3-f32.gguf');
+  convertHfToGguf(dir, out, { outType: 'F32' });
+  const llama = await getLlama();
+  const model = await llama.loadModel({ modelPath: out, gpuLayers: 0 });
+  const ctx = await model.createContext({ contextSize: 128, threads: 1 });
+  try {
+    for (const c of cases.prompts) {
+      const seq = ctx.getSequence();
+      const got: number[] = [];
+      for await (const tk of seq.evaluate(c.input_ids, { temperature: 0 })) {
+        got.push(tk as number);
+        if (got.length >= c.greedy.max_new_tokens) break;
+      }
+      seq.dispose();
+      t.same(got, c.greedy.new_ids, `${c.name}: llama.cpp greedy = transformers greedy`);
+    }
+  } finally {
+    await ctx.dispose();
+    await model.dispose();
+  }
 });
