@@ -2,6 +2,7 @@
 import type { RouteDef } from '../router.ts';
 import { reply } from '../router.ts';
 import { requestBaseUrl } from '../../src/service/signed-urls.ts';
+import { sendFile } from './files.ts';
 
 const name = { type: 'string', minLength: 1, maxLength: 128 };
 
@@ -56,9 +57,9 @@ export function datasetRoutes(): RouteDef[] {
     },
     {
       method: 'GET', path: '/felix/datasets/:name/:version/download', auth: 'any', params: { name: 'string', version: 'string' },
-      handler({ services, principal, params }) {
+      async handler({ services, principal, params, stream }) {
         const f = services.datasets.download(principal, params.name, params.version);
-        return reply(200, f.body, { 'Content-Type': 'application/x-ndjson; charset=utf-8', 'Content-Disposition': `attachment; filename="${f.filename}"` });
+        await sendFile(stream, f.path, { 'Content-Type': 'application/x-ndjson; charset=utf-8', 'Content-Disposition': `attachment; filename="${f.filename}"` });
       },
     },
   ];

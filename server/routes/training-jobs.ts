@@ -1,7 +1,6 @@
 // Training jobs, their logs/checkpoints/weights, trained models.
-import { readFileSync } from 'node:fs';
 import type { RouteDef } from '../router.ts';
-import { reply } from '../router.ts';
+import { sendFile } from './files.ts';
 import { SSE_HEADERS } from '../http.ts';
 import { requestBaseUrl } from '../../src/service/signed-urls.ts';
 import { trainingJobRequestSchema } from '../../src/service/training-jobs.ts';
@@ -60,10 +59,10 @@ export function trainingJobRoutes(): RouteDef[] {
       // the signed URL returned by /download: the signature is the credential
       method: 'GET', path: '/felix/training-jobs/:id/download/archive', auth: 'none', params: { id: 'uuid' },
       query: { expires: { type: 'integer' }, signature: { type: 'string' } },
-      handler({ services, params, query, url }) {
+      async handler({ services, params, query, url, stream }) {
         services.signedUrls.verify('GET', url, query);
         const a = services.trainingJobs.archive(params.id);
-        return reply(200, readFileSync(a.path), { 'Content-Type': 'application/gzip', 'Content-Disposition': `attachment; filename="${a.filename.replace(/"/g, '')}"` });
+        await sendFile(stream, a.path, { 'Content-Type': 'application/gzip', 'Content-Disposition': `attachment; filename="${a.filename.replace(/"/g, '')}"` });
       },
     },
     {

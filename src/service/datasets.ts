@@ -6,7 +6,8 @@
 //      in the worker pool; `processing_error` names the line and the problem.
 // Uploading or generating into an existing name adds a version. Files live under
 // <LOOM_DATA_DIR>/datasets/<team>/<dataset id>/<version id>/.
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createReadStream, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import type { DatasetRecord, DatasetType, DatasetVersionRecord, Store } from '../store/index.ts';
 import type { Principal } from './auth.ts';
@@ -135,19 +136,29 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       return v;
     },
 
-    /** canonical records of a version, first `limit` */
-    preview(p: Principal, name: string, version: string, limit: number, offset: number) {
+    /** canonical records `offset .. offset+limit` of a version (read line by line, never the whole file) */
+    async preview(p: Principal, name: string, version: string, limit: number, offset: number) {
       const v = resolveVersion(own(p, name), version);
       if (v.status !== 'ready') throw new ConflictError(`Dataset ${name} version ${v.version_number} is ${v.status}; preview is available once it is ready`);
-      const lines = readFileSync(dataFile(v), 'utf8').split('\n').filter(Boolean);
-      const records = lines.slice(offset, offset + limit).map((l) => JSON.parse(l));
-      return { success: true, dataset_name: v.dataset_name, version_number: v.version_number, total: lines.length, count: records.length, offset, records };
+      const records: unknown[] = [];
+      const rl = createInterface({ input: createReadStream(dataFile(v), 'utf8'), crlfDelay: Infinity });
+      let i = 0;
+      try {
+        for await (const line of rl) {
+          if (!line) continue;
+          if (i++ < offset) continue;
+          records.push(JSON.parse(line));
+          if (records.length >= limit) break;
+        }
+      } finally { rl.close(); }
+      return { success: true, dataset_name: v.dataset_name, version_number: v.version_number, total: v.size, count: records.length, offset, records };
     },
 
-    download(p: Principal, name: string, version: string): { body: string; filename: string } {
+    /** the canonical JSONL file of a ready version (the route streams it) */
+    download(p: Principal, name: string, version: string): { path: string; filename: string } {
       const v = resolveVersion(own(p, name), version);
       if (v.status !== 'ready') throw new ConflictError(`Dataset ${name} version ${v.version_number} is ${v.status}; download is available once it is ready`);
-      return { body: readFileSync(dataFile(v), 'utf8'), filename: `${v.dataset_name}-v${v.version_number}.jsonl` };
+      return { path: dataFile(v), filename: `${v.dataset_name}-v${v.version_number}.jsonl` };
     },
 
     async remove(p: Principal, name: string): Promise<void> {
