@@ -28,6 +28,7 @@ export const FRESH_ENCODER_ID = 'loom/gliner2-init-small';
 /** training-only bases created fresh from a preset (no pretrained weights offline) */
 export const FRESH_ENCODERS: Record<string, string> = { [FRESH_ENCODER_ID]: 'small', 'loom/gliner2-init-tiny': 'tiny' };
 const MAX_RESTARTS = 2;
+const DECODER_SCORE_MAX = 100;
 const ACTIVE = new Set(['requested', 'running']);
 const STATUSES = ['requested', 'running', 'complete', 'deployed', 'failed', 'cancelled'] as const;
 
@@ -326,7 +327,9 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       let chain = Promise.resolve();
       const enqueue = (fn: () => Promise<unknown>) => { chain = chain.then(fn).then(() => {}, (e) => deps.log?.warn({ job: id, err: String(e) }, 'training event not recorded')); };
       const { result, port } = pool.run<TrainTaskResult>(
-        { op: 'train', kind: j.task_type, config: trainerConfig, init_encoder: initEncoder, score: data.val ? { data_file: data.val } : undefined },
+        // the validation split is scored after training; decoders generate a reply per example, so
+        // at most DECODER_SCORE_MAX of them are scored
+        { op: 'train', kind: j.task_type, config: trainerConfig, init_encoder: initEncoder, score: data.val ? { data_file: data.val, indices: j.task_type === 'decoder' && data.valCount > DECODER_SCORE_MAX ? Array.from({ length: DECODER_SCORE_MAX }, (_, i) => i) : undefined } : undefined },
         (m: { type: string; data: any }) => {
           if (m?.type === 'progress') {
             pendingProgress = m.data;
@@ -376,7 +379,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         if (cur.status === 'cancelled') return { ...finals, base: { ...cur.base, dir: baseDir } };
         if (cur.status !== 'running') return null;
         return { ...finals, status: 'complete', progress_percent: 100, metrics: r.metrics ? { ...r.metrics } : null, base: { ...cur.base, dir: baseDir } };
-      }, r.stopped ? { level: 'info', message: 'training stopped; the last checkpoint is kept' } : { level: 'info', message: `training complete${r.metrics ? `: validation F1 ${r.metrics.f1.toFixed(4)}, precision ${r.metrics.precision.toFixed(4)}, recall ${r.metrics.recall.toFixed(4)}` : ''}` });
+      }, r.stopped ? { level: 'info', message: 'training stopped; the last checkpoint is kept' } : { level: 'info', message: `training complete${r.metrics ? `: validation F1 ${r.metrics.f1.toFixed(4)}, precision ${r.metrics.precision.toFixed(4)}, recall ${r.metrics.recall.toFixed(4)} (${r.metrics.sample_count} examples)` : ''}` });
       if (!j) rmSync(dir, { recursive: true, force: true }); // deleted while it ran
     } catch (e) {
       if (closing) return; // the process is shutting down: the restart logic takes over
