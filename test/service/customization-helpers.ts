@@ -14,7 +14,7 @@ export async function poll(fn: () => Promise<Res>, done: (r: Res) => boolean, ti
 export async function uploadDataset(url: string, key: string, name: string, type: string, filename: string, content: string | Buffer): Promise<Res> {
   const u = await call(url, 'POST', '/felix/datasets/upload/url', { key, body: { dataset_name: name, dataset_type: type, filename } });
   if (u.status !== 200) return u;
-  const put = await fetch(u.body.upload_url, { method: "PUT", body: typeof content === "string" ? content : new Uint8Array(content) });
+  const put = await fetch(u.body.upload_url, { method: 'PUT', body: typeof content === 'string' ? content : new Uint8Array(content) });
   if (put.status !== 200) throw new Error(`PUT failed: ${put.status} ${await put.text()}`);
   const pr = await call(url, 'POST', '/felix/datasets/upload/process', { key, body: { dataset_name: name, upload_id: u.body.upload_id } });
   if (pr.status !== 200) return pr;
