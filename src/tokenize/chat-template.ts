@@ -173,14 +173,14 @@ export function encodeChat(
   return { text, ids, breakpointTokens };
 }
 
-/** encodeChat for every tokenizer.json: uses Tokenizer.encodeAsync (the `tokenizers` package where the
- *  synchronous pipeline does not cover the file, see Tokenizer.syncEncode). */
+/** encodeChat for every tokenizer.json and prompt length: encodes through Tokenizer.encodeAsync (the
+ *  `tokenizers` package off the event loop for long prompts and for files the synchronous pipeline does not
+ *  cover, see Tokenizer.syncEncode). Same result as encodeChat. */
 export async function encodeChatAsync(
   tok: Tokenizer,
   messages: ChatMessage[],
   opts: RenderOptions = {},
 ): Promise<{ text: string; ids: number[]; breakpointTokens: number[] }> {
-  if (tok.syncEncode) return encodeChat(tok, messages, opts);
   const { text, breakpoints } = renderChatWithBreakpoints(tok, messages, opts);
   const addSpecialTokens = !(tok.bosToken && text.startsWith(tok.bosToken));
   const ids = await tok.encodeAsync(text, { addSpecialTokens });

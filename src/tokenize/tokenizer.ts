@@ -244,10 +244,9 @@ class BpeModel implements ModelVocab {
         if (prev[i] >= 0) tryPush(prev[i]);
         tryPush(i);
       }
-      const res: number[] = [];
-      for (let i = 0; i >= 0; i = next[i]) res.push(ids[i]);
-      ids.length = 0;
-      ids.push(...res);
+      let k = 0; // compact the surviving symbols in place (no spread: words can be 100k+ symbols long)
+      for (let i = 0; i >= 0; i = next[i]) ids[k++] = ids[i];
+      ids.length = k;
     }
     if (word.length <= 256 && this.cache.size < 100_000) this.cache.set(word, ids);
     for (const id of ids) out.push(id);
@@ -553,11 +552,11 @@ export class Tokenizer {
         const specials = (r.special_tokens as Record<string, { ids: number[] }>) ?? {};
         const res: number[] = [];
         for (const piece of single) {
-          if (piece.Sequence) res.push(...cur);
+          if (piece.Sequence) for (const id of cur) res.push(id);
           else if (piece.SpecialToken) {
             const sp = specials[piece.SpecialToken.id];
             if (!sp) throw new TokenizerError(`post_processor: unknown special token ${piece.SpecialToken.id}`);
-            res.push(...sp.ids);
+            for (const id of sp.ids) res.push(id);
           }
         }
         cur = res;
@@ -586,12 +585,14 @@ export class Tokenizer {
   }
 
   /**
-   * Encodes for every tokenizer.json: the synchronous pipeline when it supports the file (same ids, no thread
-   * hop), otherwise the `tokenizers` package itself (runs off the event loop). Callers that must work with
-   * any model (generation, chat encoding) use this.
+   * Encodes for every tokenizer.json, without blocking the event loop on long inputs: short texts take the
+   * synchronous pipeline (same ids, no thread hop), long ones (over ASYNC_ENCODE_MIN_CHARS; the sync path
+   * runs at roughly 0.5-1 M chars/s) and files the sync pipeline does not cover go to the `tokenizers`
+   * package, which encodes on the libuv thread pool. Callers that must work with any model and any prompt
+   * length (generation, chat encoding) use this.
    */
   async encodeAsync(text: string, opts: EncodeOptions = {}): Promise<number[]> {
-    if (this.syncEncode) return this.encode(text, opts);
+    if (this.syncEncode && typeof text === 'string' && text.length <= ASYNC_ENCODE_MIN_CHARS) return this.encode(text, opts);
     return this.encodeNative(text, opts);
   }
 
@@ -720,6 +721,9 @@ export class Tokenizer {
     return commonPrefixLength(all, await this.encodeAsync(text.slice(0, charOffset), opts));
   }
 }
+
+/** encodeAsync hands texts longer than this (UTF-16 units) to the thread pool. */
+export const ASYNC_ENCODE_MIN_CHARS = 16_384;
 
 function commonPrefixLength(a: readonly number[], b: readonly number[]): number {
   let k = 0;

@@ -7,7 +7,7 @@ import t from 'tap';
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Tokenizer, TokenizerError } from '../../src/tokenize/tokenizer.ts';
+import { ASYNC_ENCODE_MIN_CHARS, Tokenizer, TokenizerError } from '../../src/tokenize/tokenizer.ts';
 import { encodeChat, encodeChatAsync, renderChat } from '../../src/tokenize/chat-template.ts';
 
 const fixtures = join(import.meta.dirname, '..', 'fixtures', 'tokenizers');
@@ -152,6 +152,32 @@ for (const fam of FAMILIES) {
     t.equal(tok.decode(ids, { skipSpecialTokens: false }), await tok.native.decode(ids, false));
   });
 }
+
+t.test('long inputs: sync encode (no recursion / spread limits) = native; encodeAsync and encodeChatAsync route long texts off-thread with the same ids', async (t) => {
+  const alpaca = readFileSync(join(import.meta.dirname, '..', '..', '..', 'shared', 'data', 'alpaca', 'train.jsonl'), 'utf8')
+    .split('\n').filter(Boolean).slice(0, 400).map((l) => (JSON.parse(l).messages as { content: string }[]).map((m) => m.content).join('\n')).join('\n\n');
+  t.ok(alpaca.length > ASYNC_ENCODE_MIN_CHARS * 4);
+  for (const fam of FAMILIES) {
+    const tok = Tokenizer.fromDirSync(join(fixtures, fam));
+    const ids = tok.encode(alpaca);
+    t.same(ids, await tok.encodeNative(alpaca), `${fam}: ${alpaca.length} chars, ${ids.length} tokens`);
+    t.same(await tok.encodeAsync(alpaca), ids);
+    const messages = [
+      { role: 'user' as const, content: [{ type: 'text', text: alpaca.slice(0, 70_000), cache_control: { type: 'ephemeral' as const } }, { type: 'text', text: 'Summarize.' }] },
+    ];
+    const a = encodeChat(tok, messages), b = await encodeChatAsync(tok, messages);
+    t.same(b, a, `${fam}: encodeChatAsync = encodeChat on a long chat`);
+    t.ok(a.breakpointTokens[0] > 10_000);
+  }
+  // 300k tokens through TemplateProcessing (Llama 3) and one 300k-symbol word (Mistral: Metaspace split=false)
+  for (const fam of ['llama3', 'mistral']) {
+    const tok = Tokenizer.fromDirSync(join(fixtures, fam));
+    const big = 'a '.repeat(300_000);
+    const ids = tok.encode(big);
+    t.ok(ids.length >= 300_000, `${fam}: ${ids.length} tokens`);
+    t.same(ids, await tok.encodeNative(big));
+  }
+});
 
 t.test('family specifics', async (t) => {
   const qwen = Tokenizer.fromDirSync(join(fixtures, 'qwen2.5'));
