@@ -602,14 +602,16 @@ export class Tokenizer {
     return (await this.native.encode(text, null, { addSpecialTokens: opts.addSpecialTokens !== false })).getIds();
   }
 
-  /** Decodes ids (special ids removed first unless skipSpecialTokens is false). */
+  /** Decodes ids (special ids removed first unless skipSpecialTokens is false; ids without a token are skipped). */
   decode(ids: readonly number[], opts: DecodeOptions = {}): string {
     const skip = opts.skipSpecialTokens !== false;
     const toks: string[] = [];
     for (const id of ids) {
       if (skip && this.specialIds.has(id)) continue;
       const t = this.idToToken(id);
-      if (t === undefined) throw new TokenizerError(`token id ${id} is outside the vocabulary (size ${this.vocabSize})`);
+      // ids without a token (the padding rows of a model whose embedding is larger than its vocabulary, e.g.
+      // Qwen2.5's 151936 vs 151665) decode to nothing, as in the tokenizers library
+      if (t === undefined) continue;
       toks.push(t);
     }
     if (!this.decoder) return toks.join(' ');
@@ -641,7 +643,7 @@ export class Tokenizer {
     return {
       push: (id: number): string => {
         if (skip && this.specialIds.has(id)) return '';
-        if (this.idToToken(id) === undefined) throw new TokenizerError(`token id ${id} is outside the vocabulary (size ${this.vocabSize})`);
+        if (this.idToToken(id) === undefined) return ''; // decodes to nothing (see decode)
         ids.push(id);
         const prefix = text(prefixOffset, readOffset);
         const full = text(prefixOffset, ids.length);

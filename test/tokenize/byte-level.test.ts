@@ -118,7 +118,8 @@ for (const fam of FAMILIES) {
     let mism = 0;
     for (let i = 0; i < 150; i++) {
       const n = 1 + Math.floor(rnd() * 12);
-      const ids = Array.from({ length: n }, () => Math.floor(rnd() * tok.vocabSize));
+      // ids past the vocabulary too: a model's padded embedding rows (Qwen2.5: 151936 rows, 151665 tokens)
+      const ids = Array.from({ length: n }, () => Math.floor(rnd() * (tok.vocabSize + 20)));
       for (const skip of [true, false]) {
         const ref = await tok.native.decode(ids, skip);
         const got = tok.decode(ids, { skipSpecialTokens: skip });
@@ -169,12 +170,12 @@ t.test('long inputs: sync encode (no recursion / spread limits) = native; encode
     t.same(b, a, `${fam}: encodeChatAsync = encodeChat on a long chat`);
     t.ok(a.breakpointTokens[0] > 10_000);
   }
-  // 300k tokens through TemplateProcessing (Llama 3) and one 300k-symbol word (Mistral: Metaspace split=false)
+  // 200k tokens through TemplateProcessing (Llama 3) and one 400k-symbol word (Mistral: Metaspace split=false)
   for (const fam of ['llama3', 'mistral']) {
     const tok = Tokenizer.fromDirSync(join(fixtures, fam));
-    const big = 'a '.repeat(300_000);
+    const big = 'a '.repeat(200_000);
     const ids = tok.encode(big);
-    t.ok(ids.length >= 300_000, `${fam}: ${ids.length} tokens`);
+    t.ok(ids.length >= 200_000, `${fam}: ${ids.length} tokens`);
     t.same(ids, await tok.encodeNative(big));
   }
 });
