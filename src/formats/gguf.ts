@@ -19,6 +19,10 @@
 // HF folder). The writer does store tokenizer.ggml.* metadata so llama.cpp can load the file: byte-level BPE
 // as model "gpt2" with merges and the pre-tokenizer llama.cpp must use ("qwen2", "llama-bpe", "smollm",
 // "gpt-2"), recognised from tokenizer.json's pre_tokenizer; SentencePiece-style BPE as model "llama".
+// Checked with llama.cpp (node-llama-cpp 3.21.1) on the Qwen2.5 / SmolLM2 / Llama 3 fixtures: same ids. What
+// GGUF metadata cannot express, so llama.cpp differs from tokenizer.json there: Qwen2's NFC normalizer (llama.cpp
+// tokenizes NFD text as is), and Metaspace prepend_scheme "first" (Mistral v0.3): llama.cpp's SPM path adds a
+// "▁" at the start and after every special token even when the text already starts with a space.
 import { readFileSync, writeFileSync, openSync, writeSync, closeSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { addon } from '../native/addon.ts';
