@@ -1,5 +1,6 @@
 // DeBERTa disentangled attention, AVX2+FMA build (8 × fp32; algorithm in deberta_attn_impl.h).
 #include <immintrin.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>

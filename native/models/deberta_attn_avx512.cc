@@ -2,6 +2,7 @@
 // the same code as the AVX2 build over wider registers; the S += Tᵀ pass uses the same 8 × 8
 // __m256 tiles as AVX2, deberta_attn_x86.h).
 #include <immintrin.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>

@@ -83,11 +83,28 @@ static void mm(int64_t M, int64_t Nc, int64_t K, const float* a, int64_t rs, int
   }
 }
 
+// Banded product for the relative terms: row block [i, i+4) of c = a · b needs only columns
+// [c0(i), c1(i)) (the relative rows its gathers read: about Np of the ncol ≈ 2n columns), c0, c1
+// multiples of W; band(i) returns them.
+template <class Band>
+static void mm_band(int64_t M, int64_t K, const float* a, int64_t rs, int64_t cs, const float* b, int64_t ldb, float* c,
+                    int64_t ldc, Band band) {
+  for (int64_t i = 0; i < M; i += 4) {
+    int64_t c0, c1;
+    band(i, c0, c1);
+    const float* ai = a + i * rs;
+    float* ci = c + i * ldc;
+    int64_t j = c0;
+    for (; j + 2 * V::W <= c1; j += 2 * V::W) mm_tile<2>(K, ai, rs, cs, b + j, ldb, ci + j, ldc, 4, 2 * V::W, nullptr);
+    if (j < c1) mm_tile<1>(K, ai, rs, cs, b + j, ldb, ci + j, ldc, 4, V::W, nullptr);
+  }
+}
+
 // One (sample, head). Scratch: attn_scratch_floats(n, d, ncol) floats, 64-byte aligned.
 static void attend(const deberta::AttnTask& t) {
   using R = typename V::R;
   const int64_t W = V::W, n = t.n, d = t.d;
-  const int64_t Np = rup(n, W), dp = rup(d, W);
+  const int64_t Np = rup(n, W < 4 ? 4 : W), dp = rup(d, W);  // rows: 4-row blocks; columns: vectors
   const int64_t lo = t.delta(-(n - 1)), hi = t.delta(n - 1), ncol = hi - lo + 1, ncolp = rup(ncol, W);
   float* base = t.scratch;
   auto take = [&](int64_t cnt) {
@@ -139,12 +156,22 @@ static void attend(const deberta::AttnTask& t) {
   ic[2 * Np - 1] = ic[2 * Np - 2];
   ip[2 * Np - 1] = ip[2 * Np - 2];
 
+  auto band = [&](int64_t lo_c, int64_t hi_c, int64_t& c0, int64_t& c1) {  // [lo_c, hi_c] → W-aligned
+    c0 = lo_c / W * W;
+    c1 = std::min(ncolp, rup(hi_c + 1, W));
+  };
   // S = Q·Kᵀ                                                        (Np, Np)
   mm(Np, Np, d, Q, d, 1, KT, Np, S, Np, Np, Np, nullptr);
   if (t.c2p)  // C[i, c] = q_i · PK[hi − c]: columns [span2−1−hi, +ncolp) of the reversed PKᵀ   (Np, ncolp)
-    mm(Np, ncolp, d, Q, d, 1, t.PKTr + (t.span2 - 1 - hi), t.S2P, C, ncolp, Np, ncolp, nullptr);
+    // rows i..i+3 read c = ic(j − i) for j in [0, Np): from ic(−(i+3)) to ic(Np−1−i)
+    mm_band(Np, d, Q, d, 1, t.PKTr + (t.span2 - 1 - hi), t.S2P, C, ncolp, [&](int64_t i, int64_t& c0, int64_t& c1) {
+      band(ic[Np - 1 - (i + 3)], ic[2 * Np - 2 - i], c0, c1);
+    });
   if (t.p2c) {  // P[j, m] = k_j · PQ[lo + m]                       (Np, ncolp)
-    mm(Np, ncolp, d, KT, 1, Np, t.PQT + lo, t.S2P, P, ncolp, Np, ncolp, nullptr);
+    // rows j..j+3 read m = ip(i − j) for i in [0, Np): from ip(−(j+3)) to ip(Np−1−j)
+    mm_band(Np, d, KT, 1, Np, t.PQT + lo, t.S2P, P, ncolp, [&](int64_t j, int64_t& c0, int64_t& c1) {
+      band(ip[Np - 1 - (j + 3)], ip[2 * Np - 2 - j], c0, c1);
+    });
     // T[j, i] = P[j, ip(i − j)], contiguous along i; then S += Tᵀ
     for (int64_t j = 0; j < Np; j++) {
       const float* pj = P + j * ncolp;
