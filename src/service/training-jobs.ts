@@ -129,7 +129,7 @@ type Job = TrainingJobRecord & {
 const round = (x: number | null | undefined, d = 6) => (x === null || x === undefined || !Number.isFinite(x) ? null : Math.round(x * 10 ** d) / 10 ** d);
 
 export function jobView(j: Job) {
-  const done = j.status === 'complete' || j.status === 'deployed';
+  const done = j.status === 'complete'; // spec §2: metrics are present only when status is complete
   return {
     id: j.id, status: j.status, model_name: j.model_name, base_model: j.base_model, task_type: j.task_type, training_type: j.training_type,
     training_algorithm: j.training_algorithm, datasets: j.datasets.map((d) => ({ name: d.name, version: d.version_number, size: d.size })),
