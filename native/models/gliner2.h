@@ -25,7 +25,8 @@ struct Heads {
   deberta::Linear ps0, ps3, pe0, pe3;  // project_start / project_end: D→4D→D
   deberta::Linear out0a, out0b;        // out_project.0 split: columns [0,D) (with bias) and [D,2D)
   deberta::Linear out3;                // out_project.3: 4D→D (span_rep, debug path)
-  std::vector<float> out3_w, out3_b;   // (D, 4D), (D) for G = Fc·W2
+  deberta::Linear out3t;               // W2ᵀ (4D, D): G = Fc·W2 (span scores)
+  std::vector<float> out3_b;           // (D) b2, for b2·Fc
   deberta::Linear cls0, cls2, cp0, cp2;
   std::vector<float> pos_emb;          // (20, D)
   deberta::Linear gru_ih, gru_hh;      // (3D, D) each, rows r, z, n

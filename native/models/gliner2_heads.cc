@@ -165,7 +165,13 @@ std::unique_ptr<Heads> heads_create(int64_t D, int64_t K, Counting counting,
   h->out0a.init(DType::F32, 4 * D, D, o0w, 2 * D, need(t, sp + "out_project.0.bias"));
   h->out0b.init(DType::F32, 4 * D, D, o0w + D, 2 * D, nullptr);
   lin(h->out3, t, sp + "out_project.3", D, 4 * D);
-  vec(h->out3_w, t, sp + "out_project.3.weight", D * 4 * D);
+  {  // G = Fc·W2 as a linear layer over W2ᵀ (4D, D), packed once
+    const float* w2 = need(t, sp + "out_project.3.weight");  // (D, 4D)
+    std::vector<float> w2t(size_t(4 * D * D));
+    for (int64_t u = 0; u < D; u++)
+      for (int64_t v = 0; v < 4 * D; v++) w2t[size_t(v * D + u)] = w2[u * 4 * D + v];
+    h->out3t.init(DType::F32, 4 * D, D, w2t.data(), D, nullptr);
+  }
   vec(h->out3_b, t, sp + "out_project.3.bias", D);
   lin(h->cls0, t, "classifier.0", 2 * D, D);
   lin(h->cls2, t, "classifier.2", 1, 2 * D);
@@ -279,82 +285,98 @@ void heads_run(const Heads& hd, int64_t B, const float* words, const int64_t* wo
   hd.out0a.fwd(TW, Sx.data(), D, PS.data(), D4);  // + b1
   hd.out0b.fwd(TW, Ex.data(), D, PE.data(), D4);
 
-  if (span_rep) span_rep->assign(size_t(B), {});
+  // Per sample: the span segments with count > 0 and their rows in G (R_b rows: count × M each).
+  const bool want_rep = span_rep != nullptr;
+  if (want_rep) span_rep->assign(size_t(B), {});
+  std::vector<std::vector<int64_t>> seg_ids(static_cast<size_t>(B)), seg_row(static_cast<size_t>(B));
+  std::vector<int64_t> Rb(static_cast<size_t>(B), 0), goff(static_cast<size_t>(B) + 1, 0);
+  for (int64_t s = 0; s < S; s++) {
+    const Segment& g = segs[size_t(s)];
+    if (g.kind != 0 || outs[size_t(s)].count <= 0) continue;
+    seg_ids[size_t(g.sample)].push_back(s);
+    seg_row[size_t(g.sample)].push_back(Rb[size_t(g.sample)]);
+    Rb[size_t(g.sample)] += outs[size_t(s)].count * g.M;
+  }
+  for (int64_t b = 0; b < B; b++) goff[size_t(b) + 1] = goff[size_t(b)] + Rb[size_t(b)];
+  const int64_t RT = goff[size_t(B)];
+  // G = Fc · W2 for every (sample, instance, field) row at once (pre-packed W2ᵀ), bb = Fc · b2.
+  std::vector<float> Fc(size_t(std::max<int64_t>(RT, 1) * D)), Gall(size_t(std::max<int64_t>(RT, 1) * D4)),
+      bb(size_t(std::max<int64_t>(RT, 1)));
+  for (int64_t b = 0; b < B; b++)
+    for (size_t q = 0; q < seg_ids[size_t(b)].size(); q++) {
+      const SegOut& o = outs[size_t(seg_ids[size_t(b)][q])];
+      std::memcpy(Fc.data() + (goff[size_t(b)] + seg_row[size_t(b)][q]) * D, o.count_embed.data(), o.count_embed.size() * 4);
+    }
+  if (RT > 0) {
+    hd.out3t.fwd(RT, Fc.data(), D, Gall.data(), D4);  // (RT, 4D)
+    for (int64_t r = 0; r < RT; r++) {
+      float acc = 0.0f;
+      for (int64_t u = 0; u < D; u++) acc += Fc[size_t(r * D + u)] * hd.out3_b[size_t(u)];
+      bb[size_t(r)] = acc;
+    }
+  }
+  // logits[b] (W·K, R_b) = hid · G_bᵀ, hid[i,k] = ReLU(PS[i] + PE[i+k]); work items of 32 starts
+  // over all samples, spread over the pool.
+  const int64_t CH = 32;
+  std::vector<std::vector<float>> logits(static_cast<size_t>(B));
+  std::vector<std::pair<int64_t, int64_t>> items;  // (sample, first start)
   for (int64_t b = 0; b < B; b++) {
     const int64_t W = woff[b + 1] - woff[b];
-    const float* ps = PS.data() + woff[b] * D4;
-    const float* pe = PE.data() + woff[b] * D4;
-    // G rows of every span segment of this sample: Gall (R, 4D), bias bb (R).
-    std::vector<int64_t> seg_ids, seg_row;
-    int64_t R = 0;
-    for (int64_t s = 0; s < S; s++)
-      if (segs[size_t(s)].sample == b && segs[size_t(s)].kind == 0 && outs[size_t(s)].count > 0) {
-        seg_ids.push_back(s);
-        seg_row.push_back(R);
-        R += outs[size_t(s)].count * segs[size_t(s)].M;
-      }
-    bool want_rep = span_rep != nullptr;
-    if ((R == 0 && !want_rep) || W == 0) continue;
-    std::vector<float> Fc(size_t(std::max<int64_t>(R, 1) * D)), Gall(size_t(std::max<int64_t>(R, 1) * D4)),
-        bb(size_t(std::max<int64_t>(R, 1)));
-    for (size_t q = 0; q < seg_ids.size(); q++) {
-      const SegOut& o = outs[size_t(seg_ids[q])];
-      std::memcpy(Fc.data() + seg_row[q] * D, o.count_embed.data(), o.count_embed.size() * 4);
-    }
-    if (R > 0) {
-      // Gall = Fc · W2  (R, D)·(D, 4D)
-      sgemm(false, false, R, D4, D, 1.0f, Fc.data(), D, hd.out3_w.data(), D4, 0.0f, Gall.data(), D4);
-      for (int64_t r = 0; r < R; r++) {
-        float a = 0.0f;
-        for (int64_t u = 0; u < D; u++) a += Fc[size_t(r * D + u)] * hd.out3_b[size_t(u)];
-        bb[size_t(r)] = a;
-      }
-    }
-    std::vector<float> logits(size_t(W * K * std::max<int64_t>(R, 1)), 0.0f);
+    if ((Rb[size_t(b)] == 0 && !want_rep) || W == 0) continue;
+    logits[size_t(b)].assign(size_t(W * K * std::max<int64_t>(Rb[size_t(b)], 1)), 0.0f);
     if (want_rep) (*span_rep)[size_t(b)].assign(size_t(W * K * D), 0.0f);
-    const int64_t CH = 32;  // starts per chunk
-    const int64_t nchunks = (W + CH - 1) / CH;
-    parallel_for(nchunks, 1, [&](int64_t c0, int64_t c1) {
-      std::vector<float> hid(size_t(CH * K * D4));
-      for (int64_t ch = c0; ch < c1; ch++) {
-        int64_t i0 = ch * CH, i1 = std::min(W, i0 + CH), rows = (i1 - i0) * K;
-        for (int64_t i = i0; i < i1; i++)
-          for (int64_t k = 0; k < K; k++) {
-            float* hr = hid.data() + ((i - i0) * K + k) * D4;
-            int64_t j = i + k;
-            if (j >= W) {
-              std::memset(hr, 0, size_t(D4) * 4);
-              continue;
-            }
-            const float* a = ps + i * D4;
-            const float* e = pe + j * D4;
-            for (int64_t u = 0; u < D4; u++) {
-              float v = a[u] + e[u];
-              hr[u] = v > 0.0f ? v : 0.0f;
-            }
+    for (int64_t i0 = 0; i0 < W; i0 += CH) items.emplace_back(b, i0);
+  }
+  parallel_for(int64_t(items.size()), 1, [&](int64_t w0, int64_t w1) {
+    std::vector<float> hid(size_t(CH * K * D4));
+    for (int64_t w = w0; w < w1; w++) {
+      const int64_t b = items[size_t(w)].first, i0 = items[size_t(w)].second;
+      const int64_t W = woff[b + 1] - woff[b], R = Rb[size_t(b)];
+      const float* ps = PS.data() + woff[b] * D4;
+      const float* pe = PE.data() + woff[b] * D4;
+      const int64_t i1 = std::min(W, i0 + CH), rows = (i1 - i0) * K;
+      for (int64_t i = i0; i < i1; i++)
+        for (int64_t k = 0; k < K; k++) {
+          float* hr = hid.data() + ((i - i0) * K + k) * D4;
+          int64_t j = i + k;
+          if (j >= W) {
+            std::memset(hr, 0, size_t(D4) * 4);
+            continue;
           }
-        if (R > 0)  // logits (rows, R) = hid · Gallᵀ
-          sgemm(false, true, rows, R, D4, 1.0f, hid.data(), D4, Gall.data(), D4, 0.0f, logits.data() + i0 * K * R, R);
-        if (want_rep) {
-          float* rep = (*span_rep)[size_t(b)].data() + i0 * K * D;
-          hd.out3.fwd(rows, hid.data(), D4, rep, D);
-          for (int64_t i = i0; i < i1; i++)
-            for (int64_t k = 0; k < K; k++)
-              if (i + k >= W) std::memset(rep + ((i - i0) * K + k) * D, 0, size_t(D) * 4);
+          const float* a = ps + i * D4;
+          const float* e = pe + j * D4;
+          for (int64_t u = 0; u < D4; u++) {
+            float v = a[u] + e[u];
+            hr[u] = v > 0.0f ? v : 0.0f;
+          }
         }
+      if (R > 0)  // logits (rows, R) = hid · Gᵀ
+        sgemm(false, true, rows, R, D4, 1.0f, hid.data(), D4, Gall.data() + goff[size_t(b)] * D4, D4, 0.0f,
+              logits[size_t(b)].data() + i0 * K * R, R);
+      if (want_rep) {
+        float* rep = (*span_rep)[size_t(b)].data() + i0 * K * D;
+        hd.out3.fwd(rows, hid.data(), D4, rep, D);
+        for (int64_t i = i0; i < i1; i++)
+          for (int64_t k = 0; k < K; k++)
+            if (i + k >= W) std::memset(rep + ((i - i0) * K + k) * D, 0, size_t(D) * 4);
       }
-    });
-    // Scatter to (c, M, W, K) probabilities.
-    for (size_t q = 0; q < seg_ids.size(); q++) {
-      SegOut& o = outs[size_t(seg_ids[q])];
-      const int64_t M = segs[size_t(seg_ids[q])].M, rows = o.count * M;
+    }
+  });
+  // Scatter to (c, M, W, K) probabilities.
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t W = woff[b + 1] - woff[b], R = Rb[size_t(b)];
+    for (size_t q = 0; q < seg_ids[size_t(b)].size(); q++) {
+      SegOut& o = outs[size_t(seg_ids[size_t(b)][q])];
+      const int64_t M = segs[size_t(seg_ids[size_t(b)][q])].M, rows = o.count * M;
       o.scores.assign(size_t(rows * W * K), 0.0f);
+      if (W == 0) continue;
       for (int64_t r = 0; r < rows; r++) {
-        int64_t gr = seg_row[q] + r;
+        const int64_t gr = seg_row[size_t(b)][q] + r;
+        const float bias = bb[size_t(goff[size_t(b)] + gr)];
+        const float* lg = logits[size_t(b)].data();
         float* dst = o.scores.data() + r * W * K;
         for (int64_t i = 0; i < W; i++)
-          for (int64_t k = 0; k < K && i + k < W; k++)
-            dst[i * K + k] = sigmoidf(logits[size_t((i * K + k) * R + gr)] + bb[size_t(gr)]);
+          for (int64_t k = 0; k < K && i + k < W; k++) dst[i * K + k] = sigmoidf(lg[size_t((i * K + k) * R + gr)] + bias);
       }
     }
   }
