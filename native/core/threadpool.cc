@@ -68,9 +68,13 @@ class Pool {
   }
 
  private:
+  // The caller finished its share; wait for the workers. Spin briefly (a worker normally
+  // finishes within microseconds of the caller), then yield the core: on an oversubscribed
+  // machine the worker we wait for may be queued behind us on the same core, and a long spin
+  // would only delay it (measured: 2-thread decode 5x slower than 1 thread under load).
   void wait_done() {
     for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; spins++) {
-      if (spins < 200000) LOOM_PAUSE();
+      if (spins < 4096) LOOM_PAUSE();
       else std::this_thread::yield();
     }
   }
