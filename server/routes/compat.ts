@@ -65,6 +65,11 @@ function mapRuntimeError(err: unknown, endpoint: Endpoint | 'embeddings'): unkno
   const e = err as { status?: number; name?: string; message?: string };
   if (e?.status === 529 && endpoint !== 'messages') return new DependencyUnavailableError(`The model is overloaded: ${e.message ?? 'queue full'}; retry shortly`, 1);
   if (e?.status === 529 && !(err instanceof ServiceError)) return new ServiceError(529, e.message || 'Overloaded', { code: 'overloaded', headers: { 'Retry-After': '1' } });
+  // response_format the constrained decoder rejects (unsupported keyword) or the vocabulary cannot spell
+  if (e?.name === 'JsonSchemaError' || e?.name === 'ConstraintUnsatisfiableError') {
+    const code = (err as { code?: string }).code ?? 'invalid_value';
+    return new CompatError(422, `response_format: ${e.message}`, { param: 'response_format', code });
+  }
   // parameter errors raised by the runtime (bad sampling values, max_tokens beyond the context)
   if (err instanceof RangeError) return new CompatError(422, e.message ?? 'invalid parameter', { code: 'invalid_value' });
   return err;
@@ -175,10 +180,14 @@ async function handleGeneration(ctx: Ctx, endpoint: Endpoint, normalize: (b: unk
   const onAbort = () => ac.abort(ctx.signal.reason);
   if (ctx.signal.aborted) onAbort();
   else ctx.signal.addEventListener('abort', onAbort, { once: true });
-  const events = runCompat(ctx.services.runtime, call.model.ref, req, {
+  // tools go through the model's chat template when it renders them, else a system message describes them
+  const toolsOn = !!req.tools?.length && req.tool_choice !== 'none';
+  const rt = ctx.services.runtime;
+  const templateSupportsTools = toolsOn && rt.templateSupportsTools ? await rt.templateSupportsTools(call.model.ref).catch(() => false) : false;
+  const events = runCompat(rt, call.model.ref, req, {
     signal: ac.signal,
     toolIdPrefix: endpoint === 'messages' ? 'toolu_' : 'call_',
-    templateSupportsTools: false,
+    templateSupportsTools,
     extraParams: runtimeExtras(call, req),
   })[Symbol.asyncIterator]();
   const choices: ChoiceResult[] = [];
@@ -191,6 +200,10 @@ async function handleGeneration(ctx: Ctx, endpoint: Endpoint, normalize: (b: unk
         if (ev.type === 'choice') choices[ev.result.index] = ev.result;
         else if (ev.type === 'done') usage = ev.usage;
       }
+      if (ctx.signal.aborted) {
+        await call.fail({ ...base, output: recordOutput(choices.filter(Boolean)) }, new Error('client disconnected'), usage ?? undefined);
+        return undefined;
+      }
       const fin = await call.finish({ ...base, output: recordOutput(choices), usage: usage! });
       return buildBody(endpoint, bctx, req, choices, fin.usage as Usage);
     }
@@ -202,7 +215,13 @@ async function handleGeneration(ctx: Ctx, endpoint: Endpoint, normalize: (b: unk
     await stream.write(enc.start());
     for (let r = first; !r.done; r = await events.next()) {
       const ev = r.value;
-      if (stream.closed) break;
+      if (ev.type === 'done') { usage = ev.usage; continue; }
+      // the client went away: keep draining (the aborted generation ends at once) for its usage
+      if (stream.closed || ctx.signal.aborted) {
+        ac.abort();
+        if (ev.type === 'choice') choices[ev.result.index] = ev.result;
+        continue;
+      }
       if (ev.type === 'text') {
         const s = enc.text(ev);
         if (s) await stream.write(s);
@@ -210,12 +229,13 @@ async function handleGeneration(ctx: Ctx, endpoint: Endpoint, normalize: (b: unk
         choices[ev.result.index] = ev.result;
         const s = enc.choice(ev.result);
         if (s) await stream.write(s);
-      } else usage = ev.usage;
+      }
     }
-    if (ctx.signal.aborted || !usage) {
-      // the client went away: the generation is cancelled (not billed), the record keeps the reason
+    if (ctx.signal.aborted || stream.closed || !usage) {
+      // the client went away: the generation is cancelled; what it processed is billed, the record keeps the reason
+      ac.abort();
       await events.return?.(undefined);
-      await call.fail(base, new Error('client disconnected'));
+      await call.fail({ ...base, output: recordOutput(choices.filter(Boolean)) }, new Error('client disconnected'), usage ?? undefined);
       return undefined;
     }
     const fin = await call.finish({ ...base, output: recordOutput(choices), usage });

@@ -14,7 +14,12 @@
 // `stream.result` is a Promise of the final event (for non-streaming callers); `stream.cancel()`
 // is the same as aborting `signal`. Errors (bad parameters, overloaded queue, abort) reject the
 // iteration with the typed errors exported here: OverloadedError (status 529), AbortError,
-// RequestTooLargeError (400), SamplingError, AdapterError.
+// RequestTooLargeError (400), SamplingError, AdapterError, JsonSchemaError / ConstraintUnsatisfiableError
+// (response_format the schema compiler rejects, or that the vocabulary cannot spell; raised before
+// anything runs). An AbortError of a submitted request carries `usage` (what was processed and
+// generated before the abort) and `text` (emitted so far), so callers can bill cancelled work.
+// The final record's `stop_sequence` names the stop string that ended the generation (else null).
+// `tools` (with messages) is passed to the chat template.
 //
 // Request fields: messages (chat template applied, add_generation_prompt) or prompt (raw text) or
 // prompt_ids; max_tokens; temperature, top_p, top_k, min_p, seed; stop (string | string[]);
@@ -34,7 +39,7 @@ import { openGgufDecoder } from '../models/decoder/gguf-source.ts';
 import type { NativeDecoder } from '../models/decoder/native-model.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
 import { encodeChatAsync, type ChatMessage } from '../tokenize/chat-template.ts';
-import { compileJsonSchema, type JsonConstraint } from './json-constraint.ts';
+import { compileJsonSchema, ConstraintUnsatisfiableError, JsonSchemaError, type JsonConstraint } from './json-constraint.ts';
 import { AdapterError, AdapterRegistry, type AdapterInfo } from './adapters.ts';
 import { resolveModel } from './hub.ts';
 import { KvCacheManager, type KvCacheOptions } from './kv-cache.ts';
@@ -43,7 +48,7 @@ import { Sampler, SamplingError, type SamplingParams } from './sampling.ts';
 import { AbortError, OverloadedError, RequestTooLargeError, Scheduler, type SchedulerOptions, type SeqStats } from './scheduler.ts';
 import { StopMatcher } from './stop.ts';
 
-export { AbortError, AdapterError, OverloadedError, RequestTooLargeError, SamplingError };
+export { AbortError, AdapterError, ConstraintUnsatisfiableError, JsonSchemaError, OverloadedError, RequestTooLargeError, SamplingError };
 
 /** The model is known (pullable with `loom pull`) but not downloaded; the service answers 425 while it warms. */
 export class ModelNotOnDiskError extends Error {
@@ -68,6 +73,8 @@ export interface GenerateRequest extends SamplingParams {
   signal?: AbortSignal;
   /** Also stop at the model's EOS ids (default true). */
   stop_at_eos?: boolean;
+  /** Tool definitions for the chat template's `tools` variable (templates that reference it render them). */
+  tools?: unknown[];
 }
 
 export interface TokenLogprob {
@@ -95,6 +102,8 @@ export interface Usage {
 export interface GenerateFinal {
   type: 'final';
   finish_reason: 'stop' | 'length';
+  /** The stop string that ended the generation (finish_reason 'stop' by a stop string), else null. */
+  stop_sequence: string | null;
   text: string;
   tokenIds: number[];
   usage: Usage;
@@ -276,7 +285,8 @@ export class DecoderModel {
     }
     if (typeof req.prompt === 'string') return { ids: await this.tokenizer.encodeAsync(req.prompt), breakpoints: bps };
     if (Array.isArray(req.messages)) {
-      const r = await encodeChatAsync(this.tokenizer, req.messages, { addGenerationPrompt: true });
+      const tools = Array.isArray(req.tools) && req.tools.length ? req.tools : undefined;
+      const r = await encodeChatAsync(this.tokenizer, req.messages, { addGenerationPrompt: true, tools });
       const ttls = markerTtls(req.messages);
       r.breakpointTokens.forEach((n, i) => bps.push({ tokens: n, ttlMs: parseTtl(ttls[i]) }));
       return { ids: r.ids, breakpoints: bps };
@@ -313,6 +323,7 @@ export class DecoderModel {
     const history: number[] = [];
     let text = '';
     let finish: 'stop' | 'length' = 'length';
+    let stopSequence: string | null = null;
     const wantLogprobs = req.logprobs === true;
 
     const signal = req.signal ? AbortSignal.any([req.signal, stream.controller.signal]) : stream.controller.signal;
@@ -354,6 +365,7 @@ export class DecoderModel {
           emitText(s.emit, [tok], lp);
           if (s.stopped || finalPiece) {
             finish = 'stop';
+            if (s.stopped) stopSequence = s.match ?? null;
             return null;
           }
           return tok;
@@ -368,12 +380,28 @@ export class DecoderModel {
           stream.push({
             type: 'final',
             finish_reason: finish,
+            stop_sequence: stopSequence,
             text,
             tokenIds: history,
             usage: { prompt_tokens: st.promptTokens, completion_tokens: history.length, cache_read_tokens: st.cacheReadTokens, cache_write_tokens: st.cacheWriteTokens },
           });
         },
-        fail: (e) => stream.fail(e),
+        fail: (e) => {
+          // an aborted request still reports what it processed (for billing): usage and the text so far
+          if (e instanceof AbortError) {
+            const st = (e as AbortError & { stats?: SeqStats }).stats;
+            Object.assign(e, {
+              text,
+              usage: {
+                prompt_tokens: st ? st.promptTokens : 0,
+                completion_tokens: history.length,
+                cache_read_tokens: st?.cacheReadTokens ?? 0,
+                cache_write_tokens: st?.cacheWriteTokens ?? 0,
+              } satisfies Usage,
+            });
+          }
+          stream.fail(e);
+        },
       },
     });
   }

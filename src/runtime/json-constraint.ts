@@ -12,7 +12,8 @@
 // number, integer, boolean, null, enum / const of any JSON values, anyOf / oneOf, type arrays
 // (["string","null"]), $ref to #/$defs or #/definitions (recursion allowed), {} / true (any JSON value).
 // Unsupported keywords that would change validity (pattern, format, minimum/maximum, allOf, not, ...) are
-// rejected with an error naming them. Whitespace: up to 8 consecutive whitespace bytes where JSON allows it;
+// rejected with an error naming them. Numbers: at most 16 integer digits, 16 fraction digits, 3 exponent
+// digits (so every value ends). Whitespace: up to 8 consecutive whitespace bytes where JSON allows it;
 // nothing after the top-level value (so EOS is the only continuation).
 
 export interface ConstraintTokenizer {
@@ -24,6 +25,15 @@ export interface ConstraintTokenizer {
 
 export class JsonSchemaError extends Error {
   override name = 'JsonSchemaError';
+}
+
+/**
+ * The tokenizer's vocabulary cannot spell any JSON value the schema admits (e.g. no token holds '{' and
+ * there is no byte fallback): raised up front by compileJsonSchema instead of failing mid-generation.
+ */
+export class ConstraintUnsatisfiableError extends JsonSchemaError {
+  override name = 'ConstraintUnsatisfiableError';
+  readonly code = 'response_format_unsatisfiable';
 }
 
 type Node =
@@ -137,7 +147,7 @@ type Frame =
   | { t: 'F'; st: 0 | 1 | 2 | 3 } // free object: 0 after '{' (key or '}'), 3 after ',' (key), 1 after key (':'), 2 after value
   | { t: 'A'; node: Node & { k: 'arr' }; n: number; st: 0 | 1 } // 0: after '[' or ',' (value or ']' when allowed), 1: after value
   | { t: 'S'; min: number; max: number; len: number; esc: number; u: number } // esc: 0 none, 1 after '\', 2..5 hex digits of \u remaining (5 → 4 left); u: UTF-8 continuation bytes still expected
-  | { t: 'N'; int: boolean; st: number }
+  | { t: 'N'; int: boolean; st: number; d: number } // d: digits in the current part (int / fraction / exponent)
   | { t: 'L'; values: number[][]; pos: number }
   | { t: 'K'; keys: { key: number[]; idx: number }[]; pos: number };
 
@@ -150,6 +160,9 @@ interface Thread {
 
 const WS = (b: number): boolean => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
 const MAX_WS = 8;
+const MAX_INT_DIGITS = 16; // beyond 2^53 integers are not exact in JSON parsers anyway
+const MAX_FRAC_DIGITS = 16;
+const MAX_EXP_DIGITS = 3;
 const DIGIT = (b: number): boolean => b >= 0x30 && b <= 0x39;
 const HEX = (b: number): boolean => DIGIT(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66);
 
@@ -172,7 +185,7 @@ function threadKey(th: Thread | null): string {
     case 'F': k = `F${f.st}`; break;
     case 'A': k = `A${oid(f.node)},${Math.min(f.n, Math.max(f.node.min, f.node.max === Infinity ? 0 : f.node.max))},${f.st}`; break;
     case 'S': k = `S${f.min},${f.max === Infinity ? 'i' : f.max},${f.max === Infinity && f.min === 0 ? 0 : f.len},${f.esc},${f.u}`; break;
-    case 'N': k = `N${f.int ? 1 : 0}${f.st}`; break;
+    case 'N': k = `N${f.int ? 1 : 0}${f.st},${f.d}`; break;
     case 'L': k = `L${f.pos}:${f.values.map((v) => String.fromCharCode(...v)).join('\u0001')}`; break;
     case 'K': k = `K${f.keys.map((x) => x.idx).join('.')},${f.pos}`; break;
   }
@@ -225,18 +238,21 @@ function step(th: Thread, b: number, out: Thread[]): void {
     }
     case 'N': {
       // states: 0 start, 1 after '-', 2 after '0', 3 int digits, 4 after '.', 5 frac digits, 6 after e, 7 after e sign, 8 exp digits
+      // digits per part are capped (MAX_INT_DIGITS, MAX_FRAC_DIGITS, MAX_EXP_DIGITS) so a number always ends:
+      // a model stuck repeating a digit cannot run the output to max_tokens inside one number
       const s = f.st;
-      const to = (st: number): void => push({ ...f, st }, up);
+      const to = (st: number): void => push({ ...f, st, d: st === s ? f.d + 1 : 1 }, up);
+      const more = (cap: number): boolean => f.d < cap;
       const complete = s === 2 || s === 3 || s === 5 || s === 8;
       if (s === 0 && b === 0x2d) to(1);
       else if ((s === 0 || s === 1) && b === 0x30) to(2);
       else if ((s === 0 || s === 1) && b >= 0x31 && b <= 0x39) to(3);
-      else if (s === 3 && DIGIT(b)) to(3);
+      else if (s === 3 && DIGIT(b) && more(MAX_INT_DIGITS)) to(3);
       else if ((s === 2 || s === 3) && b === 0x2e && !f.int) to(4);
-      else if ((s === 4 || s === 5) && DIGIT(b)) to(5);
+      else if ((s === 4 || (s === 5 && more(MAX_FRAC_DIGITS))) && DIGIT(b)) to(5);
       else if ((s === 2 || s === 3 || s === 5) && (b === 0x65 || b === 0x45) && !f.int) to(6);
       else if (s === 6 && (b === 0x2b || b === 0x2d)) to(7);
-      else if ((s === 6 || s === 7 || s === 8) && DIGIT(b)) to(8);
+      else if ((s === 6 || s === 7 || (s === 8 && more(MAX_EXP_DIGITS))) && DIGIT(b)) to(8);
       if (complete) pop();
       return;
     }
@@ -322,7 +338,7 @@ function startValue(node: Node, up: Thread | null, b: number, out: Thread[]): vo
     case 'freeobj': if (b === 0x7b) out.push({ f: { t: 'F', st: 0 }, up, ws: 0 }); return;
     case 'arr': if (b === 0x5b) out.push({ f: { t: 'A', node, n: 0, st: 0 }, up, ws: 0 }); return;
     case 'str': if (b === 0x22) out.push({ f: { t: 'S', min: node.min, max: node.max, len: 0, esc: 0, u: 0 }, up, ws: 0 }); return;
-    case 'num': step({ f: { t: 'N', int: node.int, st: 0 }, up, ws: 0 }, b, out); return;
+    case 'num': step({ f: { t: 'N', int: node.int, st: 0, d: 0 }, up, ws: 0 }, b, out); return;
     case 'lit': step({ f: { t: 'L', values: node.values, pos: 0 }, up, ws: 0 }, b, out); return;
   }
 }
@@ -515,6 +531,47 @@ export function compileJsonSchema(schema: object, tok: ConstraintTokenizer): Jso
     if (dfa.canEnd(sid)) for (const id of eos) bits[id >>> 5] |= 1 << (id & 31);
     return bits;
   };
+
+  // Up front: search (breadth-first over DFA states, token by token) for a token sequence that completes a
+  // value. Proven impossible (the reachable states run out) → ConstraintUnsatisfiableError; a search that
+  // exceeds its budget proves nothing and lets the request run.
+  const checkFeasible = (): void => {
+    const seen = new Set<number>([startId]);
+    const queue: number[] = [startId];
+    for (let expanded = 0; queue.length && expanded < 48; expanded++) {
+      const sid = queue.shift()!;
+      if (dfa.canEnd(sid)) return;
+      const stackNode: number[] = [0];
+      const stackState: number[] = [sid];
+      while (stackNode.length) {
+        const n = stackNode.pop()!;
+        const st = stackState.pop()!;
+        for (let e = first[n]; e < first[n + 1]; e++) {
+          const nx = dfa.next(st, edgeByte[e]);
+          if (nx < 0) continue;
+          const c = edgeChild[e];
+          if (tokFirst[c + 1] > tokFirst[c] && !seen.has(nx)) {
+            if (dfa.canEnd(nx)) return;
+            seen.add(nx);
+            queue.push(nx);
+          }
+          if (first[c + 1] > first[c]) {
+            stackNode.push(c);
+            stackState.push(nx);
+          }
+        }
+      }
+    }
+    if (queue.length) return; // budget exhausted: not proven impossible
+    // name the first byte the vocabulary lacks: what a valid value could start with after whitespace
+    const starts: string[] = [];
+    for (let b = 0x21; b < 0x7f; b++) if (dfa.next(startId, b) >= 0) starts.push(String.fromCharCode(b));
+    throw new ConstraintUnsatisfiableError(
+      `the model's tokenizer cannot produce JSON for this schema: no sequence of its ${V} tokens spells a complete value ` +
+      `(a value must start with one of ${JSON.stringify(starts.join(''))}; the vocabulary has no token for the characters it needs and no byte fallback)`,
+    );
+  };
+  checkFeasible();
 
   const start = (): ConstraintState => {
     let sid = startId;

@@ -22,6 +22,8 @@ export class OverloadedError extends Error {
 export class AbortError extends Error {
   override name = 'AbortError';
   readonly code = 'aborted';
+  /** For a sequence aborted after submit: what it had processed (prompt positions with KV, tokens generated). */
+  stats?: SeqStats;
 }
 
 export class RequestTooLargeError extends Error {
@@ -213,7 +215,11 @@ export class Scheduler {
     if (seq.finished) return;
     seq.finished = true;
     this.detach(seq);
-    seq.handler.fail(new AbortError('request aborted'));
+    const e = new AbortError('request aborted');
+    // prompt tokens count once prefilled (cache reads included); a preempted sequence recomputes, never bills twice
+    const prompt = seq.generated > 0 ? seq.promptLen : Math.min(seq.computed, seq.promptLen);
+    e.stats = { promptTokens: Math.max(prompt, seq.cacheRead + seq.cacheWrite), generatedTokens: seq.generated, cacheReadTokens: seq.cacheRead, cacheWriteTokens: seq.cacheWrite };
+    seq.handler.fail(e);
   }
 
   private detach(seq: Seq): void {

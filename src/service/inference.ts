@@ -53,7 +53,8 @@ export interface Call {
   inference_id: string;
   started_at: number;
   finish(f: FinishInput): Promise<{ inference_id: string; usage: TokenUsage; cost: number; latency_ms: number }>;
-  fail(f: Omit<FinishInput, 'output' | 'usage'>, err: unknown): Promise<void>;
+  /** a failed or cancelled call; `usage` (what the model processed before it stopped, e.g. a client disconnect) is billed */
+  fail(f: Omit<FinishInput, 'output' | 'usage'> & { output?: unknown }, err: unknown, usage?: Partial<TokenUsage>): Promise<void>;
 }
 
 export interface EncoderRequest {
@@ -187,10 +188,20 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
         deps.metrics?.recordUsage(model.routed_model, usage);
         return { inference_id, usage, cost: cost_micro / MICRO, latency_ms };
       },
-      async fail(f, err) {
+      async fail(f, err, used) {
         settle();
         const latency_ms = Math.round((performance.now() - started) * 1000) / 1000;
-        const rec = record({ ...f, output: null, usage: completeUsage({}), cost: 0, latency_ms, status: 'error', error: err instanceof Error ? err.message : String(err) });
+        const error = err instanceof Error ? err.message : String(err);
+        const usage = completeUsage(used ?? {});
+        if (usage.total_tokens > 0) {
+          // work done before the failure (a cancelled generation) is billed; the record keeps the reason
+          const cost_micro = costMicro(model.pricing, model.caching_family, usage);
+          const rec = record({ ...f, output: f.output ?? null, usage, cost: cost_micro / MICRO, latency_ms, status: 'error', error });
+          await billing.charge({ principal: p, model_id: model.routed_model, endpoint: opts.endpoint, inference_id, usage, pricing: model.pricing, caching_family: model.caching_family, alsoWrite: () => store.inferences.put(rec) });
+          deps.metrics?.recordUsage(model.routed_model, usage);
+          return;
+        }
+        const rec = record({ ...f, output: null, usage: completeUsage({}), cost: 0, latency_ms, status: 'error', error });
         await store.tx(() => store.inferences.put(rec));
       },
     };
@@ -228,6 +239,12 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       done = await generateAll(runtime, call.model.ref, { messages: req.messages, ...params, signal: ctx.signal });
     } catch (err) {
       await call.fail(base, err);
+      throw err;
+    }
+    if (done.finish_reason === 'cancelled') {
+      // aborted by the caller: bill what was processed, keep the reason, answer nobody
+      const err = new Error('request cancelled');
+      await call.fail({ ...base, output: { content: done.text, finish_reason: 'cancelled' } }, err, done.usage);
       throw err;
     }
     const result = { content: done.text, finish_reason: done.finish_reason };

@@ -47,6 +47,11 @@ export function disjointUsage(u: { prompt_tokens: number; completion_tokens: num
   };
 }
 
+/** A chat template renders tool definitions itself when it reads the `tools` variable. */
+export function chatTemplateUsesTools(template: string | undefined): boolean {
+  return !!template && /\btools\b/.test(template);
+}
+
 export interface LocalRuntimeOptions {
   modelsDir: string;
   maxLoaded?: number;
@@ -208,11 +213,26 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
         if (!l.dec) throw new Error(`${ref.id} is not a decoder`);
         const { messages, prompt, signal, ...rest } = p;
         const stream = l.dec.generate({ ...(rest as object), messages: messages as never, prompt, signal, adapter: l.adapter });
-        for await (const ev of stream) {
-          if (ev.type === 'delta') yield { type: 'delta', text: ev.text };
-          else yield { type: 'done', finish_reason: ev.finish_reason, text: ev.text, usage: disjointUsage(ev.usage) };
+        try {
+          for await (const ev of stream) {
+            if (ev.type === 'delta') yield ev.logprobs ? { type: 'delta', text: ev.text, logprobs: ev.logprobs } : { type: 'delta', text: ev.text };
+            else yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, text: ev.text, usage: disjointUsage(ev.usage) };
+          }
+        } catch (e) {
+          // cancelled after it started: report what was processed so the call can be billed for it
+          const ab = e as { name?: string; usage?: Parameters<typeof disjointUsage>[0]; text?: string };
+          if (ab?.name === 'AbortError' && ab.usage) {
+            yield { type: 'done', finish_reason: 'cancelled', stop_sequence: null, text: ab.text ?? '', usage: disjointUsage(ab.usage) };
+            return;
+          }
+          throw e;
         }
       } finally { inflight--; }
+    },
+
+    async templateSupportsTools(ref: ModelRef): Promise<boolean> {
+      const l = await load(ref);
+      return !!l.dec && chatTemplateUsesTools(l.dec.tokenizer.chatTemplate);
     },
 
     embed(ref: ModelRef, texts: string[], o?: { dimensions?: number }): Promise<EmbedOutput> {

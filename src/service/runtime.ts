@@ -99,9 +99,21 @@ export interface GenerateUsage {
   completion_tokens: number;
 }
 
+export interface GenerateLogprob {
+  token: string;
+  logprob: number;
+  bytes?: number[];
+  top_logprobs?: { token: string; logprob: number; bytes?: number[] }[];
+}
+
+/**
+ * A generation's events: deltas, then exactly one `done`. finish_reason is 'stop' | 'length' |
+ * 'cancelled' (the signal was aborted after the model started: usage is what was processed and
+ * generated up to then, so it can be billed); `stop_sequence` names the stop string that ended it.
+ */
 export type GenerateEvent =
-  | { type: 'delta'; text: string }
-  | { type: 'done'; finish_reason: string; usage: GenerateUsage; text: string };
+  | { type: 'delta'; text: string; logprobs?: GenerateLogprob[] }
+  | { type: 'done'; finish_reason: string; usage: GenerateUsage; text: string; stop_sequence?: string | null };
 
 export interface EmbedOutput { embeddings: number[][]; input_tokens: number; dimensions: number }
 
@@ -116,6 +128,8 @@ export interface ModelRuntime {
   extract(ref: ModelRef, texts: string[], schema: EncoderSchema, opts: ExtractOptions): Promise<ExtractOutput>;
   /** decoder generation: a stream of deltas ending with exactly one `done` event */
   generate(ref: ModelRef, params: GenerateParams): AsyncIterable<GenerateEvent>;
+  /** does the decoder's chat template render a `tools` variable itself? (absent: no) */
+  templateSupportsTools?(ref: ModelRef): Promise<boolean>;
   /** mean-pooled embeddings */
   embed(ref: ModelRef, texts: string[], opts?: { dimensions?: number }): Promise<EmbedOutput>;
   /** queue depth and loaded models, for /metrics and /health */

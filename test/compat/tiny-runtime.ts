@@ -6,7 +6,7 @@
 import { join } from 'node:path';
 import { loadDecoder, type DecoderModel } from '../../src/runtime/generate.ts';
 import { loadEncoder, type EncoderModel } from '../../src/models/encoder/index.ts';
-import type { EncoderSchema, ExtractOptions, GenerateEvent, GenerateParams, LocalModel, ModelRef, ModelRuntime, ModelStatus } from '../../src/service/runtime.ts';
+import type { EncoderSchema, ExtractOptions, GenerateEvent, GenerateParams, GenerateUsage, LocalModel, ModelRef, ModelRuntime, ModelStatus } from '../../src/service/runtime.ts';
 
 export const shared = join(import.meta.dirname, '../../../shared');
 export const DECODER_DIR = join(shared, 'models/tinystories-656k');
@@ -47,9 +47,16 @@ export class TinyRuntime implements ModelRuntime {
   async *generate(ref: ModelRef, params: GenerateParams): AsyncIterable<GenerateEvent> {
     const dec = this.decoders.get(ref.id)!;
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    for await (const ev of dec.generate(params as any)) {
-      if (ev.type === 'delta') yield { type: 'delta', text: ev.text, ...(ev.logprobs ? { logprobs: ev.logprobs } : {}) } as GenerateEvent;
-      else yield { type: 'done', finish_reason: ev.finish_reason, usage: ev.usage, text: ev.text };
+    try {
+      for await (const ev of dec.generate(params as any)) {
+        if (ev.type === 'delta') yield { type: 'delta', text: ev.text, ...(ev.logprobs ? { logprobs: ev.logprobs } : {}) } as GenerateEvent;
+        else yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, usage: ev.usage, text: ev.text };
+      }
+    } catch (e) {
+      // the production seam's contract (runtime-local.ts): a cancelled generation ends with its usage
+      const ab = e as { name?: string; usage?: GenerateUsage; text?: string };
+      if (ab?.name === 'AbortError' && ab.usage) { yield { type: 'done', finish_reason: 'cancelled', stop_sequence: null, usage: ab.usage, text: ab.text ?? '' }; return; }
+      throw e;
     }
   }
   async embed(ref: ModelRef, texts: string[]) {

@@ -54,6 +54,43 @@ t.test('structured output always parses and validates', async (t) => {
   }
 });
 
+t.test('a schema the vocabulary cannot spell fails up front with a typed error', async (t) => {
+  for (const rf of [{ type: 'json_schema' as const, json_schema: { schema: { type: 'object', properties: { a: { type: 'integer' } } } } }, { type: 'json_object' as const }]) {
+    const steps0 = model.scheduler.stats().steps;
+    const err = await model.generate({ prompt: 'Lily', max_tokens: 20, response_format: rf }).result.catch((e) => e);
+    t.equal(err?.name, 'ConstraintUnsatisfiableError', `${rf.type}: ${err?.message}`);
+    t.equal(err?.code, 'response_format_unsatisfiable');
+    t.match(err?.message, /cannot produce JSON/);
+    t.equal(model.scheduler.stats().steps, steps0, 'nothing ran');
+  }
+});
+
+t.test('stop_sequence names the stop string that ended the generation', async (t) => {
+  const free = await model.generate({ prompt: 'Lily and Tom went to the park', max_tokens: 24, temperature: 0, stop_at_eos: false }).result;
+  t.equal(free.stop_sequence, null);
+  const word = free.text.split(/\s+/).filter((w) => /^[a-z]{3,}$/i.test(w))[1]!;
+  const cut = await model.generate({ prompt: 'Lily and Tom went to the park', max_tokens: 24, temperature: 0, stop_at_eos: false, stop: ['@@', word] }).result;
+  t.equal(cut.finish_reason, 'stop');
+  t.equal(cut.stop_sequence, word);
+  t.equal(cut.text, free.text.slice(0, free.text.indexOf(word)));
+});
+
+t.test('an aborted generation reports what it processed (AbortError.usage)', async (t) => {
+  const ac = new AbortController();
+  const s = model.generate({ prompt: 'Lily and Tom went to the park', max_tokens: 200, temperature: 0.8, stop_at_eos: false, signal: ac.signal, cache: { mode: 'none' } });
+  let n = 0;
+  let text = '';
+  const err = await (async () => {
+    for await (const ev of s) {
+      if (ev.type === 'delta') { text += ev.text; if (++n === 5) ac.abort(); }
+    }
+  })().catch((e) => e);
+  t.equal(err?.name, 'AbortError');
+  t.ok(err.usage.completion_tokens >= 5 && err.usage.completion_tokens < 200, JSON.stringify(err.usage));
+  t.equal(err.usage.prompt_tokens, (await model.preparePrompt({ prompt: 'Lily and Tom went to the park' })).ids.length, 'the whole prompt was processed');
+  t.ok(err.text.startsWith(text), 'text so far');
+});
+
 t.test('logprobs', async (t) => {
   const evs = [];
   for await (const ev of model.generate({ prompt: 'Once upon a time', max_tokens: 3, temperature: 0, logprobs: true, top_logprobs: 2, stop_at_eos: false })) evs.push(ev);
