@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include "gliner2.h"
 #include "loom/ops.h"
@@ -327,8 +328,11 @@ void heads_run(const Heads& hd, int64_t B, const float* words, const int64_t* wo
     if (want_rep) (*span_rep)[size_t(b)].assign(size_t(W * K * D), 0.0f);
     for (int64_t i0 = 0; i0 < W; i0 += CH) items.emplace_back(b, i0);
   }
+  int64_t Wmax = 0;
+  for (int64_t b = 0; b < B; b++) Wmax = std::max(Wmax, woff[b + 1] - woff[b]);
+  const size_t hid_n = size_t(std::min(CH, Wmax) * K * D4);
   parallel_for(int64_t(items.size()), 1, [&](int64_t w0, int64_t w1) {
-    std::vector<float> hid(size_t(CH * K * D4));
+    std::unique_ptr<float[]> hid(new float[std::max<size_t>(hid_n, 1)]);  // every row written below
     for (int64_t w = w0; w < w1; w++) {
       const int64_t b = items[size_t(w)].first, i0 = items[size_t(w)].second;
       const int64_t W = woff[b + 1] - woff[b], R = Rb[size_t(b)];
@@ -337,7 +341,7 @@ void heads_run(const Heads& hd, int64_t B, const float* words, const int64_t* wo
       const int64_t i1 = std::min(W, i0 + CH), rows = (i1 - i0) * K;
       for (int64_t i = i0; i < i1; i++)
         for (int64_t k = 0; k < K; k++) {
-          float* hr = hid.data() + ((i - i0) * K + k) * D4;
+          float* hr = hid.get() + ((i - i0) * K + k) * D4;
           int64_t j = i + k;
           if (j >= W) {
             std::memset(hr, 0, size_t(D4) * 4);
@@ -351,11 +355,11 @@ void heads_run(const Heads& hd, int64_t B, const float* words, const int64_t* wo
           }
         }
       if (R > 0)  // logits (rows, R) = hid · Gᵀ
-        sgemm(false, true, rows, R, D4, 1.0f, hid.data(), D4, Gall.data() + goff[size_t(b)] * D4, D4, 0.0f,
+        sgemm(false, true, rows, R, D4, 1.0f, hid.get(), D4, Gall.data() + goff[size_t(b)] * D4, D4, 0.0f,
               logits[size_t(b)].data() + i0 * K * R, R);
       if (want_rep) {
         float* rep = (*span_rep)[size_t(b)].data() + i0 * K * D;
-        hd.out3.fwd(rows, hid.data(), D4, rep, D);
+        hd.out3.fwd(rows, hid.get(), D4, rep, D);
         for (int64_t i = i0; i < i1; i++)
           for (int64_t k = 0; k < K; k++)
             if (i + k >= W) std::memset(rep + ((i - i0) * K + k) * D, 0, size_t(D) * 4);
