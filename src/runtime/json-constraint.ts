@@ -536,6 +536,10 @@ export function compileJsonSchema(schema: object, tok: ConstraintTokenizer): Jso
   // value. Proven impossible (the reachable states run out) → ConstraintUnsatisfiableError; a search that
   // exceeds its budget proves nothing and lets the request run.
   const checkFeasible = (): void => {
+    // every byte has a one-byte token (byte-level BPE, byte fallback): any JSON text can be spelled
+    let single = 0;
+    for (let e = first[0]; e < first[1]; e++) if (tokFirst[edgeChild[e] + 1] > tokFirst[edgeChild[e]]) single++;
+    if (single === 256) return;
     const seen = new Set<number>([startId]);
     const queue: number[] = [startId];
     for (let expanded = 0; queue.length && expanded < 48; expanded++) {
