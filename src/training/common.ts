@@ -178,3 +178,121 @@ export class CheckpointBook {
 }
 
 export const log = (hooks: TrainHooks, level: LogEvent['level'], message: string) => hooks.onLog?.({ level, message });
+
+/** What a trainer plugs into runTrainingLoop: its data, its graph's micro-step and optimizer step. */
+export interface TrainingLoop<T> {
+  outputDir: string;
+  hooks: TrainHooks;
+  t0: number; // Date.now() when the trainer started (for duration_s)
+  items: T[]; // training examples, shuffled each epoch with `seed`
+  batchSize: number;
+  accum: number; // gradient accumulation steps
+  epochs: number;
+  perEpoch: number; // micro-batches per epoch (drop_last)
+  totalSteps: number;
+  evalEvery: number;
+  patience: number; // early stopping (0 = off)
+  maxSteps: number; // 0 = no cap
+  seed: number;
+  scheduler: 'linear' | 'cosine' | 'constant';
+  warmup: number;
+  book: CheckpointBook;
+  /** Clears the gradients before an optimizer step's micro-batches. */
+  zeroGrad(): void;
+  /** Forward + backward of one micro-batch (gradients scaled by gradScale). `loss` is added to the
+   *  logging window with weight `weight` (the window reports Σloss / Σweight). */
+  microStep(items: T[], opts: { gradScale: number; seed: number }): Promise<{ loss: number; weight: number; tokens: number }>;
+  optimizerStep(step: number, lrFactor: number): Promise<unknown>;
+  evaluate(): Promise<number | null>;
+  /** Writes the current weights to `dir`. */
+  writeCheckpoint(dir: string): void;
+  /** Whether a run aborted before its first step still scores the validation split for the final checkpoint. */
+  evalUntrainedOnAbort: boolean;
+}
+
+/** The epoch / accumulation / schedule / evaluation / early-stopping / checkpoint loop both trainers share. */
+export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResult> {
+  const { hooks, book, accum, totalSteps, epochs, patience, maxSteps, seed } = p;
+  let step = 0;
+  let epoch = 0;
+  let stopped: TrainResult['stopped'] = 'completed';
+  let bad = 0;
+  let windowLoss = 0;
+  let windowN = 0;
+  let lastTrain = NaN;
+  let lastVal: number | null = null;
+  let tokens = 0;
+  let busy = 0;
+  const rng = new InitRng(seed);
+  const save = (isFinal: boolean) => {
+    const dir = join(p.outputDir, `checkpoint-${step}`);
+    p.writeCheckpoint(dir);
+    return book.add({ epoch, step, train_loss: lastTrain, val_loss: lastVal, is_final: isFinal }, dir);
+  };
+  outer: for (epoch = 1; epoch <= epochs; epoch++) {
+    const order = shuffled(p.items, rng);
+    for (let b0 = 0; b0 + accum <= p.perEpoch; b0 += accum) {
+      if (hooks.signal?.aborted) {
+        stopped = 'aborted';
+        break outer;
+      }
+      const ts = Date.now();
+      p.zeroGrad();
+      for (let a = 0; a < accum; a++) {
+        const items = order.slice((b0 + a) * p.batchSize, (b0 + a + 1) * p.batchSize);
+        const r = await p.microStep(items, { gradScale: 1 / accum, seed: seed * 1000003 + step * 131 + a });
+        windowLoss += r.loss;
+        windowN += r.weight;
+        tokens += r.tokens;
+      }
+      step++;
+      await p.optimizerStep(step, lrFactor(p.scheduler, step, totalSteps, p.warmup));
+      busy += Date.now() - ts;
+      const tps = tokens / Math.max(busy / 1000, 1e-9);
+      hooks.onProgress?.({ epoch, step, totalSteps, progress_percent: (100 * step) / totalSteps, loss: windowLoss / Math.max(windowN, 1), tokens_per_s: tps });
+      if (step % p.evalEvery === 0 || step === totalSteps) {
+        lastTrain = windowLoss / Math.max(windowN, 1);
+        windowLoss = windowN = 0;
+        lastVal = await p.evaluate();
+        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : ''} (${tps.toFixed(0)} tokens/s)`);
+        const prevBest = book.bestLoss;
+        const isLast = step === totalSteps;
+        save(isLast);
+        if (isLast) break outer;
+        if (patience > 0 && lastVal !== null) {
+          bad = prevBest !== null && lastVal >= prevBest ? bad + 1 : 0;
+          if (bad >= patience) {
+            stopped = 'early_stopping';
+            log(hooks, 'info', `early stopping: no validation improvement in ${patience} evaluations`);
+            break outer;
+          }
+        }
+      }
+      if (maxSteps && step >= maxSteps) {
+        stopped = 'max_steps';
+        break outer;
+      }
+    }
+  }
+  epoch = Math.min(epoch, epochs);
+  if (!book.events.some((e) => e.is_final)) {
+    if (windowN) lastTrain = windowLoss / windowN;
+    if (p.evalUntrainedOnAbort || stopped !== 'aborted' || step > 0) lastVal = await p.evaluate();
+    save(true);
+  }
+  const fin = book.events[book.events.length - 1];
+  return {
+    output_dir: p.outputDir,
+    best_checkpoint: book.bestDir,
+    final_checkpoint: fin.dir,
+    checkpoints: book.events,
+    steps: step,
+    epochs_completed: stopped === 'completed' ? epochs : Math.max(0, epoch - 1),
+    train_loss: lastTrain,
+    val_loss: lastVal,
+    best_val_loss: book.bestLoss,
+    stopped,
+    tokens_per_s: tokens / Math.max(busy / 1000, 1e-9),
+    duration_s: (Date.now() - p.t0) / 1000,
+  };
+}

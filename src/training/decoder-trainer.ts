@@ -15,7 +15,7 @@ import { InitRng } from './encoder/init.ts';
 import { DecoderTrainGraph, type DecoderBatch, type DecoderLoraInit } from './native.ts';
 import { setThreads } from '../native/cpu.ts';
 import {
-  CheckpointBook, loadRecords, log, lrFactor, positiveInt, positiveNum, shuffled, splitValidation, TrainingConfigError,
+  CheckpointBook, runTrainingLoop, loadRecords, log, positiveInt, positiveNum, splitValidation, TrainingConfigError,
   type CommonTrainConfig, type TrainHooks, type TrainResult,
 } from './common.ts';
 
@@ -185,76 +185,16 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
     }
     return n ? s / n : null;
   };
-  let step = 0;
-  let epoch = 0;
-  let stopped: TrainResult['stopped'] = 'completed';
-  let bad = 0;
-  let wl = 0;
-  let wn = 0;
-  let lastTrain = NaN;
-  let lastVal: number | null = null;
-  let tokens = 0;
-  let busy = 0;
-  const rng = new InitRng(seed);
-  const save = (isFinal: boolean) => {
-    const dir = join(config.output_dir, `checkpoint-${step}`);
-    savePeftAdapter(dir, graph, { base: config.base_model, r, alpha, dropout, targets });
-    return book.add({ epoch, step, train_loss: lastTrain, val_loss: lastVal, is_final: isFinal }, dir);
-  };
-  outer: for (epoch = 1; epoch <= epochs; epoch++) {
-    const order = shuffled(trainS, rng);
-    for (let b0 = 0; b0 + accum <= perEpoch; b0 += accum) {
-      if (hooks.signal?.aborted) {
-        stopped = 'aborted';
-        break outer;
-      }
-      const ts = Date.now();
-      graph.zeroGrad();
-      for (let a = 0; a < accum; a++) {
-        const seqs = order.slice((b0 + a) * bs, (b0 + a + 1) * bs);
-        const res = await graph.step(packSequences(seqs), { gradScale: 1 / accum, seed: seed * 1000003 + step * 131 + a });
-        wl += res.loss;
-        wn++;
-        for (const s of seqs) tokens += s.ids.length;
-      }
-      step++;
-      await graph.optimizerStep({ lr: [lr * lrFactor(sched, step, totalSteps, warmup)], weightDecay: wd, maxGradNorm: maxNorm, step });
-      busy += Date.now() - ts;
-      const tps = tokens / Math.max(busy / 1000, 1e-9);
-      hooks.onProgress?.({ epoch, step, totalSteps, progress_percent: (100 * step) / totalSteps, loss: wl / Math.max(wn, 1), tokens_per_s: tps });
-      if (step % evalEvery === 0 || step === totalSteps) {
-        lastTrain = wl / Math.max(wn, 1);
-        wl = wn = 0;
-        lastVal = await evaluate();
-        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : ''}`);
-        const prevBest = book.bestLoss;
-        const isLast = step === totalSteps;
-        save(isLast);
-        if (isLast) break outer;
-        if (patience > 0 && lastVal !== null) {
-          bad = prevBest !== null && lastVal >= prevBest ? bad + 1 : 0;
-          if (bad >= patience) {
-            stopped = 'early_stopping';
-            break outer;
-          }
-        }
-      }
-      if (maxSteps && step >= maxSteps) {
-        stopped = 'max_steps';
-        break outer;
-      }
-    }
-  }
-  epoch = Math.min(epoch, epochs);
-  if (!book.events.some((e) => e.is_final)) {
-    if (wn) lastTrain = wl / wn;
-    lastVal = await evaluate();
-    save(true);
-  }
-  const fin = book.events[book.events.length - 1];
-  return {
-    output_dir: config.output_dir, best_checkpoint: book.bestDir, final_checkpoint: fin.dir, checkpoints: book.events, steps: step,
-    epochs_completed: stopped === 'completed' ? epochs : Math.max(0, epoch - 1), train_loss: lastTrain, val_loss: lastVal, best_val_loss: book.bestLoss,
-    stopped, tokens_per_s: tokens / Math.max(busy / 1000, 1e-9), duration_s: (Date.now() - t0) / 1000,
-  };
+  return runTrainingLoop({
+    outputDir: config.output_dir, hooks, t0, items: trainS, batchSize: bs, accum, epochs, perEpoch, totalSteps, evalEvery,
+    patience, maxSteps, seed, scheduler: sched, warmup, book, evalUntrainedOnAbort: true,
+    zeroGrad: () => graph.zeroGrad(),
+    microStep: async (seqs, o) => {
+      const res = await graph.step(packSequences(seqs), o);
+      return { loss: res.loss, weight: 1, tokens: seqs.reduce((n, x) => n + x.ids.length, 0) };
+    },
+    optimizerStep: (step, f) => graph.optimizerStep({ lr: [lr * f], weightDecay: wd, maxGradNorm: maxNorm, step }),
+    evaluate,
+    writeCheckpoint: (dir) => savePeftAdapter(dir, graph, { base: config.base_model, r, alpha, dropout, targets }),
+  });
 }

@@ -8,11 +8,10 @@ import { parseDebertaConfig } from '../models/encoder/deberta.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
 import { classLabels, collate, entityLabels, featurize, recordsToExamples, type Featurized } from './encoder/examples.ts';
-import { InitRng } from './encoder/init.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
 import { setThreads } from '../native/cpu.ts';
 import {
-  CheckpointBook, loadRecords, log, lrFactor, positiveInt, positiveNum, shuffled, splitValidation, TrainingConfigError,
+  CheckpointBook, runTrainingLoop, loadRecords, log, positiveInt, positiveNum, splitValidation, TrainingConfigError,
   type CommonTrainConfig, type TrainHooks, type TrainResult,
 } from './common.ts';
 
@@ -197,88 +196,16 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     return s / valF.length;
   };
 
-  let step = 0;
-  let epoch = 0;
-  let stopped: TrainResult['stopped'] = 'completed';
-  let bad = 0;
-  let windowLoss = 0;
-  let windowN = 0;
-  let lastTrain = NaN;
-  let lastVal: number | null = null;
-  let tokens = 0;
-  let busy = 0;
-  const rng = new InitRng(seed);
-  const save = (isFinal: boolean) => {
-    const dir = join(config.output_dir, `checkpoint-${step}`);
-    saveCheckpoint(config.base_model, dir, L);
-    return book.add({ epoch, step, train_loss: lastTrain, val_loss: lastVal, is_final: isFinal }, dir);
-  };
-  outer: for (epoch = 1; epoch <= epochs; epoch++) {
-    const order: Featurized[] = shuffled(trainF, rng);
-    for (let b0 = 0; b0 + accum <= perEpochBatches; b0 += accum) {
-      if (hooks.signal?.aborted) {
-        stopped = 'aborted';
-        break outer;
-      }
-      const ts = Date.now();
-      L.graph.zeroGrad();
-      for (let a = 0; a < accum; a++) {
-        const items = order.slice((b0 + a) * bs, (b0 + a + 1) * bs);
-        const batch = collate(items);
-        const r = await L.graph.step(batch, { dropNeg: config.negative_dropping ?? true, gradScale: 1 / accum, seed: seed * 1000003 + step * 131 + a });
-        windowLoss += r.loss;
-        windowN += items.length;
-        for (const it of items) tokens += it.f.ids.length;
-      }
-      step++;
-      const f = lrFactor(sched, step, totalSteps, warmup);
-      await L.graph.optimizerStep({ lr: [encLr * f, taskLr * f], weightDecay: wd, maxGradNorm: maxNorm, step });
-      busy += Date.now() - ts;
-      const tps = tokens / Math.max(busy / 1000, 1e-9);
-      hooks.onProgress?.({ epoch, step, totalSteps, progress_percent: (100 * step) / totalSteps, loss: windowLoss / Math.max(windowN, 1), tokens_per_s: tps });
-      if (step % evalEvery === 0 || step === totalSteps) {
-        lastTrain = windowLoss / Math.max(windowN, 1);
-        windowLoss = windowN = 0;
-        lastVal = await evaluate();
-        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : ''} (${tps.toFixed(0)} tokens/s)`);
-        const prevBest = book.bestLoss;
-        const isLast = step === totalSteps;
-        save(isLast);
-        if (isLast) break outer;
-        if (patience > 0 && lastVal !== null) {
-          bad = prevBest !== null && lastVal >= prevBest ? bad + 1 : 0;
-          if (bad >= patience) {
-            stopped = 'early_stopping';
-            log(hooks, 'info', `early stopping: no validation improvement in ${patience} evaluations`);
-            break outer;
-          }
-        }
-      }
-      if (maxSteps && step >= maxSteps) {
-        stopped = 'max_steps';
-        break outer;
-      }
-    }
-  }
-  epoch = Math.min(epoch, epochs);
-  if (!book.events.some((e) => e.is_final)) {
-    if (windowN) lastTrain = windowLoss / windowN;
-    if (stopped !== 'aborted' || step > 0) lastVal = await evaluate();
-    save(true);
-  }
-  const fin = book.events[book.events.length - 1];
-  return {
-    output_dir: config.output_dir,
-    best_checkpoint: book.bestDir,
-    final_checkpoint: fin.dir,
-    checkpoints: book.events,
-    steps: step,
-    epochs_completed: stopped === 'completed' ? epochs : Math.max(0, epoch - 1),
-    train_loss: lastTrain,
-    val_loss: lastVal,
-    best_val_loss: book.bestLoss,
-    stopped,
-    tokens_per_s: tokens / Math.max(busy / 1000, 1e-9),
-    duration_s: (Date.now() - t0) / 1000,
-  };
+  return runTrainingLoop({
+    outputDir: config.output_dir, hooks, t0, items: trainF, batchSize: bs, accum, epochs, perEpoch: perEpochBatches, totalSteps,
+    evalEvery, patience, maxSteps, seed, scheduler: sched, warmup, book, evalUntrainedOnAbort: false,
+    zeroGrad: () => L.graph.zeroGrad(),
+    microStep: async (items, o) => {
+      const r = await L.graph.step(collate(items), { dropNeg: config.negative_dropping ?? true, ...o });
+      return { loss: r.loss, weight: items.length, tokens: items.reduce((n, it) => n + it.f.ids.length, 0) };
+    },
+    optimizerStep: (step, f) => L.graph.optimizerStep({ lr: [encLr * f, taskLr * f], weightDecay: wd, maxGradNorm: maxNorm, step }),
+    evaluate,
+    writeCheckpoint: (dir) => saveCheckpoint(config.base_model, dir, L),
+  });
 }
