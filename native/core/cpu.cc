@@ -57,6 +57,14 @@ CpuFeatures detect() {
   }
   f.brand = brand;
   while (!f.brand.empty() && f.brand.back() == ' ') f.brand.pop_back();
+#ifdef LOOM_EMULATE_AVX512
+  // Test build (scripts/build-avx512-emu.mjs): the *_avx512.cc sources were compiled against SIMDe's
+  // portable AVX-512, which runs on any AVX2 CPU, so report the AVX-512 features to let every AVX-512 path run.
+  if (f.avx2 && f.fma && f.f16c && !f.avx512f) {
+    f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = true;
+    f.brand += " (AVX-512 emulated)";
+  }
+#endif
 #endif
   return f;
 }

@@ -1,7 +1,7 @@
 // Loads the native addon (build/Release/loom.node, or LOOM_ADDON) once per process / worker.
 import { createRequire } from 'node:module';
 import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const require = createRequire(import.meta.url);
@@ -12,7 +12,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export type Addon = Record<string, any>;
 
 function load(): Addon {
-  const candidates = [process.env.LOOM_ADDON, join(root, 'build', 'Release', 'loom.node')].filter(Boolean) as string[];
+  const candidates = [process.env.LOOM_ADDON && resolve(process.env.LOOM_ADDON), join(root, 'build', 'Release', 'loom.node')].filter(Boolean) as string[];
   for (const p of candidates) {
     if (existsSync(p)) return require(p) as Addon;
   }
