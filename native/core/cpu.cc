@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <cstring>
+#include <sys/mman.h>
 #include "loom/core.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -155,6 +156,19 @@ const char* dtype_name(DType t) {
 
 void* aligned_malloc(size_t bytes) {
   void* p = nullptr;
+  // Large buffers (packed weights, KV cache, activations of long prompts) are 2 MiB aligned and
+  // asked to be backed by transparent huge pages: GEMM walks weight panels kilobytes apart, and
+  // with 4 KiB pages nearly every panel is a TLB miss once the weights outgrow the TLB's reach
+  // (measured: M=32 bf16 GEMM on 56 MB of weights ran at 82 % of its cache-resident speed).
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (bytes >= 2 * kHuge) {
+    const size_t n = (bytes + kHuge - 1) & ~(kHuge - 1);
+    if (posix_memalign(&p, kHuge, n) != 0) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE);  // advisory: ignored where THP is off
+#endif
+    return p;
+  }
   if (posix_memalign(&p, 64, bytes ? (bytes + 63) & ~size_t(63) : 64) != 0) throw std::bad_alloc();
   return p;
 }

@@ -65,13 +65,24 @@ static inline void transpose8(__m256 r[8]) {
 // ---------------------------------------------------------------------------------------------
 // Packing
 // ---------------------------------------------------------------------------------------------
-// A block: element (i, k) of op(A) at a[i*rs + k*cs], i < mc, k < kc  ->  ceil(mc/MR) panels
-// [kc][MR] (rows past mc are zero). ROUND: round to bf16 (emulated bf16 compute).
+// Row panels of an A block: mc rows in ceil(mc/MR) panels of balanced height (32 rows with MR = 6:
+// 6,6,5,5,5,5, not 6,6,6,6,6,2): a micro-kernel needs about MR·NV independent accumulators to
+// cover the FMA latency, so one thin leftover tile costs nearly as much as a full one.
+struct RowPanels {
+  int64_t n, base, extra;
+  explicit RowPanels(int64_t mc) : n((mc + MR - 1) / MR), base(n ? mc / n : 0), extra(n ? mc % n : 0) {}
+  int64_t start(int64_t p) const { return p * base + (p < extra ? p : extra); }
+  int64_t rows(int64_t p) const { return base + (p < extra ? 1 : 0); }
+};
+
+// A block: element (i, k) of op(A) at a[i*rs + k*cs], i < mc, k < kc  ->  RowPanels(mc) panels
+// [kc][MR] (slots past a panel's rows are zero). ROUND: round to bf16 (emulated bf16 compute).
 template <bool ROUND>
 static void pack_a(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, float* dst) {
-  for (int64_t i0 = 0; i0 < mc; i0 += MR) {
-    const int64_t mr = imin(MR, mc - i0);
-    float* d = dst + (i0 / MR) * kc * MR;
+  const RowPanels rp(mc);
+  for (int64_t p = 0; p < rp.n; p++) {
+    const int64_t i0 = rp.start(p), mr = rp.rows(p);
+    float* d = dst + p * kc * MR;
     for (int64_t i = 0; i < MR; i++) {
       if (i >= mr) {
         for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0f;
@@ -286,7 +297,13 @@ struct BPrepacked {  // whole-K panels from weight_pack (j is a multiple of NR)
   const T* data;
   int64_t K;
   void pack(int64_t, int64_t, int64_t, int64_t, float*) const {}
-  void prefetch(int64_t, int64_t, int64_t, int64_t) const {}
+  // Panels of one K block are K·NR elements apart, so the next one is not where the hardware
+  // prefetchers look: pull it in while the micro-kernels work on this one (weights stream from DRAM).
+  void prefetch(int64_t j, int64_t, int64_t pc, int64_t kc) const {
+    const char* p = reinterpret_cast<const char*>(panel(j, pc));
+    const int64_t bytes = kc * NR * int64_t(sizeof(T));
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  }
   const T* panel(int64_t j, int64_t pc) const { return data + (j / NR) * K * NR + pc * NR; }
 };
 
@@ -324,6 +341,7 @@ static void gemm_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
           const BT* bpanel;
           if (BS::prepacked) {
             bpanel = bs.panel(jc + jr, pc);
+            if (ic == m0 && jr + 2 * NR < nc) bs.prefetch(jc + jr + 2 * NR, 0, pc, kc);
           } else {
             float* d = one_block ? bbuf : bbuf + (jr / NR) * kc * NR;
             if (ic == m0) {
@@ -333,9 +351,10 @@ static void gemm_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
             bpanel = reinterpret_cast<const BT*>(d);
           }
           Epi ej{e.alpha, pc == 0 ? e.beta : 1.0f, pc == 0 && e.bias ? e.bias + jc + jr : nullptr};
-          for (int64_t ir = 0; ir < mc; ir += MR) {
-            const int mr = int(imin(MR, mc - ir));
-            ukernel_for<BT>(mr)(kc, ap + (ir / MR) * kc * MR, bpanel, C + (ic + ir) * ldc + jc + jr, ldc, nv, ej);
+          const RowPanels rp(mc);
+          for (int64_t p = 0; p < rp.n; p++) {
+            const int64_t ir = rp.start(p);
+            ukernel_for<BT>(int(rp.rows(p)))(kc, ap + p * kc * MR, bpanel, C + (ic + ir) * ldc + jc + jr, ldc, nv, ej);
           }
         }
       }
