@@ -3,8 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <vector>
+
+#include "../ops/ops_table.h"
 
 namespace loom::llama {
 
@@ -19,6 +23,16 @@ static void attn_group_dispatch(const KvCache& kv, int64_t layer, const int32_t*
     case Isa::Avx512: return avx512::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
     case Isa::Avx2: return avx2::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
     default: return portable::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
+  }
+}
+
+static void attn_tile_dispatch(const KvCache& kv, int64_t layer, const int32_t* table, int64_t pos0, int64_t nq,
+                               int64_t window, int64_t kvh, int64_t G, const float* q, int64_t ldq, int64_t Dh,
+                               float scale, float* out, int64_t ldo, float* work) {
+  switch (isa_active()) {
+    case Isa::Avx512: return avx512::attn_tile(kv, layer, table, pos0, nq, window, kvh, G, q, ldq, Dh, scale, out, ldo, work);
+    case Isa::Avx2: return avx2::attn_tile(kv, layer, table, pos0, nq, window, kvh, G, q, ldq, Dh, scale, out, ldo, work);
+    default: return portable::attn_tile(kv, layer, table, pos0, nq, window, kvh, G, q, ldq, Dh, scale, out, ldo, work);
   }
 }
 
@@ -61,20 +75,45 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
                      float* out, float* scratch, int64_t max_ctx, int64_t window) {
   const int64_t Hkv = kv.kv_heads, Dh = kv.head_dim, G = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(float(Dh));
-  const int64_t items = b.T * Hkv;
+  const int64_t per_thread = paged_attention_scratch_floats(G, Dh, max_ctx);
+  // Work items: (first row, rows, kv head). Runs of consecutive positions of one sequence (prefill
+  // chunks) become tiles of up to kAttnQueryTile tokens that share each key/value load; single
+  // tokens (decode) use the per-token kernel.
+  struct Item {
+    int64_t t0, nq, kvh;
+  };
+  std::vector<Item> items;
+  items.reserve(size_t(b.T * Hkv));
+  for (const SeqSpec& s : b.seqs) {
+    int64_t i = 0;
+    while (i < s.n_tokens) {
+      const int64_t t0 = s.first_row + i;
+      int64_t nq = 1;
+      while (nq < kAttnQueryTile && i + nq < s.n_tokens && b.positions[t0 + nq] == b.positions[t0] + nq) nq++;
+      for (int64_t h = 0; h < Hkv; h++) items.push_back({t0, nq, h});
+      i += nq;
+    }
+  }
   const int32_t* row_seq = b.row_seq.data();  // row -> sequence index
-  const int nth = std::max(1, std::min<int>(threads_get(), int(items)));
+  const int64_t n_items = int64_t(items.size());
+  const int nth = std::max(1, std::min<int>(threads_get(), int(n_items)));
   pool_run(nth, [&](int tid, int n) {
-    float* scores = scratch + int64_t(tid) * G * max_ctx;
-    // contiguous chunk of items per thread, balanced by item count (rows of one sequence have
-    // growing context, so interleave: item = tid, tid + n, ...)
-    for (int64_t it = tid; it < items; it += n) {
-      const int64_t t = it / Hkv, kvh = it % Hkv;
-      const SeqSpec& sq = b.seqs[size_t(row_seq[t])];
-      const int64_t ctx = int64_t(b.positions[t]) + 1;
-      const int64_t start = window > 0 ? std::max<int64_t>(0, ctx - window) : 0;
-      attn_group_dispatch(kv, layer, sq.block_table, start, ctx, kvh, G, q + t * ldq + kvh * G * Dh, Dh, scale,
-                          out + t * Hq * Dh + kvh * G * Dh, scores);
+    float* work = scratch + int64_t(tid) * per_thread;
+    // interleaved (item = tid, tid + n, ...): later tiles of a sequence see more keys
+    for (int64_t it = tid; it < n_items; it += n) {
+      const Item& w = items[size_t(it)];
+      const SeqSpec& sq = b.seqs[size_t(row_seq[w.t0])];
+      const int64_t pos0 = b.positions[w.t0];
+      const float* qp = q + w.t0 * ldq + w.kvh * G * Dh;
+      float* op = out + w.t0 * Hq * Dh + w.kvh * G * Dh;
+      if (w.nq > 1) {
+        attn_tile_dispatch(kv, layer, sq.block_table, pos0, w.nq, window, w.kvh, G, qp, ldq, Dh, scale, op, Hq * Dh,
+                           work);
+      } else {
+        const int64_t ctx = pos0 + 1;
+        const int64_t start = window > 0 ? std::max<int64_t>(0, ctx - window) : 0;
+        attn_group_dispatch(kv, layer, sq.block_table, start, ctx, w.kvh, G, qp, Dh, scale, op, work);
+      }
     }
   });
 }
@@ -260,7 +299,7 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
   grow(gu_, T * 2 * F);
   grow(act_, T * F);
   grow(lora_, T * std::max<int64_t>(max_r, 1));
-  grow(scratch_, int64_t(threads_get()) * (Hq / Hkv) * max_ctx);
+  grow(scratch_, int64_t(threads_get()) * paged_attention_scratch_floats(Hq / Hkv, Dh, max_ctx));
   if (int64_t(b.row_seq.size()) != T) throw std::invalid_argument("llama: batch row map not built");
 
   float* x = x_.data();
@@ -300,13 +339,9 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     linear_packed(T, xn, D, L.gate_up, nullptr, gu, 2 * F);  // gu (T, 2F)
     apply_lora(b, int(l), kGate, xn, D, gu, 2 * F);
     apply_lora(b, int(l), kUp, xn, D, gu + F, 2 * F);
+    const auto swiglu = ops_active().swiglu_fwd;  // act = silu(gate) · up, rows of gu = [gate | up]
     parallel_for(T, std::max<int64_t>(1, 4096 / F), [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; t++) {
-        const float* g = gu + t * 2 * F;
-        const float* u = g + F;
-        float* a = act + t * F;
-        for (int64_t i = 0; i < F; i++) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      }
+      for (int64_t t = t0; t < t1; t++) swiglu(F, gu + t * 2 * F, gu + t * 2 * F + F, act + t * F);
     });
     linear_packed(T, act, F, L.down, nullptr, x, D, 1.0f);  // x += act·Wdᵀ
     apply_lora(b, int(l), kDown, act, F, x, D);

@@ -142,21 +142,31 @@ class Model {
 
 // Paged attention for one layer of a step. q (T, Hq, Dh) with row stride ldq; out (T, Hq, Dh)
 // packed. Token t of sequence s attends to positions [0, positions[t]] of s's cache.
-// scratch: at least threads_get() · (Hq/Hkv) · max_ctx floats.
+// scratch: at least threads_get() · paged_attention_scratch_floats(Hq/Hkv, Dh, max_ctx) floats.
 void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
                      float* out, float* scratch, int64_t max_ctx, int64_t window = 0);
 
-namespace portable {
-void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx, int64_t kvh,
-                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores);
+// Prefill tiles: a sequence's chunk of new tokens is cut into tiles of kAttnQueryTile tokens, and
+// keys are visited kAttnKeyChunk at a time (see attn_tile in llama_attn_impl.h).
+constexpr int64_t kAttnQueryTile = 16, kAttnKeyChunk = 16;
+inline int64_t attn_tile_work_floats(int64_t nq, int64_t G, int64_t Dh) {
+  return 2 * Dh * kAttnKeyChunk + nq * G * (Dh + 2 + kAttnKeyChunk);
 }
-namespace avx2 {
-void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx, int64_t kvh,
-                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores);
+// Scratch floats per thread that paged_attention needs.
+inline int64_t paged_attention_scratch_floats(int64_t G, int64_t Dh, int64_t max_ctx) {
+  const int64_t a = G * max_ctx, b = attn_tile_work_floats(kAttnQueryTile, G, Dh);
+  return a > b ? a : b;
 }
-namespace avx512 {
-void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx, int64_t kvh,
-                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores);
-}
+
+#define LOOM_LLAMA_ATTN_DECLS                                                                                  \
+  void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx,          \
+                  int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores); \
+  void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t pos0, int64_t nq,             \
+                 int64_t window, int64_t kvh, int64_t G, const float* q, int64_t ldq, int64_t Dh, float scale, \
+                 float* out, int64_t ldo, float* work);
+namespace portable { LOOM_LLAMA_ATTN_DECLS }
+namespace avx2 { LOOM_LLAMA_ATTN_DECLS }
+namespace avx512 { LOOM_LLAMA_ATTN_DECLS }
+#undef LOOM_LLAMA_ATTN_DECLS
 
 }  // namespace loom::llama

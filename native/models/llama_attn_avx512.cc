@@ -1,8 +1,11 @@
 // Paged-attention inner kernel, avx512 build (see llama_attn_impl.h).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 #include "llama.h"
+#include "../ops/ops_table.h"
 
 namespace loom::llama::avx512 {
 #include "llama_attn_impl.h"

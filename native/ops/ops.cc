@@ -353,6 +353,12 @@ const OpsTable& K() {
   }
 }
 
+}  // namespace
+
+const OpsTable& ops_active() { return K(); }
+
+namespace {
+
 constexpr int64_t kElemGrain = 1 << 14;  // elements per task for elementwise ops
 inline int64_t row_grain(int64_t D) { return std::max<int64_t>(1, (1 << 13) / std::max<int64_t>(D, 1)); }
 

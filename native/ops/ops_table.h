@@ -66,6 +66,10 @@ struct OpsTable {
                         const float* lse, const float* dout, float* dq, float* dk, float* dv, float* dbias);
 };
 
+// The table of the ISA active now (for model graphs that call single-threaded kernels inside
+// their own parallel loops).
+const OpsTable& ops_active();
+
 namespace portable {
 const OpsTable& ops_table();
 void attention_fwd(const AttnParams& p, const float* q, const float* k, const float* v, float* out, float* lse);
