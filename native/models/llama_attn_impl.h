@@ -118,7 +118,9 @@ void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t p
   }
   for (int64_t i = 0; i < R * Dh; i++) o[i] = 0.0f;
   const int64_t last = pos0 + nq - 1;
-  const int64_t kmin = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
+  // first key a query at position p sees
+  const auto first_key = [window](int64_t p) { return window > 0 ? std::max<int64_t>(0, p - window + 1) : int64_t(0); };
+  const int64_t kmin = first_key(pos0);
   const int64_t ld = kv.slot_floats();
   for (int64_t c = kmin; c <= last; c += KB) {
     const int64_t nk = std::min<int64_t>(KB, last + 1 - c);
@@ -134,7 +136,7 @@ void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t p
     // rows whose query sees a key of this chunk: [r_lo, r_hi) (positions grow with the row)
     int64_t r_lo = R, r_hi = 0;
     for (int64_t i = 0; i < nq; i++) {
-      const int64_t pos = pos0 + i, lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      const int64_t pos = pos0 + i, lo = first_key(pos);
       if (c > pos || c + nk <= lo) continue;
       r_lo = std::min(r_lo, i * G);
       r_hi = i * G + G;
@@ -159,7 +161,7 @@ void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t p
         for (int v = 0; v < NVK; v++) vstore(sc + (r0 + k) * KB + v * VW, acc[k][v] * scale);
     }
     for (int64_t r = r_lo; r < r_hi; r++) {
-      const int64_t pos = pos0 + r / G, lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      const int64_t pos = pos0 + r / G, lo = first_key(pos);
       if (c > pos || c + nk <= lo) continue;
       float* s = sc + r * KB;
       float cmax = ninf;
