@@ -72,6 +72,8 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> 
   const encRaw = JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8'));
   const enc = parseDebertaConfig(encRaw, `${dir}/encoder_config/config.json`);
   const maxWidth = Number(g2.span_head?.max_width ?? g2.max_width ?? 8);
+  if (g2.token_pooling === 'mean' || g2.token_pooling === 'max')
+    throw new TrainingConfigError(`base_model ${dir}: token_pooling "${g2.token_pooling}" checkpoints can be served but not trained yet (the trainer pools the first piece of each word)`);
   const ckpt = SafetensorsCheckpoint.open(dir);
   const names = ckpt.names();
   if (!names.some((n) => n.startsWith('count_embed.projector.')))

@@ -30,6 +30,8 @@ export interface Formatted {
   ids: Int32Array;
   /** sub-word position of the first piece of each text token (prefix + words) */
   wordPos: Int32Array;
+  /** exclusive end of each text token's pieces (wordEnd[i] === wordPos[i] for a token with no pieces) */
+  wordEnd: Int32Array;
   /** per segment: positions of [P] then each marker */
   specialPos: Int32Array[];
 }
@@ -142,7 +144,12 @@ export async function formatInput(tok: EncoderTokenizer, rawText: string, schema
   const clamp = (x: number) => Math.min(x, Math.max(n - 1, 0));
   const nText = prefix.length + w.tokens.length;
   const wordPos = new Int32Array(nText);
-  for (let i = 0; i < nText; i++) wordPos[i] = clamp(firstPos[textStart + i]);
+  const wordEnd = new Int32Array(nText);
+  for (let i = 0; i < nText; i++) {
+    wordPos[i] = clamp(firstPos[textStart + i]);
+    const end = textStart + i + 1 < processorTokens.length ? firstPos[textStart + i + 1] : n;
+    wordEnd[i] = Math.max(wordPos[i], Math.min(end, n));
+  }
   const specialPos = segments.map((s, si) => {
     const out: number[] = [];
     s.tokens.forEach((t, j) => {
@@ -150,5 +157,5 @@ export async function formatInput(tok: EncoderTokenizer, rawText: string, schema
     });
     return Int32Array.from(out);
   });
-  return { text, segments, prefix, words: w.tokens, start: w.start, end: w.end, processorTokens, ids, wordPos, specialPos };
+  return { text, segments, prefix, words: w.tokens, start: w.start, end: w.end, processorTokens, ids, wordPos, wordEnd, specialPos };
 }

@@ -30,7 +30,11 @@ export interface ModelInfo {
   vocabSize: number;
   dtype: 'f32' | 'bf16';
   parameters: number;
+  /** how a word's sub-word states become its embedding: first piece, or mean / elementwise max over its pieces */
+  tokenPooling: TokenPooling;
 }
+
+export type TokenPooling = 'first' | 'mean' | 'max';
 
 export interface ExtractOptions {
   /** span / label threshold, default 0.5 */
@@ -66,6 +70,31 @@ export interface Intermediates {
   segments: { schemaEmbs: Float32Array; countLogits?: Float32Array; count: number; countEmbed?: Float32Array; scores?: Float32Array; cls?: Float32Array }[];
 }
 
+/**
+ * Word embeddings from sub-word states. hidden: (N, D); words out: (W, D). `first` copies the first
+ * piece's row; `mean` / `max` reduce over the word's pieces [wordPos, wordEnd). A word with no pieces
+ * (the tokenizer dropped it) has an empty range and takes the row it points at, as `first` does,
+ * which keeps the alignment the reference keeps.
+ */
+export function poolWords(hidden: Float32Array, D: number, wordPos: Int32Array, wordEnd: Int32Array, mode: TokenPooling, out: Float32Array): void {
+  for (let w = 0; w < wordPos.length; w++) {
+    const p0 = wordPos[w];
+    const p1 = Math.max(wordEnd[w], p0 + 1);
+    const o = out.subarray(w * D, (w + 1) * D);
+    o.set(hidden.subarray(p0 * D, (p0 + 1) * D));
+    if (mode === 'first' || p1 === p0 + 1) continue;
+    for (let p = p0 + 1; p < p1; p++) {
+      const h = hidden.subarray(p * D, (p + 1) * D);
+      if (mode === 'mean') for (let d = 0; d < D; d++) o[d] += h[d];
+      else for (let d = 0; d < D; d++) if (h[d] > o[d]) o[d] = h[d];
+    }
+    if (mode === 'mean') {
+      const inv = 1 / (p1 - p0);
+      for (let d = 0; d < D; d++) o[d] *= inv;
+    }
+  }
+}
+
 export class Gliner2Model {
   private constructor(
     readonly info: ModelInfo,
@@ -89,8 +118,8 @@ export class Gliner2Model {
     const encCfg: DebertaConfig = parseDebertaConfig(readJson(join(dir, 'encoder_config', 'config.json')), `${dir}/encoder_config/config.json`);
     const spanHead = (cfg.span_head as Record<string, unknown> | undefined) ?? {};
     const maxWidth = Number(spanHead.max_width ?? cfg.max_width ?? 8);
-    const pooling = (cfg.token_pooling as string | undefined) ?? 'first';
-    if (pooling === 'mean' || pooling === 'max') throw new EncoderConfigError(`${dir}: token_pooling "${pooling}" is not supported yet (only "first")`);
+    // The reference treats any other value as "first" (spec §1.2); so do we.
+    const tokenPooling: TokenPooling = cfg.token_pooling === 'mean' || cfg.token_pooling === 'max' ? cfg.token_pooling : 'first';
     const ckpt = SafetensorsCheckpoint.open(dir);
     const names = ckpt.names();
     let counting: CountingLayer;
@@ -123,6 +152,7 @@ export class Gliner2Model {
       vocabSize: encoder.config.vocabSize,
       dtype: opts.dtype ?? 'f32',
       parameters: params,
+      tokenPooling,
     };
     return new Gliner2Model(info, tokenizer, encoder, heads);
   }
@@ -206,7 +236,7 @@ export class Gliner2Model {
       mask.fill(1, b * N, b * N + it.f.ids.length);
     });
     const hidden = await this.encoder.forward(ids, mask, B, N);
-    // Gather word embeddings (first-piece pooling) and schema embeddings.
+    // Gather word embeddings (token_pooling) and schema embeddings.
     const woff = new Int32Array(B + 1);
     batch.forEach((it, b) => (woff[b + 1] = woff[b] + it.f.wordPos.length));
     const words = new Float32Array(woff[B] * D);
@@ -219,7 +249,7 @@ export class Gliner2Model {
     let r = 0;
     batch.forEach((it, b) => {
       const base = b * N * D;
-      it.f.wordPos.forEach((p, w) => words.set(hidden.subarray(base + p * D, base + (p + 1) * D), (woff[b] + w) * D));
+      poolWords(hidden.subarray(base, base + N * D), D, it.f.wordPos, it.f.wordEnd, this.info.tokenPooling, words.subarray(woff[b] * D, woff[b + 1] * D));
       it.f.segments.forEach((s, si) => {
         segSample.push(b);
         segKind.push(s.kind === 'classification' ? 1 : 0);
