@@ -10,6 +10,11 @@
 //   blocks covering its prefix (the last one possibly partial) and lives for its TTL of inactivity
 //   (default 5 minutes, or the marker's ttl such as "1h"); a hit refreshes it. A partial last block
 //   is copied into a fresh block for the reader (copy-on-write), full blocks are shared.
+//   Lookback: a request with breakpoints reads the longest cached entry that is a prefix of its
+//   prompt up to its last breakpoint, wherever earlier requests put their markers; so a conversation
+//   that moves its marker to the newest turn still reads the previous turn's prefix (Anthropic checks
+//   earlier block boundaries the same way). Entries are indexed by the hash chain of their full
+//   blocks, so the walk costs one lookup per block of the prompt.
 //
 // Both report, per request, tokens read from the cache and tokens written to it.
 import { createHash } from 'node:crypto';
@@ -51,6 +56,7 @@ export interface PrefixMatch {
 
 interface Entry {
   key: string;
+  chain: string;
   length: number;
   blocks: number[];
   ttlMs: number;
@@ -79,10 +85,15 @@ export class BlockHasher {
     }
     return this.hashes[i];
   }
+  /** Chain hash of the full blocks of tokens[0, n) (the root hash when n < one block). */
+  chainKey(tokens: readonly number[], n: number): string {
+    const full = Math.floor(n / this.blockSize);
+    return full > 0 ? this.get(tokens, full - 1) : this.root;
+  }
   /** Key of the prefix tokens[0, n) (full blocks' chain + the tail). */
   prefixKey(tokens: readonly number[], n: number): string {
     const full = Math.floor(n / this.blockSize);
-    const base = full > 0 ? this.get(tokens, full - 1) : this.root;
+    const base = this.chainKey(tokens, n);
     const tail = Int32Array.from(tokens.slice(full * this.blockSize, n));
     return createHash('sha256').update(base).update('tail').update(new Uint8Array(tail.buffer)).digest('base64') + ':' + n;
   }
@@ -103,6 +114,8 @@ export class PrefixCache {
   private readonly hashOf = new Map<number, string>();
   // explicit mode (insertion order refreshed on use: first = least recently used)
   private readonly entries = new Map<string, Entry>();
+  // explicit entries by the chain hash of their full blocks (root hash when shorter than a block)
+  private readonly byChain = new Map<string, Set<Entry>>();
 
   constructor(kv: KvCacheManager, opts: PrefixCacheOptions = {}) {
     this.kv = kv;
@@ -179,16 +192,28 @@ export class PrefixCache {
 
   private drop(e: Entry): void {
     this.entries.delete(e.key);
+    const set = this.byChain.get(e.chain);
+    set?.delete(e);
+    if (set && set.size === 0) this.byChain.delete(e.chain);
     this.kv.releaseAll(e.blocks);
   }
 
-  /** Longest live entry among the request's breakpoints, usable up to maxTokens (prompt length - 1). */
+  /** Longest live entry that is a prefix of tokens[0, last breakpoint] (lookback), usable up to maxTokens (prompt length - 1). */
   matchExplicit(tokens: readonly number[], bps: readonly CacheBreakpoint[], maxTokens: number, hasher: BlockHasher): PrefixMatch {
     this.sweep();
     const bs = this.kv.blockSize;
-    for (let i = bps.length - 1; i >= 0; i--) {
-      const e = this.entries.get(hasher.prefixKey(tokens, bps[i].tokens));
-      if (!e) continue;
+    if (!bps.length || !this.entries.size) return EMPTY;
+    const limit = Math.max(...bps.map((b) => b.tokens));
+    // Walk the prompt's block chain from the last breakpoint back; the first chain with an entry
+    // whose tail matches too is the longest cached prefix.
+    let e: Entry | undefined;
+    for (let full = Math.floor(limit / bs); full >= 0 && !e; full--) {
+      const set = this.byChain.get(hasher.chainKey(tokens, full * bs));
+      if (!set) continue;
+      for (const c of set)
+        if (c.length <= limit && (!e || c.length > e.length) && c.key === hasher.prefixKey(tokens, c.length)) e = c;
+    }
+    if (e) {
       e.expires = this.now() + e.ttlMs;
       this.entries.delete(e.key);
       this.entries.set(e.key, e);
@@ -222,6 +247,7 @@ export class PrefixCache {
       const key = hasher.prefixKey(tokens, bp.tokens);
       const ttlMs = bp.ttlMs ?? DEFAULT_TTL_MS;
       const old = this.entries.get(key);
+      const chain = hasher.chainKey(tokens, bp.tokens);
       if (old) {
         old.ttlMs = Math.max(old.ttlMs, ttlMs);
         old.expires = Math.max(old.expires, this.now() + ttlMs);
@@ -229,7 +255,11 @@ export class PrefixCache {
       }
       const eb = blocks.slice(0, Math.ceil(bp.tokens / bs));
       for (const b of eb) this.kv.retain(b);
-      this.entries.set(key, { key, length: bp.tokens, blocks: eb, ttlMs, expires: this.now() + ttlMs });
+      const entry: Entry = { key, chain, length: bp.tokens, blocks: eb, ttlMs, expires: this.now() + ttlMs };
+      this.entries.set(key, entry);
+      let set = this.byChain.get(chain);
+      if (!set) this.byChain.set(chain, (set = new Set()));
+      set.add(entry);
       longest = Math.max(longest, bp.tokens);
     }
     return longest;
