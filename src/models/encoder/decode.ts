@@ -4,6 +4,7 @@
 // Offsets in raw results are UTF-16 indices into the preprocessed text.
 import type { ClassificationSpec, Schema } from './schema.ts';
 import type { Formatted } from './format.ts';
+import { passesValidators } from './validators.ts';
 import { codePointOffsets } from './words.ts';
 
 export interface Span {
@@ -152,7 +153,8 @@ export function decodeSample(f: Formatted, schema: Schema, outs: SegmentScores[]
               v = best && best.conf >= tau ? best : null;
             }
           } else {
-            const spans = findSpans(f, o.scores!, base, W, K, P, tau);
+            let spans = findSpans(f, o.scores!, base, W, K, P, tau);
+            if (fld.validators) spans = spans.filter((sp) => passesValidators(sp.text, fld.validators));
             v = fld.dtype === 'list' ? finalize(spans, 'list') : pickOne(spans, opts.pick);
           }
           if (v !== null && !(Array.isArray(v) && v.length === 0)) any = true;

@@ -7,9 +7,12 @@
 //                        label_descriptions?, examples?: [input, label][], prompt?, class_act?}[],
 //     structures?:     {name: (fieldSpec)[] | {fields: fieldSpec[]} | {field: fieldSpec-without-name}},
 //                      fieldSpec = "name::str::description" | "name::[a|b]::str" | "name::list" |
-//                                  {name, dtype?, description?, choices?, threshold?},
+//                                  {name, dtype?, description?, choices?, threshold?,
+//                                   validators?: {pattern, mode?, exclude?, ignore_case?}[]},
 //     relations?:      string[] | {name, description?, threshold?}[] | {rel: {...}}[] | {rel: {...}} }
 // Bad input throws SchemaError (the service answers 422 with its message).
+
+import { MAX_VALIDATORS, parseValidator, type ValidatorSpec } from './validators.ts';
 
 export class SchemaError extends Error {
   override name = 'SchemaError';
@@ -29,6 +32,8 @@ export interface FieldSpec {
   description?: string;
   choices?: string[];
   threshold?: number;
+  /** regex validators (structure fields without choices): a span is kept only if all pass */
+  validators?: ValidatorSpec[];
 }
 export interface StructureSpec {
   name: string;
@@ -145,12 +150,20 @@ function parseField(f: unknown, what: string, nameHint?: string): FieldSpec {
         throw new SchemaError(`${what}.choices must be an array of strings`);
       choices = [...new Set(f.choices as string[])];
     }
+    let validators: ValidatorSpec[] | undefined;
+    if (f.validators !== undefined && f.validators !== null) {
+      if (!Array.isArray(f.validators)) throw new SchemaError(`${what}.validators must be an array`);
+      if (f.validators.length > MAX_VALIDATORS) throw new SchemaError(`${what}.validators: at most ${MAX_VALIDATORS}`);
+      validators = f.validators.map((v, i) => parseValidator(v, `${what}.validators[${i}]`));
+      if (!validators.length) validators = undefined;
+    }
     return {
       name,
       dtype: dtype(f.dtype, `${what}.dtype`, choices ? 'str' : 'list'),
       description: optStr(f.description, `${what}.description`),
       choices,
       threshold: optThreshold(f.threshold, `${what}.threshold`),
+      ...(validators ? { validators } : {}),
     };
   }
   throw new SchemaError(`${what} must be a field spec string or object`);
