@@ -1,6 +1,6 @@
 // GLiNER2 span-architecture heads (spec ../shared/specs/gliner2.md §4) on the native core:
 // span representation (markerV0), count head, count-aware field embeddings (count_lstm,
-// count_lstm_v2), span scores, classifier. All fp32.
+// count_lstm_v2, count_lstm_moe), span scores, classifier. All fp32.
 //
 // Span scores without materializing span_rep: with ReLU(concat(S,E)) = concat(ReLU S, ReLU E),
 //   hid[i,k] = ReLU(PS[i] + PE[i+k]),  PS = ReLU(S)·W1aᵀ + b1,  PE = ReLU(E)·W1bᵀ      (4D)
@@ -17,7 +17,7 @@
 
 namespace loom::gliner2 {
 
-enum class Counting : int { Lstm = 0, LstmV2 = 1 };
+enum class Counting : int { Lstm = 0, LstmV2 = 1, Moe = 2 };
 
 struct Heads {
   int64_t D = 0, K = 8;
@@ -40,11 +40,17 @@ struct Heads {
     std::vector<float> n1w, n1b, n2w, n2b;
   } tl[2];
   deberta::Linear o0, o2, o4;          // (128+D)→D→D→D
+  // count_lstm_moe: gates = softmax(router2(GELU(router0(G)))) (E); expert e: GELU(G·W1[e] + b1[e])·W2[e] + b2[e]
+  int64_t experts = 0, inner = 0;
+  deberta::Linear router0, router2;    // D→D, D→E
+  std::vector<deberta::Linear> ex1, ex2;  // per expert: W1[e]ᵀ (inner, D), W2[e]ᵀ (D, inner), packed at load
 };
 
 // tensors: checkpoint names without prefix change (span_rep.*, classifier.*, count_pred.*, count_embed.*).
+// count_lstm_moe: experts E and inner width (count_embed.w1 is (E, D, inner)).
 std::unique_ptr<Heads> heads_create(int64_t D, int64_t K, Counting counting,
-                                    const std::map<std::string, const float*>& tensors);
+                                    const std::map<std::string, const float*>& tensors, int64_t experts = 0,
+                                    int64_t inner = 0);
 
 struct Segment {
   int64_t sample = 0;

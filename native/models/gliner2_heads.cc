@@ -69,6 +69,26 @@ void count_embed(const Heads& hd, int64_t Mt, const float* F, int64_t c, const s
     std::memcpy(G.data() + t * Mt * D, h.data(), size_t(Mt * D) * 4);
   }
   const int64_t R = c * Mt;
+  if (hd.counting == Counting::Moe) {
+    // gates (R, E) = softmax(router2(GELU(router0(G)))); Fc = Σ_e gates[:, e] · (GELU(G·W1[e] + b1[e])·W2[e] + b2[e])
+    const int64_t E = hd.experts, I = hd.inner;
+    std::vector<float> r0(size_t(R * D)), gates(size_t(R * E)), x(size_t(R * I)), y(size_t(R * D));
+    hd.router0.fwd(R, G.data(), D, r0.data(), D);
+    gelu_fwd(R * D, r0.data(), r0.data(), false);
+    hd.router2.fwd(R, r0.data(), D, gates.data(), E);
+    softmax_fwd(R, E, gates.data(), gates.data());
+    std::fill(Fc, Fc + R * D, 0.0f);
+    for (int64_t e = 0; e < E; e++) {
+      hd.ex1[size_t(e)].fwd(R, G.data(), D, x.data(), I);
+      gelu_fwd(R * I, x.data(), x.data(), false);
+      hd.ex2[size_t(e)].fwd(R, x.data(), I, y.data(), D);
+      for (int64_t r = 0; r < R; r++) {
+        const float w = gates[size_t(r * E + e)];
+        for (int64_t u = 0; u < D; u++) Fc[r * D + u] += w * y[size_t(r * D + u)];
+      }
+    }
+    return;
+  }
   if (hd.counting == Counting::Lstm) {
     // Fc = proj2(ReLU(proj0(concat(G, F))))
     std::vector<float> cat(size_t(R * 2 * D));
@@ -152,7 +172,7 @@ void count_embed(const Heads& hd, int64_t Mt, const float* F, int64_t c, const s
 }  // namespace
 
 std::unique_ptr<Heads> heads_create(int64_t D, int64_t K, Counting counting,
-                                    const std::map<std::string, const float*>& t) {
+                                    const std::map<std::string, const float*>& t, int64_t experts, int64_t inner) {
   auto h = std::make_unique<Heads>();
   h->D = D;
   h->K = K;
@@ -183,8 +203,29 @@ std::unique_ptr<Heads> heads_create(int64_t D, int64_t K, Counting counting,
   h->gru_hh.init(DType::F32, 3 * D, D, need(t, "count_embed.gru.weight_hh_l0"), D, need(t, "count_embed.gru.bias_hh_l0"));
   h->gru_x.resize(size_t(20 * 3 * D));  // the GRU's inputs are the 20 position embeddings: gates once
   h->gru_ih.fwd(20, h->pos_emb.data(), D, h->gru_x.data(), 3 * D);
-  if (counting == Counting::Lstm) {
-    lin(h->proj0, t, "count_embed.projector.0", 4 * D, 2 * D);
+  if (counting == Counting::Moe) {
+    if (experts <= 0 || inner <= 0) throw std::invalid_argument("gliner2: count_lstm_moe needs experts and inner > 0");
+    h->experts = experts;
+    h->inner = inner;
+    lin(h->router0, t, "count_embed.router.0", D, D);
+    lin(h->router2, t, "count_embed.router.2", experts, D);
+    const float *w1 = need(t, "count_embed.w1"), *b1 = need(t, "count_embed.b1");  // (E, D, I), (E, I)
+    const float *w2 = need(t, "count_embed.w2"), *b2 = need(t, "count_embed.b2");  // (E, I, D), (E, D)
+    h->ex1.resize(size_t(experts));
+    h->ex2.resize(size_t(experts));
+    std::vector<float> wt(size_t(D * inner));
+    for (int64_t e = 0; e < experts; e++) {
+      // the checkpoint stores x·W (in, out); our linears take W as (out, in)
+      const float* a = w1 + e * D * inner;
+      for (int64_t d = 0; d < D; d++)
+        for (int64_t i = 0; i < inner; i++) wt[size_t(i * D + d)] = a[d * inner + i];
+      h->ex1[size_t(e)].init(DType::F32, inner, D, wt.data(), D, b1 + e * inner);
+      const float* b = w2 + e * inner * D;
+      for (int64_t i = 0; i < inner; i++)
+        for (int64_t d = 0; d < D; d++) wt[size_t(d * inner + i)] = b[i * D + d];
+      h->ex2[size_t(e)].init(DType::F32, D, inner, wt.data(), inner, b2 + e * D);
+    }
+  } else if (counting == Counting::Lstm) {
     lin(h->proj2, t, "count_embed.projector.2", D, 4 * D);
   } else {
     const int64_t T = 128, FF = 256;

@@ -7,7 +7,8 @@
 //   debertaForward(handle, ids Int32Array (B*N), mask Uint8Array (B*N), B, N, hiddenStates?)
 //       → Promise<Float32Array (B*N*D)>  | with hiddenStates: Promise<Float32Array ((L+1)*B*N*D)>
 //   debertaRelIndex(cfg, rel) → number (rel-embedding row used for relative position rel = i − j)
-//   gliner2HeadsCreate(D, K, counting ('count_lstm' | 'count_lstm_v2'), tensors) → Promise<handle>
+//   gliner2HeadsCreate(D, K, counting ('count_lstm' | 'count_lstm_v2' | 'count_lstm_moe'), tensors,
+//                      [experts, inner] (moe only)) → Promise<handle>
 //   gliner2HeadsRun(handle, words Float32Array (ΣW*D), woff Int32Array (B+1), segSample, segKind, segM
 //       (Int32Array, one per segment), segEmbs Float32Array (Σ(1+M)*D), spanRep?)
 //       → Promise<{counts Int32Array, countLogits Float32Array (S*20), scores Float32Array[],
@@ -208,7 +209,14 @@ Napi::Value HeadsCreate(const Napi::CallbackInfo& info) {
   gliner2::Counting ct;
   if (counting == "count_lstm") ct = gliner2::Counting::Lstm;
   else if (counting == "count_lstm_v2") ct = gliner2::Counting::LstmV2;
+  else if (counting == "count_lstm_moe") ct = gliner2::Counting::Moe;
   else throw_type(env, "unsupported counting layer " + counting);
+  int64_t experts = 0, inner = 0;
+  if (ct == gliner2::Counting::Moe) {
+    experts = int_arg(info[4], "experts");
+    inner = int_arg(info[5], "inner");
+    if (experts <= 0 || inner <= 0) throw_range(env, "count_lstm_moe: experts and inner must be positive");
+  }
   if (!info[3].IsObject()) throw_type(env, "tensors must be an object");
   Napi::Object o = info[3].As<Napi::Object>();
   auto tensors = std::make_shared<std::map<std::string, const float*>>();
@@ -222,7 +230,7 @@ Napi::Value HeadsCreate(const Napi::CallbackInfo& info) {
   }
   auto result = std::make_shared<std::shared_ptr<Heads>>();
   return run_async(
-      env, [=]() { *result = std::shared_ptr<Heads>(gliner2::heads_create(D, K, ct, *tensors).release()); },
+      env, [=]() { *result = std::shared_ptr<Heads>(gliner2::heads_create(D, K, ct, *tensors, experts, inner).release()); },
       [result](Napi::Env env) { return wrap<Heads>(env, *result); }, std::move(keep));
 }
 

@@ -11,7 +11,7 @@ import { EncoderTokenizer } from './tokenizer.ts';
 import { decodeSample, toReferenceJson, toResult, type ExtractResult, type RawTask, type SegmentScores, type Span } from './decode.ts';
 import { splitWords } from './words.ts';
 
-export type CountingLayer = 'count_lstm' | 'count_lstm_v2';
+export type CountingLayer = 'count_lstm' | 'count_lstm_v2' | 'count_lstm_moe';
 
 export interface LoadOptions {
   /** 'bf16' keeps the encoder's linear weights and embeddings in bf16 (fp32 compute). Default 'f32'. */
@@ -125,7 +125,7 @@ export class Gliner2Model {
     let counting: CountingLayer;
     if (names.some((n) => n.startsWith('count_embed.projector.'))) counting = 'count_lstm';
     else if (names.some((n) => n.startsWith('count_embed.transformer.'))) counting = 'count_lstm_v2';
-    else if (names.includes('count_embed.w1')) throw new EncoderConfigError(`${dir}: counting layer count_lstm_moe is not supported`);
+    else if (names.includes('count_embed.w1')) counting = 'count_lstm_moe';
     else throw new EncoderConfigError(`${dir}: no count_embed weights found`);
     // The state-dict keys decide; config.json's counting_layer is only cross-checked.
     const tokenizer = new EncoderTokenizer(join(dir, 'tokenizer.json'));
@@ -139,7 +139,23 @@ export class Gliner2Model {
       params += t.shape.reduce((a, c) => a * c, 1);
       if (!n.startsWith('encoder.')) headTensors[n] = toFloat32(t);
     }
-    const heads = await addon.gliner2HeadsCreate(encCfg.hiddenSize, maxWidth, counting, headTensors);
+    let moe: [number, number] | [] = [];
+    if (counting === 'count_lstm_moe') {
+      // w1 (E, D, I), b1 (E, I), w2 (E, I, D), b2 (E, D), router.0 (D, D), router.2 (E, D)
+      const D = encCfg.hiddenSize;
+      const sh = (n: string) => (names.includes(n) ? ckpt.get(n).shape : undefined);
+      const w1 = sh('count_embed.w1');
+      const [E, I] = w1 && w1.length === 3 ? [w1[0], w1[2]] : [0, 0];
+      const want: Record<string, number[]> = {
+        'count_embed.w1': [E, D, I], 'count_embed.b1': [E, I], 'count_embed.w2': [E, I, D], 'count_embed.b2': [E, D],
+        'count_embed.router.0.weight': [D, D], 'count_embed.router.0.bias': [D], 'count_embed.router.2.weight': [E, D], 'count_embed.router.2.bias': [E],
+      };
+      for (const [n, shape] of Object.entries(want))
+        if (!E || JSON.stringify(sh(n)) !== JSON.stringify(shape))
+          throw new EncoderConfigError(`${dir}: count_lstm_moe tensor ${n} has shape ${JSON.stringify(sh(n) ?? null)}, expected ${JSON.stringify(shape)}`);
+      moe = [E, I];
+    }
+    const heads = await addon.gliner2HeadsCreate(encCfg.hiddenSize, maxWidth, counting, headTensors, ...moe);
     const info: ModelInfo = {
       dir,
       architecture: 'span',
