@@ -226,6 +226,7 @@ std::unique_ptr<Heads> heads_create(int64_t D, int64_t K, Counting counting,
       h->ex2[size_t(e)].init(DType::F32, D, inner, wt.data(), inner, b2 + e * D);
     }
   } else if (counting == Counting::Lstm) {
+    lin(h->proj0, t, "count_embed.projector.0", 4 * D, 2 * D);
     lin(h->proj2, t, "count_embed.projector.2", D, 4 * D);
   } else {
     const int64_t T = 128, FF = 256;
