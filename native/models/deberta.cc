@@ -22,6 +22,8 @@ void Linear::init(DType dt, int64_t n, int64_t k, const void* weight, int64_t ld
 
 void Linear::fwd(int64_t M, const float* x, int64_t ldx, float* y, int64_t ldy, float beta) const {
   if (M <= 0) return;
+  // an unloaded layer is a bug in a model builder: fail the call (the worker reports it) instead of crashing
+  if (!w) throw std::logic_error("linear layer used before its weights were loaded");
   linear_packed(M, x, ldx, w, b.empty() ? nullptr : b.data(), y, ldy, beta);
 }
 
