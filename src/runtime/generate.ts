@@ -134,7 +134,8 @@ export interface DecoderOptions extends LoadOptions, SchedulerOptions {
   /** Minimum cacheable prefix for explicit breakpoints (default: 1024, at most a quarter of the context). */
   minCacheTokens?: number;
   id?: string;
-  /** GGUF files: folder holding the model's tokenizer.json (default: the file's folder). */
+  /** GGUF files: folder holding the model's tokenizer.json (default: the file's folder when it has one, else the
+   *  vocabulary embedded in the GGUF). */
   tokenizerDir?: string;
 }
 

@@ -294,6 +294,7 @@ export class Tokenizer {
   readonly chatTemplate?: string;
   readonly bosToken?: string;
   readonly eosToken?: string;
+  /** Where the tokenizer came from, for messages: its folder, or e.g. the GGUF file it was read from. */
   readonly dir: string;
   /** The native reference tokenizer (async encode/decode), for tests and batch paths. */
   readonly native: HfTokenizer;
@@ -324,7 +325,8 @@ export class Tokenizer {
   private readonly bytesCache = new Map<number, Uint8Array>();
   private readonly charToByte: Map<string, number>;
 
-  private constructor(dir: string, json: Record<string, unknown>, cfg: Record<string, unknown>, gen: Record<string, unknown>) {
+  /** `files`: the folder to look in for chat_template.jinja / chat_template.json (none for in-memory tokenizers). */
+  private constructor(dir: string, json: Record<string, unknown>, cfg: Record<string, unknown>, gen: Record<string, unknown>, files: string | null) {
     this.dir = dir;
     const model = json.model as Record<string, unknown>;
     if (!model || typeof model !== 'object' || !model.vocab) throw new TokenizerError(`${dir}: tokenizer.json has no model vocabulary`);
@@ -438,9 +440,9 @@ export class Tokenizer {
     this.addBosToken = typeof cfg.add_bos_token === 'boolean' ? cfg.add_bos_token : postAddsBos;
     let tpl = cfg.chat_template as unknown;
     if (Array.isArray(tpl)) tpl = (tpl as { name: string; template: string }[]).find((x) => x.name === 'default')?.template;
-    if (typeof tpl !== 'string' && existsSync(join(dir, 'chat_template.jinja'))) tpl = readFileSync(join(dir, 'chat_template.jinja'), 'utf8');
-    if (typeof tpl !== 'string' && existsSync(join(dir, 'chat_template.json')))
-      tpl = (JSON.parse(readFileSync(join(dir, 'chat_template.json'), 'utf8')) as { chat_template?: string }).chat_template;
+    if (files !== null && typeof tpl !== 'string' && existsSync(join(files, 'chat_template.jinja'))) tpl = readFileSync(join(files, 'chat_template.jinja'), 'utf8');
+    if (files !== null && typeof tpl !== 'string' && existsSync(join(files, 'chat_template.json')))
+      tpl = (JSON.parse(readFileSync(join(files, 'chat_template.json'), 'utf8')) as { chat_template?: string }).chat_template;
     this.chatTemplate = typeof tpl === 'string' ? tpl : undefined;
   }
 
@@ -467,7 +469,28 @@ export class Tokenizer {
     } catch (e) {
       throw new TokenizerError(`${path}: invalid JSON (${(e as Error).message})`);
     }
-    return new Tokenizer(dir, json, readOpt('tokenizer_config.json'), readOpt('generation_config.json'));
+    return new Tokenizer(dir, json, readOpt('tokenizer_config.json'), readOpt('generation_config.json'), dir);
+  }
+
+  /**
+   * A tokenizer from an in-memory tokenizer.json (object or JSON text), with what tokenizer_config.json and
+   * generation_config.json would hold (bos_token / eos_token / pad_token, add_bos_token, chat_template; eos_token_id).
+   * `source` names where it came from in messages (e.g. the GGUF file whose embedded vocabulary it is).
+   */
+  static fromJson(
+    json: Record<string, unknown> | string,
+    opts: { source?: string; tokenizerConfig?: Record<string, unknown>; generationConfig?: Record<string, unknown> } = {},
+  ): Tokenizer {
+    const source = opts.source ?? '<tokenizer.json>';
+    let obj: Record<string, unknown>;
+    if (typeof json === 'string') {
+      try {
+        obj = JSON.parse(json);
+      } catch (e) {
+        throw new TokenizerError(`${source}: invalid JSON (${(e as Error).message})`);
+      }
+    } else obj = json;
+    return new Tokenizer(source, obj, opts.tokenizerConfig ?? {}, opts.generationConfig ?? {}, null);
   }
 
   idToToken(id: number): string | undefined {
@@ -540,6 +563,16 @@ export class Tokenizer {
       }
       for (const [w] of pre.preTokenizeString(part)) bpe.tokenize(w, out);
     }
+  }
+
+  /**
+   * The ids the post-processor puts around a single sequence when special tokens are added (e.g. BOS before it
+   * for Llama, nothing for Qwen2). What a converter records as add_bos_token / add_eos_token.
+   */
+  postProcessorTokens(): { before: number[]; after: number[] } {
+    const ids = this.encodePost([-1], true);
+    const at = ids.indexOf(-1);
+    return { before: ids.slice(0, at), after: ids.slice(at + 1) };
   }
 
   private encodePost(ids: number[], addSpecial: boolean): number[] {

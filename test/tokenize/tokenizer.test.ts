@@ -113,3 +113,18 @@ t.test('tokenCountAt maps a char offset to the tokens fully before it', async (t
   t.ok(k2 <= tok.encode(text.slice(0, mid)).length);
   t.same(full.slice(0, k2), tok.encode(text.slice(0, mid)).slice(0, k2));
 });
+
+t.test('fromJson: an in-memory tokenizer.json with tokenizer_config / generation_config fields', async (t) => {
+  const dir = await Tokenizer.fromDir(mzDir);
+  const text = readFileSync(join(mzDir, 'tokenizer.json'), 'utf8');
+  const config = JSON.parse(readFileSync(join(mzDir, 'tokenizer_config.json'), 'utf8'));
+  const tok = Tokenizer.fromJson(text, { source: 'in memory', tokenizerConfig: config, generationConfig: { eos_token_id: [32000, 2] } });
+  for (const s of ['Hello  world', '<|im_start|>user\nHi<|im_end|>', '東京 🙂 12345']) t.same(tok.encode(s), dir.encode(s), JSON.stringify(s));
+  t.equal(tok.chatTemplate, dir.chatTemplate);
+  t.same([tok.bosToken, tok.eosToken, tok.addBosToken], [dir.bosToken, dir.eosToken, dir.addBosToken]);
+  t.same(tok.eosIds.sort(), [2, 32000], 'eos_token and generation eos ids');
+  t.same(Tokenizer.fromJson(JSON.parse(text)).encode('Hello'), dir.encode('Hello'), 'object form, no config');
+  t.throws(() => Tokenizer.fromJson('{not json', { source: 'x.gguf' }), /x\.gguf: invalid JSON/);
+  t.same(dir.postProcessorTokens(), { before: [], after: [] }, 'minueza adds no special tokens');
+  t.same((await Tokenizer.fromDir(tsDir)).postProcessorTokens(), { before: [1], after: [] }, 'tinystories adds BOS');
+});
