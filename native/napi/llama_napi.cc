@@ -5,7 +5,7 @@
 //   llamaLoadWeights(handle, [{name, dtype:'F32'|'F16'|'BF16', data:Uint8Array, rows, cols}], finalize) -> Promise<{weightBytes}>
 //   llamaAdapterLoad(handle, id, [{layer, module, r, scale, A:Float32Array, B:Float32Array}])
 //   llamaAdapterUnload(handle, id) -> boolean
-//   kvCreate({layers, blocks, blockSize, kvHeads, headDim}) -> kv handle ; kvBytes(kv)
+//   kvCreate({layers, blocks, blockSize, kvHeads, headDim, dtype?: 'F32'|'BF16'}) -> kv handle ; kvBytes(kv)
 //   llamaStep(handle, kv, {tokens, positions, seqLens, tables, tableOffsets, adapters, outRows, hidden, copies}, out) -> Promise
 #include <map>
 #include <memory>
@@ -197,10 +197,13 @@ Napi::Value KvCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsObject()) throw_type(env, "kv config object expected");
   Napi::Object o = info[0].As<Napi::Object>();
+  Napi::Value dv = o.Get("dtype");
+  const DType dtype = dv.IsUndefined() ? DType::F32 : dtype_arg(dv, "kv cache dtype");
+  if (dtype != DType::F32 && dtype != DType::BF16) throw_type(env, "kv cache dtype must be F32 or BF16");
   auto* h = new KvHandle();
   try {
     h->kv = std::make_shared<KvCache>(obj_int(o, "layers"), obj_int(o, "blocks"), obj_int(o, "blockSize"),
-                                      obj_int(o, "kvHeads"), obj_int(o, "headDim"));
+                                      obj_int(o, "kvHeads"), obj_int(o, "headDim"), dtype);
   } catch (const std::bad_alloc&) {
     delete h;
     throw Napi::Error::New(env, "kv cache: out of memory");
