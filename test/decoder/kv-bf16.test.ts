@@ -4,6 +4,7 @@
 //     path: the prefill tile kernel and the per-token kernel read the same bf16 values, so a prompt
 //     as one chunk / uneven chunks / token by token agree as tightly as they do in f32; and the
 //     bf16 logits stay within bf16 rounding of the f32 ones (tolerance derived below);
+//   - the stored values: exactly the f32 K/V rounded to nearest even;
 //   - copy-on-write of cache blocks (full and partial) in both dtypes: bit-identical logits;
 //   - the real TinyStories model: greedy continuations equal to the f32-KV ones;
 //   - the memory budget (twice the blocks in bf16), dtype reporting, 'auto', bad values.
@@ -101,6 +102,59 @@ for (const name of ['qwen2-tiny', 'llama-tiny', 'mistral-tiny']) {
     });
   }
 }
+
+/** f32 -> bf16 -> f32, rounding to nearest even (independent of the native helper). */
+function bf16Round(x: number, truncate = false): number {
+  const f = new Float32Array([x]);
+  const u = new Uint32Array(f.buffer);
+  if (!truncate) u[0] = (u[0] + 0x7fff + ((u[0] >>> 16) & 1)) >>> 0;
+  u[0] = (u[0] & 0xffff0000) >>> 0;
+  return f[0];
+}
+
+t.test('stored values: a bf16 cache holds the f32 K/V rounded to nearest even', async (t) => {
+  const dir = join(goldens, 'qwen2-tiny');
+  const cfg = loadDecoderConfig(dir);
+  const model = await openModel(dir, cfg);
+  const ids = randomIds(40, cfg.vocabSize, 9);
+  const table = [2, 0, 3];
+  const fill = async (dtype: KvDtype) => {
+    const kv = new NativeKvCache(cfg, 4, BS, dtype);
+    await model.step(kv, {
+      tokens: Int32Array.from(ids), positions: Int32Array.from(ids, (_, i) => i), seqLens: Int32Array.of(40),
+      tables: Int32Array.from(table), tableOffsets: Int32Array.of(0, 3), outRows: Int32Array.of(39),
+    }, new Float32Array(cfg.vocabSize));
+    return kv;
+  };
+  const f = await fill('f32');
+  const b = await fill('bf16');
+  const W = cfg.numKvHeads * cfg.headDim;
+  // layer 0's K/V do not depend on attention, so both caches got the same f32 rows to store
+  let n = 0, wrong = 0, truncDiffers = 0, notBf16 = 0;
+  for (let i = 0; i < 3; i++) {
+    const slots = Math.min(BS, 40 - i * BS);
+    const rf = f.readBlock(0, table[i]);
+    const rb = b.readBlock(0, table[i]);
+    for (const key of ['k', 'v'] as const) {
+      for (let e = 0; e < slots * W; e++) {
+        n++;
+        if (rb[key][e] !== bf16Round(rf[key][e])) wrong++;
+        if (bf16Round(rf[key][e], true) !== bf16Round(rf[key][e])) truncDiffers++;
+      }
+    }
+    // every layer stores bf16 values (low 16 bits of the widened f32 are zero)
+    for (let l = 0; l < cfg.numLayers; l++) {
+      const r = b.readBlock(l, table[i]);
+      for (let e = 0; e < slots * W; e++) if (bf16Round(r.k[e], true) !== r.k[e] || bf16Round(r.v[e], true) !== r.v[e]) notBf16++;
+    }
+  }
+  t.equal(n, 2 * 40 * W);
+  t.equal(wrong, 0, `layer 0: all ${n} stored K/V elements = round-to-nearest-even of the f32 cache's`);
+  t.ok(truncDiffers > n / 4, `(truncation would differ on ${truncDiffers} of them)`);
+  t.equal(notBf16, 0, 'every layer holds bf16 values');
+  t.throws(() => b.readBlock(cfg.numLayers, 0), /layer out of range/);
+  t.throws(() => b.readBlock(0, 4), /block id out of range/);
+});
 
 t.test('copy-on-write: full and partial block copies read back exactly, f32 and bf16', async (t) => {
   const dir = join(goldens, 'qwen2-tiny');

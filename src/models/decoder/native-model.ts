@@ -61,6 +61,10 @@ export class NativeKvCache {
     if (this.bytes !== blocks * NativeKvCache.blockBytes(cfg, blockSize, dtype))
       throw new Error(`kv cache: native size ${this.bytes} bytes differs from ${blocks} blocks × ${NativeKvCache.blockBytes(cfg, blockSize, dtype)}`);
   }
+  /** Stored contents of one block of one layer as f32 (bf16 widened exactly): k, v (blockSize, kvHeads·headDim). Call between steps. */
+  readBlock(layer: number, block: number): { k: Float32Array; v: Float32Array } {
+    return addon.kvReadBlock(this.handle, layer, block) as { k: Float32Array; v: Float32Array };
+  }
   /** Bytes one block takes (K and V, every layer): 4 bytes per element in f32, 2 in bf16. */
   static blockBytes(cfg: DecoderConfig, blockSize: number, dtype: KvDtype = 'f32'): number {
     return cfg.numLayers * blockSize * cfg.numKvHeads * cfg.headDim * (dtype === 'bf16' ? 2 : 4) * 2;
