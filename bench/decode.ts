@@ -1,9 +1,11 @@
-// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32] [--no-llama] [--no-ours]`
+// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32] [--kv-dtype f32|bf16|auto] [--no-llama] [--no-ours]`
 //
 // Our decoder vs llama.cpp (node-llama-cpp 3.21.1, bench/package.json; `npm install --prefix bench`) on the
 // same random weights with the real SmolLM2-135M and Qwen2.5-0.5B configurations (speed does not depend
 // on the weights). Both engines read the same GGUF file (F16; ours keeps it as bf16 weights with fp32
 // compute, 2 bytes per weight like llama.cpp's F16); --f32 compares f32 with an F32 GGUF instead.
+// Our KV cache dtype: --kv-dtype, else LOOM_KV_DTYPE, else auto (bf16 with bf16 weights, f32 with --f32);
+// llama.cpp keeps its default F16 KV cache.
 // Reported per model and engine:
 //   prefill tok/s      one 512-token prompt
 //   decode tok/s       batch 1, after a 16-token prompt
@@ -22,7 +24,7 @@ import { buildNativeDecoder, type TensorSource } from '../src/models/decoder/loa
 import { ggufTensorSource } from '../src/models/decoder/gguf-source.ts';
 import { loadGgufCheckpoint } from '../src/formats/gguf.ts';
 import type { NativeDecoder } from '../src/models/decoder/native-model.ts';
-import { KvCacheManager } from '../src/runtime/kv-cache.ts';
+import { KvCacheManager, type KvDtypeOption } from '../src/runtime/kv-cache.ts';
 import { PrefixCache, type CacheMode } from '../src/runtime/prefix-cache.ts';
 import { Scheduler } from '../src/runtime/scheduler.ts';
 import { setThreads } from '../src/native/cpu.ts';
@@ -85,8 +87,8 @@ function copyBandwidth(): number {
 // ------------------------------------------------------------------------------------------------
 class Ours {
   sched: Scheduler;
-  constructor(readonly model: NativeDecoder, readonly cfg: DecoderConfig, kvMemory: string, maxStepTokens: number) {
-    const kv = new KvCacheManager(cfg, { memory: kvMemory });
+  constructor(readonly model: NativeDecoder, readonly cfg: DecoderConfig, kvMemory: string, maxStepTokens: number, kvDtype?: KvDtypeOption) {
+    const kv = new KvCacheManager(cfg, { memory: kvMemory, dtype: kvDtype, weightDtype: model.weightDtype });
     const prefix = new PrefixCache(kv, { minTokens: 16 });
     this.sched = new Scheduler(model, kv, prefix, { maxStepTokens, maxRunning: 64, maxQueue: 1024 });
   }
@@ -119,9 +121,10 @@ async function benchOurs(name: string, dir: string, gguf: string | null, cfg: De
   const src = gguf ? (() => { const ck = loadGgufCheckpoint(gguf); return ggufTensorSource(ck.tensors, ck.tied); })() : (SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
   const model = await buildNativeDecoder(cfg, src, { dtype: o.f32 ? 'f32' : 'bf16' });
   const V = cfg.vocabSize;
-  const row: Row = { model: name, engine: `loom (${model.weightDtype.toLowerCase()} weights${gguf ? ', same gguf' : ''})` };
-  const ours = new Ours(model, cfg, o.quick ? '1GiB' : '3GiB', 512);
-  progress(`${name}: loom loaded (${(model.weightBytes / 1e6).toFixed(0)} MB weights)`);
+  const ours = new Ours(model, cfg, o.quick ? '1GiB' : '3GiB', 512, o.kvDtype);
+  const kv = ours.sched.kv;
+  const row: Row = { model: name, engine: `loom (${model.weightDtype.toLowerCase()} weights, ${kv.dtype} kv${gguf ? ', same gguf' : ''})` };
+  progress(`${name}: loom loaded (${(model.weightBytes / 1e6).toFixed(0)} MB weights; ${kv.dtype} KV cache, ${kv.numBlocks} blocks = ${kv.capacityTokens} tokens in ${(kv.bytes / 2 ** 20).toFixed(0)} MiB)`);
   // warm-up
   await ours.run([randomTokens(32, 99, V)], 4);
   // prefill: one 512-token prompt (a single step), 1 generated token
@@ -232,6 +235,7 @@ interface Opts {
   json: boolean;
   threads: number;
   f32: boolean;
+  kvDtype?: KvDtypeOption;
   llama: boolean;
   ours: boolean;
   models: string[];
@@ -247,6 +251,7 @@ export async function run(argv: string[]): Promise<void> {
     json: argv.includes('--json'),
     threads: Number(flag(argv, '--threads') ?? cpus().length),
     f32: argv.includes('--f32'),
+    kvDtype: flag(argv, '--kv-dtype') as KvDtypeOption | undefined,
     llama: !argv.includes('--no-llama'),
     ours: !argv.includes('--no-ours'),
     models: (flag(argv, '--models') ?? Object.keys(CONFIGS).join(',')).split(','),

@@ -39,13 +39,16 @@ static void attn_tile_dispatch(const KvCache& kv, int64_t layer, const int32_t* 
 // ---------------------------------------------------------------------------------------------
 // KV cache
 // ---------------------------------------------------------------------------------------------
-KvCache::KvCache(int64_t layers_, int64_t n_blocks_, int64_t block_size_, int64_t kv_heads_, int64_t head_dim_)
-    : layers(layers_), n_blocks(n_blocks_), block_size(block_size_), kv_heads(kv_heads_), head_dim(head_dim_) {
+KvCache::KvCache(int64_t layers_, int64_t n_blocks_, int64_t block_size_, int64_t kv_heads_, int64_t head_dim_,
+                 DType dtype_)
+    : layers(layers_), n_blocks(n_blocks_), block_size(block_size_), kv_heads(kv_heads_), head_dim(head_dim_),
+      dtype(dtype_) {
   if (layers <= 0 || n_blocks <= 0 || block_size <= 0 || kv_heads <= 0 || head_dim <= 0)
     throw std::invalid_argument("kv cache: all dimensions must be positive");
+  if (dtype != DType::F32 && dtype != DType::BF16) throw std::invalid_argument("kv cache: dtype must be f32 or bf16");
   size_t half = bytes() / 2;
-  k = static_cast<float*>(aligned_malloc(half));
-  v = static_cast<float*>(aligned_malloc(half));
+  k = aligned_malloc(half);
+  v = aligned_malloc(half);
   if (!k || !v) {
     aligned_free(k);
     aligned_free(v);
@@ -58,13 +61,29 @@ KvCache::~KvCache() {
   aligned_free(v);
 }
 
+void KvCache::write_slot(int64_t layer, int64_t block, int64_t slot, const float* k_row, const float* v_row) {
+  const int64_t n = slot_elems();
+  if (dtype == DType::BF16) {
+    convert_f32_to_bf16(n, k_row, k_at<uint16_t>(layer, block, slot));  // round to nearest even
+    convert_f32_to_bf16(n, v_row, v_at<uint16_t>(layer, block, slot));
+  } else {
+    std::memcpy(k_at<float>(layer, block, slot), k_row, size_t(n) * sizeof(float));
+    std::memcpy(v_at<float>(layer, block, slot), v_row, size_t(n) * sizeof(float));
+  }
+}
+
 void KvCache::copy_block(int64_t src, int64_t dst, int64_t n_slots) {
   if (src < 0 || src >= n_blocks || dst < 0 || dst >= n_blocks) throw std::out_of_range("kv cache: block id out of range");
   n_slots = std::min(n_slots, block_size);
-  size_t nbytes = size_t(n_slots * slot_floats()) * sizeof(float);
+  if (n_slots <= 0) return;
+  // stored bits are copied as they are (bf16 stays bf16: a copy reads back exactly like its source)
+  const size_t nbytes = size_t(n_slots * slot_elems()) * elem_bytes();
+  char* kc = static_cast<char*>(k);
+  char* vc = static_cast<char*>(v);
   for (int64_t l = 0; l < layers; l++) {
-    std::memcpy(k_at(l, dst, 0), k_at(l, src, 0), nbytes);
-    std::memcpy(v_at(l, dst, 0), v_at(l, src, 0), nbytes);
+    const size_t s = size_t(slot_index(l, src, 0)) * elem_bytes(), d = size_t(slot_index(l, dst, 0)) * elem_bytes();
+    std::memcpy(kc + d, kc + s, nbytes);
+    std::memcpy(vc + d, vc + s, nbytes);
   }
 }
 
@@ -322,13 +341,12 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     apply_lora(b, int(l), kV, xn, D, qkv + Nq + Nkv, Nqkv);
     rope_fwd(T, Hq, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
     rope_fwd(T, Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv + Nq);
-    // write K, V of the new tokens into their cache slots
+    // write K, V of the new tokens into their cache slots (rounded to bf16 for a bf16 cache)
     for (const SeqSpec& s : b.seqs) {
       for (int64_t i = 0; i < s.n_tokens; i++) {
         const int64_t t = s.first_row + i, pos = b.positions[t];
         const int64_t blk = s.block_table[pos / bs], slot = pos % bs;
-        std::memcpy(kv.k_at(l, blk, slot), qkv + t * Nqkv + Nq, size_t(Nkv) * 4);
-        std::memcpy(kv.v_at(l, blk, slot), qkv + t * Nqkv + Nq + Nkv, size_t(Nkv) * 4);
+        kv.write_slot(l, blk, slot, qkv + t * Nqkv + Nq, qkv + t * Nqkv + Nq + Nkv);  // (Nkv) each
       }
     }
     paged_attention(kv, l, b, Hq, qkv, Nqkv, attn, scratch_.data(), max_ctx, c.sliding_window);  // attn (T, Nq)

@@ -57,25 +57,39 @@ struct Layer {
   PackedWeight* down = nullptr;            // (D, F)
 };
 
-// Paged KV storage: per layer, n_blocks blocks of block_size token slots, each slot Hkv·Dh floats
-// for K and the same for V. Block ids are assigned by the (TypeScript) block manager.
+// Paged KV storage: per layer, n_blocks blocks of block_size token slots, each slot Hkv·Dh
+// elements for K and the same for V. Block ids are assigned by the (TypeScript) block manager.
+// dtype is the storage type only: F32, or BF16 (half the bytes per slot: K/V rows are rounded to
+// bf16, nearest even, when written, and widened back to f32 by the attention kernels; all math is
+// fp32). Element (layer, block, slot, kv head h, d) of K is k[((layer·n_blocks + block)·block_size
+// + slot)·Hkv·Dh + h·Dh + d], the same for V.
 struct KvCache {
   int64_t layers = 0, n_blocks = 0, block_size = 0, kv_heads = 0, head_dim = 0;
-  float* k = nullptr;
-  float* v = nullptr;
-  KvCache(int64_t layers, int64_t n_blocks, int64_t block_size, int64_t kv_heads, int64_t head_dim);
+  DType dtype = DType::F32;
+  void* k = nullptr;  // float* (F32) or uint16_t* of bf16 bits (BF16)
+  void* v = nullptr;
+  KvCache(int64_t layers, int64_t n_blocks, int64_t block_size, int64_t kv_heads, int64_t head_dim,
+          DType dtype = DType::F32);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
-  int64_t slot_floats() const { return kv_heads * head_dim; }
-  // Pointer to slot `slot` of block `block` in `layer`.
-  float* k_at(int64_t layer, int64_t block, int64_t slot) const {
-    return k + ((layer * n_blocks + block) * block_size + slot) * slot_floats();
+  int64_t slot_elems() const { return kv_heads * head_dim; }
+  size_t elem_bytes() const { return dtype_size(dtype); }
+  int64_t slot_index(int64_t layer, int64_t block, int64_t slot) const {
+    return ((layer * n_blocks + block) * block_size + slot) * slot_elems();
   }
-  float* v_at(int64_t layer, int64_t block, int64_t slot) const {
-    return v + ((layer * n_blocks + block) * block_size + slot) * slot_floats();
+  // Pointer to slot `slot` of block `block` in `layer`; T is float for F32 caches, uint16_t for BF16.
+  template <typename T>
+  T* k_at(int64_t layer, int64_t block, int64_t slot) const {
+    return static_cast<T*>(k) + slot_index(layer, block, slot);
   }
-  size_t bytes() const { return size_t(layers * n_blocks * block_size * slot_floats()) * 2 * sizeof(float); }
+  template <typename T>
+  T* v_at(int64_t layer, int64_t block, int64_t slot) const {
+    return static_cast<T*>(v) + slot_index(layer, block, slot);
+  }
+  size_t bytes() const { return size_t(layers * n_blocks * block_size * slot_elems()) * 2 * elem_bytes(); }
+  // Stores one token's K and V rows (Hkv·Dh floats each) in a slot, converted to the cache dtype.
+  void write_slot(int64_t layer, int64_t block, int64_t slot, const float* k_row, const float* v_row);
   // Copies the first n_slots slots of block src to block dst in every layer (copy-on-write of a
   // partially filled shared block).
   void copy_block(int64_t src, int64_t dst, int64_t n_slots);
@@ -152,9 +166,10 @@ constexpr int64_t kAttnQueryTile = 16, kAttnKeyChunk = 16;
 inline int64_t attn_tile_work_floats(int64_t nq, int64_t G, int64_t Dh) {
   return 2 * Dh * kAttnKeyChunk + nq * G * (Dh + 2 + kAttnKeyChunk);
 }
-// Scratch floats per thread that paged_attention needs.
+// Scratch floats per thread that paged_attention needs: attn_group's scores (G, ctx) and one
+// widened key/value row (Dh), or attn_tile's work.
 inline int64_t paged_attention_scratch_floats(int64_t G, int64_t Dh, int64_t max_ctx) {
-  const int64_t a = G * max_ctx, b = attn_tile_work_floats(kAttnQueryTile, G, Dh);
+  const int64_t a = G * max_ctx + Dh, b = attn_tile_work_floats(kAttnQueryTile, G, Dh);
   return a > b ? a : b;
 }
 

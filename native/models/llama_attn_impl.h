@@ -1,11 +1,15 @@
 // Body of the paged-attention inner kernel, compiled once per ISA (included inside
-// namespace loom::llama::<isa> by llama_attn.cc, llama_attn_avx2.cc, llama_attn_avx512.cc; the
+// namespace loom::llama::<isa> by llama.cc (portable), llama_attn_avx2.cc, llama_attn_avx512.cc; the
 // file's -m flags decide the vector width). Plain loops written so the compiler vectorizes them:
 // fixed-width partial sums for dot products, straight axpy for the value sum.
 //
 // One query token, one KV head, its G query heads (GQA group):
 //   q (G, Dh), keys/values: positions [start, ctx) of the sequence (start > 0 with a sliding window),
-//   found through the block table. scores (G, ctx - start) scratch; out (G, Dh) = softmax(q·Kᵀ·scale) · V
+//   found through the block table. scores: (G, ctx - start) scores, then Dh floats for one widened
+//   row; out (G, Dh) = softmax(q·Kᵀ·scale) · V
+// The cache holds f32 or bf16 (kv.dtype): each kernel is a template over the stored element type
+// KvT (float or uint16_t bf16 bits), chosen once per call; rows are widened to f32 where they are
+// read, and all math is fp32.
 // Must be included after <cmath>, <cstring>, <limits>, llama.h and ../ops/ops_table.h.
 
 static inline float attn_dot(const float* a, const float* b, int64_t n) {
@@ -23,18 +27,32 @@ static inline void attn_axpy(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx, int64_t kvh,
-                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores) {
+// One stored cache element as f32 (bf16: the bits shifted into the high half, exact).
+static inline float kv_f32(float x) { return x; }
+static inline float kv_f32(uint16_t h) { return bf16_to_f32(h); }
+
+// A cache row of n elements as f32: an f32 row is read in place; a bf16 row is widened into buf
+// (a plain loop the compiler turns into zero-extend + shift at the file's vector width).
+static inline const float* kv_row_f32(const float* p, int64_t, float*) { return p; }
+static inline const float* kv_row_f32(const uint16_t* p, int64_t n, float* buf) {
+  for (int64_t i = 0; i < n; i++) buf[i] = bf16_to_f32(p[i]);
+  return buf;
+}
+
+template <typename KvT>
+static void attn_group_t(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx,
+                         int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores) {
   const int64_t bs = kv.block_size;
   const int64_t nblk = (ctx + bs - 1) / bs;
   const int64_t n_keys = ctx - start;
-  // scores[g, j - start] = q_g · k_j · scale
+  const int64_t ld = kv.slot_elems();
+  float* row = scores + G * n_keys;  // (Dh) one widened key or value row (bf16 caches)
+  // scores[g, j - start] = q_g · k_j · scale   (each key widened once, shared by the G heads)
   for (int64_t bi = start / bs; bi < nblk; bi++) {
     const int64_t j0 = std::max(bi * bs, start), j1 = std::min((bi + 1) * bs, ctx);
-    const float* kb = kv.k_at(layer, table[bi], 0) + kvh * Dh;
-    const int64_t ld = kv.slot_floats();
+    const KvT* kb = kv.k_at<KvT>(layer, table[bi], 0) + kvh * Dh;
     for (int64_t j = j0; j < j1; j++) {
-      const float* kp = kb + (j - bi * bs) * ld;
+      const float* kp = kv_row_f32(kb + (j - bi * bs) * ld, Dh, row);
       for (int64_t g = 0; g < G; g++) scores[g * n_keys + j - start] = attn_dot(q + g * Dh, kp, Dh) * scale;
     }
   }
@@ -43,13 +61,20 @@ void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t 
   for (int64_t i = 0; i < G * Dh; i++) out[i] = 0.0f;
   for (int64_t bi = start / bs; bi < nblk; bi++) {
     const int64_t j0 = std::max(bi * bs, start), j1 = std::min((bi + 1) * bs, ctx);
-    const float* vb = kv.v_at(layer, table[bi], 0) + kvh * Dh;
-    const int64_t ld = kv.slot_floats();
+    const KvT* vb = kv.v_at<KvT>(layer, table[bi], 0) + kvh * Dh;
     for (int64_t j = j0; j < j1; j++) {
-      const float* vp = vb + (j - bi * bs) * ld;
+      const float* vp = kv_row_f32(vb + (j - bi * bs) * ld, Dh, row);
       for (int64_t g = 0; g < G; g++) attn_axpy(Dh, scores[g * n_keys + j - start], vp, out + g * Dh);
     }
   }
+}
+
+void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx, int64_t kvh,
+                int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores) {
+  if (kv.dtype == DType::BF16)
+    attn_group_t<uint16_t>(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
+  else
+    attn_group_t<float>(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -101,9 +126,10 @@ static inline vf attn_exp(vf x) {
   return x < lo ? vf{} : p * two_n;
 }
 
-void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t pos0, int64_t nq, int64_t window,
-               int64_t kvh, int64_t G, const float* q, int64_t ldq, int64_t Dh, float scale, float* out, int64_t ldo,
-               float* work) {
+template <typename KvT>
+static void attn_tile_t(const KvCache& kv, int64_t layer, const int32_t* table, int64_t pos0, int64_t nq,
+                        int64_t window, int64_t kvh, int64_t G, const float* q, int64_t ldq, int64_t Dh, float scale,
+                        float* out, int64_t ldo, float* work) {
   const int64_t bs = kv.block_size, R = nq * G;
   float* kt = work;          // (Dh, KB) keys of the chunk, transposed
   float* vc = kt + Dh * KB;  // (KB, Dh) values of the chunk
@@ -121,15 +147,15 @@ void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t p
   // first key a query at position p sees
   const auto first_key = [window](int64_t p) { return window > 0 ? std::max<int64_t>(0, p - window + 1) : int64_t(0); };
   const int64_t kmin = first_key(pos0);
-  const int64_t ld = kv.slot_floats();
   for (int64_t c = kmin; c <= last; c += KB) {
     const int64_t nk = std::min<int64_t>(KB, last + 1 - c);
+    // gather (and widen, for bf16) the chunk: K transposed to kt (Dh, KB), V to vc (KB, Dh)
     for (int64_t jj = 0; jj < nk; jj++) {
       const int64_t j = c + jj, blk = table[j / bs], slot = j % bs;
-      const float* kp = kv.k_at(layer, blk, 0) + slot * ld + kvh * Dh;
-      const float* vp = kv.v_at(layer, blk, 0) + slot * ld + kvh * Dh;
-      for (int64_t d = 0; d < Dh; d++) kt[d * KB + jj] = kp[d];
-      for (int64_t d = 0; d < Dh; d++) vc[jj * Dh + d] = vp[d];
+      const KvT* kp = kv.k_at<KvT>(layer, blk, slot) + kvh * Dh;
+      const KvT* vp = kv.v_at<KvT>(layer, blk, slot) + kvh * Dh;
+      for (int64_t d = 0; d < Dh; d++) kt[d * KB + jj] = kv_f32(kp[d]);
+      for (int64_t d = 0; d < Dh; d++) vc[jj * Dh + d] = kv_f32(vp[d]);
     }
     for (int64_t jj = nk; jj < KB; jj++)
       for (int64_t d = 0; d < Dh; d++) kt[d * KB + jj] = 0.0f;
@@ -208,4 +234,13 @@ void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t p
     float* dst = out + (r / G) * ldo + (r % G) * Dh;
     for (int64_t d = 0; d < Dh; d++) dst[d] = o[r * Dh + d] * inv;
   }
+}
+
+void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t pos0, int64_t nq, int64_t window,
+               int64_t kvh, int64_t G, const float* q, int64_t ldq, int64_t Dh, float scale, float* out, int64_t ldo,
+               float* work) {
+  if (kv.dtype == DType::BF16)
+    attn_tile_t<uint16_t>(kv, layer, table, pos0, nq, window, kvh, G, q, ldq, Dh, scale, out, ldo, work);
+  else
+    attn_tile_t<float>(kv, layer, table, pos0, nq, window, kvh, G, q, ldq, Dh, scale, out, ldo, work);
 }

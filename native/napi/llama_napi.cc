@@ -5,8 +5,10 @@
 //   llamaLoadWeights(handle, [{name, dtype:'F32'|'F16'|'BF16', data:Uint8Array, rows, cols}], finalize) -> Promise<{weightBytes}>
 //   llamaAdapterLoad(handle, id, [{layer, module, r, scale, A:Float32Array, B:Float32Array}])
 //   llamaAdapterUnload(handle, id) -> boolean
-//   kvCreate({layers, blocks, blockSize, kvHeads, headDim}) -> kv handle ; kvBytes(kv)
+//   kvCreate({layers, blocks, blockSize, kvHeads, headDim, dtype?: 'F32'|'BF16'}) -> kv handle ; kvBytes(kv)
+//   kvReadBlock(kv, layer, block) -> {k, v}: Float32Array (blockSize, kvHeads·headDim) each, widened from bf16
 //   llamaStep(handle, kv, {tokens, positions, seqLens, tables, tableOffsets, adapters, outRows, hidden, copies}, out) -> Promise
+#include <cstring>
 #include <map>
 #include <memory>
 #include "../models/llama.h"
@@ -197,10 +199,13 @@ Napi::Value KvCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsObject()) throw_type(env, "kv config object expected");
   Napi::Object o = info[0].As<Napi::Object>();
+  Napi::Value dv = o.Get("dtype");
+  const DType dtype = dv.IsUndefined() ? DType::F32 : dtype_arg(dv, "kv cache dtype");
+  if (dtype != DType::F32 && dtype != DType::BF16) throw_type(env, "kv cache dtype must be F32 or BF16");
   auto* h = new KvHandle();
   try {
     h->kv = std::make_shared<KvCache>(obj_int(o, "layers"), obj_int(o, "blocks"), obj_int(o, "blockSize"),
-                                      obj_int(o, "kvHeads"), obj_int(o, "headDim"));
+                                      obj_int(o, "kvHeads"), obj_int(o, "headDim"), dtype);
   } catch (const std::bad_alloc&) {
     delete h;
     throw Napi::Error::New(env, "kv cache: out of memory");
@@ -214,6 +219,31 @@ Napi::Value KvCreate(const Napi::CallbackInfo& info) {
 
 Napi::Value KvBytes(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), double(kv_arg(info[0])->kv->bytes()));
+}
+
+// kvReadBlock(kv, layer, block) -> {k, v}: the stored contents of one block of one layer as f32
+// (bf16 caches widened exactly), for tests and debugging. Synchronous: one block is small. Not
+// ordered with a llamaStep in flight on the same cache: call it between steps.
+Napi::Value KvReadBlock(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const KvCache& kv = *kv_arg(info[0])->kv;
+  const int64_t layer = int_arg(info[1], "layer"), block = int_arg(info[2], "block");
+  if (layer < 0 || layer >= kv.layers) throw_range(env, "layer out of range");
+  if (block < 0 || block >= kv.n_blocks) throw_range(env, "block id out of range");
+  const int64_t n = kv.block_size * kv.slot_elems();  // (block_size, Hkv·Dh)
+  Napi::Float32Array k = Napi::Float32Array::New(env, size_t(n));
+  Napi::Float32Array v = Napi::Float32Array::New(env, size_t(n));
+  if (kv.dtype == DType::BF16) {
+    convert_bf16_to_f32(n, kv.k_at<uint16_t>(layer, block, 0), k.Data());
+    convert_bf16_to_f32(n, kv.v_at<uint16_t>(layer, block, 0), v.Data());
+  } else {
+    std::memcpy(k.Data(), kv.k_at<float>(layer, block, 0), size_t(n) * sizeof(float));
+    std::memcpy(v.Data(), kv.v_at<float>(layer, block, 0), size_t(n) * sizeof(float));
+  }
+  Napi::Object r = Napi::Object::New(env);
+  r.Set("k", k);
+  r.Set("v", v);
+  return r;
 }
 
 // llamaStep(model, kv, batch, out) -> Promise<void>
@@ -319,6 +349,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("llamaAdapterUnload", Napi::Function::New(env, LlamaAdapterUnload));
   exports.Set("kvCreate", Napi::Function::New(env, KvCreate));
   exports.Set("kvBytes", Napi::Function::New(env, KvBytes));
+  exports.Set("kvReadBlock", Napi::Function::New(env, KvReadBlock));
   exports.Set("llamaStep", Napi::Function::New(env, LlamaStep));
 }
 

@@ -42,7 +42,7 @@ import { encodeChatAsync, type ChatMessage } from '../tokenize/chat-template.ts'
 import { compileJsonSchema, ConstraintUnsatisfiableError, JsonSchemaError, type JsonConstraint } from './json-constraint.ts';
 import { AdapterError, AdapterRegistry, type AdapterInfo } from './adapters.ts';
 import { resolveModel } from './hub.ts';
-import { KvCacheManager, type KvCacheOptions } from './kv-cache.ts';
+import { KvCacheManager, type KvCacheOptions, type KvDtype, type KvDtypeOption } from './kv-cache.ts';
 import { parseTtl, PrefixCache, type CacheBreakpoint, type CacheMode } from './prefix-cache.ts';
 import { Sampler, SamplingError, type SamplingParams } from './sampling.ts';
 import { AbortError, OverloadedError, RequestTooLargeError, Scheduler, type SchedulerOptions, type SeqStats } from './scheduler.ts';
@@ -122,6 +122,10 @@ export interface ModelInfo {
   kvCacheBytes: number;
   kvBlockSize: number;
   kvBlocks: number;
+  /** Storage dtype of the KV cache ('bf16' holds twice the tokens of 'f32' in the same budget). */
+  kvDtype: KvDtype;
+  /** Token slots in the KV cache (kvBlocks × kvBlockSize), shared by all running sequences. */
+  kvCapacityTokens: number;
   /** Default prompt-caching family for this model and the minimum cacheable prefix (explicit). */
   caching: { mode: 'automatic' | 'explicit'; minTokens: number };
   hasChatTemplate: boolean;
@@ -129,6 +133,11 @@ export interface ModelInfo {
 
 export interface DecoderOptions extends LoadOptions, SchedulerOptions {
   kv?: KvCacheOptions;
+  /**
+   * KV-cache storage dtype: 'f32', 'bf16' (half the bytes per token; K/V rounded to bf16, fp32 math)
+   * or 'auto' (bf16 when the weights are kept in bf16, else f32). Default LOOM_KV_DTYPE, else 'auto'.
+   */
+  kvDtype?: KvDtypeOption;
   /** Default caching family ('automatic'). */
   caching?: 'automatic' | 'explicit';
   /** Minimum cacheable prefix for explicit breakpoints (default: 1024, at most a quarter of the context). */
@@ -233,7 +242,7 @@ export class DecoderModel {
     this.generation = generation;
     this.tokenizer = tokenizer;
     this.native = native;
-    this.kv = new KvCacheManager(config, opts.kv);
+    this.kv = new KvCacheManager(config, { ...opts.kv, dtype: opts.kvDtype ?? opts.kv?.dtype, weightDtype: native.weightDtype });
     const minTokens = opts.minCacheTokens ?? Math.max(1, Math.min(1024, Math.floor(config.maxPositionEmbeddings / 4)));
     this.prefix = new PrefixCache(this.kv, { minTokens });
     this.scheduler = new Scheduler(native, this.kv, this.prefix, opts);
@@ -250,6 +259,8 @@ export class DecoderModel {
       kvCacheBytes: this.kv.bytes,
       kvBlockSize: this.kv.blockSize,
       kvBlocks: this.kv.numBlocks,
+      kvDtype: this.kv.dtype,
+      kvCapacityTokens: this.kv.capacityTokens,
       caching: { mode: opts.caching ?? 'automatic', minTokens },
       hasChatTemplate: !!tokenizer.chatTemplate,
     };

@@ -5,8 +5,16 @@
 // Memory budget: LOOM_KV_MEMORY ("512MiB", "2GiB", "1.5GB", plain bytes) or the `memory` option;
 // the number of blocks is budget / bytes-per-block. Allocation never throws for lack of space: it
 // returns null and the scheduler queues (back-pressure).
+//
+// Storage dtype: LOOM_KV_DTYPE or the `dtype` option, 'f32' | 'bf16' | 'auto' (default 'auto': bf16
+// when the model keeps its weights in bf16, else f32). A bf16 block takes half the bytes of an f32
+// one, so the same budget holds twice the tokens; K/V are rounded to bf16 when written and the
+// attention math stays fp32.
 import type { DecoderConfig } from '../formats/hf-config.ts';
-import { NativeKvCache } from '../models/decoder/native-model.ts';
+import { NativeKvCache, type KvDtype } from '../models/decoder/native-model.ts';
+
+export type { KvDtype };
+export type KvDtypeOption = KvDtype | 'auto';
 
 const UNITS: Record<string, number> = {
   '': 1, b: 1,
@@ -31,9 +39,27 @@ export function parseMemorySize(s: string | number): number {
 export const DEFAULT_KV_MEMORY = 512 * 1024 ** 2;
 export const DEFAULT_BLOCK_SIZE = 16;
 
+/**
+ * The KV storage dtype: `opt` (the kvDtype option), else LOOM_KV_DTYPE, else 'auto'; 'auto' is bf16
+ * when the model keeps its weights in bf16, else f32. Throws a RangeError naming the source on
+ * anything but f32 / bf16 / auto (case-insensitive).
+ */
+export function resolveKvDtype(opt: string | undefined, weightDtype: 'F32' | 'BF16' = 'F32'): KvDtype {
+  const fromEnv = opt === undefined;
+  const raw = (fromEnv ? process.env.LOOM_KV_DTYPE : opt) ?? '';
+  const v = String(raw).trim().toLowerCase();
+  if (v === 'f32' || v === 'bf16') return v;
+  if (v === 'auto' || (fromEnv && v === '')) return weightDtype === 'BF16' ? 'bf16' : 'f32';
+  throw new RangeError(`invalid KV cache dtype ${JSON.stringify(raw)} ${fromEnv ? 'in LOOM_KV_DTYPE' : 'in the kvDtype option'}: expected f32, bf16 or auto`);
+}
+
 export interface KvCacheOptions {
   /** Budget in bytes or a size string; default LOOM_KV_MEMORY, else 512MiB. */
   memory?: number | string;
+  /** Storage dtype; default LOOM_KV_DTYPE, else 'auto' (bf16 when `weightDtype` is BF16, else f32). */
+  dtype?: KvDtypeOption;
+  /** How the model keeps its weights ('auto' follows it); default F32. */
+  weightDtype?: 'F32' | 'BF16';
   blockSize?: number;
   /** Hard cap on the number of blocks (tests). */
   maxBlocks?: number;
@@ -43,6 +69,8 @@ export class KvCacheManager {
   readonly native: NativeKvCache;
   readonly blockSize: number;
   readonly numBlocks: number;
+  /** Storage dtype of K/V. */
+  readonly dtype: KvDtype;
   private readonly refs: Int32Array;
   private readonly free: number[] = [];
   /** Blocks holding reusable content (prefix cache) with no references, oldest first. */
@@ -56,13 +84,14 @@ export class KvCacheManager {
   constructor(config: DecoderConfig, opts: KvCacheOptions = {}) {
     this.blockSize = opts.blockSize ?? DEFAULT_BLOCK_SIZE;
     if (!Number.isInteger(this.blockSize) || this.blockSize < 1 || this.blockSize > 4096) throw new RangeError(`blockSize must be an integer in [1, 4096]`);
+    this.dtype = resolveKvDtype(opts.dtype, opts.weightDtype);
     const budget = parseMemorySize(opts.memory ?? process.env.LOOM_KV_MEMORY ?? DEFAULT_KV_MEMORY);
-    const per = NativeKvCache.blockBytes(config, this.blockSize);
+    const per = NativeKvCache.blockBytes(config, this.blockSize, this.dtype);
     let n = Math.floor(budget / per);
     if (opts.maxBlocks !== undefined) n = Math.min(n, opts.maxBlocks);
-    if (n < 1) throw new RangeError(`KV memory budget ${budget} bytes is smaller than one block (${per} bytes)`);
+    if (n < 1) throw new RangeError(`KV memory budget ${budget} bytes is smaller than one block (${per} bytes, ${this.dtype})`);
     this.numBlocks = n;
-    this.native = new NativeKvCache(config, n, this.blockSize);
+    this.native = new NativeKvCache(config, n, this.blockSize, this.dtype);
     this.refs = new Int32Array(n);
     this.cachedFlag = new Uint8Array(n);
     for (let i = n - 1; i >= 0; i--) this.free.push(i);
@@ -70,6 +99,11 @@ export class KvCacheManager {
 
   get bytes(): number {
     return this.native.bytes;
+  }
+
+  /** Token slots the cache holds (numBlocks × blockSize). */
+  get capacityTokens(): number {
+    return this.numBlocks * this.blockSize;
   }
 
   /** Blocks obtainable now (free + evictable). */

@@ -10,7 +10,7 @@
 // Cancellation (AbortSignal) frees the slot and its blocks at once.
 import type { DecoderConfig } from '../formats/hf-config.ts';
 import type { NativeDecoder, StepBatch } from '../models/decoder/native-model.ts';
-import type { KvCacheManager } from './kv-cache.ts';
+import type { KvCacheManager, KvDtype } from './kv-cache.ts';
 import { BlockHasher, type CacheBreakpoint, type CacheMode, type PrefixCache } from './prefix-cache.ts';
 
 export class OverloadedError extends Error {
@@ -99,6 +99,9 @@ export interface SchedulerStats {
   steps: number;
   kvBlocksUsed: number;
   kvBlocksTotal: number;
+  /** KV storage dtype and token slots (kvBlocksTotal × block size). */
+  kvDtype: KvDtype;
+  kvCapacityTokens: number;
 }
 
 export class Scheduler {
@@ -129,7 +132,7 @@ export class Scheduler {
   }
 
   stats(): SchedulerStats {
-    return { running: this.running.length, waiting: this.waiting.length, steps: this.steps, kvBlocksUsed: this.kv.used(), kvBlocksTotal: this.kv.numBlocks };
+    return { running: this.running.length, waiting: this.waiting.length, steps: this.steps, kvBlocksUsed: this.kv.used(), kvBlocksTotal: this.kv.numBlocks, kvDtype: this.kv.dtype, kvCapacityTokens: this.kv.capacityTokens };
   }
 
   /** Queues a sequence. Throws OverloadedError when the queue is full, RequestTooLargeError when it can never fit. */
@@ -138,7 +141,7 @@ export class Scheduler {
     if (o.prompt.length === 0) throw new RequestTooLargeError('prompt is empty');
     if (o.prompt.length >= ctx) throw new RequestTooLargeError(`prompt has ${o.prompt.length} tokens; the model's context is ${ctx}`);
     if (this.kv.blocksFor(o.prompt.length + 1) > this.kv.numBlocks)
-      throw new RequestTooLargeError(`prompt of ${o.prompt.length} tokens does not fit the KV cache (${this.kv.numBlocks * this.kv.blockSize} tokens; raise LOOM_KV_MEMORY)`);
+      throw new RequestTooLargeError(`prompt of ${o.prompt.length} tokens does not fit the KV cache (${this.kv.capacityTokens} tokens in ${this.kv.dtype}; raise LOOM_KV_MEMORY${this.kv.dtype === 'f32' ? ' or set LOOM_KV_DTYPE=bf16' : ''})`);
     if (this.waiting.length >= this.maxQueue) throw new OverloadedError(`decoder queue is full (${this.maxQueue} waiting)`);
     if (o.signal?.aborted) throw new AbortError('request aborted');
     const mode = o.cache?.mode ?? 'none';

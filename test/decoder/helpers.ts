@@ -2,7 +2,7 @@
 // cache, and max-abs comparison.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { NativeKvCache, type NativeDecoder } from '../../src/models/decoder/native-model.ts';
+import { NativeKvCache, type KvDtype, type NativeDecoder } from '../../src/models/decoder/native-model.ts';
 import type { DecoderConfig } from '../../src/formats/hf-config.ts';
 
 export const shared = join(import.meta.dirname, '../../../shared');
@@ -23,13 +23,13 @@ export function maxAbs(a: Float32Array, b: Float32Array, n = Math.min(a.length, 
 }
 
 /**
- * One native step over several whole sequences (each from position 0) in a fresh cache; returns
- * the logits of every row, per sequence. adapters: per sequence id or -1.
+ * One native step over several whole sequences (each from position 0) in a fresh cache (f32 unless
+ * kvDtype says bf16); returns the logits of every row, per sequence. adapters: per sequence id or -1.
  */
-export async function forwardAll(model: NativeDecoder, cfg: DecoderConfig, seqs: number[][], adapters?: number[]): Promise<Float32Array[]> {
+export async function forwardAll(model: NativeDecoder, cfg: DecoderConfig, seqs: number[][], adapters?: number[], kvDtype: KvDtype = 'f32'): Promise<Float32Array[]> {
   const bs = 16;
   const blocksPer = seqs.map((s) => Math.ceil(s.length / bs));
-  const kv = new NativeKvCache(cfg, blocksPer.reduce((a, b) => a + b, 0), bs);
+  const kv = new NativeKvCache(cfg, blocksPer.reduce((a, b) => a + b, 0), bs, kvDtype);
   const T = seqs.reduce((a, s) => a + s.length, 0);
   const tokens = Int32Array.from(seqs.flat());
   const positions = Int32Array.from(seqs.flatMap((s) => s.map((_, i) => i)));

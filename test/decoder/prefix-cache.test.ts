@@ -1,61 +1,66 @@
 // Prefix caching: automatic (block-hash chain) and explicit (breakpoints, TTL) modes reuse KV blocks,
-// report cache read/write tokens, and produce exactly the tokens of an uncached run.
+// report cache read/write tokens, and produce exactly the tokens of an uncached run — with an f32 and
+// with a bf16 KV cache (cached blocks and copy-on-write copies hold the same bf16 bits an uncached
+// run writes).
 import t from 'tap';
 import { join } from 'node:path';
 import { loadDecoder } from '../../src/runtime/generate.ts';
 import { parseTtl } from '../../src/runtime/prefix-cache.ts';
 import { goldens, shared } from './helpers.ts';
 
-const model = await loadDecoder(join(shared, 'models/tinystories-656k'), { kv: { memory: '16MiB', blockSize: 16 }, minCacheTokens: 32 });
-const tok = model.tokenizer;
-const story = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog. One day, she saw a big red ball under a tree. ';
-const prefix = tok.encode(story + story + story);
-const promptA = [...prefix, ...tok.encode('Lily said', { addSpecialTokens: false })];
-const promptB = [...prefix, ...tok.encode('The dog ran', { addSpecialTokens: false })];
-const gen = (prompt_ids: number[], cache: object, max_tokens = 20) =>
-  model.generate({ prompt_ids, max_tokens, temperature: 0, stop_at_eos: false, cache: cache as never }).result;
+for (const kvDtype of ['f32', 'bf16'] as const) {
+  const model = await loadDecoder(join(shared, 'models/tinystories-656k'), { kv: { memory: '16MiB', blockSize: 16 }, minCacheTokens: 32, kvDtype });
+  const tok = model.tokenizer;
+  const story = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog. One day, she saw a big red ball under a tree. ';
+  const prefix = tok.encode(story + story + story);
+  const promptA = [...prefix, ...tok.encode('Lily said', { addSpecialTokens: false })];
+  const promptB = [...prefix, ...tok.encode('The dog ran', { addSpecialTokens: false })];
+  const gen = (prompt_ids: number[], cache: object, max_tokens = 20) =>
+    model.generate({ prompt_ids, max_tokens, temperature: 0, stop_at_eos: false, cache: cache as never }).result;
 
-t.test('automatic: second request reuses full blocks, same tokens as uncached', async (t) => {
-  const ref = await gen(promptA, { mode: 'none' });
-  t.equal(ref.usage.cache_read_tokens, 0);
-  const first = await gen(promptA, { mode: 'automatic' });
-  t.same(first.tokenIds, ref.tokenIds);
-  t.equal(first.usage.cache_read_tokens, 0);
-  t.ok(first.usage.cache_write_tokens >= Math.floor(promptA.length / 16) * 16 - 16, `wrote ${first.usage.cache_write_tokens}`);
-  const second = await gen(promptA, { mode: 'automatic' });
-  t.same(second.tokenIds, ref.tokenIds, 'cached run = uncached run');
-  t.equal(second.usage.cache_read_tokens, Math.floor((promptA.length - 1) / 16) * 16);
-  const other = await gen(promptB, { mode: 'automatic' });
-  const refB = await gen(promptB, { mode: 'none' });
-  t.ok(other.usage.cache_read_tokens >= Math.floor(prefix.length / 16) * 16 - 16, `shared prefix read ${other.usage.cache_read_tokens}`);
-  t.same(other.tokenIds, refB.tokenIds);
-});
+  t.test(`${kvDtype} KV: automatic: second request reuses full blocks, same tokens as uncached`, async (t) => {
+    t.equal(model.info.kvDtype, kvDtype);
+    const ref = await gen(promptA, { mode: 'none' });
+    t.equal(ref.usage.cache_read_tokens, 0);
+    const first = await gen(promptA, { mode: 'automatic' });
+    t.same(first.tokenIds, ref.tokenIds);
+    t.equal(first.usage.cache_read_tokens, 0);
+    t.ok(first.usage.cache_write_tokens >= Math.floor(promptA.length / 16) * 16 - 16, `wrote ${first.usage.cache_write_tokens}`);
+    const second = await gen(promptA, { mode: 'automatic' });
+    t.same(second.tokenIds, ref.tokenIds, 'cached run = uncached run');
+    t.equal(second.usage.cache_read_tokens, Math.floor((promptA.length - 1) / 16) * 16);
+    const other = await gen(promptB, { mode: 'automatic' });
+    const refB = await gen(promptB, { mode: 'none' });
+    t.ok(other.usage.cache_read_tokens >= Math.floor(prefix.length / 16) * 16 - 16, `shared prefix read ${other.usage.cache_read_tokens}`);
+    t.same(other.tokenIds, refB.tokenIds);
+  });
 
-t.test('explicit: only breakpoint prefixes are cached; partial block copy-on-write', async (t) => {
-  model.prefix.clear();
-  const bp = prefix.length; // not a multiple of the block size in general
-  t.ok(bp % 16 !== 0, `breakpoint ${bp} ends inside a block`);
-  const refA = await gen(promptA, { mode: 'none' });
-  const refB = await gen(promptB, { mode: 'none' });
-  const w = await gen(promptA, { mode: 'explicit', breakpoints: [{ tokens: bp }] });
-  t.equal(w.usage.cache_read_tokens, 0);
-  t.equal(w.usage.cache_write_tokens, bp);
-  t.same(w.tokenIds, refA.tokenIds);
-  const r = await gen(promptB, { mode: 'explicit', breakpoints: [{ tokens: bp, ttl: '1h' }] });
-  t.equal(r.usage.cache_read_tokens, bp, 'read the whole marked prefix');
-  t.equal(r.usage.cache_write_tokens, 0);
-  t.same(r.tokenIds, refB.tokenIds, 'cached run = uncached run');
-  // the entry is intact after being read (its partial block was copied, not written)
-  const r2 = await gen(promptA, { mode: 'explicit', breakpoints: [{ tokens: bp }] });
-  t.equal(r2.usage.cache_read_tokens, bp);
-  t.same(r2.tokenIds, refA.tokenIds);
-  // no marker, no reuse in explicit mode
-  const none = await gen(promptA, { mode: 'explicit' });
-  t.equal(none.usage.cache_read_tokens, 0);
-  // too-short breakpoints are not cached
-  const short = await gen(promptA, { mode: 'explicit', breakpoints: [{ tokens: 8 }] });
-  t.equal(short.usage.cache_write_tokens, 0);
-});
+  t.test(`${kvDtype} KV: explicit: only breakpoint prefixes are cached; partial block copy-on-write`, async (t) => {
+    model.prefix.clear();
+    const bp = prefix.length; // not a multiple of the block size in general
+    t.ok(bp % 16 !== 0, `breakpoint ${bp} ends inside a block`);
+    const refA = await gen(promptA, { mode: 'none' });
+    const refB = await gen(promptB, { mode: 'none' });
+    const w = await gen(promptA, { mode: 'explicit', breakpoints: [{ tokens: bp }] });
+    t.equal(w.usage.cache_read_tokens, 0);
+    t.equal(w.usage.cache_write_tokens, bp);
+    t.same(w.tokenIds, refA.tokenIds);
+    const r = await gen(promptB, { mode: 'explicit', breakpoints: [{ tokens: bp, ttl: '1h' }] });
+    t.equal(r.usage.cache_read_tokens, bp, 'read the whole marked prefix');
+    t.equal(r.usage.cache_write_tokens, 0);
+    t.same(r.tokenIds, refB.tokenIds, 'cached run = uncached run');
+    // the entry is intact after being read (its partial block was copied, not written)
+    const r2 = await gen(promptA, { mode: 'explicit', breakpoints: [{ tokens: bp }] });
+    t.equal(r2.usage.cache_read_tokens, bp);
+    t.same(r2.tokenIds, refA.tokenIds);
+    // no marker, no reuse in explicit mode
+    const none = await gen(promptA, { mode: 'explicit' });
+    t.equal(none.usage.cache_read_tokens, 0);
+    // too-short breakpoints are not cached
+    const short = await gen(promptA, { mode: 'explicit', breakpoints: [{ tokens: 8 }] });
+    t.equal(short.usage.cache_write_tokens, 0);
+  });
+}
 
 t.test('explicit: lookback reads an earlier marker\'s prefix when the marker moves to a later turn', async (t) => {
   model.prefix.clear();

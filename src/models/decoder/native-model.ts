@@ -42,20 +42,32 @@ export interface StepBatch {
   copies?: Int32Array;
 }
 
+/** Storage dtype of the paged KV cache (the math is fp32 either way). */
+export type KvDtype = 'f32' | 'bf16';
+
 export class NativeKvCache {
   readonly handle: unknown;
   readonly blocks: number;
   readonly blockSize: number;
+  readonly dtype: KvDtype;
   readonly bytes: number;
-  constructor(cfg: DecoderConfig, blocks: number, blockSize: number) {
-    this.handle = addon.kvCreate({ layers: cfg.numLayers, blocks, blockSize, kvHeads: cfg.numKvHeads, headDim: cfg.headDim });
+  constructor(cfg: DecoderConfig, blocks: number, blockSize: number, dtype: KvDtype = 'f32') {
+    if (dtype !== 'f32' && dtype !== 'bf16') throw new RangeError(`KV cache dtype must be f32 or bf16 (got ${String(dtype)})`);
+    this.handle = addon.kvCreate({ layers: cfg.numLayers, blocks, blockSize, kvHeads: cfg.numKvHeads, headDim: cfg.headDim, dtype: dtype === 'bf16' ? 'BF16' : 'F32' });
     this.blocks = blocks;
     this.blockSize = blockSize;
+    this.dtype = dtype;
     this.bytes = addon.kvBytes(this.handle) as number;
+    if (this.bytes !== blocks * NativeKvCache.blockBytes(cfg, blockSize, dtype))
+      throw new Error(`kv cache: native size ${this.bytes} bytes differs from ${blocks} blocks × ${NativeKvCache.blockBytes(cfg, blockSize, dtype)}`);
   }
-  /** Bytes one block takes (K and V, every layer). */
-  static blockBytes(cfg: DecoderConfig, blockSize: number): number {
-    return cfg.numLayers * blockSize * cfg.numKvHeads * cfg.headDim * 4 * 2;
+  /** Stored contents of one block of one layer as f32 (bf16 widened exactly): k, v (blockSize, kvHeads·headDim). Call between steps. */
+  readBlock(layer: number, block: number): { k: Float32Array; v: Float32Array } {
+    return addon.kvReadBlock(this.handle, layer, block) as { k: Float32Array; v: Float32Array };
+  }
+  /** Bytes one block takes (K and V, every layer): 4 bytes per element in f32, 2 in bf16. */
+  static blockBytes(cfg: DecoderConfig, blockSize: number, dtype: KvDtype = 'f32'): number {
+    return cfg.numLayers * blockSize * cfg.numKvHeads * cfg.headDim * (dtype === 'bf16' ? 2 : 4) * 2;
   }
 }
 
