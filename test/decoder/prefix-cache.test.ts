@@ -60,35 +60,35 @@ for (const kvDtype of ['f32', 'bf16'] as const) {
     const short = await gen(promptA, { mode: 'explicit', breakpoints: [{ tokens: 8 }] });
     t.equal(short.usage.cache_write_tokens, 0);
   });
-}
 
-t.test('explicit: lookback reads an earlier marker\'s prefix when the marker moves to a later turn', async (t) => {
-  model.prefix.clear();
-  // turn 1: marker at the end of the first turn
-  const turn1 = [...prefix, ...tok.encode('Lily said', { addSpecialTokens: false })];
-  const turn2 = [...turn1, ...tok.encode(' hello to the dog. The dog ran to the ball and', { addSpecialTokens: false })];
-  const refA = await gen(turn1, { mode: 'none' });
-  const refB = await gen(turn2, { mode: 'none' });
-  const w = await gen(turn1, { mode: 'explicit', breakpoints: [{ tokens: turn1.length }] });
-  t.equal(w.usage.cache_write_tokens, turn1.length);
-  t.same(w.tokenIds, refA.tokenIds);
-  // turn 2: the only marker is at the end of turn 2; turn 1's prefix is read by lookback
-  const r = await gen(turn2, { mode: 'explicit', breakpoints: [{ tokens: turn2.length }] });
-  t.equal(r.usage.cache_read_tokens, turn1.length, 'read the earlier marker\'s prefix');
-  t.equal(r.usage.cache_write_tokens, turn2.length - turn1.length, 'wrote the rest up to the new marker');
-  t.same(r.tokenIds, refB.tokenIds, 'cached run = uncached run');
-  // and turn 2's own prefix is now the longest entry
-  const r2 = await gen(turn2, { mode: 'explicit', breakpoints: [{ tokens: turn2.length }] });
-  t.equal(r2.usage.cache_read_tokens, turn2.length - 1, 'whole prompt but the last token (it must be computed for logits)');
-  t.same(r2.tokenIds, refB.tokenIds);
-  // a prompt that diverges inside the cached prefix does not match it
-  const other = [...prefix.slice(0, prefix.length - 5), ...tok.encode(' The cat', { addSpecialTokens: false }), ...turn2.slice(prefix.length)];
-  const o = await gen(other, { mode: 'explicit', breakpoints: [{ tokens: other.length }] });
-  t.equal(o.usage.cache_read_tokens, 0, 'no entry is a prefix of a diverging prompt');
-  // a marker before the cached prefix's end cannot read it (lookback only goes back from the marker)
-  const early = await gen(turn2, { mode: 'explicit', breakpoints: [{ tokens: turn1.length - 3 }] });
-  t.equal(early.usage.cache_read_tokens, 0);
-});
+  t.test(`${kvDtype} KV: explicit: lookback reads an earlier marker's prefix when the marker moves to a later turn`, async (t) => {
+    model.prefix.clear();
+    // turn 1: marker at the end of the first turn
+    const turn1 = [...prefix, ...tok.encode('Lily said', { addSpecialTokens: false })];
+    const turn2 = [...turn1, ...tok.encode(' hello to the dog. The dog ran to the ball and', { addSpecialTokens: false })];
+    const refA = await gen(turn1, { mode: 'none' });
+    const refB = await gen(turn2, { mode: 'none' });
+    const w = await gen(turn1, { mode: 'explicit', breakpoints: [{ tokens: turn1.length }] });
+    t.equal(w.usage.cache_write_tokens, turn1.length);
+    t.same(w.tokenIds, refA.tokenIds);
+    // turn 2: the only marker is at the end of turn 2; turn 1's prefix is read by lookback
+    const r = await gen(turn2, { mode: 'explicit', breakpoints: [{ tokens: turn2.length }] });
+    t.equal(r.usage.cache_read_tokens, turn1.length, 'read the earlier marker\'s prefix');
+    t.equal(r.usage.cache_write_tokens, turn2.length - turn1.length, 'wrote the rest up to the new marker');
+    t.same(r.tokenIds, refB.tokenIds, 'cached run = uncached run');
+    // and turn 2's own prefix is now the longest entry
+    const r2 = await gen(turn2, { mode: 'explicit', breakpoints: [{ tokens: turn2.length }] });
+    t.equal(r2.usage.cache_read_tokens, turn2.length - 1, 'whole prompt but the last token (it must be computed for logits)');
+    t.same(r2.tokenIds, refB.tokenIds);
+    // a prompt that diverges inside the cached prefix does not match it
+    const other = [...prefix.slice(0, prefix.length - 5), ...tok.encode(' The cat', { addSpecialTokens: false }), ...turn2.slice(prefix.length)];
+    const o = await gen(other, { mode: 'explicit', breakpoints: [{ tokens: other.length }] });
+    t.equal(o.usage.cache_read_tokens, 0, 'no entry is a prefix of a diverging prompt');
+    // a marker before the cached prefix's end cannot read it (lookback only goes back from the marker)
+    const early = await gen(turn2, { mode: 'explicit', breakpoints: [{ tokens: turn1.length - 3 }] });
+    t.equal(early.usage.cache_read_tokens, 0);
+  });
+}
 
 t.test('explicit: TTL expiry', async (t) => {
   let now = 1_000_000;
