@@ -16,13 +16,13 @@ namespace portable {
 #include "llama_attn_impl.h"
 }  // namespace portable
 
-static void attn_group_dispatch(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx,
-                                int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* out,
-                                float* scores) {
+static void attn_decode_dispatch(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
+                                 int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m,
+                                 float* l, float* scores) {
   switch (isa_active()) {
-    case Isa::Avx512: return avx512::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
-    case Isa::Avx2: return avx2::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
-    default: return portable::attn_group(kv, layer, table, start, ctx, kvh, G, q, Dh, scale, out, scores);
+    case Isa::Avx512: return avx512::attn_decode(kv, layer, table, k0, k1, kvh, G, q, Dh, scale, o, m, l, scores);
+    case Isa::Avx2: return avx2::attn_decode(kv, layer, table, k0, k1, kvh, G, q, Dh, scale, o, m, l, scores);
+    default: return portable::attn_decode(kv, layer, table, k0, k1, kvh, G, q, Dh, scale, o, m, l, scores);
   }
 }
 
@@ -88,34 +88,73 @@ void KvCache::copy_block(int64_t src, int64_t dst, int64_t n_slots) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Paged attention: work items are (token, kv head); each covers the G query heads of its group.
+// Paged attention: work items are (token or tile, kv head); each covers the G query heads of its group.
 // ---------------------------------------------------------------------------------------------
+// A decode token whose context is long and whose step has few items (one or a few sequences) is split
+// into parts of at least kDecodeMinPart keys so that every thread gets work (flash-decoding); the
+// parts' partial softmax results are merged after the parallel loop.
+static constexpr int64_t kDecodeMinPart = 256;
+
 void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
                      float* out, float* scratch, int64_t max_ctx, int64_t window) {
   const int64_t Hkv = kv.kv_heads, Dh = kv.head_dim, G = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(float(Dh));
   const int64_t per_thread = paged_attention_scratch_floats(G, Dh, max_ctx);
-  // Work items: (first row, rows, kv head). Runs of consecutive positions of one sequence (prefill
-  // chunks) become tiles of up to kAttnQueryTile tokens that share each key/value load; single
-  // tokens (decode) use the per-token kernel.
+  const int nth_max = std::max(1, threads_get());
+  // Work items: (first row, rows, kv head, key range, part slot). Runs of consecutive positions of one
+  // sequence (prefill chunks) become tiles of up to kAttnQueryTile tokens that share each key/value
+  // load; single tokens (decode) use attn_decode over [k0, k1), whole or in parts.
   struct Item {
-    int64_t t0, nq, kvh;
+    int64_t t0, nq, kvh, k0, k1, part;  // part: partial-result slot, -1 when the item is the whole context
   };
-  std::vector<Item> items;
-  items.reserve(size_t(b.T * Hkv));
+  struct Split {
+    int64_t t0, kvh, first, n;  // parts [first, first + n) of one (token, kv head)
+  };
+  struct Run {
+    int64_t t0, nq;
+  };
+  std::vector<Run> runs;
   for (const SeqSpec& s : b.seqs) {
     int64_t i = 0;
     while (i < s.n_tokens) {
       const int64_t t0 = s.first_row + i;
       int64_t nq = 1;
       while (nq < kAttnQueryTile && i + nq < s.n_tokens && b.positions[t0 + nq] == b.positions[t0] + nq) nq++;
-      for (int64_t h = 0; h < Hkv; h++) items.push_back({t0, nq, h});
+      runs.push_back({t0, nq});
       i += nq;
     }
   }
+  // parts per long decode context: enough items for ~4 per thread
+  const int64_t base_items = int64_t(runs.size()) * Hkv;
+  const int64_t want = (4 * nth_max + base_items - 1) / base_items;
+  std::vector<Item> items;
+  std::vector<Split> splits;
+  items.reserve(size_t(base_items));
+  int64_t n_parts = 0;
+  for (const Run& r : runs) {
+    const int64_t pos0 = b.positions[r.t0];
+    for (int64_t h = 0; h < Hkv; h++) {
+      if (r.nq > 1) {
+        items.push_back({r.t0, r.nq, h, 0, 0, -1});
+        continue;
+      }
+      const int64_t ctx = pos0 + 1, start = window > 0 ? std::max<int64_t>(0, ctx - window) : 0;
+      const int64_t P = std::max<int64_t>(1, std::min(want, (ctx - start) / kDecodeMinPart));
+      if (P == 1) {
+        items.push_back({r.t0, 1, h, start, ctx, -1});
+        continue;
+      }
+      splits.push_back({r.t0, h, n_parts, P});
+      for (int64_t p = 0; p < P; p++)
+        items.push_back({r.t0, 1, h, start + (ctx - start) * p / P, start + (ctx - start) * (p + 1) / P, n_parts + p});
+      n_parts += P;
+    }
+  }
+  const int64_t part_floats = G * (Dh + 2);  // o (G, Dh), m (G), l (G)
+  std::vector<float> parts(size_t(n_parts * part_floats));
   const int32_t* row_seq = b.row_seq.data();  // row -> sequence index
   const int64_t n_items = int64_t(items.size());
-  const int nth = std::max(1, std::min<int>(threads_get(), int(n_items)));
+  const int nth = std::max(1, std::min<int>(nth_max, int(n_items)));
   pool_run(nth, [&](int tid, int n) {
     float* work = scratch + int64_t(tid) * per_thread;
     // interleaved (item = tid, tid + n, ...): later tiles of a sequence see more keys
@@ -128,13 +167,38 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
       if (w.nq > 1) {
         attn_tile_dispatch(kv, layer, sq.block_table, pos0, w.nq, window, w.kvh, G, qp, ldq, Dh, scale, op, Hq * Dh,
                            work);
+      } else if (w.part >= 0) {
+        float* pp = parts.data() + w.part * part_floats;
+        attn_decode_dispatch(kv, layer, sq.block_table, w.k0, w.k1, w.kvh, G, qp, Dh, scale, pp, pp + G * Dh,
+                             pp + G * Dh + G, work + G * (Dh + 2));
       } else {
-        const int64_t ctx = pos0 + 1;
-        const int64_t start = window > 0 ? std::max<int64_t>(0, ctx - window) : 0;
-        attn_group_dispatch(kv, layer, sq.block_table, start, ctx, w.kvh, G, qp, Dh, scale, op, work);
+        float *ml = work, *sc = work + 2 * G;
+        attn_decode_dispatch(kv, layer, sq.block_table, w.k0, w.k1, w.kvh, G, qp, Dh, scale, op, ml, ml + G, sc);
+        for (int64_t g = 0; g < G; g++) {
+          const float inv = 1.0f / ml[G + g];
+          for (int64_t d = 0; d < Dh; d++) op[g * Dh + d] *= inv;
+        }
       }
     }
   });
+  // merge the parts: out_g = Σ_p e^(m_p - M) o_p / Σ_p e^(m_p - M) l_p,  M = max_p m_p
+  for (const Split& sp : splits) {
+    float* op = out + sp.t0 * Hq * Dh + sp.kvh * G * Dh;
+    for (int64_t g = 0; g < G; g++) {
+      float M = -std::numeric_limits<float>::infinity();
+      for (int64_t p = 0; p < sp.n; p++) M = std::max(M, parts[size_t((sp.first + p) * part_floats + G * Dh + g)]);
+      float den = 0.0f;
+      for (int64_t d = 0; d < Dh; d++) op[g * Dh + d] = 0.0f;
+      for (int64_t p = 0; p < sp.n; p++) {
+        const float* pp = parts.data() + (sp.first + p) * part_floats;
+        const float w = std::exp(pp[G * Dh + g] - M);
+        den += w * pp[G * Dh + G + g];
+        for (int64_t d = 0; d < Dh; d++) op[g * Dh + d] += w * pp[g * Dh + d];
+      }
+      const float inv = 1.0f / den;
+      for (int64_t d = 0; d < Dh; d++) op[g * Dh + d] *= inv;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -166,16 +166,19 @@ constexpr int64_t kAttnQueryTile = 16, kAttnKeyChunk = 16;
 inline int64_t attn_tile_work_floats(int64_t nq, int64_t G, int64_t Dh) {
   return 2 * Dh * kAttnKeyChunk + nq * G * (Dh + 2 + kAttnKeyChunk);
 }
-// Scratch floats per thread that paged_attention needs: attn_group's scores (G, ctx) and one
-// widened key/value row (Dh), or attn_tile's work.
+// attn_decode's scores: (G, n_keys rounded up to 16) floats.
+inline int64_t attn_decode_scores_floats(int64_t G, int64_t n_keys) { return G * ((n_keys + 15) / 16 * 16); }
+// Scratch floats per thread that paged_attention needs: attn_decode's scores and partial output
+// (G·Dh + 2G), or attn_tile's work.
 inline int64_t paged_attention_scratch_floats(int64_t G, int64_t Dh, int64_t max_ctx) {
-  const int64_t a = G * max_ctx + Dh, b = attn_tile_work_floats(kAttnQueryTile, G, Dh);
+  const int64_t a = attn_decode_scores_floats(G, max_ctx) + G * (Dh + 2), b = attn_tile_work_floats(kAttnQueryTile, G, Dh);
   return a > b ? a : b;
 }
 
 #define LOOM_LLAMA_ATTN_DECLS                                                                                  \
-  void attn_group(const KvCache& kv, int64_t layer, const int32_t* table, int64_t start, int64_t ctx,          \
-                  int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* out, float* scores); \
+  void attn_decode(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,          \
+                   int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m,      \
+                   float* l, float* scores);                                                                  \
   void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t pos0, int64_t nq,             \
                  int64_t window, int64_t kvh, int64_t G, const float* q, int64_t ldq, int64_t Dh, float scale, \
                  float* out, int64_t ldo, float* work);

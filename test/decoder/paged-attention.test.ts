@@ -65,3 +65,24 @@ for (const name of ['qwen2-tiny', 'mistral-tiny', 'llama-tiny']) {
     });
   }
 }
+
+// Decode over a long context: with one sequence a step has few work items, so attention splits the
+// context into parts (at least 256 keys each) computed on different threads and merged (flash-decoding).
+// The last 60 tokens fed one per step must give the logits of the same prompt run as one prefill
+// chunk (the tiled kernel, an independent path), with and without a sliding window, f32 and bf16 KV.
+for (const name of ['qwen2-tiny', 'llama-tiny']) {
+  for (const window of [0, 600]) {
+    t.test(`${name}${window ? ` window ${window}` : ''}: decode at 1,100 tokens of context (split across threads) = prefill`, async (t) => {
+      const dir = join(goldens, name);
+      const cfg = { ...loadDecoderConfig(dir), slidingWindow: window, maxPositionEmbeddings: 2048 };
+      const model = await buildNativeDecoder(cfg, SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
+      const N = 1100, tail = 60;
+      const ids = randomIds(N, cfg.vocabSize, 11 + window);
+      const V = cfg.vocabSize;
+      const chunk = await run(model, cfg, ids, [N]);
+      const steps = await run(model, cfg, ids, [N - tail, ...Array.from({ length: tail }, () => 1)]);
+      const err = maxAbs(steps.subarray((N - tail) * V), chunk.subarray((N - tail) * V));
+      t.ok(err <= TOL, `last ${tail} positions, one per step vs one chunk: max abs ${err.toExponential(2)}`);
+    });
+  }
+}
