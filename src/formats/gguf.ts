@@ -294,12 +294,14 @@ export function dequantize(t: GgufTensorInfo): Float32Array {
   }
 }
 
-/** dequantize without blocking the event loop: block types run on libuv's pool (then the native thread pool). */
+/**
+ * dequantize without blocking the event loop: block types run on libuv's pool (then the native thread pool),
+ * which also allocates the result (an embedding matrix can be GBs of f32: its zero-fill and page faults would
+ * otherwise stall the main thread).
+ */
 export async function dequantizeAsync(t: GgufTensorInfo): Promise<Float32Array> {
   if (!NATIVE_DEQUANT.has(t.type)) return dequantize(t);
-  const out = new Float32Array(t.ne.reduce((a, b) => a * b, 1));
-  await addon.ggmlDequantizeAsync(t.type, t.bytes, out);
-  return out;
+  return (await addon.ggmlDequantizeAsync(t.type, t.bytes, t.ne.reduce((a, b) => a * b, 1))) as Float32Array;
 }
 
 /** Quantizes float32 rows to Q8_0 blocks (as llama.cpp's reference quantize_row_q8_0). */

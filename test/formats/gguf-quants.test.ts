@@ -114,6 +114,7 @@ t.test('bad input: unsupported types name the tensor, the type and the supported
   t.throws(() => addon.ggmlDequantize(GgmlType.Q4_K, new Uint8Array(143), new Float32Array(256)), /src has 143 bytes, 256 values need 144/);
   t.throws(() => addon.ggmlDequantize(GgmlType.Q4_K, new Uint8Array(144), new Float32Array(200)), /not a multiple of the block size 256/);
   t.throws(() => addon.ggmlDequantize(GgmlType.IQ4_NL, new Uint8Array(18), new Float32Array(32)), /ggml type 20 has no dequantizer/);
+  t.throws(() => addon.ggmlDequantizeAsync(GgmlType.Q6_K, new Uint8Array(211), 256), /src has 211 bytes, 256 values need 210/);
   // a type id ggml does not define cannot be sized: the file does not open
   const u = join(tmp, 'unknown.gguf');
   const buf = Buffer.from(readFileSync(p));
