@@ -4,6 +4,13 @@
 // `general.alignment` (default 32), then tensor data (each tensor at an aligned offset from the data start).
 // Files are memory-mapped (addon.mmapFile), tensor bytes are views into the mapping.
 //
+// Tensor types: the reader knows the size of every ggml type, so any file opens. dequantize() turns F32, F16,
+// BF16 and the block-quantized types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K (what
+// llama.cpp / Ollama files such as Q4_K_M = Q4_K + Q6_K hold) into float32, the block types in the native core
+// (native/formats/gguf_dequant.cc, bit-exact with llama.cpp's gguf-py: test/formats/gguf-quants.test.ts). The
+// IQ*, TQ*, MXFP4 ... types fail with a GgufError naming the tensor, its type and the supported list. The
+// writer quantizes only to Q8_0 (quantizeQ8_0).
+//
 // Q/K rows: llama.cpp's converter permutes the rows of q_proj / k_proj (and their biases) for arch "llama"
 // (HF rotate-half RoPE → llama.cpp's interleaved RoPE): within each head of size hd, GGUF row 2i + a holds HF
 // row a·hd/2 + i. hfToGguf applies it, ggufToHf undoes it, so HF → GGUF → HF gives identical tensors (and
@@ -40,15 +47,51 @@ export class GgufError extends Error {
 
 export enum GgufType { UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12 }
 
-/** ggml tensor types this module handles (others are listed but not dequantized). */
-export enum GgmlType { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30 }
+/**
+ * ggml tensor type ids (ggml.h's enum ggml_type, as GGUF stores them). The reader knows the block layout of
+ * every one of them, so any file opens; `dequantize` handles F32, F16, BF16 and the block types in
+ * DEQUANTIZABLE_TYPES (natively), the others (IQ*, TQ*, MXFP4, ...) fail with a GgufError naming the tensor.
+ */
+export enum GgmlType {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
+  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30, TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41,
+}
 
-/** (block size in elements, bytes per block) */
+const QK_K = 256;
+/** (block size in elements, bytes per block), as gguf-py's GGML_QUANT_SIZES. */
 const TYPE_LAYOUT: Partial<Record<GgmlType, [number, number]>> = {
-  [GgmlType.F32]: [1, 4], [GgmlType.F16]: [1, 2], [GgmlType.BF16]: [1, 2], [GgmlType.Q8_0]: [32, 34],
-  [GgmlType.Q4_0]: [32, 18], [GgmlType.Q4_1]: [32, 20], [GgmlType.Q5_0]: [32, 22], [GgmlType.Q5_1]: [32, 24],
-  [GgmlType.Q2_K]: [256, 84], [GgmlType.Q3_K]: [256, 110], [GgmlType.Q4_K]: [256, 144], [GgmlType.Q5_K]: [256, 176], [GgmlType.Q6_K]: [256, 210], [GgmlType.Q8_K]: [256, 292],
+  [GgmlType.F32]: [1, 4], [GgmlType.F16]: [1, 2], [GgmlType.BF16]: [1, 2], [GgmlType.F64]: [1, 8],
+  [GgmlType.I8]: [1, 1], [GgmlType.I16]: [1, 2], [GgmlType.I32]: [1, 4], [GgmlType.I64]: [1, 8],
+  [GgmlType.Q4_0]: [32, 18], [GgmlType.Q4_1]: [32, 20], [GgmlType.Q5_0]: [32, 22], [GgmlType.Q5_1]: [32, 24], [GgmlType.Q8_0]: [32, 34], [GgmlType.Q8_1]: [32, 40],
+  [GgmlType.Q2_K]: [QK_K, 84], [GgmlType.Q3_K]: [QK_K, 110], [GgmlType.Q4_K]: [QK_K, 144], [GgmlType.Q5_K]: [QK_K, 176], [GgmlType.Q6_K]: [QK_K, 210], [GgmlType.Q8_K]: [QK_K, 292],
+  [GgmlType.IQ2_XXS]: [QK_K, 66], [GgmlType.IQ2_XS]: [QK_K, 74], [GgmlType.IQ3_XXS]: [QK_K, 98], [GgmlType.IQ1_S]: [QK_K, 50], [GgmlType.IQ4_NL]: [32, 18],
+  [GgmlType.IQ3_S]: [QK_K, 110], [GgmlType.IQ2_S]: [QK_K, 82], [GgmlType.IQ4_XS]: [QK_K, 136], [GgmlType.IQ1_M]: [QK_K, 56],
+  [GgmlType.TQ1_0]: [QK_K, 54], [GgmlType.TQ2_0]: [QK_K, 66], [GgmlType.MXFP4]: [32, 17], [GgmlType.NVFP4]: [64, 36], [GgmlType.Q1_0]: [128, 18],
 };
+
+/** Block types `dequantize` expands natively (native/formats/gguf_dequant.cc), bit-exact with llama.cpp's gguf-py. */
+export const DEQUANTIZABLE_TYPES: readonly GgmlType[] = [
+  GgmlType.Q4_0, GgmlType.Q4_1, GgmlType.Q5_0, GgmlType.Q5_1, GgmlType.Q8_0,
+  GgmlType.Q2_K, GgmlType.Q3_K, GgmlType.Q4_K, GgmlType.Q5_K, GgmlType.Q6_K, GgmlType.Q8_K,
+];
+const NATIVE_DEQUANT = new Set<GgmlType>(DEQUANTIZABLE_TYPES);
+
+/** Whether `dequantize` can expand a tensor of this type to float32. */
+export function canDequantize(type: GgmlType): boolean {
+  return type === GgmlType.F32 || type === GgmlType.F16 || type === GgmlType.BF16 || NATIVE_DEQUANT.has(type);
+}
+
+/** "Q4_K", or "type 99" for an id ggml does not define. */
+export function ggmlTypeName(type: number): string {
+  return GgmlType[type] ?? `type ${type}`;
+}
+
+/** The error for a tensor whose type has no dequantizer: names it, its type and what is supported. */
+export function unsupportedTypeError(tensor: string, type: GgmlType): GgufError {
+  const ok = ['F32', 'F16', 'BF16', ...DEQUANTIZABLE_TYPES.map(ggmlTypeName)].join(', ');
+  return new GgufError(`tensor ${tensor}: ggml type ${ggmlTypeName(type)} is not supported (supported: ${ok})`);
+}
 
 /** A typed metadata value (the writer needs the exact GGUF type; the reader returns these too). */
 export type GgufValue =
@@ -173,7 +216,7 @@ export class GgufFile {
     return t;
   }
 
-  /** Dequantizes / widens a tensor to float32 (F32, F16, BF16, Q8_0). */
+  /** Dequantizes / widens a tensor to float32 (F32, F16, BF16 and DEQUANTIZABLE_TYPES). */
   float32(name: string): Float32Array {
     return dequantize(this.get(name));
   }
@@ -188,7 +231,7 @@ export class GgufFile {
 
 function tensorBytes(type: GgmlType, ne: number[], where: string): number {
   const lay = TYPE_LAYOUT[type];
-  if (!lay) throw new GgufError(`${where}: ggml type ${type} is not supported`);
+  if (!lay) throw new GgufError(`${where}: unknown ggml type ${type}`);
   const n = ne.reduce((a, b) => a * b, 1);
   if (ne[0] % lay[0] !== 0) throw new GgufError(`${where}: row length ${ne[0]} is not a multiple of the block size ${lay[0]}`);
   return (n / lay[0]) * lay[1];
@@ -221,13 +264,13 @@ export function f32ToF16(x: number): number {
   if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
   return sign | h;
 }
-function f16ToF32(h: number): number {
-  const s = h & 0x8000 ? -1 : 1, e = (h >>> 10) & 0x1f, m = h & 0x3ff;
-  if (e === 0) return s * m * 2 ** -24;
-  if (e === 31) return m ? NaN : s * Infinity;
-  return s * (1 + m / 1024) * 2 ** (e - 15);
-}
 
+/**
+ * A tensor as float32. F32 is a view of the file when aligned (no copy); F16 / BF16 are widened; block types
+ * (Q4_0 ... Q6_K, see DEQUANTIZABLE_TYPES) are dequantized by the native core across its thread pool, on the
+ * calling thread (a 4096 × 11008 Q4_K matrix, 45 M values: ~15 ms, bench/dequant.ts). Loading paths use
+ * dequantizeAsync, which keeps the event loop free. Other types throw a GgufError naming the tensor.
+ */
 export function dequantize(t: GgufTensorInfo): Float32Array {
   const n = t.ne.reduce((a, b) => a * b, 1);
   const { bytes } = t;
@@ -246,19 +289,23 @@ export function dequantize(t: GgufTensorInfo): Float32Array {
       addon.convertBf16ToF32(src, out);
       return out;
     }
-    case GgmlType.Q8_0: {
-      // block: f16 scale d, then 32 int8 q; x = d·q
+    default: {
+      if (!NATIVE_DEQUANT.has(t.type)) throw unsupportedTypeError(t.name, t.type);
       const out = new Float32Array(n);
-      const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-      for (let b = 0; b < n / 32; b++) {
-        const d = f16ToF32(dv.getUint16(b * 34, true));
-        for (let i = 0; i < 32; i++) out[b * 32 + i] = d * dv.getInt8(b * 34 + 2 + i);
-      }
+      addon.ggmlDequantize(t.type, bytes, out);
       return out;
     }
-    default:
-      throw new GgufError(`tensor ${t.name}: dequantizing ggml type ${GgmlType[t.type] ?? t.type} is not supported (F32, F16, BF16, Q8_0)`);
   }
+}
+
+/**
+ * dequantize without blocking the event loop: block types run on libuv's pool (then the native thread pool),
+ * which also allocates the result (an embedding matrix can be GBs of f32: its zero-fill and page faults would
+ * otherwise stall the main thread).
+ */
+export async function dequantizeAsync(t: GgufTensorInfo): Promise<Float32Array> {
+  if (!NATIVE_DEQUANT.has(t.type)) return dequantize(t);
+  return (await addon.ggmlDequantizeAsync(t.type, t.bytes, t.ne.reduce((a, b) => a * b, 1))) as Float32Array;
 }
 
 /** Quantizes float32 rows to Q8_0 blocks (as llama.cpp's reference quantize_row_q8_0). */

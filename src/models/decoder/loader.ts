@@ -9,6 +9,10 @@ import { NativeDecoder, type NativeWeight, type WeightDtype } from './native-mod
 export interface TensorSource {
   has(name: string): boolean;
   get(name: string): { dtype: string; shape: number[]; bytes: Uint8Array };
+  /** Optional: the dtype `get` would return, without producing the tensor (GGUF: dequantizing is costly). */
+  dtype?(name: string): string;
+  /** Optional: `get` without blocking the event loop (GGUF: dequantization runs off the main thread). */
+  getAsync?(name: string): Promise<{ dtype: string; shape: number[]; bytes: Uint8Array }>;
 }
 
 export interface LoadOptions {
@@ -55,7 +59,7 @@ function keepDtype(src: TensorSource, opt: LoadOptions['dtype']): 'F32' | 'BF16'
   if (opt === 'bf16') return 'BF16';
   if (opt === 'f32') return 'F32';
   const probe = ['model.layers.0.self_attn.q_proj.weight', 'model.layers.0.mlp.down_proj.weight'].find((n) => src.has(n));
-  return probe && src.get(probe).dtype === 'BF16' ? 'BF16' : 'F32';
+  return probe && (src.dtype ? src.dtype(probe) : src.get(probe).dtype) === 'BF16' ? 'BF16' : 'F32';
 }
 
 /** Builds the native decoder from `config` and a tensor source. */
@@ -63,17 +67,19 @@ export async function buildNativeDecoder(config: DecoderConfig, src: TensorSourc
   const c = config;
   const D = c.hiddenSize;
   const model = new NativeDecoder(c, keepDtype(src, opts.dtype));
+  // getAsync when the source has it (GGUF: dequantizing a layer's weights runs off the event loop)
+  const read = async (name: string) => (src.getAsync ? src.getAsync(name) : src.get(name));
   const need = (name: string) => {
     if (!src.has(name)) throw new DecoderLoadError(`checkpoint is missing tensor ${name}`);
-    return src.get(name);
+    return read(name);
   };
   // Embeddings / output projection. Tied models may store either name (tinystories-656k stores only lm_head.weight).
   const embName = src.has('model.embed_tokens.weight') ? 'model.embed_tokens.weight' : src.has('lm_head.weight') && c.tieWordEmbeddings ? 'lm_head.weight' : null;
   if (!embName) throw new DecoderLoadError('checkpoint is missing tensor model.embed_tokens.weight');
-  const head: NativeWeight[] = [asWeight('embed', src.get(embName), c.vocabSize, D), asWeight('norm', need('model.norm.weight'), 1, D)];
+  const head: NativeWeight[] = [asWeight('embed', await read(embName), c.vocabSize, D), asWeight('norm', await need('model.norm.weight'), 1, D)];
   if (!c.tieWordEmbeddings) {
     if (!src.has('lm_head.weight')) throw new DecoderLoadError('checkpoint is missing tensor lm_head.weight (tie_word_embeddings is false)');
-    head.push(asWeight('lm_head', src.get('lm_head.weight'), c.vocabSize, D));
+    head.push(asWeight('lm_head', await read('lm_head.weight'), c.vocabSize, D));
   }
   await model.loadWeights(head);
   const Nq = c.numHeads * c.headDim;
@@ -81,15 +87,15 @@ export async function buildNativeDecoder(config: DecoderConfig, src: TensorSourc
   for (let i = 0; i < c.numLayers; i++) {
     const p = `model.layers.${i}.`;
     const w: NativeWeight[] = [
-      asWeight(`layers.${i}.attn_norm`, need(p + 'input_layernorm.weight'), 1, D),
-      asWeight(`layers.${i}.mlp_norm`, need(p + 'post_attention_layernorm.weight'), 1, D),
-      concatRows(`layers.${i}.qkv`, [need(p + 'self_attn.q_proj.weight'), need(p + 'self_attn.k_proj.weight'), need(p + 'self_attn.v_proj.weight')], D),
-      asWeight(`layers.${i}.o`, need(p + 'self_attn.o_proj.weight'), D, Nq),
-      concatRows(`layers.${i}.gate_up`, [need(p + 'mlp.gate_proj.weight'), need(p + 'mlp.up_proj.weight')], D),
-      asWeight(`layers.${i}.down`, need(p + 'mlp.down_proj.weight'), D, c.intermediateSize),
+      asWeight(`layers.${i}.attn_norm`, await need(p + 'input_layernorm.weight'), 1, D),
+      asWeight(`layers.${i}.mlp_norm`, await need(p + 'post_attention_layernorm.weight'), 1, D),
+      concatRows(`layers.${i}.qkv`, [await need(p + 'self_attn.q_proj.weight'), await need(p + 'self_attn.k_proj.weight'), await need(p + 'self_attn.v_proj.weight')], D),
+      asWeight(`layers.${i}.o`, await need(p + 'self_attn.o_proj.weight'), D, Nq),
+      concatRows(`layers.${i}.gate_up`, [await need(p + 'mlp.gate_proj.weight'), await need(p + 'mlp.up_proj.weight')], D),
+      asWeight(`layers.${i}.down`, await need(p + 'mlp.down_proj.weight'), D, c.intermediateSize),
     ];
     if (c.attentionBias) {
-      const b = concatRows(`layers.${i}.qkv_bias`, [need(p + 'self_attn.q_proj.bias'), need(p + 'self_attn.k_proj.bias'), need(p + 'self_attn.v_proj.bias')], 1);
+      const b = concatRows(`layers.${i}.qkv_bias`, [await need(p + 'self_attn.q_proj.bias'), await need(p + 'self_attn.k_proj.bias'), await need(p + 'self_attn.v_proj.bias')], 1);
       w.push({ ...b, rows: 1, cols: Nq + 2 * Nkv });
     }
     await model.loadWeights(w, i === c.numLayers - 1);
