@@ -129,6 +129,7 @@ for (const [mixName, mix] of Object.entries(MIXES)) {
     const t0 = performance.now();
     const m = await loadDecoder(path, { kv: { memory: '4MiB' } });
     const loadMs = performance.now() - t0;
+    t.equal(m.native.weightDtype, 'BF16', "dtype 'auto' keeps dequantized weights as bf16");
     let minCos = 1, agree = 0, rows = 0, worst = 0;
     for (let k = 0; k < cases.prompts.length; k++) {
       const p = cases.prompts[k];
@@ -153,8 +154,9 @@ for (const [mixName, mix] of Object.entries(MIXES)) {
     t.equal(r.tokenIds.length, 32, 'greedy generation runs');
     t.ok(same >= greedyMin, `greedy continuation matches the goldens for ${same} tokens (>= ${greedyMin})`);
     if (mixName === 'Q4_K_M') {
-      // dequantized weights rounded to bf16 at load (dtype 'bf16'): close to the same file kept in f32
-      const mb = await loadDecoder(path, { kv: { memory: '4MiB' }, dtype: 'bf16' });
+      // dequantized weights rounded to bf16 at load (the default): close to the same file kept in f32
+      const mb = await loadDecoder(path, { kv: { memory: '4MiB' }, dtype: 'f32' });
+      t.equal(mb.native.weightDtype, 'F32');
       const [a] = await forwardAll(m.native, m.config, [p.input_ids]);
       const [b] = await forwardAll(mb.native, mb.config, [p.input_ids]);
       let c = 1;

@@ -43,6 +43,7 @@ export function ggufTensorSource(tensors: Map<string, GgufTensorInfo>, tied: boo
   return {
     has: (name) => tensors.has(name) && !(tied && name === 'lm_head.weight'),
     dtype: (name) => DTYPE[find(name).type] ?? 'F32',
+    quantized: (name) => !DTYPE[find(name).type],
     get: (name) => {
       const t = find(name);
       const dtype = DTYPE[t.type];
