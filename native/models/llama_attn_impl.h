@@ -73,10 +73,29 @@ static inline vf attn_exp(vf x) {
 // kernel reduced a dot product per (key, head) through a 16-float array and added every value
 // row into the output with a load and store per element: 12-16 tok/s at 4k context here.)
 // ---------------------------------------------------------------------------------------------
-static inline float vsum(vf v) {
-  float s = 0.0f;
-  for (int i = 0; i < VW; i++) s += v[i];
-  return s;
+static inline float vsum(vf v) {  // pairwise tree (a scalar chain of VW dependent adds was a hot spot)
+#if defined(__AVX512F__)
+  typedef float v8 __attribute__((vector_size(32)));
+  const v8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif defined(__AVX2__)
+  const vf h = v;
+#endif
+#if defined(__AVX2__)
+  typedef float v4 __attribute__((vector_size(16)));
+  const v4 a = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+#else
+  const vf a = v;
+#endif
+  return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+// Prefetch one KV head's rows of a cache block (rows are ld elements apart; the blocks of a sequence
+// are scattered, so the hardware prefetchers lose the stream at every block boundary).
+template <typename KvT>
+static inline void kv_prefetch_block(const KvT* rows, int64_t n, int64_t ld, int64_t Dh) {
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t b = 0; b < Dh * int64_t(sizeof(KvT)); b += 64)
+      __builtin_prefetch(reinterpret_cast<const char*>(rows + r * ld) + b);
 }
 static inline float vmax(vf v) {
   float m = v[0];
@@ -93,32 +112,83 @@ static inline vf kv_vload(const uint16_t* p) {
 
 static constexpr int64_t kHeadsPerPass = 4;
 
+// Scores of GN heads (GN a compile-time count, so the accumulators live in registers):
+//   s[g][j - k0] = q_g · k_j · scale, rows of np floats
+template <typename KvT, int GN>
+static void attn_decode_scores(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
+                               int64_t kvh, const float* qg, int64_t Dh, float scale, float* s, int64_t np) {
+  const int64_t bs = kv.block_size, ld = kv.slot_elems(), nc = Dh / VW, dv = nc * VW;
+  for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
+    const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
+    const KvT* kb = kv.k_at<KvT>(layer, table[bi], 0) + kvh * Dh;
+    if ((bi + 1) * bs < k1) kv_prefetch_block(kv.k_at<KvT>(layer, table[bi + 1], 0) + kvh * Dh, std::min(bs, k1 - (bi + 1) * bs), ld, Dh);
+    for (int64_t j = j0; j < j1; j++) {
+      const KvT* kp = kb + (j - bi * bs) * ld;
+      vf acc[GN] = {};
+      for (int64_t c = 0; c < nc; c++) {
+        const vf kx = kv_vload(kp + c * VW);
+        for (int g = 0; g < GN; g++) acc[g] += vload(qg + g * Dh + c * VW) * kx;
+      }
+      for (int g = 0; g < GN; g++) {
+        float x = vsum(acc[g]);
+        for (int64_t d = dv; d < Dh; d++) x += qg[g * Dh + d] * kv_f32(kp[d]);
+        s[g * np + (j - k0)] = x * scale;
+      }
+    }
+  }
+}
+
+// o[g] = Σ_j p[g][j] · v_j for GN heads: two vectors of Dh per pass, accumulators in registers
+template <typename KvT, int GN>
+static void attn_decode_values(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
+                               int64_t kvh, int64_t Dh, const float* p, int64_t np, float* o) {
+  const int64_t bs = kv.block_size, ld = kv.slot_elems(), nc = Dh / VW, dv = nc * VW;
+  for (int64_t c = 0; c < nc; c += 2) {
+    const bool two = c + 1 < nc;
+    vf acc0[GN] = {}, acc1[GN] = {};
+    for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
+      const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
+      const KvT* vb = kv.v_at<KvT>(layer, table[bi], 0) + kvh * Dh + c * VW;
+      if (c == 0 && (bi + 1) * bs < k1)
+        kv_prefetch_block(kv.v_at<KvT>(layer, table[bi + 1], 0) + kvh * Dh, std::min(bs, k1 - (bi + 1) * bs), ld, Dh);
+      for (int64_t j = j0; j < j1; j++) {
+        const KvT* vp = vb + (j - bi * bs) * ld;
+        const vf v0 = kv_vload(vp), v1 = two ? kv_vload(vp + VW) : vf{};
+        for (int g = 0; g < GN; g++) {
+          const float w = p[g * np + (j - k0)];
+          acc0[g] += w * v0;
+          acc1[g] += w * v1;
+        }
+      }
+    }
+    for (int g = 0; g < GN; g++) {
+      vstore(o + g * Dh + c * VW, acc0[g]);
+      if (two) vstore(o + g * Dh + (c + 1) * VW, acc1[g]);
+    }
+  }
+  for (int64_t d = dv; d < Dh; d++)  // scalar tail of Dh
+    for (int g = 0; g < GN; g++) {
+      float acc = 0.0f;
+      for (int64_t j = k0; j < k1; j++)
+        acc += p[g * np + (j - k0)] * kv_f32(kv.v_at<KvT>(layer, table[j / bs], j % bs)[kvh * Dh + d]);
+      o[g * Dh + d] = acc;
+    }
+}
+
 template <typename KvT>
 static void attn_decode_t(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1, int64_t kvh,
                           int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m, float* l,
                           float* scores) {
-  const int64_t bs = kv.block_size, ld = kv.slot_elems(), n = k1 - k0, np = (n + VW - 1) / VW * VW;
-  const int64_t nc = Dh / VW, dv = nc * VW;  // whole vectors per row, scalar tail [dv, Dh)
-  // 1. scores (G, np): s[g][j - k0] = q_g · k_j · scale
+  const int64_t n = k1 - k0, np = (n + VW - 1) / VW * VW;
+  // 1. scores (G, np), up to 4 heads per pass over the keys
   for (int64_t g0 = 0; g0 < G; g0 += kHeadsPerPass) {
-    const int64_t gn = std::min(kHeadsPerPass, G - g0);
     const float* qg = q + g0 * Dh;
-    for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
-      const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
-      const KvT* kb = kv.k_at<KvT>(layer, table[bi], 0) + kvh * Dh;
-      for (int64_t j = j0; j < j1; j++) {
-        const KvT* kp = kb + (j - bi * bs) * ld;
-        vf acc[kHeadsPerPass] = {};
-        for (int64_t c = 0; c < nc; c++) {
-          const vf kv8 = kv_vload(kp + c * VW);
-          for (int64_t g = 0; g < gn; g++) acc[g] += vload(qg + g * Dh + c * VW) * kv8;
-        }
-        for (int64_t g = 0; g < gn; g++) {
-          float s = vsum(acc[g]);
-          for (int64_t d = dv; d < Dh; d++) s += qg[g * Dh + d] * kv_f32(kp[d]);
-          scores[(g0 + g) * np + (j - k0)] = s * scale;
-        }
-      }
+    float* s = scores + g0 * np;
+    switch (std::min(kHeadsPerPass, G - g0)) {
+      case 1: attn_decode_scores<KvT, 1>(kv, layer, table, k0, k1, kvh, qg, Dh, scale, s, np); break;
+      case 2: attn_decode_scores<KvT, 2>(kv, layer, table, k0, k1, kvh, qg, Dh, scale, s, np); break;
+      case 3: attn_decode_scores<KvT, 3>(kv, layer, table, k0, k1, kvh, qg, Dh, scale, s, np); break;
+      default: attn_decode_scores<KvT, 4>(kv, layer, table, k0, k1, kvh, qg, Dh, scale, s, np); break;
     }
   }
   // 2. per head: m = max, p = exp(s - m) (padding lanes -inf -> 0), l = Σ p
@@ -140,37 +210,16 @@ static void attn_decode_t(const KvCache& kv, int64_t layer, const int32_t* table
     m[g] = mx;
     l[g] = vsum(sum);
   }
-  // 3. o[g] = Σ_j p[g][j] · v_j: two vectors of Dh for up to 4 heads per pass, accumulated in registers
+  // 3. o (G, Dh) = p · V, up to 4 heads per pass
   for (int64_t g0 = 0; g0 < G; g0 += kHeadsPerPass) {
-    const int64_t gn = std::min(kHeadsPerPass, G - g0);
-    for (int64_t c = 0; c < nc; c += 2) {
-      const bool two = c + 1 < nc;
-      vf acc0[kHeadsPerPass] = {}, acc1[kHeadsPerPass] = {};
-      for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
-        const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
-        const KvT* vb = kv.v_at<KvT>(layer, table[bi], 0) + kvh * Dh + c * VW;
-        for (int64_t j = j0; j < j1; j++) {
-          const KvT* vp = vb + (j - bi * bs) * ld;
-          const vf v0 = kv_vload(vp), v1 = two ? kv_vload(vp + VW) : vf{};
-          for (int64_t g = 0; g < gn; g++) {
-            const float p = scores[(g0 + g) * np + (j - k0)];
-            acc0[g] += p * v0;
-            acc1[g] += p * v1;
-          }
-        }
-      }
-      for (int64_t g = 0; g < gn; g++) {
-        vstore(o + (g0 + g) * Dh + c * VW, acc0[g]);
-        if (two) vstore(o + (g0 + g) * Dh + (c + 1) * VW, acc1[g]);
-      }
+    const float* p = scores + g0 * np;
+    float* og = o + g0 * Dh;
+    switch (std::min(kHeadsPerPass, G - g0)) {
+      case 1: attn_decode_values<KvT, 1>(kv, layer, table, k0, k1, kvh, Dh, p, np, og); break;
+      case 2: attn_decode_values<KvT, 2>(kv, layer, table, k0, k1, kvh, Dh, p, np, og); break;
+      case 3: attn_decode_values<KvT, 3>(kv, layer, table, k0, k1, kvh, Dh, p, np, og); break;
+      default: attn_decode_values<KvT, 4>(kv, layer, table, k0, k1, kvh, Dh, p, np, og); break;
     }
-    for (int64_t d = dv; d < Dh; d++)  // scalar tail of Dh
-      for (int64_t g = 0; g < gn; g++) {
-        float acc = 0.0f;
-        for (int64_t j = k0; j < k1; j++)
-          acc += scores[(g0 + g) * np + (j - k0)] * kv_f32(kv.v_at<KvT>(layer, table[j / bs], j % bs)[kvh * Dh + d]);
-        o[(g0 + g) * Dh + d] = acc;
-      }
   }
 }
 
