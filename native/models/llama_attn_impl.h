@@ -264,6 +264,12 @@ static void attn_tile_t(const KvCache& kv, int64_t layer, const int32_t* table, 
     }
     for (int64_t jj = nk; jj < KB; jj++)
       for (int64_t d = 0; d < Dh; d++) kt[d * KB + jj] = 0.0f;
+    // prefetch the next chunk's rows (scattered blocks) while this one is computed
+    for (int64_t j = c + KB; j < std::min(c + 2 * KB, last + 1); j++) {
+      const int64_t blk = table[j / bs], slot = j % bs;
+      kv_prefetch_block(kv.k_at<KvT>(layer, blk, slot) + kvh * Dh, 1, 0, Dh);
+      kv_prefetch_block(kv.v_at<KvT>(layer, blk, slot) + kvh * Dh, 1, 0, Dh);
+    }
     // rows whose query sees a key of this chunk: [r_lo, r_hi) (positions grow with the row)
     int64_t r_lo = R, r_hi = 0;
     for (int64_t i = 0; i < nq; i++) {
