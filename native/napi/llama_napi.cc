@@ -2,7 +2,8 @@
 // loading, the paged KV cache, LoRA adapters, and llamaStep (one async call per scheduler step).
 //
 //   llamaCreate(cfg) -> handle
-//   llamaLoadWeights(handle, [{name, dtype:'F32'|'F16'|'BF16', data:Uint8Array, rows, cols}], finalize) -> Promise<{weightBytes}>
+//   llamaLoadWeights(handle, [{name, dtype:'F32'|'F16'|'BF16', data:Uint8Array | Uint8Array[] (row blocks, joined
+//                    in the worker), rows, cols}], finalize) -> Promise<{weightBytes}>
 //   llamaAdapterLoad(handle, id, [{layer, module, r, scale, A:Float32Array, B:Float32Array}])
 //   llamaAdapterUnload(handle, id) -> boolean
 //   kvCreate({layers, blocks, blockSize, kvHeads, headDim, dtype?: 'F32'|'BF16'}) -> kv handle ; kvBytes(kv)
@@ -105,7 +106,7 @@ Napi::Value LlamaLoadWeights(const Napi::CallbackInfo& info) {
   struct Item {
     std::string name;
     DType dtype;
-    const void* data;
+    std::vector<std::pair<const uint8_t*, size_t>> parts;  // one, or row blocks to join
     int64_t rows, cols;
   };
   auto items = std::make_shared<std::vector<Item>>();
@@ -121,20 +122,41 @@ Napi::Value LlamaLoadWeights(const Napi::CallbackInfo& info) {
     it.dtype = dtype_arg(e.Get("dtype"), "dtype");
     it.rows = obj_int(e, "rows");
     it.cols = obj_int(e, "cols");
-    auto d = array_arg<uint8_t>(e.Get("data"), "data", false, true);
+    Napi::Value dv = e.Get("data");
+    size_t have = 0;
+    const uint32_t np = dv.IsArray() ? dv.As<Napi::Array>().Length() : 1;
+    for (uint32_t k = 0; k < np; k++) {
+      auto d = array_arg<uint8_t>(dv.IsArray() ? dv.As<Napi::Array>().Get(k) : dv, "data", false, true);
+      it.parts.emplace_back(d.data, d.length);
+      have += d.length;
+      keep.push_back(std::move(d.ref));
+    }
     size_t need = size_t(it.rows * it.cols) * dtype_size(it.dtype);
-    if (it.rows <= 0 || it.cols <= 0 || d.length != need)
-      throw_range(env, "weight " + it.name + ": " + std::to_string(d.length) + " bytes for (" +
+    if (it.rows <= 0 || it.cols <= 0 || have != need)
+      throw_range(env, "weight " + it.name + ": " + std::to_string(have) + " bytes for (" +
                            std::to_string(it.rows) + ", " + std::to_string(it.cols) + ") " + dtype_name(it.dtype));
-    it.data = d.data;
-    keep.push_back(std::move(d.ref));
     items->push_back(std::move(it));
   }
   auto model = h->model;
   return run_async(
       env,
       [model, items, finalize]() {
-        for (const Item& it : *items) model->set_weight(it.name, it.dtype, it.data, it.rows, it.cols);
+        for (const Item& it : *items) {
+          if (it.parts.size() == 1) {
+            model->set_weight(it.name, it.dtype, it.parts[0].first, it.rows, it.cols);
+            continue;
+          }
+          std::vector<uint8_t> joined;  // row blocks (q;k;v, gate;up) joined here, not on the event loop
+          size_t total = 0;
+          for (const auto& p : it.parts) total += p.second;
+          joined.resize(total);
+          size_t off = 0;
+          for (const auto& p : it.parts) {
+            if (p.second) std::memcpy(joined.data() + off, p.first, p.second);
+            off += p.second;
+          }
+          model->set_weight(it.name, it.dtype, joined.data(), it.rows, it.cols);
+        }
         if (finalize) model->finalize();
       },
       [model](Napi::Env env) {

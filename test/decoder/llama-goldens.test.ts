@@ -109,3 +109,16 @@ t.test('sliding window (Mistral): positions inside the window are unchanged, lat
   const [c] = await forwardAll(big, base, [ids]);
   t.equal(maxAbs(a, c), 0, 'a window longer than the sequence changes nothing');
 });
+
+t.test('weights given as row blocks are joined natively; wrong sizes are refused', async (t) => {
+  const dir = join(goldens, 'llama-tiny');
+  const cfg = loadDecoderConfig(dir);
+  const ck = SafetensorsCheckpoint.open(dir);
+  const model = await buildNativeDecoder(cfg, ck as unknown as TensorSource); // q;k;v and gate;up go as parts
+  const { NativeDecoder } = await import('../../src/models/decoder/native-model.ts');
+  const bad = new NativeDecoder(cfg, 'F32');
+  const D = cfg.hiddenSize, Nq = cfg.numHeads * cfg.headDim, Nkv = cfg.numKvHeads * cfg.headDim;
+  const q = ck.get('model.layers.0.self_attn.q_proj.weight').bytes, k = ck.get('model.layers.0.self_attn.k_proj.weight').bytes;
+  await t.rejects(bad.loadWeights([{ name: 'layers.0.qkv', dtype: 'F32', data: [q, k], rows: Nq + 2 * Nkv, cols: D }]), /bytes for/, 'a missing block is a size error');
+  t.ok(model.weightBytes > 0);
+});

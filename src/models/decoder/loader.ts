@@ -37,25 +37,18 @@ function asWeight(name: string, t: { dtype: string; shape: number[]; bytes: Uint
   return { name, dtype: t.dtype as WeightDtype, data: t.bytes, rows, cols };
 }
 
-/** Concatenates tensors along rows (they must share a dtype). */
+/** Tensors joined along rows (they must share a dtype); the native loader joins the parts in its worker. */
 function concatRows(name: string, parts: { dtype: string; shape: number[]; bytes: Uint8Array }[], cols: number): NativeWeight {
   const dtype = parts[0].dtype;
   let rows = 0;
-  let bytes = 0;
   for (const p of parts) {
     if (p.dtype !== dtype) throw new DecoderLoadError(`${name}: parts have different dtypes (${parts.map((x) => x.dtype).join(', ')})`);
     const n = p.shape.reduce((a, b) => a * b, 1);
     if (n % cols !== 0) throw new DecoderLoadError(`${name}: part of shape ${JSON.stringify(p.shape)} is not (rows, ${cols})`);
     rows += n / cols;
-    bytes += p.bytes.byteLength;
   }
-  const data = new Uint8Array(bytes);
-  let off = 0;
-  for (const p of parts) {
-    data.set(p.bytes, off);
-    off += p.bytes.byteLength;
-  }
-  return asWeight(name, { dtype, shape: [rows, cols], bytes: data }, rows, cols);
+  if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16') throw new DecoderLoadError(`tensor for ${name} has dtype ${dtype}; expected F32, F16 or BF16`);
+  return { name, dtype: dtype as WeightDtype, data: parts.map((p) => p.bytes), rows, cols };
 }
 
 /** Picks the dtype the native model keeps its linear weights in. */

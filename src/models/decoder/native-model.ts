@@ -10,7 +10,8 @@ export interface NativeWeight {
   /** embed | lm_head | norm | layers.<i>.{attn_norm,mlp_norm,qkv,qkv_bias,o,gate_up,down} */
   name: string;
   dtype: WeightDtype;
-  data: Uint8Array;
+  /** the tensor, or its row blocks in order (joined natively, off the event loop: q;k;v and gate;up) */
+  data: Uint8Array | Uint8Array[];
   rows: number;
   cols: number;
 }
