@@ -9,6 +9,8 @@
 //   kvCreate({layers, blocks, blockSize, kvHeads, headDim, dtype?: 'F32'|'BF16'}) -> kv handle ; kvBytes(kv)
 //   kvReadBlock(kv, layer, block) -> {k, v}: Float32Array (blockSize, kvHeads·headDim) each, widened from bf16
 //   llamaStep(handle, kv, {tokens, positions, seqLens, tables, tableOffsets, adapters, outRows, hidden, copies}, out) -> Promise
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -301,7 +303,7 @@ Napi::Value LlamaStep(const Napi::CallbackInfo& info) {
     if (positions.data[t] < 0) throw_range(env, "positions must be >= 0");
   }
   for (size_t i = 0; i < tables.length; i++)
-    if (tables.data[i] < 0 || tables.data[i] >= kv.n_blocks) throw_range(env, "block id out of range");
+    if (tables.data[i] < -1 || tables.data[i] >= kv.n_blocks) throw_range(env, "block id out of range");
   for (size_t i = 0; i < copies.length; i += 3)
     if (copies.data[i] < 0 || copies.data[i] >= kv.n_blocks || copies.data[i + 1] < 0 || copies.data[i + 1] >= kv.n_blocks)
       throw_range(env, "copy block id out of range");
@@ -323,10 +325,21 @@ Napi::Value LlamaStep(const Napi::CallbackInfo& info) {
     sp.block_table = tables.data + o0;
     sp.n_table = o1 - o0;
     if (row + sp.n_tokens > T) throw_range(env, "seqLens add up to more than tokens.length");
-    for (int64_t i = 0; i < sp.n_tokens; i++)
+    int64_t min_pos = INT64_MAX;
+    for (int64_t i = 0; i < sp.n_tokens; i++) {
       if (positions.data[row + i] / kv.block_size >= sp.n_table)
         throw_range(env, "sequence " + std::to_string(s) + ": position " + std::to_string(positions.data[row + i]) +
                              " is beyond its block table");
+      min_pos = std::min<int64_t>(min_pos, positions.data[row + i]);
+    }
+    // -1 marks a block released because it is out of every later query's sliding window; only
+    // blocks wholly before the window of this step's first query may be -1
+    const int64_t first_needed =
+        c.sliding_window > 0 ? std::max<int64_t>(0, min_pos - c.sliding_window + 1) / kv.block_size : 0;
+    for (int64_t i = first_needed; i < sp.n_table; i++)
+      if (sp.block_table[i] < 0)
+        throw_range(env, "sequence " + std::to_string(s) + ": block table entry " + std::to_string(i) +
+                             " is -1 but inside the attention window");
     if (adapters.data && adapters.data[s] >= 0) {
       auto it = h->adapters.find(adapters.data[s]);
       if (it == h->adapters.end()) throw_range(env, "adapter " + std::to_string(adapters.data[s]) + " is not loaded");

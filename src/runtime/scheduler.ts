@@ -8,6 +8,9 @@
 // sequence is preempted (its blocks freed, recomputed later: vLLM's recompute preemption); the
 // queue itself has a maximum depth beyond which submit() throws OverloadedError (HTTP 529).
 // Cancellation (AbortSignal) frees the slot and its blocks at once.
+// Sliding-window models (Mistral): once every later query of a sequence is past a block (the block
+// ends before position computed - window + 1), the block is released and its table entry becomes
+// -1, so a long generation holds about window / blockSize blocks instead of its whole length.
 import type { DecoderConfig } from '../formats/hf-config.ts';
 import type { NativeDecoder, StepBatch } from '../models/decoder/native-model.ts';
 import type { KvCacheManager, KvDtype } from './kv-cache.ts';
@@ -66,7 +69,9 @@ interface Seq {
   maxTokens: number;
   generated: number;
   computed: number; // positions with KV in the cache
-  blocks: number[];
+  blocks: number[]; // -1: released (out of the sliding window)
+  /** blocks [0, windowFreed) were checked for release (sliding-window models) */
+  windowFreed: number;
   adapter: number;
   mode: CacheMode;
   bps: CacheBreakpoint[];
@@ -153,6 +158,7 @@ export class Scheduler {
       generated: 0,
       computed: 0,
       blocks: [],
+      windowFreed: 0,
       adapter: o.adapter ?? -1,
       mode,
       bps: mode === 'explicit' ? this.prefix.applicable(o.cache?.breakpoints, o.prompt.length) : [],
@@ -235,8 +241,9 @@ export class Scheduler {
   }
 
   private freeSeq(seq: Seq): void {
-    this.kv.releaseAll(seq.blocks);
+    this.kv.releaseAll(seq.blocks.filter((b) => b >= 0));
     seq.blocks = [];
+    seq.windowFreed = 0;
     if (seq.pendingCopy) {
       this.kv.release(seq.pendingCopy.src);
       seq.pendingCopy = null;
@@ -271,6 +278,27 @@ export class Scheduler {
     victim.bpDone = new Set();
     this.waiting.unshift(victim);
     return true;
+  }
+
+  /**
+   * Sliding-window models: releases the blocks no later query of `q` can see (they end before
+   * computed - window + 1, the first key the next token sees). Nothing is released while an explicit
+   * breakpoint is still to be published (its entry takes every block up to it); automatic mode
+   * releases only blocks already offered to the cache, which keeps them on its LRU list.
+   */
+  private releaseOutOfWindow(q: Seq): void {
+    const W = this.config.slidingWindow ?? 0;
+    if (!(W > 0) || q.finished) return;
+    const bs = this.kv.blockSize;
+    let upTo = Math.floor(Math.max(0, q.computed - W + 1) / bs);
+    // an explicit breakpoint not yet published needs every block up to it
+    for (const bp of q.bps) if (!q.bpDone.has(bp.tokens)) return;
+    if (q.mode === 'automatic') upTo = Math.min(upTo, q.autoFrom);
+    for (let i = q.windowFreed; i < upTo; i++) {
+      if (q.blocks[i] >= 0) this.kv.release(q.blocks[i]);
+      q.blocks[i] = -1;
+    }
+    q.windowFreed = Math.max(q.windowFreed, upTo);
   }
 
   /** Tries to admit the head of the queue: prefix-cache match + blocks for the whole prompt. */
@@ -414,6 +442,7 @@ export class Scheduler {
         if (!q.cacheAccounted && w > 0) q.cacheWrite = Math.max(q.cacheWrite, w - q.cacheRead);
       }
       if (q.computed >= q.promptLen) q.cacheAccounted = true;
+      this.releaseOutOfWindow(q);
     }
     outSeqs.forEach((q, r) => {
       if (q.finished) return;
