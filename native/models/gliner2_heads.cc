@@ -358,9 +358,11 @@ void heads_run(const Heads& hd, int64_t B, const float* words, const int64_t* wo
       bb[size_t(r)] = acc;
     }
   }
-  // logits[b] (W·K, R_b) = hid · G_bᵀ, hid[i,k] = ReLU(PS[i] + PE[i+k]); work items of 32 starts
-  // over all samples, spread over the pool.
-  const int64_t CH = 32;
+  // logits[b] (W·K, R_b) = hid · G_bᵀ, hid[i,k] = ReLU(PS[i] + PE[i+k]); work items of up to 32
+  // starts over all samples, spread over the pool (smaller items when there are few words, so a
+  // single short text still uses every thread).
+  const int64_t nth = std::max(1, threads_get());
+  const int64_t CH = std::max<int64_t>(4, std::min<int64_t>(32, (TW + 4 * nth - 1) / (4 * nth)));
   std::vector<std::vector<float>> logits(static_cast<size_t>(B));
   std::vector<std::pair<int64_t, int64_t>> items;  // (sample, first start)
   for (int64_t b = 0; b < B; b++) {
