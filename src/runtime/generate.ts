@@ -431,35 +431,51 @@ export class DecoderModel {
     return out;
   }
 
-  /** Mean-pooled final hidden states of one token sequence. */
-  embedIds(ids: readonly number[]): Promise<Float32Array> {
-    const D = this.config.hiddenSize;
+  /**
+   * Mean-pooled final hidden states of one token sequence. The sequence needs KV blocks for its
+   * whole length while it runs: when the cache is busy with generation it waits for blocks (steps
+   * keep running and free them), up to `opts.waitMs` (default 60 s), then fails with OverloadedError.
+   */
+  async embedIds(ids: readonly number[], opts: { waitMs?: number; signal?: AbortSignal } = {}): Promise<Float32Array> {
     if (!ids.length) throw new RangeError('embed: empty input');
     if (ids.length > this.config.maxPositionEmbeddings) throw new RequestTooLargeError(`input has ${ids.length} tokens; the model's context is ${this.config.maxPositionEmbeddings}`);
-    return this.scheduler.runExclusive(async () => {
-      const blocks = this.kv.allocate(this.kv.blocksFor(ids.length));
-      if (!blocks) throw new OverloadedError('KV cache is full; retry later');
-      try {
-        const sum = new Float64Array(D);
-        const chunk = this.scheduler.maxStepTokens;
-        const buf = new Float32Array(Math.min(chunk, ids.length) * D);
-        for (let s = 0; s < ids.length; s += chunk) {
-          const n = Math.min(chunk, ids.length - s);
-          const pos = Int32Array.from({ length: n }, (_, i) => s + i);
-          await this.native.step(this.kv.native, {
-            tokens: Int32Array.from(ids.slice(s, s + n)), positions: pos, seqLens: Int32Array.of(n),
-            tables: Int32Array.from(blocks), tableOffsets: Int32Array.of(0, blocks.length),
-            outRows: Int32Array.from({ length: n }, (_, i) => i), hidden: true,
-          }, buf);
-          for (let i = 0; i < n * D; i++) sum[i % D] += buf[i];
-        }
-        const v = new Float32Array(D);
-        for (let i = 0; i < D; i++) v[i] = sum[i] / ids.length;
-        return v;
-      } finally {
-        this.kv.releaseAll(blocks);
+    const need = this.kv.blocksFor(ids.length);
+    if (need > this.kv.numBlocks) throw new RequestTooLargeError(`input of ${ids.length} tokens does not fit the KV cache (${this.kv.numBlocks * this.kv.blockSize} tokens; raise LOOM_KV_MEMORY)`);
+    const deadline = Date.now() + (opts.waitMs ?? 60_000);
+    for (;;) {
+      const v = await this.scheduler.runExclusive(async () => {
+        const blocks = this.kv.allocate(need);
+        return blocks ? this.embedWithBlocks(ids, blocks) : null;
+      });
+      if (v) return v;
+      if (opts.signal?.aborted) throw new AbortError('request aborted');
+      if (Date.now() >= deadline) throw new OverloadedError('KV cache is full; retry later');
+      await this.scheduler.progress();
+    }
+  }
+
+  private async embedWithBlocks(ids: readonly number[], blocks: number[]): Promise<Float32Array> {
+    const D = this.config.hiddenSize;
+    try {
+      const sum = new Float64Array(D);
+      const chunk = this.scheduler.maxStepTokens;
+      const buf = new Float32Array(Math.min(chunk, ids.length) * D);
+      for (let s = 0; s < ids.length; s += chunk) {
+        const n = Math.min(chunk, ids.length - s);
+        const pos = Int32Array.from({ length: n }, (_, i) => s + i);
+        await this.native.step(this.kv.native, {
+          tokens: Int32Array.from(ids.slice(s, s + n)), positions: pos, seqLens: Int32Array.of(n),
+          tables: Int32Array.from(blocks), tableOffsets: Int32Array.of(0, blocks.length),
+          outRows: Int32Array.from({ length: n }, (_, i) => i), hidden: true,
+        }, buf);
+        for (let i = 0; i < n * D; i++) sum[i % D] += buf[i];
       }
-    });
+      const v = new Float32Array(D);
+      for (let i = 0; i < D; i++) v[i] = sum[i] / ids.length;
+      return v;
+    } finally {
+      this.kv.releaseAll(blocks);
+    }
   }
 }
 

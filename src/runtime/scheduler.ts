@@ -125,6 +125,7 @@ export class Scheduler {
   private admitCounter = 0;
   private steps = 0;
   private out = new Float32Array(0);
+  private stepWaiters: (() => void)[] = [];
 
   constructor(model: NativeDecoder, kv: KvCacheManager, prefix: PrefixCache, opts: SchedulerOptions = {}) {
     this.model = model;
@@ -190,6 +191,22 @@ export class Scheduler {
   /** Fails every queued and running sequence (model unload / shutdown). */
   close(): void {
     this.failAll(new AbortError('the model was unloaded'));
+  }
+
+  /** Resolves when the next step has run, or after `ms` when none runs (for callers waiting on blocks). */
+  progress(ms = 20): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        const i = this.stepWaiters.indexOf(done);
+        if (i >= 0) this.stepWaiters.splice(i, 1);
+        resolve();
+      }, ms);
+      this.stepWaiters.push(done);
+    });
   }
 
   /** Runs `fn` between steps with the model to itself (embeddings, maintenance). */
@@ -423,6 +440,7 @@ export class Scheduler {
     };
     await this.model.step(this.kv.native, batch, this.out);
     this.steps++;
+    for (const f of this.stepWaiters.splice(0)) f();
 
     // advance, publish cache entries, sample
     for (const p of plan) {
