@@ -70,6 +70,8 @@ function mapRuntimeError(err: unknown, endpoint: Endpoint | 'embeddings'): unkno
     const code = (err as { code?: string }).code ?? 'invalid_value';
     return new CompatError(422, `response_format: ${e.message}`, { param: 'response_format', code });
   }
+  // the encoder's schema checks (the `schema` extension): field specs, validators' patterns
+  if (e?.name === 'SchemaError') return new CompatError(422, `schema: ${e.message}`, { param: 'schema', code: 'invalid_value' });
   // parameter errors raised by the runtime (bad sampling values, max_tokens beyond the context)
   if (err instanceof RangeError) return new CompatError(422, e.message ?? 'invalid parameter', { code: 'invalid_value' });
   return err;

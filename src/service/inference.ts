@@ -222,6 +222,8 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       out = await runtime.extract(call.model.ref, texts, schema, { ...params, signal: ctx.signal });
     } catch (err) {
       await call.fail(base, err);
+      // the encoder's own schema checks (field specs, validators' patterns, thresholds): the caller's input
+      if ((err as Error)?.name === 'SchemaError') throw new ValidationError(`schema: ${(err as Error).message}`, [{ path: '/schema', message: (err as Error).message }]);
       throw err;
     }
     const result = Array.isArray(req.text) ? out.results : out.results[0];

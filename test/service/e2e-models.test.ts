@@ -41,6 +41,14 @@ t.test('encoder: POST /inference equals the runtime called directly', async (t) 
   t.ok(r.body.usage.prompt_tokens > 10, `token usage from the tokenizer (${r.body.usage.prompt_tokens})`);
   const batch = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'tiny/gliner2', text: [text, 'Angela Merkel'], schema } });
   t.equal(batch.body.result.length, 2);
+  // structure fields with regex validators, through the service: filtered values; a bad pattern is a 422
+  const vs = { structures: { meeting: [{ name: 'day', dtype: 'list', validators: [{ pattern: '[a-z]+day' }] }] } };
+  const v = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'tiny/gliner2', text, schema: vs, threshold: 0 } });
+  t.equal(v.status, 200, v.text);
+  for (const inst of v.body.result.structures.meeting) for (const d of inst.day ?? []) t.match(d.text, /^[a-z]+day$/i);
+  const bad = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'tiny/gliner2', text, schema: { structures: { m: [{ name: 'x', validators: [{ pattern: '(a)\\1' }] }] } } } });
+  t.equal(bad.status, 422, bad.text);
+  t.match(bad.text, /backreferences or lookaround/);
 });
 
 t.test('decoder: greedy generation equals the runtime; the model cap unloads the encoder', async (t) => {
