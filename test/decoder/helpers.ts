@@ -1,5 +1,5 @@
 // Shared helpers for the decoder tests: fixture paths, a direct native forward over a fresh KV
-// cache, and max-abs comparison.
+// cache (whole sequences, or one sequence fed in chunks), random token ids, and max-abs comparison.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { NativeKvCache, type KvDtype, type NativeDecoder } from '../../src/models/decoder/native-model.ts';
@@ -54,4 +54,38 @@ export async function forwardAll(model: NativeDecoder, cfg: DecoderConfig, seqs:
     row += s.length;
   }
   return res;
+}
+
+/** Deterministic pseudo-random token ids in [3, V) (an LCG; ids 0..2 are special in the fixtures). */
+export function randomIds(n: number, V: number, seed: number): number[] {
+  let s = seed >>> 0;
+  return Array.from({ length: n }, () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return 3 + (s % (V - 3));
+  });
+}
+
+/**
+ * Feeds `ids` as one sequence in steps of the given sizes over a fresh cache of `dtype` whose blocks
+ * (of `blockSize` slots) are out of order; logits of every row.
+ */
+export async function runChunks(model: NativeDecoder, cfg: DecoderConfig, ids: number[], chunks: number[], dtype: KvDtype = 'f32', blockSize = 16): Promise<Float32Array> {
+  const nb = Math.ceil(ids.length / blockSize);
+  const kv = new NativeKvCache(cfg, nb + 3, blockSize, dtype);
+  const table = Int32Array.from({ length: nb }, (_, i) => (i * 5 + 2) % (nb + 3));
+  const V = cfg.vocabSize;
+  const out = new Float32Array(ids.length * V);
+  let pos = 0;
+  for (const n of chunks) {
+    const step = new Float32Array(n * V);
+    await model.step(kv, {
+      tokens: Int32Array.from(ids.slice(pos, pos + n)),
+      positions: Int32Array.from({ length: n }, (_, i) => pos + i),
+      seqLens: Int32Array.of(n), tables: table, tableOffsets: Int32Array.of(0, nb),
+      outRows: Int32Array.from({ length: n }, (_, i) => i),
+    }, step);
+    out.set(step, pos * V);
+    pos += n;
+  }
+  return out;
 }

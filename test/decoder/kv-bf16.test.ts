@@ -13,12 +13,12 @@ import { join } from 'node:path';
 import { loadDecoderConfig, loadGenerationConfig, type DecoderConfig } from '../../src/formats/hf-config.ts';
 import { SafetensorsCheckpoint } from '../../src/formats/safetensors.ts';
 import { buildNativeDecoder, type TensorSource } from '../../src/models/decoder/loader.ts';
-import { NativeKvCache, type KvDtype, type NativeDecoder } from '../../src/models/decoder/native-model.ts';
+import { NativeKvCache, type KvDtype } from '../../src/models/decoder/native-model.ts';
 import { forEachIsa } from '../../src/native/cpu.ts';
 import { DecoderModel, loadDecoder, RequestTooLargeError } from '../../src/runtime/generate.ts';
 import { KvCacheManager, resolveKvDtype } from '../../src/runtime/kv-cache.ts';
 import { Tokenizer } from '../../src/tokenize/tokenizer.ts';
-import { forwardAll, goldens, maxAbs, readCases, shared } from './helpers.ts';
+import { forwardAll, goldens, maxAbs, randomIds, readCases, runChunks, shared } from './helpers.ts';
 
 const BS = 16;
 // bf16 vs f32 storage. Rounding to nearest even with 8 significant bits perturbs every K and V
@@ -37,40 +37,10 @@ const REL_BF16 = 1e-2;
 // REL_BF16 (which covers rounding every element): measured <= 4.3e-4 of the logit scale; bound 2e-3.
 const REL_ORDER_BF16 = 2e-3;
 
-function randomIds(n: number, V: number, seed: number): number[] {
-  let s = seed >>> 0;
-  return Array.from({ length: n }, () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return 3 + (s % (V - 3));
-  });
-}
-
 function maxAbsOf(a: Float32Array): number {
   let m = 0;
   for (const x of a) m = Math.max(m, Math.abs(x));
   return m;
-}
-
-/** Feeds `ids` in steps of the given sizes (one sequence, fresh cache of `dtype`, blocks out of order); logits of every row. */
-async function run(model: NativeDecoder, cfg: DecoderConfig, ids: number[], chunks: number[], dtype: KvDtype): Promise<Float32Array> {
-  const nb = Math.ceil(ids.length / BS);
-  const kv = new NativeKvCache(cfg, nb + 3, BS, dtype);
-  const table = Int32Array.from({ length: nb }, (_, i) => (i * 5 + 2) % (nb + 3));
-  const V = cfg.vocabSize;
-  const out = new Float32Array(ids.length * V);
-  let pos = 0;
-  for (const n of chunks) {
-    const step = new Float32Array(n * V);
-    await model.step(kv, {
-      tokens: Int32Array.from(ids.slice(pos, pos + n)),
-      positions: Int32Array.from({ length: n }, (_, i) => pos + i),
-      seqLens: Int32Array.of(n), tables: table, tableOffsets: Int32Array.of(0, nb),
-      outRows: Int32Array.from({ length: n }, (_, i) => i),
-    }, step);
-    out.set(step, pos * V);
-    pos += n;
-  }
-  return out;
 }
 
 const openModel = (dir: string, cfg: DecoderConfig) => buildNativeDecoder(cfg, SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
@@ -84,11 +54,11 @@ for (const name of ['qwen2-tiny', 'llama-tiny', 'mistral-tiny']) {
       const model = await openModel(dir, cfg);
       const ids = randomIds(90, cfg.vocabSize, 11 + window);
       await forEachIsa(async (isa) => {
-        const ref = await run(model, cfg, ids, ids.map(() => 1), 'f32');
+        const ref = await runChunks(model, cfg, ids, ids.map(() => 1), 'f32');
         const scale = maxAbsOf(ref);
-        const oneByOne = await run(model, cfg, ids, ids.map(() => 1), 'bf16');
-        const chunk = await run(model, cfg, ids, [90], 'bf16');
-        const mixed = await run(model, cfg, ids, [21, 1, 33, 35], 'bf16');
+        const oneByOne = await runChunks(model, cfg, ids, ids.map(() => 1), 'bf16');
+        const chunk = await runChunks(model, cfg, ids, [90], 'bf16');
+        const mixed = await runChunks(model, cfg, ids, [21, 1, 33, 35], 'bf16');
         const relChunk = maxAbs(chunk, oneByOne) / scale, relMixed = maxAbs(mixed, oneByOne) / scale;
         t.ok(relChunk <= REL_ORDER_BF16, `${isa}: bf16 one chunk vs token by token: max abs / max |logit| = ${relChunk.toExponential(2)}`);
         t.ok(relMixed <= REL_ORDER_BF16, `${isa}: bf16 chunks 21+1+33+35 vs token by token: max abs / max |logit| = ${relMixed.toExponential(2)}`);
