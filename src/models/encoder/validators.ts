@@ -130,20 +130,28 @@ function classChar(c: string): string {
   return /[\\\]\[^-]/.test(c) ? '\\' + c : c;
 }
 
-/** The character an escape denotes when it is a literal (\xHH, \uHHHH), else null. */
+/** The character an escape denotes when it is a literal (\xHH, \uHHHH, or a bare \u / \x: the letter), else null. */
 function escapeLiteral(e: string): string | null {
   if (/^\\x[0-9a-fA-F]{2}$/.test(e) || /^\\u[0-9a-fA-F]{4}$/.test(e)) return String.fromCharCode(parseInt(e.slice(2), 16));
+  if (e === '\\u' || e === '\\x') return e[1];
   return null;
 }
 
-/** Escape sequence starting at p[i] === '\\': its length. */
+/**
+ * Escape sequence starting at p[i] === '\\': its length (at least 1), as a pattern without the u flag
+ * reads it: \uHHHH and \xHH only with their hex digits (else `\u`, `\x` are the letters), \cX with a
+ * letter, \k<name> to its `>`. (\u{…} is not an escape without the u flag: `u` then a quantifier.)
+ */
 function escapeLength(p: string, i: number): number {
   const n = p[i + 1];
   if (n === undefined) return 1;
-  if (n === 'u') return p[i + 2] === '{' ? p.indexOf('}', i) - i + 1 || 2 : 6;
-  if (n === 'x') return 4;
-  if (n === 'c') return 3;
-  if (n === 'k' && p[i + 2] === '<') return p.indexOf('>', i) - i + 1 || 2;
+  if (n === 'u' && /^[0-9a-fA-F]{4}$/.test(p.slice(i + 2, i + 6))) return 6;
+  if (n === 'x' && /^[0-9a-fA-F]{2}$/.test(p.slice(i + 2, i + 4))) return 4;
+  if (n === 'c' && /^[A-Za-z]$/.test(p[i + 2] ?? '')) return 3;
+  if (n === 'k' && p[i + 2] === '<') {
+    const close = p.indexOf('>', i + 3);
+    if (close > 0) return close - i + 1;
+  }
   return 2;
 }
 
