@@ -28,13 +28,18 @@ export class DecoderLoadError extends Error {
   override name = 'DecoderLoadError';
 }
 
+/** The dtypes the native loader takes (quantized sources are dequantized before they get here). */
+function weightDtype(name: string, dtype: string): WeightDtype {
+  if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16') throw new DecoderLoadError(`tensor for ${name} has dtype ${dtype}; expected F32, F16 or BF16`);
+  return dtype;
+}
+
 function asWeight(name: string, t: { dtype: string; shape: number[]; bytes: Uint8Array }, rows: number, cols: number): NativeWeight {
-  if (t.dtype !== 'F32' && t.dtype !== 'F16' && t.dtype !== 'BF16')
-    throw new DecoderLoadError(`tensor for ${name} has dtype ${t.dtype}; expected F32, F16 or BF16`);
+  const dtype = weightDtype(name, t.dtype);
   const n = t.shape.reduce((a, b) => a * b, 1);
   if (n !== rows * cols)
     throw new DecoderLoadError(`tensor for ${name} has shape ${JSON.stringify(t.shape)}, expected [${rows}, ${cols}]`);
-  return { name, dtype: t.dtype as WeightDtype, data: t.bytes, rows, cols };
+  return { name, dtype, data: t.bytes, rows, cols };
 }
 
 /** Tensors joined along rows (they must share a dtype); the native loader joins the parts in its worker. */
@@ -47,8 +52,7 @@ function concatRows(name: string, parts: { dtype: string; shape: number[]; bytes
     if (n % cols !== 0) throw new DecoderLoadError(`${name}: part of shape ${JSON.stringify(p.shape)} is not (rows, ${cols})`);
     rows += n / cols;
   }
-  if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16') throw new DecoderLoadError(`tensor for ${name} has dtype ${dtype}; expected F32, F16 or BF16`);
-  return { name, dtype: dtype as WeightDtype, data: parts.map((p) => p.bytes), rows, cols };
+  return { name, dtype: weightDtype(name, dtype), data: parts.map((p) => p.bytes), rows, cols };
 }
 
 /** Picks the dtype the native model keeps its linear weights in. */
