@@ -40,6 +40,18 @@ inline void scale_min_k4(int j, const uint8_t* s, int* sc, int* mn) {
   }
 }
 
+// The sub-block factors of a Q4_K / Q5_K super-block (f16 d, f16 dmin, then the 12 packed bytes):
+// d1[j] = d·scale_j, m1[j] = dmin·min_j.
+inline void scales_k4(const uint8_t* blk, float d1[8], float m1[8]) {
+  const float d = load_f16(blk), dmin = load_f16(blk + 2);
+  for (int j = 0; j < 8; j++) {
+    int sc, mn;
+    scale_min_k4(j, blk + 4, &sc, &mn);
+    d1[j] = d * float(sc);
+    m1[j] = dmin * float(mn);
+  }
+}
+
 // Q5_0 / Q5_1: 1 << j, so that "bit j of qh" is a lane-wise AND in the value loops (they vectorize).
 constexpr uint32_t kBit[32] = {1u << 0, 1u << 1, 1u << 2, 1u << 3, 1u << 4, 1u << 5, 1u << 6, 1u << 7,
                                1u << 8, 1u << 9, 1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
@@ -154,14 +166,8 @@ void dequant_q3_k(const uint8_t* __restrict src, float* __restrict dst, int64_t 
 // x = (d·scale_j)·q - dmin·min_j.
 void dequant_q4_k(const uint8_t* __restrict src, float* __restrict dst, int64_t n) {
   for (int64_t b = 0; b < n / QK_K; b++, src += 144, dst += QK_K) {
-    const float d = load_f16(src), dmin = load_f16(src + 2);
     float d1[8], m1[8];
-    for (int j = 0; j < 8; j++) {
-      int sc, mn;
-      scale_min_k4(j, src + 4, &sc, &mn);
-      d1[j] = d * float(sc);
-      m1[j] = dmin * float(mn);
-    }
+    scales_k4(src, d1, m1);
     for (int c = 0; c < 4; c++) {  // 32 bytes of q: sub-block 2c in the low nibbles, 2c+1 in the high ones
       const uint8_t* q = src + 16 + 32 * c;
       float* y = dst + 64 * c;
@@ -175,15 +181,9 @@ void dequant_q4_k(const uint8_t* __restrict src, float* __restrict dst, int64_t 
 // byte l: 5th bit of value 32j + l), 128 bytes of low nibbles as Q4_K. x = (d·scale_j)·q - dmin·min_j.
 void dequant_q5_k(const uint8_t* __restrict src, float* __restrict dst, int64_t n) {
   for (int64_t b = 0; b < n / QK_K; b++, src += 176, dst += QK_K) {
-    const float d = load_f16(src), dmin = load_f16(src + 2);
     const uint8_t* qh = src + 16;
     float d1[8], m1[8];
-    for (int j = 0; j < 8; j++) {
-      int sc, mn;
-      scale_min_k4(j, src + 4, &sc, &mn);
-      d1[j] = d * float(sc);
-      m1[j] = dmin * float(mn);
-    }
+    scales_k4(src, d1, m1);
     for (int c = 0; c < 4; c++) {  // as Q4_K; sub-block j's 5th bits are bit j of the qh bytes
       const uint8_t* q = src + 48 + 32 * c;
       float* y = dst + 64 * c;
