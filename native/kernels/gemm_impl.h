@@ -188,16 +188,25 @@ static inline __attribute__((always_inline)) void store_tile(reg (&acc)[mr][NV],
 static inline reg loadb(const float* p) { return V::loadu(p); }
 static inline reg loadb(const uint16_t* p) { return V::loadw(reinterpret_cast<const bf16w*>(p)); }
 
+// Prefetch of the next B panel, spread over the micro-kernels that use this one: each call pulls
+// `lines` cache lines from `p`, one every few k steps. Issued in one burst at panel start, a 16 KiB
+// panel is 256 misses against a few dozen fill buffers and the loads behind them wait; spread out,
+// the stream from DRAM overlaps the FMAs (weights larger than the L3 read at about the rate of
+// cache-resident ones).
+struct Prefetch {
+  const char* p;
+  int64_t lines;
+};
+
 template <int mr, typename BT>
 static void ukernel(int64_t kc, const float* __restrict a, const BT* __restrict b, float* c, int64_t ldc,
-                    int64_t nv, const Epi& e) {
+                    int64_t nv, const Epi& e, Prefetch pf) {
   reg acc[mr][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < mr; i++)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; v++) acc[i][v] = V::zero();
-#pragma GCC unroll 2
-  for (int64_t k = 0; k < kc; k++) {
+  auto step = [&]() __attribute__((always_inline)) {
     reg bv[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; v++) bv[v] = loadb(b + v * W);
@@ -209,12 +218,24 @@ static void ukernel(int64_t kc, const float* __restrict a, const BT* __restrict 
     }
     a += MR;
     b += NR;
+  };
+  int64_t k = 0;
+  if (pf.lines > 0) {
+    const int64_t per = ceil_div(pf.lines, kc);            // lines per group
+    const int64_t every = imax(1, kc / ceil_div(pf.lines, per));  // k steps per group
+    for (int64_t left = pf.lines; left > 0 && k + every <= kc;) {
+      for (int64_t q = 0; q < per && left > 0; q++, left--, pf.p += 64) _mm_prefetch(pf.p, _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int64_t end = k + every; k < end; k++) step();
+    }
   }
+#pragma GCC unroll 2
+  for (; k < kc; k++) step();
   store_tile<mr>(acc, c, ldc, nv, e);
 }
 
 template <typename BT>
-using UKernel = void (*)(int64_t, const float*, const BT*, float*, int64_t, int64_t, const Epi&);
+using UKernel = void (*)(int64_t, const float*, const BT*, float*, int64_t, int64_t, const Epi&, Prefetch);
 
 template <typename BT, int... I>
 static inline UKernel<BT> ukernel_for(int mr, std::integer_sequence<int, I...>) {
@@ -297,13 +318,7 @@ struct BPrepacked {  // whole-K panels from weight_pack (j is a multiple of NR)
   const T* data;
   int64_t K;
   void pack(int64_t, int64_t, int64_t, int64_t, float*) const {}
-  // Panels of one K block are K·NR elements apart, so the next one is not where the hardware
-  // prefetchers look: pull it in while the micro-kernels work on this one (weights stream from DRAM).
-  void prefetch(int64_t j, int64_t, int64_t pc, int64_t kc) const {
-    const char* p = reinterpret_cast<const char*>(panel(j, pc));
-    const int64_t bytes = kc * NR * int64_t(sizeof(T));
-    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-  }
+  // (the next panel is prefetched by the micro-kernels: see Prefetch)
   const T* panel(int64_t j, int64_t pc) const { return data + (j / NR) * K * NR + pc * NR; }
 };
 
@@ -339,9 +354,12 @@ static void gemm_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nv = imin(NR, nc - jr);
           const BT* bpanel;
-          if (BS::prepacked) {
+          Prefetch pf{nullptr, 0};
+          if constexpr (BS::prepacked) {
             bpanel = bs.panel(jc + jr, pc);
-            if (ic == m0 && jr + 2 * NR < nc) bs.prefetch(jc + jr + 2 * NR, 0, pc, kc);
+            // the panel after this one: next columns, else the next K block's first panel
+            const BT* next = jr + NR < nc ? bs.panel(jc + jr + NR, pc) : pc + kc < K ? bs.panel(jc, pc + kc) : nullptr;
+            if (next) pf = {reinterpret_cast<const char*>(next), ceil_div(kc * NR * int64_t(sizeof(BT)), 64)};
           } else {
             float* d = one_block ? bbuf : bbuf + (jr / NR) * kc * NR;
             if (ic == m0) {
@@ -354,7 +372,10 @@ static void gemm_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t 
           const RowPanels rp(mc);
           for (int64_t p = 0; p < rp.n; p++) {
             const int64_t ir = rp.start(p);
-            ukernel_for<BT>(int(rp.rows(p)))(kc, ap + p * kc * MR, bpanel, C + (ic + ir) * ldc + jc + jr, ldc, nv, ej);
+            // this call's share of the next panel's lines
+            const int64_t l0 = pf.lines * p / rp.n, l1 = pf.lines * (p + 1) / rp.n;
+            ukernel_for<BT>(int(rp.rows(p)))(kc, ap + p * kc * MR, bpanel, C + (ic + ir) * ldc + jc + jr, ldc, nv, ej,
+                                             Prefetch{pf.p ? pf.p + l0 * 64 : nullptr, l1 - l0});
           }
         }
       }

@@ -275,7 +275,7 @@ t.test('packed weights (f32, bf16, f16) match the unpacked product', async (t) =
         t.equal(p.rows, N);
         t.equal(p.cols, K);
         t.ok(p.bytes >= N * K * (name === 'bf16' ? 2 : 4), `${name} packed size`);
-        for (const M of [1, 2, 5, 20]) {
+        for (const M of [1, 2, 5, 20, 150]) {
           const x = randArray(M * K), bias = randArray(N);
           const y = randArray(M * N);
           const y0 = y.slice();
