@@ -121,22 +121,25 @@ async function sentences(model: EncoderModel, words: number, count: number): Pro
 }
 
 type Timing = { s: number; cpu: number }; // median wall seconds, median process CPU seconds (all threads)
+type Samples = { times: number[]; cpus: number[] }; // per call: wall ms, process CPU ms
 
-async function timeIt(fn: () => Promise<unknown>, minReps: number, seconds: number): Promise<Timing> {
-  await fn(); // warm-up
-  const times: number[] = [];
-  const cpus: number[] = [];
+// Calls fn at least minReps times and until `seconds` have passed (at most 50 calls), adding each
+// call's wall and process CPU time to `into`.
+async function sample(fn: () => Promise<unknown>, minReps: number, seconds: number, into: Samples): Promise<void> {
   const end = performance.now() + seconds * 1000;
-  while (times.length < minReps || (performance.now() < end && times.length < 50)) {
+  for (let n = 0; n < minReps || (performance.now() < end && n < 50); n++) {
     const c0 = process.cpuUsage();
     const t0 = performance.now();
     await fn();
-    times.push(performance.now() - t0);
+    into.times.push(performance.now() - t0);
     const c = process.cpuUsage(c0);
-    cpus.push((c.user + c.system) / 1000);
+    into.cpus.push((c.user + c.system) / 1000);
   }
-  const med = (a: number[]) => a.sort((x, y) => x - y)[Math.floor(a.length / 2)] / 1000;
-  return { s: med(times), cpu: med(cpus) };
+}
+
+function median(x: Samples): Timing {
+  const med = (a: number[]) => [...a].sort((p, q) => p - q)[Math.floor(a.length / 2)] / 1000;
+  return { s: med(x.times), cpu: med(x.cpus) };
 }
 
 export async function run(argv: string[] = []): Promise<void> {
@@ -155,17 +158,17 @@ export async function run(argv: string[] = []): Promise<void> {
   type Row = { words: number; B: number; N: number; W: number; loom: number; loomCpu: number; torch?: number; torchCpu?: number; ort?: number; ortCpu?: number };
   const load0 = loadavg()[0];
   const rows: Row[] = [];
+  const calls: (() => Promise<unknown>)[] = [];
   for (const words of lengths) {
     const texts = await sentences(model, words, 32);
     const f = await model.format(texts[0], schema);
     for (const B of batches) {
       const batch = texts.slice(0, B);
-      const { s, cpu } = await timeIt(() => (B === 1 ? model.extract(batch[0], labels) : model.extract(batch, labels)), quick ? 2 : 3, secs);
-      rows.push({ words, B, N: f.ids.length, W: f.wordPos.length, loom: s, loomCpu: cpu });
-      console.log(`loom  words=${words} B=${B} N=${f.ids.length}: ${(s * 1000).toFixed(1)} ms/call, ${(B / s).toFixed(1)} texts/s, CPU ${(cpu * 1000).toFixed(1)} ms/call`);
+      rows.push({ words, B, N: f.ids.length, W: f.wordPos.length, loom: 0, loomCpu: 0 }); // timed below
+      calls.push(() => (B === 1 ? model.extract(batch[0], labels) : model.extract(batch, labels)));
     }
   }
-  // PyTorch (+ ONNX export for onnxruntime)
+  // PyTorch (+ ONNX export for onnxruntime): its own process, run first (it writes the ONNX file)
   const py = join(here, '.venv', 'bin', 'python');
   const onnxPath = join(cacheDir, 'gliner2-base-random.onnx');
   if (existsSync(py)) {
@@ -186,26 +189,51 @@ export async function run(argv: string[] = []): Promise<void> {
       console.log(`pytorch column skipped: ${(e as Error).message.split('\n')[0]}`);
     }
   } else console.log('pytorch column skipped: bench/.venv missing (python3 -m venv bench/.venv && bench/.venv/bin/pip install torch transformers onnx)');
-  // onnxruntime-node
+  // onnxruntime-node, in this process
   let ort: any; // eslint-disable-line @typescript-eslint/no-explicit-any
   try {
     ort = createRequire(join(here, 'package.json'))('onnxruntime-node');
   } catch {
     console.log('onnxruntime column skipped: npm install --prefix bench');
   }
-  if (ort && existsSync(onnxPath)) {
-    const sess = await ort.InferenceSession.create(onnxPath, { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all' });
-    for (const r of rows) {
-      const feeds = {
-        input_ids: new ort.Tensor('int64', BigInt64Array.from({ length: r.B * r.N }, (_, i) => BigInt(5 + ((i * 7919) % 3990))), [r.B, r.N]),
-        attention_mask: new ort.Tensor('int64', new BigInt64Array(r.B * r.N).fill(1n), [r.B, r.N]),
-        word_pos: new ort.Tensor('int64', BigInt64Array.from({ length: r.B * r.W }, (_, i) => BigInt(r.N - r.W + (i % r.W))), [r.B, r.W]),
-        label_pos: new ort.Tensor('int64', BigInt64Array.from({ length: r.B * 4 }, (_, i) => BigInt(1 + 2 * (i % 4))), [r.B, 4]),
-      };
-      const tm = await timeIt(() => sess.run(feeds), quick ? 2 : 3, secs);
-      r.ort = tm.s;
-      r.ortCpu = tm.cpu;
+  const sess = ort && existsSync(onnxPath)
+    ? await ort.InferenceSession.create(onnxPath, { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all' })
+    : null;
+  // Loom and onnxruntime alternate within each row (rounds of each), so that a change in the
+  // machine's speed during the run (a shared host) falls on both columns alike. Each engine's pool
+  // threads spin for a while after a call (onnxruntime's by default, ours briefly): a pause before
+  // each switch lets the other engine's threads go to sleep first, so neither is timed (wall or
+  // process CPU) against the other's spinning.
+  const settle = () => new Promise((r) => setTimeout(r, 300));
+  const rounds = quick ? 2 : 3;
+  for (const [i, r] of rows.entries()) {
+    const feeds = sess && {
+      input_ids: new ort.Tensor('int64', BigInt64Array.from({ length: r.B * r.N }, (_, i) => BigInt(5 + ((i * 7919) % 3990))), [r.B, r.N]),
+      attention_mask: new ort.Tensor('int64', new BigInt64Array(r.B * r.N).fill(1n), [r.B, r.N]),
+      word_pos: new ort.Tensor('int64', BigInt64Array.from({ length: r.B * r.W }, (_, i) => BigInt(r.N - r.W + (i % r.W))), [r.B, r.W]),
+      label_pos: new ort.Tensor('int64', BigInt64Array.from({ length: r.B * 4 }, (_, i) => BigInt(1 + 2 * (i % 4))), [r.B, 4]),
+    };
+    const ours: Samples = { times: [], cpus: [] }, theirs: Samples = { times: [], cpus: [] };
+    const ortCall = () => sess.run(feeds);
+    // the first call after a switch finds the other engine's data in the caches: untimed when short
+    const t0 = performance.now();
+    await calls[i]();
+    const rewarm = performance.now() - t0 < 1000;
+    for (let k = 0; k < rounds; k++) {
+      await settle();
+      if (rewarm || k === 0) await calls[i]();
+      await sample(calls[i], 1, secs / rounds, ours);
+      if (!sess) continue;
+      await settle();
+      if (rewarm || k === 0) await ortCall();
+      await sample(ortCall, 1, secs / rounds, theirs);
     }
+    const m = median(ours);
+    r.loom = m.s;
+    r.loomCpu = m.cpu;
+    if (sess) ({ s: r.ort, cpu: r.ortCpu } = median(theirs));
+    console.log(`loom  words=${r.words} B=${r.B} N=${r.N}: ${(m.s * 1000).toFixed(1)} ms/call, ${(r.B / m.s).toFixed(1)} texts/s, CPU ${(m.cpu * 1000).toFixed(1)} ms/call` +
+      (r.ort ? `; onnxruntime ${(r.ort * 1000).toFixed(1)} ms/call` : ''));
   }
   const fmt = (s?: number, B = 1) => (s === undefined ? '—' : `${(B / s).toFixed(1)} (${(s * 1000).toFixed(0)} ms)`);
   const load1 = loadavg()[0];
