@@ -77,12 +77,42 @@ struct RowPanels {
 
 // A block: element (i, k) of op(A) at a[i*rs + k*cs], i < mc, k < kc  ->  RowPanels(mc) panels
 // [kc][MR] (slots past a panel's rows are zero). ROUND: round to bf16 (emulated bf16 compute).
+// Rows of A contiguous (cs == 1, the usual case): 8 rows × 8 k at a time through an 8×8 register
+// transpose; each transposed vector holds one k for up to 8 rows of the panel.
+static void pack_a_rows(int64_t mr, int64_t kc, const float* a, int64_t rs, float* d) {
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8)
+    for (int g = 0; g < MR; g += 8) {
+      const int n = MR - g < 8 ? MR - g : 8;  // panel slots in this group
+      __m256 r[8];
+      for (int i = 0; i < 8; i++) r[i] = g + i < mr ? _mm256_loadu_ps(a + (g + i) * rs + k) : _mm256_setzero_ps();
+      transpose8(r);
+      for (int j = 0; j < 8; j++) {
+        float* o = d + (k + j) * MR + g;
+        if (n == 8) {
+          _mm256_storeu_ps(o, r[j]);
+        } else {
+          const __m128 lo = _mm256_castps256_ps128(r[j]);
+          if (n >= 4) _mm_storeu_ps(o, lo);
+          if (n == 6) _mm_storel_pi(reinterpret_cast<__m64*>(o + 4), _mm256_extractf128_ps(r[j], 1));
+          else if (n != 4) for (int i = 0; i < n; i++) o[i] = r[j][i];
+        }
+      }
+    }
+  for (; k < kc; k++)
+    for (int64_t i = 0; i < MR; i++) d[k * MR + i] = i < mr ? a[i * rs + k] : 0.0f;
+}
+
 template <bool ROUND>
 static void pack_a(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, float* dst) {
   const RowPanels rp(mc);
   for (int64_t p = 0; p < rp.n; p++) {
     const int64_t i0 = rp.start(p), mr = rp.rows(p);
     float* d = dst + p * kc * MR;
+    if (!ROUND && cs == 1) {
+      pack_a_rows(mr, kc, a + i0 * rs, rs, d);
+      continue;
+    }
     for (int64_t i = 0; i < MR; i++) {
       if (i >= mr) {
         for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0f;
