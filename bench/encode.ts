@@ -16,7 +16,8 @@ import { cpus, loadavg } from 'node:os';
 import { writeSafetensors, type TensorToWrite } from '../src/formats/safetensors.ts';
 import { loadEncoder, type EncoderModel } from '../src/models/encoder/index.ts';
 import { normalizeSchema } from '../src/models/encoder/schema.ts';
-import { getThreads, setThreads } from '../src/native/cpu.ts';
+import { getIsa, getThreads, setThreads } from '../src/native/cpu.ts';
+import { addon } from '../src/native/addon.ts';
 
 const here = import.meta.dirname;
 const cacheDir = join(here, '.cache');
@@ -156,6 +157,10 @@ export async function run(argv: string[] = []): Promise<void> {
   const batches = [1, 32];
   const secs = quick ? 1 : 4;
   type Row = { words: number; B: number; N: number; W: number; loom: number; loomCpu: number; torch?: number; torchCpu?: number; ort?: number; ortCpu?: number };
+  // How fast this machine is for us at the start and the end: the FMA loop on our threads in wall
+  // time (a shared host shows here; CPU-time peaks do not move). null without AVX2/AVX-512.
+  const probe = (): number | null => addon.benchPeak(getIsa() === 'avx512' ? 'avx512' : 'avx2', threads, 0.3, true) as number | null;
+  const probe0 = probe();
   const load0 = loadavg()[0];
   const rows: Row[] = [];
   const calls: (() => Promise<unknown>)[] = [];
@@ -237,7 +242,8 @@ export async function run(argv: string[] = []): Promise<void> {
   }
   const fmt = (s?: number, B = 1) => (s === undefined ? '—' : `${(B / s).toFixed(1)} (${(s * 1000).toFixed(0)} ms)`);
   const load1 = loadavg()[0];
-  console.log(`\nGLiNER2 base config, 4 labels, ${threads} threads, ${cpus().length} cores (${cpus()[0]?.model.trim()}), load average ${load0.toFixed(1)} at start, ${load1.toFixed(1)} at end — texts/s (latency per call)`);
+  const probe1 = probe();
+  console.log(`\nGLiNER2 base config, 4 labels, ${threads} threads, ${cpus().length} cores (${cpus()[0]?.model.trim()}), load average ${load0.toFixed(1)} at start, ${load1.toFixed(1)} at end, FMA loop in wall time ${probe0?.toFixed(0) ?? 'n/a'} / ${probe1?.toFixed(0) ?? 'n/a'} GFLOP/s at start / end — texts/s (latency per call)`);
   console.log('| words | batch | tokens | Loom | PyTorch | onnxruntime | Loom/PyTorch | Loom/ORT |');
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows)

@@ -34,13 +34,17 @@ struct ThreadsScope {
   ~ThreadsScope() { threads_set(prev); }
 };
 
-// benchPeak(kind: 'avx2' | 'avx512' | 'bf16', threads, seconds) -> GFLOP/s over all threads
-// (sum of per-thread rates measured in thread CPU time)
+// benchPeak(kind: 'avx2' | 'avx512' | 'bf16', threads, seconds, wall = false) -> GFLOP/s over
+// all threads: the best of 10 runs, each the sum of per-thread rates in thread CPU time; with
+// wall, the median of 10 runs in wall-clock time over all threads (how fast the machine is for us
+// right now: a shared host that takes turns on our cores, or runs its other guests on the same
+// physical cores, shows here and not in CPU time).
 Napi::Value Peak(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string kind = info[0].As<Napi::String>();
   int th = int(int_arg(info[1], "threads"));
   double secs = num_arg(info[2], "seconds");
+  const bool wall = info.Length() > 3 && info[3].IsBoolean() && info[3].As<Napi::Boolean>().Value();
   const CpuFeatures& f = cpu_features();
   double (*fn)(int64_t) = nullptr;
   if (kind == "avx2" && f.avx2 && f.fma) fn = bench::peak_fma_avx2;
@@ -66,6 +70,21 @@ Napi::Value Peak(const Napi::CallbackInfo& info) {
   }
   // Each thread's rate from its own CPU time, summed: the FMA loop touches no memory, so this is
   // what the cores do while running, unaffected by other processes taking turns on them.
+  if (wall) {
+    double runs[10];
+    for (double& r : runs) {
+      std::atomic<double> flops{0};
+      const double t0 = now_s();
+      pool_run(th, [&](int, int) {
+        double fl = fn(iters), cur = flops.load();
+        while (!flops.compare_exchange_weak(cur, cur + fl)) {
+        }
+      });
+      r = flops.load() / (now_s() - t0) / 1e9;
+    }
+    std::sort(runs, runs + 10);
+    return Napi::Number::New(env, 0.5 * (runs[4] + runs[5]));
+  }
   double best = 0;
   for (int rep = 0; rep < 10; rep++) {
     std::atomic<double> rate{0};
