@@ -231,6 +231,14 @@ struct Prefetch {
 template <int mr, typename BT>
 static void ukernel(int64_t kc, const float* __restrict a, const BT* __restrict b, float* c, int64_t ldc,
                     int64_t nv, const Epi& e, Prefetch pf) {
+  // The C tile is read (later K blocks add to it) or written once the k loop ends: ask for its
+  // lines now. With thousands of rows C outgrows the L3 between two K blocks, and the tile's row
+  // misses at the end of every micro-kernel cost 4-18 % of a large-batch encoder GEMM.
+#pragma GCC unroll 16
+  for (int i = 0; i < mr; i++) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+  }
   reg acc[mr][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < mr; i++)
