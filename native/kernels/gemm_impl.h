@@ -75,10 +75,8 @@ struct RowPanels {
   int64_t rows(int64_t p) const { return base + (p < extra ? 1 : 0); }
 };
 
-// A block: element (i, k) of op(A) at a[i*rs + k*cs], i < mc, k < kc  ->  RowPanels(mc) panels
-// [kc][MR] (slots past a panel's rows are zero). ROUND: round to bf16 (emulated bf16 compute).
-// Rows of A contiguous (cs == 1, the usual case): 8 rows × 8 k at a time through an 8×8 register
-// transpose; each transposed vector holds one k for up to 8 rows of the panel.
+// One row panel of A (mr ≤ MR rows) with contiguous rows (cs == 1, the usual case): 8 rows × 8 k
+// at a time through an 8×8 register transpose; each transposed vector holds one k for up to 8 rows.
 static void pack_a_rows(int64_t mr, int64_t kc, const float* a, int64_t rs, float* d) {
   int64_t k = 0;
   for (; k + 8 <= kc; k += 8)
@@ -103,6 +101,8 @@ static void pack_a_rows(int64_t mr, int64_t kc, const float* a, int64_t rs, floa
     for (int64_t i = 0; i < MR; i++) d[k * MR + i] = i < mr ? a[i * rs + k] : 0.0f;
 }
 
+// A block: element (i, k) of op(A) at a[i*rs + k*cs], i < mc, k < kc  ->  RowPanels(mc) panels
+// [kc][MR] (slots past a panel's rows are zero). ROUND: round to bf16 (emulated bf16 compute).
 template <bool ROUND>
 static void pack_a(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, float* dst) {
   const RowPanels rp(mc);
