@@ -140,7 +140,7 @@ async function sample(fn: () => Promise<unknown>, minReps: number, seconds: numb
   }
 }
 
-function median(x: Samples): Timing & { best: number } {
+function summarize(x: Samples): Timing & { best: number } {
   const med = (a: number[]) => [...a].sort((p, q) => p - q)[Math.floor(a.length / 2)] / 1000;
   return { s: med(x.times), cpu: med(x.cpus), best: Math.min(...x.times) / 1000 };
 }
@@ -223,23 +223,24 @@ export async function run(argv: string[] = []): Promise<void> {
     const ours: Samples = { times: [], cpus: [] }, theirs: Samples = { times: [], cpus: [] };
     const ortCall = () => sess.run(feeds);
     // the first call after a switch finds the other engine's data in the caches: untimed when short
+    // (Loom's first round follows its own warm-up call; onnxruntime's first call is always untimed)
     const t0 = performance.now();
     await calls[i]();
     const rewarm = performance.now() - t0 < 1000;
     for (let k = 0; k < rounds; k++) {
       await settle();
-      if (rewarm || k === 0) await calls[i]();
+      if (rewarm && k > 0) await calls[i]();
       await sample(calls[i], 1, secs / rounds, ours);
       if (!sess) continue;
       await settle();
       if (rewarm || k === 0) await ortCall();
       await sample(ortCall, 1, secs / rounds, theirs);
     }
-    const m = median(ours);
+    const m = summarize(ours);
     r.loom = m.s;
     r.loomCpu = m.cpu;
     r.loomBest = m.best;
-    if (sess) ({ s: r.ort, cpu: r.ortCpu, best: r.ortBest } = median(theirs));
+    if (sess) ({ s: r.ort, cpu: r.ortCpu, best: r.ortBest } = summarize(theirs));
     console.log(`loom  words=${r.words} B=${r.B} N=${r.N}: ${(m.s * 1000).toFixed(1)} ms/call, ${(r.B / m.s).toFixed(1)} texts/s, CPU ${(m.cpu * 1000).toFixed(1)} ms/call` +
       (r.ort ? `; onnxruntime ${(r.ort * 1000).toFixed(1)} ms/call` : ''));
   }

@@ -27,6 +27,13 @@ double thread_cpu_s() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
+// x += v for the pool's threads.
+void add_to(std::atomic<double>& x, double v) {
+  double cur = x.load();
+  while (!x.compare_exchange_weak(cur, cur + v)) {
+  }
+}
+
 // Restores the pool size on scope exit.
 struct ThreadsScope {
   int prev;
@@ -68,33 +75,26 @@ Napi::Value Peak(const Napi::CallbackInfo& info) {
     }
     iters *= 4;
   }
-  // Each thread's rate from its own CPU time, summed: the FMA loop touches no memory, so this is
-  // what the cores do while running, unaffected by other processes taking turns on them.
-  if (wall) {
+  if (wall) {  // all threads' FMAs over the wall time of the run, median of 10
     double runs[10];
     for (double& r : runs) {
       std::atomic<double> flops{0};
       const double t0 = now_s();
-      pool_run(th, [&](int, int) {
-        double fl = fn(iters), cur = flops.load();
-        while (!flops.compare_exchange_weak(cur, cur + fl)) {
-        }
-      });
+      pool_run(th, [&](int, int) { add_to(flops, fn(iters)); });
       r = flops.load() / (now_s() - t0) / 1e9;
     }
     std::sort(runs, runs + 10);
     return Napi::Number::New(env, 0.5 * (runs[4] + runs[5]));
   }
+  // Each thread's rate from its own CPU time, summed: the FMA loop touches no memory, so this is
+  // what the cores do while running, unaffected by other processes taking turns on them.
   double best = 0;
   for (int rep = 0; rep < 10; rep++) {
     std::atomic<double> rate{0};
     pool_run(th, [&](int, int) {
       double c0 = thread_cpu_s();
       double fl = fn(iters);
-      double r = fl / (thread_cpu_s() - c0) / 1e9;
-      double cur = rate.load();
-      while (!rate.compare_exchange_weak(cur, cur + r)) {
-      }
+      add_to(rate, fl / (thread_cpu_s() - c0) / 1e9);
     });
     best = std::max(best, rate.load());
   }
