@@ -4,7 +4,7 @@
   },
   "target_defaults": {
     "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "native/include"],
-    "defines": ["NAPI_VERSION=9", "NAPI_CPP_EXCEPTIONS"],
+    "defines": ["NAPI_VERSION=9", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_CPP_EXCEPTIONS_ALL"],
     "cflags!": ["-fno-exceptions", "-O2", "-O0"],
     "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-std=gnu++17", "-std=gnu++1y", "-O2", "-O0"],
     "cflags_cc": ["<@(loom_common_cflags)", "-fexceptions"],

@@ -1,6 +1,10 @@
 // Persistent thread pool: workers spin for a short while after each job and then sleep on a
 // condition variable, so the many small parallel regions of a decode step stay cheap.
+// A task that throws (std::bad_alloc in a kernel's scratch, ...) never escapes a worker thread
+// (that would std::terminate the process): the worker keeps the first exception, finishes its
+// share of the barrier, and run() rethrows it on the calling thread once every worker is done.
 #include <atomic>
+#include <exception>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -47,6 +51,7 @@ class Pool {
       return;
     }
     std::lock_guard<std::mutex> run_lock(run_mu_);
+    error_ = nullptr;
     fn_ = &fn;
     active_ = nth;
     pending_.store(nth - 1, std::memory_order_relaxed);
@@ -65,6 +70,11 @@ class Pool {
     }
     t_in_pool = false;
     wait_done();
+    if (error_) {
+      std::exception_ptr e = error_;
+      error_ = nullptr;
+      std::rethrow_exception(e);
+    }
   }
 
  private:
@@ -98,8 +108,13 @@ class Pool {
       seen = g;
       if (quit_) return;
       if (id < active_) {
-        (*fn_)(id, active_);  // kernels must not throw from worker threads
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+        try {
+          (*fn_)(id, active_);
+        } catch (...) {
+          std::lock_guard<std::mutex> lk(err_mu_);
+          if (!error_) error_ = std::current_exception();
+        }
+        pending_.fetch_sub(1, std::memory_order_acq_rel);  // release: error_ is visible to run()
       }
     }
   }
@@ -123,6 +138,8 @@ class Pool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   const std::function<void(int, int)>* fn_ = nullptr;
+  std::mutex err_mu_;
+  std::exception_ptr error_;  // first exception a worker's share threw in the current run()
   int active_ = 0;
   bool quit_ = false;
 };

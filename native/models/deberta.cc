@@ -52,7 +52,11 @@ struct Model::Workspace {
   size_t cap = 0;
   float* get(size_t n) {
     if (n > cap) {
+      // Free first, and leave the workspace empty (not pointing at freed memory) if the new
+      // allocation fails: the lease returns it to the pool and the next call must not reuse it.
       aligned_free(buf);
+      buf = nullptr;
+      cap = 0;
       buf = static_cast<float*>(aligned_malloc(n * sizeof(float)));
       if (!buf) throw std::bad_alloc();
       cap = n;

@@ -1,4 +1,6 @@
 // Bindings: CPU features, ISA switch, thread pool size, conversions.
+#include <atomic>
+#include <new>
 #include "loom/core.h"
 #include "napi_util.h"
 
@@ -54,6 +56,24 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// poolCheck(throwTid) → Promise<number>: runs one pool region on the libuv pool, as model calls do,
+// in which the share of thread `throwTid` (-1: none) throws std::bad_alloc. Resolves with the
+// number of shares that ran; a throwing share rejects the promise (the process survives and the
+// pool stays usable). A health check of the pool's error path, used by the tests.
+Napi::Value PoolCheck(const Napi::CallbackInfo& info) {
+  int64_t throw_tid = int_arg(info[0], "throwTid");
+  auto ran = std::make_shared<std::atomic<int>>(0);
+  return run_async(
+      info.Env(),
+      [ran, throw_tid]() {
+        pool_run(threads_get(), [&](int tid, int) {
+          ran->fetch_add(1);
+          if (tid == throw_tid) throw std::bad_alloc();
+        });
+      },
+      [ran](Napi::Env env) { return Napi::Number::New(env, ran->load()); });
+}
+
 // convertBf16ToF32(src: Uint16Array, dst: Float32Array)
 Napi::Value ConvertBf16ToF32(const Napi::CallbackInfo& info) {
   auto src = array_arg<uint16_t>(info[0], "src");
@@ -85,6 +105,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("setIsa", Napi::Function::New(env, SetIsa));
   exports.Set("getThreads", Napi::Function::New(env, GetThreads));
   exports.Set("setThreads", Napi::Function::New(env, SetThreads));
+  exports.Set("poolCheck", Napi::Function::New(env, PoolCheck));
   exports.Set("convertBf16ToF32", Napi::Function::New(env, ConvertBf16ToF32));
   exports.Set("convertF32ToBf16", Napi::Function::New(env, ConvertF32ToBf16));
   exports.Set("convertF16ToF32", Napi::Function::New(env, ConvertF16ToF32));

@@ -164,7 +164,7 @@ Napi::Value DebertaForward(const Napi::CallbackInfo& info) {
   check_len(env, mask.length, size_t(B * N), "mask");
   const int64_t D = m->cfg.D, L = m->cfg.L;
   size_t n_out = size_t(B * N * D) * (hs ? size_t(L + 1) : 1);
-  auto out = std::make_shared<std::vector<float>>(n_out);
+  auto out = std::make_shared<std::vector<float>>();  // sized on the worker: a failed allocation rejects
   std::vector<Napi::ObjectReference> keep;
   keep.push_back(std::move(ids.ref));
   keep.push_back(std::move(mask.ref));
@@ -172,7 +172,8 @@ Napi::Value DebertaForward(const Napi::CallbackInfo& info) {
   const uint8_t* mp = mask.data;
   return run_async(
       env,
-      [m, out, idp, mp, B, N, hs, D, L]() {
+      [m, out, idp, mp, B, N, hs, D, L, n_out]() {
+        out->resize(n_out);
         if (hs) {
           std::vector<float> last(size_t(B * N * D));
           deberta::forward(*m, B, N, idp, mp, last.data(), out->data(), nullptr);

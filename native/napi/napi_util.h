@@ -100,7 +100,10 @@ inline void check_len(Napi::Env env, size_t have, size_t need, const char* name)
 }
 
 // Runs `work` on the libuv pool and resolves the returned Promise with `done(env)` (undefined
-// if null). Exceptions thrown by `work` (std::exception) reject it with their message.
+// if null). Exceptions thrown by `work` or `done` (std::bad_alloc, std::length_error, ...) reject
+// it with their message; so do exceptions thrown inside loom's pool tasks (pool_run rethrows them
+// on the worker's thread). Exceptions on the main thread become JS errors
+// (NODE_ADDON_API_CPP_EXCEPTIONS_ALL, set in binding.gyp / CMakeLists.txt).
 // `keep` holds JS objects (typed arrays) alive until completion.
 class PromiseWorker : public Napi::AsyncWorker {
  public:
@@ -124,6 +127,8 @@ class PromiseWorker : public Napi::AsyncWorker {
       deferred_.Resolve(done_ ? done_(env) : env.Undefined());
     } catch (const Napi::Error& e) {
       deferred_.Reject(e.Value());
+    } catch (const std::exception& e) {  // e.g. std::bad_alloc while building the result
+      deferred_.Reject(Napi::Error::New(env, e.what()).Value());
     }
   }
   void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }

@@ -54,3 +54,17 @@ t.test('wrong argument types get a clear TypeError', async (t) => {
   t.throws(() => addon.convertBf16ToF32(new Float32Array(2), new Float32Array(2)), /src must be a Uint16Array/);
   t.throws(() => addon.convertBf16ToF32(new Uint16Array(4), new Float32Array(2)), /dst has 2 elements, needs 4/);
 });
+
+t.test('a pool task that throws rejects the call; the process and the pool survive', async (t) => {
+  const prev = getThreads();
+  setThreads(Math.max(2, prev));
+  try {
+    const n = getThreads();
+    t.equal(await addon.poolCheck(-1), n, 'every share runs');
+    // before: an exception in a worker thread's share called std::terminate (the process died)
+    for (let tid = 0; tid < n; tid++) await t.rejects(addon.poolCheck(tid), /bad_alloc/, `share ${tid} throws`);
+    t.equal(await addon.poolCheck(-1), n, 'the pool still runs every share afterwards');
+  } finally {
+    setThreads(prev);
+  }
+});

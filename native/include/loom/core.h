@@ -42,6 +42,8 @@ bool isa_parse(const char* s, Isa* out);
 // pool_run(nth, fn) runs fn(tid, nth) for tid in [0, nth) on nth threads (the caller is tid 0)
 // and returns when all are done. Calls from different OS threads are serialized; a call made
 // from inside a pool task runs inline on the calling thread (fn(0,1)), so kernels may nest.
+// An exception thrown by any share is rethrown by pool_run on the calling thread after every
+// share has finished (never on a worker thread, where it would terminate the process).
 int threads_get();
 void threads_set(int n);  // n >= 1; resizes the pool
 void pool_run(int nth, const std::function<void(int tid, int nth)>& fn);
