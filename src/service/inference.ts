@@ -224,6 +224,9 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       await call.fail(base, err);
       // the encoder's own schema checks (field specs, validators' patterns, thresholds): the caller's input
       if ((err as Error)?.name === 'SchemaError') throw new ValidationError(`schema: ${(err as Error).message}`, [{ path: '/schema', message: (err as Error).message }]);
+      // an input over the encoder's request limits (ENCODER_LIMITS): the message names the limit
+      const lim = err as { name?: string; message: string; path?: string; limit?: string };
+      if (lim?.name === 'InputLimitError') throw new ValidationError(lim.message, [{ path: lim.path ?? '', message: lim.message, keyword: lim.limit }]);
       throw err;
     }
     const result = Array.isArray(req.text) ? out.results : out.results[0];

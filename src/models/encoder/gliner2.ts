@@ -9,6 +9,7 @@ import { formatInput, type FormatOptions, type Formatted } from './format.ts';
 import { normalizeSchema, type Schema } from './schema.ts';
 import { EncoderTokenizer } from './tokenizer.ts';
 import { decodeSample, toReferenceJson, toResult, type ExtractResult, type RawTask, type SegmentScores, type Span } from './decode.ts';
+import { ENCODER_LIMITS, InputLimitError } from './limits.ts';
 import { splitWords } from './words.ts';
 
 export type CountingLayer = 'count_lstm' | 'count_lstm_v2' | 'count_lstm_moe';
@@ -201,19 +202,37 @@ export class Gliner2Model {
     const chunkWords = opts.chunkWords ?? 384;
     const overlap = Math.min(opts.chunkOverlap ?? 64, chunkWords - 1);
     const schemas = items.map((it) => (isSchema(it.schema) ? it.schema : normalizeSchema(it.schema)));
-    // Expand long texts into overlapping word windows (stable format only; the reference runs them whole).
+    const fmt = { fieldPromptOrder: opts.fieldPromptOrder };
+    // Prompt tokens of each distinct schema (the formatted empty text less its "." token).
+    const promptTok = new Map<Schema, number>();
+    for (const sc of new Set(schemas)) {
+      const n = (await formatInput(this.tokenizer, '', sc, fmt)).ids.length - 1;
+      if (n > ENCODER_LIMITS.promptTokens)
+        throw new InputLimitError(`the schema's prompt is ${n} tokens, over the limit of ${ENCODER_LIMITS.promptTokens} (promptTokens)`, '/schema', 'promptTokens');
+      promptTok.set(sc, n);
+    }
+    // Expand long texts into overlapping windows of at most chunkWords words and windowTokens
+    // tokens (stable format only; the reference runs texts whole), and bound the request's work.
     const jobs: { item: number; text: string; offset: number }[] = [];
-    items.forEach((it, i) => {
-      if (reference) return jobs.push({ item: i, text: it.text, offset: 0 });
-      const w = splitWords(it.text, false);
-      if (w.tokens.length <= chunkWords) return jobs.push({ item: i, text: it.text, offset: 0 });
-      for (let s = 0; ; s += chunkWords - overlap) {
-        const e = Math.min(s + chunkWords, w.tokens.length);
-        jobs.push({ item: i, text: it.text.slice(w.start[s], w.end[e - 1]), offset: w.start[s] });
-        if (e >= w.tokens.length) break;
+    const textPath = (i: number) => (items.length > 1 ? `/text/${i}` : '/text');
+    let work = 0;
+    for (const [i, it] of items.entries()) {
+      const w = splitWords(it.text);
+      const counts = (await this.tokenizer.pieces(w.tokens)).map((p) => p.length);
+      const windows = reference ? [[0, w.tokens.length]] : windowWords(counts, chunkWords, overlap, ENCODER_LIMITS.windowTokens);
+      if (reference) {
+        const n = counts.reduce((a, b) => a + b, 0);
+        if (n > ENCODER_LIMITS.wholeTextTokens)
+          throw new InputLimitError(`format 'gliner2' runs a text whole: ${n} tokens, over the limit of ${ENCODER_LIMITS.wholeTextTokens} (wholeTextTokens)`, textPath(i), 'wholeTextTokens');
       }
-    });
-    const formatted = await Promise.all(jobs.map((j) => formatInput(this.tokenizer, j.text, schemas[j.item], { fieldPromptOrder: opts.fieldPromptOrder })));
+      for (const [s, e] of windows) for (let k = s; k < e; k++) work += counts[k];
+      work += windows.length * (promptTok.get(schemas[i])! + 1);
+      if (work > ENCODER_LIMITS.requestTokens)
+        throw new InputLimitError(`the request needs more than ${ENCODER_LIMITS.requestTokens} encoder tokens (requestTokens: every window's schema prompt and text); send less text or a smaller schema`, textPath(i), 'requestTokens');
+      if (windows.length === 1) jobs.push({ item: i, text: it.text, offset: 0 });
+      else for (const [s, e] of windows) jobs.push({ item: i, text: it.text.slice(w.start[s], w.end[e - 1]), offset: w.start[s] });
+    }
+    const formatted = await Promise.all(jobs.map((j) => formatInput(this.tokenizer, j.text, schemas[j.item], fmt)));
     const runItems: Item[] = formatted.map((f, i) => ({ f, schema: schemas[jobs[i].item] }));
     await this.runBatches(runItems, opts);
     const decodeOpts = { threshold, pick: reference ? ('reference' as const) : ('best' as const), K: this.info.maxWidth };
@@ -348,6 +367,28 @@ export class Gliner2Model {
       });
     }
     return sums.map((s, t) => Float32Array.from(s, (x) => x / Math.max(1, counts[t])));
+  }
+}
+
+/**
+ * Windows [start, end) over words with `counts[i]` sub-word tokens each: at most `maxWords` words
+ * and `maxTokens` tokens (a window always takes at least one word), consecutive windows sharing up
+ * to `overlap` words (and at most a quarter of a window's tokens), so every window makes progress. With
+ * words of ordinary length this is the fixed stride of maxWords − overlap words.
+ */
+export function windowWords(counts: number[], maxWords: number, overlap: number, maxTokens: number): [number, number][] {
+  const n = counts.length;
+  const out: [number, number][] = [];
+  for (let s = 0; ; ) {
+    let e = s;
+    let tok = 0;
+    while (e < n && e - s < maxWords && (e === s || tok + counts[e] <= maxTokens)) tok += counts[e++];
+    out.push([s, e]);
+    if (e >= n) return out;
+    let next = e;
+    let shared = 0;
+    while (next > s + 1 && e - next < overlap && shared + counts[next - 1] <= maxTokens / 4) shared += counts[--next];
+    s = next;
   }
 }
 

@@ -10,8 +10,11 @@
 //                                  {name, dtype?, description?, choices?, threshold?,
 //                                   validators?: {pattern, mode?, exclude?, ignore_case?}[]},
 //     relations?:      string[] | {name, description?, threshold?}[] | {rel: {...}}[] | {rel: {...}} }
-// Bad input throws SchemaError (the service answers 422 with its message).
+// Bad input throws SchemaError (the service answers 422 with its message); a schema over one of
+// ENCODER_LIMITS (names, descriptions, labels per task, tasks) throws InputLimitError with the
+// JSON pointer of the offending value ('/schema/entities/3'), before any tokenization or native call.
 
+import { ENCODER_LIMITS, InputLimitError, type EncoderLimit } from './limits.ts';
 import { MAX_VALIDATORS, parseValidator, type ValidatorSpec } from './validators.ts';
 
 export class SchemaError extends Error {
@@ -66,6 +69,28 @@ export type SchemaInput = string[] | Record<string, unknown>;
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** JSON pointer `base/key` (RFC 6901 escaping). */
+const ptr = (base: string, key: string | number) => `${base}/${String(key).replace(/~/g, '~0').replace(/\//g, '~1')}`;
+
+/** Throws InputLimitError when `n` is over ENCODER_LIMITS[limit]. */
+function cap(n: number, limit: EncoderLimit, path: string, what: string): void {
+  const max = ENCODER_LIMITS[limit];
+  if (n > max) throw new InputLimitError(`${what} is over the limit of ${max} (${limit}): got ${n}`, path, limit);
+}
+/** A name (label, field, choice, task): at most nameChars UTF-16 units. */
+function capName(v: unknown, path: string): void {
+  if (typeof v === 'string') cap(v.length, 'nameChars', path, `the name at ${path} (${v.length} characters)`);
+}
+/** A description / prompt / example text: at most descriptionChars UTF-16 units. */
+function capText(v: unknown, path: string): void {
+  if (typeof v === 'string') cap(v.length, 'descriptionChars', path, `the text at ${path} (${v.length} characters)`);
+}
+/** A list or object of labels / fields / choices: at most `labels` entries. */
+function capCount(v: unknown, path: string, limit: EncoderLimit = 'labels'): void {
+  const n = Array.isArray(v) ? v.length : isObj(v) ? Object.keys(v).length : 0;
+  cap(n, limit, path, `the number of entries at ${path}`);
+}
+
 function str(v: unknown, what: string): string {
   if (typeof v !== 'string' || v.trim() === '') throw new SchemaError(`${what} must be a non-empty string`);
   return v;
@@ -90,10 +115,16 @@ function dedupe<T extends { name: string }>(items: T[]): T[] {
   return items.filter((x) => (seen.has(x.name) ? false : (seen.add(x.name), true)));
 }
 
-function parseEntities(v: unknown): EntitySpec[] {
+function parseEntities(v: unknown, at: string): EntitySpec[] {
   const out: EntitySpec[] = [];
+  capCount(v, at);
   if (Array.isArray(v)) {
     v.forEach((e, i) => {
+      if (typeof e === 'string') capName(e, ptr(at, i));
+      else if (isObj(e)) {
+        capName(e.name ?? e.label, ptr(ptr(at, i), e.name !== undefined ? 'name' : 'label'));
+        capText(e.description, ptr(ptr(at, i), 'description'));
+      }
       if (typeof e === 'string') out.push({ name: str(e, `entities[${i}]`), dtype: 'list' });
       else if (isObj(e)) {
         const name = str(e.name ?? e.label, `entities[${i}].name`);
@@ -107,6 +138,8 @@ function parseEntities(v: unknown): EntitySpec[] {
     });
   } else if (isObj(v)) {
     for (const [name, spec] of Object.entries(v)) {
+      capName(name, ptr(at, name));
+      capText(isObj(spec) ? spec.description : spec, isObj(spec) ? ptr(ptr(at, name), 'description') : ptr(at, name));
       str(name, 'entity label');
       if (typeof spec === 'string' || spec === null || spec === undefined) out.push({ name, description: optStr(spec, `entities.${name}`), dtype: 'list' });
       else if (isObj(spec))
@@ -137,12 +170,20 @@ export function parseFieldString(spec: string, what: string): FieldSpec {
   return { name, dtype: dt ?? (choices ? 'str' : 'list'), description, choices: choices?.length ? choices : undefined };
 }
 
-function parseField(f: unknown, what: string, nameHint?: string): FieldSpec {
+function parseField(f: unknown, what: string, at: string, nameHint?: string): FieldSpec {
   if (typeof f === 'string') {
     const fs = parseFieldString(nameHint !== undefined ? `${nameHint}::${f}` : f, what);
+    capName(fs.name, at);
+    capText(fs.description, at);
+    capCount(fs.choices, at);
+    fs.choices?.forEach((c) => capName(c, at));
     return fs;
   }
   if (isObj(f)) {
+    capName(f.name ?? nameHint, f.name !== undefined ? ptr(at, 'name') : at);
+    capText(f.description, ptr(at, 'description'));
+    capCount(f.choices, ptr(at, 'choices'));
+    if (Array.isArray(f.choices)) f.choices.forEach((c, i) => capName(c, ptr(ptr(at, 'choices'), i)));
     const name = str(f.name ?? nameHint, `${what}.name`);
     let choices: string[] | undefined;
     if (f.choices !== undefined && f.choices !== null) {
@@ -172,12 +213,18 @@ function parseField(f: unknown, what: string, nameHint?: string): FieldSpec {
 function parseStructures(v: unknown): StructureSpec[] {
   if (!isObj(v)) throw new SchemaError('structures must be an object mapping structure names to field lists');
   const out: StructureSpec[] = [];
+  capCount(v, '/schema/structures', 'tasks');
   for (const [name, spec] of Object.entries(v)) {
+    const at = ptr('/schema/structures', name);
+    capName(name, at);
     str(name, 'structure name');
     let fields: FieldSpec[];
     const fl = isObj(spec) && Array.isArray(spec.fields) ? spec.fields : spec;
-    if (Array.isArray(fl)) fields = fl.map((f, i) => parseField(f, `structures.${name}[${i}]`));
-    else if (isObj(fl)) fields = Object.entries(fl).map(([fname, f]) => parseField(f ?? '', `structures.${name}.${fname}`, fname));
+    const fat = isObj(spec) && Array.isArray(spec.fields) ? ptr(at, 'fields') : at;
+    capCount(fl, fat);
+    if (Array.isArray(fl)) fields = fl.map((f, i) => parseField(f, `structures.${name}[${i}]`, ptr(fat, i)));
+    else if (isObj(fl))
+      fields = Object.entries(fl).map(([fname, f]) => parseField(f ?? '', `structures.${name}.${fname}`, ptr(fat, fname), fname));
     else throw new SchemaError(`structures.${name} must be a list of fields`);
     fields = dedupe(fields);
     if (fields.length === 0) throw new SchemaError(`structures.${name} has no fields`);
@@ -188,7 +235,20 @@ function parseStructures(v: unknown): StructureSpec[] {
 
 function parseRelations(v: unknown): RelationSpec[] {
   const out: RelationSpec[] = [];
-  const one = (r: unknown, what: string) => {
+  capCount(v, '/schema/relations', 'tasks');
+  const one = (r: unknown, what: string, at: string) => {
+    if (typeof r === 'string') capName(r, at);
+    else if (isObj(r)) {
+      capCount(r, at, 'tasks');
+      for (const [k, x] of Object.entries(r)) {
+        if (k === 'name' || k === 'relation') capName(x, ptr(at, k));
+        else if (k === 'description') capText(x, ptr(at, k));
+        else {
+          capName(k, ptr(at, k));
+          capText(isObj(x) ? x.description : x, isObj(x) ? ptr(ptr(at, k), 'description') : ptr(at, k));
+        }
+      }
+    }
     if (typeof r === 'string') out.push({ name: str(r, what) });
     else if (isObj(r)) {
       if (typeof r.name === 'string' || typeof r.relation === 'string')
@@ -211,8 +271,8 @@ function parseRelations(v: unknown): RelationSpec[] {
       }
     } else throw new SchemaError(`${what} must be a relation name or object`);
   };
-  if (Array.isArray(v)) v.forEach((r, i) => one(r, `relations[${i}]`));
-  else if (isObj(v)) one(v, 'relations');
+  if (Array.isArray(v)) v.forEach((r, i) => one(r, `relations[${i}]`, ptr('/schema/relations', i)));
+  else if (isObj(v)) one(v, 'relations', '/schema/relations');
   else throw new SchemaError('relations must be an array');
   return dedupe(out);
 }
@@ -220,9 +280,26 @@ function parseRelations(v: unknown): RelationSpec[] {
 function parseClassifications(v: unknown): ClassificationSpec[] {
   if (!Array.isArray(v)) throw new SchemaError('classifications must be an array of {task, labels}');
   const out: ClassificationSpec[] = [];
+  capCount(v, '/schema/classifications', 'tasks');
   v.forEach((c, i) => {
     const w = `classifications[${i}]`;
     if (!isObj(c)) throw new SchemaError(`${w} must be an object with task and labels`);
+    const at = ptr('/schema/classifications', i);
+    capName(c.task, ptr(at, 'task'));
+    capText(c.prompt, ptr(at, 'prompt'));
+    capCount(c.labels, ptr(at, 'labels'));
+    if (Array.isArray(c.labels)) c.labels.forEach((l, j) => capName(l, ptr(ptr(at, 'labels'), j)));
+    else if (isObj(c.labels))
+      for (const [l, d] of Object.entries(c.labels)) (capName(l, ptr(ptr(at, 'labels'), l)), capText(d, ptr(ptr(at, 'labels'), l)));
+    capCount(c.label_descriptions, ptr(at, 'label_descriptions'));
+    if (isObj(c.label_descriptions))
+      for (const [l, d] of Object.entries(c.label_descriptions)) capText(d, ptr(ptr(at, 'label_descriptions'), l));
+    capCount(c.examples, ptr(at, 'examples'), 'tasks');
+    if (Array.isArray(c.examples))
+      c.examples.forEach((e, j) => {
+        const parts = Array.isArray(e) ? e : isObj(e) ? [e.input, e.output] : [];
+        parts.forEach((x, k) => capText(x, ptr(ptr(ptr(at, 'examples'), j), k)));
+      });
     const task = str(c.task, `${w}.task`);
     let labels: string[];
     let labelDescriptions: Record<string, string> | undefined;
@@ -276,7 +353,7 @@ export function normalizeSchema(input: unknown): Schema {
   if (input === undefined || input === null) throw new SchemaError('schema is required for encoder models');
   if (Array.isArray(input)) {
     if (!input.every((x) => typeof x === 'string' || isObj(x))) throw new SchemaError('a schema array must list entity labels');
-    const entities = parseEntities(input);
+    const entities = parseEntities(input, '/schema');
     if (entities.length === 0) throw new SchemaError('schema has no entity labels');
     return { entities, structures: [], relations: [], classifications: [] };
   }
@@ -284,12 +361,14 @@ export function normalizeSchema(input: unknown): Schema {
   const known = new Set(['entities', 'classifications', 'structures', 'relations']);
   for (const k of Object.keys(input)) if (!known.has(k)) throw new SchemaError(`schema.${k} is not a known task (entities, classifications, structures, relations)`);
   const s: Schema = {
-    entities: input.entities !== undefined && input.entities !== null ? parseEntities(input.entities) : undefined,
+    entities: input.entities !== undefined && input.entities !== null ? parseEntities(input.entities, '/schema/entities') : undefined,
     structures: input.structures !== undefined && input.structures !== null ? parseStructures(input.structures) : [],
     relations: input.relations !== undefined && input.relations !== null ? parseRelations(input.relations) : [],
     classifications: input.classifications !== undefined && input.classifications !== null ? parseClassifications(input.classifications) : [],
   };
   if (s.entities && s.entities.length === 0) s.entities = undefined;
+  const tasks = s.structures.length + s.relations.length + s.classifications.length;
+  cap(tasks, 'tasks', '/schema', 'the number of structures, relations and classifications');
   if (!s.entities && !s.structures.length && !s.relations.length && !s.classifications.length)
     throw new SchemaError('schema has no tasks (give entities, classifications, structures or relations)');
   return s;

@@ -2,9 +2,14 @@
 // leftmost alternative wins. Python's `\w` on str is [\p{L}\p{N}_] (combining marks are NOT word
 // characters), so the JS pattern spells it out with the `u` flag (JS `\w` is ASCII-only).
 // Offsets are UTF-16 code-unit indices (what JavaScript strings use), half-open.
+// Two bounds the reference does not have keep the cost linear in the text's length (ENCODER_LIMITS):
+// the e-mail alternative's local part is at most 64 characters and its domain at most 255 (RFC 5321;
+// unbounded, a text such as "a.a.a.…" made the regexp rescan the rest of the text from every
+// position), and a word longer than wordChars is split into pieces of at most that length.
+import { ENCODER_LIMITS } from './limits.ts';
 
 const WORD_RE =
-  /(?:https?:\/\/[^\s]+|www\.[^\s]+)|[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}|@[a-z0-9_]+|[\p{L}\p{N}_]+(?:[-_][\p{L}\p{N}_]+)*|\S/giu;
+  /(?:https?:\/\/[^\s]+|www\.[^\s]+)|[a-z0-9._%+-]{1,64}@[a-z0-9.-]{1,255}\.[a-z]{2,}|@[a-z0-9_]+|[\p{L}\p{N}_]+(?:[-_][\p{L}\p{N}_]+)*|\S/giu;
 
 export interface Words {
   /** Lower-cased words (Python str.lower() ≡ String.prototype.toLowerCase for these purposes). */
@@ -14,15 +19,31 @@ export interface Words {
   end: number[];
 }
 
-export function splitWords(text: string, lowercase = true): Words {
+/**
+ * Words of `text` with their offsets. A match longer than `maxChars` becomes consecutive pieces of
+ * at most `maxChars` UTF-16 units (never splitting a surrogate pair); a piece's end depends only on
+ * where it starts, so re-splitting a window that begins at a piece boundary gives the same pieces.
+ */
+export function splitWords(text: string, lowercase = true, maxChars: number = ENCODER_LIMITS.wordChars): Words {
   const tokens: string[] = [];
   const start: number[] = [];
   const end: number[] = [];
+  const push = (s: number, e: number) => {
+    const w = text.slice(s, e);
+    tokens.push(lowercase ? w.toLowerCase() : w);
+    start.push(s);
+    end.push(e);
+  };
   WORD_RE.lastIndex = 0;
   for (let m = WORD_RE.exec(text); m !== null; m = WORD_RE.exec(text)) {
-    tokens.push(lowercase ? m[0].toLowerCase() : m[0]);
-    start.push(m.index);
-    end.push(m.index + m[0].length);
+    const e = m.index + m[0].length;
+    for (let s = m.index; s < e; ) {
+      let pe = Math.min(e, s + maxChars);
+      const c = text.charCodeAt(pe - 1);
+      if (pe < e && pe - s > 1 && c >= 0xd800 && c <= 0xdbff) pe--; // keep a surrogate pair together
+      push(s, pe);
+      s = pe;
+    }
   }
   return { tokens, start, end };
 }
