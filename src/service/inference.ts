@@ -13,6 +13,7 @@ import { ConflictError, DependencyUnavailableError, NotFoundError, RegionBlocked
 import { newId, nowIso } from './ids.ts';
 import { type EncoderSchema, type GenerateMessage, type ModelKind, type ModelRef, type ModelRuntime, generateAll, jobModelRef } from './runtime.ts';
 import type { Metrics } from './metrics.ts';
+import { checkSchemaLimits } from '../models/encoder/schema.ts';
 
 /** Chooses the model behind `service/auto` (createServices installs src/service/router.ts's policy). */
 export type RoutePolicy = (kind: ModelKind, hints: { schema?: unknown; messages?: unknown[]; prompt_chars?: number }, catalog: CatalogEntry[]) => string | null;
@@ -104,6 +105,13 @@ export function normalizeSchema(schema: unknown): EncoderSchema {
 export function encoderTask(s: EncoderSchema): string {
   const kinds = [s.entities?.length ? 'ner' : null, s.classifications?.length ? 'classification' : null, s.structures && Object.keys(s.structures).length ? 'structure' : null, s.relations?.length ? 'relations' : null].filter(Boolean) as string[];
   return kinds.length === 1 ? kinds[0] : 'extraction';
+}
+
+/** An input over the encoder's request limits (ENCODER_LIMITS) → 422 naming the path and the limit. */
+function limitError(err: unknown): ValidationError | null {
+  const e = err as { name?: string; message: string; path?: string; limit?: string } | null;
+  if (e?.name !== 'InputLimitError') return null;
+  return new ValidationError(e.message, [{ path: e.path ?? '', message: e.message, keyword: e.limit }]);
 }
 
 export function createInferenceService(deps: { store: Store; config: ServiceConfig; billing: BillingService; catalog: Catalog; runtime: ModelRuntime; metrics?: Metrics; log?: { warn(o: object, m: string): void } }) {
@@ -213,6 +221,11 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       throw new ValidationError('schema must name at least one entity, classification, structure or relation', [{ path: '/schema', message: 'must not be empty' }]);
     }
     const texts = Array.isArray(req.text) ? req.text : [req.text];
+    try {
+      checkSchemaLimits(req.schema); // the caller's schema, before the model is resolved or any native call
+    } catch (err) {
+      throw limitError(err) ?? err;
+    }
     const call = await begin(p, { endpoint: ctx.endpoint, model_id: req.model_id, kind: 'encoder', project_id: ctx.project_id ?? req.project_id ?? null, hints: { schema: req.schema } });
     const task = req.task ?? encoderTask(schema);
     const params = { threshold: req.threshold ?? 0.5, include_confidence: req.include_confidence ?? false, include_spans: req.include_spans ?? false };
@@ -224,10 +237,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       await call.fail(base, err);
       // the encoder's own schema checks (field specs, validators' patterns, thresholds): the caller's input
       if ((err as Error)?.name === 'SchemaError') throw new ValidationError(`schema: ${(err as Error).message}`, [{ path: '/schema', message: (err as Error).message }]);
-      // an input over the encoder's request limits (ENCODER_LIMITS): the message names the limit
-      const lim = err as { name?: string; message: string; path?: string; limit?: string };
-      if (lim?.name === 'InputLimitError') throw new ValidationError(lim.message, [{ path: lim.path ?? '', message: lim.message, keyword: lim.limit }]);
-      throw err;
+      throw limitError(err) ?? err;
     }
     const result = Array.isArray(req.text) ? out.results : out.results[0];
     const fin = await call.finish({ ...base, output: result, usage: { prompt_tokens: out.input_tokens } });

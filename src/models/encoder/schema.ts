@@ -373,3 +373,15 @@ export function normalizeSchema(input: unknown): Schema {
     throw new SchemaError('schema has no tasks (give entities, classifications, structures or relations)');
   return s;
 }
+
+/**
+ * Checks a raw schema (the request's `schema`) against ENCODER_LIMITS only: throws InputLimitError
+ * with the path into that schema; any other problem is left to normalizeSchema where it runs.
+ */
+export function checkSchemaLimits(input: unknown): void {
+  try {
+    normalizeSchema(input);
+  } catch (e) {
+    if (e instanceof InputLimitError) throw e;
+  }
+}
