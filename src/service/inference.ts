@@ -228,7 +228,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
     }
     const call = await begin(p, { endpoint: ctx.endpoint, model_id: req.model_id, kind: 'encoder', project_id: ctx.project_id ?? req.project_id ?? null, hints: { schema: req.schema } });
     const task = req.task ?? encoderTask(schema);
-    const params = { threshold: req.threshold ?? 0.5, include_confidence: req.include_confidence ?? false, include_spans: req.include_spans ?? false };
+    const params = { threshold: req.threshold ?? 0.5, include_confidence: req.include_confidence ?? true, include_spans: req.include_spans ?? true };
     const base = { task, input: { text: req.text }, schema: req.schema, params, store: req.store };
     let out;
     try {

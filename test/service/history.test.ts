@@ -73,7 +73,7 @@ t.test('422 for min > max and out-of-range values; 400 for wrong types', async (
 t.test('GET /inferences/:id: full record; 404 for another team; 400 for a malformed id', async (t) => {
   const r = await call(ts.url, 'GET', `/inferences/${ids[0]}`, { key: u.key });
   t.equal(r.status, 200);
-  t.match(r.body, { id: ids[0], input: { text: 'Alice one' }, schema: ['person'], output: { entities: { person: ['Alice'] } }, model_id: 'test/encoder', llmaj_score: 0.9 });
+  t.match(r.body, { id: ids[0], input: { text: 'Alice one' }, schema: ['person'], output: { entities: { person: [{ text: 'Alice', confidence: 0.9, start: 0, end: 5 }] } }, model_id: 'test/encoder', llmaj_score: 0.9 });
   t.type(r.body.created_at, 'string');
   t.equal((await call(ts.url, 'GET', `/inferences/${ids[0]}`, { key: other.key })).status, 404);
   t.equal((await call(ts.url, 'GET', '/inferences/not-an-id', { key: u.key })).status, 400);

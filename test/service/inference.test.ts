@@ -21,7 +21,9 @@ t.test('encoder form: single text, batch, threshold, confidence and spans; store
   const r = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'test/encoder', text: 'Alice met Bob in Paris', schema: ['person', 'city'] } });
   t.equal(r.status, 200);
   t.equal(r.body.type, 'encoder');
-  t.same(r.body.result, { entities: { person: ['Alice', 'Bob'], city: ['Paris'] } });
+  // confidence and spans by default (README, the library, the reference service)
+  const ent = (text: string, start: number) => ({ text, confidence: 0.9, start, end: start + text.length });
+  t.same(r.body.result, { entities: { person: [ent('Alice', 0), ent('Bob', 10)], city: [ent('Paris', 17)] } });
   t.equal(r.body.model_id, 'test/encoder');
   t.type(r.body.latency_ms, 'number');
   t.same(r.body.usage, { prompt_tokens: 7, cache_read_tokens: 0, cache_write_tokens: 0, completion_tokens: 0, total_tokens: 7 });

@@ -54,7 +54,7 @@ t.test('deployments: complete jobs only; a new deployment replaces the active on
   t.equal(ts.services.store.trainingJobs.get(j1.id)!.status, 'deployed');
   const inf = await call(ts.url, 'POST', `/projects/${p.id}/inference`, { key: u.key, body: { text: 'Alice in Paris', schema: { entities: ['person', 'city'] } } });
   t.equal(inf.status, 200);
-  t.match(inf.body, { type: 'encoder', model_id: j1.id, result: { entities: { person: ['Alice'], city: ['Paris'] } } });
+  t.match(inf.body, { type: 'encoder', model_id: j1.id, result: { entities: { person: [{ text: 'Alice', start: 0 }], city: [{ text: 'Paris', start: 9 }] } } });
   const rec = await call(ts.url, 'GET', `/inferences?project_id=${p.id}`, { key: u.key });
   t.same(rec.body.inferences.map((i: { training_job_id: string }) => i.training_job_id), [j1.id]);
   t.equal((await call(ts.url, 'GET', `/inferences?training_job_id=${j1.id}`, { key: u.key })).body.total, 1);

@@ -158,7 +158,7 @@ export async function* runCompat(rt: ModelRuntime, ref: ModelRef, req: CompatReq
   if (req.task === 'extract') {
     const ex = req.extract!;
     const schema = toEncoderSchema(ex.schema);
-    const out = await rt.extract(ref, [ex.text], schema, { threshold: ex.threshold ?? 0.5, include_confidence: true, include_spans: false, signal: opts.signal });
+    const out = await rt.extract(ref, [ex.text], schema, { threshold: ex.threshold ?? 0.5, include_confidence: true, include_spans: true, signal: opts.signal });
     const text = JSON.stringify(out.results[0] ?? {});
     const usage: Usage = { prompt_tokens: out.input_tokens, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
     for (let i = 0; i < req.n; i++) {
