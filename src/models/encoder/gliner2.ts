@@ -234,9 +234,16 @@ export class Gliner2Model {
     }
     const formatted = await Promise.all(jobs.map((j) => formatInput(this.tokenizer, j.text, schemas[j.item], fmt)));
     const runItems: Item[] = formatted.map((f, i) => ({ f, schema: schemas[jobs[i].item] }));
-    await this.runBatches(runItems, opts);
     const decodeOpts = { threshold, pick: reference ? ('reference' as const) : ('best' as const), K: this.info.maxWidth };
-    const raws = runItems.map((it) => decodeSample(it.f, it.schema, it.out!, decodeOpts));
+    // Decode each batch as it completes and drop its score tensors (count × labels × words × K per
+    // segment), so a request of many windows holds one batch of them at a time.
+    const raws: RawTask[][] = new Array(runItems.length);
+    await this.runBatches(runItems, opts, undefined, (done) => {
+      for (const i of done) {
+        raws[i] = decodeSample(runItems[i].f, runItems[i].schema, runItems[i].out!, decodeOpts);
+        runItems[i].out = undefined;
+      }
+    });
     if (reference) return raws.map((r, i) => toReferenceJson(r, runItems[i].f, flags) as ExtractResult);
     // Merge chunks per item.
     const perItem: { tasks: RawTask[]; offset: number }[][] = items.map(() => []);
@@ -247,8 +254,8 @@ export class Gliner2Model {
     });
   }
 
-  /** Runs encoder + heads over items, bucketing by length; fills item.out. */
-  private async runBatches(items: Item[], opts: ExtractOptions, inter?: Intermediates[]): Promise<void> {
+  /** Runs encoder + heads over items, bucketing by length; fills item.out, then calls onBatch with the batch's indices. */
+  private async runBatches(items: Item[], opts: ExtractOptions, inter?: Intermediates[], onBatch?: (done: number[]) => void): Promise<void> {
     const maxB = Math.max(1, opts.batchSize ?? 32);
     const maxTok = Math.max(1, opts.maxBatchTokens ?? 16384);
     const order = items.map((_, i) => i).sort((a, b) => items[a].f.ids.length - items[b].f.ids.length);
@@ -257,6 +264,7 @@ export class Gliner2Model {
       const batch = [order[i++]];
       while (i < order.length && batch.length < maxB && (batch.length + 1) * items[order[i]].f.ids.length <= maxTok) batch.push(order[i++]);
       await this.runBatch(batch.map((j) => items[j]), inter ? batch.map((j) => j) : undefined, inter);
+      onBatch?.(batch);
     }
   }
 
