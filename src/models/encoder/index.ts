@@ -15,6 +15,7 @@
 //
 // model.extract(text | text[], schema, { threshold = 0.5, include_confidence = true,
 //   include_spans = true, format = 'loom' | 'gliner2', batchSize = 32, chunkWords = 384 })
+//   (windows also stop at ENCODER_LIMITS.windowTokens tokens; words over wordChars are split)
 //   schema: the service's schema (spec §4 POST /inference): a flat string array of entity labels, or
 //   { entities, classifications, structures, relations } (see schema.ts for every accepted form).
 //   Result (stable format, keys only for tasks in the schema; offsets are UTF-16 indices into the
@@ -27,7 +28,8 @@
 //   length-bucketed; texts longer than chunkWords words are run in overlapping windows and merged.
 //   format 'gliner2' returns the reference library's JSON exactly (code-point offsets, its quirks).
 // model.extractMany([{text, schema}], opts) runs texts with different schemas in one batch.
-// Errors: SchemaError (bad schema → 422 in the service), EncoderConfigError (bad checkpoint),
+// Errors: SchemaError (bad schema → 422 in the service), InputLimitError (an input over
+// ENCODER_LIMITS, limits.ts: path + limit name → 422), EncoderConfigError (bad checkpoint),
 // RangeError/TypeError (bad arguments). All heavy work runs off the event loop (N-API async work).
 import { Gliner2Model, type LoadOptions } from './gliner2.ts';
 
@@ -37,6 +39,7 @@ export type { ExtractResult, EntityOut, LabelOut, ChoiceOut } from './decode.ts'
 export { SchemaError, normalizeSchema } from './schema.ts';
 export type { Schema, SchemaInput } from './schema.ts';
 export { EncoderConfigError } from './deberta.ts';
+export { ENCODER_LIMITS, InputLimitError } from './limits.ts';
 
 export type EncoderModel = Gliner2Model;
 
