@@ -96,12 +96,14 @@ t.test('schema sizes are capped before any native call, naming the limit and the
   }
 });
 
-t.test('a request over the work bound is refused with the text path; within it, work is linear', async (t) => {
+t.test('a request over the work bound is refused with the path of its text (extraction, embeddings, whole texts)', async (t) => {
   const big = 'word '.repeat(ENCODER_LIMITS.requestTokens);
   const one = await m.extract(big, ['person']).then(() => null, (e) => e);
   t.match(one, { name: 'InputLimitError', path: '/text', limit: 'requestTokens' });
   const many = await m.extract(['Alice', big], ['person']).then(() => null, (e) => e);
   t.match(many, { name: 'InputLimitError', path: '/text/1', limit: 'requestTokens' });
+  const emb = await m.embed(['a', big]).then(() => null, (e) => e);
+  t.match(emb, { name: 'InputLimitError', path: '/input', limit: 'requestTokens' }, 'embeddings have the same work bound');
   const ref = await m.extract('A'.repeat(ENCODER_LIMITS.wholeTextTokens * 2), ['person'], { format: 'gliner2' }).then(() => null, (e) => e);
   t.match(ref, { name: 'InputLimitError', path: '/text', limit: 'wholeTextTokens' });
 });

@@ -343,12 +343,17 @@ export class Gliner2Model {
   /**
    * Mean-pooled encoder states of each text (for /v1/embeddings): the text is tokenized with the
    * tokenizer's own template ([CLS] … [SEP]); long texts are encoded in windows of `window` tokens
-   * and the window means averaged by token count.
+   * and the window means averaged by token count. At most ENCODER_LIMITS.requestTokens tokens in all
+   * (InputLimitError, path '/input': the embeddings request's field).
    */
   async embed(texts: string[], opts: { window?: number; batchSize?: number } = {}): Promise<Float32Array[]> {
     const D = this.info.hiddenSize;
     const win = Math.max(8, opts.window ?? 512);
     const seqs = await this.tokenizer.encodeTexts(texts);
+    let total = 0;
+    for (const ids of seqs) total += ids.length;
+    if (total > ENCODER_LIMITS.requestTokens)
+      throw new InputLimitError(`the input is ${total} tokens, over the limit of ${ENCODER_LIMITS.requestTokens} (requestTokens)`, '/input', 'requestTokens');
     const chunks: { t: number; ids: Int32Array }[] = [];
     seqs.forEach((ids, t) => {
       if (ids.length === 0) chunks.push({ t, ids: new Int32Array([0]) });
