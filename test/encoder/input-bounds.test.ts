@@ -102,6 +102,11 @@ t.test('a request over the work bound is refused with the path of its text (extr
   t.match(one, { name: 'InputLimitError', path: '/text', limit: 'requestTokens' });
   const many = await m.extract(['Alice', big], ['person']).then(() => null, (e) => e);
   t.match(many, { name: 'InputLimitError', path: '/text/1', limit: 'requestTokens' });
+  // refused after splitting no more than the budget's worth of words: 10x the text, about the same time
+  const refuse = (n: number) => best(() => m.extract('a.'.repeat(n), ['person']).then(() => t.fail('served'), () => {}));
+  const t400k = await refuse(200_000);
+  const t4m = await refuse(2_000_000);
+  t.ok(t4m < 4 * t400k + 50, `400,000 characters refused in ${t400k.toFixed(0)} ms, 4,000,000 in ${t4m.toFixed(0)} ms`);
   const emb = await m.embed(['a', big]).then(() => null, (e) => e);
   t.match(emb, { name: 'InputLimitError', path: '/input', limit: 'requestTokens' }, 'embeddings have the same work bound');
   const ref = await m.extract('A'.repeat(ENCODER_LIMITS.wholeTextTokens * 2), ['person'], { format: 'gliner2' }).then(() => null, (e) => e);

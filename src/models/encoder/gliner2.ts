@@ -216,8 +216,13 @@ export class Gliner2Model {
     const jobs: { item: number; text: string; offset: number }[] = [];
     const textPath = (i: number) => (items.length > 1 ? `/text/${i}` : '/text');
     let work = 0;
+    const overWork = (i: number) =>
+      new InputLimitError(`the request needs more than ${ENCODER_LIMITS.requestTokens} encoder tokens (requestTokens: every window's schema prompt and text); send less text or a smaller schema`, textPath(i), 'requestTokens');
     for (const [i, it] of items.entries()) {
-      const w = splitWords(it.text);
+      // every word is at least one token: stop splitting (on the event loop) once the budget is spent
+      const left = ENCODER_LIMITS.requestTokens - work - promptTok.get(schemas[i])! - 1;
+      const w = splitWords(it.text, true, ENCODER_LIMITS.wordChars, Math.max(0, left) + 1);
+      if (w.tokens.length > left) throw overWork(i);
       const counts = (await this.tokenizer.pieces(w.tokens)).map((p) => p.length);
       const windows = reference ? [[0, w.tokens.length]] : windowWords(counts, chunkWords, overlap, ENCODER_LIMITS.windowTokens);
       if (reference) {
@@ -227,8 +232,7 @@ export class Gliner2Model {
       }
       for (const [s, e] of windows) for (let k = s; k < e; k++) work += counts[k];
       work += windows.length * (promptTok.get(schemas[i])! + 1);
-      if (work > ENCODER_LIMITS.requestTokens)
-        throw new InputLimitError(`the request needs more than ${ENCODER_LIMITS.requestTokens} encoder tokens (requestTokens: every window's schema prompt and text); send less text or a smaller schema`, textPath(i), 'requestTokens');
+      if (work > ENCODER_LIMITS.requestTokens) throw overWork(i);
       if (windows.length === 1) jobs.push({ item: i, text: it.text, offset: 0 });
       else for (const [s, e] of windows) jobs.push({ item: i, text: it.text.slice(w.start[s], w.end[e - 1]), offset: w.start[s] });
     }

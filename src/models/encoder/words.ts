@@ -23,8 +23,9 @@ export interface Words {
  * Words of `text` with their offsets. A match longer than `maxChars` becomes consecutive pieces of
  * at most `maxChars` UTF-16 units (never splitting a surrogate pair); a piece's end depends only on
  * where it starts, so re-splitting a window that begins at a piece boundary gives the same pieces.
+ * With `maxWords`, stops after that many (a caller bounding its work need not split the rest).
  */
-export function splitWords(text: string, lowercase = true, maxChars: number = ENCODER_LIMITS.wordChars): Words {
+export function splitWords(text: string, lowercase = true, maxChars: number = ENCODER_LIMITS.wordChars, maxWords = Infinity): Words {
   const tokens: string[] = [];
   const start: number[] = [];
   const end: number[] = [];
@@ -35,9 +36,9 @@ export function splitWords(text: string, lowercase = true, maxChars: number = EN
     end.push(e);
   };
   WORD_RE.lastIndex = 0;
-  for (let m = WORD_RE.exec(text); m !== null; m = WORD_RE.exec(text)) {
+  for (let m = WORD_RE.exec(text); m !== null && tokens.length < maxWords; m = WORD_RE.exec(text)) {
     const e = m.index + m[0].length;
-    for (let s = m.index; s < e; ) {
+    for (let s = m.index; s < e && tokens.length < maxWords; ) {
       let pe = Math.min(e, s + maxChars);
       const c = text.charCodeAt(pe - 1);
       if (pe < e && pe - s > 1 && c >= 0xd800 && c <= 0xdbff) pe--; // keep a surrogate pair together
