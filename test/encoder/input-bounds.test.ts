@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { loadEncoder } from '../../src/models/encoder/index.ts';
 import { windowWords } from '../../src/models/encoder/gliner2.ts';
 import { ENCODER_LIMITS, InputLimitError } from '../../src/models/encoder/limits.ts';
+import { normalizeSchema } from '../../src/models/encoder/schema.ts';
 import { splitWords } from '../../src/models/encoder/words.ts';
 
 const DIR = join(import.meta.dirname, '../../../shared/goldens/gliner2-tiny-span');
@@ -34,7 +35,8 @@ t.test('a long word becomes pieces of at most wordChars, offsets exact, surrogat
   const astral = 'a'.repeat(W - 1) + '𝐀' + 'b'; // U+1D400, a letter outside the BMP (two UTF-16 units)
   const e = splitWords(astral, false);
   t.same(e.tokens, ['a'.repeat(W - 1), '𝐀b'], 'the cut moves before a surrogate pair');
-  t.same(splitWords('Tim Cook, tim@apple.com!').tokens, ['tim', 'cook', ',', 'tim@apple.com', '!'], 'ordinary words unchanged');
+  const plain = splitWords('Tim Cook, tim@apple.com!').tokens;
+  t.same(plain, ['tim', 'cook', ',', 'tim@apple.com', '!'], 'ordinary words unchanged');
 });
 
 t.test('word splitting is linear: "a.a.a…" no longer rescans the text from every position', async (t) => {
@@ -63,7 +65,7 @@ t.test('one long word: no encoder call sees more than a window, and time is line
   try {
     const r = await m.extract('A'.repeat(20_000), ['person']);
     t.same(Object.keys(r.entities!), ['person']);
-    const prompt = (await m.format('', (await import('../../src/models/encoder/schema.ts')).normalizeSchema(['person']))).ids.length;
+    const prompt = (await m.format('', normalizeSchema(['person']))).ids.length;
     t.ok(Math.max(...seen) <= ENCODER_LIMITS.windowTokens + prompt + 1, `longest sequence ${Math.max(...seen)} tokens`);
   } finally {
     m.encoder.forward = forward;
@@ -77,14 +79,17 @@ t.test('one long word: no encoder call sees more than a window, and time is line
 t.test('schema sizes are capped before any native call, naming the limit and the path', async (t) => {
   const cases: [unknown, string, string][] = [
     [[Array(200_000).fill('word').join(' ')], '/schema/0', 'nameChars'],
-    [{ entities: { person: 'd'.repeat(ENCODER_LIMITS.descriptionChars + 1) } }, '/schema/entities/person', 'descriptionChars'],
+    [{ entities: { person: 'd'.repeat(ENCODER_LIMITS.descriptionChars + 1) } },
+      '/schema/entities/person', 'descriptionChars'],
     [{ entities: Array.from({ length: ENCODER_LIMITS.labels + 1 }, (_, i) => `l${i}`) }, '/schema/entities', 'labels'],
-    [{ structures: { p: [{ name: 'f', choices: Array.from({ length: 600 }, (_, i) => `c${i}`) }] } }, '/schema/structures/p/0/choices', 'labels'],
+    [{ structures: { p: [{ name: 'f', choices: Array.from({ length: 600 }, (_, i) => `c${i}`) }] } },
+      '/schema/structures/p/0/choices', 'labels'],
     [{ structures: { p: ['f::[a|' + 'b'.repeat(300) + ']::str'] } }, '/schema/structures/p/0', 'nameChars'],
-    [{ classifications: [{ task: 't', labels: ['a', 'x'.repeat(300)] }] }, '/schema/classifications/0/labels/1', 'nameChars'],
+    [{ classifications: [{ task: 't', labels: ['a', 'x'.repeat(300)] }] },
+      '/schema/classifications/0/labels/1', 'nameChars'],
     [{ relations: Array.from({ length: ENCODER_LIMITS.tasks + 1 }, (_, i) => `r${i}`) }, '/schema/relations', 'tasks'],
     // within the per-item caps but over the prompt's token budget
-    [{ entities: Array.from({ length: 500 }, (_, i) => ({ name: `label ${i}`, description: 'a rather long description '.repeat(4) })) },
+    [{ entities: Array.from({ length: 500 }, (_, i) => ({ name: `l${i}`, description: 'words '.repeat(12) })) },
       '/schema', 'promptTokens'],
   ];
   for (const [schema, path, limit] of cases) {
@@ -96,20 +101,22 @@ t.test('schema sizes are capped before any native call, naming the limit and the
   }
 });
 
-t.test('a request over the work bound is refused with the path of its text (extraction, embeddings, whole texts)', async (t) => {
+t.test('over the work bound: refused with the path of its text (extraction, embeddings, whole texts)', async (t) => {
   const big = 'word '.repeat(ENCODER_LIMITS.requestTokens);
   const one = await m.extract(big, ['person']).then(() => null, (e) => e);
   t.match(one, { name: 'InputLimitError', path: '/text', limit: 'requestTokens' });
   const many = await m.extract(['Alice', big], ['person']).then(() => null, (e) => e);
   t.match(many, { name: 'InputLimitError', path: '/text/1', limit: 'requestTokens' });
   // refused after splitting no more than the budget's worth of words: 10x the text, about the same time
-  const refuse = (n: number) => best(() => m.extract('a.'.repeat(n), ['person']).then(() => t.fail('served'), () => {}));
+  const refuse = (n: number) =>
+    best(() => m.extract('a.'.repeat(n), ['person']).then(() => t.fail('served'), () => {}));
   const t400k = await refuse(200_000);
   const t4m = await refuse(2_000_000);
   t.ok(t4m < 4 * t400k + 50, `400,000 characters refused in ${t400k.toFixed(0)} ms, 4,000,000 in ${t4m.toFixed(0)} ms`);
   const emb = await m.embed(['a', big]).then(() => null, (e) => e);
-  t.match(emb, { name: 'InputLimitError', path: '/input', limit: 'requestTokens' }, 'embeddings have the same work bound');
-  const ref = await m.extract('A'.repeat(ENCODER_LIMITS.wholeTextTokens * 2), ['person'], { format: 'gliner2' }).then(() => null, (e) => e);
+  t.match(emb, { name: 'InputLimitError', path: '/input', limit: 'requestTokens' }, 'embeddings: the same bound');
+  const whole = 'A'.repeat(ENCODER_LIMITS.wholeTextTokens * 2);
+  const ref = await m.extract(whole, ['person'], { format: 'gliner2' }).then(() => null, (e) => e);
   t.match(ref, { name: 'InputLimitError', path: '/text', limit: 'wholeTextTokens' });
 });
 

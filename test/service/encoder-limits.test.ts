@@ -19,7 +19,9 @@ t.teardown(async () => {
   rmSync(modelsDir, { recursive: true, force: true });
 });
 const u = await makeUser(ts, { credits: 1000 });
-const ORDINARY = { model_id: 'service/auto', text: 'Tim Cook announced the new iPhone at the Apple campus in Cupertino.', schema: ['person', 'company'], threshold: 0.3 };
+const TEXT = 'Tim Cook announced the new iPhone at the Apple campus in Cupertino.';
+const ORDINARY = { model_id: 'service/auto', text: TEXT, schema: ['person', 'company'], threshold: 0.3 };
+const ALICE = { model_id: 'service/auto', text: 'Alice' };
 const infer = (body: Record<string, unknown>) => call(ts.url, 'POST', '/inference', { key: u.key, body });
 
 t.test('the process survives the inputs that crashed it; an ordinary call is unchanged', async (t) => {
@@ -41,19 +43,19 @@ t.test('the process survives the inputs that crashed it; an ordinary call is unc
   }
 
   // a schema label of 200,000 words
-  const label = await infer({ model_id: 'service/auto', text: 'Alice', schema: [Array(200_000).fill('word').join(' ')] });
+  const label = await infer({ ...ALICE, schema: [Array(200_000).fill('word').join(' ')] });
   t.equal(label.status, 422, label.text.slice(0, 300));
   t.match(label.body.errors, [{ path: '/schema/0', keyword: 'nameChars' }]);
   t.match(label.body.detail, /nameChars/);
 
-  const many = await infer({ model_id: 'service/auto', text: 'Alice', schema: { entities: Array.from({ length: 5000 }, (_, i) => `l${i}`) } });
+  const many = await infer({ ...ALICE, schema: { entities: Array.from({ length: 5000 }, (_, i) => `l${i}`) } });
   t.equal(many.status, 422);
   t.match(many.body.errors, [{ path: '/schema/entities', keyword: 'labels' }]);
 
   // the compat `schema` extension refuses it as a 4xx too
   const compat = await call(ts.url, 'POST', '/v1/chat/completions', {
     key: u.key,
-    body: { model: 'service/auto', messages: [{ role: 'user', content: 'Alice' }], schema: { entities: ['x'.repeat(300)] } },
+    body: { model: 'service/auto', messages: [{ role: 'user', content: 'Alice' }], schema: ['x'.repeat(300)] },
   });
   t.equal(compat.status, 422, compat.text.slice(0, 300));
   t.match(compat.body.error.message, /nameChars/);

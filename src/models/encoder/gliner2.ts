@@ -9,7 +9,7 @@ import { formatInput, type FormatOptions, type Formatted } from './format.ts';
 import { normalizeSchema, type Schema } from './schema.ts';
 import { EncoderTokenizer } from './tokenizer.ts';
 import { decodeSample, toReferenceJson, toResult, type ExtractResult, type RawTask, type SegmentScores, type Span } from './decode.ts';
-import { ENCODER_LIMITS, InputLimitError } from './limits.ts';
+import { ENCODER_LIMITS, overLimit } from './limits.ts';
 import { splitWords } from './words.ts';
 
 export type CountingLayer = 'count_lstm' | 'count_lstm_v2' | 'count_lstm_moe';
@@ -203,36 +203,37 @@ export class Gliner2Model {
     const overlap = Math.min(opts.chunkOverlap ?? 64, chunkWords - 1);
     const schemas = items.map((it) => (isSchema(it.schema) ? it.schema : normalizeSchema(it.schema)));
     const fmt = { fieldPromptOrder: opts.fieldPromptOrder };
+    const L = ENCODER_LIMITS;
     // Prompt tokens of each distinct schema (the formatted empty text less its "." token).
     const promptTok = new Map<Schema, number>();
     for (const sc of new Set(schemas)) {
       const n = (await formatInput(this.tokenizer, '', sc, fmt)).ids.length - 1;
-      if (n > ENCODER_LIMITS.promptTokens)
-        throw new InputLimitError(`the schema's prompt is ${n} tokens, over the limit of ${ENCODER_LIMITS.promptTokens} (promptTokens)`, '/schema', 'promptTokens');
+      if (n > L.promptTokens)
+        throw overLimit('promptTokens', '/schema', `the schema's prompt is ${n} tokens, over the limit`);
       promptTok.set(sc, n);
     }
     // Expand long texts into overlapping windows of at most chunkWords words and windowTokens
     // tokens (stable format only; the reference runs texts whole), and bound the request's work.
     const jobs: { item: number; text: string; offset: number }[] = [];
     const textPath = (i: number) => (items.length > 1 ? `/text/${i}` : '/text');
+    const overWork = (i: number) => overLimit('requestTokens', textPath(i),
+      "the request needs more encoder tokens (every window's schema prompt and text) than allowed");
     let work = 0;
-    const overWork = (i: number) =>
-      new InputLimitError(`the request needs more than ${ENCODER_LIMITS.requestTokens} encoder tokens (requestTokens: every window's schema prompt and text); send less text or a smaller schema`, textPath(i), 'requestTokens');
     for (const [i, it] of items.entries()) {
       // every word is at least one token: stop splitting (on the event loop) once the budget is spent
-      const left = ENCODER_LIMITS.requestTokens - work - promptTok.get(schemas[i])! - 1;
-      const w = splitWords(it.text, true, ENCODER_LIMITS.wordChars, Math.max(0, left) + 1);
+      const left = L.requestTokens - work - promptTok.get(schemas[i])! - 1;
+      const w = splitWords(it.text, true, L.wordChars, Math.max(0, left) + 1);
       if (w.tokens.length > left) throw overWork(i);
       const counts = (await this.tokenizer.pieces(w.tokens)).map((p) => p.length);
-      const windows = reference ? [[0, w.tokens.length]] : windowWords(counts, chunkWords, overlap, ENCODER_LIMITS.windowTokens);
+      const windows = reference ? [[0, w.tokens.length]] : windowWords(counts, chunkWords, overlap, L.windowTokens);
       if (reference) {
         const n = counts.reduce((a, b) => a + b, 0);
-        if (n > ENCODER_LIMITS.wholeTextTokens)
-          throw new InputLimitError(`format 'gliner2' runs a text whole: ${n} tokens, over the limit of ${ENCODER_LIMITS.wholeTextTokens} (wholeTextTokens)`, textPath(i), 'wholeTextTokens');
+        const what = `format 'gliner2' runs a text whole: ${n} tokens, over the limit`;
+        if (n > L.wholeTextTokens) throw overLimit('wholeTextTokens', textPath(i), what);
       }
       for (const [s, e] of windows) for (let k = s; k < e; k++) work += counts[k];
       work += windows.length * (promptTok.get(schemas[i])! + 1);
-      if (work > ENCODER_LIMITS.requestTokens) throw overWork(i);
+      if (work > L.requestTokens) throw overWork(i);
       if (windows.length === 1) jobs.push({ item: i, text: it.text, offset: 0 });
       else for (const [s, e] of windows) jobs.push({ item: i, text: it.text.slice(w.start[s], w.end[e - 1]), offset: w.start[s] });
     }
@@ -258,8 +259,13 @@ export class Gliner2Model {
     });
   }
 
-  /** Runs encoder + heads over items, bucketing by length; fills item.out, then calls onBatch with the batch's indices. */
-  private async runBatches(items: Item[], opts: ExtractOptions, inter?: Intermediates[], onBatch?: (done: number[]) => void): Promise<void> {
+  /** Runs encoder + heads over items, bucketing by length; fills item.out, then calls onBatch(batch indices). */
+  private async runBatches(
+    items: Item[],
+    opts: ExtractOptions,
+    inter?: Intermediates[],
+    onBatch?: (done: number[]) => void,
+  ): Promise<void> {
     const maxB = Math.max(1, opts.batchSize ?? 32);
     const maxTok = Math.max(1, opts.maxBatchTokens ?? 16384);
     const order = items.map((_, i) => i).sort((a, b) => items[a].f.ids.length - items[b].f.ids.length);
@@ -357,7 +363,7 @@ export class Gliner2Model {
     let total = 0;
     for (const ids of seqs) total += ids.length;
     if (total > ENCODER_LIMITS.requestTokens)
-      throw new InputLimitError(`the input is ${total} tokens, over the limit of ${ENCODER_LIMITS.requestTokens} (requestTokens)`, '/input', 'requestTokens');
+      throw overLimit('requestTokens', '/input', `the input is ${total} tokens, over the limit`);
     const chunks: { t: number; ids: Int32Array }[] = [];
     seqs.forEach((ids, t) => {
       if (ids.length === 0) chunks.push({ t, ids: new Int32Array([0]) });

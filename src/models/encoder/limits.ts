@@ -46,3 +46,8 @@ export class InputLimitError extends RangeError {
     super(`${path}: ${message}`);
   }
 }
+
+/** The InputLimitError for `what` (a phrase naming the input and its size) over ENCODER_LIMITS[limit]. */
+export function overLimit(limit: EncoderLimit, path: string, what: string): InputLimitError {
+  return new InputLimitError(`${what} (limit ${ENCODER_LIMITS[limit]}, ${limit})`, path, limit);
+}

@@ -14,7 +14,7 @@
 // ENCODER_LIMITS (names, descriptions, labels per task, tasks) throws InputLimitError with the
 // JSON pointer of the offending value ('/schema/entities/3'), before any tokenization or native call.
 
-import { ENCODER_LIMITS, InputLimitError, type EncoderLimit } from './limits.ts';
+import { ENCODER_LIMITS, InputLimitError, overLimit, type EncoderLimit } from './limits.ts';
 import { MAX_VALIDATORS, parseValidator, type ValidatorSpec } from './validators.ts';
 
 export class SchemaError extends Error {
@@ -74,21 +74,20 @@ const ptr = (base: string, key: string | number) => `${base}/${String(key).repla
 
 /** Throws InputLimitError when `n` is over ENCODER_LIMITS[limit]. */
 function cap(n: number, limit: EncoderLimit, path: string, what: string): void {
-  const max = ENCODER_LIMITS[limit];
-  if (n > max) throw new InputLimitError(`${what} is over the limit of ${max} (${limit}): got ${n}`, path, limit);
+  if (n > ENCODER_LIMITS[limit]) throw overLimit(limit, path, `${what} is ${n}, over the limit`);
 }
 /** A name (label, field, choice, task): at most nameChars UTF-16 units. */
 function capName(v: unknown, path: string): void {
-  if (typeof v === 'string') cap(v.length, 'nameChars', path, `the name at ${path} (${v.length} characters)`);
+  if (typeof v === 'string') cap(v.length, 'nameChars', path, 'the length of the name');
 }
 /** A description / prompt / example text: at most descriptionChars UTF-16 units. */
 function capText(v: unknown, path: string): void {
-  if (typeof v === 'string') cap(v.length, 'descriptionChars', path, `the text at ${path} (${v.length} characters)`);
+  if (typeof v === 'string') cap(v.length, 'descriptionChars', path, 'the length of the text');
 }
 /** A list or object of labels / fields / choices: at most `labels` entries. */
 function capCount(v: unknown, path: string, limit: EncoderLimit = 'labels'): void {
   const n = Array.isArray(v) ? v.length : isObj(v) ? Object.keys(v).length : 0;
-  cap(n, limit, path, `the number of entries at ${path}`);
+  cap(n, limit, path, 'the number of entries');
 }
 
 function str(v: unknown, what: string): string {
@@ -224,7 +223,8 @@ function parseStructures(v: unknown): StructureSpec[] {
     capCount(fl, fat);
     if (Array.isArray(fl)) fields = fl.map((f, i) => parseField(f, `structures.${name}[${i}]`, ptr(fat, i)));
     else if (isObj(fl))
-      fields = Object.entries(fl).map(([fname, f]) => parseField(f ?? '', `structures.${name}.${fname}`, ptr(fat, fname), fname));
+      fields = Object.entries(fl).map(([fname, f]) =>
+        parseField(f ?? '', `structures.${name}.${fname}`, ptr(fat, fname), fname));
     else throw new SchemaError(`structures.${name} must be a list of fields`);
     fields = dedupe(fields);
     if (fields.length === 0) throw new SchemaError(`structures.${name} has no fields`);
@@ -290,7 +290,10 @@ function parseClassifications(v: unknown): ClassificationSpec[] {
     capCount(c.labels, ptr(at, 'labels'));
     if (Array.isArray(c.labels)) c.labels.forEach((l, j) => capName(l, ptr(ptr(at, 'labels'), j)));
     else if (isObj(c.labels))
-      for (const [l, d] of Object.entries(c.labels)) (capName(l, ptr(ptr(at, 'labels'), l)), capText(d, ptr(ptr(at, 'labels'), l)));
+      for (const [l, d] of Object.entries(c.labels)) {
+        capName(l, ptr(ptr(at, 'labels'), l));
+        capText(d, ptr(ptr(at, 'labels'), l));
+      }
     capCount(c.label_descriptions, ptr(at, 'label_descriptions'));
     if (isObj(c.label_descriptions))
       for (const [l, d] of Object.entries(c.label_descriptions)) capText(d, ptr(ptr(at, 'label_descriptions'), l));
@@ -361,7 +364,9 @@ export function normalizeSchema(input: unknown): Schema {
   const known = new Set(['entities', 'classifications', 'structures', 'relations']);
   for (const k of Object.keys(input)) if (!known.has(k)) throw new SchemaError(`schema.${k} is not a known task (entities, classifications, structures, relations)`);
   const s: Schema = {
-    entities: input.entities !== undefined && input.entities !== null ? parseEntities(input.entities, '/schema/entities') : undefined,
+    entities: input.entities !== undefined && input.entities !== null
+      ? parseEntities(input.entities, '/schema/entities')
+      : undefined,
     structures: input.structures !== undefined && input.structures !== null ? parseStructures(input.structures) : [],
     relations: input.relations !== undefined && input.relations !== null ? parseRelations(input.relations) : [],
     classifications: input.classifications !== undefined && input.classifications !== null ? parseClassifications(input.classifications) : [],

@@ -25,7 +25,12 @@ export interface Words {
  * where it starts, so re-splitting a window that begins at a piece boundary gives the same pieces.
  * With `maxWords`, stops after that many (a caller bounding its work need not split the rest).
  */
-export function splitWords(text: string, lowercase = true, maxChars: number = ENCODER_LIMITS.wordChars, maxWords = Infinity): Words {
+export function splitWords(
+  text: string,
+  lowercase = true,
+  maxChars: number = ENCODER_LIMITS.wordChars,
+  maxWords = Infinity,
+): Words {
   const tokens: string[] = [];
   const start: number[] = [];
   const end: number[] = [];
