@@ -215,7 +215,10 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
         const stream = l.dec.generate({ ...(rest as object), messages: messages as never, prompt, signal, adapter: l.adapter });
         try {
           for await (const ev of stream) {
-            if (ev.type === 'delta') yield ev.logprobs ? { type: 'delta', text: ev.text, logprobs: ev.logprobs } : { type: 'delta', text: ev.text };
+            if (ev.type === 'delta') {
+              if (ev.prompt_usage) yield { type: 'start', usage: disjointUsage(ev.prompt_usage) };
+              yield ev.logprobs ? { type: 'delta', text: ev.text, logprobs: ev.logprobs } : { type: 'delta', text: ev.text };
+            }
             else yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, text: ev.text, usage: disjointUsage(ev.usage) };
           }
         } catch (e) {
@@ -228,6 +231,14 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
           throw e;
         }
       } finally { inflight--; }
+    },
+
+    countTokens(ref: ModelRef, p: GenerateParams): Promise<number> {
+      return use(ref, async (l) => {
+        if (l.enc) return (await l.enc.tokenizer.encodeTexts([p.prompt ?? ''])).reduce((n, a) => n + a.length, 0);
+        const { messages, prompt, tools } = p;
+        return (await l.dec!.preparePrompt({ messages: messages as never, prompt, tools: tools as never })).ids.length;
+      });
     },
 
     async templateSupportsTools(ref: ModelRef): Promise<boolean> {
