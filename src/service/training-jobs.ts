@@ -24,9 +24,9 @@ import type { TrainTaskResult } from './jobs/train-task.ts';
 import type { ModelRef, ModelRuntime } from './runtime.ts';
 import type { SignedUrls } from './signed-urls.ts';
 
-export const FRESH_ENCODER_ID = 'loom/gliner2-init-small';
-/** training-only bases created fresh from a preset (no pretrained weights offline) */
-export const FRESH_ENCODERS: Record<string, string> = { [FRESH_ENCODER_ID]: 'small', 'loom/gliner2-init-tiny': 'tiny' };
+// the training-only fresh bases are catalog entries (listed by GET /base-models)
+import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
+export { FRESH_ENCODER_ID, FRESH_ENCODERS };
 const MAX_RESTARTS = 2;
 const DECODER_SCORE_MAX = 100;
 const ACTIVE = new Set(['requested', 'running']);
