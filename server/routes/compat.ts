@@ -45,7 +45,7 @@ export function compatRoutes(): RouteDef[] {
     {
       method: 'GET', path: '/v1/models', auth: 'key', errors: 'openai',
       query: { limit: { type: 'integer', min: 1 }, before_id: { type: 'string' }, after_id: { type: 'string' } },
-      handler: ({ services, query }) => services.compat.models(query as { limit?: number; before_id?: string; after_id?: string }),
+      handler: ({ services, query }) => services.compat.models(query as Parameters<typeof services.compat.models>[0]),
     },
     {
       // model ids contain '/', sent percent-encoded by the SDKs

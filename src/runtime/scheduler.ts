@@ -470,9 +470,9 @@ export class Scheduler {
       if (q.finished) return;
       let next: number | null;
       try {
-        const prompt = q.generated === 0
-          ? { promptTokens: q.promptLen, generatedTokens: 0, cacheReadTokens: q.cacheRead, cacheWriteTokens: q.cacheWrite }
-          : undefined;
+        const prompt = q.generated > 0 ? undefined : {
+          promptTokens: q.promptLen, generatedTokens: 0, cacheReadTokens: q.cacheRead, cacheWriteTokens: q.cacheWrite,
+        };
         next = q.handler.next(this.out.subarray(r * V, (r + 1) * V), prompt);
       } catch (e) {
         q.finished = true;

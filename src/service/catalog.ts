@@ -52,7 +52,8 @@ export const CURATED: Curated[] = [
   { id: 'meta-llama/Llama-3.2-1B-Instruct', name: 'Llama 3.2 1B Instruct', ...DEC, caching_family: 'explicit', supports_inference: true, supports_on_demand_inference: true, pricing: { input: 10, output: 20 }, context_length: 131072, provider: 'meta' },
   // training-only bases: fresh-initialized GLiNER2 encoders (`loom init-encoder`), one per preset
   ...Object.entries(FRESH_ENCODERS).map(([id, preset]): Curated => ({
-    id, name: `GLiNER2 ${preset} (fresh init, training only)`, ...ENC, supports_inference: false, supports_on_demand_inference: false,
+    id, name: `GLiNER2 ${preset} (fresh init, training only)`, ...ENC,
+    supports_inference: false, supports_on_demand_inference: false,
     pricing: { input: 1, output: 0 }, context_length: 512, provider: 'loom',
   })),
 ];

@@ -220,7 +220,9 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
           for await (const ev of stream) {
             if (ev.type === 'delta') {
               if (ev.prompt_usage) yield { type: 'start', usage: disjointUsage(ev.prompt_usage) };
-              yield ev.logprobs ? { type: 'delta', text: ev.text, logprobs: ev.logprobs } : { type: 'delta', text: ev.text };
+              yield ev.logprobs
+                ? { type: 'delta', text: ev.text, logprobs: ev.logprobs }
+                : { type: 'delta', text: ev.text };
             }
             else yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, text: ev.text, usage: disjointUsage(ev.usage) };
           }

@@ -80,7 +80,8 @@ t.test('service/auto: one policy from creation on, on /inference, /gliner-2 and 
   };
   const body = { model_id: 'service/auto', text: 'Alice went to Paris', schema: ['person'] };
   const routed = async (ts: { url: string }, key: string, path = '/inference') => {
-    const r = await call(ts.url, 'POST', path, { key, body: path === '/inference' ? body : { text: body.text, entities: ['person'] } });
+    const b = path === '/inference' ? body : { text: body.text, entities: ['person'] };
+    const r = await call(ts.url, 'POST', path, { key, body: b });
     t.equal(r.status, 200, `${path} answers`);
     return r.body.routed_model;
   };
@@ -106,7 +107,7 @@ t.test('service/auto: one policy from creation on, on /inference, /gliner-2 and 
     key: b.user.key, body: { model: 'service/auto', messages: [{ role: 'user', content: 'hi there' }], max_tokens: 4 },
   });
   t.equal(chat.status, 200, '/v1/chat/completions through the router');
-  t.equal(await routed(b.ts, b.user.key), 'test/encoder-b', 'POST /inference after /gliner-2 and /v1: still the given policy');
+  t.equal(await routed(b.ts, b.user.key), 'test/encoder-b', 'POST /inference after /gliner-2 and /v1: the same policy');
   // without a policy the default applies (so the checks above do tell the two apart)
   const c = await start({ routerPolicy: DEFAULT_ROUTER_POLICY });
   t.equal(await routed(c.ts, c.user.key), 'test/encoder', 'the default policy picks the other encoder');

@@ -55,12 +55,19 @@ export class TinyRuntime implements ModelRuntime {
           if (ev.prompt_usage) yield { type: 'start', usage: disjointUsage(ev.prompt_usage) };
           yield { type: 'delta', text: ev.text, ...(ev.logprobs ? { logprobs: ev.logprobs } : {}) } as GenerateEvent;
         }
-        else yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, usage: disjointUsage(ev.usage), text: ev.text };
+        else {
+          const usage = disjointUsage(ev.usage);
+          yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, usage, text: ev.text };
+        }
       }
     } catch (e) {
       // the production seam's contract (runtime-local.ts): a cancelled generation ends with its usage
       const ab = e as { name?: string; usage?: GenerateUsage; text?: string };
-      if (ab?.name === 'AbortError' && ab.usage) { yield { type: 'done', finish_reason: 'cancelled', stop_sequence: null, usage: disjointUsage(ab.usage), text: ab.text ?? '' }; return; }
+      if (ab?.name === 'AbortError' && ab.usage) {
+        const usage = disjointUsage(ab.usage);
+        yield { type: 'done', finish_reason: 'cancelled', stop_sequence: null, usage, text: ab.text ?? '' };
+        return;
+      }
       throw e;
     }
   }

@@ -47,7 +47,8 @@ t.test('structured output always parses and validates', async (t) => {
     for (const seed of [1, 2]) {
       const rf = { type: 'json_schema' as const, json_schema: { schema } };
       const prompt = 'Lily and Tom went to the park';
-      const r = await model.generate({ prompt, max_tokens: maxTokens, temperature: 0.8, seed, response_format: rf }).result;
+      const req = { prompt, max_tokens: maxTokens, temperature: 0.8, seed, response_format: rf };
+      const r = await model.generate(req).result;
       t.equal(r.finish_reason, 'stop', `${JSON.stringify(schema)} seed ${seed}: the value ended (${r.text})`);
       t.ok(r.tokenIds.length < maxTokens, `within ${maxTokens} tokens (${r.tokenIds.length})`);
       let v: unknown;

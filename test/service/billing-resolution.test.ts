@@ -15,13 +15,14 @@ const follow = async (url: string, key: string) => call(ts.url, 'GET', new URL(u
 t.test('every billing denial links to a page that exists and shows what to resolve', async (t) => {
   const free = await makeUser(ts);
   const pro = await makeUser(ts, { plan: 'pro' });
+  const body = (model_id: string) => ({ model_id, text: 'Alice', schema: ['person'] });
   const cases = [
     // direct model on the free plan: needs paid credits
-    { user: free, body: { model_id: 'test/encoder', text: 'Alice', schema: ['person'] }, status: 402, code: 'direct_model_requires_credits' },
+    { user: free, body: body('test/encoder'), status: 402, code: 'direct_model_requires_credits' },
     // the free plan without allowance, through the router
-    { user: free, body: { model_id: 'service/auto', text: 'Alice', schema: ['person'] }, status: 402, code: 'out_of_credits' },
+    { user: free, body: body('service/auto'), status: 402, code: 'out_of_credits' },
     // a paid plan without a card
-    { user: pro, body: { model_id: 'test/encoder', text: 'Alice', schema: ['person'] }, status: 403, code: 'card_required' },
+    { user: pro, body: body('test/encoder'), status: 403, code: 'card_required' },
   ];
   for (const c of cases) {
     const r = await call(ts.url, 'POST', '/inference', { key: c.user.key, body: c.body });
@@ -33,7 +34,8 @@ t.test('every billing denial links to a page that exists and shows what to resol
     t.match(page.body, { plan: String, credits: { available: Number, paid_balance: Number }, card_on_file: Boolean });
   }
   // and the same link in the OpenAI-style envelope of the /v1 routes
-  const v1 = await call(ts.url, 'POST', '/v1/chat/completions', { key: free.key, body: { model: 'test/decoder', messages: [{ role: 'user', content: 'hi' }] } });
+  const chat = { model: 'test/decoder', messages: [{ role: 'user', content: 'hi' }] };
+  const v1 = await call(ts.url, 'POST', '/v1/chat/completions', { key: free.key, body: chat });
   t.equal(v1.status, 402);
   t.equal((await follow(v1.body.error.resolution_url, free.key)).status, 200, '/v1 envelope: the link answers 200');
 });

@@ -91,15 +91,20 @@ export function mapRuntimeError(err: unknown, endpoint: CompatEndpoint | 'embedd
     if (req && forcesTool(req)) {
       const tc = req.tool_choice;
       const what = typeof tc === 'object' ? `the tool '${tc.name}'` : 'a tool';
-      const msg = `tool_choice: this model cannot produce a call to ${what} (its parameters as constrained JSON): ${e.message}`;
+      const msg = `tool_choice: this model cannot produce a call to ${what} `
+        + `(its parameters as constrained JSON): ${e.message}`;
       return new CompatError(422, msg, { param: 'tool_choice', code });
     }
     return new CompatError(422, `response_format: ${e.message}`, { param: 'response_format', code });
   }
   // the encoder's schema checks (the `schema` extension): field specs, validators' patterns
-  if (e?.name === 'SchemaError') return new CompatError(422, `schema: ${e.message}`, { param: 'schema', code: 'invalid_value' });
+  if (e?.name === 'SchemaError') {
+    return new CompatError(422, `schema: ${e.message}`, { param: 'schema', code: 'invalid_value' });
+  }
   // parameter errors raised by the runtime (bad sampling values, max_tokens beyond the context)
-  if (err instanceof RangeError) return new CompatError(422, e.message ?? 'invalid parameter', { code: 'invalid_value' });
+  if (err instanceof RangeError) {
+    return new CompatError(422, e.message ?? 'invalid parameter', { code: 'invalid_value' });
+  }
   return err;
 }
 
@@ -108,7 +113,9 @@ function recordInput(req: CompatRequest) {
 }
 
 function recordParams(req: CompatRequest): Record<string, unknown> {
-  const out: Record<string, unknown> = { endpoint: req.endpoint, stream: req.stream, n: req.n, cache_markers: req.cache_markers.applied };
+  const out: Record<string, unknown> = {
+    endpoint: req.endpoint, stream: req.stream, n: req.n, cache_markers: req.cache_markers.applied,
+  };
   for (const [k, v] of Object.entries(req.params)) {
     if (v !== undefined && !(Array.isArray(v) && !v.length) && v !== false) out[k] = v;
   }
@@ -208,7 +215,9 @@ function frameEncoder(bctx: BuildContext, req: CompatRequest): FrameEncoder {
   }
 }
 
-export function createCompatService(deps: { inference: InferenceService; runtime: ModelRuntime; catalog: Catalog; store: Store }) {
+export interface CompatDeps { inference: InferenceService; runtime: ModelRuntime; catalog: Catalog; store: Store }
+
+export function createCompatService(deps: CompatDeps) {
   const { inference, runtime, catalog, store } = deps;
 
   function begin(p: Principal, req: CompatRequest): Promise<Call> {
@@ -229,7 +238,9 @@ export function createCompatService(deps: { inference: InferenceService; runtime
   }
 
   /** A chat/completions/responses/messages call, streaming or not (see the top of this file). */
-  async function generate(p: Principal, endpoint: CompatEndpoint, body: unknown, opts: { signal: AbortSignal }): Promise<CompatReply> {
+  async function generate(
+    p: Principal, endpoint: CompatEndpoint, body: unknown, opts: { signal: AbortSignal },
+  ): Promise<CompatReply> {
     const req = NORMALIZE[endpoint](body);
     if (req.extract) toEncoderSchema(req.extract.schema); // a bad `schema` is a 422 before anything is billed or stored
     const call = await begin(p, req);
@@ -258,7 +269,8 @@ export function createCompatService(deps: { inference: InferenceService; runtime
     const choices: ChoiceResult[] = [];
     let usage: Usage | null = null;
     /** the call failed or was cancelled: record it (billing what the model processed) */
-    const failCall = (err: unknown, used?: Usage) => call.fail({ ...base, output: recordOutput(choices.filter(Boolean)) }, err, used);
+    const failCall = (err: unknown, used?: Usage) =>
+      call.fail({ ...base, output: recordOutput(choices.filter(Boolean)) }, err, used);
 
     let first: IteratorResult<RunEvent>;
     try {
@@ -353,14 +365,18 @@ export function createCompatService(deps: { inference: InferenceService; runtime
     const req = normalizeCountTokens(body);
     const kind: ModelKind = req.task === 'extract' ? 'encoder' : 'decoder';
     if (kind === 'encoder') toEncoderSchema(req.extract!.schema);
-    const model = await inference.resolve(p, req.model, kind, { schema: req.extract?.schema, prompt_chars: promptChars(req) });
+    const hints = { schema: req.extract?.schema, prompt_chars: promptChars(req) };
+    const model = await inference.resolve(p, req.model, kind, hints);
     if (!runtime.countTokens) throw new DependencyUnavailableError('This model runtime cannot count tokens');
-    if (kind === 'encoder') return { input_tokens: await runtime.countTokens(model.ref, { prompt: req.extract!.text }) };
+    if (kind === 'encoder') {
+      return { input_tokens: await runtime.countTokens(model.ref, { prompt: req.extract!.text }) };
+    }
     const tools = toolsOn(req) && runtime.templateSupportsTools
       ? await runtime.templateSupportsTools(model.ref).catch(() => false)
       : false;
     try {
-      return { input_tokens: await runtime.countTokens(model.ref, generateParams(req, 0, { templateSupportsTools: tools })) };
+      const params = generateParams(req, 0, { templateSupportsTools: tools });
+      return { input_tokens: await runtime.countTokens(model.ref, params) };
     } catch (err) {
       throw mapRuntimeError(err, 'messages', req);
     }
@@ -414,7 +430,8 @@ export function createCompatService(deps: { inference: InferenceService; runtime
   /** GET /v1/models: the router and the catalog, paged by id */
   async function models(q: { limit?: number; before_id?: string; after_id?: string }) {
     if (q.before_id !== undefined && q.after_id !== undefined) {
-      throw new CompatError(422, "Use at most one of 'before_id' and 'after_id'.", { param: 'before_id', code: 'invalid_value' });
+      const msg = "Use at most one of 'before_id' and 'after_id'.";
+      throw new CompatError(422, msg, { param: 'before_id', code: 'invalid_value' });
     }
     const limit = q.limit === undefined ? undefined : Math.min(q.limit, MAX_MODELS_LIMIT);
     return listModels(await catalogModels(), { limit, before_id: q.before_id, after_id: q.after_id });
@@ -423,7 +440,9 @@ export function createCompatService(deps: { inference: InferenceService; runtime
   /** GET /v1/models/:id */
   async function model(id: string) {
     const m = (await catalogModels()).find((e) => e.id === id);
-    if (!m) throw new CompatError(404, `The model '${id}' does not exist.`, { param: 'model', code: 'model_not_found' });
+    if (!m) {
+      throw new CompatError(404, `The model '${id}' does not exist.`, { param: 'model', code: 'model_not_found' });
+    }
     return modelEntry(m);
   }
 
