@@ -5,6 +5,7 @@ import { createLogger } from './log.ts';
 import { configFromEnv } from '../src/service/config.ts';
 import { createServices } from '../src/service/index.ts';
 import { createLocalRuntime } from '../src/service/runtime-local.ts';
+import { storePath } from '../src/store/index.ts';
 
 const config = configFromEnv();
 const log = createLogger();
@@ -16,13 +17,16 @@ const server = await createServer({ services, host, port, log });
 const users = services.store.teams.list().length;
 const models = await services.runtime.listLocal();
 
+// `loom admin` works on the store of LOOM_DATA_DIR: it must name this server's data folder
+const admin = `LOOM_DATA_DIR=${config.dataDir} npx loom admin`;
 console.log(`Loom listening on ${server.url}
-  data:   ${config.dataDir}
+  data:   ${config.dataDir} (store ${storePath(config.dataDir)})
   models: ${config.modelsDir} (${models.length} on disk${models.length ? `: ${models.map((m) => m.id).join(', ')}` : ''})
+  admin:  ${admin} <command>   (the CLI must use this data folder: keys made in another store get 401)
 ${users ? '' : `
 No accounts yet. Create a user and an API key:
-  npx loom admin create-user --email you@example.com --password 'a long password' --key default
-  (or: node bin/loom.mjs admin create-user ...; add credits: npx loom admin grant-credits --email you@example.com --credits 100)
+  ${admin} create-user --email you@example.com --password 'a long password' --key default
+  (add credits: ${admin} grant-credits --email you@example.com --credits 100)
 Then:
   curl -H "X-API-Key: loom_sk_..." ${server.url}/base-models
 `}`);

@@ -10,7 +10,6 @@ import { ValidationError } from '../../src/service/errors.ts';
 import { ROUTER_MODEL_ID } from '../../src/service/router.ts';
 import type { Principal } from '../../src/service/auth.ts';
 import type { Ctx, RouteDef } from '../router.ts';
-import { ensureRouterPolicy } from './compat.ts';
 import { encoderSchemaSchema } from './schemas.ts';
 
 const labelList = { type: 'array', items: { type: 'string', minLength: 1 }, minItems: 1 };
@@ -40,7 +39,6 @@ type Body = Record<string, any>;
 
 function run(ctx: Ctx, path: string, schema: unknown, task?: string) {
   const b = ctx.body as Body;
-  ensureRouterPolicy(ctx.services);
   return ctx.services.inference.runEncoder(ctx.principal as Principal, {
     model_id: b.model_id ?? ROUTER_MODEL_ID,
     text: b.text,

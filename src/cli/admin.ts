@@ -1,13 +1,17 @@
 // `loom admin <subcommand>`: accounts, keys, credits and plans, working directly on the store under
-// LOOM_DATA_DIR (default ./data); safe while the server runs (LMDB is multi-process).
+// LOOM_DATA_DIR (default ./data); safe while the server runs (LMDB is multi-process). It must be the
+// server's store (a key made in another one gets 401), so the path in use is printed (stderr) on
+// every run, and a missing store is refused unless --create-store asks for a new one.
 import { parseArgs } from 'node:util';
-import { openStore, type Store } from '../store/index.ts';
+import { openStore, type Store, storeExists, storePath } from '../store/index.ts';
 import { createAuthService } from '../service/auth.ts';
 import { createBillingService } from '../service/billing.ts';
 import { configFromEnv } from '../service/config.ts';
 import { ServiceError } from '../service/errors.ts';
 
-const USAGE = `usage: loom admin <subcommand> [options]   (store: $LOOM_DATA_DIR, default ./data)
+const USAGE = `usage: loom admin <subcommand> [options] [--create-store]
+  store: $LOOM_DATA_DIR/store (default ./data/store), the server's: \`npm start\` prints its data folder.
+  A missing store is an error; --create-store creates a new, empty one there.
 
   create-user   --email E --password P [--team-id T | --team-name N] [--plan free|pro|scale] [--region CC] [--key NAME]
   create-key    --email E [--name N]                 print a new API key (shown once)
@@ -22,7 +26,7 @@ const OPTIONS = {
   email: { type: 'string' }, password: { type: 'string' }, 'team-id': { type: 'string' }, 'team-name': { type: 'string' },
   plan: { type: 'string' }, region: { type: 'string' }, key: { type: 'string' }, name: { type: 'string' }, credits: { type: 'string' },
   card: { type: 'boolean' }, 'no-card': { type: 'boolean' }, overage: { type: 'string' }, help: { type: 'boolean', short: 'h' },
-  json: { type: 'boolean' },
+  json: { type: 'boolean' }, 'create-store': { type: 'boolean' },
 } as const;
 
 function teamOf(store: Store, v: { email?: string; 'team-id'?: string }): string {
@@ -39,6 +43,16 @@ export async function main(argv: string[]): Promise<number> {
   const { values: v } = parseArgs({ args: rest, options: OPTIONS, allowPositionals: false });
   if (v.help) { console.log(USAGE); return 0; }
   const config = configFromEnv();
+  const where = storePath(config.dataDir);
+  const source = process.env.LOOM_DATA_DIR ? 'LOOM_DATA_DIR' : 'default ./data: LOOM_DATA_DIR is not set';
+  if (!storeExists(config.dataDir) && !v['create-store']) {
+    console.error(`loom admin: no store at ${where} (${source}).
+  Point LOOM_DATA_DIR at the server's data folder (\`npm start\` prints it as "data:"), e.g.
+    LOOM_DATA_DIR=/path/to/data npx loom admin ${sub} ...
+  or pass --create-store to create a new, empty store there (the server must then use the same LOOM_DATA_DIR).`);
+    return 1;
+  }
+  console.error(`loom admin: store ${where} (${source})`);
   const store = await openStore(config.dataDir);
   const billing = createBillingService(store, config);
   const auth = createAuthService(store, config, billing);

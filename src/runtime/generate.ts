@@ -8,7 +8,9 @@
 //
 // generate(request) returns a GenerationStream: an async iterable of events
 //   { type: 'delta', text, tokenIds, logprobs? }      one per sampled token (text may be '' while the
-//                                                     detokenizer or a stop string holds bytes back)
+//                                                     detokenizer or a stop string holds bytes back);
+//                                                     the first also has prompt_usage (the prompt's
+//                                                     usage once processed, completion_tokens 0)
 //   { type: 'final', finish_reason, text, tokenIds, usage }   exactly once, last
 // with usage = { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens }.
 // `stream.result` is a Promise of the final event (for non-streaming callers); `stream.cancel()`
@@ -90,6 +92,8 @@ export interface GenerateDelta {
   text: string;
   tokenIds: number[];
   logprobs?: TokenLogprob[];
+  /** on the first delta only: the processed prompt's usage (completion_tokens 0), cache reads/writes included */
+  prompt_usage?: Usage;
 }
 
 export interface Usage {
@@ -341,10 +345,13 @@ export class DecoderModel {
     const signal = req.signal ? AbortSignal.any([req.signal, stream.controller.signal]) : stream.controller.signal;
     const mode: CacheMode = req.cache?.mode ?? (breakpoints.length ? 'explicit' : this.info.caching.mode === 'automatic' ? 'automatic' : 'none');
     const tokenStr = (id: number) => this.tokenizer.idToToken(id) ?? '';
+    let promptUsage: Usage | undefined;
     const emitText = (s: string, tokenIds: number[], lp?: TokenLogprob[]): void => {
       if (!s && !tokenIds.length) return;
       text += s;
-      stream.push({ type: 'delta', text: s, tokenIds, ...(lp ? { logprobs: lp } : {}) });
+      const pu = promptUsage ? { prompt_usage: promptUsage } : {};
+      promptUsage = undefined;
+      stream.push({ type: 'delta', text: s, tokenIds, ...(lp ? { logprobs: lp } : {}), ...pu });
     };
 
     this.scheduler.submit({
@@ -354,7 +361,13 @@ export class DecoderModel {
       cache: { mode, breakpoints },
       signal,
       handler: {
-        next: (logits) => {
+        next: (logits, prompt) => {
+          if (prompt) {
+            promptUsage = {
+              prompt_tokens: prompt.promptTokens, completion_tokens: 0,
+              cache_read_tokens: prompt.cacheReadTokens, cache_write_tokens: prompt.cacheWriteTokens,
+            };
+          }
           const r = sampler.sample(logits, history, constraint ? constraint.allowed() : null);
           const tok = r.token;
           history.push(tok);

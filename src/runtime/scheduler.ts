@@ -37,8 +37,12 @@ export class RequestTooLargeError extends Error {
 
 /** What the scheduler asks of the caller for each sequence. */
 export interface SeqHandler {
-  /** Called with the logits (V) of the sequence's last position; returns the next token, or null to finish. The view is only valid during the call. */
-  next(logits: Float32Array): number | null;
+  /**
+   * Called with the logits (V) of the sequence's last position; returns the next token, or null to
+   * finish. The view is only valid during the call. On the first call (the prompt is processed)
+   * `prompt` carries its cache accounting (generatedTokens 0).
+   */
+  next(logits: Float32Array, prompt?: SeqStats): number | null;
   /** Called once when the sequence ends (finish), with cache accounting. */
   done(info: SeqStats): void;
   /** Called once on error / abort instead of done. */
@@ -466,7 +470,10 @@ export class Scheduler {
       if (q.finished) return;
       let next: number | null;
       try {
-        next = q.handler.next(this.out.subarray(r * V, (r + 1) * V));
+        const prompt = q.generated > 0 ? undefined : {
+          promptTokens: q.promptLen, generatedTokens: 0, cacheReadTokens: q.cacheRead, cacheWriteTokens: q.cacheWrite,
+        };
+        next = q.handler.next(this.out.subarray(r * V, (r + 1) * V), prompt);
       } catch (e) {
         q.finished = true;
         this.detach(q);

@@ -54,7 +54,9 @@ export interface AccountView {
 }
 
 export function createBillingService(store: Store, config: ServiceConfig) {
-  const url = (what: string) => `${config.publicUrl.replace(/\/$/, '')}/billing/${what}`;
+  // A denial's resolution_url: GET /account (plan, credits, card on file), the billing page that exists
+  // until the dashboard does; `code` says what to resolve (credits, plan, payment method).
+  const url = (_need: 'credits' | 'plan' | 'payment-method') => `${config.publicUrl.replace(/\/$/, '')}/account`;
   const planOf = (a: BillingAccount): PlanConfig => config.plans[a.plan] ?? config.plans[config.defaultPlan];
 
   /** the account with its billing month rolled forward (paid plans renew included credits) */

@@ -36,6 +36,10 @@ type Curated = Omit<CatalogEntry, 'local' | 'source' | 'description' | 'blocked_
 const ENC: Pick<CatalogEntry, 'task_type' | 'caching_family' | 'supports_training'> = { task_type: 'encoder', caching_family: 'none', supports_training: true };
 const DEC: Pick<CatalogEntry, 'task_type' | 'caching_family' | 'supports_training'> = { task_type: 'decoder', caching_family: 'automatic_half', supports_training: true };
 
+export const FRESH_ENCODER_ID = 'loom/gliner2-init-small';
+/** training-only bases created fresh from a preset (no pretrained weights offline): id → encoder preset */
+export const FRESH_ENCODERS: Record<string, string> = { [FRESH_ENCODER_ID]: 'small', 'loom/gliner2-init-tiny': 'tiny' };
+
 /** Curated checkpoints (ids are Hugging Face repositories). Prices in credits per 1M tokens. */
 export const CURATED: Curated[] = [
   { id: 'fastino/gliner2-base-v1', name: 'GLiNER2 base', ...ENC, supports_inference: true, supports_on_demand_inference: true, pricing: { input: 2, output: 0 }, context_length: 2048, provider: 'fastino' },
@@ -46,8 +50,12 @@ export const CURATED: Curated[] = [
   { id: 'Qwen/Qwen2.5-0.5B-Instruct', name: 'Qwen2.5 0.5B Instruct', ...DEC, caching_family: 'automatic_tenth', supports_inference: true, supports_on_demand_inference: true, pricing: { input: 5, output: 10 }, context_length: 32768, provider: 'qwen' },
   { id: 'Qwen/Qwen2.5-1.5B-Instruct', name: 'Qwen2.5 1.5B Instruct', ...DEC, caching_family: 'automatic_tenth', supports_inference: true, supports_on_demand_inference: true, pricing: { input: 15, output: 30 }, context_length: 32768, provider: 'qwen' },
   { id: 'meta-llama/Llama-3.2-1B-Instruct', name: 'Llama 3.2 1B Instruct', ...DEC, caching_family: 'explicit', supports_inference: true, supports_on_demand_inference: true, pricing: { input: 10, output: 20 }, context_length: 131072, provider: 'meta' },
-  // a training-only base: the fresh-initialized small GLiNER2 encoder (`loom init-encoder`)
-  { id: 'loom/gliner2-init-small', name: 'GLiNER2 small (fresh init, training only)', ...ENC, supports_inference: false, supports_on_demand_inference: false, pricing: { input: 1, output: 0 }, context_length: 512, provider: 'loom' },
+  // training-only bases: fresh-initialized GLiNER2 encoders (`loom init-encoder`), one per preset
+  ...Object.entries(FRESH_ENCODERS).map(([id, preset]): Curated => ({
+    id, name: `GLiNER2 ${preset} (fresh init, training only)`, ...ENC,
+    supports_inference: false, supports_on_demand_inference: false,
+    pricing: { input: 1, output: 0 }, context_length: 512, provider: 'loom',
+  })),
 ];
 
 const DEFAULT_PRICING: Record<ModelKind, Pricing> = { encoder: { input: 1, output: 0 }, decoder: { input: 2, output: 4 } };

@@ -7,11 +7,12 @@ import { createBillingService } from './billing.ts';
 import { createCatalog } from './catalog.ts';
 import { createHistoryService } from './history.ts';
 import { createInferenceService } from './inference.ts';
+import { createCompatService } from './compat/call.ts';
 import { createMetrics } from './metrics.ts';
 import { createProjectsService } from './projects.ts';
 import { createRateLimiter } from './ratelimit.ts';
 import type { ModelRuntime } from './runtime.ts';
-import { createRoutePolicy, loadRouterPolicy } from './router.ts';
+import { createRoutePolicy, loadRouterPolicy, type RouterPolicy } from './router.ts';
 import { createWorkerPool } from './workers.ts';
 import { createCustomization } from './customization.ts';
 
@@ -24,6 +25,8 @@ export interface ServicesOptions {
   /** the model runtime (src/service/runtime-local.ts in production) */
   runtime: ModelRuntime;
   log?: Logger;
+  /** the `service/auto` policy (default: LOOM_ROUTER_POLICY's file, else the documented defaults) */
+  routerPolicy?: RouterPolicy;
 }
 
 export async function createServices(opts: ServicesOptions) {
@@ -36,8 +39,10 @@ export async function createServices(opts: ServicesOptions) {
   const auth = createAuthService(store, config, billing);
   const catalog = createCatalog({ runtime, catalogFile: config.catalogFile });
   const inference = createInferenceService({ store, config, billing, catalog, runtime, metrics, log });
-  // `service/auto`: the documented router policy (src/service/router.ts, LOOM_ROUTER_POLICY)
-  inference.setRoutePolicy(createRoutePolicy(loadRouterPolicy()));
+  // `service/auto`: the documented router policy (src/service/router.ts, LOOM_ROUTER_POLICY), set
+  // here once for every endpoint that routes (/inference, /gliner-2/*, /v1/*)
+  inference.setRoutePolicy(createRoutePolicy(opts.routerPolicy ?? loadRouterPolicy()));
+  const compat = createCompatService({ inference, runtime, catalog, store });
   const history = createHistoryService(store);
   const projects = createProjectsService({ store, runtime, inference, log });
   const rateLimiter = createRateLimiter(config.rateLimits);
@@ -47,7 +52,7 @@ export async function createServices(opts: ServicesOptions) {
   const customization = await createCustomization({ store, config, runtime, catalog, inference, log });
   let closed = false;
   return {
-    config, store, runtime, metrics, billing, auth, catalog, inference, history, projects, rateLimiter, workers,
+    config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,
     ...customization.services,
     /** flush and close everything (after the HTTP layer drained) */
     async close() {

@@ -10,13 +10,17 @@ import { join } from 'node:path';
 import type { EncoderModel } from '../models/encoder/index.ts';
 import type { DecoderModel } from '../runtime/generate.ts';
 import { cachedSnapshot, pullModel } from '../runtime/hub.ts';
+import { type DecoderConfig, parseDecoderConfig } from '../formats/hf-config.ts';
 import type { EmbedOutput, EncoderSchema, ExtractOptions, ExtractOutput, GenerateEvent, GenerateParams, LocalModel, ModelKind, ModelRef, ModelRuntime, ModelStatus } from './runtime.ts';
 
 interface Loaded { kind: ModelKind; enc?: EncoderModel; dec?: DecoderModel; adapter?: string; lastUsed: number }
 
-const DECODER_TYPES = new Set(['llama', 'qwen2', 'mistral', 'smollm', 'phi3', 'gemma', 'gemma2']);
-
-/** Encoder or decoder, from a checkpoint's config.json (null: not a model we serve). */
+/**
+ * Encoder or decoder, from a checkpoint's config.json (null: not a model we serve). A decoder is
+ * listed only when the loader accepts its config: src/formats/hf-config.ts (`parseDecoderConfig`)
+ * holds the one table of supported architectures, so the catalog never offers a folder that fails
+ * to load (e.g. phi3, gemma).
+ */
 export function detectKind(dir: string): { kind: ModelKind; architecture: string; context_length?: number } | null {
   const p = join(dir, 'config.json');
   if (!existsSync(p)) return null;
@@ -26,10 +30,9 @@ export function detectKind(dir: string): { kind: ModelKind; architecture: string
   if (archs.includes('GLiNER2') || cfg.model_type === 'extractor' || existsSync(join(dir, 'encoder_config'))) {
     return { kind: 'encoder', architecture: 'gliner2', context_length: typeof cfg.max_len === 'number' ? cfg.max_len : undefined };
   }
-  if (DECODER_TYPES.has(String(cfg.model_type)) || archs.some((a) => a.endsWith('ForCausalLM'))) {
-    return { kind: 'decoder', architecture: String(cfg.model_type), context_length: typeof cfg.max_position_embeddings === 'number' ? cfg.max_position_embeddings : undefined };
-  }
-  return null;
+  let dec: DecoderConfig;
+  try { dec = parseDecoderConfig(cfg, p); } catch { return null; }
+  return { kind: 'decoder', architecture: dec.modelType, context_length: dec.maxPositionEmbeddings };
 }
 
 /**
@@ -215,7 +218,12 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
         const stream = l.dec.generate({ ...(rest as object), messages: messages as never, prompt, signal, adapter: l.adapter });
         try {
           for await (const ev of stream) {
-            if (ev.type === 'delta') yield ev.logprobs ? { type: 'delta', text: ev.text, logprobs: ev.logprobs } : { type: 'delta', text: ev.text };
+            if (ev.type === 'delta') {
+              if (ev.prompt_usage) yield { type: 'start', usage: disjointUsage(ev.prompt_usage) };
+              yield ev.logprobs
+                ? { type: 'delta', text: ev.text, logprobs: ev.logprobs }
+                : { type: 'delta', text: ev.text };
+            }
             else yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, text: ev.text, usage: disjointUsage(ev.usage) };
           }
         } catch (e) {
@@ -228,6 +236,14 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
           throw e;
         }
       } finally { inflight--; }
+    },
+
+    countTokens(ref: ModelRef, p: GenerateParams): Promise<number> {
+      return use(ref, async (l) => {
+        if (l.enc) return (await l.enc.tokenizer.encodeTexts([p.prompt ?? ''])).reduce((n, a) => n + a.length, 0);
+        const { messages, prompt, tools } = p;
+        return (await l.dec!.preparePrompt({ messages: messages as never, prompt, tools: tools as never })).ids.length;
+      });
     },
 
     async templateSupportsTools(ref: ModelRef): Promise<boolean> {

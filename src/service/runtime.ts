@@ -107,11 +107,14 @@ export interface GenerateLogprob {
 }
 
 /**
- * A generation's events: deltas, then exactly one `done`. finish_reason is 'stop' | 'length' |
+ * A generation's events: an optional `start` once the prompt is processed (its input usage, with
+ * completion_tokens 0; the messages-style stream reports it in `message_start`), deltas, then
+ * exactly one `done`. finish_reason is 'stop' | 'length' |
  * 'cancelled' (the signal was aborted after the model started: usage is what was processed and
  * generated up to then, so it can be billed); `stop_sequence` names the stop string that ended it.
  */
 export type GenerateEvent =
+  | { type: 'start'; usage: GenerateUsage }
   | { type: 'delta'; text: string; logprobs?: GenerateLogprob[] }
   | { type: 'done'; finish_reason: string; usage: GenerateUsage; text: string; stop_sequence?: string | null };
 
@@ -130,6 +133,11 @@ export interface ModelRuntime {
   generate(ref: ModelRef, params: GenerateParams): AsyncIterable<GenerateEvent>;
   /** does the decoder's chat template render a `tools` variable itself? (absent: no) */
   templateSupportsTools?(ref: ModelRef): Promise<boolean>;
+  /**
+   * Tokens of a prompt exactly as `generate` would see it (decoder: chat template and tools
+   * applied, or the raw `prompt`; encoder: `prompt` as one text). Absent: counting is unavailable.
+   */
+  countTokens?(ref: ModelRef, params: GenerateParams): Promise<number>;
   /** mean-pooled embeddings */
   embed(ref: ModelRef, texts: string[], opts?: { dimensions?: number }): Promise<EmbedOutput>;
   /** queue depth and loaded models, for /metrics and /health */

@@ -24,9 +24,18 @@ import type { TrainTaskResult } from './jobs/train-task.ts';
 import type { ModelRef, ModelRuntime } from './runtime.ts';
 import type { SignedUrls } from './signed-urls.ts';
 
-export const FRESH_ENCODER_ID = 'loom/gliner2-init-small';
-/** training-only bases created fresh from a preset (no pretrained weights offline) */
-export const FRESH_ENCODERS: Record<string, string> = { [FRESH_ENCODER_ID]: 'small', 'loom/gliner2-init-tiny': 'tiny' };
+// the training-only fresh bases are catalog entries (listed by GET /base-models)
+import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
+export { FRESH_ENCODER_ID, FRESH_ENCODERS };
+/**
+ * Default learning rates of a fresh encoder by preset (heads, backbone). Measured on a 60-record NER
+ * set, 20 held-out: tiny at 5e-4/1e-4 reaches held-out F1 0.17 in 8 epochs, at 5e-3/1e-3 0.45 (both
+ * about 0.45 after 10); small at 5e-3/1e-3 stays at F1 0, at 5e-4/1e-4 reaches 0.40-0.43.
+ */
+const FRESH_RATES: Record<string, { learning_rate: number; encoder_learning_rate: number }> = {
+  tiny: { learning_rate: 5e-3, encoder_learning_rate: 1e-3 },
+  small: { learning_rate: 5e-4, encoder_learning_rate: 1e-4 },
+};
 const MAX_RESTARTS = 2;
 const DECODER_SCORE_MAX = 100;
 const ACTIVE = new Set(['requested', 'running']);
@@ -207,10 +216,16 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
     return { task_type: entry.task_type, requested: id, source: 'catalog', catalog_id: id, dir: local?.dir ?? null, init_adapter: null };
   }
 
-  /** encoders: `learning_rate` drives the task heads, `encoder_learning_rate` the backbone (spec §5) */
-  function defaults(kind: 'encoder' | 'decoder', fresh: boolean, type: 'lora' | 'full') {
+  /**
+   * encoders: `learning_rate` drives the task heads, `encoder_learning_rate` the backbone (spec §5).
+   * `fresh`: the preset of a fresh-initialized base (FRESH_ENCODERS), else null.
+   */
+  function defaults(kind: 'encoder' | 'decoder', fresh: string | null, type: 'lora' | 'full') {
     if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
-    if (fresh) return { nr_epochs: 10, learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8 };
+    if (fresh) {
+      const r = FRESH_RATES[fresh] ?? FRESH_RATES.small!;
+      return { nr_epochs: 10, learning_rate: r.learning_rate, encoder_learning_rate: r.encoder_learning_rate, batch_size: 8 };
+    }
     return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: type === 'lora' ? 2e-4 : 1e-5, batch_size: 8 };
   }
 
@@ -423,7 +438,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         if (base.task_type === 'decoder' && !kinds.includes('chat')) invalid(`/datasets/${i}/name`, `dataset ${d.name} holds ${kinds.join('/')} records; sft of a decoder needs chat (messages) records`, 'dataset_type');
         ds.push({ name: v.dataset_name, version_number: v.version_number, version_id: v.id, dataset_type: v.dataset_type, size: v.size });
       }
-      const d = defaults(base.task_type, base.source === 'fresh', type);
+      const d = defaults(base.task_type, base.source === 'fresh' ? FRESH_ENCODERS[base.catalog_id] ?? null : null, type);
       const configuration = {
         nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate,
         ...(base.task_type === 'encoder' ? { encoder_learning_rate: body.encoder_learning_rate ?? d.encoder_learning_rate } : {}),

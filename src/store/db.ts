@@ -3,7 +3,7 @@
 // `meta` with the schema version. Opening an older store runs the migrations in order.
 // Writes go through `tx()` (an lmdb write transaction: all puts inside commit together or not at all);
 // commits are durable (fsync) so a killed process never loses an acknowledged write.
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 
@@ -54,8 +54,18 @@ export interface Migration {
   run(db: Db): void; // runs inside one write transaction
 }
 
+/** The LMDB environment's folder under a data directory. */
+export function storePath(dataDir: string): string {
+  return join(dataDir, 'store');
+}
+
+/** Does `dataDir` hold a store already (opening one creates it)? */
+export function storeExists(dataDir: string): boolean {
+  return existsSync(join(storePath(dataDir), 'data.mdb'));
+}
+
 export function openDb(dataDir: string, migrations: Migration[]): Promise<Db> {
-  const path = join(dataDir, 'store');
+  const path = storePath(dataDir);
   mkdirSync(path, { recursive: true });
   const root = open({ path, maxDbs: 32, mapSize: 2 ** 34, noSync: false, overlappingSync: false });
   const dbs = {} as Db['dbs'];

@@ -52,6 +52,27 @@ t.test('messages: cache write then read with a system marker', async (t) => {
   t.ok((b.usage.cache_read_input_tokens ?? 0) > 0, JSON.stringify(b.usage));
 });
 
+t.test('messages (production runtime): message_start usage and count_tokens match the call', async (t) => {
+  const system = 'You tell short stories about animals.';
+  const req = { model: 'tinystories', max_tokens: 4, system, messages: [{ role: 'user' as const, content: PROMPT }] };
+  const counted = await ant.messages.countTokens({ model: 'tinystories', system, messages: req.messages });
+  const s = ant.messages.stream(req);
+  let start: Anthropic.Usage | null = null;
+  s.on('streamEvent', (e) => { if (e.type === 'message_start') start = { ...e.message.usage }; });
+  const msg = await s.finalMessage();
+  const st = start as unknown as Anthropic.Usage;
+  const all = (x: Anthropic.Usage) =>
+    x.input_tokens + (x.cache_read_input_tokens ?? 0) + (x.cache_creation_input_tokens ?? 0);
+  t.ok(all(st) > 0, `message_start has the input usage (${JSON.stringify(st)})`);
+  t.equal(all(st), all(msg.usage), 'the same input as the final usage');
+  t.equal(st.input_tokens, msg.usage.input_tokens, 'uncached input at the start = at the end');
+  t.equal(counted.input_tokens, all(msg.usage), `count_tokens: ${counted.input_tokens} = what the call processed`);
+  // the `schema` extension: an encoder counts the text it would read
+  const withSchema = { model: 'gliner2-tiny', messages: req.messages, schema: ['person'] };
+  const e = await ant.messages.countTokens(withSchema as never);
+  t.ok(e.input_tokens > 0, `an encoder counts its text (${e.input_tokens})`);
+});
+
 t.test('router with schema → the encoder on disk; embeddings', async (t) => {
   const r = await oai.chat.completions.create({
     model: 'service/auto',

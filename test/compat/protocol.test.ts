@@ -311,15 +311,17 @@ t.test('/v1/models: both list styles, cursors both ways, bad query values', asyn
   t.same(parseModelsQuery(new URLSearchParams('limit=3&after_id=x')), { limit: 3, after_id: 'x' });
 });
 
-t.test('embeddings: float and base64, dimensions re-normalized', async (t) => {
+t.test('embeddings: float and base64, unit length, dimensions normalized after the cut', async (t) => {
   const req = normalizeEmbeddings({ model: 'e', input: ['a', 'b'], encoding_format: 'base64', dimensions: 2 });
   t.same(req.input, ['a', 'b']);
   const r = embeddingsResponse('e', [[3, 4, 12], [1, 0, 0]], { encoding_format: 'base64', dimensions: 2, input_tokens: 4 });
   const buf = Buffer.from(r.data[0]!.embedding as string, 'base64');
   const v = new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4);
   t.same([...v].map((x) => +x.toFixed(4)), [0.6, 0.8]);
-  const f = embeddingsResponse('e', [[1, 2]], { encoding_format: 'float', input_tokens: 1 });
-  t.same(f.data[0]!.embedding, [1, 2]);
+  const f = embeddingsResponse('e', [[3, 4], [0, 0]], { encoding_format: 'float', input_tokens: 1 });
+  const rounded = (f.data[0]!.embedding as number[]).map((x) => +x.toFixed(4));
+  t.same(rounded, [0.6, 0.8], 'full-size vectors are unit length too');
+  t.same(f.data[1]!.embedding, [0, 0], 'a zero vector stays zero');
   t.same(f.usage, { prompt_tokens: 1, total_tokens: 1 });
   throws422(t, () => normalizeEmbeddings({ model: 'e', input: [] }), 'input');
   throws422(t, () => normalizeEmbeddings({ model: 'e', input: 'x', encoding_format: 'int8' }), 'encoding_format');

@@ -57,3 +57,60 @@ t.test('policy files are validated; the hook reads hints', async (t) => {
   t.equal(hook('decoder', { messages: [{ role: 'user', content: 'hi' }] }, entries), 'd');
   t.equal(hook('decoder', { messages: [] }, [entries[0]!]), null, 'nothing available → null (503 upstream)');
 });
+
+// The policy is installed once, by createServices, for every endpoint that routes: POST /inference
+// uses it from the first request, and a /gliner-2 or /v1 request does not replace it.
+t.test('service/auto: one policy from creation on, on /inference, /gliner-2 and /v1', async (t) => {
+  const { mkdtempSync: mk, rmSync } = await import('node:fs');
+  const { createServices } = await import('../../src/service/index.ts');
+  const { createServer } = await import('../../server/index.ts');
+  const { createLogger } = await import('../../server/log.ts');
+  const { FakeRuntime } = await import('../service/fake-runtime.ts');
+  const { call, makeUser } = await import('../service/helpers.ts');
+  const runtime = new FakeRuntime();
+  // two encoders: the default policy takes the first (cheapest, then by id), the policy the second
+  runtime.local.push({ id: 'test/encoder-b', kind: 'encoder', dir: '/nonexistent/encoder-b' });
+  const start = async (opts: { routerPolicy?: ReturnType<typeof parseRouterPolicy> }) => {
+    const dataDir = mk(join(tmpdir(), 'loom-router-svc-'));
+    const services = await createServices({ runtime, config: { dataDir, workerThreads: 1 }, ...opts });
+    const server = await createServer({ services, log: createLogger({ level: 'silent' }) });
+    const ts = { server, url: server.url, runtime, dataDir, services,
+      async close() { await server.close({ timeoutMs: 2000 }); rmSync(dataDir, { recursive: true, force: true }); } };
+    return { ts, user: await makeUser(ts, { credits: 100 }) };
+  };
+  const body = { model_id: 'service/auto', text: 'Alice went to Paris', schema: ['person'] };
+  const routed = async (ts: { url: string }, key: string, path = '/inference') => {
+    const b = path === '/inference' ? body : { text: body.text, entities: ['person'] };
+    const r = await call(ts.url, 'POST', path, { key, body: b });
+    t.equal(r.status, 200, `${path} answers`);
+    return r.body.routed_model;
+  };
+
+  // LOOM_ROUTER_POLICY, read at creation: the very first request is routed by it
+  const dir = mkdtempSync(join(tmpdir(), 'loom-router-'));
+  const file = join(dir, 'router.json');
+  writeFileSync(file, JSON.stringify({ encoder: 'test/encoder-b' }));
+  const saved = process.env.LOOM_ROUTER_POLICY;
+  process.env.LOOM_ROUTER_POLICY = file;
+  const a = await start({}).finally(() => {
+    if (saved === undefined) delete process.env.LOOM_ROUTER_POLICY;
+    else process.env.LOOM_ROUTER_POLICY = saved;
+  });
+  t.equal(await routed(a.ts, a.user.key), 'test/encoder-b', 'POST /inference: the env policy from the first request');
+  await a.ts.close();
+
+  // a policy given to createServices stays after /gliner-2 and /v1 requests (they used to re-install the env's)
+  const b = await start({ routerPolicy: parseRouterPolicy({ encoder: 'test/encoder-b' }) });
+  t.equal(await routed(b.ts, b.user.key), 'test/encoder-b', 'POST /inference: the given policy');
+  t.equal(await routed(b.ts, b.user.key, '/gliner-2/extract-entities'), 'test/encoder-b', '/gliner-2: the same policy');
+  const chat = await call(b.ts.url, 'POST', '/v1/chat/completions', {
+    key: b.user.key, body: { model: 'service/auto', messages: [{ role: 'user', content: 'hi there' }], max_tokens: 4 },
+  });
+  t.equal(chat.status, 200, '/v1/chat/completions through the router');
+  t.equal(await routed(b.ts, b.user.key), 'test/encoder-b', 'POST /inference after /gliner-2 and /v1: the same policy');
+  // without a policy the default applies (so the checks above do tell the two apart)
+  const c = await start({ routerPolicy: DEFAULT_ROUTER_POLICY });
+  t.equal(await routed(c.ts, c.user.key), 'test/encoder', 'the default policy picks the other encoder');
+  await b.ts.close();
+  await c.ts.close();
+});

@@ -188,6 +188,84 @@ t.test('messages: streaming event sequence through the SDK helper', async (t) =>
   t.equal(msg.usage.output_tokens, ref.usage.output_tokens);
 });
 
+/** all input tokens of a messages-style usage: uncached, cache reads and cache writes */
+const inputOf = (u: Anthropic.Usage) => u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0);
+
+t.test('messages: message_start carries the input usage (as the reference API sends it)', async (t) => {
+  // a prompt no other test sends, so the first call writes the cache and the second reads it
+  const content = `${PROMPT} She had a red ball.`;
+  const req = { model: DEC, max_tokens: 6, ...greedy, messages: [{ role: 'user' as const, content }] };
+  for (const round of ['first', 'second']) {
+    const s = ant.messages.stream(req);
+    let start: Anthropic.Usage | null = null;
+    s.on('streamEvent', (e) => { if (e.type === 'message_start') start = { ...e.message.usage }; });
+    const msg = await s.finalMessage();
+    const u = start as unknown as Anthropic.Usage;
+    t.ok(u && inputOf(u) > 0, `${round}: message_start has input tokens (${JSON.stringify(u)})`);
+    t.equal(u.input_tokens, msg.usage.input_tokens, `${round}: input_tokens at the start = the final count`);
+    t.equal(u.cache_read_input_tokens, msg.usage.cache_read_input_tokens, `${round}: cache reads at the start`);
+    t.equal(u.cache_creation_input_tokens, msg.usage.cache_creation_input_tokens, `${round}: cache writes`);
+    t.equal(u.output_tokens, 0, `${round}: nothing generated yet`);
+    t.ok(inputOf(u) > 10, `${round}: the whole prompt is counted`);
+  }
+});
+
+t.test('messages: count_tokens through the SDK equals the input a call is billed for', async (t) => {
+  const input_schema = { type: 'object' as const, properties: { city: { type: 'string' } } };
+  const tools = [{ name: 'get_weather', description: 'Weather of a city', input_schema }];
+  const user = (content: string) => [{ role: 'user' as const, content }];
+  const cases = [
+    { name: 'plain', body: { messages: user('Tom saw a big dog in the park.') } },
+    { name: 'system', body: { system: 'You tell short stories.', messages: user('A cat and a hat.') } },
+    { name: 'tools', body: { tools, messages: user('Is it sunny in Paris?') } },
+  ];
+  for (const c of cases) {
+    const n = await ant.messages.countTokens({ model: DEC, ...c.body });
+    t.same(Object.keys(n), ['input_tokens'], `${c.name}: {input_tokens}`);
+    const m = await ant.messages.create({ model: DEC, max_tokens: 2, ...greedy, ...c.body });
+    t.equal(n.input_tokens, inputOf(m.usage), `${c.name}: ${n.input_tokens} tokens, as processed (${JSON.stringify(m.usage)})`);
+  }
+  const sys = await ant.messages.countTokens({ model: DEC, ...cases[1]!.body });
+  const bare = await ant.messages.countTokens({ model: DEC, messages: cases[1]!.body.messages });
+  t.ok(sys.input_tokens > bare.input_tokens, 'the system prompt counts');
+  const messages = cases[0]!.body.messages;
+  await rejectsWith(t, ant.messages.countTokens({ model: 'no-such-model', messages }),
+    (e) => e instanceof Anthropic.NotFoundError, 'unknown model: 404');
+  await rejectsWith(t, ant.messages.countTokens({ model: DEC, messages: [] }),
+    (e) => e instanceof Anthropic.UnprocessableEntityError, 'no messages: 422');
+  const noKey = new Anthropic({ apiKey: 'sk-not-a-key', baseURL: ts.url, maxRetries: 0 });
+  await rejectsWith(t, noKey.messages.countTokens({ model: DEC, messages }),
+    (e) => e instanceof Anthropic.AuthenticationError, 'a bad key: 401');
+});
+
+t.test('tool_choice forcing a tool the vocabulary cannot spell: the error names tool_choice', async (t) => {
+  // tinystories-656k has no token for these characters and no byte fallback
+  const schema = { type: 'object' as const, properties: { city: { const: '東京' } }, required: ['city'] };
+  const tools = [{ name: 'pick_city', description: 'Pick a city', input_schema: schema }];
+  const check = (e: any) => {
+    const msg = String(e?.message);
+    return e?.status === 422 && msg.includes('tool_choice') && msg.includes('pick_city')
+      && !msg.includes('response_format');
+  };
+  const messages = [{ role: 'user' as const, content: 'Where?' }];
+  await rejectsWith(t, ant.messages.create({
+    model: DEC, max_tokens: 8, tools, tool_choice: { type: 'tool', name: 'pick_city' }, messages,
+  }), check, 'messages: forced tool → 422 about tool_choice');
+  const fn = [{ type: 'function' as const, function: { name: 'pick_city', parameters: schema } }];
+  try {
+    const tool_choice = { type: 'function' as const, function: { name: 'pick_city' } };
+    await oai.chat.completions.create({ model: DEC, max_tokens: 8, tools: fn, tool_choice, messages });
+    t.fail('chat: expected an error');
+  } catch (e) {
+    t.ok(check(e), `chat: forced tool → 422 about tool_choice (${(e as Error).message})`);
+    t.equal((e as { param?: string }).param, 'tool_choice', "chat: param is 'tool_choice'");
+  }
+  // the same schema as response_format still names response_format
+  await rejectsWith(t, oai.chat.completions.create({
+    model: DEC, max_tokens: 8, messages, response_format: { type: 'json_schema', json_schema: { name: 'c', schema } },
+  }), (e) => e?.status === 422 && String(e.message).includes('response_format'), 'response_format → 422 naming it');
+});
+
 t.test('messages: a matched stop sequence is reported as stop_reason stop_sequence', async (t) => {
   const req = { model: DEC, max_tokens: 24, ...greedy, messages: [{ role: 'user' as const, content: PROMPT }] };
   const free = await ant.messages.create(req);
@@ -286,6 +364,10 @@ t.test('embeddings: float and base64 through the SDK, dimensions', async (t) => 
   const f = await oai.embeddings.create({ model: DEC, input: ['a happy dog', 'a sad cat'], encoding_format: 'float' });
   t.equal(f.data.length, 2);
   t.equal(f.data[0]!.embedding.length, 128);
+  for (const v of f.data) {
+    const norm = Math.hypot(...v.embedding);
+    t.ok(Math.abs(norm - 1) < 1e-4, `full-size vectors are unit length (${norm})`);
+  }
   const b = await oai.embeddings.create({ model: DEC, input: ['a happy dog', 'a sad cat'] }); // SDK asks base64 and decodes
   t.ok(b.data[0]!.embedding.every((x, i) => Math.abs(x - f.data[0]!.embedding[i]!) < 1e-6), 'base64 decodes to the same floats');
   const d = await oai.embeddings.create({ model: DEC, input: 'a happy dog', dimensions: 16, encoding_format: 'float' });

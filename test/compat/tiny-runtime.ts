@@ -2,10 +2,12 @@
 // tinystories-656k (decoder, no chat template: the runtime's fallback template applies) and
 // gliner2-tiny-span (encoder). A second instance of the decoder, `tinystories-busy`, has a
 // scheduler queue of depth 0 so every request to it is refused as overloaded (529).
-// Used by the compat SDK tests until/unless src/service/runtime-local.ts is used instead.
+// Used by the compat SDK tests until/unless src/service/runtime-local.ts is used instead; usage is
+// made disjoint (cache reads and writes out of prompt_tokens) at this seam as runtime-local does.
 import { join } from 'node:path';
 import { loadDecoder, type DecoderModel } from '../../src/runtime/generate.ts';
 import { loadEncoder, type EncoderModel } from '../../src/models/encoder/index.ts';
+import { disjointUsage } from '../../src/service/runtime-local.ts';
 import type { EncoderSchema, ExtractOptions, GenerateEvent, GenerateParams, GenerateUsage, LocalModel, ModelRef, ModelRuntime, ModelStatus } from '../../src/service/runtime.ts';
 
 export const shared = join(import.meta.dirname, '../../../shared');
@@ -49,15 +51,31 @@ export class TinyRuntime implements ModelRuntime {
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
     try {
       for await (const ev of dec.generate(params as any)) {
-        if (ev.type === 'delta') yield { type: 'delta', text: ev.text, ...(ev.logprobs ? { logprobs: ev.logprobs } : {}) } as GenerateEvent;
-        else yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, usage: ev.usage, text: ev.text };
+        if (ev.type === 'delta') {
+          if (ev.prompt_usage) yield { type: 'start', usage: disjointUsage(ev.prompt_usage) };
+          yield { type: 'delta', text: ev.text, ...(ev.logprobs ? { logprobs: ev.logprobs } : {}) } as GenerateEvent;
+        }
+        else {
+          const usage = disjointUsage(ev.usage);
+          yield { type: 'done', finish_reason: ev.finish_reason, stop_sequence: ev.stop_sequence, usage, text: ev.text };
+        }
       }
     } catch (e) {
       // the production seam's contract (runtime-local.ts): a cancelled generation ends with its usage
       const ab = e as { name?: string; usage?: GenerateUsage; text?: string };
-      if (ab?.name === 'AbortError' && ab.usage) { yield { type: 'done', finish_reason: 'cancelled', stop_sequence: null, usage: ab.usage, text: ab.text ?? '' }; return; }
+      if (ab?.name === 'AbortError' && ab.usage) {
+        const usage = disjointUsage(ab.usage);
+        yield { type: 'done', finish_reason: 'cancelled', stop_sequence: null, usage, text: ab.text ?? '' };
+        return;
+      }
       throw e;
     }
+  }
+  async countTokens(ref: ModelRef, params: GenerateParams) {
+    const dec = this.decoders.get(ref.id);
+    if (!dec) return (params.prompt ?? '').split(/\s+/).filter(Boolean).length; // as extract() counts
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    return (await dec.preparePrompt(params as any)).ids.length;
   }
   async embed(ref: ModelRef, texts: string[]) {
     const dec = this.decoders.get(ref.id);

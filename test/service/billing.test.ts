@@ -32,7 +32,7 @@ t.test('free plan: router calls draw the one-time allowance, direct calls need p
   const u = await makeUser(ts);
   const direct = await call(ts.url, 'POST', '/inference', { key: u.key, body: enc() });
   t.equal(direct.status, 402);
-  t.same(direct.body, { code: 'direct_model_requires_credits', message: direct.body.message, resolution_url: 'http://127.0.0.1:8080/billing/credits' });
+  t.same(direct.body, { code: 'direct_model_requires_credits', message: direct.body.message, resolution_url: 'http://127.0.0.1:8080/account' });
   t.type(direct.body.message, 'string');
   const ok = await call(ts.url, 'POST', '/inference', { key: u.key, body: auto('Alice Bob Carol Dan') }); // 5 tokens = 1.25 credits
   t.equal(ok.status, 200);
@@ -63,7 +63,7 @@ t.test('paid plan: card required, included credits, overage up to the ceiling th
   const u = await makeUser(ts, { plan: 'pro' });
   const card = await call(ts.url, 'POST', '/inference', { key: u.key, body: enc() });
   t.equal(card.status, 403);
-  t.same(card.body, { code: 'card_required', message: card.body.message, resolution_url: 'http://127.0.0.1:8080/billing/payment-method' });
+  t.same(card.body, { code: 'card_required', message: card.body.message, resolution_url: 'http://127.0.0.1:8080/account' });
   await ts.services.billing.setPlan(u.team_id, 'pro', { card_on_file: true });
   // included 1 credit + overage ceiling 1 credit; each call costs 0.5 (2 tokens)
   const statuses: number[] = [];
@@ -71,7 +71,7 @@ t.test('paid plan: card required, included credits, overage up to the ceiling th
   t.same(statuses, [200, 200, 200, 200, 403]);
   const last = await call(ts.url, 'POST', '/inference', { key: u.key, body: enc('Alice') });
   t.equal(last.body.code, 'credit_ceiling_reached');
-  t.equal(last.body.resolution_url, 'http://127.0.0.1:8080/billing/plan');
+  t.equal(last.body.resolution_url, 'http://127.0.0.1:8080/account');
   const acct = await call(ts.url, 'GET', '/account', { key: u.key });
   t.match(acct.body.credits, { included: 0, overage_used: 1, overage_ceiling: 1 });
   const usage = ts.services.store.usage.listByTeam(u.team_id);

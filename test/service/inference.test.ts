@@ -143,7 +143,7 @@ t.test('GET /base-models with filters: curated, on-disk and catalog-file entries
   const dec = await call(ts.url, 'GET', '/base-models?task_type=decoder&supports_inference=true', { key: u.key });
   t.ok(dec.body.models.length > 0 && dec.body.models.every((m: { task_type: string; supports_inference: boolean }) => m.task_type === 'decoder' && m.supports_inference));
   const trainOnly = await call(ts.url, 'GET', '/base-models?supports_inference=false', { key: u.key });
-  t.same(trainOnly.body.models.map((m: { id: string }) => m.id), ['loom/gliner2-init-small']);
+  t.same(trainOnly.body.models.map((m: { id: string }) => m.id), ['loom/gliner2-init-small', 'loom/gliner2-init-tiny']);
   t.equal((await call(ts.url, 'GET', '/base-models?supports_inference=yes', { key: u.key })).status, 400);
   t.equal((await call(ts.url, 'GET', '/base-models?task_type=vision', { key: u.key })).status, 422);
 });

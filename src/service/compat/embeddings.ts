@@ -1,10 +1,12 @@
 // POST /v1/embeddings response: {object: "list", data: [{object: "embedding", index, embedding}],
 // model, usage: {prompt_tokens, total_tokens}}. `encoding_format: "base64"` sends each vector as
 // the base64 of its little-endian float32 bytes (what the openai SDK requests by default and
-// decodes); `dimensions` shortens a vector to its first n components and re-normalizes it to unit
-// length (Matryoshka-style truncation), so cosine similarities stay meaningful.
+// decodes). Every vector is unit-length (L2-normalized), as the reference API's are, so a dot
+// product is the cosine similarity; `dimensions` shortens a vector to its first n components and
+// normalizes after the cut (Matryoshka-style truncation).
 import { invalidParam } from './errors.ts';
 
+/** The first `dimensions` components (all when absent), scaled to unit length (a zero vector stays zero). */
 export function truncateEmbedding(v: ArrayLike<number>, dimensions: number | undefined): Float32Array {
   const n = dimensions ?? v.length;
   const out = new Float32Array(n);
@@ -13,7 +15,7 @@ export function truncateEmbedding(v: ArrayLike<number>, dimensions: number | und
     out[i] = v[i]!;
     ss += out[i]! * out[i]!;
   }
-  if (dimensions !== undefined && ss > 0) {
+  if (ss > 0) {
     const inv = 1 / Math.sqrt(ss);
     for (let i = 0; i < n; i++) out[i]! *= inv;
   }

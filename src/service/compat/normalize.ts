@@ -11,6 +11,7 @@ import { CompatError, invalidParam } from './errors.ts';
 import {
   chatCompletionsSchema,
   completionsSchema,
+  countTokensSchema,
   embeddingsSchema,
   messagesSchema,
   responsesSchema,
@@ -294,8 +295,8 @@ export function normalizeResponses(body: unknown): CompatRequest {
 
 const MSG_TEXT = new Set(['text']);
 
-export function normalizeMessages(body: unknown): CompatRequest {
-  const b = validateBody<Obj>(messagesSchema, body);
+export function normalizeMessages(body: unknown, schema: object = messagesSchema): CompatRequest {
+  const b = validateBody<Obj>(schema, body);
   const budget = new MarkerBudget();
   // prompt order: tools, system, messages
   let tools: ToolDef[] | undefined;
@@ -388,6 +389,11 @@ export function normalizeMessages(body: unknown): CompatRequest {
     user: b.metadata?.user_id ?? undefined,
     metadata: undefined,
   };
+}
+
+/** POST /v1/messages/count_tokens: the same body as /v1/messages, `max_tokens` optional. */
+export function normalizeCountTokens(body: unknown): CompatRequest {
+  return normalizeMessages(body, countTokensSchema);
 }
 
 // ---------------------------------------------------------------- /v1/embeddings

@@ -1,5 +1,8 @@
 // Executes a normalized CompatRequest against the ModelRuntime seam and reports progress as a
 // stream of RunEvents, the same for streaming and non-streaming callers:
+//   {type: 'start', index, usage}            the prompt is processed: its input usage (completion 0);
+//                                            at most once per choice, before its text, when the
+//                                            runtime reports it
 //   {type: 'text', index, text, logprobs?}   content that may be shown now (tool-call text held back)
 //   {type: 'choice', result}                 one choice finished (tool calls parsed)
 //   {type: 'done', usage}                    everything finished; usage summed over the choices
@@ -12,6 +15,7 @@ import type { ChatMessage, ChoiceResult, CompatRequest, FinishReason, TextBlock,
 import { addUsage, ZERO_USAGE } from './build.ts';
 
 export type RunEvent =
+  | { type: 'start'; index: number; usage: Usage }
   | { type: 'text'; index: number; text: string; logprobs?: TokenLogprob[] }
   | { type: 'choice'; result: ChoiceResult }
   | { type: 'done'; usage: Usage };
@@ -162,6 +166,7 @@ export async function* runCompat(rt: ModelRuntime, ref: ModelRef, req: CompatReq
     const text = JSON.stringify(out.results[0] ?? {});
     const usage: Usage = { prompt_tokens: out.input_tokens, completion_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0 };
     for (let i = 0; i < req.n; i++) {
+      yield { type: 'start', index: i, usage };
       yield { type: 'text', index: i, text };
       yield { type: 'choice', result: { index: i, text, finish_reason: 'stop' } };
     }
@@ -187,7 +192,11 @@ export async function* runCompat(rt: ModelRuntime, ref: ModelRef, req: CompatReq
     const lps: TokenLogprob[] = [];
     try {
       for await (const ev of rt.generate(ref, generateParams(req, i, opts))) {
-        if (ev.type === 'delta') {
+        if (ev.type === 'start') {
+          const u = ev.usage;
+          const cache = { cache_read_tokens: u.cache_read_tokens ?? 0, cache_write_tokens: u.cache_write_tokens ?? 0 };
+          push({ type: 'start', index: i, usage: { prompt_tokens: u.prompt_tokens, completion_tokens: 0, ...cache } });
+        } else if (ev.type === 'delta') {
           const lp = (ev as { logprobs?: TokenLogprob[] }).logprobs;
           if (lp) lps.push(...lp);
           full += ev.text;

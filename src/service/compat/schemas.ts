@@ -342,6 +342,9 @@ export const messagesSchema = {
   },
 };
 
+/** POST /v1/messages/count_tokens: a messages body without `max_tokens` (nothing is generated) */
+export const countTokensSchema = { ...messagesSchema, required: ['model', 'messages'] };
+
 export const embeddingsSchema = {
   type: 'object',
   required: ['model', 'input'],

@@ -1,0 +1,36 @@
+// Default training settings of the fresh-initialized encoders: each preset gets learning rates it
+// trains at (the tiny encoder needs ten times the small one's; the small one diverges at the tiny
+// one's). Jobs stay queued here (no training runs); e2e-customization.test.ts trains the tiny
+// encoder at these defaults and checks the held-out F1.
+import t from 'tap';
+import { call, makeUser, startServer } from './helpers.ts';
+import { nerLine, uploadDataset } from './customization-helpers.ts';
+
+const ts = await startServer({ config: { trainingConcurrency: 0 } });
+t.teardown(() => ts.close());
+const u = await makeUser(ts, { credits: 100 });
+const NER = [
+  nerLine('Alice lives in Paris .', [['Alice', 'person'], ['Paris', 'city']]),
+  nerLine('Bob flew to Rome .', [['Bob', 'person'], ['Rome', 'city']]),
+].join('\n') + '\n';
+t.equal((await uploadDataset(ts.url, u.key, 'ner', 'ner', 'a.jsonl', NER)).body.status, 'ready');
+
+async function configuration(body: Record<string, unknown>) {
+  const job = { datasets: [{ name: 'ner' }], training_type: 'full', ...body };
+  const r = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: job });
+  t.equal(r.status, 200, r.text);
+  return (await call(ts.url, 'GET', `/felix/training-jobs/${r.body.id}`, { key: u.key })).body.configuration;
+}
+
+t.test('fresh encoders: learning rates by preset', async (t) => {
+  const tiny = await configuration({ base_model: 'loom/gliner2-init-tiny' });
+  t.match(tiny, { nr_epochs: 10, learning_rate: 5e-3, encoder_learning_rate: 1e-3, batch_size: 8 });
+  const small = await configuration({ base_model: 'loom/gliner2-init-small' });
+  t.match(small, { nr_epochs: 10, learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8 });
+  // what the caller sets wins
+  const set = await configuration({ base_model: 'loom/gliner2-init-tiny', learning_rate: 1e-3, encoder_learning_rate: 2e-4 });
+  t.match(set, { learning_rate: 1e-3, encoder_learning_rate: 2e-4 });
+  // a pretrained encoder keeps its fine-tuning defaults
+  const pre = await configuration({ base_model: 'test/encoder' });
+  t.match(pre, { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: 1e-5 });
+});
