@@ -3,28 +3,14 @@
 // stuck: the PUT is taken again (or was complete), processing reaches `ready`, and the file is
 // whole. An upload URL that expires without a file fails its version with the reason.
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { call, makeUser, startServer } from './helpers.ts';
+import { startChild } from './child-server.ts';
 
-const here = import.meta.dirname;
 const LINES = Array.from({ length: 2000 }, (_, i) => JSON.stringify({ text: `Alice met Bob in Paris ${i}`, entities: [{ start: 0, end: 5, label: 'person' }] }));
 const FILE = LINES.join('\n') + '\n';
-
-interface Child { url: string; key: string | null; exited: Promise<number | null>; kill(): void }
-async function startChild(dataDir: string, crash = ''): Promise<Child> {
-  // node itself (not the tsx wrapper) so the SIGKILL hits the process holding the store
-  const child = spawn(process.execPath, ['--import', 'tsx', join(here, 'fixtures/crash-server.ts'), dataDir, crash], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
-  const line = await new Promise<string>((resolve, reject) => {
-    let buf = '';
-    child.stdout.on('data', (c) => { buf += c; if (buf.includes('\n')) resolve(buf.split('\n')[0]); });
-    child.on('exit', () => reject(new Error('server exited before listening')));
-  });
-  return { ...JSON.parse(line), exited, kill: () => child.kill('SIGKILL') };
-}
 
 async function waitStatus(url: string, key: string, name: string, want: string[]): Promise<any> {
   for (let i = 0; i < 200; i++) {
