@@ -101,6 +101,7 @@ async function beginCall(ctx: Ctx, req: CompatRequest): Promise<Call> {
     schema: req.extract?.schema,
     prompt_chars: promptChars(req),
     max_tokens: req.params.max_tokens,
+    n: req.n, // sizes the credit hold (n completions)
     needs_tools: !!req.tools?.length && req.tool_choice !== 'none',
   };
   return ctx.services.inference.begin(ctx.principal as Principal, { endpoint: PATHS[req.endpoint], model_id: req.model, kind, hints });

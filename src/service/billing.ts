@@ -57,7 +57,7 @@ const monthStart = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMo
 export interface Hold { readonly team_id: string; readonly micro: number; release(): void }
 
 /** Token counts that bound a call's usage before it runs (see `estimateUsage` in inference.ts). */
-export function holdMicro(pricing: Pricing, family: CachingFamily, input_tokens: number, output_tokens: number): number {
+export function holdMicro(pricing: Pricing, family: CachingFamily, input_tokens: number, output_tokens: number) {
   const f = CACHING_FAMILIES[family] ?? CACHING_FAMILIES.none;
   // a prompt written to the cache costs `write` times the input price
   const u = f.write > 1 ? { cache_write_tokens: input_tokens } : { prompt_tokens: input_tokens };
@@ -96,10 +96,12 @@ export function createBillingService(store: Store, config: ServiceConfig) {
   function denialOf(a: BillingAccount, viaRouter: boolean, held: number): BillingError | null {
     const plan = planOf(a);
     if (plan.requires_card && !a.card_on_file) {
-      return new BillingError('card_required', `The ${a.plan} plan needs a verified payment method`, url('payment-method'));
+      const msg = `The ${a.plan} plan needs a verified payment method`;
+      return new BillingError('card_required', msg, url('payment-method'));
     }
     if (!viaRouter && plan.kind === 'free' && a.paid_balance_micro <= 0) {
-      const msg = 'Calling a model directly needs a paid credit balance; use the router model service/auto or add credits';
+      const msg = 'Calling a model directly needs a paid credit balance; '
+        + 'use the router model service/auto or add credits';
       return new BillingError('direct_model_requires_credits', msg, url('credits'));
     }
     const spendable = a.free_allowance_micro + a.included_micro + a.paid_balance_micro - held;
@@ -107,11 +109,13 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     if (plan.kind === 'paid' && a.overage_enabled) {
       // holds beyond the balance draw on the overage room
       if (a.overage_micro - spendable < plan.overage_ceiling * MICRO) return null;
-      const msg = `Maximum monthly overage spend of ${plan.overage_ceiling} credits reached`;
-      return new BillingError('credit_ceiling_reached', msg + (held > 0 ? ' (counting calls in progress)' : ''), url('plan'));
+      const msg = `Maximum monthly overage spend of ${plan.overage_ceiling} credits reached`
+        + (held > 0 ? ' (counting calls in progress)' : '');
+      return new BillingError('credit_ceiling_reached', msg, url('plan'));
     }
-    const msg = 'Out of credits: add credits or upgrade the plan';
-    return new BillingError('out_of_credits', msg + (held > 0 ? ' (the rest is held by calls in progress)' : ''), url('credits'));
+    const msg = 'Out of credits: add credits or upgrade the plan'
+      + (held > 0 ? ' (the rest is held by calls in progress)' : '');
+    return new BillingError('out_of_credits', msg, url('credits'));
   }
 
   /** per team: credit held by its calls in progress, and the calls waiting for some to settle */
@@ -207,7 +211,10 @@ export function createBillingService(store: Store, config: ServiceConfig) {
      * same transaction (the inference record). `hold` (from `reserve`) is released once the debit
      * has committed or failed, so at every moment the credit counts as held or as spent.
      */
-    async charge(input: { principal: Principal; model_id: string; endpoint: string; inference_id: string | null; usage: TokenUsage; pricing: Pricing; caching_family: CachingFamily; alsoWrite?: () => void; hold?: Hold }): Promise<UsageRecord> {
+    async charge(input: {
+      principal: Principal; model_id: string; endpoint: string; inference_id: string | null; usage: TokenUsage;
+      pricing: Pricing; caching_family: CachingFamily; alsoWrite?: () => void; hold?: Hold;
+    }): Promise<UsageRecord> {
       const cost = costMicro(input.pricing, input.caching_family, input.usage);
       const p = input.principal;
       try {
@@ -234,8 +241,8 @@ export function createBillingService(store: Store, config: ServiceConfig) {
             updated_at: now,
           });
           const rec: UsageRecord = {
-            id: newId(), team_id: p.team_id, key_id: p.key_id, user_id: p.user_id, model_id: input.model_id, endpoint: input.endpoint,
-            inference_id: input.inference_id, usage: input.usage, cost_micro: cost,
+            id: newId(), team_id: p.team_id, key_id: p.key_id, user_id: p.user_id, model_id: input.model_id,
+            endpoint: input.endpoint, inference_id: input.inference_id, usage: input.usage, cost_micro: cost,
             drawn: { free_micro, included_micro, paid_micro: paid_micro + paid_extra, overage_micro }, created_at: now,
           };
           store.usage.put(rec);

@@ -100,7 +100,8 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     void store.tx(() => {
       const cur = store.datasets.getUpload(u.id);
       const v = cur && !cur.used_at ? store.datasets.getVersion(cur.version_id) : undefined;
-      if (v?.status === 'initialized') store.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
+      if (v?.status !== 'initialized') return;
+      store.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
     }).catch((e) => deps.log?.error({ err: String(e) }, 'upload expiry failed'));
   }
 
@@ -226,7 +227,7 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       if (data.byteLength === 0) throw new ValidationError('The uploaded file is empty', [{ path: '', message: 'empty body' }]);
       const v = store.datasets.getVersion(u.version_id);
       if (!v) throw new NotFoundError('Upload not found (the dataset may have been deleted)');
-      if (receiving.has(uploadId)) throw new ConflictError('This upload URL is receiving a file right now: wait for that request');
+      if (receiving.has(uploadId)) throw new ConflictError('This upload URL is receiving a file right now: wait for it');
       receiving.add(uploadId);
       try {
         // the whole file on disk first (temp, fsync, rename), then the upload used + the version uploading together
@@ -237,13 +238,15 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
           const cv = store.datasets.getVersion(u.version_id);
           if (!cur || !cv) return 'gone';
           if (cur.used_at) return 'used';
+          if (cv.status !== 'initialized') return 'expired'; // failed by watchExpiry while this PUT was written
           const now = nowIso();
           store.datasets.putUpload({ ...cur, used_at: now });
-          store.datasets.putVersion({ ...cv, status: 'uploading', bytes: data.byteLength, processing_error: null, updated_at: now });
+          store.datasets.putVersion({ ...cv, status: 'uploading', bytes: data.byteLength, updated_at: now });
           return 'ok';
         });
         if (outcome === 'gone') throw new NotFoundError('Upload not found (the dataset may have been deleted)');
         if (outcome === 'used') throw new ConflictError('This upload URL has already been used: request a new one');
+        if (outcome === 'expired') throw new ConflictError(EXPIRED);
       } finally {
         receiving.delete(uploadId);
       }
@@ -292,7 +295,8 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
         const v = u.used_at ? undefined : store.datasets.getVersion(u.version_id);
         if (v?.status !== 'initialized') continue;
         const dir = versionDir(v);
-        if (existsSync(dir)) for (const f of readdirSync(dir)) if (f.endsWith(TMP_SUFFIX)) rmSync(join(dir, f), { force: true });
+        const partial = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith(TMP_SUFFIX)) : [];
+        for (const f of partial) rmSync(join(dir, f), { force: true });
         watchExpiry(u);
       }
       for (const v of store.datasets.allVersions()) {

@@ -69,7 +69,9 @@ const jobView = (j: GenerationJobRecord) => ({
   num_examples: j.num_examples, updated_at: j.updated_at, version_id: j.version_id,
 });
 
-export function createGenerationService(deps: { store: Store; config: ServiceConfig; inference: InferenceService; datasets: DatasetsService; log?: Logger }) {
+export function createGenerationService(deps: {
+  store: Store; config: ServiceConfig; inference: InferenceService; datasets: DatasetsService; log?: Logger;
+}) {
   const { store, config, inference, datasets } = deps;
   const running = new Set<Promise<void>>();
   let closing = false;

@@ -283,7 +283,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         for (const c of old) store.trainingArtifacts.removeCheckpoint(c);
         return old.length;
       });
-      if (dropped) await addLog(id, 'info', `${dropped} checkpoint(s) of the interrupted run were discarded with its folder`);
+      if (dropped) await addLog(id, 'info', `${dropped} checkpoint(s) of the interrupted run were discarded with it`);
       mkdirSync(join(dir, 'checkpoints'), { recursive: true });
       const data = await prepareData(j, dir);
       await addLog(id, 'info', `data: ${data.trainCount} training and ${data.valCount} validation examples from ${j.datasets.map((d) => `${d.name} v${d.version_number}`).join(', ')}`);
@@ -359,7 +359,11 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
               if (!store.trainingJobs.get(id)) return;
               const prev = store.trainingArtifacts.listCheckpoints(id).find((o) => o.step === ck.step);
               if (prev) Object.assign(ck, { id: prev.id, created_at: prev.created_at, is_best: ck.is_best || prev.is_best });
-              if (ck.is_best) for (const o of store.trainingArtifacts.listCheckpoints(id)) if (o.is_best && o.id !== ck.id) store.trainingArtifacts.putCheckpoint({ ...o, is_best: false });
+              if (ck.is_best) {
+                for (const o of store.trainingArtifacts.listCheckpoints(id)) {
+                  if (o.is_best && o.id !== ck.id) store.trainingArtifacts.putCheckpoint({ ...o, is_best: false });
+                }
+              }
               store.trainingArtifacts.putCheckpoint(ck);
               store.trainingArtifacts.appendLog(id, 'info', `checkpoint at epoch ${ck.epoch}, step ${ck.step}${ck.val_loss !== null ? `, validation loss ${ck.val_loss.toFixed(4)}` : ''}${ck.is_best ? ' (best so far)' : ''}`);
               const cur = store.trainingJobs.get(id) as Job;

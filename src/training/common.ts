@@ -1,6 +1,8 @@
 // What both trainers share: configuration defaults, hooks, the LR schedule, seeded shuffling,
 // validation split, checkpoint bookkeeping (rotation, best/final), dataset loading.
-import { closeSync, cpSync, existsSync, fsyncSync, openSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import {
+  closeSync, cpSync, existsSync, fsyncSync, openSync, readdirSync, readFileSync, renameSync, rmSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 import { parseJsonl, type DataRecord, type RecordKind } from './data/formats.ts';
 import { InitRng } from './encoder/init.ts';

@@ -9,7 +9,8 @@ export interface ChildServer { url: string; key: string | null; exited: Promise<
 export async function startChild(dataDir: string, crash = ''): Promise<ChildServer> {
   // node itself (not the tsx wrapper) so the SIGKILL hits the process holding the store
   const script = join(import.meta.dirname, 'fixtures/crash-server.ts');
-  const child = spawn(process.execPath, ['--import', 'tsx', script, dataDir, crash], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const args = ['--import', 'tsx', script, dataDir, crash];
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   const line = await new Promise<string>((resolve, reject) => {
     let buf = '';

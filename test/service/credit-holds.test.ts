@@ -29,6 +29,9 @@ t.teardown(() => ts.close());
 const CALL_MICRO = 9_999;
 const body = { model_id: 'service/auto', text: 'Alice Bob', schema: ['person'] };
 
+const inferN = (n: number, key: string, b: unknown = body) =>
+  Promise.all(Array.from({ length: n }, () => call(ts.url, 'POST', '/inference', { key, body: b })));
+
 function ledger(teamId: string) {
   const usage = ts.services.store.usage.listByTeam(teamId);
   return { count: usage.length, micro: usage.reduce((n, r) => n + r.cost_micro, 0) };
@@ -36,7 +39,7 @@ function ledger(teamId: string) {
 
 t.test('1,000 concurrent calls on credit for about 300: overdraft below one call, the rest get 402', async (t) => {
   const u = await makeUser(ts); // free plan: 3 credits = 300.03 calls
-  const res = await Promise.all(Array.from({ length: 1000 }, () => call(ts.url, 'POST', '/inference', { key: u.key, body })));
+  const res = await inferN(1000, u.key);
   const ok = res.filter((r) => r.status === 200);
   const denied = res.filter((r) => r.status === 402);
   t.equal(ok.length + denied.length, 1000, 'every call is served or refused with 402');
@@ -53,20 +56,22 @@ t.test('1,000 concurrent calls on credit for about 300: overdraft below one call
   t.equal(l.count, ok.length, 'one usage record per served call');
   t.equal(l.micro, ok.reduce((n, r) => n + Math.round(r.body.cost * 1e6), 0), 'usage records add up to the responses');
   t.equal(Math.round((3 - acct.credits.available) * 1e6), l.micro, 'balance == initial - sum(usage costs)');
-  t.equal((await call(ts.url, 'GET', '/inferences?limit=1000', { key: u.key })).body.total, ok.length, 'one inference record per served call');
+  const hist = await call(ts.url, 'GET', '/inferences?limit=1000', { key: u.key });
+  t.equal(hist.body.total, ok.length, 'one inference record per served call');
   t.equal(ts.services.billing.heldMicro(u.team_id), 0, 'no hold outlives its call');
 });
 
 t.test('paid plan: concurrent calls stop at the overage ceiling plus at most one call, then 403', async (t) => {
   const u = await makeUser(ts, { plan: 'pro', card: true }); // 1 included + 1 overage credit
-  const res = await Promise.all(Array.from({ length: 400 }, () => call(ts.url, 'POST', '/inference', { key: u.key, body })));
+  const res = await inferN(400, u.key);
   const ok = res.filter((r) => r.status === 200);
   const refused = res.filter((r) => r.status === 403);
   t.equal(ok.length + refused.length, 400);
   t.equal(ok.length, 201, '1 included credit (100.01 calls) + 1 overage credit, the last call crossing the ceiling');
   t.ok(refused.every((r) => r.body.code === 'credit_ceiling_reached' && typeof r.body.resolution_url === 'string'));
   const acct = ts.services.billing.view(u.team_id);
-  t.ok(acct.credits.overage_used * 1e6 <= 1e6 + CALL_MICRO, `overage ${acct.credits.overage_used} <= ceiling + one call`);
+  const over = acct.credits.overage_used;
+  t.ok(over * 1e6 <= 1e6 + CALL_MICRO, `overage ${over} <= ceiling + one call`);
   t.equal(Math.round(acct.credits.total_spent * 1e6), ledger(u.team_id).micro, 'spent == sum(usage costs)');
   t.equal(ts.services.billing.heldMicro(u.team_id), 0);
 });
@@ -75,7 +80,7 @@ t.test('holds larger than the balance make calls wait for each other, not fail',
   // each decoder call holds ~65 credits (32,768 output tokens) on a 3-credit account but costs 0.008
   const u = await makeUser(ts);
   const dec = { model_id: 'service/auto', messages: [{ role: 'user', content: 'one two three four' }] };
-  const res = await Promise.all(Array.from({ length: 20 }, () => call(ts.url, 'POST', '/inference', { key: u.key, body: dec })));
+  const res = await inferN(20, u.key, dec);
   t.same(res.map((r) => r.status), Array(20).fill(200), 'every call the balance pays for is served');
   const acct = ts.services.billing.view(u.team_id);
   t.equal(Math.round((3 - acct.credits.available) * 1e6), ledger(u.team_id).micro);

@@ -70,7 +70,7 @@ t.test('POST /generate: classification job → ready → a new dataset version',
   t.equal((await call(ts.url, 'GET', `/generate/jobs/${r.body.job_id}`, { key: other.key })).status, 404);
 });
 
-t.test('POST /generate: at most generationConcurrency jobs run (per team: ...PerTeam); the rest wait queued', async (t) => {
+t.test('POST /generate: at most N jobs generate at once (in all and per team); the rest wait queued', async (t) => {
   // the fake decoder waits for `open` before each reply, so running jobs stay `generating`
   let open!: () => void;
   const gate = new Promise<void>((r) => { open = r; });
@@ -81,7 +81,9 @@ t.test('POST /generate: at most generationConcurrency jobs run (per team: ...Per
   t.teardown(() => gs.close());
   const a = await makeUser(gs);
   const b = await makeUser(gs);
-  const body = (name: string) => ({ task_type: 'classification', dataset_name: name, labels: ['yes', 'no'], num_examples: 2 });
+  const body = (name: string) => ({
+    task_type: 'classification', dataset_name: name, labels: ['yes', 'no'], num_examples: 2,
+  });
   const ids: Array<[string, string]> = [];
   for (const [who, n] of [[a, 4], [b, 3]] as const) {
     for (let i = 0; i < n; i++) {
@@ -92,9 +94,11 @@ t.test('POST /generate: at most generationConcurrency jobs run (per team: ...Per
     }
   }
   await new Promise((r) => setTimeout(r, 300));
-  const states = async () => Promise.all(ids.map(async ([key, id]) => (await call(gs.url, 'GET', `/generate/jobs/${id}`, { key })).body.status));
+  const states = () => Promise.all(ids.map(async ([key, id]) => {
+    return (await call(gs.url, 'GET', `/generate/jobs/${id}`, { key })).body.status as string;
+  }));
   const held = await states();
-  t.same(held.slice(0, 4), ['generating', 'generating', 'queued', 'queued'], 'team A: 2 generating (its cap), the rest queued');
+  t.same(held.slice(0, 4), ['generating', 'generating', 'queued', 'queued'], 'team A: 2 generating (its cap)');
   t.same(held.slice(4), ['generating', 'queued', 'queued'], 'team B: the one slot left of 3');
   open();
   const until = Date.now() + 60_000;

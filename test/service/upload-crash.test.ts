@@ -9,7 +9,9 @@ import { join } from 'node:path';
 import { call, makeUser, startServer } from './helpers.ts';
 import { startChild } from './child-server.ts';
 
-const LINES = Array.from({ length: 2000 }, (_, i) => JSON.stringify({ text: `Alice met Bob in Paris ${i}`, entities: [{ start: 0, end: 5, label: 'person' }] }));
+const LINES = Array.from({ length: 2000 }, (_, i) => {
+  return JSON.stringify({ text: `Alice met Bob in Paris ${i}`, entities: [{ start: 0, end: 5, label: 'person' }] });
+});
 const FILE = LINES.join('\n') + '\n';
 
 async function waitStatus(url: string, key: string, name: string, want: string[]): Promise<any> {
@@ -27,9 +29,11 @@ for (const point of ['upload-before-commit', 'upload-after-commit']) {
     t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
     const first = await startChild(dataDir, point);
     const key = first.key!;
-    const up = await call(first.url, 'POST', '/felix/datasets/upload/url', { key, body: { dataset_name: 'people', dataset_type: 'ner', filename: 'people.jsonl' } });
+    const req = { dataset_name: 'people', dataset_type: 'ner', filename: 'people.jsonl' };
+    const up = await call(first.url, 'POST', '/felix/datasets/upload/url', { key, body: req });
     t.equal(up.status, 200);
-    const put = await fetch(up.body.upload_url, { method: 'PUT', body: FILE }).then((r) => r.status, () => 'connection lost');
+    const put = await fetch(up.body.upload_url, { method: 'PUT', body: FILE })
+      .then((r) => r.status, () => 'connection lost');
     t.equal(put, 'connection lost', 'the server died during the PUT');
     await first.exited;
 
@@ -40,9 +44,10 @@ for (const point of ['upload-before-commit', 'upload-after-commit']) {
     // the client retries its PUT: taken again, or refused because the first one was complete
     const signed = new URL(up.body.upload_url);
     const again = await fetch(second.url + signed.pathname + signed.search, { method: 'PUT', body: FILE });
-    if (after.status === 'initialized') t.equal(again.status, 200, 'an upload cut off before its commit takes the PUT again');
+    if (after.status === 'initialized') t.equal(again.status, 200, 'an upload cut off before its commit takes the PUT');
     else t.equal(again.status, 409, 'a committed upload is single use');
-    const proc = await call(second.url, 'POST', '/felix/datasets/upload/process', { key, body: { dataset_name: 'people', upload_id: up.body.upload_id } });
+    const procBody = { dataset_name: 'people', upload_id: up.body.upload_id };
+    const proc = await call(second.url, 'POST', '/felix/datasets/upload/process', { key, body: procBody });
     t.equal(proc.status, 200, 'processing starts');
     const done = await waitStatus(second.url, key, 'people', ['ready', 'failed']);
     t.equal(done.status, 'ready', done.processing_error ?? 'ready');
@@ -57,7 +62,8 @@ t.test('an upload URL that expires without a file fails its version, with the re
   const ts = await startServer({ config: { signedUrlTtlS: 1 } });
   t.teardown(() => ts.close());
   const u = await makeUser(ts);
-  const up = await call(ts.url, 'POST', '/felix/datasets/upload/url', { key: u.key, body: { dataset_name: 'late', dataset_type: 'ner', filename: 'late.jsonl' } });
+  const req = { dataset_name: 'late', dataset_type: 'ner', filename: 'late.jsonl' };
+  const up = await call(ts.url, 'POST', '/felix/datasets/upload/url', { key: u.key, body: req });
   t.equal(up.body.status, 'initialized');
   await new Promise((r) => setTimeout(r, 2600));
   const v = await call(ts.url, 'GET', '/felix/datasets/late/1', { key: u.key });
