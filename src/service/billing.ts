@@ -92,37 +92,51 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     return current(a);
   }
 
-  /** the denial for a call that would spend on top of `held`, or null when it may run */
-  function denialOf(a: BillingAccount, viaRouter: boolean, held: number): BillingError | null {
+  type Denial = 'card_required' | 'direct_model_requires_credits' | 'credit_ceiling_reached' | 'out_of_credits';
+  /** why a call that would spend on top of `held` may not run, or null when it may */
+  function denialOf(a: BillingAccount, viaRouter: boolean, held: number): Denial | null {
     const plan = planOf(a);
-    if (plan.requires_card && !a.card_on_file) {
-      const msg = `The ${a.plan} plan needs a verified payment method`;
-      return new BillingError('card_required', msg, url('payment-method'));
-    }
-    if (!viaRouter && plan.kind === 'free' && a.paid_balance_micro <= 0) {
-      const msg = 'Calling a model directly needs a paid credit balance; '
-        + 'use the router model service/auto or add credits';
-      return new BillingError('direct_model_requires_credits', msg, url('credits'));
-    }
+    if (plan.requires_card && !a.card_on_file) return 'card_required';
+    if (!viaRouter && plan.kind === 'free' && a.paid_balance_micro <= 0) return 'direct_model_requires_credits';
     const spendable = a.free_allowance_micro + a.included_micro + a.paid_balance_micro - held;
     if (spendable > 0) return null;
     if (plan.kind === 'paid' && a.overage_enabled) {
       // holds beyond the balance draw on the overage room
-      if (a.overage_micro - spendable < plan.overage_ceiling * MICRO) return null;
-      const msg = `Maximum monthly overage spend of ${plan.overage_ceiling} credits reached`
-        + (held > 0 ? ' (counting calls in progress)' : '');
-      return new BillingError('credit_ceiling_reached', msg, url('plan'));
+      return a.overage_micro - spendable < plan.overage_ceiling * MICRO ? null : 'credit_ceiling_reached';
     }
-    const msg = 'Out of credits: add credits or upgrade the plan'
-      + (held > 0 ? ' (the rest is held by calls in progress)' : '');
-    return new BillingError('out_of_credits', msg, url('credits'));
+    return 'out_of_credits';
   }
 
-  /** per team: credit held by its calls in progress, and the calls waiting for some to settle */
-  const holds = new Map<string, { micro: number; count: number; waiters: Set<() => void> }>();
+  /** the billing denial's error (402/403 with code and resolution_url) */
+  function denialError(code: Denial, a: BillingAccount, held: number): BillingError {
+    const inFlight = held > 0 ? ' (counting credit held by calls in progress)' : '';
+    switch (code) {
+      case 'card_required':
+        return new BillingError(code, `The ${a.plan} plan needs a verified payment method`, url('payment-method'));
+      case 'direct_model_requires_credits': {
+        const msg = 'Calling a model directly needs a paid credit balance; '
+          + 'use the router model service/auto or add credits';
+        return new BillingError(code, msg, url('credits'));
+      }
+      case 'credit_ceiling_reached': {
+        const msg = `Maximum monthly overage spend of ${planOf(a).overage_ceiling} credits reached${inFlight}`;
+        return new BillingError(code, msg, url('plan'));
+      }
+      case 'out_of_credits':
+        return new BillingError(code, `Out of credits: add credits or upgrade the plan${inFlight}`, url('credits'));
+    }
+  }
+
+  /**
+   * Per team: credit held by its calls in progress, and the calls waiting for some to settle
+   * (FIFO). A release wakes the first waiter; a waiter that gets its hold wakes the next, one that
+   * still does not fit waits again at the front; when the team's last call settles all wake.
+   */
+  interface TeamHolds { micro: number; count: number; waiters: Array<() => void> }
+  const holds = new Map<string, TeamHolds>();
   function hold(teamId: string, micro: number): Hold {
     let t = holds.get(teamId);
-    if (!t) holds.set(teamId, (t = { micro: 0, count: 0, waiters: new Set() }));
+    if (!t) holds.set(teamId, (t = { micro: 0, count: 0, waiters: [] }));
     t.micro += micro;
     t.count++;
     let released = false;
@@ -133,10 +147,24 @@ export function createBillingService(store: Store, config: ServiceConfig) {
         released = true;
         t.micro -= micro;
         t.count--;
-        if (t.count === 0) holds.delete(teamId);
+        if (t.count > 0) { t.waiters[0]?.(); return; }
+        holds.delete(teamId);
         for (const w of [...t.waiters]) w();
       },
     };
+  }
+  /** wait at most `ms` for a wake-up from a release */
+  function waitRelease(t: TeamHolds, ms: number, front: boolean): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        const i = t.waiters.indexOf(done);
+        if (i >= 0) t.waiters.splice(i, 1);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      if (front) t.waiters.unshift(done); else t.waiters.push(done);
+    });
   }
 
   function view(a: BillingAccount): AccountView {
@@ -184,20 +212,22 @@ export function createBillingService(store: Store, config: ServiceConfig) {
      */
     async reserve(p: Principal, opts: { viaRouter: boolean; estimate_micro: number }): Promise<Hold> {
       const deadline = Date.now() + config.creditHoldWaitMs;
-      for (;;) {
+      for (let woken = false; ; woken = true) {
         const a = getAccount(p.team_id);
         const t = holds.get(p.team_id);
-        const denial = denialOf(a, opts.viaRouter, t?.micro ?? 0);
-        if (!denial) return hold(p.team_id, Math.max(0, opts.estimate_micro));
+        const held = t?.micro ?? 0;
+        const denial = denialOf(a, opts.viaRouter, held);
+        if (!denial) {
+          const h = hold(p.team_id, Math.max(0, opts.estimate_micro));
+          holds.get(p.team_id)!.waiters[0]?.(); // there may be room for the next one too
+          return h;
+        }
         // nothing in flight (or waited long enough): the balance itself is spent
-        if (!t || denial.code === 'card_required' || denial.code === 'direct_model_requires_credits') throw denial;
         const left = deadline - Date.now();
-        if (left <= 0) throw denial;
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(done, left);
-          function done() { clearTimeout(timer); t!.waiters.delete(done); resolve(); }
-          t.waiters.add(done);
-        });
+        if (!t || denial === 'card_required' || denial === 'direct_model_requires_credits' || left <= 0) {
+          throw denialError(denial, a, held);
+        }
+        await waitRelease(t, left, woken);
       }
     },
 

@@ -5,11 +5,14 @@ import { join } from 'node:path';
 
 export interface ChildServer { url: string; key: string | null; exited: Promise<number | null>; kill(): void }
 
-/** `crash`: where the child kills itself (see fixtures/crash-server.ts); '' = never */
-export async function startChild(dataDir: string, crash = ''): Promise<ChildServer> {
+/**
+ * `crash`: where the child kills itself (see fixtures/crash-server.ts); '' = never.
+ * `config`: a partial ServiceConfig for the child (JSON-serializable: catalogFile, plans, ...).
+ */
+export async function startChild(dataDir: string, crash = '', config: object = {}): Promise<ChildServer> {
   // node itself (not the tsx wrapper) so the SIGKILL hits the process holding the store
   const script = join(import.meta.dirname, 'fixtures/crash-server.ts');
-  const args = ['--import', 'tsx', script, dataDir, crash];
+  const args = ['--import', 'tsx', script, dataDir, crash, JSON.stringify(config)];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   const line = await new Promise<string>((resolve, reject) => {

@@ -3,10 +3,12 @@
 // fit wait for the team's calls in flight, and are refused (402/403, the billing body) only when
 // the balance itself is spent. The ledger stays exact: balance == initial - sum(usage costs).
 import t from 'tap';
-import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { openStore } from '../../src/store/index.ts';
 import { call, makeUser, startServer } from './helpers.ts';
+import { startChild } from './child-server.ts';
 import type { FakeRuntime } from './fake-runtime.ts';
 
 const catalogFile = join(tmpdir(), `loom-catalog-holds-${process.pid}.json`);
@@ -121,4 +123,49 @@ t.test('a call that must wait gives up after creditHoldWaitMs with the billing d
   release();
   t.equal((await first).status, 200);
   t.equal(slow.services.billing.heldMicro(u.team_id), 0);
+});
+
+t.test('kill -9 during 1,000 concurrent calls: every answered call is in the ledger, no credit stays held', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'loom-holds-crash-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const config = { catalogFile, plans, rateLimits };
+  const first = await startChild(dataDir, '', config);
+  const key = first.key!;
+  const fire = (url: string, n: number, onAnswer?: (done: number) => void) => {
+    let done = 0;
+    return Promise.all(Array.from({ length: n }, () => call(url, 'POST', '/inference', { key, body }).then(
+      (r) => { onAnswer?.(++done); return r; },
+      () => null, // the server died with this call in flight
+    )));
+  };
+  // the server dies once 100 calls have been answered
+  const before = (await fire(first.url, 1000, (n) => { if (n === 100) first.kill(); })).filter((r) => r !== null);
+  await first.exited;
+  const answered = before.filter((r) => r.status === 200);
+  t.ok(answered.length >= 100, `${answered.length} calls served before the kill`);
+  t.ok(before.length < 1000, `${1000 - before.length} calls cut off by the kill`);
+  let store = await openStore(dataDir);
+  const teamId = store.users.byEmail('crash@example.com')!.team_id;
+  const recorded = new Set(store.usage.listByTeam(teamId).map((u) => u.inference_id));
+  t.ok(answered.every((r) => recorded.has(r.body.inference_id)), 'every answered call has its usage record');
+  await store.close();
+
+  // restarted: no hold of the dead process is left; the balance runs out exactly as without a kill
+  const second = await startChild(dataDir, '', config);
+  t.teardown(() => second.kill());
+  const after = (await fire(second.url, 1000)).filter((r) => r !== null);
+  t.equal(after.length, 1000);
+  t.ok(after.every((r) => r.status === 200 || r.body.code === 'out_of_credits'));
+  second.kill();
+  await second.exited;
+  store = await openStore(dataDir);
+  t.teardown(() => store.close());
+  const usage = store.usage.listByTeam(teamId);
+  const spent = usage.reduce((n, u) => n + u.cost_micro, 0);
+  const a = store.accounts.get(teamId)!;
+  const balance = a.free_allowance_micro + a.included_micro + a.paid_balance_micro;
+  t.equal(balance, 3_000_000 - spent, 'balance == initial - sum(usage costs)');
+  t.equal(a.total_spent_micro, spent);
+  t.ok(balance >= -CALL_MICRO && balance <= 0, `balance ${balance / 1e6}: spent, overdrawn by less than one call`);
+  t.equal(usage.length, 301, 'the same 301 calls as without a crash');
 });
