@@ -68,7 +68,12 @@ export interface AccountView {
   team_id: string;
   plan: string;
   plan_kind: 'free' | 'paid';
-  credits: { free_allowance: number; included: number; paid_balance: number; available: number; overage_used: number; overage_ceiling: number; total_spent: number };
+  credits: {
+    free_allowance: number; included: number; paid_balance: number; available: number;
+    /** held by the team's calls in progress (their estimated cost, until each is debited) */
+    held: number;
+    overage_used: number; overage_ceiling: number; total_spent: number;
+  };
   overage_enabled: boolean;
   card_on_file: boolean;
   period_start: string;
@@ -174,6 +179,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
       credits: {
         free_allowance: a.free_allowance_micro / MICRO, included: a.included_micro / MICRO, paid_balance: a.paid_balance_micro / MICRO,
         available: (a.free_allowance_micro + a.included_micro + a.paid_balance_micro) / MICRO,
+        held: (holds.get(a.team_id)?.micro ?? 0) / MICRO,
         overage_used: a.overage_micro / MICRO, overage_ceiling: plan.overage_ceiling, total_spent: a.total_spent_micro / MICRO,
       },
       overage_enabled: a.overage_enabled, card_on_file: a.card_on_file, period_start: a.period_start,

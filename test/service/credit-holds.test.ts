@@ -115,6 +115,8 @@ t.test('a call that must wait gives up after creditHoldWaitMs with the billing d
   const big = { ...body, text: 'Alice '.repeat(56) };
   const first = call(slow.url, 'POST', '/inference', { key: u.key, body: big });
   await new Promise((r) => setTimeout(r, 50));
+  const held = (await call(slow.url, 'GET', '/account', { key: u.key })).body.credits;
+  t.match(held, { available: 3, held: 1102 * 3333 / 1e6 }, 'GET /account shows the hold of the call in flight');
   const t0 = Date.now();
   const second = await call(slow.url, 'POST', '/inference', { key: u.key, body: big });
   t.equal(second.status, 402);
@@ -123,6 +125,7 @@ t.test('a call that must wait gives up after creditHoldWaitMs with the billing d
   release();
   t.equal((await first).status, 200);
   t.equal(slow.services.billing.heldMicro(u.team_id), 0);
+  t.equal((await call(slow.url, 'GET', '/account', { key: u.key })).body.credits.held, 0);
 });
 
 t.test('kill -9 during 1,000 concurrent calls: every answered call is in the ledger, no credit stays held', async (t) => {
