@@ -287,7 +287,8 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     /**
      * After a restart: versions left converting/validating are processed again from their file;
      * uploads cut off before their commit keep their URL (the PUT can be sent again) and fail their
-     * version when it expires; half-written temporaries are removed.
+     * version when it expires; half-written temporaries are removed; a generated version cut off
+     * while its file was written is failed.
      */
     resumePending(): number {
       let n = 0;
@@ -300,6 +301,13 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
         watchExpiry(u);
       }
       for (const v of store.datasets.allVersions()) {
+        if (v.source === 'generate' && v.status === 'uploading') {
+          // cut off while its file was written (the generation job itself is failed by its service)
+          rmSync(versionDir(v), { recursive: true, force: true });
+          const processing_error = 'the server restarted while the generated examples were written';
+          void update(v.id, { status: 'failed', processing_error });
+          continue;
+        }
         if (v.status !== 'converting' && v.status !== 'validating') continue;
         const raw = join(versionDir(v), 'raw');
         if (!existsSync(raw)) { void update(v.id, { status: 'failed', processing_error: 'the uploaded file was lost during a server restart; upload it again' }); continue; }

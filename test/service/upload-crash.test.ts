@@ -6,7 +6,9 @@ import t from 'tap';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServices } from '../../src/service/index.ts';
 import { call, makeUser, startServer } from './helpers.ts';
+import { FakeRuntime } from './fake-runtime.ts';
 import { startChild } from './child-server.ts';
 
 const LINES = Array.from({ length: 2000 }, (_, i) => {
@@ -69,4 +71,31 @@ t.test('an upload URL that expires without a file fails its version, with the re
   const v = await call(ts.url, 'GET', '/felix/datasets/late/1', { key: u.key });
   t.equal(v.body.status, 'failed');
   t.match(v.body.processing_error, /expired before a complete file was received/);
+});
+
+t.test('a generated version cut off while its file was written fails at start-up', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'loom-gen-crash-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const open = () => createServices({ runtime: new FakeRuntime(), config: { dataDir, workerThreads: 1 } });
+  let s = await open();
+  const { team } = await s.auth.createUser({ email: 'g@example.com', password: 'correct horse battery' });
+  // what createVersionFromRecords leaves when killed before its raw file is in place
+  const now = new Date().toISOString();
+  await s.store.tx(() => {
+    s.store.datasets.put({
+      id: 'ds-1', team_id: team.id, dataset_name: 'gen', dataset_type: 'ner', next_version: 2, latest_version_id: 'v-1',
+      created_at: now, updated_at: now,
+    });
+    s.store.datasets.putVersion({
+      id: 'v-1', team_id: team.id, dataset_id: 'ds-1', dataset_name: 'gen', dataset_type: 'ner', version_number: '1',
+      size: 0, status: 'uploading', processing_error: null, source: 'generate', filename: 'generated.jsonl', format: null,
+      bytes: 0, kinds: {}, labels: {}, created_at: now, updated_at: now, ready_at: null,
+    });
+  });
+  await s.close();
+  s = await open();
+  t.teardown(() => s.close());
+  await new Promise((r) => setTimeout(r, 200));
+  const v = s.store.datasets.getVersion('v-1');
+  t.match(v, { status: 'failed', processing_error: /restarted while the generated examples/ }, 'not left uploading');
 });
