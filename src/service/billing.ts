@@ -2,6 +2,16 @@
 // micro-credits. Every billed call goes through `charge`, which in ONE write transaction rolls the
 // billing month if due, draws the cost from the pools in order (free allowance → included →
 // paid balance → overage), writes the usage record and bumps the key's usage counters.
+//
+// Holds: before a call runs, `reserve` holds an upper bound of its cost against the balance, in
+// the same synchronous step as the check, so concurrent calls cannot all pass on the same credit;
+// `charge` releases the hold once the debit has committed (a failed call releases it without a
+// debit). A call is admitted while spendable credit minus the team's holds is positive, so at
+// any concurrency the overdraft is at most the cost of one call. While other calls of the team are
+// in flight, a call that does not fit waits for them to settle (up to `creditHoldWaitMs`) instead
+// of being refused on credit that may turn out unspent. Holds live in this process's memory only:
+// they exist while a call runs here, so a crash ends them with the calls they covered, and no
+// write transaction is spent per call on them. (One server process owns a data directory.)
 import type { BillingAccount, Store, TokenUsage, UsageRecord } from '../store/index.ts';
 import type { PlanConfig, ServiceConfig } from './config.ts';
 import { BillingError, NotFoundError, ValidationError } from './errors.ts';
@@ -43,11 +53,27 @@ export function costMicro(pricing: Pricing, family: CachingFamily, u: TokenUsage
 
 const monthStart = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1)).toISOString();
 
+/** The estimated cost of a call in progress, held against its team's balance until it settles. */
+export interface Hold { readonly team_id: string; readonly micro: number; release(): void }
+
+/** Token counts that bound a call's usage before it runs (see `estimateUsage` in inference.ts). */
+export function holdMicro(pricing: Pricing, family: CachingFamily, input_tokens: number, output_tokens: number) {
+  const f = CACHING_FAMILIES[family] ?? CACHING_FAMILIES.none;
+  // a prompt written to the cache costs `write` times the input price
+  const u = f.write > 1 ? { cache_write_tokens: input_tokens } : { prompt_tokens: input_tokens };
+  return costMicro(pricing, family, completeUsage({ ...u, completion_tokens: output_tokens }));
+}
+
 export interface AccountView {
   team_id: string;
   plan: string;
   plan_kind: 'free' | 'paid';
-  credits: { free_allowance: number; included: number; paid_balance: number; available: number; overage_used: number; overage_ceiling: number; total_spent: number };
+  credits: {
+    free_allowance: number; included: number; paid_balance: number; available: number;
+    /** held by the team's calls in progress (their estimated cost, until each is debited) */
+    held: number;
+    overage_used: number; overage_ceiling: number; total_spent: number;
+  };
   overage_enabled: boolean;
   card_on_file: boolean;
   period_start: string;
@@ -73,6 +99,81 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     return current(a);
   }
 
+  type Denial = 'card_required' | 'direct_model_requires_credits' | 'credit_ceiling_reached' | 'out_of_credits';
+  /** why a call that would spend on top of `held` may not run, or null when it may */
+  function denialOf(a: BillingAccount, viaRouter: boolean, held: number): Denial | null {
+    const plan = planOf(a);
+    if (plan.requires_card && !a.card_on_file) return 'card_required';
+    if (!viaRouter && plan.kind === 'free' && a.paid_balance_micro <= 0) return 'direct_model_requires_credits';
+    const spendable = a.free_allowance_micro + a.included_micro + a.paid_balance_micro - held;
+    if (spendable > 0) return null;
+    if (plan.kind === 'paid' && a.overage_enabled) {
+      // holds beyond the balance draw on the overage room
+      return a.overage_micro - spendable < plan.overage_ceiling * MICRO ? null : 'credit_ceiling_reached';
+    }
+    return 'out_of_credits';
+  }
+
+  /** the billing denial's error (402/403 with code and resolution_url) */
+  function denialError(code: Denial, a: BillingAccount, held: number): BillingError {
+    const inFlight = held > 0 ? ' (counting credit held by calls in progress)' : '';
+    switch (code) {
+      case 'card_required':
+        return new BillingError(code, `The ${a.plan} plan needs a verified payment method`, url('payment-method'));
+      case 'direct_model_requires_credits': {
+        const msg = 'Calling a model directly needs a paid credit balance; '
+          + 'use the router model service/auto or add credits';
+        return new BillingError(code, msg, url('credits'));
+      }
+      case 'credit_ceiling_reached': {
+        const msg = `Maximum monthly overage spend of ${planOf(a).overage_ceiling} credits reached${inFlight}`;
+        return new BillingError(code, msg, url('plan'));
+      }
+      case 'out_of_credits':
+        return new BillingError(code, `Out of credits: add credits or upgrade the plan${inFlight}`, url('credits'));
+    }
+  }
+
+  /**
+   * Per team: credit held by its calls in progress, and the calls waiting for some to settle
+   * (FIFO). A release wakes the first waiter; a waiter that gets its hold wakes the next, one that
+   * still does not fit waits again at the front; when the team's last call settles all wake.
+   */
+  interface TeamHolds { micro: number; count: number; waiters: Array<() => void> }
+  const holds = new Map<string, TeamHolds>();
+  function hold(teamId: string, micro: number): Hold {
+    let t = holds.get(teamId);
+    if (!t) holds.set(teamId, (t = { micro: 0, count: 0, waiters: [] }));
+    t.micro += micro;
+    t.count++;
+    let released = false;
+    return {
+      team_id: teamId, micro,
+      release() {
+        if (released) return;
+        released = true;
+        t.micro -= micro;
+        t.count--;
+        if (t.count > 0) { t.waiters[0]?.(); return; }
+        holds.delete(teamId);
+        for (const w of [...t.waiters]) w();
+      },
+    };
+  }
+  /** wait at most `ms` for a wake-up from a release */
+  function waitRelease(t: TeamHolds, ms: number, front: boolean): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        const i = t.waiters.indexOf(done);
+        if (i >= 0) t.waiters.splice(i, 1);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      if (front) t.waiters.unshift(done); else t.waiters.push(done);
+    });
+  }
+
   function view(a: BillingAccount): AccountView {
     const plan = planOf(a);
     return {
@@ -80,6 +181,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
       credits: {
         free_allowance: a.free_allowance_micro / MICRO, included: a.included_micro / MICRO, paid_balance: a.paid_balance_micro / MICRO,
         available: (a.free_allowance_micro + a.included_micro + a.paid_balance_micro) / MICRO,
+        held: (holds.get(a.team_id)?.micro ?? 0) / MICRO,
         overage_used: a.overage_micro / MICRO, overage_ceiling: plan.overage_ceiling, total_spent: a.total_spent_micro / MICRO,
       },
       overage_enabled: a.overage_enabled, card_on_file: a.card_on_file, period_start: a.period_start,
@@ -111,67 +213,84 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     },
 
     /**
-     * Pre-flight check before running a billed call. Throws the billing denial (402/403 with
-     * code and resolution_url). `viaRouter`: the call named the router `service/auto`.
+     * The start of a billed call: checks the plan and the spendable balance less the team's holds,
+     * and holds `estimate_micro` (an upper bound of the call's cost) until `charge` or
+     * `Hold.release`. Throws the billing denial (402/403 with code and resolution_url).
+     * `viaRouter`: the call named the router `service/auto`.
      */
-    authorize(p: Principal, opts: { viaRouter: boolean }): void {
-      const a = getAccount(p.team_id);
-      const plan = planOf(a);
-      if (plan.requires_card && !a.card_on_file) {
-        throw new BillingError('card_required', `The ${a.plan} plan needs a verified payment method`, url('payment-method'));
+    async reserve(p: Principal, opts: { viaRouter: boolean; estimate_micro: number }): Promise<Hold> {
+      const deadline = Date.now() + config.creditHoldWaitMs;
+      for (let woken = false; ; woken = true) {
+        const a = getAccount(p.team_id);
+        const t = holds.get(p.team_id);
+        const held = t?.micro ?? 0;
+        const denial = denialOf(a, opts.viaRouter, held);
+        if (!denial) {
+          const h = hold(p.team_id, Math.max(0, opts.estimate_micro));
+          holds.get(p.team_id)!.waiters[0]?.(); // there may be room for the next one too
+          return h;
+        }
+        // nothing in flight (or waited long enough): the balance itself is spent
+        const left = deadline - Date.now();
+        if (!t || denial === 'card_required' || denial === 'direct_model_requires_credits' || left <= 0) {
+          throw denialError(denial, a, held);
+        }
+        await waitRelease(t, left, woken);
       }
-      if (!opts.viaRouter && plan.kind === 'free' && a.paid_balance_micro <= 0) {
-        throw new BillingError('direct_model_requires_credits', 'Calling a model directly needs a paid credit balance; use the router model service/auto or add credits', url('credits'));
-      }
-      if (a.free_allowance_micro + a.included_micro + a.paid_balance_micro > 0) return;
-      if (plan.kind === 'paid' && a.overage_enabled) {
-        if (a.overage_micro < plan.overage_ceiling * MICRO) return;
-        throw new BillingError('credit_ceiling_reached', `Maximum monthly overage spend of ${plan.overage_ceiling} credits reached`, url('plan'));
-      }
-      throw new BillingError('out_of_credits', 'Out of credits: add credits or upgrade the plan', url('credits'));
     },
+
+    /** credit held by calls of the team in progress, micro-credits */
+    heldMicro: (teamId: string): number => holds.get(teamId)?.micro ?? 0,
 
     /**
      * Debit a finished call and write its usage record, atomically. The last pool absorbs a
      * shortfall (overage on paid plans, else the paid balance goes negative by less than one
      * call), so the sum of usage records always equals what was debited. `alsoWrite` runs in the
-     * same transaction (the inference record).
+     * same transaction (the inference record). `hold` (from `reserve`) is released once the debit
+     * has committed or failed, so at every moment the credit counts as held or as spent.
      */
-    async charge(input: { principal: Principal; model_id: string; endpoint: string; inference_id: string | null; usage: TokenUsage; pricing: Pricing; caching_family: CachingFamily; alsoWrite?: () => void }): Promise<UsageRecord> {
+    async charge(input: {
+      principal: Principal; model_id: string; endpoint: string; inference_id: string | null; usage: TokenUsage;
+      pricing: Pricing; caching_family: CachingFamily; alsoWrite?: () => void; hold?: Hold;
+    }): Promise<UsageRecord> {
       const cost = costMicro(input.pricing, input.caching_family, input.usage);
       const p = input.principal;
-      return store.tx(() => {
-        const a = current(store.accounts.get(p.team_id)!);
-        const plan = planOf(a);
-        let left = cost;
-        const take = (avail: number) => { const t = Math.max(0, Math.min(avail, left)); left -= t; return t; };
-        const free_micro = take(a.free_allowance_micro);
-        const included_micro = take(a.included_micro);
-        const paid_micro = take(a.paid_balance_micro);
-        let overage_micro = 0;
-        let paid_extra = 0;
-        if (left > 0 && plan.kind === 'paid' && a.overage_enabled) { overage_micro = left; left = 0; }
-        if (left > 0) { paid_extra = left; left = 0; }
-        const now = nowIso();
-        store.accounts.put({
-          ...a,
-          free_allowance_micro: a.free_allowance_micro - free_micro,
-          included_micro: a.included_micro - included_micro,
-          paid_balance_micro: a.paid_balance_micro - paid_micro - paid_extra,
-          overage_micro: a.overage_micro + overage_micro,
-          total_spent_micro: a.total_spent_micro + cost,
-          updated_at: now,
+      try {
+        return await store.tx(() => {
+          const a = current(store.accounts.get(p.team_id)!);
+          const plan = planOf(a);
+          let left = cost;
+          const take = (avail: number) => { const t = Math.max(0, Math.min(avail, left)); left -= t; return t; };
+          const free_micro = take(a.free_allowance_micro);
+          const included_micro = take(a.included_micro);
+          const paid_micro = take(a.paid_balance_micro);
+          let overage_micro = 0;
+          let paid_extra = 0;
+          if (left > 0 && plan.kind === 'paid' && a.overage_enabled) { overage_micro = left; left = 0; }
+          if (left > 0) { paid_extra = left; left = 0; }
+          const now = nowIso();
+          store.accounts.put({
+            ...a,
+            free_allowance_micro: a.free_allowance_micro - free_micro,
+            included_micro: a.included_micro - included_micro,
+            paid_balance_micro: a.paid_balance_micro - paid_micro - paid_extra,
+            overage_micro: a.overage_micro + overage_micro,
+            total_spent_micro: a.total_spent_micro + cost,
+            updated_at: now,
+          });
+          const rec: UsageRecord = {
+            id: newId(), team_id: p.team_id, key_id: p.key_id, user_id: p.user_id, model_id: input.model_id,
+            endpoint: input.endpoint, inference_id: input.inference_id, usage: input.usage, cost_micro: cost,
+            drawn: { free_micro, included_micro, paid_micro: paid_micro + paid_extra, overage_micro }, created_at: now,
+          };
+          store.usage.put(rec);
+          if (p.key_id) store.keys.bump(p.key_id, { tokens: input.usage.total_tokens, cost_micro: cost });
+          input.alsoWrite?.();
+          return rec;
         });
-        const rec: UsageRecord = {
-          id: newId(), team_id: p.team_id, key_id: p.key_id, user_id: p.user_id, model_id: input.model_id, endpoint: input.endpoint,
-          inference_id: input.inference_id, usage: input.usage, cost_micro: cost,
-          drawn: { free_micro, included_micro, paid_micro: paid_micro + paid_extra, overage_micro }, created_at: now,
-        };
-        store.usage.put(rec);
-        if (p.key_id) store.keys.bump(p.key_id, { tokens: input.usage.total_tokens, cost_micro: cost });
-        input.alsoWrite?.();
-        return rec;
-      });
+      } finally {
+        input.hold?.release();
+      }
     },
 
     /** admin: add paid credits */

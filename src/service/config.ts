@@ -53,6 +53,15 @@ export interface ServiceConfig {
   signedUrlTtlS: number;
   /** customization: training jobs run at once (the rest wait in the queue) */
   trainingConcurrency: number;
+  /**
+   * billing: how long a call whose credit hold does not fit waits for the team's calls in progress
+   * to settle before it is refused (402/403), milliseconds
+   */
+  creditHoldWaitMs: number;
+  /** generation jobs (POST /generate) that run at once, over all teams; the rest wait `queued` */
+  generationConcurrency: number;
+  /** generation jobs that run at once per team; the rest wait `queued` */
+  generationConcurrencyPerTeam: number;
 }
 
 export const DEFAULT_RATE_LIMITS: RateLimitConfig = {
@@ -98,6 +107,9 @@ export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig 
     maxUploadBytes: over.maxUploadBytes ?? 256 * 1024 * 1024,
     signedUrlTtlS: over.signedUrlTtlS ?? 3600,
     trainingConcurrency: over.trainingConcurrency ?? 1,
+    creditHoldWaitMs: over.creditHoldWaitMs ?? 60_000,
+    generationConcurrency: over.generationConcurrency ?? 8,
+    generationConcurrencyPerTeam: over.generationConcurrencyPerTeam ?? 2,
   };
 }
 
@@ -118,6 +130,9 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConf
     maxUploadBytes: num(env.LOOM_MAX_UPLOAD_BYTES),
     signedUrlTtlS: num(env.LOOM_SIGNED_URL_TTL_S),
     trainingConcurrency: num(env.LOOM_TRAINING_CONCURRENCY),
+    creditHoldWaitMs: num(env.LOOM_CREDIT_HOLD_WAIT_MS),
+    generationConcurrency: num(env.LOOM_GENERATION_CONCURRENCY),
+    generationConcurrencyPerTeam: num(env.LOOM_GENERATION_CONCURRENCY_PER_TEAM),
     rateLimits: env.LOOM_RATE_LIMITS ? { ...DEFAULT_RATE_LIMITS, ...JSON.parse(env.LOOM_RATE_LIMITS) } : undefined,
   });
 }

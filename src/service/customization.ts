@@ -22,7 +22,7 @@ export async function createCustomization(deps: { store: Store; config: ServiceC
   const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, log });
   const trainingJobs = createTrainingJobsService({ store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log });
   const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log });
-  const generation = createGenerationService({ store, inference, datasets, log });
+  const generation = createGenerationService({ store, config, inference, datasets, log });
   datasets.resumePending();
   await generation.resumePending();
   trainingJobs.resumePending();

@@ -1,15 +1,19 @@
 // Datasets: versioned, per team and name. Upload is three steps (spec section 4):
 //   1. POST /felix/datasets/upload/url → a presigned PUT URL served by Loom (HMAC-signed,
 //      expiring, single use, size-limited); a new version in `initialized`
-//   2. PUT <url> with the file → the version is `uploading` (file stored, waiting to be processed)
+//   2. PUT <url> with the file → the version is `uploading` (file stored, waiting to be processed).
+//      Crash-consistent: the file is written to a temporary, fsynced and renamed to `raw`, and only
+//      then are the upload marked used and the version `uploading`, in one transaction. A server
+//      killed before that commit leaves the upload unused: the same URL takes the PUT again until
+//      it expires; a version whose URL expires without a file becomes `failed` with the reason.
 //   3. POST /felix/datasets/upload/process → `converting` → `validating` → `ready` | `failed`
 //      in the worker pool; `processing_error` names the line and the problem.
 // Uploading or generating into an existing name adds a version. Files live under
 // <LOOM_DATA_DIR>/datasets/<team>/<dataset id>/<version id>/.
-import { createReadStream, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createReadStream, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
-import type { DatasetRecord, DatasetType, DatasetVersionRecord, Store } from '../store/index.ts';
+import type { DatasetRecord, DatasetType, DatasetVersionRecord, Store, UploadRecord } from '../store/index.ts';
 import type { Principal } from './auth.ts';
 import type { ServiceConfig } from './config.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError, ValidationError } from './errors.ts';
@@ -18,6 +22,7 @@ import type { JobPool } from './jobs/pool.ts';
 import type { ProcessDatasetResult } from './jobs/datasets-task.ts';
 import type { SignedUrls } from './signed-urls.ts';
 import type { Logger } from './index.ts';
+import { TMP_SUFFIX, writeFileDurable } from './durable.ts';
 
 export const DATASET_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const RESERVED = new Set(['upload']);
@@ -33,6 +38,8 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
   const { store, config, pool, urls } = deps;
   const root = join(config.dataDir, 'datasets');
   const pending = new Set<Promise<void>>();
+  /** uploads whose PUT is being written now (a second PUT to the same URL meanwhile is a 409) */
+  const receiving = new Set<string>();
   /** jobs/evaluations using a dataset right now (set by the training and evaluation services) */
   const users: Array<(teamId: string, name: string) => string | null> = [];
 
@@ -80,6 +87,22 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       store.datasets.putVersion(v);
       return v;
     });
+  }
+
+  const EXPIRED = 'the upload URL expired before a complete file was received; request a new upload URL';
+  /** an upload URL that expires unused fails its version (nothing waits in `initialized` forever) */
+  function watchExpiry(u: UploadRecord): void {
+    const left = Date.parse(u.expires_at) - Date.now();
+    if (left > 0) {
+      setTimeout(() => watchExpiry(u), Math.min(left + 1000, 2 ** 31 - 1)).unref();
+      return;
+    }
+    void store.tx(() => {
+      const cur = store.datasets.getUpload(u.id);
+      const v = cur && !cur.used_at ? store.datasets.getVersion(cur.version_id) : undefined;
+      if (v?.status !== 'initialized') return;
+      store.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
+    }).catch((e) => deps.log?.error({ err: String(e) }, 'upload expiry failed'));
   }
 
   /** converting → validating → ready | failed, in the worker pool */
@@ -183,10 +206,12 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       const uploadId = newId();
       const path = `/felix/datasets/upload/${uploadId}`;
       const signed = urls.sign('PUT', path, config.signedUrlTtlS, baseUrl);
-      await store.tx(() => store.datasets.putUpload({
+      const upload: UploadRecord = {
         id: uploadId, team_id: p.team_id, version_id: v.id, dataset_name: v.dataset_name, filename: v.filename!, max_bytes: config.maxUploadBytes,
         expires_at: signed.expires_at, used_at: null, created_at: nowIso(),
-      }));
+      };
+      await store.tx(() => store.datasets.putUpload(upload));
+      watchExpiry(upload);
       return {
         success: true, upload_url: signed.url, method: 'PUT', expires_at: signed.expires_at, max_bytes: config.maxUploadBytes, upload_id: uploadId,
         dataset_name: v.dataset_name, dataset_type: v.dataset_type, version_id: v.id, version_number: v.version_number, status: v.status,
@@ -202,16 +227,29 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       if (data.byteLength === 0) throw new ValidationError('The uploaded file is empty', [{ path: '', message: 'empty body' }]);
       const v = store.datasets.getVersion(u.version_id);
       if (!v) throw new NotFoundError('Upload not found (the dataset may have been deleted)');
-      const claimed = await store.tx(() => {
-        const cur = store.datasets.getUpload(uploadId);
-        if (!cur || cur.used_at) return false;
-        store.datasets.putUpload({ ...cur, used_at: nowIso() });
-        return true;
-      });
-      if (!claimed) throw new ConflictError('This upload URL has already been used: request a new one');
-      mkdirSync(versionDir(v), { recursive: true });
-      writeFileSync(join(versionDir(v), 'raw'), data);
-      await update(v.id, { status: 'uploading', bytes: data.byteLength });
+      if (receiving.has(uploadId)) throw new ConflictError('This upload URL is receiving a file right now: wait for it');
+      receiving.add(uploadId);
+      try {
+        // the whole file on disk first (temp, fsync, rename), then the upload used + the version uploading together
+        mkdirSync(versionDir(v), { recursive: true });
+        await writeFileDurable(join(versionDir(v), 'raw'), data);
+        const outcome = await store.tx(() => {
+          const cur = store.datasets.getUpload(uploadId);
+          const cv = store.datasets.getVersion(u.version_id);
+          if (!cur || !cv) return 'gone';
+          if (cur.used_at) return 'used';
+          if (cv.status !== 'initialized') return 'expired'; // failed by watchExpiry while this PUT was written
+          const now = nowIso();
+          store.datasets.putUpload({ ...cur, used_at: now });
+          store.datasets.putVersion({ ...cv, status: 'uploading', bytes: data.byteLength, updated_at: now });
+          return 'ok';
+        });
+        if (outcome === 'gone') throw new NotFoundError('Upload not found (the dataset may have been deleted)');
+        if (outcome === 'used') throw new ConflictError('This upload URL has already been used: request a new one');
+        if (outcome === 'expired') throw new ConflictError(EXPIRED);
+      } finally {
+        receiving.delete(uploadId);
+      }
       return { success: true, upload_id: uploadId, dataset_name: v.dataset_name, version_number: v.version_number, bytes: data.byteLength };
     },
 
@@ -240,16 +278,36 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     async createVersionFromRecords(teamId: string, name: string, type: DatasetType, jsonl: string, filename: string): Promise<DatasetVersionRecord> {
       const v = await newVersion(teamId, name, type, { filename, source: 'generate', status: 'uploading' });
       mkdirSync(versionDir(v), { recursive: true });
-      writeFileSync(join(versionDir(v), 'raw'), jsonl);
+      await writeFileDurable(join(versionDir(v), 'raw'), jsonl);
       const nv = (await update(v.id, { status: 'converting', bytes: Buffer.byteLength(jsonl) }))!;
       startProcessing(nv, join(versionDir(nv), 'raw'));
       return nv;
     },
 
-    /** after a restart: versions left converting/validating are processed again from their file */
+    /**
+     * After a restart: versions left converting/validating are processed again from their file;
+     * uploads cut off before their commit keep their URL (the PUT can be sent again) and fail their
+     * version when it expires; half-written temporaries are removed; a generated version cut off
+     * while its file was written is failed.
+     */
     resumePending(): number {
       let n = 0;
+      for (const u of store.datasets.allUploads()) {
+        const v = u.used_at ? undefined : store.datasets.getVersion(u.version_id);
+        if (v?.status !== 'initialized') continue;
+        const dir = versionDir(v);
+        const partial = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith(TMP_SUFFIX)) : [];
+        for (const f of partial) rmSync(join(dir, f), { force: true });
+        watchExpiry(u);
+      }
       for (const v of store.datasets.allVersions()) {
+        if (v.source === 'generate' && v.status === 'uploading') {
+          // cut off while its file was written (the generation job itself is failed by its service)
+          rmSync(versionDir(v), { recursive: true, force: true });
+          const processing_error = 'the server restarted while the generated examples were written';
+          void update(v.id, { status: 'failed', processing_error });
+          continue;
+        }
         if (v.status !== 'converting' && v.status !== 'validating') continue;
         const raw = join(versionDir(v), 'raw');
         if (!existsSync(raw)) { void update(v.id, { status: 'failed', processing_error: 'the uploaded file was lost during a server restart; upload it again' }); continue; }

@@ -7,9 +7,12 @@
 // texts are auto-labeled with the requested entity types); decoder datasets are
 // (question, answer) conversations the decoder writes from `prompt` / `domain_description`.
 // The examples become a new version of `dataset_name` (processed and validated like an upload).
-// States: queued → generating → ready | failed.
+// States: queued → generating → ready | failed. At most `generationConcurrency` jobs generate at
+// once over all teams and `generationConcurrencyPerTeam` per team; the rest wait `queued`, started
+// in the order they were created as slots free up (a team at its cap does not hold up others).
 import type { GenerationJobRecord, Store } from '../store/index.ts';
 import type { Principal } from './auth.ts';
+import type { ServiceConfig } from './config.ts';
 import type { DatasetsService } from './datasets.ts';
 import { DATASET_NAME } from './datasets.ts';
 import { NotFoundError, ValidationError } from './errors.ts';
@@ -66,10 +69,34 @@ const jobView = (j: GenerationJobRecord) => ({
   num_examples: j.num_examples, updated_at: j.updated_at, version_id: j.version_id,
 });
 
-export function createGenerationService(deps: { store: Store; inference: InferenceService; datasets: DatasetsService; log?: Logger }) {
-  const { store, inference, datasets } = deps;
+export function createGenerationService(deps: {
+  store: Store; config: ServiceConfig; inference: InferenceService; datasets: DatasetsService; log?: Logger;
+}) {
+  const { store, config, inference, datasets } = deps;
   const running = new Set<Promise<void>>();
   let closing = false;
+  /** jobs waiting for a slot, oldest first; jobs generating per team */
+  const waiting: Array<{ p: Principal; id: string; req: GenerateRequest }> = [];
+  const perTeam = new Map<string, number>();
+
+  /** start waiting jobs while the global and per-team caps allow */
+  function pump(): void {
+    for (let i = 0; i < waiting.length && running.size < config.generationConcurrency && !closing;) {
+      const w = waiting[i];
+      if ((perTeam.get(w.p.team_id) ?? 0) >= config.generationConcurrencyPerTeam) { i++; continue; }
+      waiting.splice(i, 1);
+      perTeam.set(w.p.team_id, (perTeam.get(w.p.team_id) ?? 0) + 1);
+      const job: Promise<void> = run(w.p, w.id, w.req)
+        .catch((e) => deps.log?.error({ job: w.id, err: String(e) }, 'generation failed'))
+        .finally(() => {
+          running.delete(job);
+          const n = (perTeam.get(w.p.team_id) ?? 1) - 1;
+          if (n > 0) perTeam.set(w.p.team_id, n); else perTeam.delete(w.p.team_id);
+          pump();
+        });
+      running.add(job);
+    }
+  }
 
   async function patch(id: string, ch: Partial<GenerationJobRecord>): Promise<void> {
     await store.tx(() => { const j = store.generationJobs.get(id); if (j) store.generationJobs.put({ ...j, ...ch, updated_at: nowIso() }); });
@@ -147,8 +174,8 @@ export function createGenerationService(deps: { store: Store; inference: Inferen
         error: null, version_id: null, request: req as unknown as Record<string, unknown>, created_at: now, updated_at: now,
       };
       await store.generationJobs.save(j);
-      const w: Promise<void> = run(p, j.job_id, req).catch((e) => deps.log?.error({ job: j.job_id, err: String(e) }, 'generation failed')).finally(() => running.delete(w));
-      running.add(w);
+      waiting.push({ p, id: j.job_id, req });
+      pump();
       return { job_id: j.job_id, status: j.status };
     },
 
@@ -185,6 +212,7 @@ export function createGenerationService(deps: { store: Store; inference: Inferen
 
     async shutdown(): Promise<void> {
       closing = true;
+      waiting.length = 0; // still `queued` in the store: the next start fails them with the reason
       await Promise.race([Promise.allSettled([...running]), new Promise((r) => setTimeout(r, 2000).unref())]);
     },
   };

@@ -1,12 +1,15 @@
 // Native inference (POST /inference, POST /projects/:id/inference) and the generic call life cycle
-// other endpoints reuse: `begin` resolves the model (404/409/425/451/503) and checks billing
-// (402/403); `call.finish` writes the inference record, the usage record and the debit in ONE
-// transaction; `call.fail` records a failed call (not billed).
+// other endpoints reuse: `begin` resolves the model (404/409/425/451/503) and holds an upper bound
+// of the call's cost against the balance (402/403, see billing.ts); `call.finish` writes the
+// inference record, the usage record and the debit in ONE transaction and releases the hold;
+// `call.fail` records a failed call (billed only for the work it did) and releases the hold.
 import { performance } from 'node:perf_hooks';
 import type { InferenceRecord, Store, TokenUsage, TrainingJobRecord } from '../store/index.ts';
 import type { ServiceConfig } from './config.ts';
 import type { Principal } from './auth.ts';
-import { type BillingService, type CachingFamily, type Pricing, completeUsage, costMicro, MICRO } from './billing.ts';
+import {
+  type BillingService, type CachingFamily, type Pricing, completeUsage, costMicro, holdMicro, MICRO,
+} from './billing.ts';
 import type { Catalog, CatalogEntry } from './catalog.ts';
 import { ROUTER_MODEL_ID } from './router.ts';
 import { ConflictError, DependencyUnavailableError, NotFoundError, RegionBlockedError, ValidationError, WarmingError } from './errors.ts';
@@ -36,6 +39,8 @@ export interface ResolvedModel {
   pricing: Pricing;
   caching_family: CachingFamily;
   via_router: boolean;
+  /** tokens of context (prompt + output) of a decoder, when known */
+  context_length: number | null;
 }
 
 export interface FinishInput {
@@ -114,6 +119,44 @@ function limitError(err: unknown): ValidationError | null {
   return new ValidationError(e.message, [{ path: e.path ?? '', message: e.message, keyword: e.limit }]);
 }
 
+/** Tokens a model adds around the caller's input (special tokens, chat template, per message). */
+const TEMPLATE_TOKENS = 64;
+const MESSAGE_TOKENS = 8;
+/** Output bound of a decoder call with neither max_tokens nor a known context length. */
+const OUTPUT_FALLBACK_TOKENS = 32_768;
+
+/** What bounds a call's usage before it runs: the caller's input size and max_tokens. */
+export interface UsageBound {
+  /** UTF-16 length of the input (texts, messages, prompt); default: the route hints' */
+  chars?: number;
+  max_tokens?: number;
+  /** generations run (each billed its prompt and up to max_tokens); default the route hints' `n`, else 1 */
+  n?: number;
+}
+
+/**
+ * Upper bound of a call's tokens, held as credit while it runs: a token covers at least one UTF-8
+ * byte of the input and a UTF-16 unit is at most 3 bytes; a schema counts with its JSON; a decoder
+ * writes at most max_tokens, and prompt and output each fit its context when that is known.
+ */
+export function usageBound(
+  model: ResolvedModel, kind: ModelKind,
+  hints: { schema?: unknown; messages?: unknown[]; prompt_chars?: number; max_tokens?: number; n?: number },
+  bound: UsageBound = {},
+): { input: number; output: number } {
+  const messages = hints.messages ?? [];
+  const schemaChars = hints.schema === undefined ? 0 : JSON.stringify(hints.schema)?.length ?? 0;
+  const chars = (bound.chars ?? hints.prompt_chars ?? JSON.stringify(messages).length) + schemaChars;
+  let input = 3 * chars + TEMPLATE_TOKENS + MESSAGE_TOKENS * messages.length;
+  if (kind === 'encoder') return { input, output: 0 };
+  const ctx = model.context_length;
+  let output = bound.max_tokens ?? hints.max_tokens ?? ctx ?? OUTPUT_FALLBACK_TOKENS;
+  if (ctx) { input = Math.min(input, ctx); output = Math.min(output, ctx); }
+  // n completions are n generations, each billed its prompt and its output
+  const n = Math.max(1, bound.n ?? hints.n ?? 1);
+  return { input: input * n, output: output * n };
+}
+
 export function createInferenceService(deps: { store: Store; config: ServiceConfig; billing: BillingService; catalog: Catalog; runtime: ModelRuntime; metrics?: Metrics; log?: { warn(o: object, m: string): void } }) {
   const { store, billing, catalog, runtime, config } = deps;
   let routePolicy: RoutePolicy = defaultRoutePolicy;
@@ -139,7 +182,11 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
     if (base && p.team.region && base.blocked_regions.includes(p.team.region)) throw new RegionBlockedError(`Model ${job.base_model} is not available in region ${p.team.region}`);
     const ref: ModelRef = jobModelRef(job);
     checkRuntime(ref, null);
-    return { ref, model_id: job.id, routed_model: job.id, training_job_id: job.id, pricing: base?.pricing ?? { input: 1, output: 2 }, caching_family: base?.caching_family ?? 'none', via_router: false };
+    return {
+      ref, model_id: job.id, routed_model: job.id, training_job_id: job.id, via_router: false,
+      pricing: base?.pricing ?? { input: 1, output: 2 }, caching_family: base?.caching_family ?? 'none',
+      context_length: base?.context_length ?? null,
+    };
   }
 
   async function resolve(p: Principal, modelId: string, kind: ModelKind, hints: Parameters<RoutePolicy>[1]): Promise<ResolvedModel> {
@@ -162,14 +209,22 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
     }
     const ref: ModelRef = { id: target, kind };
     checkRuntime(ref, entry);
-    return { ref, model_id: modelId, routed_model: target, training_job_id: null, pricing: entry.pricing, caching_family: entry.caching_family, via_router: viaRouter };
+    return {
+      ref, model_id: modelId, routed_model: target, training_job_id: null, pricing: entry.pricing,
+      caching_family: entry.caching_family, via_router: viaRouter, context_length: entry.context_length,
+    };
   }
 
-  /** Resolve + authorize: the start of every billed call. */
-  async function begin(p: Principal, opts: { endpoint: string; model_id: string; kind: ModelKind; project_id?: string | null; hints?: Parameters<RoutePolicy>[1] }): Promise<Call> {
+  /** Resolve + hold credit: the start of every billed call. `bound` sizes the hold (else the hints). */
+  async function begin(p: Principal, opts: {
+    endpoint: string; model_id: string; kind: ModelKind; project_id?: string | null;
+    hints?: Parameters<RoutePolicy>[1]; bound?: UsageBound;
+  }): Promise<Call> {
     const started = performance.now();
     const model = await resolve(p, opts.model_id, opts.kind, opts.hints ?? {});
-    billing.authorize(p, { viaRouter: model.via_router });
+    const est = usageBound(model, opts.kind, opts.hints ?? {}, opts.bound);
+    const estimate_micro = holdMicro(model.pricing, model.caching_family, est.input, est.output);
+    const hold = await billing.reserve(p, { viaRouter: model.via_router, estimate_micro });
     const inference_id = newId();
     const project_id = opts.project_id ?? null;
     const record = (f: Omit<FinishInput, 'output' | 'usage'> & { output: unknown; usage: TokenUsage; cost: number; latency_ms: number; status: 'success' | 'error'; error: string | null }): InferenceRecord => {
@@ -180,6 +235,14 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
         input: keep ? f.input : null, schema: keep ? (f.schema ?? null) : null, params: f.params ?? {}, output: keep ? f.output : null,
         usage: f.usage, cost: f.cost, latency_ms: f.latency_ms, llmaj_score: null, status: f.status, error: f.error, created_at: nowIso(),
       };
+    };
+    /** the debit, the usage record and `rec` in one transaction; then the hold is released */
+    const debit = async (usage: TokenUsage, rec: InferenceRecord) => {
+      await billing.charge({
+        principal: p, model_id: model.routed_model, endpoint: opts.endpoint, inference_id, usage,
+        pricing: model.pricing, caching_family: model.caching_family, alsoWrite: () => store.inferences.put(rec), hold,
+      });
+      deps.metrics?.recordUsage(model.routed_model, usage);
     };
     deps.metrics?.inflight.inc();
     let done = false;
@@ -192,8 +255,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
         const latency_ms = Math.round((performance.now() - started) * 1000) / 1000;
         const cost_micro = costMicro(model.pricing, model.caching_family, usage);
         const rec = record({ ...f, usage, cost: cost_micro / MICRO, latency_ms, status: 'success', error: null });
-        await billing.charge({ principal: p, model_id: model.routed_model, endpoint: opts.endpoint, inference_id, usage, pricing: model.pricing, caching_family: model.caching_family, alsoWrite: () => store.inferences.put(rec) });
-        deps.metrics?.recordUsage(model.routed_model, usage);
+        await debit(usage, rec);
         return { inference_id, usage, cost: cost_micro / MICRO, latency_ms };
       },
       async fail(f, err, used) {
@@ -205,10 +267,10 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
           // work done before the failure (a cancelled generation) is billed; the record keeps the reason
           const cost_micro = costMicro(model.pricing, model.caching_family, usage);
           const rec = record({ ...f, output: f.output ?? null, usage, cost: cost_micro / MICRO, latency_ms, status: 'error', error });
-          await billing.charge({ principal: p, model_id: model.routed_model, endpoint: opts.endpoint, inference_id, usage, pricing: model.pricing, caching_family: model.caching_family, alsoWrite: () => store.inferences.put(rec) });
-          deps.metrics?.recordUsage(model.routed_model, usage);
+          await debit(usage, rec);
           return;
         }
+        hold.release(); // nothing to debit
         const rec = record({ ...f, output: null, usage: completeUsage({}), cost: 0, latency_ms, status: 'error', error });
         await store.tx(() => store.inferences.put(rec));
       },
@@ -226,7 +288,11 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
     } catch (err) {
       throw limitError(err) ?? err;
     }
-    const call = await begin(p, { endpoint: ctx.endpoint, model_id: req.model_id, kind: 'encoder', project_id: ctx.project_id ?? req.project_id ?? null, hints: { schema: req.schema } });
+    const call = await begin(p, {
+      endpoint: ctx.endpoint, model_id: req.model_id, kind: 'encoder',
+      project_id: ctx.project_id ?? req.project_id ?? null,
+      hints: { schema: req.schema }, bound: { chars: texts.reduce((n, t) => n + String(t).length, 0) },
+    });
     const task = req.task ?? encoderTask(schema);
     const params = { threshold: req.threshold ?? 0.5, include_confidence: req.include_confidence ?? true, include_spans: req.include_spans ?? true };
     const base = { task, input: { text: req.text }, schema: req.schema, params, store: req.store };
@@ -245,7 +311,11 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
   }
 
   async function runDecoder(p: Principal, req: DecoderRequest, ctx: { endpoint: string; project_id?: string | null; signal?: AbortSignal }) {
-    const call = await begin(p, { endpoint: ctx.endpoint, model_id: req.model_id, kind: 'decoder', project_id: ctx.project_id ?? req.project_id ?? null, hints: { messages: req.messages } });
+    const call = await begin(p, {
+      endpoint: ctx.endpoint, model_id: req.model_id, kind: 'decoder',
+      project_id: ctx.project_id ?? req.project_id ?? null,
+      hints: { messages: req.messages }, bound: { max_tokens: req.max_tokens },
+    });
     const stop = req.stop === undefined ? undefined : Array.isArray(req.stop) ? req.stop : [req.stop];
     const params = { max_tokens: req.max_tokens, temperature: req.temperature, top_p: req.top_p, top_k: req.top_k, seed: req.seed, stop };
     const base = { task: 'generate', input: { messages: req.messages }, params: Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined)), store: req.store };

@@ -291,7 +291,14 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       await patch(id, (cur) => (cur.status === 'running' ? { status: 'failed', error: message, completed_at: nowIso() } : null), { level: 'error', message: `training failed: ${message}` });
     };
     try {
+      // a run starts from the beginning in an empty folder: records of an interrupted run's checkpoints go with it
       rmSync(dir, { recursive: true, force: true });
+      const dropped = await store.tx(() => {
+        const old = store.trainingArtifacts.listCheckpoints(id);
+        for (const c of old) store.trainingArtifacts.removeCheckpoint(c);
+        return old.length;
+      });
+      if (dropped) await addLog(id, 'info', `${dropped} checkpoint(s) of the interrupted run were discarded with it`);
       mkdirSync(join(dir, 'checkpoints'), { recursive: true });
       const data = await prepareData(j, dir);
       await addLog(id, 'info', `data: ${data.trainCount} training and ${data.valCount} validation examples from ${j.datasets.map((d) => `${d.name} v${d.version_number}`).join(', ')}`);
@@ -360,9 +367,18 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
               train_loss: typeof c.train_loss === 'number' ? c.train_loss : null, val_loss: typeof c.val_loss === 'number' ? c.val_loss : null,
               is_best: !!c.is_best, is_final: !!c.is_final, dir: String(c.dir ?? ''), created_at: nowIso(),
             };
+            // one record per (job, step): a final checkpoint at the step of the last evaluation replaces
+            // that step's record (the trainer moved its folder to final/); the event comes after the
+            // folder is complete (written as .partial, fsynced, renamed)
             enqueue(() => store.tx(() => {
               if (!store.trainingJobs.get(id)) return;
-              if (ck.is_best) for (const o of store.trainingArtifacts.listCheckpoints(id)) if (o.is_best) store.trainingArtifacts.putCheckpoint({ ...o, is_best: false });
+              const prev = store.trainingArtifacts.listCheckpoints(id).find((o) => o.step === ck.step);
+              if (prev) Object.assign(ck, { id: prev.id, created_at: prev.created_at, is_best: ck.is_best || prev.is_best });
+              if (ck.is_best) {
+                for (const o of store.trainingArtifacts.listCheckpoints(id)) {
+                  if (o.is_best && o.id !== ck.id) store.trainingArtifacts.putCheckpoint({ ...o, is_best: false });
+                }
+              }
               store.trainingArtifacts.putCheckpoint(ck);
               store.trainingArtifacts.appendLog(id, 'info', `checkpoint at epoch ${ck.epoch}, step ${ck.step}${ck.val_loss !== null ? `, validation loss ${ck.val_loss.toFixed(4)}` : ''}${ck.is_best ? ' (best so far)' : ''}`);
               const cur = store.trainingJobs.get(id) as Job;
@@ -404,6 +420,21 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       if (cur.status === 'cancelled') { await addLog(id, 'info', `training stopped (${msg})`); return; }
       await fail(msg);
     }
+  }
+
+  /** drop checkpoint records whose folder is missing, and duplicates of a (job, step) */
+  async function reconcileCheckpoints(): Promise<void> {
+    const all = store.trainingArtifacts.allCheckpoints().sort((a, b) => b.created_at.localeCompare(a.created_at));
+    const keep = new Set<string>();
+    const drop = all.filter((c) => {
+      const k = `${c.job_id}|${c.step}`;
+      if (keep.has(k) || !c.dir || !existsSync(c.dir)) return true;
+      keep.add(k);
+      return false;
+    });
+    if (!drop.length) return;
+    await store.tx(() => { for (const c of drop) store.trainingArtifacts.removeCheckpoint(c); });
+    deps.log?.warn({ dropped: drop.length }, 'checkpoint records without a folder (or duplicated) were removed');
   }
 
   // ---- the API ---------------------------------------------------------------------------------
@@ -549,9 +580,13 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       return ref.weights === 'adapter' ? { kind: ref.kind, model_dir: ref.base_dir ?? '', adapter_dir: ref.dir, status: j.status } : { kind: ref.kind, model_dir: ref.dir ?? '', status: j.status };
     },
 
-    /** after a restart: queued jobs stay queued, running jobs are re-queued (or failed) */
+    /**
+     * After a restart: checkpoint records are reconciled with the disk (a record whose folder is
+     * gone is dropped; one record per job and step, the newest); queued jobs stay queued, running
+     * jobs are re-queued (or failed).
+     */
     resumePending(): void {
-      const work: Array<Promise<unknown>> = [];
+      const work: Array<Promise<unknown>> = [reconcileCheckpoints()];
       for (const { value: j } of store.db.dbs.training_jobs.getRange() as Iterable<{ value: Job }>) {
         if (j.status === 'running') {
           if ((j.restarts ?? 0) >= MAX_RESTARTS) {

@@ -42,6 +42,10 @@ export function makeDatasetsRepo(db: Db) {
     getUpload: (id: string): UploadRecord | undefined => uploads.get(id),
     /** inside a transaction */
     putUpload(u: UploadRecord): void { uploads.put(u.id, u); },
+    /** every presigned upload (restart recovery) */
+    allUploads(): UploadRecord[] {
+      return [...(uploads.getRange() as Iterable<{ value: UploadRecord }>)].map((e) => e.value);
+    },
     /** every version (restart recovery) */
     allVersions(): DatasetVersionRecord[] {
       return [...(versions.getRange() as Iterable<{ value: DatasetVersionRecord }>)].map((e) => e.value);

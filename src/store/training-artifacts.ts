@@ -40,13 +40,19 @@ export function makeTrainingArtifactsRepo(db: Db) {
     getCheckpoint: (id: string): CheckpointRecord | undefined => checkpoints.get(id),
     /** inside a transaction */
     putCheckpoint(c: CheckpointRecord): void { checkpoints.put(c.id, c); idx.put(ckKey(c), null); },
+    /** inside a transaction */
+    removeCheckpoint(c: CheckpointRecord): void { idx.remove(ckKey(c)); checkpoints.remove(c.id); },
+    /** every checkpoint record (restart reconciliation) */
+    allCheckpoints(): CheckpointRecord[] {
+      return [...(checkpoints.getRange() as Iterable<{ value: CheckpointRecord }>)].map((e) => e.value);
+    },
     /** in step order */
     listCheckpoints(jobId: string): CheckpointRecord[] {
       return [...scanIndex(db, ['ck_job', jobId], { reverse: false })].map((id) => checkpoints.get(id)).filter(Boolean);
     },
     /** inside a transaction: logs and checkpoint records of a job */
     removeJob(jobId: string): void {
-      for (const c of this.listCheckpoints(jobId)) { idx.remove(ckKey(c)); checkpoints.remove(c.id); }
+      for (const c of this.listCheckpoints(jobId)) this.removeCheckpoint(c);
       for (const k of [...logs.getKeys({ start: logKey(jobId, 0), end: `${encodeURIComponent(jobId)}|\uffff` }) as Iterable<string>]) logs.remove(k);
       seqs.delete(jobId);
     },

@@ -1,7 +1,9 @@
 // What both trainers share: configuration defaults, hooks, the LR schedule, seeded shuffling,
 // validation split, checkpoint bookkeeping (rotation, best/final), dataset loading.
-import { cpSync, existsSync, readFileSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import {
+  closeSync, cpSync, existsSync, fsyncSync, openSync, readdirSync, readFileSync, renameSync, rmSync,
+} from 'node:fs';
+import { dirname, join } from 'node:path';
 import { parseJsonl, type DataRecord, type RecordKind } from './data/formats.ts';
 import { InitRng } from './encoder/init.ts';
 
@@ -133,7 +135,37 @@ export function lrFactor(kind: 'linear' | 'cosine' | 'constant', step: number, t
   return kind === 'cosine' ? 0.5 * (1 + Math.cos(Math.PI * p)) : Math.max(0, 1 - p);
 }
 
-/** Checkpoint directories: rotation of checkpoint-<step>, best/ and final/ copies. */
+/** fsync every file and directory under `path` (and `path` itself) */
+function syncTree(path: string): void {
+  for (const e of readdirSync(path, { withFileTypes: true })) {
+    const p = join(path, e.name);
+    if (e.isDirectory()) syncTree(p);
+    else if (e.isFile()) { const fd = openSync(p, 'r'); try { fsyncSync(fd); } finally { closeSync(fd); } }
+  }
+  const fd = openSync(path, 'r');
+  try { fsyncSync(fd); } finally { closeSync(fd); }
+}
+
+/** Suffix of a checkpoint directory still being written (never a checkpoint; removed on the next write). */
+export const PARTIAL_SUFFIX = '.partial';
+
+/**
+ * Writes a checkpoint directory crash-consistently: `write` fills `dir` + PARTIAL_SUFFIX, its files
+ * are fsynced, then it is renamed to `dir` and the parent fsynced. A kill at any point leaves no
+ * half-written directory under the checkpoint's name.
+ */
+export function writeDirAtomic(dir: string, write: (tmp: string) => void): void {
+  const tmp = dir + PARTIAL_SUFFIX;
+  rmSync(tmp, { recursive: true, force: true });
+  write(tmp);
+  syncTree(tmp);
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  const fd = openSync(dirname(dir), 'r');
+  try { fsyncSync(fd); } finally { closeSync(fd); }
+}
+
+/** Checkpoint directories: rotation of checkpoint-<step>, best/ and final/ copies (each written atomically). */
 export class CheckpointBook {
   readonly events: CheckpointEvent[] = [];
   private rotating: string[] = [];
@@ -152,15 +184,13 @@ export class CheckpointBook {
     if (isBest) {
       this.bestLoss = e.val_loss;
       const best = join(this.outputDir, 'best');
-      rmSync(best, { recursive: true, force: true });
-      cpSync(dir, best, { recursive: true });
+      writeDirAtomic(best, (tmp) => cpSync(dir, tmp, { recursive: true }));
       this.bestDir = best;
     }
     let outDir = dir;
     if (e.is_final) {
       const fin = join(this.outputDir, 'final');
-      rmSync(fin, { recursive: true, force: true });
-      cpSync(dir, fin, { recursive: true });
+      writeDirAtomic(fin, (tmp) => cpSync(dir, tmp, { recursive: true }));
       outDir = fin;
     }
     const ev: CheckpointEvent = { ...e, id, is_best: isBest, dir: outDir };
@@ -226,7 +256,7 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
   const rng = new InitRng(seed);
   const save = (isFinal: boolean) => {
     const dir = join(p.outputDir, `checkpoint-${step}`);
-    p.writeCheckpoint(dir);
+    writeDirAtomic(dir, (tmp) => p.writeCheckpoint(tmp));
     return book.add({ epoch, step, train_loss: lastTrain, val_loss: lastVal, is_final: isFinal }, dir);
   };
   outer: for (epoch = 1; epoch <= epochs; epoch++) {

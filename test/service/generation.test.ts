@@ -1,6 +1,7 @@
 // Synthetic data generation and auto-labeling through HTTP over the real tiny models (TinyStories
 // decoder writes, the tiny GLiNER2 encoder labels): job states, the new dataset version, the
-// label-existing element shapes and the 1..1000 input bound (422).
+// label-existing element shapes and the 1..1000 input bound (422). The concurrency caps (global and
+// per team; the rest wait `queued`) over the fake runtime with its decoder held.
 import t from 'tap';
 import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -8,6 +9,8 @@ import { join } from 'node:path';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { call, makeUser, startServer } from './helpers.ts';
 import { poll, uploadDataset } from './customization-helpers.ts';
+import { FakeRuntime } from './fake-runtime.ts';
+import type { GenerateParams, ModelRef } from '../../src/service/runtime.ts';
 
 const shared = join(import.meta.dirname, '../../../shared');
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-gen-models-'));
@@ -65,4 +68,44 @@ t.test('POST /generate: classification job → ready → a new dataset version',
   t.equal((await call(ts.url, 'GET', '/generate/jobs/00000000-0000-4000-8000-000000000000', { key: u.key })).status, 404);
   const other = await makeUser(ts);
   t.equal((await call(ts.url, 'GET', `/generate/jobs/${r.body.job_id}`, { key: other.key })).status, 404);
+});
+
+t.test('POST /generate: at most N jobs generate at once (in all and per team); the rest wait queued', async (t) => {
+  // the fake decoder waits for `open` before each reply, so running jobs stay `generating`
+  let open!: () => void;
+  const gate = new Promise<void>((r) => { open = r; });
+  const rt = new FakeRuntime();
+  const generate = rt.generate.bind(rt);
+  rt.generate = async function* (ref: ModelRef, p: GenerateParams) { await gate; yield* generate(ref, p); };
+  const gs = await startServer({ runtime: rt, config: { generationConcurrency: 3, generationConcurrencyPerTeam: 2 } });
+  t.teardown(() => gs.close());
+  const a = await makeUser(gs);
+  const b = await makeUser(gs);
+  const body = (name: string) => ({
+    task_type: 'classification', dataset_name: name, labels: ['yes', 'no'], num_examples: 2,
+  });
+  const ids: Array<[string, string]> = [];
+  for (const [who, n] of [[a, 4], [b, 3]] as const) {
+    for (let i = 0; i < n; i++) {
+      const r = await call(gs.url, 'POST', '/generate', { key: who.key, body: body(`d${i}`) });
+      t.equal(r.status, 200);
+      t.equal(r.body.status, 'queued');
+      ids.push([who.key, r.body.job_id]);
+    }
+  }
+  await new Promise((r) => setTimeout(r, 300));
+  const states = () => Promise.all(ids.map(async ([key, id]) => {
+    return (await call(gs.url, 'GET', `/generate/jobs/${id}`, { key })).body.status as string;
+  }));
+  const held = await states();
+  t.same(held.slice(0, 4), ['generating', 'generating', 'queued', 'queued'], 'team A: 2 generating (its cap)');
+  t.same(held.slice(4), ['generating', 'queued', 'queued'], 'team B: the one slot left of 3');
+  open();
+  const until = Date.now() + 60_000;
+  let end = await states();
+  while (end.some((s) => s !== 'ready' && s !== 'failed') && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 100));
+    end = await states();
+  }
+  t.same(end, Array(7).fill('ready'), 'the queued jobs ran once slots freed up');
 });

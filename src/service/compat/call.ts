@@ -226,6 +226,7 @@ export function createCompatService(deps: CompatDeps) {
       schema: req.extract?.schema,
       prompt_chars: promptChars(req),
       max_tokens: req.params.max_tokens,
+      n: req.n, // sizes the credit hold (n completions)
       needs_tools: toolsOn(req),
     };
     return inference.begin(p, { endpoint: COMPAT_PATHS[req.endpoint], model_id: req.model, kind, hints });
