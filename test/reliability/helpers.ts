@@ -80,6 +80,8 @@ export class ServerProcess {
   url = '';
   /** everything the process wrote (banner, pino lines) */
   output = '';
+  /** the output of earlier runs (before a restart) */
+  previousOutput = '';
   exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }> = Promise.resolve({ code: null, signal: null });
   exited = false;
   constructor(readonly dataDir: string, readonly env: Record<string, string> = {}) {}
@@ -87,8 +89,11 @@ export class ServerProcess {
   async start(timeoutMs = 60_000): Promise<this> {
     this.exited = false;
     this.url = '';
-    const tsx = join(ROOT, 'node_modules/.bin/tsx');
-    this.proc = spawn(tsx, [join(ROOT, 'server/main.ts')], {
+    this.previousOutput += this.output;
+    this.output = '';
+    // node itself with tsx's loader (not the tsx CLI, which runs the server in a child process that a
+    // SIGKILL of the CLI would leave running): kill -9 must hit the server
+    this.proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'server/main.ts')], {
       cwd: ROOT,
       env: {
         ...process.env, LOOM_DATA_DIR: this.dataDir, LOOM_PORT: '0', LOOM_HOST: '127.0.0.1', LOOM_WORKER_THREADS: '1',
