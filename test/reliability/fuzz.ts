@@ -184,7 +184,10 @@ export async function runJsonCases(srv: ServerProcess, sess: Session, cases: Jso
     } catch (e) {
       const err = e as Error;
       if (err.name === 'TimeoutError') stats.findings.push({ what: `no answer within ${opts.boundMs} ms`, repro: show(c) });
-      else if (!srv.exited) stats.findings.push({ what: `request failed: ${(err.cause as Error)?.message ?? err.message}`, repro: show(c) });
+      else {
+        await new Promise((r) => setTimeout(r, 300)); // a dead process: let its exit be seen first
+        if (!srv.exited) stats.findings.push({ what: `request failed: ${(err.cause as Error)?.message ?? err.message}`, repro: show(c) });
+      }
     } finally {
       inflight.delete(c);
       stats.sent++;
@@ -199,7 +202,7 @@ export async function runJsonCases(srv: ServerProcess, sess: Session, cases: Jso
       if (srv.exited && !restarting) {
         stats.crashes++;
         const exit = await srv.exit;
-        stats.findings.push({ what: `server process died (${exit.signal ?? `exit ${exit.code}`}); in flight: ${[c, ...inflight].map(show).join(' | ')}`, repro: (srv.output.match(/.*(bad_alloc|free\(\)|corruption|Segmentation|Error).*/g) ?? []).slice(-3).join(' / ') });
+        stats.findings.push({ what: `server process died (${exit.signal ?? `exit ${exit.code}`}); in flight: ${[c, ...inflight].map(show).join(' | ')}`, repro: `last output: ${srv.output.slice(-400).replace(/\s+/g, ' ')}` });
         restarting = srv.start().then(() => { restarting = null; });
         await restarting;
       }
