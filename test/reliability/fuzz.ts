@@ -137,13 +137,13 @@ export function jsonCases(seed: number, perRoute: number): JsonCase[] {
   return routeTable().flatMap((r, i) => fc.sample(routeCase(r), { seed: seed + i, numRuns: perRoute }));
 }
 
-export interface Finding { what: string; repro: string }
+export interface Finding { what: string; repro: string; route?: string }
 
 /** one line per kind of finding (its first repro and how often it was seen), at most `max` lines */
 export function summarize(findings: Finding[], max = 40): string {
   const kinds = new Map<string, { f: Finding; n: number }>();
   for (const f of findings) {
-    const k = f.what.slice(0, 60) + ' @ ' + f.repro.split(' ').slice(0, 2).join(' ').replace(/[0-9a-f-]{36}/g, ':id').slice(0, 60);
+    const k = f.what.slice(0, 60) + ' @ ' + (f.route ?? f.repro.split(' ').slice(0, 2).join(' ').slice(0, 60));
     const e = kinds.get(k);
     if (e) e.n++;
     else kinds.set(k, { f, n: 1 });
@@ -180,13 +180,13 @@ export async function runJsonCases(srv: ServerProcess, sess: Session, cases: Jso
       let body: unknown = null;
       try { body = text ? JSON.parse(text) : null; } catch { body = text; }
       const p = r.status >= 400 ? errorBodyProblem(errorFamily(c.path, c.messagesHeader), r.status, body, r.headers) : null;
-      if (p) stats.findings.push({ what: `${p}: ${text.slice(0, 200)}`, repro: show(c) });
+      if (p) stats.findings.push({ what: `${p}: ${text.slice(0, 200)}`, repro: show(c), route: c.route });
     } catch (e) {
       const err = e as Error;
-      if (err.name === 'TimeoutError') stats.findings.push({ what: `no answer within ${opts.boundMs} ms`, repro: show(c) });
+      if (err.name === 'TimeoutError') stats.findings.push({ what: `no answer within ${opts.boundMs} ms`, repro: show(c), route: c.route });
       else {
         await new Promise((r) => setTimeout(r, 300)); // a dead process: let its exit be seen first
-        if (!srv.exited) stats.findings.push({ what: `request failed: ${(err.cause as Error)?.message ?? err.message}`, repro: show(c) });
+        if (!srv.exited) stats.findings.push({ what: `request failed: ${(err.cause as Error)?.message ?? err.message}`, repro: show(c), route: c.route });
       }
     } finally {
       inflight.delete(c);
@@ -280,7 +280,7 @@ export async function runRawCases(srv: ServerProcess, cases: RawCase[], opts: { 
       const r = await rawExchange(port, c.bytes, opts.boundMs);
       const k = r.status ?? (r.timedOut ? 'timeout' : 'closed');
       byStatus[k] = (byStatus[k] ?? 0) + 1;
-      if (r.status === null) findings.push({ what: r.timedOut ? `no answer within ${opts.boundMs} ms` : 'connection closed without an answer', repro: c.name });
+      if (r.status === null) findings.push({ what: r.timedOut ? `no answer within ${opts.boundMs} ms` : 'connection closed without an answer', repro: c.name, route: c.name.slice(0, 12) });
       else if (r.status >= 500) findings.push({ what: `status ${r.status}`, repro: c.name });
       if (srv.exited) {
         findings.push({ what: 'server process died', repro: c.name });
