@@ -93,7 +93,9 @@ export function jsonTooDeep(value: unknown, max = MAX_JSON_DEPTH): boolean {
     const [v, d] = stack.pop()!;
     if (v === null || typeof v !== 'object') continue;
     if (d > max) return true;
-    for (const c of Array.isArray(v) ? v : Object.values(v)) if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
+    for (const c of Array.isArray(v) ? v : Object.values(v)) {
+      if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
+    }
   }
   return false;
 }

@@ -15,13 +15,34 @@ const nest = (d: number) => '{"a":'.repeat(d) + '1' + '}'.repeat(d);
 
 t.test('a body nested deeper than the limit is a 422 naming it, and nothing runs', async (t) => {
   const cases: Array<[string, string, 'native' | 'openai']> = [
-    ['/inference', `{"model_id":"test/encoder","text":"Alice","schema":{"structures":{"p":{"x":${nest(5000)}}}}}`, 'native'],
-    ['/gliner-2/extract-json', `{"model_id":"test/encoder","text":"Alice","structures":{"person":{"x":${nest(5000)}}}}`, 'native'],
+    [
+      '/inference',
+      `{"model_id":"test/encoder","text":"Alice","schema":{"structures":{"p":{"x":${nest(5000)}}}}}`,
+      'native',
+    ],
+    [
+      '/gliner-2/extract-json',
+      `{"model_id":"test/encoder","text":"Alice","structures":{"person":{"x":${nest(5000)}}}}`,
+      'native',
+    ],
     ['/gliner-2/extract-relations', `{"model_id":"test/encoder","text":"Alice","relations":[${nest(5000)}]}`, 'native'],
-    ['/v1/chat/completions', `{"model":"test/decoder","messages":[{"role":"user","content":"Hi"}],"x":${nest(5000)}}`, 'openai'],
-    ['/inference', `{"model_id":"test/encoder","text":"Alice","schema":{"structures":{"p":{"x":${nest(MAX_JSON_DEPTH)}}}}}`, 'native'],
+    [
+      '/v1/chat/completions',
+      `{"model":"test/decoder","messages":[{"role":"user","content":"Hi"}],"x":${nest(5000)}}`,
+      'openai',
+    ],
+    [
+      '/inference',
+      `{"model_id":"test/encoder","text":"Alice","schema":{"structures":{"p":{"x":${nest(MAX_JSON_DEPTH)}}}}}`,
+      'native',
+    ],
     // above 1 MiB the body is parsed in the worker pool
-    ['/inference', `{"model_id":"test/encoder","text":"${'Alice '.repeat(200_000)}","schema":{"structures":{"p":{"x":${nest(5000)}}}}}`, 'native'],
+    [
+      '/inference',
+      `{"model_id":"test/encoder","text":"${'Alice '.repeat(200_000)}",` +
+        `"schema":{"structures":{"p":{"x":${nest(5000)}}}}}`,
+      'native',
+    ],
   ];
   const before = ts.services.billing.usageOf(u.team_id).length;
   for (const [path, raw, family] of cases) {
@@ -34,8 +55,18 @@ t.test('a body nested deeper than the limit is a 422 naming it, and nothing runs
 });
 
 t.test('bodies within the limit are served as before', async (t) => {
-  const r = await call(ts.url, 'POST', '/inference', { key: u.key, raw: `{"model_id":"test/encoder","text":"Alice","schema":{"structures":{"p":{"x":${nest(MAX_JSON_DEPTH - 6)}}}}}` });
+  const r = await call(ts.url, 'POST', '/inference', {
+    key: u.key,
+    raw: `{"model_id":"test/encoder","text":"Alice","schema":{"structures":{"p":{"x":${nest(MAX_JSON_DEPTH - 6)}}}}}`,
+  });
   t.equal(r.status, 200, r.text.slice(0, 200));
-  const m = await call(ts.url, 'POST', '/v1/chat/completions', { key: u.key, body: { model: 'test/decoder', messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }] }], max_tokens: 4 } });
+  const m = await call(ts.url, 'POST', '/v1/chat/completions', {
+    key: u.key,
+    body: {
+      model: 'test/decoder',
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }] }],
+      max_tokens: 4,
+    },
+  });
   t.equal(m.status, 200, m.text.slice(0, 200));
 });

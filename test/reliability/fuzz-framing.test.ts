@@ -13,7 +13,10 @@ const BOUND_MS = 3000;
 
 const dataDir = makeDataDir();
 const srv = await new ServerProcess(dataDir).start();
-t.teardown(async () => { await srv.stop(); removeDir(dataDir); });
+t.teardown(async () => {
+  await srv.stop();
+  removeDir(dataDir);
+});
 const port = () => Number(new URL(srv.url).port);
 
 t.test('named cases from the issue are answered', async (t) => {
@@ -24,13 +27,24 @@ t.test('named cases from the issue are answered', async (t) => {
     ['absolute-form URI', 'GET http://127.0.0.1/health HTTP/1.1\r\nHost: x\r\n\r\n', [200, 400]],
     ['missing Host', 'GET /health HTTP/1.1\r\n\r\n', [400]],
     ['Content-Length: abc', 'POST /projects HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}', [400]],
-    ['CL plus TE', 'POST /projects HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n', [400]],
+    [
+      'CL plus TE',
+      'POST /projects HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+      [400],
+    ],
     ['control byte in a header', 'GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\u0001b\r\n\r\n', [400]],
-    ['150 headers', `GET /health HTTP/1.1\r\nHost: x\r\n${Array.from({ length: 150 }, (_, i) => `X-H${i}: v\r\n`).join('')}\r\n`, [400, 431]],
+    [
+      '150 headers',
+      `GET /health HTTP/1.1\r\nHost: x\r\n${Array.from({ length: 150 }, (_, i) => `X-H${i}: v\r\n`).join('')}\r\n`,
+      [400, 431],
+    ],
   ];
   for (const [name, text, want] of cases) {
     const r = await rawExchange(port(), Buffer.from(text, 'latin1'), BOUND_MS);
-    t.ok(r.status !== null && want.includes(r.status), `${name}: answered ${want.join(' or ')} (got ${r.status ?? (r.timedOut ? 'no answer' : 'connection closed')})`);
+    t.ok(
+      r.status !== null && want.includes(r.status),
+      `${name}: answered ${want.join(' or ')} (got ${r.status ?? (r.timedOut ? 'no answer' : 'connection closed')})`,
+    );
   }
 });
 

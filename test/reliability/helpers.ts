@@ -41,10 +41,18 @@ export const OPEN_RATE_LIMITS = {
   ],
 };
 
-export interface SeedUser { email: string; password: string; team_id: string; user_id: string }
+export interface SeedUser {
+  email: string;
+  password: string;
+  team_id: string;
+  user_id: string;
+}
 
 /** Users (with paid credits) written into the store of `dataDir` before any server runs on it. */
-export async function seedUsers(dataDir: string, users: Array<{ credits?: number; plan?: string }>): Promise<SeedUser[]> {
+export async function seedUsers(
+  dataDir: string,
+  users: Array<{ credits?: number; plan?: string }>,
+): Promise<SeedUser[]> {
   const services = await createServices({ runtime: new FakeRuntime(), config: { dataDir, workerThreads: 1 } });
   const out: SeedUser[] = [];
   try {
@@ -61,7 +69,13 @@ export async function seedUsers(dataDir: string, users: Array<{ credits?: number
   return out;
 }
 
-export interface Session { cookie: string; csrf: string; key: string; key_id: string; team_id: string }
+export interface Session {
+  cookie: string;
+  csrf: string;
+  key: string;
+  key_id: string;
+  team_id: string;
+}
 
 /** log in over HTTP and create an API key with the dashboard session */
 export async function login(url: string, u: SeedUser): Promise<Session> {
@@ -69,7 +83,10 @@ export async function login(url: string, u: SeedUser): Promise<Session> {
   if (r.status !== 200) throw new Error(`login failed: ${r.status} ${r.text}`);
   const cookie = (r.headers.get('set-cookie') ?? '').split(';')[0];
   const csrf = r.body.csrf_token as string;
-  const k = await call(url, 'POST', '/create-api-key', { body: { name: 'rel' }, headers: { Cookie: cookie, 'X-CSRF-Token': csrf } });
+  const k = await call(url, 'POST', '/create-api-key', {
+    body: { name: 'rel' },
+    headers: { Cookie: cookie, 'X-CSRF-Token': csrf },
+  });
   if (k.status !== 200) throw new Error(`create key failed: ${k.status} ${k.text}`);
   return { cookie, csrf, key: k.body.secret_key, key_id: k.body.id, team_id: u.team_id };
 }
@@ -84,7 +101,10 @@ export class ServerProcess {
   previousOutput = '';
   exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }> = Promise.resolve({ code: null, signal: null });
   exited = false;
-  constructor(readonly dataDir: string, readonly env: Record<string, string> = {}) {}
+  constructor(
+    readonly dataDir: string,
+    readonly env: Record<string, string> = {},
+  ) {}
 
   async start(timeoutMs = 60_000): Promise<this> {
     this.exited = false;
@@ -96,21 +116,36 @@ export class ServerProcess {
     this.proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'server/main.ts')], {
       cwd: ROOT,
       env: {
-        ...process.env, LOOM_DATA_DIR: this.dataDir, LOOM_PORT: '0', LOOM_HOST: '127.0.0.1', LOOM_WORKER_THREADS: '1',
-        LOOM_LOG_LEVEL: process.env.LOOM_REL_LOG_LEVEL ?? 'warn', LOOM_RATE_LIMITS: JSON.stringify(OPEN_RATE_LIMITS), ...this.env,
+        ...process.env,
+        LOOM_DATA_DIR: this.dataDir,
+        LOOM_PORT: '0',
+        LOOM_HOST: '127.0.0.1',
+        LOOM_WORKER_THREADS: '1',
+        LOOM_LOG_LEVEL: process.env.LOOM_REL_LOG_LEVEL ?? 'warn',
+        LOOM_RATE_LIMITS: JSON.stringify(OPEN_RATE_LIMITS),
+        ...this.env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const onData = (d: Buffer) => { this.output += d.toString(); if (this.output.length > 4e6) this.output = this.output.slice(-2e6); };
+    const onData = (d: Buffer) => {
+      this.output += d.toString();
+      if (this.output.length > 4e6) this.output = this.output.slice(-2e6);
+    };
     this.proc.stdout!.on('data', onData);
     this.proc.stderr!.on('data', onData);
-    this.exit = new Promise((resolve) => this.proc.once('exit', (code, signal) => { this.exited = true; resolve({ code, signal }); }));
+    this.exit = new Promise((resolve) =>
+      this.proc.once('exit', (code, signal) => {
+        this.exited = true;
+        resolve({ code, signal });
+      }),
+    );
     const until = Date.now() + timeoutMs;
     while (!this.url) {
       const m = /Loom listening on (http:\/\/\S+)/.exec(this.output);
       if (m) this.url = m[1];
       else if (this.exited) throw new Error(`server exited at start:\n${this.output.slice(-3000)}`);
-      else if (Date.now() > until) throw new Error(`server did not start in ${timeoutMs} ms:\n${this.output.slice(-3000)}`);
+      else if (Date.now() > until)
+        throw new Error(`server did not start in ${timeoutMs} ms:\n${this.output.slice(-3000)}`);
       else await sleep(50);
     }
     return this;
@@ -136,7 +171,12 @@ export class ServerProcess {
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** `fn` until `done` or the deadline; returns the last result */
-export async function until<T>(fn: () => Promise<T>, done: (r: T) => boolean, timeoutMs: number, everyMs = 100): Promise<T> {
+export async function until<T>(
+  fn: () => Promise<T>,
+  done: (r: T) => boolean,
+  timeoutMs: number,
+  everyMs = 100,
+): Promise<T> {
   const end = Date.now() + timeoutMs;
   for (;;) {
     const r = await fn();
@@ -150,11 +190,21 @@ export { call, type Res };
 /** A catalog file giving the tiny models a known price (credits per 1M tokens). */
 export function writeCatalog(dataDir: string, pricing: { input: number; output: number }): string {
   const f = join(dataDir, 'catalog.json');
-  writeFileSync(f, JSON.stringify({ models: [{ id: ENCODER_ID, pricing }, { id: DECODER_ID, pricing }] }));
+  writeFileSync(
+    f,
+    JSON.stringify({
+      models: [
+        { id: ENCODER_ID, pricing },
+        { id: DECODER_ID, pricing },
+      ],
+    }),
+  );
   return f;
 }
 
-export function removeDir(dir: string): void { rmSync(dir, { recursive: true, force: true }); }
+export function removeDir(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
 
 // ---- error bodies (spec section 7) -------------------------------------------------------------
 
@@ -174,7 +224,12 @@ const isStr = (v: unknown) => typeof v === 'string' && v.length > 0;
  * null when `status` / `body` / `headers` form a documented answer; else what is wrong. 5xx other
  * than the documented overload answers (503/529 with Retry-After) is always wrong.
  */
-export function errorBodyProblem(family: ErrorFamily, status: number, body: unknown, headers: Headers | Record<string, string>): string | null {
+export function errorBodyProblem(
+  family: ErrorFamily,
+  status: number,
+  body: unknown,
+  headers: Headers | Record<string, string>,
+): string | null {
   const h = (n: string) => (headers instanceof Headers ? headers.get(n) : headers[n.toLowerCase()]) ?? null;
   if (status >= 500 && !((status === 503 || status === 529) && h('retry-after'))) return `status ${status}`;
   if (status < 400) return null;
@@ -188,7 +243,8 @@ export function errorBodyProblem(family: ErrorFamily, status: number, body: unkn
     return null;
   }
   if (family === 'messages') {
-    if (b.type !== 'error' || !b.error || !isStr(b.error.type) || !isStr(b.error.message)) return `${status} not a messages-style error`;
+    if (b.type !== 'error' || !b.error || !isStr(b.error.type) || !isStr(b.error.message))
+      return `${status} not a messages-style error`;
     return null;
   }
   if (status === 429) {
@@ -197,7 +253,9 @@ export function errorBodyProblem(family: ErrorFamily, status: number, body: unkn
     return null;
   }
   if ((status === 402 || status === 403) && 'code' in b) {
-    return isStr(b.code) && isStr(b.message) && isStr(b.resolution_url) ? null : `${status} billing body lacks code/message/resolution_url`;
+    return isStr(b.code) && isStr(b.message) && isStr(b.resolution_url)
+      ? null
+      : `${status} billing body lacks code/message/resolution_url`;
   }
   if (!isStr(b.detail)) return `${status} without a detail string`;
   if (status === 422 && !Array.isArray(b.errors)) return '422 without an errors array';
