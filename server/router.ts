@@ -79,6 +79,29 @@ export interface RouteDef {
   handler(ctx: Ctx): Promise<unknown> | unknown;
 }
 
+/**
+ * JSON bodies nest at most this deep (422 beyond). Deeper values pass JSON.parse and ajv but
+ * overflow the stack of recursive consumers (msgpackr when the inference record is stored: a 500
+ * after the model ran). The worker-side parse (worker-tasks.mjs) applies the same limit.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/** true when `value` nests arrays/objects deeper than `max` (iterative: no recursion to overflow) */
+export function jsonTooDeep(value: unknown, max = MAX_JSON_DEPTH): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length) {
+    const [v, d] = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (d > max) return true;
+    for (const c of Array.isArray(v) ? v : Object.values(v)) {
+      if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
+    }
+  }
+  return false;
+}
+const tooDeepError = () => new ValidationError(`Invalid request: the body nests deeper than ${MAX_JSON_DEPTH} levels`,
+  [{ path: '', message: `must not nest deeper than ${MAX_JSON_DEPTH} levels`, keyword: 'maxDepth' }]);
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const KEY_QUERY_NAMES = new Set(['api_key', 'apikey', 'api-key', 'key', 'x-api-key', 'x_api_key', 'token', 'access_token', 'secret_key']);
 
@@ -194,9 +217,10 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
           const raw = await bodyP;
           if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
           else if (validate && raw.byteLength > cfg.workerParseBytes) {
-            const r = await services.workers.parseValidate(raw, schemaId, route.body!);
+            const r = await services.workers.parseValidate(raw, schemaId, route.body!, MAX_JSON_DEPTH);
             if (!r.ok) {
               if (r.kind === 'json') throw new BadRequestError(`Malformed JSON body: ${r.message}`);
+              if (r.kind === 'depth') throw tooDeepError();
               throw new ValidationError(describe(r.errors ?? []), r.errors ?? []);
             }
             body = r.value;
@@ -205,6 +229,7 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
             if (text.trim() === '') body = route.body ? {} : undefined;
             else {
               try { body = JSON.parse(text); } catch (e) { throw new BadRequestError(`Malformed JSON body: ${(e as Error).message}`); }
+              if (jsonTooDeep(body)) throw tooDeepError();
             }
             if (validate && !validate(body)) {
               const issues = issuesOf(validate);
