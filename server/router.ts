@@ -13,6 +13,7 @@ import type { Services } from '../src/service/index.ts';
 import type { Principal } from '../src/service/auth.ts';
 import { wantsMessagesErrors } from '../src/service/compat/errors.ts';
 import { BadRequestError, DependencyUnavailableError, ForbiddenError, UnauthorizedError, ValidationError, type ValidationIssue } from '../src/service/errors.ts';
+import { badJsonValue } from '../src/service/json-input.mjs';
 import { errorResponse, type ErrorStyle } from './errors.ts';
 import { Exchange, readBody, type ResponseStream } from './http.ts';
 
@@ -81,6 +82,18 @@ export interface RouteDef {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const KEY_QUERY_NAMES = new Set(['api_key', 'apikey', 'api-key', 'key', 'x-api-key', 'x_api_key', 'token', 'access_token', 'secret_key']);
+
+/**
+ * The request path must be valid percent-encoded UTF-8: a bad escape (`%ZZ`) or bytes that are not
+ * UTF-8 (`%ED%A0%80`, a lone surrogate) are a 400 for every route, wildcard routes included, so
+ * every later decodeURIComponent of a segment of it cannot throw.
+ */
+function checkPathEncoding(url: string): void {
+  if (!url.includes('%')) return;
+  try { decodeURIComponent(url); } catch {
+    throw new BadRequestError('The request path is not valid percent-encoded UTF-8', 'path');
+  }
+}
 
 function parseQuery(raw: string, spec: Record<string, QueryParam> | undefined): Record<string, unknown> {
   const sp = new URLSearchParams(raw);
@@ -179,8 +192,9 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
           if (KEY_QUERY_NAMES.has(k.toLowerCase()) || v.startsWith('loom_sk_')) throw new BadRequestError('API keys must not be passed as query parameters; send the X-API-Key header', k);
         }
         const params: Record<string, string> = {};
+        checkPathEncoding(url);
         paramNames.forEach((n, i) => {
-          const v = decodeURIComponent(rawParams[i]);
+          const v = rawParams[i].includes('%') ? decodeURIComponent(rawParams[i]) : rawParams[i];
           if (route.params?.[n] === 'uuid' && !UUID.test(v)) throw new BadRequestError(`Path parameter ${n} must be a UUID`, n);
           params[n] = v;
         });
@@ -205,6 +219,8 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
             if (text.trim() === '') body = route.body ? {} : undefined;
             else {
               try { body = JSON.parse(text); } catch (e) { throw new BadRequestError(`Malformed JSON body: ${(e as Error).message}`); }
+              const bad = badJsonValue(body);
+              if (bad) throw new ValidationError(describe([bad]), [bad]);
             }
             if (validate && !validate(body)) {
               const issues = issuesOf(validate);

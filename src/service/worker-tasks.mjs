@@ -5,6 +5,7 @@
 //   {op: 'span_f1', gold: [[start,end,label]...][], pred: same} -> {precision, recall, f1, tp, fp, fn, per_label}
 import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
+import { badJsonValue } from './json-input.mjs';
 
 const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false });
 addFormats.default ? addFormats.default(ajv) : addFormats(ajv);
@@ -41,6 +42,8 @@ export default function run(task) {
     case 'parse_validate': {
       let value;
       try { value = JSON.parse(Buffer.from(task.body).toString('utf8')); } catch (e) { return { ok: false, kind: 'json', message: e.message }; }
+      const bad = badJsonValue(value);
+      if (bad) return { ok: false, kind: 'schema', message: 'Request validation failed', errors: [bad] };
       const v = validator(task.schemaId, task.schema);
       if (!v(value)) return { ok: false, kind: 'schema', message: 'Request validation failed', errors: issues(v.errors) };
       return { ok: true, value };

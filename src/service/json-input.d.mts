@@ -1,0 +1,1 @@
+export function badJsonValue(value: unknown): { path: string; message: string; keyword: string } | null;
