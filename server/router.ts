@@ -75,6 +75,8 @@ export interface RouteDef {
   maxBodyBytes?: number | ((cfg: Services['config']) => number);
   /** the handler gets the raw body bytes (a Buffer) instead of parsed JSON (file uploads) */
   rawBody?: boolean;
+  /** false: exempt from the edge and per-IP rate limits (GET /health: probes behind a proxy share one IP) */
+  rateLimit?: false;
   /** metrics/log label, default the pattern */
   name?: string;
   handler(ctx: Ctx): Promise<unknown> | unknown;
@@ -186,7 +188,8 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
       };
       (async () => {
         if (state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
-        await services.rateLimiter.edge(ip); // its headers only on refusal: the binding limit is reported below
+        // the edge limit's headers only on refusal: the binding limit is reported below
+        if (route.rateLimit !== false) await services.rateLimiter.edge(ip);
         const sp = new URLSearchParams(rawQuery);
         for (const [k, v] of sp) {
           if (KEY_QUERY_NAMES.has(k.toLowerCase()) || v.startsWith('loom_sk_')) throw new BadRequestError('API keys must not be passed as query parameters; send the X-API-Key header', k);
@@ -200,7 +203,7 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
         });
         const query = parseQuery(rawQuery, route.query);
         const group = services.rateLimiter.endpointGroup(route.method, url);
-        if (!group) Object.assign(ex.extraHeaders, await services.rateLimiter.ipDefault(ip));
+        if (!group && route.rateLimit !== false) Object.assign(ex.extraHeaders, await services.rateLimiter.ipDefault(ip));
         principal = authenticate(route, headers, services);
         if (group) Object.assign(ex.extraHeaders, await services.rateLimiter.endpoint(group, { ip, team_id: principal?.team_id, key_id: principal?.key_id, user_id: principal?.user_id }));
         let body: unknown = undefined;
@@ -285,7 +288,8 @@ function authenticate(route: RouteDef, h: Record<string, string>, services: Serv
     }
     const p = services.auth.fromSession(sessionToken(h));
     if (!p) throw new UnauthorizedError('Dashboard session required: log in with POST /auth/login');
-    services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
+    // CSRF guards state changes; a safe method (GET /auth/session, which returns the token) needs none
+    if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
     return p;
   }
   if (key || route.auth === 'key') return services.auth.authenticateKey(key);
