@@ -35,12 +35,12 @@ import {
   ResponsesStreamEncoder,
   textCompletion,
 } from '../../src/service/compat/build.ts';
-import { listModels, MAX_MODELS_LIMIT, modelEntry } from '../../src/service/compat/models.ts';
+import { fullListingJson, listModels, MAX_MODELS_LIMIT, modelEntry, type CatalogModelLike } from '../../src/service/compat/models.ts';
 import { checkDimensions, embeddingsResponse } from '../../src/service/compat/embeddings.ts';
 import { promptChars, runCompat, toEncoderSchema, type RunEvent } from '../../src/service/compat/run.ts';
 import type { ChoiceResult, CompatRequest, Usage } from '../../src/service/compat/types.ts';
 import { SSE_HEADERS, type ResponseStream } from '../http.ts';
-import type { Ctx, RouteDef } from '../router.ts';
+import { reply, type Ctx, type RouteDef } from '../router.ts';
 
 // The router policy (LOOM_ROUTER_POLICY) is installed into each Services instance once, on its
 // first compat or /gliner-2 request. TODO(service core): install it in createServices so that
@@ -293,10 +293,17 @@ async function handleEmbeddings(ctx: Ctx): Promise<unknown> {
   });
 }
 
-async function catalogModels(services: Services) {
+// one array per catalog snapshot (catalog.list() returns the same array until the catalog changes)
+const catalogSnapshots = new WeakMap<object, CatalogModelLike[]>();
+async function catalogModels(services: Services): Promise<CatalogModelLike[]> {
   const entries = await services.catalog.list();
-  const router = { id: ROUTER_MODEL_ID, name: 'Router (service/auto)', task_type: 'router', description: 'Picks a model per request; free accounts call models through it', supports_inference: true, supports_on_demand_inference: true, owned_by: 'loom' };
-  return [router, ...entries.map((e) => ({ ...e, display_name: e.name, owned_by: e.provider }))];
+  let models = catalogSnapshots.get(entries);
+  if (models === undefined) {
+    const router = { id: ROUTER_MODEL_ID, name: 'Router (service/auto)', task_type: 'router', description: 'Picks a model per request; free accounts call models through it', supports_inference: true, supports_on_demand_inference: true, owned_by: 'loom' };
+    models = [router, ...entries.map((e) => ({ ...e, display_name: e.name, owned_by: e.provider }))];
+    catalogSnapshots.set(entries, models);
+  }
+  return models;
 }
 
 export function compatRoutes(): RouteDef[] {
@@ -324,6 +331,9 @@ export function compatRoutes(): RouteDef[] {
           throw new CompatError(422, "Use at most one of 'before_id' and 'after_id'.", { param: 'before_id', code: 'invalid_value' });
         }
         const limit = query.limit === undefined ? undefined : Math.min(query.limit as number, MAX_MODELS_LIMIT);
+        if (limit === undefined && query.before_id === undefined && query.after_id === undefined) {
+          return reply(200, fullListingJson(await catalogModels(services)), { 'Content-Type': 'application/json' });
+        }
         return listModels(await catalogModels(services), { limit, before_id: query.before_id, after_id: query.after_id });
       },
     },
