@@ -53,7 +53,7 @@ export async function createServer(opts: { services: Services; host?: string; po
   const state: AppState = { draining: false, inflight: 0, idle: [] };
   const app = uws.App();
   const routes = [...ROUTE_MODULES.flatMap((m) => m(state)), ...(opts.routes ?? [])];
-  registerRoutes(app, routes, services, log, state);
+  const accessLog = registerRoutes(app, routes, services, log, state);
   const known = new Map<string, Set<string>>();
   for (const r of routes) { const k = r.path; if (!known.has(k)) known.set(k, new Set()); known.get(k)!.add(r.method); }
   app.any('/*', (res, req) => {
@@ -88,6 +88,7 @@ export async function createServer(opts: { services: Services; host?: string; po
           ]);
         }
         (app as unknown as { close(): void }).close(); // drop idle keep-alive connections
+        accessLog.flush();
         if (!copts.keepServices) await services.close();
         log.info({ inflight: state.inflight }, 'server closed');
       })();

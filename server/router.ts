@@ -314,7 +314,8 @@ class Run {
   }
 }
 
-export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: Services, log: Logger, state: AppState): void {
+/** mounts `routes` on `app`; returns the access log (flush it when the server closes) */
+export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: Services, log: Logger, state: AppState): AccessLog {
   const cfg = services.config;
   const accessLog = createAccessLog(log);
   let schemaSeq = 0;
@@ -335,6 +336,7 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
     const m = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch' | 'del';
     app[m === ('delete' as string) ? 'del' : m](route.path, (res: HttpResponse, req: HttpRequest) => { new Run(rt, res, req); });
   }
+  return accessLog;
 }
 
 function bearer(h: Record<string, string>): string | null {
