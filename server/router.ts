@@ -145,7 +145,13 @@ function describe(issues: ValidationIssue[]): string {
   return first ? `Invalid request: ${first.path || 'body'} ${first.message}` : 'Invalid request';
 }
 
-export interface AppState { draining: boolean; inflight: number; idle: Array<() => void> }
+export interface AppState {
+  draining: boolean;
+  inflight: number;
+  idle: Array<() => void>;
+  /** uWS is reached only through server/guard.ts, which sends each client's address (PROXY v2) */
+  guarded?: boolean;
+}
 
 /** What every request of one route shares: compiled once at registration. */
 interface RouteRuntime {
@@ -210,7 +216,9 @@ class Run {
     this.url = req.getUrl();
     this.rawQuery = req.getQuery() ?? '';
     this.rawParams = rt.paramNames.length ? rt.paramNames.map((_, i) => req.getParameter(i) ?? '') : rt.paramNames;
-    const peer = Buffer.from(res.getRemoteAddressAsText()).toString();
+    // behind the guard the TCP peer is the guard; the client's address comes in its PROXY header
+    // (trusted only then: uWS parses that header from any client)
+    const peer = Buffer.from(rt.state.guarded ? res.getProxiedRemoteAddressAsText() : res.getRemoteAddressAsText()).toString();
     this.ip = (services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
     this.style = wantsMessagesErrors((n) => headers[n]) ? 'messages' : route.errors ?? 'native';
     const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : null;
