@@ -1,4 +1,4 @@
-// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N]`:
+// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N] [--guard]`:
 // per-request cost of Loom's HTTP pipeline against a bare uWebSockets.js handler from the same
 // package, loaded side by side with autocannon on loopback. Both servers run in their own
 // processes pinned to CPU 0 (taskset, when there are 2+ CPUs), autocannon pinned to CPU 1. Each
@@ -7,7 +7,9 @@
 // route: `ratio` is its median req/s over the bare handler's; `cpu_ratio` is the bare handler's
 // server CPU time per request over Loom's (all threads of the server process, from
 // /proc/<pid>/task/*/schedstat), which is what the req/s ratio would be on a dedicated core and
-// does not depend on how much of CPU 0 other processes took during the run.
+// does not depend on how much of CPU 0 other processes took during the run. --guard adds GET /health
+// through a second Loom server with the framing guard in front (server/guard.ts), to measure its
+// cost; its CPU time counts both (they are one process).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -37,10 +39,10 @@ function pinned(cpu: number | null, cmd: string, args: string[]): [string, strin
 }
 
 /** start a server process; resolves with the JSON line it prints on stderr */
-function startServer(cpu: number | null, args: string[]): Promise<{ proc: ChildProcess; info: any }> {
+function startServer(cpu: number | null, args: string[], env: Record<string, string> = {}): Promise<{ proc: ChildProcess; info: any }> {
   return new Promise((resolve, reject) => {
     const [cmd, a] = pinned(cpu, process.execPath, args);
-    const proc = spawn(cmd, a, { cwd: join(here, '..'), stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(cmd, a, { cwd: join(here, '..'), stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
     let err = '';
     const onData = (d: Buffer) => {
       err += d;
@@ -87,8 +89,10 @@ export async function run(argv: string[]) {
   const hasTaskset = spawnSync('taskset', ['-V']).status === 0;
   const [serverCpu, loadCpu] = ncpu >= 2 && hasTaskset ? [0, 1] : [null, null];
   const bare = await startServer(serverCpu, [join(here, 'http-bare.mjs')]);
-  const loom = await startServer(serverCpu, ['--import', 'tsx', join(here, 'http-server.mts')]);
-  const stop = () => { bare.proc.kill('SIGKILL'); loom.proc.kill('SIGKILL'); };
+  const loom = await startServer(serverCpu, ['--import', 'tsx', join(here, 'http-server.mts')], { LOOM_HTTP_GUARD: '0' });
+  const guarded = argv.includes('--guard')
+    ? await startServer(serverCpu, ['--import', 'tsx', join(here, 'http-server.mts')], { LOOM_HTTP_GUARD: '1' }) : null;
+  const stop = () => { for (const s of [bare, loom, guarded]) s?.proc.kill('SIGKILL'); };
   process.on('exit', stop);
   try {
     const targets: Target[] = [
@@ -99,6 +103,9 @@ export async function run(argv: string[]) {
         path: '/v1/models', headers: { 'X-API-Key': loom.info.key },
       },
     ];
+    if (guarded) {
+      targets.push({ name: 'GET /health, guard', port: () => guarded.info.port, pid: () => guarded.proc.pid!, path: '/health', headers: {} });
+    }
     if (!json) {
       console.log(`http: ${connections} connections, ${seconds} s x ${rounds} rounds per target, CPU ${cpus()[0]?.model}`);
       console.log(serverCpu === null ? 'not pinned (1 CPU or no taskset)' : `servers on CPU ${serverCpu}, autocannon on CPU ${loadCpu}`);
