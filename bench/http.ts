@@ -22,7 +22,9 @@ interface Target { name: string; port: () => number; pid: () => number; path: st
 function cpuNs(pid: number): number | null {
   try {
     let ns = 0;
-    for (const t of readdirSync(`/proc/${pid}/task`)) ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+    for (const t of readdirSync(`/proc/${pid}/task`)) {
+      ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+    }
     return ns;
   } catch { return null; }
 }
@@ -39,15 +41,22 @@ function pinned(cpu: number | null, cmd: string, args: string[]): [string, strin
 }
 
 /** start a server process; resolves with the JSON line it prints on stderr */
-function startServer(cpu: number | null, args: string[], env: Record<string, string> = {}): Promise<{ proc: ChildProcess; info: any }> {
+function startServer(
+  cpu: number | null, args: string[], env: Record<string, string> = {},
+): Promise<{ proc: ChildProcess; info: any }> {
   return new Promise((resolve, reject) => {
     const [cmd, a] = pinned(cpu, process.execPath, args);
-    const proc = spawn(cmd, a, { cwd: join(here, '..'), stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
+    const proc = spawn(cmd, a, {
+      cwd: join(here, '..'), stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env },
+    });
     let err = '';
     const onData = (d: Buffer) => {
       err += d;
       const line = err.split('\n').find((l) => l.startsWith('{"port"'));
-      if (line) { proc.stderr!.off('data', onData); proc.stderr!.resume(); resolve({ proc, info: JSON.parse(line) }); }
+      if (!line) return;
+      proc.stderr!.off('data', onData);
+      proc.stderr!.resume();
+      resolve({ proc, info: JSON.parse(line) });
     };
     proc.stderr!.on('data', onData);
     proc.on('exit', (code) => reject(new Error(`server exited (${code}): ${err.slice(-2000)}`)));
@@ -57,7 +66,8 @@ function startServer(cpu: number | null, args: string[], env: Record<string, str
 function load(cpu: number | null, t: Target, seconds: number, connections: number): Promise<Sample> {
   const cli = createRequire(join(here, 'package.json')).resolve('autocannon/autocannon.js');
   const headers = Object.entries(t.headers).flatMap(([k, v]) => ['-H', `${k}=${v}`]);
-  const args = [cli, '-c', String(connections), '-d', String(seconds), '--json', ...headers, `http://127.0.0.1:${t.port()}${t.path}`];
+  const url = `http://127.0.0.1:${t.port()}${t.path}`;
+  const args = [cli, '-c', String(connections), '-d', String(seconds), '--json', ...headers, url];
   const [cmd, a] = pinned(cpu, process.execPath, args);
   const cpu0 = cpuNs(t.pid());
   return new Promise((resolve, reject) => {
@@ -68,11 +78,16 @@ function load(cpu: number | null, t: Target, seconds: number, connections: numbe
     p.stderr.on('data', (d) => { err += d; });
     p.on('exit', (code) => {
       const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
+      if (code !== 0 || !line.startsWith('{')) {
+        return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
+      }
       const r = JSON.parse(line);
       const cpu1 = cpuNs(t.pid());
       const cpuUs = cpu0 === null || cpu1 === null ? NaN : (cpu1 - cpu0) / 1000 / r.requests.total;
-      resolve({ name: t.name, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, errors: r.errors + r.timeouts, cpuUs });
+      resolve({
+        name: t.name, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99,
+        non2xx: r.non2xx, errors: r.errors + r.timeouts, cpuUs,
+      });
     });
   });
 }
@@ -89,9 +104,9 @@ export async function run(argv: string[]) {
   const hasTaskset = spawnSync('taskset', ['-V']).status === 0;
   const [serverCpu, loadCpu] = ncpu >= 2 && hasTaskset ? [0, 1] : [null, null];
   const bare = await startServer(serverCpu, [join(here, 'http-bare.mjs')]);
-  const loom = await startServer(serverCpu, ['--import', 'tsx', join(here, 'http-server.mts')], { LOOM_HTTP_GUARD: '0' });
-  const guarded = argv.includes('--guard')
-    ? await startServer(serverCpu, ['--import', 'tsx', join(here, 'http-server.mts')], { LOOM_HTTP_GUARD: '1' }) : null;
+  const loomArgs = ['--import', 'tsx', join(here, 'http-server.mts')];
+  const loom = await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: '0' });
+  const guarded = argv.includes('--guard') ? await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: '1' }) : null;
   const stop = () => { for (const s of [bare, loom, guarded]) s?.proc.kill('SIGKILL'); };
   process.on('exit', stop);
   try {
@@ -104,11 +119,16 @@ export async function run(argv: string[]) {
       },
     ];
     if (guarded) {
-      targets.push({ name: 'GET /health, guard', port: () => guarded.info.port, pid: () => guarded.proc.pid!, path: '/health', headers: {} });
+      const g = guarded;
+      targets.push({
+        name: 'GET /health, guard', port: () => g.info.port, pid: () => g.proc.pid!, path: '/health', headers: {},
+      });
     }
     if (!json) {
-      console.log(`http: ${connections} connections, ${seconds} s x ${rounds} rounds per target, CPU ${cpus()[0]?.model}`);
-      console.log(serverCpu === null ? 'not pinned (1 CPU or no taskset)' : `servers on CPU ${serverCpu}, autocannon on CPU ${loadCpu}`);
+      const cpu = cpus()[0]?.model;
+      console.log(`http: ${connections} connections, ${seconds} s x ${rounds} rounds per target, CPU ${cpu}`);
+      const pins = `servers on CPU ${serverCpu}, autocannon on CPU ${loadCpu}`;
+      console.log(serverCpu === null ? 'not pinned (1 CPU or no taskset)' : pins);
     }
     for (const t of targets) await load(loadCpu, t, 1, connections); // warm-up (JIT), untimed
     const samples: Sample[] = [];
@@ -127,7 +147,8 @@ export async function run(argv: string[]) {
       const rps = median(ss.map((s) => s.rps));
       return {
         target: t.name, rps: Math.round(rps), ratio: +(rps / bareRps).toFixed(3),
-        cpu_us_per_req: +median(ss.map((s) => s.cpuUs)).toFixed(2), cpu_ratio: +(bareCpu / median(ss.map((s) => s.cpuUs))).toFixed(3),
+        cpu_us_per_req: +median(ss.map((s) => s.cpuUs)).toFixed(2),
+        cpu_ratio: +(bareCpu / median(ss.map((s) => s.cpuUs))).toFixed(3),
         p50_ms: median(ss.map((s) => s.p50)), p99_ms: median(ss.map((s) => s.p99)),
         non2xx: ss.reduce((a, s) => a + s.non2xx, 0), errors: ss.reduce((a, s) => a + s.errors, 0),
         runs: ss.map((s) => Math.round(s.rps)).join(' '),
@@ -135,7 +156,9 @@ export async function run(argv: string[]) {
     });
     if (json) console.log(JSON.stringify({ bench: 'http', summary: rows }));
     else console.table(rows);
-    if (rows.some((r) => r.non2xx || r.errors)) console.error('warning: some responses were not 2xx or failed; the figures are not comparable');
+    if (rows.some((r) => r.non2xx || r.errors)) {
+      console.error('warning: some responses were not 2xx or failed; the figures are not comparable');
+    }
   } finally {
     stop();
   }

@@ -52,8 +52,12 @@ export function checkHead(text: string, localHost: string): CheckedHead {
     throw new Refusal(400, 'Malformed request line');
   }
   const [, method, rawTarget, major, minor] = m as unknown as [string, string, string, string, string];
-  if (major !== '1' || (minor !== '0' && minor !== '1')) throw new Refusal(505, `HTTP/${major}.${minor} is not supported; send HTTP/1.1`);
-  if (!METHOD.test(method)) throw new Refusal(400, `Malformed method ${JSON.stringify(method)} (methods are upper case)`);
+  if (major !== '1' || (minor !== '0' && minor !== '1')) {
+    throw new Refusal(505, `HTTP/${major}.${minor} is not supported; send HTTP/1.1`);
+  }
+  if (!METHOD.test(method)) {
+    throw new Refusal(400, `Malformed method ${JSON.stringify(method)} (methods are upper case)`);
+  }
   if (!TARGET.test(rawTarget)) throw new Refusal(400, 'Malformed request target');
   let target = rawTarget;
   let authority: string | null = null;
@@ -80,7 +84,8 @@ export function checkHead(text: string, localHost: string): CheckedHead {
       if (host !== null) throw new Refusal(400, 'More than one Host header');
       host = value;
     } else if (lower === 'content-length') {
-      if (!/^\d{1,15}$/.test(value) || (length !== null && length !== value)) throw new Refusal(400, 'Malformed Content-Length');
+      const bad = !/^\d{1,15}$/.test(value) || (length !== null && length !== value);
+      if (bad) throw new Refusal(400, 'Malformed Content-Length');
       length = value;
     } else if (lower === 'transfer-encoding') {
       te = te === null ? value : `${te}, ${value}`;
@@ -88,7 +93,9 @@ export function checkHead(text: string, localHost: string): CheckedHead {
     out.push(line);
   }
   if (te !== null && length !== null) throw new Refusal(400, 'Content-Length together with Transfer-Encoding');
-  if (te !== null && te.toLowerCase() !== 'chunked') throw new Refusal(501, `Transfer-Encoding ${te} is not supported (only chunked)`);
+  if (te !== null && te.toLowerCase() !== 'chunked') {
+    throw new Refusal(501, `Transfer-Encoding ${te} is not supported (only chunked)`);
+  }
   if (te !== null && minor === '0') throw new Refusal(400, 'Transfer-Encoding in an HTTP/1.0 request');
   if (host === null) {
     if (minor === '1' && authority === null) throw new Refusal(400, 'Missing Host header');
@@ -119,7 +126,9 @@ class GuardedConnection {
   /** HTTP/1.0: nothing after this request is read */
   private lastRequest = false;
 
-  constructor(private readonly client: net.Socket, private readonly up: net.Socket, private readonly localHost: string) {
+  constructor(
+    private readonly client: net.Socket, private readonly up: net.Socket, private readonly localHost: string,
+  ) {
     up.write(proxyHeader(client)); // the client's address, for uWS's getProxiedRemoteAddress
     client.on('data', (d: Buffer) => this.feed(d));
     up.on('data', (d: Buffer) => { if (!client.destroyed) client.write(d); });
@@ -221,7 +230,8 @@ export interface Guard { port: number; close(): void }
 export function startGuard(host: string, port: number, upstreamPort: number): Promise<Guard> {
   const server = net.createServer({ noDelay: true }, (client) => {
     const up = net.connect({ host: '127.0.0.1', port: upstreamPort, noDelay: true });
-    new GuardedConnection(client, up, `${host.includes(':') ? `[${host}]` : host}:${(server.address() as net.AddressInfo).port}`);
+    const local = `${host.includes(':') ? `[${host}]` : host}:${(server.address() as net.AddressInfo).port}`;
+    new GuardedConnection(client, up, local);
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);

@@ -43,11 +43,14 @@ export function createAccessLog(log: Logger) {
   return {
     flush,
     /** the constant part of a route's lines */
-    routeFields: (method: string, route: string): string => `,"method":${JSON.stringify(method)},"route":${JSON.stringify(route)}`,
+    routeFields: (method: string, route: string): string =>
+      `,"method":${JSON.stringify(method)},"route":${JSON.stringify(route)}`,
     line(routeFields: string, status: number, ms: number, teamId?: string | null, keyId?: string | null): void {
       if (!log.isLevelEnabled('info')) return;
-      const ids = (teamId ? `,"team_id":${JSON.stringify(teamId)}` : '') + (keyId ? `,"key_id":${JSON.stringify(keyId)}` : '');
-      pending += `{"level":30,"time":${Date.now()}${bindings}${routeFields},"status":${status},"ms":${ms}${ids},"msg":"request"}\n`;
+      const ids = (teamId ? `,"team_id":${JSON.stringify(teamId)}` : '')
+        + (keyId ? `,"key_id":${JSON.stringify(keyId)}` : '');
+      pending += `{"level":30,"time":${Date.now()}${bindings}${routeFields},"status":${status},"ms":${ms}${ids}`
+        + ',"msg":"request"}\n';
       if (pending.length >= FLUSH_BYTES) flush();
       else if (timer === null) { timer = setTimeout(flush, FLUSH_MS); timer.unref(); }
     },

@@ -40,7 +40,13 @@ export type Metrics = ReturnType<typeof createMetrics>;
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
-interface RequestSeries { labels: { route: string; method: string; status: string }; count: number; sum: number; buckets: number[] }
+interface RequestSeries {
+  labels: { route: string; method: string; status: string };
+  count: number;
+  sum: number;
+  /** observations per bucket (not cumulative) */
+  buckets: number[];
+}
 
 /**
  * loom_http_requests_total (counter) and loom_http_request_duration_seconds (histogram) by route,
@@ -52,7 +58,8 @@ interface RequestSeries { labels: { route: string; method: string; status: strin
 function createRequestMetrics(registry: Registry) {
   const series = new Map<string, RequestSeries>();
   const counter = {
-    name: 'loom_http_requests_total', help: 'HTTP requests by route, method and status', type: 'counter', aggregator: 'sum',
+    name: 'loom_http_requests_total', help: 'HTTP requests by route, method and status',
+    type: 'counter', aggregator: 'sum',
     get: async () => ({ ...counter, values: [...series.values()].map((s) => ({ labels: s.labels, value: s.count })) }),
     reset: () => series.clear(),
   };
@@ -67,7 +74,8 @@ function createRequestMetrics(registry: Registry) {
           cum += s.buckets[i]!;
           return { metricName: `${histName}_bucket`, labels: { le, ...s.labels }, value: cum };
         });
-        rows.push({ metricName: `${histName}_bucket`, labels: { le: '+Inf' as unknown as number, ...s.labels }, value: s.count });
+        const inf = { le: '+Inf' as unknown as number, ...s.labels };
+        rows.push({ metricName: `${histName}_bucket`, labels: inf, value: s.count });
         return [...rows, { metricName: `${histName}_sum`, labels: s.labels as never, value: s.sum },
           { metricName: `${histName}_count`, labels: s.labels as never, value: s.count }];
       }),
@@ -81,7 +89,8 @@ function createRequestMetrics(registry: Registry) {
       const key = `${route} ${method} ${status}`;
       let s = series.get(key);
       if (s === undefined) {
-        s = { labels: { route, method, status: String(status) }, count: 0, sum: 0, buckets: LATENCY_BUCKETS.map(() => 0) };
+        const labels = { route, method, status: String(status) };
+        s = { labels, count: 0, sum: 0, buckets: LATENCY_BUCKETS.map(() => 0) };
         series.set(key, s);
       }
       s.count++;

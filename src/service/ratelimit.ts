@@ -28,7 +28,9 @@ class FixedWindow {
     }
     w.used++;
     const msLeft = w.resetAt - now;
-    if (w.used > this.rule.points) throw new RateLimitError(this.code, scope, msLeft / 1000, this.rule.points, this.rule.duration_s);
+    if (w.used > this.rule.points) {
+      throw new RateLimitError(this.code, scope, msLeft / 1000, this.rule.points, this.rule.duration_s);
+    }
     return {
       'X-RateLimit-Limit': String(this.rule.points),
       'X-RateLimit-Remaining': String(this.rule.points - w.used),

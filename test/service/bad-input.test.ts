@@ -11,6 +11,7 @@ t.teardown(() => ts.close());
 const u = await makeUser(ts, { credits: 100 });
 const long = 'a'.repeat(5000);
 const pad = 'x'.repeat(1024); // pushes a body past workerParseBytes
+const FINITE = 'must be a finite number (it overflows a double)';
 
 t.test('ids longer than any store key are "not found", not 500', async (t) => {
   const cases: Array<[string, string, unknown?]> = [
@@ -59,13 +60,15 @@ t.test('numbers past the double range are a 422 naming the path, on every endpoi
   const seed = await call(ts.url, 'POST', '/v1/chat/completions', { key: u.key, raw: chat('"seed":1e400') });
   t.equal(seed.status, 422);
   t.equal(seed.body.error.param, 'seed', 'OpenAI-style envelope names the param');
-  const topK = await call(ts.url, 'POST', '/v1/chat/completions', { key: u.key, raw: chat(`"top_k":-1e400,"user":"${pad}"`) });
+  const topK = await call(ts.url, 'POST', '/v1/chat/completions', {
+    key: u.key, raw: chat(`"top_k":-1e400,"user":"${pad}"`),
+  });
   t.equal(topK.status, 422, 'worker path too');
   t.equal(topK.body.error.param, 'top_k');
   const raw = '{"model_id":"test/encoder","text":"Alice","schema":["person"],"threshold":1e999}';
   const inf = await call(ts.url, 'POST', '/inference', { key: u.key, raw });
   t.equal(inf.status, 422);
-  t.same(inf.body.errors, [{ path: '/threshold', message: 'must be a finite number (it overflows a double)', keyword: 'finite' }]);
+  t.same(inf.body.errors, [{ path: '/threshold', message: FINITE, keyword: 'finite' }]);
   const msg = await call(ts.url, 'POST', '/v1/messages', {
     key: u.key, headers: { 'anthropic-version': '2023-06-01' },
     raw: '{"model":"test/decoder","max_tokens":1e400,"messages":[{"role":"user","content":"hi"}]}',
@@ -93,7 +96,8 @@ t.test('every native 422 carries an errors array', async (t) => {
   t.equal(typeof arr.body.detail, 'string');
   // service/auto's router: nothing has context for this prompt (the native family, no messages header)
   const huge = await call(ts.url, 'POST', '/v1/messages', {
-    key: u.key, body: { model: 'service/auto', max_tokens: 16, messages: [{ role: 'user', content: 'word '.repeat(12_000) }] },
+    key: u.key,
+    body: { model: 'service/auto', max_tokens: 16, messages: [{ role: 'user', content: 'word '.repeat(12_000) }] },
   });
   t.equal(huge.status, 422, huge.text.slice(0, 200));
   t.match(huge.body.detail, /needs about \d+ tokens/);
@@ -102,7 +106,7 @@ t.test('every native 422 carries an errors array', async (t) => {
 
 t.test('badJsonValue: first offending value by JSON pointer; deep nesting does not overflow', async (t) => {
   t.equal(badJsonValue({ a: [1, 'x', { b: null }] }), null);
-  t.same(badJsonValue({ a: [1, { 'x/y~': Infinity }] }), { path: '/a/1/x~1y~0', message: 'must be a finite number (it overflows a double)', keyword: 'finite' });
+  t.same(badJsonValue({ a: [1, { 'x/y~': Infinity }] }), { path: '/a/1/x~1y~0', message: FINITE, keyword: 'finite' });
   t.equal(badJsonValue(-Infinity)?.path, '');
   const deep = JSON.parse('['.repeat(100_000) + '"\\ud800"' + ']'.repeat(100_000));
   t.equal(badJsonValue(deep)?.keyword, 'unicode');
