@@ -43,7 +43,16 @@ export class Exchange {
   }
 
   /** add headers every response of this exchange carries */
-  addHeaders(h: Record<string, string>): void { this.extraHeaders = this.extraHeaders ? Object.assign(this.extraHeaders, h) : { ...h }; }
+  addHeaders(h: Record<string, string>): void {
+    const extra = this.extraHeaders;
+    if (extra === null) { this.extraHeaders = { ...h }; return; }
+    for (const k in h) {
+      // one value per header name, whatever its case: the last one added wins
+      const lower = k.toLowerCase();
+      for (const e in extra) if (e !== k && e.toLowerCase() === lower) delete extra[e];
+      extra[k] = h[k]!;
+    }
+  }
 
   /** aborted when the client disconnects */
   get signal(): AbortSignal {
@@ -64,10 +73,10 @@ export class Exchange {
       for (const k in headers) res.writeHeader(k, headers[k]!);
     } else {
       // one value per header name; the response's own headers override the exchange's
-      const merged = new Map<string, [string, string]>();
-      for (const [k, v] of Object.entries(this.extraHeaders)) merged.set(k.toLowerCase(), [k, v]);
-      for (const [k, v] of Object.entries(headers)) merged.set(k.toLowerCase(), [k, v]);
-      for (const [k, v] of merged.values()) res.writeHeader(k, v);
+      const own = Object.keys(headers).map((k) => k.toLowerCase());
+      const extra = this.extraHeaders;
+      for (const k in extra) if (!own.includes(k.toLowerCase())) res.writeHeader(k, extra[k]!);
+      for (const k in headers) res.writeHeader(k, headers[k]!);
     }
     if (this.cookies) for (const c of this.cookies) res.writeHeader('Set-Cookie', c);
   }
