@@ -6,7 +6,7 @@
 //   OpenAI-style routes (/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings,
 //     /v1/models) and any request with the `messages-version` header: the compat envelopes.
 import { compatErrorResponse } from '../src/service/compat/errors.ts';
-import { BillingError, RateLimitError, ServiceError, ValidationError } from '../src/service/errors.ts';
+import { BillingError, RateLimitError, ServiceError, ValidationError, type ValidationIssue } from '../src/service/errors.ts';
 
 export type ErrorStyle = 'native' | 'openai' | 'messages';
 
@@ -24,5 +24,12 @@ export function errorResponse(err: unknown, style: ErrorStyle): ErrorResponse {
   if (err instanceof BillingError) return { status: err.status, headers, body: { code: err.code, message: err.message, resolution_url: err.resolutionUrl } };
   if (err instanceof RateLimitError) return { status: 429, headers, body: { detail: err.message, code: err.code, scope: err.scope } };
   if (err instanceof ValidationError) return { status: 422, headers, body: { detail: err.message, errors: err.errors } };
+  // every 422 carries `errors` (spec 7): a service's own 422 (the router's context-length check, a
+  // compat validation read without the messages header) becomes one issue at its `param`
+  if (err.status === 422) return { status: 422, headers, body: { detail: err.message, errors: [issueOf(err)] } };
   return { status: err.status, headers, body: { detail: err.message } };
 }
+
+const issueOf = (err: ServiceError): ValidationIssue => ({
+  path: err.param ? `/${err.param.replace(/\./g, '/')}` : '', message: err.message, keyword: err.code ?? 'invalid',
+});

@@ -5,42 +5,80 @@ import { STATUS_CODES } from 'node:http';
 import type { HttpResponse } from '@trufflesuite/uws-js-unofficial';
 import { PayloadTooLargeError } from '../src/service/errors.ts';
 
-export const statusLine = (code: number): string => `${code} ${STATUS_CODES[code] ?? (code === 425 ? 'Too Early' : code === 529 ? 'Overloaded' : 'Unknown')}`;
+const STATUS_LINES = new Map<number, string>();
+/** `200 OK`; computed once per status */
+export function statusLine(code: number): string {
+  let line = STATUS_LINES.get(code);
+  if (line === undefined) {
+    line = `${code} ${STATUS_CODES[code] ?? (code === 425 ? 'Too Early' : code === 529 ? 'Overloaded' : 'Unknown')}`;
+    STATUS_LINES.set(code, line);
+  }
+  return line;
+}
+
+const JSON_HEADERS: Record<string, string> = { 'Content-Type': 'application/json' };
 
 /** One in-flight exchange: wraps the uWS response, tracks abort, owns the AbortController. */
 export class Exchange {
   aborted = false;
   done = false;
-  readonly controller = new AbortController();
-  private writableWaiters: Array<() => void> = [];
-  private abortHandlers: Array<() => void> = [];
+  /** created on first use of `signal` (most requests never read it) */
+  private controller: AbortController | null = null;
+  // allocated on first use: a plain JSON exchange needs none of them
+  private writableWaiters: Array<() => void> | null = null;
+  private abortHandlers: Array<() => void> | null = null;
   /** headers every response of this exchange carries (rate-limit headers) */
-  readonly extraHeaders: Record<string, string> = {};
+  extraHeaders: Record<string, string> | null = null;
   /** Set-Cookie values */
-  readonly cookies: string[] = [];
+  cookies: string[] | null = null;
   status = 0;
 
   constructor(readonly res: HttpResponse) {
     res.onAborted(() => {
       this.aborted = true;
-      this.controller.abort(new Error('client disconnected'));
-      for (const w of this.writableWaiters.splice(0)) w();
-      for (const h of this.abortHandlers.splice(0)) h();
+      this.controller?.abort(new Error('client disconnected'));
+      if (this.writableWaiters) for (const w of this.writableWaiters.splice(0)) w();
+      if (this.abortHandlers) for (const h of this.abortHandlers.splice(0)) h();
     });
   }
 
-  get signal(): AbortSignal { return this.controller.signal; }
-  onAbort(fn: () => void): void { if (this.aborted) fn(); else this.abortHandlers.push(fn); }
+  /** add headers every response of this exchange carries */
+  addHeaders(h: Record<string, string>): void {
+    const extra = this.extraHeaders;
+    if (extra === null) { this.extraHeaders = { ...h }; return; }
+    for (const k in h) {
+      // one value per header name, whatever its case: the last one added wins
+      const lower = k.toLowerCase();
+      for (const e in extra) if (e !== k && e.toLowerCase() === lower) delete extra[e];
+      extra[k] = h[k]!;
+    }
+  }
+
+  /** aborted when the client disconnects */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.aborted) this.controller.abort(new Error('client disconnected'));
+    }
+    return this.controller.signal;
+  }
+  onAbort(fn: () => void): void { if (this.aborted) fn(); else (this.abortHandlers ??= []).push(fn); }
+  addCookie(cookie: string): void { (this.cookies ??= []).push(cookie); }
 
   private writeHead(status: number, headers: Record<string, string>): void {
     this.status = status;
-    this.res.writeStatus(statusLine(status));
-    // one value per header name; the response's own headers override the exchange's
-    const merged = new Map<string, [string, string]>();
-    for (const [k, v] of Object.entries(this.extraHeaders)) merged.set(k.toLowerCase(), [k, v]);
-    for (const [k, v] of Object.entries(headers)) merged.set(k.toLowerCase(), [k, v]);
-    for (const [k, v] of merged.values()) this.res.writeHeader(k, v);
-    for (const c of this.cookies) this.res.writeHeader('Set-Cookie', c);
+    const res = this.res;
+    res.writeStatus(statusLine(status));
+    if (this.extraHeaders === null) {
+      for (const k in headers) res.writeHeader(k, headers[k]!);
+    } else {
+      // one value per header name; the response's own headers override the exchange's
+      const own = Object.keys(headers).map((k) => k.toLowerCase());
+      const extra = this.extraHeaders;
+      for (const k in extra) if (!own.includes(k.toLowerCase())) res.writeHeader(k, extra[k]!);
+      for (const k in headers) res.writeHeader(k, headers[k]!);
+    }
+    if (this.cookies) for (const c of this.cookies) res.writeHeader('Set-Cookie', c);
   }
 
   /** a complete response; no-op after abort or a previous end */
@@ -54,8 +92,9 @@ export class Exchange {
     });
   }
 
-  json(status: number, value: unknown, headers: Record<string, string> = {}, closeConnection = false): void {
-    this.send(status, status === 204 ? null : JSON.stringify(value), status === 204 ? headers : { 'Content-Type': 'application/json', ...headers }, closeConnection);
+  json(status: number, value: unknown, headers?: Record<string, string>, closeConnection = false): void {
+    if (status === 204) return this.send(status, null, headers, closeConnection);
+    this.send(status, JSON.stringify(value), headers ? { 'Content-Type': 'application/json', ...headers } : JSON_HEADERS, closeConnection);
   }
 
   /** start a streamed response (chunked transfer) */
@@ -69,11 +108,12 @@ export class Exchange {
   waitWritable(): Promise<void> {
     return new Promise((resolve) => {
       if (this.aborted) return resolve();
-      const first = this.writableWaiters.length === 0;
-      this.writableWaiters.push(resolve);
+      const waiters = (this.writableWaiters ??= []);
+      const first = waiters.length === 0;
+      waiters.push(resolve);
       if (first) {
         this.res.onWritable(() => {
-          for (const w of this.writableWaiters.splice(0)) w();
+          for (const w of waiters.splice(0)) w();
           return true;
         });
       }

@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { Services } from '../src/service/index.ts';
 import { NotFoundError } from '../src/service/errors.ts';
 import { errorResponse } from './errors.ts';
+import { startGuard } from './guard.ts';
 import { Exchange } from './http.ts';
 import { createLogger } from './log.ts';
 import { type AppState, type RouteDef, registerRoutes } from './router.ts';
@@ -47,13 +48,18 @@ export interface LoomServer {
   close(opts?: { timeoutMs?: number; keepServices?: boolean }): Promise<void>;
 }
 
-export async function createServer(opts: { services: Services; host?: string; port?: number; log?: Logger; routes?: RouteDef[] }): Promise<LoomServer> {
+export async function createServer(opts: {
+  services: Services; host?: string; port?: number; log?: Logger; routes?: RouteDef[];
+  /** put server/guard.ts in front (answers malformed HTTP/1.x that uWS drops); default LOOM_HTTP_GUARD=1 */
+  guard?: boolean;
+}): Promise<LoomServer> {
   const { services } = opts;
   const log = opts.log ?? createLogger();
-  const state: AppState = { draining: false, inflight: 0, idle: [] };
+  const guarded = opts.guard ?? process.env.LOOM_HTTP_GUARD === '1';
+  const state: AppState = { draining: false, inflight: 0, idle: [], guarded };
   const app = uws.App();
   const routes = [...ROUTE_MODULES.flatMap((m) => m(state)), ...(opts.routes ?? [])];
-  registerRoutes(app, routes, services, log, state);
+  const accessLog = registerRoutes(app, routes, services, log, state);
   const known = new Map<string, Set<string>>();
   for (const r of routes) { const k = r.path; if (!known.has(k)) known.set(k, new Set()); known.get(k)!.add(r.method); }
   app.any('/*', (res, req) => {
@@ -70,16 +76,20 @@ export async function createServer(opts: { services: Services; host?: string; po
     services.metrics.observeRequest('unmatched', method, ex.status, 0);
   });
   const host = opts.host ?? '127.0.0.1';
+  // behind the guard, uWS listens on a loopback port only the guard connects to
+  const [uwsHost, uwsPort] = guarded ? ['127.0.0.1', 0] : [host, opts.port ?? 0];
   const listenSocket = await new Promise<uws.us_listen_socket>((resolve, reject) => {
-    app.listen(host, opts.port ?? 0, (sock) => (sock ? resolve(sock) : reject(new Error(`cannot listen on ${host}:${opts.port ?? 0}`))));
+    app.listen(uwsHost, uwsPort, (sock) => (sock ? resolve(sock) : reject(new Error(`cannot listen on ${uwsHost}:${uwsPort}`))));
   });
-  const port = uws.us_socket_local_port(listenSocket);
+  const guard = guarded ? await startGuard(host, opts.port ?? 0, uws.us_socket_local_port(listenSocket)) : null;
+  const port = guard ? guard.port : uws.us_socket_local_port(listenSocket);
   let closing: Promise<void> | null = null;
   return {
     port, url: `http://${host}:${port}`, services, log,
     close(copts = {}) {
       closing ??= (async () => {
         state.draining = true;
+        guard?.close();
         uws.us_listen_socket_close(listenSocket);
         if (state.inflight > 0) {
           await Promise.race([
@@ -88,6 +98,7 @@ export async function createServer(opts: { services: Services; host?: string; po
           ]);
         }
         (app as unknown as { close(): void }).close(); // drop idle keep-alive connections
+        accessLog.flush();
         if (!copts.keepServices) await services.close();
         log.info({ inflight: state.inflight }, 'server closed');
       })();

@@ -13,7 +13,11 @@ import type { Services } from '../src/service/index.ts';
 import type { Principal } from '../src/service/auth.ts';
 import { wantsMessagesErrors } from '../src/service/compat/errors.ts';
 import { BadRequestError, DependencyUnavailableError, ForbiddenError, UnauthorizedError, ValidationError, type ValidationIssue } from '../src/service/errors.ts';
+import { badJsonValue, MAX_JSON_DEPTH } from '../src/service/json-input.mjs';
+
+export { MAX_JSON_DEPTH };
 import { errorResponse, type ErrorStyle } from './errors.ts';
+import { createAccessLog, type AccessLog } from './log.ts';
 import { Exchange, readBody, type ResponseStream } from './http.ts';
 
 const addFormats = ((addFormatsMod as unknown as { default?: typeof addFormatsMod }).default ?? addFormatsMod) as unknown as (a: Ajv) => void;
@@ -74,36 +78,27 @@ export interface RouteDef {
   maxBodyBytes?: number | ((cfg: Services['config']) => number);
   /** the handler gets the raw body bytes (a Buffer) instead of parsed JSON (file uploads) */
   rawBody?: boolean;
+  /** false: exempt from the edge and per-IP rate limits (GET /health: probes behind a proxy share one IP) */
+  rateLimit?: false;
   /** metrics/log label, default the pattern */
   name?: string;
   handler(ctx: Ctx): Promise<unknown> | unknown;
 }
 
-/**
- * JSON bodies nest at most this deep (422 beyond). Deeper values pass JSON.parse and ajv but
- * overflow the stack of recursive consumers (msgpackr when the inference record is stored: a 500
- * after the model ran). The worker-side parse (worker-tasks.mjs) applies the same limit.
- */
-export const MAX_JSON_DEPTH = 64;
-
-/** true when `value` nests arrays/objects deeper than `max` (iterative: no recursion to overflow) */
-export function jsonTooDeep(value: unknown, max = MAX_JSON_DEPTH): boolean {
-  const stack: Array<[unknown, number]> = [[value, 1]];
-  while (stack.length) {
-    const [v, d] = stack.pop()!;
-    if (v === null || typeof v !== 'object') continue;
-    if (d > max) return true;
-    for (const c of Array.isArray(v) ? v : Object.values(v)) {
-      if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
-    }
-  }
-  return false;
-}
-const tooDeepError = () => new ValidationError(`Invalid request: the body nests deeper than ${MAX_JSON_DEPTH} levels`,
-  [{ path: '', message: `must not nest deeper than ${MAX_JSON_DEPTH} levels`, keyword: 'maxDepth' }]);
-
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const KEY_QUERY_NAMES = new Set(['api_key', 'apikey', 'api-key', 'key', 'x-api-key', 'x_api_key', 'token', 'access_token', 'secret_key']);
+
+/**
+ * The request path must be valid percent-encoded UTF-8: a bad escape (`%ZZ`) or bytes that are not
+ * UTF-8 (`%ED%A0%80`, a lone surrogate) are a 400 for every route, wildcard routes included, so
+ * every later decodeURIComponent of a segment of it cannot throw.
+ */
+function checkPathEncoding(url: string): void {
+  if (!url.includes('%')) return;
+  try { decodeURIComponent(url); } catch {
+    throw new BadRequestError('The request path is not valid percent-encoded UTF-8', 'path');
+  }
+}
 
 function parseQuery(raw: string, spec: Record<string, QueryParam> | undefined): Record<string, unknown> {
   const sp = new URLSearchParams(raw);
@@ -152,117 +147,206 @@ function describe(issues: ValidationIssue[]): string {
   return first ? `Invalid request: ${first.path || 'body'} ${first.message}` : 'Invalid request';
 }
 
-export interface AppState { draining: boolean; inflight: number; idle: Array<() => void> }
+export interface AppState {
+  draining: boolean;
+  inflight: number;
+  idle: Array<() => void>;
+  /** uWS is reached only through server/guard.ts, which sends each client's address (PROXY v2) */
+  guarded?: boolean;
+}
 
-export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: Services, log: Logger, state: AppState): void {
+/** What every request of one route shares: compiled once at registration. */
+interface RouteRuntime {
+  route: RouteDef;
+  services: Services;
+  log: Logger;
+  accessLog: AccessLog;
+  /** this route's constant access-log fields */
+  logFields: string;
+  state: AppState;
+  validate: ValidateFunction | null;
+  schemaId: string;
+  paramNames: string[];
+  label: string;
+  limit: number;
+  hasBody: boolean;
+  /** false: exempt from the edge and per-IP limits */
+  limited: boolean;
+  /** the endpoint group of a fixed path, found once; undefined: depends on the request's path */
+  fixedGroup: string | null | undefined;
+}
+
+/**
+ * The Ctx a handler gets. A class with getters rather than an object literal of arrow functions:
+ * the functions a handler may destructure (setHeader, setCookie, stream) are created only when it
+ * reads them, so a request whose handler reads none allocates none (tsx's keepNames also wraps
+ * every named closure in an Object.defineProperty call, per request).
+ */
+class RequestCtx implements Ctx {
+  constructor(
+    readonly services: Services, readonly principal: Principal, readonly body: any, readonly query: any,
+    readonly params: any, readonly headers: Record<string, string>, readonly ip: string, readonly url: string,
+    readonly log: Logger, private readonly ex: Exchange,
+  ) {}
+  get signal(): AbortSignal { return this.ex.signal; }
+  get setHeader(): (name: string, value: string) => void { return (n, v) => { this.ex.addHeaders({ [n]: v }); }; }
+  get setCookie(): (cookie: string) => void { return (c) => { this.ex.addCookie(c); }; }
+  get stream(): (status: number, headers: Record<string, string>) => ResponseStream {
+    return (status, h) => this.ex.stream(status, h);
+  }
+}
+
+/** One request through the pipeline (see the top of this file for the order). */
+class Run {
+  readonly t0 = performance.now();
+  readonly ex: Exchange;
+  readonly headers: Record<string, string> = {};
+  readonly url: string;
+  readonly rawQuery: string;
+  readonly rawParams: string[];
+  readonly ip: string;
+  readonly style: ErrorStyle;
+  readonly bodyP: Promise<Uint8Array> | null;
+  principal: Principal | null = null;
+
+  constructor(readonly rt: RouteRuntime, res: HttpResponse, req: HttpRequest) {
+    // everything from `req` must be read synchronously, before the first await
+    const { route, services } = rt;
+    const headers = this.headers;
+    this.ex = new Exchange(res);
+    req.forEach((k, v) => { headers[k] = v; });
+    this.url = req.getUrl();
+    this.rawQuery = req.getQuery() ?? '';
+    this.rawParams = rt.paramNames.length ? rt.paramNames.map((_, i) => req.getParameter(i) ?? '') : rt.paramNames;
+    // behind the guard the TCP peer is the guard; the client's address comes in its PROXY header
+    // (trusted only then: uWS parses that header from any client)
+    const peer = Buffer.from(rt.state.guarded ? res.getProxiedRemoteAddressAsText() : res.getRemoteAddressAsText()).toString();
+    this.ip = (services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
+    this.style = wantsMessagesErrors((n) => headers[n]) ? 'messages' : route.errors ?? 'native';
+    const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : null;
+    // the body reader must be attached synchronously too
+    this.bodyP = rt.hasBody ? readBody(this.ex, rt.limit, declared) : null;
+    this.bodyP?.catch(() => {});
+    rt.state.inflight++;
+    this.process().then((out) => this.reply(out)).catch((err) => this.fail(err)).finally(() => this.finish());
+  }
+
+  async process(): Promise<unknown> {
+    const { rt, ex, ip, url, rawQuery } = this;
+    const { route, services } = rt;
+    const cfg = services.config;
+    if (rt.state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
+    // the edge limit's headers only on refusal: the binding limit is reported below
+    if (rt.limited) services.rateLimiter.edge(ip);
+    if (rawQuery !== '') {
+      for (const [k, v] of new URLSearchParams(rawQuery)) {
+        if (KEY_QUERY_NAMES.has(k.toLowerCase()) || v.startsWith('loom_sk_')) throw new BadRequestError('API keys must not be passed as query parameters; send the X-API-Key header', k);
+      }
+    }
+    checkPathEncoding(url);
+    const params: Record<string, string> = {};
+    for (let i = 0; i < rt.paramNames.length; i++) {
+      const n = rt.paramNames[i];
+      const raw = this.rawParams[i];
+      const v = raw.includes('%') ? decodeURIComponent(raw) : raw;
+      if (route.params?.[n] === 'uuid' && !UUID.test(v)) throw new BadRequestError(`Path parameter ${n} must be a UUID`, n);
+      params[n] = v;
+    }
+    const query = route.query ? parseQuery(rawQuery, route.query) : {};
+    const group = rt.fixedGroup !== undefined ? rt.fixedGroup : services.rateLimiter.endpointGroup(route.method, url);
+    if (!group && rt.limited) ex.addHeaders(services.rateLimiter.ipDefault(ip));
+    const principal = authenticate(route, this.headers, services);
+    this.principal = principal;
+    if (group) {
+      const subject = { ip, team_id: principal?.team_id, key_id: principal?.key_id, user_id: principal?.user_id };
+      ex.addHeaders(services.rateLimiter.endpoint(group, subject));
+    }
+    let body: unknown = undefined;
+    if (this.bodyP) {
+      const raw = await this.bodyP;
+      if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+      else if (rt.validate && raw.byteLength > cfg.workerParseBytes) {
+        const r = await services.workers.parseValidate(raw, rt.schemaId, route.body!);
+        if (!r.ok) {
+          if (r.kind === 'json') throw new BadRequestError(`Malformed JSON body: ${r.message}`);
+          throw new ValidationError(describe(r.errors ?? []), r.errors ?? []);
+        }
+        body = r.value;
+      } else {
+        const text = raw.byteLength ? Buffer.from(raw).toString('utf8') : '';
+        if (text.trim() === '') body = route.body ? {} : undefined;
+        else {
+          try { body = JSON.parse(text); } catch (e) { throw new BadRequestError(`Malformed JSON body: ${(e as Error).message}`); }
+          const bad = badJsonValue(body);
+          if (bad) throw new ValidationError(describe([bad]), [bad]);
+        }
+        if (rt.validate && !rt.validate(body)) {
+          const issues = issuesOf(rt.validate);
+          throw new ValidationError(describe(issues), issues);
+        }
+      }
+    }
+    const ctx = new RequestCtx(services, principal as Principal, body, query, params, this.headers, ip, url, rt.log, ex);
+    return route.handler(ctx);
+  }
+
+  reply(out: unknown): void {
+    const ex = this.ex;
+    if (ex.done || ex.aborted) return;
+    if (out instanceof Reply) {
+      if ((typeof out.body === 'string' || out.body instanceof Uint8Array) && Object.keys(out.headers).some((h) => h.toLowerCase() === 'content-type')) ex.send(out.status, out.body, out.headers);
+      else ex.json(out.status, out.body ?? null, out.headers);
+    }
+    else if (out !== undefined) ex.json(200, out);
+    else if (ex.status === 0) ex.json(204, null);
+  }
+
+  fail(err: unknown): void {
+    const r = errorResponse(err, this.style);
+    if (r.status === 500) this.rt.log.error({ route: this.rt.label, err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unhandled error');
+    // a request whose body we refused (413) is not read to the end: close the connection
+    this.ex.json(r.status, r.body, r.headers, r.status === 413);
+  }
+
+  finish(): void {
+    const { ex, rt } = this;
+    if (!ex.done && !ex.aborted && ex.status !== 0) {
+      // a stream the handler left open
+      ex.done = true;
+      ex.res.cork(() => ex.res.end());
+    }
+    rt.state.inflight--;
+    const ms = performance.now() - this.t0;
+    const status = ex.status || 499;
+    rt.services.metrics.observeRequest(rt.label, rt.route.method, status, ms / 1000);
+    rt.accessLog.line(rt.logFields, status, Math.round(ms * 100) / 100, this.principal?.team_id, this.principal?.key_id);
+    if (rt.state.inflight === 0) for (const f of rt.state.idle.splice(0)) f();
+  }
+}
+
+/** mounts `routes` on `app`; returns the access log (flush it when the server closes) */
+export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: Services, log: Logger, state: AppState): AccessLog {
   const cfg = services.config;
+  const accessLog = createAccessLog(log);
   let schemaSeq = 0;
   for (const route of routes) {
-    const validate = route.body ? ajv.compile(route.body) : null;
-    const schemaId = `r${schemaSeq++}`;
-    const paramNames = [...route.path.matchAll(/:([A-Za-z_]+)/g)].map((m) => m[1]);
-    const label = route.name ?? route.path;
-    const limit = (typeof route.maxBodyBytes === 'function' ? route.maxBodyBytes(cfg) : route.maxBodyBytes) ?? cfg.maxBodyBytes;
-    const hasBody = route.method !== 'GET';
-    const handler = (res: HttpResponse, req: HttpRequest) => {
-      // everything from `req` must be read synchronously, before the first await
-      const t0 = performance.now();
-      const ex = new Exchange(res);
-      const headers: Record<string, string> = {};
-      req.forEach((k, v) => { headers[k] = v; });
-      const url = req.getUrl();
-      const rawQuery = req.getQuery() ?? '';
-      const rawParams = paramNames.map((_, i) => req.getParameter(i) ?? '');
-      const peer = Buffer.from(res.getRemoteAddressAsText()).toString();
-      const ip = (cfg.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
-      const style: ErrorStyle = wantsMessagesErrors((n) => headers[n]) ? 'messages' : route.errors ?? 'native';
-      const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : null;
-      // the body reader must be attached synchronously too
-      const bodyP = hasBody ? readBody(ex, limit, declared) : null;
-      bodyP?.catch(() => {});
-      state.inflight++;
-      let principal: Principal | null = null;
-      const finish = () => {
-        state.inflight--;
-        services.metrics.observeRequest(label, route.method, ex.status || 499, (performance.now() - t0) / 1000);
-        log.info({ method: route.method, route: label, status: ex.status || 499, ms: Math.round((performance.now() - t0) * 100) / 100, team_id: principal?.team_id, key_id: principal?.key_id ?? undefined }, 'request');
-        if (state.inflight === 0) for (const f of state.idle.splice(0)) f();
-      };
-      const fail = (err: unknown) => {
-        const r = errorResponse(err, style);
-        if (r.status === 500) log.error({ route: label, err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unhandled error');
-        // a request whose body we refused (413) is not read to the end: close the connection
-        ex.json(r.status, r.body, r.headers, r.status === 413);
-      };
-      (async () => {
-        if (state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
-        await services.rateLimiter.edge(ip); // its headers only on refusal: the binding limit is reported below
-        const sp = new URLSearchParams(rawQuery);
-        for (const [k, v] of sp) {
-          if (KEY_QUERY_NAMES.has(k.toLowerCase()) || v.startsWith('loom_sk_')) throw new BadRequestError('API keys must not be passed as query parameters; send the X-API-Key header', k);
-        }
-        const params: Record<string, string> = {};
-        paramNames.forEach((n, i) => {
-          const v = decodeURIComponent(rawParams[i]);
-          if (route.params?.[n] === 'uuid' && !UUID.test(v)) throw new BadRequestError(`Path parameter ${n} must be a UUID`, n);
-          params[n] = v;
-        });
-        const query = parseQuery(rawQuery, route.query);
-        const group = services.rateLimiter.endpointGroup(route.method, url);
-        if (!group) Object.assign(ex.extraHeaders, await services.rateLimiter.ipDefault(ip));
-        principal = authenticate(route, headers, services);
-        if (group) Object.assign(ex.extraHeaders, await services.rateLimiter.endpoint(group, { ip, team_id: principal?.team_id, key_id: principal?.key_id, user_id: principal?.user_id }));
-        let body: unknown = undefined;
-        if (bodyP) {
-          const raw = await bodyP;
-          if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
-          else if (validate && raw.byteLength > cfg.workerParseBytes) {
-            const r = await services.workers.parseValidate(raw, schemaId, route.body!, MAX_JSON_DEPTH);
-            if (!r.ok) {
-              if (r.kind === 'json') throw new BadRequestError(`Malformed JSON body: ${r.message}`);
-              if (r.kind === 'depth') throw tooDeepError();
-              throw new ValidationError(describe(r.errors ?? []), r.errors ?? []);
-            }
-            body = r.value;
-          } else {
-            const text = raw.byteLength ? Buffer.from(raw).toString('utf8') : '';
-            if (text.trim() === '') body = route.body ? {} : undefined;
-            else {
-              try { body = JSON.parse(text); } catch (e) { throw new BadRequestError(`Malformed JSON body: ${(e as Error).message}`); }
-              if (jsonTooDeep(body)) throw tooDeepError();
-            }
-            if (validate && !validate(body)) {
-              const issues = issuesOf(validate);
-              throw new ValidationError(describe(issues), issues);
-            }
-          }
-        }
-        const ctx: Ctx = {
-          services, principal: principal as Principal, body, query, params, headers, ip, signal: ex.signal, url, log,
-          setHeader: (n, v) => { ex.extraHeaders[n] = v; },
-          setCookie: (c) => { ex.cookies.push(c); },
-          stream: (status, h) => ex.stream(status, h),
-        };
-        const out = await route.handler(ctx);
-        if (ex.done || ex.aborted) return;
-        if (out instanceof Reply) {
-          if ((typeof out.body === 'string' || out.body instanceof Uint8Array) && Object.keys(out.headers).some((h) => h.toLowerCase() === 'content-type')) ex.send(out.status, out.body, out.headers);
-          else ex.json(out.status, out.body ?? null, out.headers);
-        }
-        else if (out !== undefined) ex.json(200, out);
-        else if (ex.status === 0) ex.json(204, null);
-      })().catch(fail).finally(() => {
-        if (!ex.done && !ex.aborted && ex.status !== 0) {
-          // a stream the handler left open
-          ex.done = true;
-          res.cork(() => res.end());
-        }
-        finish();
-      });
+    // a fixed path has one endpoint group, found once; a pattern's depends on the request's path
+    const fixedPath = !route.path.includes(':') && !route.path.includes('*');
+    const rt: RouteRuntime = {
+      route, services, log, accessLog, logFields: accessLog.routeFields(route.method, route.name ?? route.path), state,
+      validate: route.body ? ajv.compile(route.body) : null,
+      schemaId: `r${schemaSeq++}`,
+      paramNames: [...route.path.matchAll(/:([A-Za-z_]+)/g)].map((m) => m[1]),
+      label: route.name ?? route.path,
+      limit: (typeof route.maxBodyBytes === 'function' ? route.maxBodyBytes(cfg) : route.maxBodyBytes) ?? cfg.maxBodyBytes,
+      hasBody: route.method !== 'GET',
+      limited: route.rateLimit !== false,
+      fixedGroup: fixedPath ? services.rateLimiter.endpointGroup(route.method, route.path) : undefined,
     };
     const m = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch' | 'del';
-    app[m === ('delete' as string) ? 'del' : m](route.path, handler);
+    app[m === ('delete' as string) ? 'del' : m](route.path, (res: HttpResponse, req: HttpRequest) => { new Run(rt, res, req); });
   }
+  return accessLog;
 }
 
 function bearer(h: Record<string, string>): string | null {
@@ -294,7 +378,8 @@ function authenticate(route: RouteDef, h: Record<string, string>, services: Serv
     }
     const p = services.auth.fromSession(sessionToken(h));
     if (!p) throw new UnauthorizedError('Dashboard session required: log in with POST /auth/login');
-    services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
+    // CSRF guards state changes; a safe method (GET /auth/session, which returns the token) needs none
+    if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
     return p;
   }
   if (key || route.auth === 'key') return services.auth.authenticateKey(key);

@@ -7,13 +7,13 @@
 import type { CompatEndpoint } from '../../src/service/compat/call.ts';
 import { COMPAT_PATHS } from '../../src/service/compat/call.ts';
 import { SSE_HEADERS } from '../http.ts';
-import type { Ctx, RouteDef } from '../router.ts';
+import { reply, type Ctx, type RouteDef } from '../router.ts';
 
 async function handleGeneration(ctx: Ctx, endpoint: CompatEndpoint): Promise<unknown> {
-  const reply = await ctx.services.compat.generate(ctx.principal!, endpoint, ctx.body, { signal: ctx.signal });
-  if (!reply.stream) return reply.body;
+  const out = await ctx.services.compat.generate(ctx.principal!, endpoint, ctx.body, { signal: ctx.signal });
+  if (!out.stream) return out.body;
   const stream = ctx.stream(200, SSE_HEADERS);
-  for await (const frame of reply.frames) {
+  for await (const frame of out.frames) {
     if (stream.closed) break;
     await stream.write(frame);
   }
@@ -45,7 +45,10 @@ export function compatRoutes(): RouteDef[] {
     {
       method: 'GET', path: '/v1/models', auth: 'key', errors: 'openai',
       query: { limit: { type: 'integer', min: 1 }, before_id: { type: 'string' }, after_id: { type: 'string' } },
-      handler: ({ services, query }) => services.compat.models(query as Parameters<typeof services.compat.models>[0]),
+      handler: async ({ services, query }) => {
+        const q = query as Parameters<typeof services.compat.models>[0];
+        return reply(200, await services.compat.models(q), { 'Content-Type': 'application/json' });
+      },
     },
     {
       // model ids contain '/', sent percent-encoded by the SDKs

@@ -5,7 +5,8 @@ import { reply } from '../router.ts';
 export function systemRoutes(state: { draining: boolean }): RouteDef[] {
   return [
     {
-      method: 'GET', path: '/health', auth: 'none',
+      // not rate-limited: a load balancer's probes all come from its one address
+      method: 'GET', path: '/health', auth: 'none', rateLimit: false,
       async handler({ services }) {
         const rt = services.runtime.stats();
         let storeOk = true;

@@ -31,7 +31,26 @@ function keyView(k: ApiKeyRecord): KeyView {
   return { id: k.id, name: k.name, created_at: k.created_at, api_key_last_digits: k.last_digits, expires_at: k.expires_at, team_id: k.team_id };
 }
 
+const USAGE_FLUSH_MS = 250;
+
 export function createAuthService(store: Store, config: ServiceConfig, billing: BillingService) {
+  // Key request counters (request_count, last_used_at) are added up in memory and written in one
+  // transaction per USAGE_FLUSH_MS for all keys: a write transaction per authenticated request
+  // cost more than the rest of the request. Reads of the counters (listKeys) flush first; close()
+  // flushes; a kill -9 loses at most the last interval's counts (never billing: usage_tokens and
+  // usage_cost are written by billing with the call).
+  const pendingUse = new Map<string, { requests: number; at: string }>();
+  let flushing: Promise<void> | null = null;
+  function flushUsage(): Promise<void> {
+    if (pendingUse.size === 0) return flushing ?? Promise.resolve();
+    const batch = [...pendingUse];
+    pendingUse.clear();
+    const p = store.tx(() => { for (const [id, u] of batch) store.keys.bump(id, u); }).then(() => {}, () => {});
+    flushing = p.finally(() => { if (flushing === p) flushing = null; });
+    return p;
+  }
+  const flusher = setInterval(() => { void flushUsage(); }, USAGE_FLUSH_MS);
+  flusher.unref();
   async function createTeam(name: string, opts: { plan?: string; region?: string | null } = {}): Promise<TeamRecord> {
     const team: TeamRecord = { id: newId(), name, region: opts.region ?? null, blocked: false, created_at: nowIso() };
     await store.tx(() => {
@@ -112,8 +131,8 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
       const team = store.teams.get(k.team_id);
       if (!team) throw new UnauthorizedError('Invalid API key');
       if (team.blocked) throw new UnauthorizedError('Account blocked for billing or fraud review');
-      // usage counters: committed in the background, batched by lmdb
-      void store.tx(() => store.keys.bump(k.id, { requests: 1, at: nowIso() }));
+      const use = pendingUse.get(k.id);
+      if (use) { use.requests++; use.at = nowIso(); } else pendingUse.set(k.id, { requests: 1, at: nowIso() });
       return { kind: 'key', team_id: k.team_id, user_id: k.user_id, key_id: k.id, team, session: null };
     },
 
@@ -147,7 +166,8 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     },
 
     async listKeys(p: Principal) {
-      await store.db.root.committed; // counters written by earlier requests
+      await flushUsage(); // request counters of earlier requests
+      await store.db.root.committed;
       const keys = store.keys.listByTeam(p.team_id).filter((k) => !k.revoked_at).map((k) => ({
         ...keyView(k),
         last_used_at: k.last_used_at,
@@ -168,6 +188,9 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
       });
       return { success: true, message: `API key ${k.name} revoked` };
     },
+
+    /** write the pending key request counters (before the store closes) */
+    async close(): Promise<void> { clearInterval(flusher); await flushUsage(); },
 
     async setTeamBlocked(teamId: string, blocked: boolean): Promise<void> {
       const t = store.teams.get(teamId);

@@ -70,6 +70,9 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
   }
   let entries = new Map<string, CatalogEntry>();
   let refreshedAt = 0;
+  let localSig: string | null = null;
+  /** every entry, in listing order; the same array until the catalog changes (do not mutate) */
+  let listed: CatalogEntry[] | null = null;
   let refreshing: Promise<void> | null = null;
 
   function build(local: LocalModel[]): Map<string, CatalogEntry> {
@@ -103,7 +106,12 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
 
   async function refresh(): Promise<void> {
     if (!refreshing) {
-      refreshing = opts.runtime.listLocal().then((local) => { entries = build(local); refreshedAt = Date.now(); }).finally(() => { refreshing = null; });
+      refreshing = opts.runtime.listLocal().then((local) => {
+        // an unchanged scan keeps the same entries (and the same list() array, which callers may memoize on)
+        const sig = JSON.stringify(local);
+        if (sig !== localSig) { localSig = sig; entries = build(local); listed = null; }
+        refreshedAt = Date.now();
+      }).finally(() => { refreshing = null; });
     }
     return refreshing;
   }
@@ -113,6 +121,7 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
     /** refreshed at most once a second (directory scan) */
     async list(filter: CatalogFilter = {}): Promise<CatalogEntry[]> {
       if (Date.now() - refreshedAt > 1000) await refresh();
+      if (filter.supports_inference === undefined && filter.task_type === undefined) return listed ??= [...entries.values()];
       return [...entries.values()].filter((e) =>
         (filter.supports_inference === undefined || e.supports_inference === filter.supports_inference) &&
         (filter.task_type === undefined || e.task_type === filter.task_type));

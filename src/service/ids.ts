@@ -1,11 +1,12 @@
 // Identifiers, secrets and password hashing (node:crypto only).
-import { createHash, randomBytes, randomUUID, scrypt, timingSafeEqual } from 'node:crypto';
+import { hash, randomBytes, randomUUID, scrypt, timingSafeEqual } from 'node:crypto';
 
 export const KEY_PREFIX = 'loom_sk_';
 
 export const newId = (): string => randomUUID();
 export const nowIso = (): string => new Date().toISOString();
-export const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
+/** hex sha256 (crypto.hash: one call, no Hash object; it runs on every key-authenticated request) */
+export const sha256 = (s: string): string => hash('sha256', s, 'hex');
 /** url-safe random token of `bytes` random bytes */
 export const randomToken = (bytes = 32): string => randomBytes(bytes).toString('base64url');
 export const newApiKeySecret = (): string => KEY_PREFIX + randomToken(32);

@@ -62,6 +62,8 @@ export async function createServices(opts: ServicesOptions) {
       await customization.close();
       await workers.close();
       await runtime.close();
+      await auth.close();
+      rateLimiter.close();
       await store.close();
     },
   };

@@ -58,6 +58,10 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
     async create(p: Principal, name: string) {
       const trimmed = name.trim();
       if (!trimmed) throw new ValidationError('name must not be empty', [{ path: '/name', message: 'must not be empty' }]);
+      if (!store.projects.nameFits(p.team_id, trimmed)) {
+        const message = 'is too long to index: at most about 600 bytes of UTF-8 (200 characters outside emoji)';
+        throw new ValidationError(`name ${message}`, [{ path: '/name', message, keyword: 'maxLength' }]);
+      }
       const pr: ProjectRecord = { id: newId(), team_id: p.team_id, name: trimmed, active_deployment_id: null, created_at: nowIso() };
       const ok = await store.tx(() => {
         if (store.projects.byName(p.team_id, trimmed)) return false;

@@ -1,26 +1,47 @@
-// Request-rate limits exactly as the spec's table (section 8), on rate-limiter-flexible's in-memory
-// fixed windows: an edge limit per observed IP on every request; a default per client IP (per minute
-// and per hour) for endpoints without an override; per-endpoint limits that REPLACE the IP default,
-// keyed by the billing team, falling back to API key, then user, then client IP.
-import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+// Request-rate limits exactly as the spec's table (section 8), as in-memory fixed windows: an edge
+// limit per observed IP on every request; a default per client IP (per minute and per hour) for
+// endpoints without an override; per-endpoint limits that REPLACE the IP default, keyed by the
+// billing team, falling back to API key, then user, then client IP.
+// Synchronous on purpose: a check is a Map lookup and two additions on the request path (no
+// promise, no timer per key); expired windows are swept once per `sweepMs`.
 import type { RateLimitConfig, RateLimitRule } from './config.ts';
 import { RateLimitError, type RateLimitScope } from './errors.ts';
 
 export interface RateLimitSubject { ip: string; team_id?: string | null; key_id?: string | null; user_id?: string | null }
 
-interface Limiter { rule: RateLimitRule; lim: RateLimiterMemory }
-
-const make = (prefix: string, rule: RateLimitRule): Limiter => ({ rule, lim: new RateLimiterMemory({ keyPrefix: prefix, points: rule.points, duration: rule.duration_s }) });
-
 export interface RateHeaders { [name: string]: string }
 
-function headersOf(rule: RateLimitRule, res: RateLimiterRes, scope: RateLimitScope): RateHeaders {
-  return {
-    'X-RateLimit-Limit': String(rule.points),
-    'X-RateLimit-Remaining': String(Math.max(0, res.remainingPoints)),
-    'X-RateLimit-Reset': String(Math.max(0, Math.ceil(res.msBeforeNext / 1000))),
-    'X-RateLimit-Scope': scope,
-  };
+/** one key's window: points consumed since `resetAt - duration` */
+interface Window { used: number; resetAt: number }
+
+/** A fixed window per key: the first request opens it for `duration_s`; past `points` requests refuse until it ends. */
+class FixedWindow {
+  readonly windows = new Map<string, Window>();
+  constructor(readonly rule: RateLimitRule, private readonly code: string) {}
+
+  /** counts one request for `key`; returns the remaining points and ms to the window's end, or throws 429 */
+  consume(key: string, scope: RateLimitScope, now: number): RateHeaders {
+    let w = this.windows.get(key);
+    if (w === undefined || w.resetAt <= now) {
+      w = { used: 0, resetAt: now + this.rule.duration_s * 1000 };
+      this.windows.set(key, w);
+    }
+    w.used++;
+    const msLeft = w.resetAt - now;
+    if (w.used > this.rule.points) {
+      throw new RateLimitError(this.code, scope, msLeft / 1000, this.rule.points, this.rule.duration_s);
+    }
+    return {
+      'X-RateLimit-Limit': String(this.rule.points),
+      'X-RateLimit-Remaining': String(this.rule.points - w.used),
+      'X-RateLimit-Reset': String(Math.ceil(msLeft / 1000)),
+      'X-RateLimit-Scope': scope,
+    };
+  }
+
+  sweep(now: number): void {
+    for (const [k, w] of this.windows) if (w.resetAt <= now) this.windows.delete(k);
+  }
 }
 
 function matches(pattern: string, path: string): boolean {
@@ -28,20 +49,14 @@ function matches(pattern: string, path: string): boolean {
   return path === pattern;
 }
 
-export function createRateLimiter(cfg: RateLimitConfig) {
-  const edge = make('edge', cfg.edge);
-  const defaults = cfg.default.map((r, i) => make(`ip${i}`, r));
-  const groups = new Map<string, Limiter>();
-  for (const e of cfg.endpoints) if (!groups.has(e.group)) groups.set(e.group, make(`ep_${e.group}`, e));
-
-  async function consume(l: Limiter, key: string, code: string, scope: RateLimitScope): Promise<RateHeaders> {
-    try {
-      return headersOf(l.rule, await l.lim.consume(key), scope);
-    } catch (e) {
-      if (e instanceof RateLimiterRes) throw new RateLimitError(code, scope, e.msBeforeNext / 1000, l.rule.points, l.rule.duration_s);
-      throw e;
-    }
-  }
+export function createRateLimiter(cfg: RateLimitConfig, opts: { sweepMs?: number } = {}) {
+  const edge = new FixedWindow(cfg.edge, 'edge_rate_limit');
+  const defaults = cfg.default.map((r) => new FixedWindow(r, 'ip_rate_limit'));
+  const groups = new Map<string, FixedWindow>();
+  for (const e of cfg.endpoints) if (!groups.has(e.group)) groups.set(e.group, new FixedWindow(e, 'endpoint_rate_limit'));
+  const all = [edge, ...defaults, ...groups.values()];
+  const sweeper = setInterval(() => { const now = Date.now(); for (const l of all) l.sweep(now); }, opts.sweepMs ?? 60_000);
+  sweeper.unref();
 
   return {
     /** the endpoint group of a request, or null when the IP default applies */
@@ -50,23 +65,27 @@ export function createRateLimiter(cfg: RateLimitConfig) {
       return null;
     },
     /** every request, before anything else */
-    edge: (ip: string) => consume(edge, ip, 'edge_rate_limit', 'ip'),
+    edge: (ip: string): RateHeaders => edge.consume(ip, 'ip', Date.now()),
     /** endpoints without an override: all default rules per IP; the most restrictive headers win */
-    async ipDefault(ip: string): Promise<RateHeaders> {
+    ipDefault(ip: string): RateHeaders {
+      const now = Date.now();
       let best: RateHeaders | null = null;
       for (const d of defaults) {
-        const h = await consume(d, ip, 'ip_rate_limit', 'ip');
+        const h = d.consume(ip, 'ip', now);
         if (!best || Number(h['X-RateLimit-Remaining']) < Number(best['X-RateLimit-Remaining'])) best = h;
       }
       return best ?? {};
     },
     /** an endpoint override, scoped team → key → user → IP */
-    async endpoint(group: string, s: RateLimitSubject): Promise<RateHeaders> {
+    endpoint(group: string, s: RateLimitSubject): RateHeaders {
       const l = groups.get(group);
       if (!l) return {};
       const [scope, id]: [RateLimitScope, string] = s.team_id ? ['team', s.team_id] : s.key_id ? ['key', s.key_id] : s.user_id ? ['user', s.user_id] : ['ip', s.ip];
-      return consume(l, `${scope}:${id}`, 'endpoint_rate_limit', scope);
+      return l.consume(`${scope}:${id}`, scope, Date.now());
     },
+    /** keys with an open window (all limits): bounded by the sweep */
+    get trackedKeys(): number { let n = 0; for (const l of all) n += l.windows.size; return n; },
+    close(): void { clearInterval(sweeper); },
   };
 }
 export type RateLimiter = ReturnType<typeof createRateLimiter>;

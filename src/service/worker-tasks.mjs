@@ -1,11 +1,11 @@
 // Piscina worker: CPU-bound JavaScript kept off the event loop (plain JS so it loads in any
 // worker thread without a TypeScript loader). Tasks:
-//   {op: 'parse_validate', body: Uint8Array, schemaId, schema, maxDepth}
-//                                    -> {ok, value} | {ok: false, kind: 'json'|'schema'|'depth', message, errors}
+//   {op: 'parse_validate', body: Uint8Array, schemaId, schema} -> {ok, value} | {ok: false, kind: 'json'|'schema', message, errors}
 //   {op: 'validate', data, schemaId, schema}                    -> {ok, errors}
 //   {op: 'span_f1', gold: [[start,end,label]...][], pred: same} -> {precision, recall, f1, tp, fp, fn, per_label}
 import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
+import { badJsonValue } from './json-input.mjs';
 
 const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false });
 addFormats.default ? addFormats.default(ajv) : addFormats(ajv);
@@ -37,27 +37,13 @@ function spanF1(gold, pred) {
   return { ...prf({ tp, fp, fn }), per_label: Object.fromEntries([...per].map(([l, x]) => [l, prf(x)])) };
 }
 
-/** the router's jsonTooDeep (server/router.ts), here so that a deep value never leaves the worker */
-function tooDeep(value, max) {
-  const stack = [[value, 1]];
-  while (stack.length) {
-    const [v, d] = stack.pop();
-    if (v === null || typeof v !== 'object') continue;
-    if (d > max) return true;
-    for (const c of Array.isArray(v) ? v : Object.values(v)) {
-      if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
-    }
-  }
-  return false;
-}
-
 export default function run(task) {
   switch (task.op) {
     case 'parse_validate': {
       let value;
       try { value = JSON.parse(Buffer.from(task.body).toString('utf8')); } catch (e) { return { ok: false, kind: 'json', message: e.message }; }
-      const max = task.maxDepth ?? Infinity;
-      if (tooDeep(value, max)) return { ok: false, kind: 'depth', message: `nests deeper than ${max}` };
+      const bad = badJsonValue(value);
+      if (bad) return { ok: false, kind: 'schema', message: 'Request validation failed', errors: [bad] };
       const v = validator(task.schemaId, task.schema);
       if (!v(value)) return { ok: false, kind: 'schema', message: 'Request validation failed', errors: issues(v.errors) };
       return { ok: true, value };

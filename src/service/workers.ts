@@ -3,9 +3,7 @@
 import { Piscina } from 'piscina';
 import type { ValidationIssue } from './errors.ts';
 
-export type ParseValidateResult =
-  | { ok: true; value: unknown }
-  | { ok: false; kind: 'json' | 'schema' | 'depth'; message: string; errors?: ValidationIssue[] };
+export type ParseValidateResult = { ok: true; value: unknown } | { ok: false; kind: 'json' | 'schema'; message: string; errors?: ValidationIssue[] };
 export interface SpanF1 { precision: number; recall: number; f1: number; tp: number; fp: number; fn: number; per_label: Record<string, { precision: number; recall: number; f1: number; tp: number; fp: number; fn: number }> }
 
 export function createWorkerPool(opts: { threads: number }) {
@@ -17,13 +15,9 @@ export function createWorkerPool(opts: { threads: number }) {
   });
   return {
     /** JSON.parse + ajv validation in a worker (the body's bytes are transferred, not copied) */
-    /** `maxDepth`: deeper nesting answers kind 'depth' (the router's MAX_JSON_DEPTH) */
-    parseValidate(
-      body: Uint8Array, schemaId: string, schema: object, maxDepth = Infinity,
-    ): Promise<ParseValidateResult> {
+    parseValidate(body: Uint8Array, schemaId: string, schema: object): Promise<ParseValidateResult> {
       const copy = body.byteOffset === 0 && body.byteLength === body.buffer.byteLength ? body : body.slice();
-      const task = { op: 'parse_validate', body: copy, schemaId, schema, maxDepth };
-      return pool.run(task, { transferList: [copy.buffer as ArrayBuffer] });
+      return pool.run({ op: 'parse_validate', body: copy, schemaId, schema }, { transferList: [copy.buffer as ArrayBuffer] });
     },
     validate(data: unknown, schemaId: string, schema: object): Promise<{ ok: boolean; errors: ValidationIssue[] }> {
       return pool.run({ op: 'validate', data, schemaId, schema });

@@ -24,6 +24,28 @@ export interface Db {
   tx<T>(fn: () => T): Promise<T>;
 }
 
+/**
+ * LMDB's largest key, in bytes (strings are stored as UTF-8). No record or index entry can have a
+ * longer key, so a lookup with one finds nothing: the repos' `get` / `remove` and `scanIndex`
+ * answer "not found" for it instead of the RangeError lmdb raises (a caller's 5,000-byte model id
+ * or dataset name is a 404, never a 500). One bound, checked here before any LMDB call.
+ */
+export const MAX_KEY_BYTES = 1978;
+export const keyFits = (key: unknown): boolean =>
+  typeof key !== 'string' || key.length * 3 <= MAX_KEY_BYTES || Buffer.byteLength(key) <= MAX_KEY_BYTES;
+
+function guardKeys(d: Database<any, string>): Database<any, string> {
+  const get = d.get;
+  const remove = d.remove;
+  d.get = function (this: Database<any, string>, key: string, ...rest: unknown[]) {
+    return keyFits(key) ? (get as (...a: unknown[]) => unknown).call(this, key, ...rest) : undefined;
+  } as typeof d.get;
+  d.remove = function (this: Database<any, string>, key: string, ...rest: unknown[]) {
+    return keyFits(key) ? (remove as (...a: unknown[]) => unknown).call(this, key, ...rest) : Promise.resolve(false);
+  } as typeof d.remove;
+  return d;
+}
+
 // Parts are URI-encoded and joined with '|' (printable: lmdb's ordered-binary key codec reads
 // strings holding control characters back as arrays).
 const SEP = '|';
@@ -39,6 +61,7 @@ export function* scanIndex(db: Db, prefix: (string | number)[], opts: { reverse?
   const p = ikey(...prefix) + SEP;
   const lo = opts.from ? ikey(...prefix, ...opts.from) : p;
   const hi = opts.to ? ikey(...prefix, ...opts.to) : p + END;
+  if (!keyFits(lo) || !keyFits(hi)) return; // every entry ends in an id: none can lie past a bound this long
   const reverse = opts.reverse ?? true;
   const range = reverse ? { start: hi, end: lo, reverse: true } : { start: lo, end: hi };
   for (const key of db.dbs.idx.getKeys(range) as Iterable<string>) {
@@ -69,7 +92,7 @@ export function openDb(dataDir: string, migrations: Migration[]): Promise<Db> {
   mkdirSync(path, { recursive: true });
   const root = open({ path, maxDbs: 32, mapSize: 2 ** 34, noSync: false, overlappingSync: false });
   const dbs = {} as Db['dbs'];
-  for (const name of DB_NAMES) dbs[name] = root.openDB<any, string>({ name });
+  for (const name of DB_NAMES) dbs[name] = guardKeys(root.openDB<any, string>({ name }));
   // the child transaction makes a throwing callback roll back its writes (a plain batched
   // transaction would commit the writes made before the throw)
   const db: Db = { root, dbs, tx: <T>(fn: () => T) => root.transaction(() => root.childTransaction(fn as () => any)) as Promise<T> };

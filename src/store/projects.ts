@@ -1,5 +1,5 @@
 // Projects: unique name per team, listed in creation order.
-import { type Db, ikey, scanIndex } from './db.ts';
+import { type Db, ikey, keyFits, scanIndex } from './db.ts';
 import type { ProjectRecord } from './types.ts';
 
 export function makeProjectsRepo(db: Db) {
@@ -7,6 +7,8 @@ export function makeProjectsRepo(db: Db) {
   const keysOf = (p: ProjectRecord) => [ikey('proj_team', p.team_id, Date.parse(p.created_at), p.id), ikey('proj_name', p.team_id, p.name)];
   return {
     get: (id: string): ProjectRecord | undefined => projects.get(id),
+    /** whether the name index can hold `name` (it is URI-encoded: 3 bytes per UTF-8 byte outside ASCII) */
+    nameFits: (teamId: string, name: string): boolean => keyFits(ikey('proj_name', teamId, name)),
     byName(teamId: string, name: string): ProjectRecord | undefined {
       const id = idx.get(ikey('proj_name', teamId, name));
       return id ? projects.get(id) : undefined;

@@ -110,3 +110,18 @@ t.test('keys belong to a team: members see the team keys, other teams do not', a
   t.equal(cross.status, 404);
   t.equal((await call(ts.url, 'GET', '/list-api-keys', { key: a.key })).status, 200);
 });
+
+t.test('GET /auth/session needs only the session cookie (it returns the CSRF token); state changes still need CSRF', async (t) => {
+  const u = await makeUser(ts);
+  const s = await call(ts.url, 'GET', '/auth/session', { headers: { Cookie: u.cookie } });
+  t.equal(s.status, 200, s.text);
+  t.equal(s.body.csrf_token, u.csrf);
+  t.equal(s.body.user_id, u.user_id);
+  const none = await call(ts.url, 'GET', '/auth/session');
+  t.equal(none.status, 401);
+  const logout = await call(ts.url, 'POST', '/auth/logout', { headers: { Cookie: u.cookie } });
+  t.equal(logout.status, 403, 'POST /auth/logout without the token is still refused');
+  t.match(logout.body.detail, /CSRF/);
+  const key = await call(ts.url, 'POST', '/create-api-key', { body: { name: 'y' }, headers: { Cookie: u.cookie, 'X-CSRF-Token': s.body.csrf_token } });
+  t.equal(key.status, 200, 'the token from GET /auth/session works');
+});

@@ -65,10 +65,25 @@ t.test('edge limit per IP on every request, before authentication', async (t) =>
   const ts = await startServer({ config: { rateLimits: { edge: { points: 3, duration_s: 60 }, default: [{ points: 100, duration_s: 60 }], endpoints: [] } } });
   t.teardown(() => ts.close());
   const statuses = [];
-  for (let i = 0; i < 4; i++) statuses.push((await call(ts.url, 'GET', '/health')).status);
-  t.same(statuses, [200, 200, 200, 429]);
+  for (let i = 0; i < 4; i++) statuses.push((await call(ts.url, 'GET', '/list-api-keys', { key: 'loom_sk_bogus' })).status);
+  t.same(statuses, [401, 401, 401, 429], 'even unauthenticated calls are counted and refused');
   const r = await call(ts.url, 'GET', '/list-api-keys', { key: 'loom_sk_bogus' });
-  t.equal(r.status, 429, 'even unauthenticated calls are counted and refused');
+  t.equal(r.status, 429);
   t.equal(r.body.code, 'edge_rate_limit');
   t.equal(r.body.scope, 'ip');
+});
+
+t.test('GET /health is exempt from the edge and per-IP limits (probes behind a proxy share one IP)', async (t) => {
+  const ts = await startServer({ config: { rateLimits: { edge: { points: 3, duration_s: 60 }, default: [{ points: 2, duration_s: 60 }], endpoints: [] } } });
+  t.teardown(() => ts.close());
+  const statuses = [];
+  for (let i = 0; i < 20; i++) statuses.push((await call(ts.url, 'GET', '/health')).status);
+  t.same(statuses, Array(20).fill(200));
+  const h = await call(ts.url, 'GET', '/health');
+  t.equal(h.headers.get('x-ratelimit-limit'), null, 'no rate-limit headers: nothing was counted');
+  // the probes used none of the budget: the other routes still get their 2 (IP default) of 3 (edge)
+  const others = [];
+  for (let i = 0; i < 4; i++) others.push((await call(ts.url, 'GET', '/metrics')).status);
+  t.same(others, [200, 200, 429, 429]);
+  t.equal((await call(ts.url, 'GET', '/health')).status, 200, 'and /health still answers after the IP is limited');
 });

@@ -83,6 +83,30 @@ t.test('logs carry no secrets', async (t) => {
   t.notOk(text.includes('correct horse battery'), 'no password');
 });
 
+t.test('the access log line is the line pino writes for the same fields; lines are flushed on close', async (t) => {
+  await call(ts.url, 'GET', '/list-api-keys', { key: u.key });
+  await new Promise((r) => setTimeout(r, 60)); // batches are at most 25 ms apart
+  const lines = logs.join('').split('\n').filter((l) => l.includes('"route":"/list-api-keys"'));
+  t.ok(lines.length >= 1, 'the request is logged');
+  const line = JSON.parse(lines.at(-1)!);
+  t.same(Object.keys(line), ['level', 'time', 'service', 'method', 'route', 'status', 'ms', 'team_id', 'key_id', 'msg']);
+  t.match(line, { level: 30, service: 'loom', method: 'GET', route: '/list-api-keys', status: 200, team_id: u.team_id, key_id: u.key_id, msg: 'request' });
+  t.ok(Math.abs(line.time - Date.now()) < 5000 && typeof line.ms === 'number');
+  // the same fields through pino itself give the same line
+  const out: string[] = [];
+  const pinoLog = createLogger({ level: 'info', destination: new Writable({ write(c, _e, cb) { out.push(String(c)); cb(); } }) });
+  pinoLog.info({ method: 'GET', route: '/list-api-keys', status: 200, ms: line.ms, team_id: u.team_id, key_id: u.key_id }, 'request');
+  await new Promise((r) => setImmediate(r));
+  t.same(JSON.parse(out[0]!), { ...line, time: JSON.parse(out[0]!).time });
+
+  // a server closed right after a request still writes its line
+  const own: string[] = [];
+  const srv = await createServer({ services: ts.services, log: createLogger({ level: 'info', destination: new Writable({ write(c, _e, cb) { own.push(String(c)); cb(); } }) }) });
+  await call(srv.url, 'GET', '/health');
+  await srv.close({ keepServices: true });
+  t.ok(own.join('').includes('"route":"/health","status":200'), 'flushed by close()');
+});
+
 t.test('streaming: back-pressure waits for the reader; a disconnect aborts the handler', async (t) => {
   const chunk = 'x'.repeat(256 * 1024);
   const state = { written: 0, aborted: false, maxAhead: 0 };

@@ -34,7 +34,7 @@ import {
 } from './build.ts';
 import { checkDimensions, embeddingsResponse } from './embeddings.ts';
 import { CompatError, compatErrorResponse, messagesErrorType } from './errors.ts';
-import { listModels, MAX_MODELS_LIMIT, modelEntry } from './models.ts';
+import { type CatalogModelLike, fullListingJson, listModels, MAX_MODELS_LIMIT, modelEntry } from './models.ts';
 import {
   normalizeChatCompletions,
   normalizeCompletions,
@@ -414,28 +414,41 @@ export function createCompatService(deps: CompatDeps) {
     });
   }
 
-  async function catalogModels() {
+  // one array per catalog snapshot (catalog.list() returns the same array until the catalog changes)
+  const catalogSnapshots = new WeakMap<object, CatalogModelLike[]>();
+  async function catalogModels(): Promise<CatalogModelLike[]> {
     const entries = await catalog.list();
-    const router = {
-      id: ROUTER_MODEL_ID,
-      name: 'Router (service/auto)',
-      task_type: 'router',
-      description: 'Picks a model per request; free accounts call models through it',
-      supports_inference: true,
-      supports_on_demand_inference: true,
-      owned_by: 'loom',
-    };
-    return [router, ...entries.map((e) => ({ ...e, display_name: e.name, owned_by: e.provider }))];
+    let models = catalogSnapshots.get(entries);
+    if (models === undefined) {
+      const router = {
+        id: ROUTER_MODEL_ID,
+        name: 'Router (service/auto)',
+        task_type: 'router',
+        description: 'Picks a model per request; free accounts call models through it',
+        supports_inference: true,
+        supports_on_demand_inference: true,
+        owned_by: 'loom',
+      };
+      models = [router, ...entries.map((e) => ({ ...e, display_name: e.name, owned_by: e.provider }))];
+      catalogSnapshots.set(entries, models);
+    }
+    return models;
   }
 
-  /** GET /v1/models: the router and the catalog, paged by id */
-  async function models(q: { limit?: number; before_id?: string; after_id?: string }) {
+  /**
+   * GET /v1/models: the router and the catalog, paged by id, as its JSON body. The whole listing
+   * (no paging) is serialized once per catalog snapshot: building and serializing every entry on
+   * each call cost several times the rest of an authenticated request.
+   */
+  async function models(q: { limit?: number; before_id?: string; after_id?: string }): Promise<string> {
     if (q.before_id !== undefined && q.after_id !== undefined) {
       const msg = "Use at most one of 'before_id' and 'after_id'.";
       throw new CompatError(422, msg, { param: 'before_id', code: 'invalid_value' });
     }
+    const all = await catalogModels();
+    if (q.limit === undefined && q.before_id === undefined && q.after_id === undefined) return fullListingJson(all);
     const limit = q.limit === undefined ? undefined : Math.min(q.limit, MAX_MODELS_LIMIT);
-    return listModels(await catalogModels(), { limit, before_id: q.before_id, after_id: q.after_id });
+    return JSON.stringify(listModels(all, { limit, before_id: q.before_id, after_id: q.after_id }));
   }
 
   /** GET /v1/models/:id */

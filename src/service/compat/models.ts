@@ -97,3 +97,20 @@ export function listModels(models: CatalogModelLike[], q: ModelsQuery) {
     last_id: data[data.length - 1]?.id ?? null,
   };
 }
+
+const fullListings = new WeakMap<CatalogModelLike[], string>();
+
+/**
+ * The whole listing (no limit, before_id or after_id) as its JSON body, serialized once per
+ * catalog snapshot: `models` must be the same array until the catalog changes (catalog.list()
+ * keeps it). Building and serializing every entry on each call cost several times the rest of an
+ * authenticated GET /v1/models.
+ */
+export function fullListingJson(models: CatalogModelLike[]): string {
+  let body = fullListings.get(models);
+  if (body === undefined) {
+    body = JSON.stringify(listModels(models, {}));
+    fullListings.set(models, body);
+  }
+  return body;
+}

@@ -1,0 +1,165 @@
+// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N] [--guard]`:
+// per-request cost of Loom's HTTP pipeline against a bare uWebSockets.js handler from the same
+// package, loaded side by side with autocannon on loopback. Both servers run in their own
+// processes pinned to CPU 0 (taskset, when there are 2+ CPUs), autocannon pinned to CPU 1. Each
+// round loads the bare handler, GET /health and an authenticated GET /v1/models in turn (an
+// untimed warm-up first), so drift on a shared machine hits all three alike. Two ratios per Loom
+// route: `ratio` is its median req/s over the bare handler's; `cpu_ratio` is the bare handler's
+// server CPU time per request over Loom's (all threads of the server process, from
+// /proc/<pid>/task/*/schedstat), which is what the req/s ratio would be on a dedicated core and
+// does not depend on how much of CPU 0 other processes took during the run. --guard adds GET /health
+// through a second Loom server with the framing guard in front (server/guard.ts), to measure its
+// cost; its CPU time counts both (they are one process).
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { availableParallelism, cpus } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+
+interface Target { name: string; port: () => number; pid: () => number; path: string; headers: Record<string, string> }
+
+/** on-CPU nanoseconds of every thread of `pid` so far (Linux schedstat); null where unavailable */
+function cpuNs(pid: number): number | null {
+  try {
+    let ns = 0;
+    for (const t of readdirSync(`/proc/${pid}/task`)) {
+      ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+    }
+    return ns;
+  } catch { return null; }
+}
+interface Sample { name: string; rps: number; p50: number; p99: number; non2xx: number; errors: number; cpuUs: number }
+
+const here = import.meta.dirname;
+const arg = (argv: string[], name: string, dflt: number) => {
+  const i = argv.indexOf(name);
+  return i >= 0 ? Number(argv[i + 1]) : dflt;
+};
+
+function pinned(cpu: number | null, cmd: string, args: string[]): [string, string[]] {
+  return cpu === null ? [cmd, args] : ['taskset', ['-c', String(cpu), cmd, ...args]];
+}
+
+/** start a server process; resolves with the JSON line it prints on stderr */
+function startServer(
+  cpu: number | null, args: string[], env: Record<string, string> = {},
+): Promise<{ proc: ChildProcess; info: any }> {
+  return new Promise((resolve, reject) => {
+    const [cmd, a] = pinned(cpu, process.execPath, args);
+    const proc = spawn(cmd, a, {
+      cwd: join(here, '..'), stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env },
+    });
+    let err = '';
+    const onData = (d: Buffer) => {
+      err += d;
+      const line = err.split('\n').find((l) => l.startsWith('{"port"'));
+      if (!line) return;
+      proc.stderr!.off('data', onData);
+      proc.stderr!.resume();
+      resolve({ proc, info: JSON.parse(line) });
+    };
+    proc.stderr!.on('data', onData);
+    proc.on('exit', (code) => reject(new Error(`server exited (${code}): ${err.slice(-2000)}`)));
+  });
+}
+
+function load(cpu: number | null, t: Target, seconds: number, connections: number): Promise<Sample> {
+  const cli = createRequire(join(here, 'package.json')).resolve('autocannon/autocannon.js');
+  const headers = Object.entries(t.headers).flatMap(([k, v]) => ['-H', `${k}=${v}`]);
+  const url = `http://127.0.0.1:${t.port()}${t.path}`;
+  const args = [cli, '-c', String(connections), '-d', String(seconds), '--json', ...headers, url];
+  const [cmd, a] = pinned(cpu, process.execPath, args);
+  const cpu0 = cpuNs(t.pid());
+  return new Promise((resolve, reject) => {
+    const p = spawn(cmd, a, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { err += d; });
+    p.on('exit', (code) => {
+      const line = out.trim().split('\n').pop() ?? '';
+      if (code !== 0 || !line.startsWith('{')) {
+        return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
+      }
+      const r = JSON.parse(line);
+      const cpu1 = cpuNs(t.pid());
+      const cpuUs = cpu0 === null || cpu1 === null ? NaN : (cpu1 - cpu0) / 1000 / r.requests.total;
+      resolve({
+        name: t.name, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99,
+        non2xx: r.non2xx, errors: r.errors + r.timeouts, cpuUs,
+      });
+    });
+  });
+}
+
+const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
+
+export async function run(argv: string[]) {
+  const quick = argv.includes('--quick');
+  const json = argv.includes('--json');
+  const seconds = arg(argv, '--duration', quick ? 2 : 5);
+  const rounds = arg(argv, '--rounds', quick ? 1 : 3);
+  const connections = arg(argv, '--connections', 64);
+  const ncpu = availableParallelism();
+  const hasTaskset = spawnSync('taskset', ['-V']).status === 0;
+  const [serverCpu, loadCpu] = ncpu >= 2 && hasTaskset ? [0, 1] : [null, null];
+  const bare = await startServer(serverCpu, [join(here, 'http-bare.mjs')]);
+  const loomArgs = ['--import', 'tsx', join(here, 'http-server.mts')];
+  const loom = await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: '0' });
+  const guarded = argv.includes('--guard') ? await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: '1' }) : null;
+  const stop = () => { for (const s of [bare, loom, guarded]) s?.proc.kill('SIGKILL'); };
+  process.on('exit', stop);
+  try {
+    const targets: Target[] = [
+      { name: 'bare uWS', port: () => bare.info.port, pid: () => bare.proc.pid!, path: '/health', headers: {} },
+      { name: 'GET /health', port: () => loom.info.port, pid: () => loom.proc.pid!, path: '/health', headers: {} },
+      {
+        name: 'GET /v1/models', port: () => loom.info.port, pid: () => loom.proc.pid!,
+        path: '/v1/models', headers: { 'X-API-Key': loom.info.key },
+      },
+    ];
+    if (guarded) {
+      const g = guarded;
+      targets.push({
+        name: 'GET /health, guard', port: () => g.info.port, pid: () => g.proc.pid!, path: '/health', headers: {},
+      });
+    }
+    if (!json) {
+      const cpu = cpus()[0]?.model;
+      console.log(`http: ${connections} connections, ${seconds} s x ${rounds} rounds per target, CPU ${cpu}`);
+      const pins = `servers on CPU ${serverCpu}, autocannon on CPU ${loadCpu}`;
+      console.log(serverCpu === null ? 'not pinned (1 CPU or no taskset)' : pins);
+    }
+    for (const t of targets) await load(loadCpu, t, 1, connections); // warm-up (JIT), untimed
+    const samples: Sample[] = [];
+    for (let r = 0; r < rounds; r++) {
+      for (const t of targets) {
+        const s = await load(loadCpu, t, seconds, connections);
+        samples.push(s);
+        if (json) console.log(JSON.stringify({ bench: 'http', round: r, ...s }));
+      }
+    }
+    const by = (n: string) => samples.filter((s) => s.name === n);
+    const bareRps = median(by('bare uWS').map((s) => s.rps));
+    const bareCpu = median(by('bare uWS').map((s) => s.cpuUs));
+    const rows = targets.map((t) => {
+      const ss = by(t.name);
+      const rps = median(ss.map((s) => s.rps));
+      return {
+        target: t.name, rps: Math.round(rps), ratio: +(rps / bareRps).toFixed(3),
+        cpu_us_per_req: +median(ss.map((s) => s.cpuUs)).toFixed(2),
+        cpu_ratio: +(bareCpu / median(ss.map((s) => s.cpuUs))).toFixed(3),
+        p50_ms: median(ss.map((s) => s.p50)), p99_ms: median(ss.map((s) => s.p99)),
+        non2xx: ss.reduce((a, s) => a + s.non2xx, 0), errors: ss.reduce((a, s) => a + s.errors, 0),
+        runs: ss.map((s) => Math.round(s.rps)).join(' '),
+      };
+    });
+    if (json) console.log(JSON.stringify({ bench: 'http', summary: rows }));
+    else console.table(rows);
+    if (rows.some((r) => r.non2xx || r.errors)) {
+      console.error('warning: some responses were not 2xx or failed; the figures are not comparable');
+    }
+  } finally {
+    stop();
+  }
+}

@@ -1,0 +1,242 @@
+// HTTP/1.x framing guard, opt-in (LOOM_HTTP_GUARD=1, or createServer({guard: true})): a plain TCP
+// front on the public address that checks each request head before uWebSockets.js sees it.
+//
+// Why it exists: the uWS build Loom runs (@trufflesuite/uws-js-unofficial 20.30) calls no handler
+// for a request its parser does not take, so Loom cannot answer one. Measured with raw sockets:
+// lowercase methods, `Content-Length: abc`, Content-Length with Transfer-Encoding and a missing
+// Host among other headers are closed at once with no answer; HTTP/1.0, absolute-form targets,
+// 49 or more headers, control bytes in a header and unparseable request lines get no answer until
+// uWS's 10 s idle timeout closes the connection. The guard answers those as a production front
+// does: 400 (or 431 for too many or too large headers, 501 for an unknown transfer coding, 505
+// for a version other than 1.0/1.1), with the native error body `{"detail"}` and
+// `Connection: close`; it serves HTTP/1.0 by passing it on as HTTP/1.1 with `Connection: close`
+// (and the local address as Host when there is none), and absolute-form targets in origin form.
+//
+// Why opt-in: every byte then crosses one more socket pair and the JS heap, which costs more per
+// request than the whole request pipeline (figures in the README, `npm run bench -- http`).
+// Behind a reverse proxy (nginx, HAProxy, a cloud load balancer), the proxy does this already.
+//
+// Framing: a head is read whole (up to MAX_HEAD_BYTES), checked, rewritten when needed and passed
+// on; then the body is passed through by Content-Length or by chunk framing, so the next head of a
+// keep-alive connection is found. Responses flow back unchanged.
+import net from 'node:net';
+import { STATUS_CODES } from 'node:http';
+
+/** uWS 20.30 passes at most this many header lines (49 or more get no answer at all) */
+export const MAX_HEADERS = 48;
+export const MAX_HEAD_BYTES = 16 * 1024;
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const METHOD = /^[A-Z][A-Z-]*$/;
+// a header value: visible ASCII, obs-text, space and tab (no other control byte)
+const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+const TARGET = /^[\x21-\x7e\x80-\xff]+$/;
+
+class Refusal { constructor(readonly status: number, readonly detail: string) {} }
+
+export interface CheckedHead {
+  /** the head to pass on (rewritten for HTTP/1.0 and absolute-form), with its final CRLF CRLF */
+  head: string;
+  /** body framing of the request */
+  body: { kind: 'none' } | { kind: 'length'; bytes: number } | { kind: 'chunked' };
+  /** HTTP/1.0: the connection ends after this request */
+  last: boolean;
+}
+
+/** Checks one request head (without its final blank line, latin1); throws a Refusal. */
+export function checkHead(text: string, localHost: string): CheckedHead {
+  const lines = text.split('\r\n');
+  const m = /^(\S+) (\S+) HTTP\/(\d)\.(\d)$/.exec(lines[0] ?? '');
+  if (!m) {
+    if (/^\S+ \S+$/.test(lines[0] ?? '')) throw new Refusal(505, 'HTTP/0.9 is not supported; send HTTP/1.1');
+    throw new Refusal(400, 'Malformed request line');
+  }
+  const [, method, rawTarget, major, minor] = m as unknown as [string, string, string, string, string];
+  if (major !== '1' || (minor !== '0' && minor !== '1')) {
+    throw new Refusal(505, `HTTP/${major}.${minor} is not supported; send HTTP/1.1`);
+  }
+  if (!METHOD.test(method)) {
+    throw new Refusal(400, `Malformed method ${JSON.stringify(method)} (methods are upper case)`);
+  }
+  if (!TARGET.test(rawTarget)) throw new Refusal(400, 'Malformed request target');
+  let target = rawTarget;
+  let authority: string | null = null;
+  if (!target.startsWith('/')) {
+    const a = /^https?:\/\/([^/?#]+)([^#]*)$/i.exec(target);
+    if (!a) throw new Refusal(400, 'The request target must be a path (or an absolute http URL)');
+    authority = a[1]!;
+    target = a[2] ? (a[2].startsWith('/') ? a[2] : `/${a[2]}`) : '/';
+  }
+  const out: string[] = [];
+  let host: string | null = null;
+  let length: string | null = null;
+  let te: string | null = null;
+  if (lines.length - 1 > 4 * MAX_HEADERS) throw new Refusal(431, `Too many header fields (at most ${MAX_HEADERS})`);
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i]!;
+    const c = line.indexOf(':');
+    const name = c > 0 ? line.slice(0, c) : '';
+    if (!TOKEN.test(name)) throw new Refusal(400, `Malformed header line ${i}`);
+    const value = line.slice(c + 1).trim();
+    if (!FIELD_VALUE.test(value)) throw new Refusal(400, `Control character in header ${name}`);
+    const lower = name.toLowerCase();
+    if (lower === 'host') {
+      if (host !== null) throw new Refusal(400, 'More than one Host header');
+      host = value;
+    } else if (lower === 'content-length') {
+      const bad = !/^\d{1,15}$/.test(value) || (length !== null && length !== value);
+      if (bad) throw new Refusal(400, 'Malformed Content-Length');
+      length = value;
+    } else if (lower === 'transfer-encoding') {
+      te = te === null ? value : `${te}, ${value}`;
+    } else if (lower === 'connection' && minor === '0') continue; // replaced below
+    out.push(line);
+  }
+  if (te !== null && length !== null) throw new Refusal(400, 'Content-Length together with Transfer-Encoding');
+  if (te !== null && te.toLowerCase() !== 'chunked') {
+    throw new Refusal(501, `Transfer-Encoding ${te} is not supported (only chunked)`);
+  }
+  if (te !== null && minor === '0') throw new Refusal(400, 'Transfer-Encoding in an HTTP/1.0 request');
+  if (host === null) {
+    if (minor === '1' && authority === null) throw new Refusal(400, 'Missing Host header');
+    out.push(`Host: ${authority ?? localHost}`);
+  }
+  if (minor === '0') out.push('Connection: close');
+  if (out.length > MAX_HEADERS) throw new Refusal(431, `Too many header fields (at most ${MAX_HEADERS})`);
+  const head = `${method} ${target} HTTP/1.1\r\n${out.length ? `${out.join('\r\n')}\r\n` : ''}\r\n`;
+  const body: CheckedHead['body'] = te !== null ? { kind: 'chunked' }
+    : length !== null && length !== '0' ? { kind: 'length', bytes: Number(length) } : { kind: 'none' };
+  return { head, body, last: minor === '0' };
+}
+
+function refusalBytes(r: Refusal): string {
+  const body = JSON.stringify({ detail: r.detail });
+  return `HTTP/1.1 ${r.status} ${STATUS_CODES[r.status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\n`
+    + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+}
+
+const CRLF2 = Buffer.from('\r\n\r\n');
+const CRLF = Buffer.from('\r\n');
+
+/** One client connection: parses its request stream and passes it on to `upstream`. */
+class GuardedConnection {
+  private buf: Buffer = Buffer.alloc(0);
+  private state: 'head' | 'length' | 'chunk-size' | 'chunk-data' | 'trailer' | 'closed' = 'head';
+  private left = 0;
+  /** HTTP/1.0: nothing after this request is read */
+  private lastRequest = false;
+
+  constructor(
+    private readonly client: net.Socket, private readonly up: net.Socket, private readonly localHost: string,
+  ) {
+    up.write(proxyHeader(client)); // the client's address, for uWS's getProxiedRemoteAddress
+    client.on('data', (d: Buffer) => this.feed(d));
+    up.on('data', (d: Buffer) => { if (!client.destroyed) client.write(d); });
+    up.on('close', () => { if (!client.destroyed) client.end(); });
+    client.on('close', () => up.destroy());
+    client.on('error', () => up.destroy());
+    up.on('error', () => client.destroy());
+  }
+
+  private refuse(r: Refusal): void {
+    this.state = 'closed';
+    this.up.destroy();
+    this.client.end(refusalBytes(r));
+  }
+
+  private feed(d: Buffer): void {
+    if (this.state === 'closed') return;
+    this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
+    while (this.buf.length && (this.state as string) !== 'closed') {
+      if (this.state === 'head' && this.lastRequest) { this.state = 'closed'; return; }
+      if (this.state === 'head') {
+        const end = this.buf.indexOf(CRLF2);
+        if (end > MAX_HEAD_BYTES || (end < 0 && this.buf.length > MAX_HEAD_BYTES)) {
+          return this.refuse(new Refusal(431, `Request head larger than ${MAX_HEAD_BYTES} bytes`));
+        }
+        if (end < 0) return;
+        let checked: CheckedHead;
+        try { checked = checkHead(this.buf.subarray(0, end).toString('latin1'), this.localHost); } catch (e) {
+          if (e instanceof Refusal) return this.refuse(e);
+          throw e;
+        }
+        this.up.write(Buffer.from(checked.head, 'latin1'));
+        this.buf = this.buf.subarray(end + 4);
+        this.lastRequest = checked.last;
+        if (checked.body.kind === 'length') { this.state = 'length'; this.left = checked.body.bytes; }
+        else if (checked.body.kind === 'chunked') this.state = 'chunk-size';
+      } else if (this.state === 'length' || this.state === 'chunk-data') {
+        const n = Math.min(this.left, this.buf.length);
+        this.up.write(this.buf.subarray(0, n));
+        this.buf = this.buf.subarray(n);
+        this.left -= n;
+        if (this.left === 0) this.state = this.state === 'length' ? 'head' : 'chunk-size';
+      } else {
+        // chunk-size line or a trailer line: passed on whole
+        const end = this.buf.indexOf(CRLF);
+        if (end < 0) {
+          if (this.buf.length > MAX_HEAD_BYTES) return this.refuse(new Refusal(400, 'Malformed chunked body'));
+          return;
+        }
+        const line = this.buf.subarray(0, end).toString('latin1');
+        this.up.write(this.buf.subarray(0, end + 2));
+        this.buf = this.buf.subarray(end + 2);
+        if (this.state === 'trailer') { if (line === '') this.state = 'head'; continue; }
+        const size = /^([0-9a-fA-F]{1,8})(;.*)?$/.exec(line);
+        if (!size) return this.refuse(new Refusal(400, 'Malformed chunk size'));
+        const n = parseInt(size[1]!, 16);
+        if (n === 0) this.state = 'trailer';
+        else { this.state = 'chunk-data'; this.left = n + 2; }
+      }
+    }
+  }
+}
+
+const PROXY_V2 = Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a, 0x21]);
+
+/** PROXY protocol v2 header (uWS parses it): source and destination address and port of `s` */
+function proxyHeader(s: net.Socket): Buffer {
+  const strip = (a: string | undefined) => (a ?? '').replace(/^::ffff:(?=\d+\.)/, '');
+  const src = strip(s.remoteAddress);
+  const dst = strip(s.localAddress);
+  const ports = Buffer.alloc(4);
+  ports.writeUInt16BE(s.remotePort ?? 0, 0);
+  ports.writeUInt16BE(s.localPort ?? 0, 2);
+  if (net.isIPv4(src) && net.isIPv4(dst)) {
+    const a = Buffer.from([...src.split('.'), ...dst.split('.')].map(Number));
+    return Buffer.concat([PROXY_V2, Buffer.from([0x11, 0, 12]), a, ports]);
+  }
+  const v6 = (ip: string) => {
+    const full = net.isIPv4(ip) ? `::ffff:${ip}` : ip;
+    const [head, tail = ''] = full.split('::');
+    const parts = (x: string) => (x ? x.split(':') : []);
+    const h = parts(head!);
+    let t = parts(tail);
+    if (t.length && t[t.length - 1]!.includes('.')) {
+      const q = t.pop()!.split('.').map(Number);
+      t = [...t, ((q[0]! << 8) | q[1]!).toString(16), ((q[2]! << 8) | q[3]!).toString(16)];
+    }
+    const words = [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
+    const b = Buffer.alloc(16);
+    words.forEach((w, i) => b.writeUInt16BE(parseInt(w || '0', 16), i * 2));
+    return b;
+  };
+  return Buffer.concat([PROXY_V2, Buffer.from([0x21, 0, 36]), v6(src), v6(dst), ports]);
+}
+
+export interface Guard { port: number; close(): void }
+
+/** Listens on host:port and passes checked requests to uWS on 127.0.0.1:upstreamPort. */
+export function startGuard(host: string, port: number, upstreamPort: number): Promise<Guard> {
+  const server = net.createServer({ noDelay: true }, (client) => {
+    const up = net.connect({ host: '127.0.0.1', port: upstreamPort, noDelay: true });
+    const local = `${host.includes(':') ? `[${host}]` : host}:${(server.address() as net.AddressInfo).port}`;
+    new GuardedConnection(client, up, local);
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      resolve({ port: (server.address() as net.AddressInfo).port, close: () => server.close() });
+    });
+  });
+}

@@ -1,0 +1,148 @@
+// Raw-socket framing (issue 13, defect 6). uWS 20.30 calls no handler for requests its parser does
+// not take (closes at once, or waits for its 10 s idle timeout); server/guard.ts, in front when
+// createServer({guard: true}) / LOOM_HTTP_GUARD=1, answers them, serves HTTP/1.0 and absolute-form
+// targets, and passes the client's address to uWS in a PROXY v2 header.
+import t from 'tap';
+import net from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createServer } from '../../server/index.ts';
+import { createLogger } from '../../server/log.ts';
+import { checkHead, MAX_HEADERS } from '../../server/guard.ts';
+import { createServices } from '../../src/service/index.ts';
+import type { ServiceConfig } from '../../src/service/config.ts';
+import { FakeRuntime } from './fake-runtime.ts';
+
+async function start(guard: boolean, config: Partial<ServiceConfig> = {}) {
+  const dataDir = mkdtempSync(join(tmpdir(), 'loom-framing-'));
+  const services = await createServices({
+    runtime: new FakeRuntime(), config: { dataDir, workerThreads: 1, ...config },
+  });
+  const server = await createServer({ services, log: createLogger({ level: 'silent' }), guard });
+  t.teardown(async () => {
+    await server.close({ timeoutMs: 500 });
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  return server;
+}
+
+/** writes `data`, collects the answer until the server closes or `ms` pass (null status: no answer) */
+interface RawAnswer { statuses: number[]; text: string; closed: boolean }
+function raw(port: number, data: string | Buffer, ms = 2000): Promise<RawAnswer> {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    let text = '';
+    let closed = false;
+    const statuses = () => [...text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+    const done = () => resolve({ statuses: statuses(), text, closed });
+    s.on('data', (d) => { text += d.toString('latin1'); });
+    s.on('error', () => {});
+    s.on('close', () => { closed = true; done(); });
+    s.setTimeout(ms, () => { s.destroy(); });
+    s.write(data);
+  });
+}
+
+const guarded = await start(true);
+const H = 'Host: x\r\n';
+const headers = (n: number) => Array.from({ length: n }, (_, i) => `X-H${i}: v\r\n`).join('');
+const PROXY_HEADER = '0d0a0d0a000d0a515549540a2111000c0a0909090a0909093039270f'; // PROXY v2: 10.9.9.9
+const limits = {
+  rateLimits: { edge: { points: 2, duration_s: 60 }, default: [{ points: 100, duration_s: 60 }], endpoints: [] },
+};
+
+t.test('malformed requests get an answer at once, in the native error shape, and the connection closes', async (t) => {
+  const cases: Array<[string, string, number]> = [
+    ['lowercase method', `get /health HTTP/1.1\r\n${H}\r\n`, 400],
+    ['100+ headers', `GET /health HTTP/1.1\r\n${H}${headers(120)}\r\n`, 431],
+    ['control byte in a header', `GET /health HTTP/1.1\r\n${H}X-A: a\x01b\r\n\r\n`, 400],
+    ['Content-Length: abc', `POST /projects HTTP/1.1\r\n${H}Content-Length: abc\r\n\r\n`, 400],
+    ['Content-Length and Transfer-Encoding',
+      `POST /projects HTTP/1.1\r\n${H}Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 400],
+    ['two different Content-Lengths',
+      `POST /projects HTTP/1.1\r\n${H}Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd`, 400],
+    ['unknown transfer coding', `POST /projects HTTP/1.1\r\n${H}Transfer-Encoding: gzip\r\n\r\n`, 501],
+    ['missing Host (HTTP/1.1)', 'GET /health HTTP/1.1\r\n\r\n', 400],
+    ['missing Host among other headers', 'GET /health HTTP/1.1\r\nX-A: 1\r\n\r\n', 400],
+    ['two Host headers', `GET /health HTTP/1.1\r\n${H}${H}\r\n`, 400],
+    ['HTTP/0.9 request line', 'GET /health\r\n\r\n', 505],
+    ['HTTP/2.0 in an HTTP/1 request line', `GET /health HTTP/2.0\r\n${H}\r\n`, 505],
+    ['garbage', 'HELLO\r\n\r\n', 400],
+    ['space before the colon', `GET /health HTTP/1.1\r\n${H}X-A : 1\r\n\r\n`, 400],
+    ['a head larger than 16 KiB', `GET /health HTTP/1.1\r\n${H}X-A: ${'a'.repeat(17 * 1024)}\r\n\r\n`, 431],
+    ['a PROXY header from a client',
+      Buffer.from(PROXY_HEADER, 'hex').toString('latin1') + `GET /health HTTP/1.1\r\n${H}\r\n`, 400],
+  ];
+  for (const [name, data, status] of cases) {
+    const t0 = Date.now();
+    const r = await raw(guarded.port, data);
+    t.same(r.statuses, [status], name);
+    t.ok(r.closed && Date.now() - t0 < 1500, `${name}: closed at once`);
+    t.match(r.text, /\r\nConnection: close\r\n/, `${name}: Connection: close`);
+    const body = JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4));
+    t.same(Object.keys(body), ['detail'], `${name}: {"detail"} body`);
+  }
+});
+
+t.test(`${MAX_HEADERS} header lines pass; one more is a 431`, async (t) => {
+  const head = (n: number) => `GET /health HTTP/1.1\r\n${H}${headers(n - 1)}Connection: close\r\n\r\n`;
+  t.same((await raw(guarded.port, head(MAX_HEADERS - 1))).statuses, [200]);
+  t.same((await raw(guarded.port, head(MAX_HEADERS))).statuses, [431]);
+});
+
+t.test('HTTP/1.0 is served (as HTTP/1.1 with Connection: close), with or without Host', async (t) => {
+  for (const data of ['GET /health HTTP/1.0\r\n\r\n', `GET /health HTTP/1.0\r\n${H}Connection: keep-alive\r\n\r\n`]) {
+    const r = await raw(guarded.port, data);
+    t.same(r.statuses, [200]);
+    t.match(r.text, /"status":"ok"/);
+    t.ok(r.closed, 'the connection ends after the response');
+  }
+});
+
+t.test('absolute-form targets are served in origin form', async (t) => {
+  const r = await raw(guarded.port, 'GET http://localhost/health HTTP/1.1\r\nConnection: close\r\n\r\n');
+  t.same(r.statuses, [200]);
+  t.match(r.text, /"status":"ok"/);
+  t.same((await raw(guarded.port, `GET ftp://x/health HTTP/1.1\r\n${H}\r\n`)).statuses, [400]);
+});
+
+t.test('keep-alive framing: pipelined requests, Content-Length and chunked bodies, then the next', async (t) => {
+  const body = '{"name":"p"}';
+  const r = await raw(guarded.port, [
+    `GET /health HTTP/1.1\r\n${H}\r\n`,
+    `POST /projects HTTP/1.1\r\n${H}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    `POST /projects HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n5\r\n{"nam\r\n7\r\ne":"q"}\r\n0\r\n\r\n`,
+    `GET /nope HTTP/1.1\r\n${H}Connection: close\r\n\r\n`,
+  ].join(''));
+  t.same(r.statuses, [200, 401, 401, 404], 'four answers in order (no key: 401)');
+  const bad = await raw(guarded.port, `POST /projects HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\nzz\r\n`);
+  t.same(bad.statuses, [400], 'a malformed chunk size');
+});
+
+t.test('without the guard, a client-sent PROXY header does not change the rate-limit address', async (t) => {
+  const plain = await start(false, limits);
+  const proxy = Buffer.from(PROXY_HEADER, 'hex');
+  const req = Buffer.from(`GET /metrics HTTP/1.1\r\n${H}Connection: close\r\n\r\n`);
+  t.same((await raw(plain.port, Buffer.concat([proxy, req]))).statuses, [200]);
+  t.same((await raw(plain.port, Buffer.concat([proxy, req]))).statuses, [200]);
+  t.same((await raw(plain.port, req)).statuses, [429], 'the "10.9.9.9" requests counted against 127.0.0.1');
+});
+
+t.test('behind the guard, each client is limited by its own address (from the PROXY header)', async (t) => {
+  const g = await start(true, limits);
+  const req = `GET /metrics HTTP/1.1\r\n${H}Connection: close\r\n\r\n`;
+  const statuses = [];
+  for (let i = 0; i < 3; i++) statuses.push((await raw(g.port, req)).statuses);
+  t.same(statuses, [[200], [200], [429]]);
+});
+
+t.test('checkHead rewrites only what it must', async (t) => {
+  t.same(checkHead(`GET /a?b=1 HTTP/1.1\r\nHost: h\r\nX-Y: z`, 'l:1'), {
+    head: 'GET /a?b=1 HTTP/1.1\r\nHost: h\r\nX-Y: z\r\n\r\n', body: { kind: 'none' }, last: false,
+  });
+  t.same(checkHead('POST http://h:8/p HTTP/1.0\r\nContent-Length: 5\r\nConnection: keep-alive', 'l:1'), {
+    head: 'POST /p HTTP/1.1\r\nContent-Length: 5\r\nHost: h:8\r\nConnection: close\r\n\r\n',
+    body: { kind: 'length', bytes: 5 }, last: true,
+  });
+});
