@@ -104,17 +104,14 @@ export function createBillingService(store: Store, config: ServiceConfig) {
   function denialOf(a: BillingAccount, viaRouter: boolean, held: number): Denial | null {
     const plan = planOf(a);
     if (plan.requires_card && !a.card_on_file) return 'card_required';
-    const spendable = a.free_allowance_micro + a.included_micro + a.paid_balance_micro - held;
-    if (spendable <= 0) {
-      // nothing left to spend: out of credits, whatever the route (a direct call on credits that
-      // ran out is not told to buy credits it already had)
-      if (plan.kind !== 'paid' || !a.overage_enabled) return 'out_of_credits';
-      // holds beyond the balance draw on the overage room
-      if (a.overage_micro - spendable >= plan.overage_ceiling * MICRO) return 'credit_ceiling_reached';
-    }
-    // the free allowance pays only for routed calls
     if (!viaRouter && plan.kind === 'free' && a.paid_balance_micro <= 0) return 'direct_model_requires_credits';
-    return null;
+    const spendable = a.free_allowance_micro + a.included_micro + a.paid_balance_micro - held;
+    if (spendable > 0) return null;
+    if (plan.kind === 'paid' && a.overage_enabled) {
+      // holds beyond the balance draw on the overage room
+      return a.overage_micro - spendable < plan.overage_ceiling * MICRO ? null : 'credit_ceiling_reached';
+    }
+    return 'out_of_credits';
   }
 
   /** the billing denial's error (402/403 with code and resolution_url) */

@@ -109,5 +109,7 @@ t.test('badJsonValue: first offending value by JSON pointer; deep nesting does n
   t.same(badJsonValue({ a: [1, { 'x/y~': Infinity }] }), { path: '/a/1/x~1y~0', message: FINITE, keyword: 'finite' });
   t.equal(badJsonValue(-Infinity)?.path, '');
   const deep = JSON.parse('['.repeat(100_000) + '"\\ud800"' + ']'.repeat(100_000));
-  t.equal(badJsonValue(deep)?.keyword, 'unicode');
+  t.equal(badJsonValue(deep, Infinity)?.keyword, 'unicode');
+  t.same(badJsonValue(deep), { path: '/0'.repeat(64), message: 'must not nest deeper than 64 levels', keyword: 'maxDepth' });
+  t.equal(badJsonValue(JSON.parse('['.repeat(64) + ']'.repeat(64))), null, '64 levels are accepted');
 });
