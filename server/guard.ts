@@ -1,5 +1,6 @@
-// HTTP/1.x framing guard, opt-in (LOOM_HTTP_GUARD=1, or createServer({guard: true})): a plain TCP
-// front on the public address that checks each request head before uWebSockets.js sees it.
+// HTTP/1.x framing guard, on by default (LOOM_HTTP_GUARD=0 or createServer({guard: false}) turn it
+// off): a plain TCP front on the public address that checks each request head before
+// uWebSockets.js sees it.
 //
 // Why it exists: the uWS build Loom runs (@trufflesuite/uws-js-unofficial 20.30) calls no handler
 // for a request its parser does not take, so Loom cannot answer one. Measured with raw sockets:
@@ -11,10 +12,16 @@
 // for a version other than 1.0/1.1), with the native error body `{"detail"}` and
 // `Connection: close`; it serves HTTP/1.0 by passing it on as HTTP/1.1 with `Connection: close`
 // (and the local address as Host when there is none), and absolute-form targets in origin form.
+// Line ends must be CRLF: a head with a bare LF is a 400 (uWS takes none).
 //
-// Why opt-in: every byte then crosses one more socket pair and the JS heap, which costs more per
-// request than the whole request pipeline (figures in the README, `npm run bench -- http`).
-// Behind a reverse proxy (nginx, HAProxy, a cloud load balancer), the proxy does this already.
+// Cost: every byte crosses one more socket pair and the JS heap, which costs more per request
+// than the whole request pipeline (figures in the README, `npm run bench -- http`). Behind a
+// reverse proxy that answers malformed requests itself (nginx, HAProxy, a cloud load balancer),
+// LOOM_HTTP_GUARD=0 saves it.
+//
+// The client's address reaches uWS in an `X-Loom-Peer` header the guard adds (and drops from
+// clients), trusted by the router only in this mode. Not a PROXY v2 header: uWS 20.30 drops, with
+// no answer, the first request of a connection whose head is over about 4 KiB after one.
 //
 // Framing: a head is read whole (up to MAX_HEAD_BYTES), checked, rewritten when needed and passed
 // on; then the body is passed through by Content-Length or by chunk framing, so the next head of a
@@ -22,9 +29,16 @@
 import net from 'node:net';
 import { STATUS_CODES } from 'node:http';
 
-/** uWS 20.30 passes at most this many header lines (49 or more get no answer at all) */
-export const MAX_HEADERS = 48;
+/**
+ * Header lines a client may send: uWS 20.30 passes at most 48 (49 or more get no answer at all),
+ * and the guard adds X-Loom-Peer
+ */
+export const MAX_HEADERS = 47;
+/** the header that carries the client's address to uWS (lower case, as uWS reports names) */
+export const PEER_HEADER = 'x-loom-peer';
 export const MAX_HEAD_BYTES = 16 * 1024;
+/** a client connection idle this long with no connection to uWS is closed (uWS's own idle timeout) */
+const IDLE_MS = 10_000;
 
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const METHOD = /^[A-Z][A-Z-]*$/;
@@ -43,8 +57,11 @@ export interface CheckedHead {
   last: boolean;
 }
 
-/** Checks one request head (without its final blank line, latin1); throws a Refusal. */
-export function checkHead(text: string, localHost: string): CheckedHead {
+/**
+ * Checks one request head (without its final blank line, latin1); throws a Refusal. `peer`: the
+ * client's address, passed on as `X-Loom-Peer` (one a client sends is dropped).
+ */
+export function checkHead(text: string, localHost: string, peer?: string): CheckedHead {
   const lines = text.split('\r\n');
   const m = /^(\S+) (\S+) HTTP\/(\d)\.(\d)$/.exec(lines[0] ?? '');
   if (!m) {
@@ -90,6 +107,7 @@ export function checkHead(text: string, localHost: string): CheckedHead {
     } else if (lower === 'transfer-encoding') {
       te = te === null ? value : `${te}, ${value}`;
     } else if (lower === 'connection' && minor === '0') continue; // replaced below
+    else if (lower === PEER_HEADER && peer !== undefined) continue; // only the guard says who the client is
     out.push(line);
   }
   if (te !== null && length !== null) throw new Refusal(400, 'Content-Length together with Transfer-Encoding');
@@ -102,7 +120,10 @@ export function checkHead(text: string, localHost: string): CheckedHead {
     out.push(`Host: ${authority ?? localHost}`);
   }
   if (minor === '0') out.push('Connection: close');
-  if (out.length > MAX_HEADERS) throw new Refusal(431, `Too many header fields (at most ${MAX_HEADERS})`);
+  if (peer !== undefined) out.push(`X-Loom-Peer: ${peer}`);
+  if (out.length > MAX_HEADERS + (peer === undefined ? 0 : 1)) {
+    throw new Refusal(431, `Too many header fields (at most ${MAX_HEADERS})`);
+  }
   const head = `${method} ${target} HTTP/1.1\r\n${out.length ? `${out.join('\r\n')}\r\n` : ''}\r\n`;
   const body: CheckedHead['body'] = te !== null ? { kind: 'chunked' }
     : length !== null && length !== '0' ? { kind: 'length', bytes: Number(length) } : { kind: 'none' };
@@ -113,6 +134,14 @@ function refusalBytes(r: Refusal): string {
   const body = JSON.stringify({ detail: r.detail });
   return `HTTP/1.1 ${r.status} ${STATUS_CODES[r.status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\n`
     + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+}
+
+/** true when buf[0, end) holds a LF not preceded by CR */
+function bareLf(buf: Buffer, end: number): boolean {
+  for (let i = buf.indexOf(10); i >= 0 && i < end; i = buf.indexOf(10, i + 1)) {
+    if (i === 0 || buf[i - 1] !== 13) return true;
+  }
+  return false;
 }
 
 const CRLF2 = Buffer.from('\r\n\r\n');
@@ -126,21 +155,56 @@ class GuardedConnection {
   /** HTTP/1.0: nothing after this request is read */
   private lastRequest = false;
 
+  /** the connection to uWS; null between requests after uWS closed it */
+  private up: net.Socket | null = null;
+  /** uWS has sent bytes since the last request was passed on */
+  private answered = true;
+  /** the client's address, for X-Loom-Peer */
+  private readonly peer: string;
+
   constructor(
-    private readonly client: net.Socket, private readonly up: net.Socket, private readonly localHost: string,
+    private readonly client: net.Socket, private readonly upstreamPort: number, private readonly localHost: string,
   ) {
-    up.write(proxyHeader(client)); // the client's address, for uWS's getProxiedRemoteAddress
+    this.peer = (client.remoteAddress ?? '').replace(/^::ffff:(?=\d+\.)/, '');
     client.on('data', (d: Buffer) => this.feed(d));
-    up.on('data', (d: Buffer) => { if (!client.destroyed) client.write(d); });
-    up.on('close', () => { if (!client.destroyed) client.end(); });
-    client.on('close', () => up.destroy());
-    client.on('error', () => up.destroy());
-    up.on('error', () => client.destroy());
+    client.on('close', () => this.up?.destroy());
+    client.on('error', () => this.up?.destroy());
+    client.on('timeout', () => client.destroy());
+    this.upstream();
+  }
+
+  /** the connection to uWS, opened when there is none */
+  private upstream(): net.Socket {
+    if (this.up) return this.up;
+    const client = this.client;
+    const up = net.connect({ host: '127.0.0.1', port: this.upstreamPort, noDelay: true });
+    this.up = up;
+    client.setTimeout(0);
+    up.on('data', (d: Buffer) => {
+      this.answered = true;
+      if (!client.destroyed) client.write(d);
+    });
+    up.on('error', () => {}); // 'close' follows, with hadError
+    up.on('close', (hadError) => {
+      if (this.up !== up) return;
+      this.up = null;
+      if (client.destroyed) return;
+      // uWS closes some keep-alive connections after a response without saying so in it (after a
+      // 413, say), while the client may already be sending its next request: when the last request
+      // was answered and no new one was passed on, the client's connection stays, the next request
+      // gets a new connection to uWS, and an idle client is closed after uWS's own idle time.
+      // Otherwise (a request cut off or not answered) the client's connection ends too.
+      const between = this.state === 'head' && this.answered && !this.lastRequest;
+      if (between) client.setTimeout(IDLE_MS);
+      else if (hadError) client.destroy();
+      else client.end();
+    });
+    return up;
   }
 
   private refuse(r: Refusal): void {
     this.state = 'closed';
-    this.up.destroy();
+    this.up?.destroy();
     this.client.end(refusalBytes(r));
   }
 
@@ -154,20 +218,24 @@ class GuardedConnection {
         if (end > MAX_HEAD_BYTES || (end < 0 && this.buf.length > MAX_HEAD_BYTES)) {
           return this.refuse(new Refusal(431, `Request head larger than ${MAX_HEAD_BYTES} bytes`));
         }
+        if (bareLf(this.buf, end < 0 ? this.buf.length : end)) {
+          return this.refuse(new Refusal(400, 'Malformed request head: lines must end in CRLF'));
+        }
         if (end < 0) return;
         let checked: CheckedHead;
-        try { checked = checkHead(this.buf.subarray(0, end).toString('latin1'), this.localHost); } catch (e) {
+        try { checked = checkHead(this.buf.subarray(0, end).toString('latin1'), this.localHost, this.peer); } catch (e) {
           if (e instanceof Refusal) return this.refuse(e);
           throw e;
         }
-        this.up.write(Buffer.from(checked.head, 'latin1'));
+        this.answered = false;
+        this.upstream().write(Buffer.from(checked.head, 'latin1'));
         this.buf = this.buf.subarray(end + 4);
         this.lastRequest = checked.last;
         if (checked.body.kind === 'length') { this.state = 'length'; this.left = checked.body.bytes; }
         else if (checked.body.kind === 'chunked') this.state = 'chunk-size';
       } else if (this.state === 'length' || this.state === 'chunk-data') {
         const n = Math.min(this.left, this.buf.length);
-        this.up.write(this.buf.subarray(0, n));
+        this.upstream().write(this.buf.subarray(0, n));
         this.buf = this.buf.subarray(n);
         this.left -= n;
         if (this.left === 0) this.state = this.state === 'length' ? 'head' : 'chunk-size';
@@ -179,7 +247,7 @@ class GuardedConnection {
           return;
         }
         const line = this.buf.subarray(0, end).toString('latin1');
-        this.up.write(this.buf.subarray(0, end + 2));
+        this.upstream().write(this.buf.subarray(0, end + 2));
         this.buf = this.buf.subarray(end + 2);
         if (this.state === 'trailer') { if (line === '') this.state = 'head'; continue; }
         const size = /^([0-9a-fA-F]{1,8})(;.*)?$/.exec(line);
@@ -192,46 +260,13 @@ class GuardedConnection {
   }
 }
 
-const PROXY_V2 = Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a, 0x21]);
-
-/** PROXY protocol v2 header (uWS parses it): source and destination address and port of `s` */
-function proxyHeader(s: net.Socket): Buffer {
-  const strip = (a: string | undefined) => (a ?? '').replace(/^::ffff:(?=\d+\.)/, '');
-  const src = strip(s.remoteAddress);
-  const dst = strip(s.localAddress);
-  const ports = Buffer.alloc(4);
-  ports.writeUInt16BE(s.remotePort ?? 0, 0);
-  ports.writeUInt16BE(s.localPort ?? 0, 2);
-  if (net.isIPv4(src) && net.isIPv4(dst)) {
-    const a = Buffer.from([...src.split('.'), ...dst.split('.')].map(Number));
-    return Buffer.concat([PROXY_V2, Buffer.from([0x11, 0, 12]), a, ports]);
-  }
-  const v6 = (ip: string) => {
-    const full = net.isIPv4(ip) ? `::ffff:${ip}` : ip;
-    const [head, tail = ''] = full.split('::');
-    const parts = (x: string) => (x ? x.split(':') : []);
-    const h = parts(head!);
-    let t = parts(tail);
-    if (t.length && t[t.length - 1]!.includes('.')) {
-      const q = t.pop()!.split('.').map(Number);
-      t = [...t, ((q[0]! << 8) | q[1]!).toString(16), ((q[2]! << 8) | q[3]!).toString(16)];
-    }
-    const words = [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
-    const b = Buffer.alloc(16);
-    words.forEach((w, i) => b.writeUInt16BE(parseInt(w || '0', 16), i * 2));
-    return b;
-  };
-  return Buffer.concat([PROXY_V2, Buffer.from([0x21, 0, 36]), v6(src), v6(dst), ports]);
-}
-
 export interface Guard { port: number; close(): void }
 
 /** Listens on host:port and passes checked requests to uWS on 127.0.0.1:upstreamPort. */
 export function startGuard(host: string, port: number, upstreamPort: number): Promise<Guard> {
   const server = net.createServer({ noDelay: true }, (client) => {
-    const up = net.connect({ host: '127.0.0.1', port: upstreamPort, noDelay: true });
     const local = `${host.includes(':') ? `[${host}]` : host}:${(server.address() as net.AddressInfo).port}`;
-    new GuardedConnection(client, up, local);
+    new GuardedConnection(client, upstreamPort, local);
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);

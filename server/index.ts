@@ -5,6 +5,7 @@ import uws from '@trufflesuite/uws-js-unofficial';
 import type { Logger } from 'pino';
 import type { Services } from '../src/service/index.ts';
 import { NotFoundError } from '../src/service/errors.ts';
+import { wantsMessagesErrors } from '../src/service/compat/errors.ts';
 import { errorResponse } from './errors.ts';
 import { startGuard } from './guard.ts';
 import { Exchange } from './http.ts';
@@ -50,12 +51,15 @@ export interface LoomServer {
 
 export async function createServer(opts: {
   services: Services; host?: string; port?: number; log?: Logger; routes?: RouteDef[];
-  /** put server/guard.ts in front (answers malformed HTTP/1.x that uWS drops); default LOOM_HTTP_GUARD=1 */
+  /**
+   * put server/guard.ts in front (answers malformed HTTP/1.x that uWS drops); default on, off with
+   * LOOM_HTTP_GUARD=0 (behind a reverse proxy that already answers malformed requests)
+   */
   guard?: boolean;
 }): Promise<LoomServer> {
   const { services } = opts;
   const log = opts.log ?? createLogger();
-  const guarded = opts.guard ?? process.env.LOOM_HTTP_GUARD === '1';
+  const guarded = opts.guard ?? process.env.LOOM_HTTP_GUARD !== '0';
   const state: AppState = { draining: false, inflight: 0, idle: [], guarded };
   const app = uws.App();
   const routes = [...ROUTE_MODULES.flatMap((m) => m(state)), ...(opts.routes ?? [])];
@@ -70,7 +74,9 @@ export async function createServer(opts: {
     if (allowed && !allowed.has(method)) {
       ex.json(405, { detail: `Method ${method} not allowed on ${url}` }, { Allow: [...allowed].join(', ') });
     } else {
-      const r = errorResponse(new NotFoundError(`No route for ${method} ${url}`), 'native');
+      // a client of the messages-style API gets its error shape here too
+      const style = wantsMessagesErrors((n) => req.getHeader(n) || undefined) ? 'messages' : 'native';
+      const r = errorResponse(new NotFoundError(`No route for ${method} ${url}`), style);
       ex.json(r.status, r.body, r.headers);
     }
     services.metrics.observeRequest('unmatched', method, ex.status, 0);

@@ -14,6 +14,7 @@ import type { Principal } from '../src/service/auth.ts';
 import { wantsMessagesErrors } from '../src/service/compat/errors.ts';
 import { BadRequestError, DependencyUnavailableError, ForbiddenError, UnauthorizedError, ValidationError, type ValidationIssue } from '../src/service/errors.ts';
 import { badJsonValue, MAX_JSON_DEPTH } from '../src/service/json-input.mjs';
+import { PEER_HEADER } from './guard.ts';
 
 export { MAX_JSON_DEPTH };
 import { errorResponse, type ErrorStyle } from './errors.ts';
@@ -151,7 +152,7 @@ export interface AppState {
   draining: boolean;
   inflight: number;
   idle: Array<() => void>;
-  /** uWS is reached only through server/guard.ts, which sends each client's address (PROXY v2) */
+  /** uWS is reached only through server/guard.ts, which sends each client's address (X-Loom-Peer) */
   guarded?: boolean;
 }
 
@@ -218,9 +219,9 @@ class Run {
     this.url = req.getUrl();
     this.rawQuery = req.getQuery() ?? '';
     this.rawParams = rt.paramNames.length ? rt.paramNames.map((_, i) => req.getParameter(i) ?? '') : rt.paramNames;
-    // behind the guard the TCP peer is the guard; the client's address comes in its PROXY header
-    // (trusted only then: uWS parses that header from any client)
-    const peer = Buffer.from(rt.state.guarded ? res.getProxiedRemoteAddressAsText() : res.getRemoteAddressAsText()).toString();
+    // behind the guard the TCP peer is the guard, which sends the client's address in X-Loom-Peer
+    // (trusted only then; the guard drops the header from clients)
+    const peer = rt.state.guarded ? headers[PEER_HEADER] ?? '' : Buffer.from(res.getRemoteAddressAsText()).toString();
     this.ip = (services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
     this.style = wantsMessagesErrors((n) => headers[n]) ? 'messages' : route.errors ?? 'native';
     const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : null;

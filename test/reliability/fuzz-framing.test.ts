@@ -2,7 +2,7 @@
 // absolute-form and malformed targets, HTTP/1.0 and unknown versions, missing or repeated Host,
 // 100+ headers, control bytes, bad Content-Length, CL plus TE, bare LF line ends. Every request gets
 // an HTTP answer (400 for what is not valid HTTP/1.x, a normal answer for HTTP/1.0) within the
-// bound, never a 5xx, and the process keeps serving. LOOM_FUZZ_SEED / LOOM_FUZZ_RAW_RUNS.
+// bound, never a 5xx other than HTTP's 501/505 refusals, and the process keeps serving. LOOM_FUZZ_SEED / LOOM_FUZZ_RAW_RUNS.
 import t from 'tap';
 import { rawCases, rawExchange, runRawCases, summarize } from './fuzz.ts';
 import { makeDataDir, removeDir, ServerProcess } from './helpers.ts';

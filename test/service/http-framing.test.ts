@@ -1,7 +1,7 @@
 // Raw-socket framing (issue 13, defect 6). uWS 20.30 calls no handler for requests its parser does
 // not take (closes at once, or waits for its 10 s idle timeout); server/guard.ts, in front when
-// createServer({guard: true}) / LOOM_HTTP_GUARD=1, answers them, serves HTTP/1.0 and absolute-form
-// targets, and passes the client's address to uWS in a PROXY v2 header.
+// createServer({guard: true}) (the default; LOOM_HTTP_GUARD=0 turns it off), answers them, serves HTTP/1.0 and absolute-form
+// targets, and passes the client's address to uWS in an X-Loom-Peer header.
 import t from 'tap';
 import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -129,12 +129,33 @@ t.test('without the guard, a client-sent PROXY header does not change the rate-l
   t.same((await raw(plain.port, req)).statuses, [429], 'the "10.9.9.9" requests counted against 127.0.0.1');
 });
 
-t.test('behind the guard, each client is limited by its own address (from the PROXY header)', async (t) => {
+t.test('behind the guard, each client is limited by its own address (from X-Loom-Peer)', async (t) => {
   const g = await start(true, limits);
   const req = `GET /metrics HTTP/1.1\r\n${H}Connection: close\r\n\r\n`;
   const statuses = [];
   for (let i = 0; i < 3; i++) statuses.push((await raw(g.port, req)).statuses);
   t.same(statuses, [[200], [200], [429]]);
+});
+
+t.test('behind the guard, a client-sent X-Loom-Peer does not change the rate-limit address', async (t) => {
+  const g = await start(true, limits);
+  const req = (ip: string) => `GET /metrics HTTP/1.1\r\n${H}X-Loom-Peer: ${ip}\r\nConnection: close\r\n\r\n`;
+  const statuses = [];
+  for (const ip of ['10.9.9.1', '10.9.9.2', '10.9.9.3']) statuses.push((await raw(g.port, req(ip))).statuses);
+  t.same(statuses, [[200], [200], [429]], 'all three counted against 127.0.0.1');
+});
+
+t.test('behind the guard, the first request of a connection may have a head over 4 KiB', async (t) => {
+  // with the client address in a PROXY v2 header, uWS dropped such a request without an answer
+  for (const n of [4_000, 5_000, 12_000]) {
+    const r = await raw(guarded.port, `GET /health HTTP/1.1\r\n${H}X-Pad: ${'p'.repeat(n)}\r\nConnection: close\r\n\r\n`);
+    t.same(r.statuses, [200], `${n}-byte header`);
+  }
+});
+
+t.test('behind the guard, a head with bare LF line ends is a 400', async (t) => {
+  t.same((await raw(guarded.port, `GET /health HTTP/1.1\n${H}\n`)).statuses, [400]);
+  t.same((await raw(guarded.port, `GET /health HTTP/1.1\r\nX-A: b\n${H}\r\n`)).statuses, [400]);
 });
 
 t.test('checkHead rewrites only what it must', async (t) => {
