@@ -347,7 +347,8 @@ t.test('after every kill: credits equal the usage records, nothing in flight', a
     const acct = store.accounts.get(sess.team_id)!;
     const usage = store.usage.listByTeam(sess.team_id);
     const spent = usage.reduce((n, u) => n + u.cost_micro, 0);
-    t.ok(usage.length > 8, `${usage.length} usage records`);
+    // the billed-calls test kills the server once 5 calls are acknowledged; how many more commit first is a race
+    t.ok(usage.length >= 5, `${usage.length} usage records (at least the 5 acknowledged before the kill)`);
     t.equal(acct.total_spent_micro, spent, 'amount debited = sum of the usage records');
     const available = acct.free_allowance_micro + acct.included_micro + acct.paid_balance_micro;
     t.equal(available, (100 + GRANT) * 1e6 - spent, 'free allowance + grant − usage = available');
