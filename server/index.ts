@@ -74,8 +74,9 @@ export async function createServer(opts: {
     if (allowed && !allowed.has(method)) {
       ex.json(405, { detail: `Method ${method} not allowed on ${url}` }, { Allow: [...allowed].join(', ') });
     } else {
-      // a client of the messages-style API gets its error shape here too
-      const style = wantsMessagesErrors((n) => req.getHeader(n) || undefined) ? 'messages' : 'native';
+      // clients of the compatibility APIs get their error shapes here too
+      const messages = wantsMessagesErrors((n) => req.getHeader(n) || undefined);
+      const style = messages ? 'messages' : url.startsWith('/v1/') ? 'openai' : 'native';
       const r = errorResponse(new NotFoundError(`No route for ${method} ${url}`), style);
       ex.json(r.status, r.body, r.headers);
     }

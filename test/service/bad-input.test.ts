@@ -113,3 +113,15 @@ t.test('badJsonValue: first offending value by JSON pointer; deep nesting does n
   t.same(badJsonValue(deep), { path: '/0'.repeat(64), message: 'must not nest deeper than 64 levels', keyword: 'maxDepth' });
   t.equal(badJsonValue(JSON.parse('['.repeat(64) + ']'.repeat(64))), null, '64 levels are accepted');
 });
+
+t.test('a path with no route answers 404 in the error shape of its API family', async (t) => {
+  const native = await call(ts.url, 'GET', '/no-such-route', { key: u.key });
+  t.equal(native.status, 404);
+  t.match(native.body, { detail: /No route for GET \/no-such-route/ });
+  const openai = await call(ts.url, 'GET', '/v1/no-such-route', { key: u.key });
+  t.equal(openai.status, 404);
+  t.match(openai.body, { error: { message: /No route/, type: String } });
+  const messages = await call(ts.url, 'GET', '/v1/no-such-route', { key: u.key, headers: { 'messages-version': '2023-06-01' } });
+  t.equal(messages.status, 404);
+  t.match(messages.body, { type: 'error', error: { type: String, message: /No route/ } });
+});
