@@ -164,18 +164,11 @@ interface FrameEncoder {
 function frameEncoder(bctx: BuildContext, req: CompatRequest): FrameEncoder {
   const openaiBody = (err: unknown) => compatErrorResponse('openai', err).body;
   switch (req.endpoint) {
-    case 'chat': {
-      const e = new ChatStreamEncoder(bctx, req.n, req.include_usage);
-      return {
-        start: () => e.start(),
-        text: (ev) => e.text(ev.index, ev.text, ev.logprobs),
-        choice: (c) => e.finishChoice(c),
-        end: (u) => e.end(u),
-        error: (x) => e.error(openaiBody(x)),
-      };
-    }
+    case 'chat':
     case 'completions': {
-      const e = new CompletionStreamEncoder(bctx, req.n, req.include_usage, req.echo ? req.prompt : undefined);
+      const e = req.endpoint === 'chat'
+        ? new ChatStreamEncoder(bctx, req.n, req.include_usage)
+        : new CompletionStreamEncoder(bctx, req.n, req.include_usage, req.echo ? req.prompt : undefined);
       return {
         start: () => e.start(),
         text: (ev) => e.text(ev.index, ev.text, ev.logprobs),
