@@ -7,6 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DEFAULT_RATE_LIMITS, type RateLimitConfig } from '../../src/service/config.ts';
 import { createServices } from '../../src/service/index.ts';
 import { FakeRuntime } from '../service/fake-runtime.ts';
 import { call, type Res } from '../service/helpers.ts';
@@ -28,17 +29,15 @@ export function makeDataDir(prefix = 'loom-rel-'): string {
   return dataDir;
 }
 
-/** Rate limits high enough that a suite's own traffic is never refused (429 is tested elsewhere). */
-export const OPEN_RATE_LIMITS = {
-  edge: { points: 10_000_000, duration_s: 60 },
-  default: [{ points: 10_000_000, duration_s: 60 }],
-  endpoints: [
-    { method: 'POST', pattern: '/generate', group: 'generate', points: 10_000_000, duration_s: 60 },
-    { method: 'POST', pattern: '/generate/*', group: 'generate', points: 10_000_000, duration_s: 60 },
-    { method: 'POST', pattern: '/felix/training-jobs', group: 'training', points: 10_000_000, duration_s: 60 },
-    { method: 'POST', pattern: '/inference', group: 'inference', points: 10_000_000, duration_s: 60 },
-    { method: 'POST', pattern: '/gliner-2/*', group: 'gliner2', points: 10_000_000, duration_s: 60 },
-  ],
+/**
+ * Rate limits high enough that a suite's own traffic is never refused (429 is tested elsewhere):
+ * the default table (every scope and endpoint group) with every budget raised.
+ */
+const OPEN_POINTS = 10_000_000;
+export const OPEN_RATE_LIMITS: RateLimitConfig = {
+  edge: { ...DEFAULT_RATE_LIMITS.edge, points: OPEN_POINTS },
+  default: DEFAULT_RATE_LIMITS.default.map((r) => ({ ...r, points: OPEN_POINTS })),
+  endpoints: DEFAULT_RATE_LIMITS.endpoints.map((r) => ({ ...r, points: OPEN_POINTS })),
 };
 
 export interface SeedUser {
