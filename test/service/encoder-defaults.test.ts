@@ -3,22 +3,14 @@
 // POST /gliner-2/*, and the compat `schema` extension. Over HTTP and the production runtime seam
 // with the tiny GLiNER2 on disk.
 import t, { type Test } from 'tap';
-import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { TrainingJobRecord } from '../../src/store/index.ts';
 import { newId, nowIso } from '../../src/service/ids.ts';
-import { createLocalRuntime } from '../../src/service/runtime-local.ts';
-import { startServer, makeUser, call } from './helpers.ts';
+import { makeUser, call } from './helpers.ts';
+import { startLocalEncoderServer } from './local-encoder-server.ts';
 import { ENCODER_DIR } from '../compat/tiny-runtime.ts';
 
-const modelsDir = mkdtempSync(join(tmpdir(), 'loom-enc-defaults-'));
-symlinkSync(ENCODER_DIR, join(modelsDir, 'gliner2-tiny'));
-const ts = await startServer({ runtime: createLocalRuntime({ modelsDir }), config: { modelsDir } });
-t.teardown(async () => {
-  await ts.close();
-  rmSync(modelsDir, { recursive: true, force: true });
-});
+const ts = await startLocalEncoderServer();
+t.teardown(() => ts.close());
 const u = await makeUser(ts, { credits: 1000 });
 const TEXT = 'Tim Cook announced the new iPhone at the Apple campus in Cupertino.';
 const LABELS = ['person', 'company', 'location'];

@@ -3,21 +3,12 @@
 // characters, a schema label of 200,000 words) are served or refused with a 4xx naming the limit,
 // never a 500, and an ordinary call afterwards returns what it returned before.
 import t from 'tap';
-import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { ENCODER_LIMITS } from '../../src/models/encoder/limits.ts';
-import { startServer, makeUser, call } from './helpers.ts';
-import { ENCODER_DIR } from '../compat/tiny-runtime.ts';
+import { makeUser, call } from './helpers.ts';
+import { startLocalEncoderServer } from './local-encoder-server.ts';
 
-const modelsDir = mkdtempSync(join(tmpdir(), 'loom-enc-limits-'));
-symlinkSync(ENCODER_DIR, join(modelsDir, 'gliner2-tiny'));
-const ts = await startServer({ runtime: createLocalRuntime({ modelsDir }), config: { modelsDir } });
-t.teardown(async () => {
-  await ts.close();
-  rmSync(modelsDir, { recursive: true, force: true });
-});
+const ts = await startLocalEncoderServer();
+t.teardown(() => ts.close());
 const u = await makeUser(ts, { credits: 1000 });
 const TEXT = 'Tim Cook announced the new iPhone at the Apple campus in Cupertino.';
 const ORDINARY = { model_id: 'service/auto', text: TEXT, schema: ['person', 'company'], threshold: 0.3 };
