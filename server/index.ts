@@ -14,6 +14,7 @@ import { type AppState, type RouteDef, registerRoutes } from './router.ts';
 import { authRoutes } from './routes/auth.ts';
 import { compatRoutes } from './routes/compat.ts';
 import { gliner2Routes } from './routes/gliner2.ts';
+import { judgeRoutes } from './routes/judge.ts';
 import { inferenceRoutes } from './routes/inference.ts';
 import { projectRoutes } from './routes/projects.ts';
 import { systemRoutes } from './routes/system.ts';
@@ -37,6 +38,7 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => trainingJobRoutes(),
   () => evaluationRoutes(),
   () => generationRoutes(),
+  () => judgeRoutes(),
 ];
 
 export interface LoomServer {

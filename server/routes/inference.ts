@@ -24,6 +24,7 @@ export function inferenceRoutes(): RouteDef[] {
         model_id: { type: 'string' }, task: { type: 'string' }, project_id: { type: 'string' }, training_job_id: { type: 'string' },
         latency_min: { type: 'number', min: 0 }, latency_max: { type: 'number', min: 0 },
         llmaj_score_min: { type: 'number', min: 0, max: 1 }, llmaj_score_max: { type: 'number', min: 0, max: 1 },
+        llmaj_verdict: { type: 'string', enum: ['pass', 'fail', 'uncertain', 'none'] },
         since: { type: 'datetime' }, until: { type: 'datetime' },
       },
       handler: ({ services, principal, query }) => services.history.list(principal, query),

@@ -12,7 +12,10 @@ export function inferenceView(r: InferenceRecord) {
   return {
     id: r.id, inference_id: r.id, model_id: r.model_id, routed_model: r.routed_model, project_id: r.project_id, training_job_id: r.training_job_id,
     endpoint: r.endpoint, type: r.type, task: r.task, input: r.input, schema: r.schema, params: r.params, output: r.output,
-    usage: r.usage, cost: r.cost, latency_ms: r.latency_ms, llmaj_score: r.llmaj_score, status: r.status, error: r.error,
+    usage: r.usage, cost: r.cost, latency_ms: r.latency_ms, llmaj_score: r.llmaj_score,
+    llmaj_verdict: r.llmaj_verdict ?? null, llmaj_reasoning: r.llmaj_reasoning ?? null,
+    llmaj_judged_at: r.llmaj_judged_at ?? null, llmaj_model: r.llmaj_model ?? null,
+    llmaj_inference_id: r.llmaj_inference_id ?? null, llmaj_error: r.llmaj_error ?? null, status: r.status, error: r.error,
     stored_content: r.stored_content, created_at: r.created_at,
   };
 }

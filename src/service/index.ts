@@ -15,6 +15,7 @@ import type { ModelRuntime } from './runtime.ts';
 import { createRoutePolicy, loadRouterPolicy, type RouterPolicy } from './router.ts';
 import { createWorkerPool } from './workers.ts';
 import { createCustomization } from './customization.ts';
+import { createJudgeService } from './judge/index.ts';
 
 export interface Logger { info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void; debug?(o: object, m?: string): void }
 
@@ -42,23 +43,28 @@ export async function createServices(opts: ServicesOptions) {
   // `service/auto`: the documented router policy (src/service/router.ts, LOOM_ROUTER_POLICY), set
   // here once for every endpoint that routes (/inference, /gliner-2/*, /v1/*)
   inference.setRoutePolicy(createRoutePolicy(opts.routerPolicy ?? loadRouterPolicy()));
+  // LLM-as-judge (src/service/judge/): samples stored inferences, judges them in the background
+  const judge = createJudgeService({ store, inference, runtime, catalog, log });
+  inference.setStoredHooks({ inTx: judge.sampleInTx, after: judge.stored });
   const compat = createCompatService({ inference, runtime, catalog, store });
   const history = createHistoryService(store);
   const projects = createProjectsService({ store, runtime, inference, log });
   const rateLimiter = createRateLimiter(config.rateLimits);
   const workers = createWorkerPool({ threads: config.workerThreads });
   projects.resumePending();
+  judge.resumePending();
   // datasets, training jobs, evaluations, generation (src/service/customization.ts)
   const customization = await createCustomization({ store, config, runtime, catalog, inference, log });
   let closed = false;
   return {
-    config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,
+    config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers, judge,
     ...customization.services,
     /** flush and close everything (after the HTTP layer drained) */
     async close() {
       if (closed) return;
       closed = true;
       await projects.settle(2000);
+      await judge.close(2000);
       await customization.close();
       await workers.close();
       await runtime.close();

@@ -157,9 +157,27 @@ export function usageBound(
   return { input: input * n, output: output * n };
 }
 
+/**
+ * Observers of stored inference records (the LLM judge's sampling, src/service/judge/): `inTx` runs
+ * inside the transaction that writes a successful call's record (its writes commit with it; a throw
+ * there is logged and never affects the inference), `after` once that transaction committed.
+ */
+export interface StoredHooks {
+  inTx?(rec: InferenceRecord): void;
+  after?(rec: InferenceRecord): void;
+}
+
 export function createInferenceService(deps: { store: Store; config: ServiceConfig; billing: BillingService; catalog: Catalog; runtime: ModelRuntime; metrics?: Metrics; log?: { warn(o: object, m: string): void } }) {
   const { store, billing, catalog, runtime, config } = deps;
   let routePolicy: RoutePolicy = defaultRoutePolicy;
+  let hooks: StoredHooks = {};
+  const observe = (rec: InferenceRecord) => {
+    try {
+      hooks.inTx?.(rec);
+    } catch (err) {
+      deps.log?.warn({ inference: rec.id, err: String(err) }, 'stored-inference hook failed');
+    }
+  };
 
   function checkRuntime(ref: ModelRef, entry: CatalogEntry | null): void {
     const st = runtime.status(ref);
@@ -237,10 +255,14 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       };
     };
     /** the debit, the usage record and `rec` in one transaction; then the hold is released */
-    const debit = async (usage: TokenUsage, rec: InferenceRecord) => {
+    const debit = async (usage: TokenUsage, rec: InferenceRecord, observed = false) => {
+      const alsoWrite = () => {
+        store.inferences.put(rec);
+        if (observed) observe(rec);
+      };
       await billing.charge({
         principal: p, model_id: model.routed_model, endpoint: opts.endpoint, inference_id, usage,
-        pricing: model.pricing, caching_family: model.caching_family, alsoWrite: () => store.inferences.put(rec), hold,
+        pricing: model.pricing, caching_family: model.caching_family, alsoWrite, hold,
       });
       deps.metrics?.recordUsage(model.routed_model, usage);
     };
@@ -255,7 +277,8 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
         const latency_ms = Math.round((performance.now() - started) * 1000) / 1000;
         const cost_micro = costMicro(model.pricing, model.caching_family, usage);
         const rec = record({ ...f, usage, cost: cost_micro / MICRO, latency_ms, status: 'success', error: null });
-        await debit(usage, rec);
+        await debit(usage, rec, true);
+        hooks.after?.(rec);
         return { inference_id, usage, cost: cost_micro / MICRO, latency_ms };
       },
       async fail(f, err, used) {
@@ -347,6 +370,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       return body.messages !== undefined ? runDecoder(p, body as unknown as DecoderRequest, ctx) : runEncoder(p, body as unknown as EncoderRequest, ctx);
     },
     setRoutePolicy(policy: RoutePolicy) { routePolicy = policy; },
+    setStoredHooks(h: StoredHooks) { hooks = h; },
   };
 }
 export type InferenceService = ReturnType<typeof createInferenceService>;

@@ -16,10 +16,12 @@ import { makeTrainingJobsRepo } from './training-jobs.ts';
 import { makeDatasetsRepo } from './datasets.ts';
 import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
+import { makeJudgesRepo } from './judges.ts';
 
 export { SCHEMA_VERSION, ikey, scanIndex, storeExists, storePath } from './db.ts';
 export type * from './types.ts';
 export type * from './customization-types.ts';
+export type { JudgeConfigRecord, JudgeQueueEntry, JudgementFields } from './judges.ts';
 
 function makeRepos(db: Db) {
   return {
@@ -39,6 +41,7 @@ function makeRepos(db: Db) {
     trainingArtifacts: makeTrainingArtifactsRepo(db),
     evaluations: makeEvaluationsRepo(db),
     generationJobs: makeGenerationJobsRepo(db),
+    judges: makeJudgesRepo(db),
   };
 }
 export type Repos = ReturnType<typeof makeRepos>;

@@ -2,7 +2,8 @@
 // by team (all), model, project, training job and task, each ordered by created_at, so a query
 // walks the most selective index between `since` (inclusive) and `until` (exclusive).
 import { type Db, ikey, scanIndex } from './db.ts';
-import type { InferenceRecord } from './types.ts';
+import type { InferenceRecord, JudgeVerdict } from './types.ts';
+import type { JudgementFields } from './judges.ts';
 
 export interface InferenceQuery {
   team_id: string;
@@ -16,6 +17,8 @@ export interface InferenceQuery {
   latency_max?: number;
   llmaj_score_min?: number;
   llmaj_score_max?: number;
+  /** the LLM judge's verdict; 'none': not judged (no verdict) */
+  llmaj_verdict?: JudgeVerdict | 'none';
   /** ms since epoch, inclusive */
   since?: number;
   /** ms since epoch, exclusive */
@@ -47,6 +50,17 @@ export function makeInferencesRepo(db: Db) {
         if (r) inferences.put(id, { ...r, llmaj_score: score });
       });
     },
+    /**
+     * A judgement on a record (inside a transaction): only the `llmaj_*` fields change. A failed
+     * judgement (`llmaj_error` set, no score) keeps the score, verdict and reasoning it had.
+     */
+    applyJudgement(id: string, f: JudgementFields): InferenceRecord | undefined {
+      const r = inferences.get(id) as InferenceRecord | undefined;
+      if (!r) return undefined;
+      const next = { ...r, ...f };
+      inferences.put(id, next);
+      return next;
+    },
     /** newest first; `total` counts every match */
     query(q: InferenceQuery): { items: InferenceRecord[]; total: number } {
       let prefix: (string | number)[];
@@ -71,6 +85,7 @@ export function makeInferencesRepo(db: Db) {
         if (q.latency_max !== undefined && r.latency_ms > q.latency_max) continue;
         if (q.llmaj_score_min !== undefined && (r.llmaj_score === null || r.llmaj_score < q.llmaj_score_min)) continue;
         if (q.llmaj_score_max !== undefined && (r.llmaj_score === null || r.llmaj_score > q.llmaj_score_max)) continue;
+        if (q.llmaj_verdict !== undefined && (r.llmaj_verdict ?? 'none') !== q.llmaj_verdict) continue;
         if (total >= q.offset && items.length < q.limit) items.push(r);
         total++;
       }

@@ -90,6 +90,8 @@ export interface UsageRecord {
   created_at: string;
 }
 
+export type JudgeVerdict = 'pass' | 'fail' | 'uncertain';
+
 export interface InferenceRecord {
   id: string;
   team_id: string;
@@ -114,6 +116,15 @@ export interface InferenceRecord {
   cost: number;
   latency_ms: number;
   llmaj_score: number | null;
+  /** LLM-as-judge (src/service/judge/): absent on records never judged */
+  llmaj_verdict?: JudgeVerdict | null;
+  llmaj_reasoning?: string | null;
+  llmaj_judged_at?: string | null;
+  /** the judge model and its own (billed) inference */
+  llmaj_model?: string | null;
+  llmaj_inference_id?: string | null;
+  /** why the last judgement failed (timeout, invalid output after retries); the score is then left as it was */
+  llmaj_error?: string | null;
   status: 'success' | 'error';
   error: string | null;
   created_at: string;
