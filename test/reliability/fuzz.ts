@@ -67,6 +67,9 @@ const VALID: Record<string, () => Record<string, unknown>> = {
     inputs: ['Great movie'],
     model_id: ENCODER_ID,
   }),
+  'PUT /judge': () => ({ model: DECODER_ID, rubric: 'Pass when the reply is a story.', sample_rate: 0.5 }),
+  'PUT /projects/:project_id/judge': () => ({ model: DECODER_ID, rubric: 'Pass when the reply is a story.' }),
+  'POST /inferences/judge': () => ({ task: 'ner', limit: 5 }),
   'POST /felix/training-jobs': () => ({
     base_model: 'loom/gliner2-init-tiny',
     datasets: [{ name: 'no-such-dataset' }],
