@@ -15,7 +15,8 @@ export function inferenceView(r: InferenceRecord) {
     usage: r.usage, cost: r.cost, latency_ms: r.latency_ms, llmaj_score: r.llmaj_score,
     llmaj_verdict: r.llmaj_verdict ?? null, llmaj_reasoning: r.llmaj_reasoning ?? null,
     llmaj_judged_at: r.llmaj_judged_at ?? null, llmaj_model: r.llmaj_model ?? null,
-    llmaj_inference_id: r.llmaj_inference_id ?? null, llmaj_error: r.llmaj_error ?? null, status: r.status, error: r.error,
+    llmaj_inference_id: r.llmaj_inference_id ?? null, llmaj_error: r.llmaj_error ?? null,
+    status: r.status, error: r.error,
     stored_content: r.stored_content, created_at: r.created_at,
   };
 }

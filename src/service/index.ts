@@ -57,7 +57,8 @@ export async function createServices(opts: ServicesOptions) {
   const customization = await createCustomization({ store, config, runtime, catalog, inference, log });
   let closed = false;
   return {
-    config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers, judge,
+    config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,
+    judge,
     ...customization.services,
     /** flush and close everything (after the HTTP layer drained) */
     async close() {

@@ -58,15 +58,24 @@ export function makeJudgesRepo(db: Db) {
       judges.put(cfgKey(c.scope, c.scope === 'team' ? c.team_id : c.project_id!), c);
     },
     /** inside a transaction */
-    removeConfig(scope: 'team' | 'project', id: string): void { judges.remove(cfgKey(scope, id)); },
+    removeConfig(scope: 'team' | 'project', id: string): void {
+      judges.remove(cfgKey(scope, id));
+    },
     /** inside a transaction */
-    enqueue(e: JudgeQueueEntry): void { judges.put(qKey(e.inference_id), e); },
+    enqueue(e: JudgeQueueEntry): void {
+      judges.put(qKey(e.inference_id), e);
+    },
     /** inside a transaction */
-    dequeue(inferenceId: string): void { judges.remove(qKey(inferenceId)); },
+    dequeue(inferenceId: string): void {
+      judges.remove(qKey(inferenceId));
+    },
     queued: (inferenceId: string): JudgeQueueEntry | undefined => judges.get(qKey(inferenceId)),
     /** every queued entry (start-up) */
     *queue(): Generator<JudgeQueueEntry> {
-      for (const { key, value } of judges.getRange({ start: Q_PREFIX, end: Q_PREFIX + '\uffff' }) as Iterable<{ key: string; value: JudgeQueueEntry }>) {
+      for (const { key, value } of judges.getRange({ start: Q_PREFIX, end: Q_PREFIX + '\uffff' }) as Iterable<{
+        key: string;
+        value: JudgeQueueEntry;
+      }>) {
         if (key.startsWith(Q_PREFIX)) yield value;
       }
     },

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { createJudgeService } from '../../src/service/judge/index.ts';
+import { computeRewards } from '../../src/rl/rewards/index.ts';
 import { startServer, makeUser, call } from './helpers.ts';
 import { ENCODER_DIR } from '../compat/tiny-runtime.ts';
 import { writeTinyQwen2 } from '../compat/tiny-checkpoint.ts';
@@ -32,7 +33,12 @@ const encoderInference = async (text: string, extra: Record<string, unknown> = {
   return r.body.inference_id as string;
 };
 const decoderInference = async (content: string) => {
-  const r = await api('POST', '/inference', { model_id: 'tiny-judge', messages: [{ role: 'user', content }], max_tokens: 6, temperature: 0 });
+  const r = await api('POST', '/inference', {
+    model_id: 'tiny-judge',
+    messages: [{ role: 'user', content }],
+    max_tokens: 6,
+    temperature: 0,
+  });
   if (r.status !== 200) throw new Error(`inference: ${r.status} ${r.text}`);
   return r.body.inference_id as string;
 };
@@ -42,7 +48,8 @@ async function waitJudged(ids: string[], timeoutMs = 60_000) {
   for (;;) {
     const recs = await Promise.all(ids.map(get));
     if (recs.every((r) => r.llmaj_judged_at)) return recs;
-    if (Date.now() > end) throw new Error(`not judged in time: ${recs.filter((r) => !r.llmaj_judged_at).map((r) => r.id)}`);
+    if (Date.now() > end)
+      throw new Error(`not judged in time: ${recs.filter((r) => !r.llmaj_judged_at).map((r) => r.id)}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -79,7 +86,10 @@ t.test('on demand: an encoder and a decoder inference are judged, deterministica
     t.equal(r.status, 200, r.text);
     t.equal(r.body.llmaj_error, null, `judged without error: ${r.text}`);
     t.ok(['pass', 'fail', 'uncertain'].includes(r.body.llmaj_verdict));
-    t.ok(r.body.llmaj_score >= 0 && r.body.llmaj_score <= 1 && Number.isInteger(r.body.llmaj_score * 10), `score ${r.body.llmaj_score} is k/10`);
+    t.ok(
+      r.body.llmaj_score >= 0 && r.body.llmaj_score <= 1 && Number.isInteger(r.body.llmaj_score * 10),
+      `score ${r.body.llmaj_score} is k/10`,
+    );
     t.type(r.body.llmaj_reasoning, 'string');
     const rec = await get(id);
     t.match(rec, { llmaj_verdict: r.body.llmaj_verdict, llmaj_score: r.body.llmaj_score, llmaj_model: 'tiny-judge' });
@@ -91,20 +101,46 @@ t.test('on demand: an encoder and a decoder inference are judged, deterministica
     t.equal(jc.llmaj_judged_at, null, 'judge calls are not judged');
     // same judge, same input, greedy: the same judgement
     const again = await api('POST', `/inferences/${id}/judge`);
-    t.same([again.body.llmaj_verdict, again.body.llmaj_score, again.body.llmaj_reasoning], [r.body.llmaj_verdict, r.body.llmaj_score, r.body.llmaj_reasoning]);
+    t.same(
+      [again.body.llmaj_verdict, again.body.llmaj_score, again.body.llmaj_reasoning],
+      [r.body.llmaj_verdict, r.body.llmaj_score, r.body.llmaj_reasoning],
+    );
   }
   const after = await get(enc);
-  t.same({ ...after, ...Object.fromEntries(Object.keys(after).filter((k) => k.startsWith('llmaj_')).map((k) => [k, null])) },
-    { ...before, ...Object.fromEntries(Object.keys(before).filter((k) => k.startsWith('llmaj_')).map((k) => [k, null])) },
-    'only the llmaj_* fields changed');
+  t.same(
+    {
+      ...after,
+      ...Object.fromEntries(
+        Object.keys(after)
+          .filter((k) => k.startsWith('llmaj_'))
+          .map((k) => [k, null]),
+      ),
+    },
+    {
+      ...before,
+      ...Object.fromEntries(
+        Object.keys(before)
+          .filter((k) => k.startsWith('llmaj_'))
+          .map((k) => [k, null]),
+      ),
+    },
+    'only the llmaj_* fields changed',
+  );
   const spent1 = (await api('GET', '/account')).body.credits.total_spent;
   const usage = ts.services.store.usage.listByTeam(u.team_id).filter((x) => x.endpoint === 'judge');
   t.equal(usage.length, 4, 'one usage record per judge call');
   const judgeCalls = await api('GET', '/inferences?task=judge&limit=100');
   t.equal(judgeCalls.body.total, 4);
   const judgeCost = judgeCalls.body.inferences.reduce((n: number, r: { cost: number }) => n + r.cost, 0);
-  t.ok(judgeCost > 0 && Math.abs(spent1 - spent0 - judgeCost) < 1e-9, `the account's spend grew by the judge calls' cost: ${spent0} -> ${spent1} (${judgeCost})`);
-  t.equal((await api('POST', `/inferences/${judgeCalls.body.inferences[0].id}/judge`)).status, 409, 'a judge call is not judged');
+  t.ok(
+    judgeCost > 0 && Math.abs(spent1 - spent0 - judgeCost) < 1e-9,
+    `the account's spend grew by the judge calls' cost: ${spent0} -> ${spent1} (${judgeCost})`,
+  );
+  t.equal(
+    (await api('POST', `/inferences/${judgeCalls.body.inferences[0].id}/judge`)).status,
+    409,
+    'a judge call is not judged',
+  );
 });
 
 t.test('background: sampled inferences are judged after they are stored; filters find exactly them', async (t) => {
@@ -121,19 +157,38 @@ t.test('background: sampled inferences are judged after they are stored; filters
   t.equal((await get(unstored)).llmaj_judged_at, null, 'a store:false inference is not judged');
   t.equal(ts.services.judge.pending(), 0, 'queue drained');
 
-  const all = (await api('GET', '/inferences?limit=1000')).body.inferences as { id: string; llmaj_score: number | null; llmaj_verdict: string | null }[];
+  const all = (await api('GET', '/inferences?limit=1000')).body.inferences as {
+    id: string;
+    llmaj_score: number | null;
+    llmaj_verdict: string | null;
+  }[];
   const scored = all.filter((r) => r.llmaj_score !== null);
   t.ok(scored.length >= 6);
   const scores = [...new Set(scored.map((r) => r.llmaj_score!))].sort();
-  const ranges: [number, number][] = [[0, 1], [scores[0], scores[0]], [scores[scores.length - 1], 1], [0, scores[0]]];
+  const ranges: [number, number][] = [
+    [0, 1],
+    [scores[0], scores[0]],
+    [scores[scores.length - 1], 1],
+    [0, scores[0]],
+  ];
   for (const [lo, hi] of ranges) {
-    const want = scored.filter((r) => r.llmaj_score! >= lo && r.llmaj_score! <= hi).map((r) => r.id).sort();
-    const got = (await api('GET', `/inferences?limit=1000&llmaj_score_min=${lo}&llmaj_score_max=${hi}`)).body.inferences.map((r: { id: string }) => r.id).sort();
+    const want = scored
+      .filter((r) => r.llmaj_score! >= lo && r.llmaj_score! <= hi)
+      .map((r) => r.id)
+      .sort();
+    const got = (await api('GET', `/inferences?limit=1000&llmaj_score_min=${lo}&llmaj_score_max=${hi}`)).body.inferences
+      .map((r: { id: string }) => r.id)
+      .sort();
     t.same(got, want, `llmaj_score in [${lo}, ${hi}]: ${want.length} records`);
   }
   for (const v of ['pass', 'fail', 'uncertain']) {
-    const want = all.filter((r) => r.llmaj_verdict === v).map((r) => r.id).sort();
-    const got = (await api('GET', `/inferences?limit=1000&llmaj_verdict=${v}`)).body.inferences.map((r: { id: string }) => r.id).sort();
+    const want = all
+      .filter((r) => r.llmaj_verdict === v)
+      .map((r) => r.id)
+      .sort();
+    const got = (await api('GET', `/inferences?limit=1000&llmaj_verdict=${v}`)).body.inferences
+      .map((r: { id: string }) => r.id)
+      .sort();
     t.same(got, want, `verdict ${v}`);
   }
   t.equal((await api('GET', '/inferences?llmaj_verdict=maybe')).status, 422);
@@ -143,7 +198,10 @@ t.test('background: sampled inferences are judged after they are stored; filters
 t.test('batch: the inferences matching a filter are queued and judged', async (t) => {
   t.equal((await api('PUT', '/judge', { model: 'tiny-judge', rubric: RUBRIC, sample_rate: 0 })).status, 200);
   const since = new Date().toISOString();
-  const ids = [await encoderInference('Marie Curie lived in Paris.'), await encoderInference('Niels Bohr lived in Copenhagen.')];
+  const ids = [
+    await encoderInference('Marie Curie lived in Paris.'),
+    await encoderInference('Niels Bohr lived in Copenhagen.'),
+  ];
   t.equal((await get(ids[0])).llmaj_judged_at, null, 'sample rate 0: not judged by itself');
   const bad = await api('POST', '/inferences/judge', { since: 'yesterday' });
   t.equal(bad.status, 422, bad.text);
@@ -155,7 +213,13 @@ t.test('batch: the inferences matching a filter are queued and judged', async (t
 
 t.test('a judge that times out leaves the inference unscored with the error; nothing else changes', async (t) => {
   const pr = await api('POST', '/projects', { name: 'slow judge' });
-  const cfg = await api('PUT', `/projects/${pr.body.id}/judge`, { model: 'tiny-judge', rubric: RUBRIC, timeout_s: 0.001, max_retries: 1, retry_backoff_s: 0 });
+  const cfg = await api('PUT', `/projects/${pr.body.id}/judge`, {
+    model: 'tiny-judge',
+    rubric: RUBRIC,
+    timeout_s: 0.001,
+    max_retries: 1,
+    retry_backoff_s: 0,
+  });
   t.equal(cfg.status, 200, cfg.text);
   const id = await encoderInference('Katherine Johnson worked in Hampton.', { project_id: pr.body.id });
   const before = await get(id);
@@ -167,11 +231,57 @@ t.test('a judge that times out leaves the inference unscored with the error; not
   const after = await get(id);
   t.equal(after.llmaj_score, null);
   t.match(after.llmaj_error, /timed out/);
-  t.same([after.output, after.input, after.status, after.cost], [before.output, before.input, before.status, before.cost]);
-  const inRange = (await api('GET', `/inferences?limit=1000&llmaj_score_min=0&project_id=${pr.body.id}`)).body.inferences;
+  t.same(
+    [after.output, after.input, after.status, after.cost],
+    [before.output, before.input, before.status, before.cost],
+  );
+  const inRange = (await api('GET', `/inferences?limit=1000&llmaj_score_min=0&project_id=${pr.body.id}`)).body
+    .inferences;
   t.same(inRange, [], 'an unscored inference is outside every score range');
   t.equal((await api('DELETE', `/projects/${pr.body.id}/judge`)).status, 204);
 });
+
+t.test(
+  'llm_as_judge rewards: the same judge core scores completions, billed; failures are 0 with the error',
+  async (t) => {
+    const items = [
+      { prompt: 'What is 2 + 2?', completion: '4', answer: '4' },
+      { prompt: 'Capital of France?', completion: 'Lyon', answer: 'Paris' },
+      { prompt: 'Say hi.', completion: 'Hello!', answer: 'Hi' },
+    ];
+    const opts = {
+      model: 'tiny-judge',
+      rubric: 'Pass when the answer matches the reference.',
+      scoreScale: 5,
+      timeoutS: 30,
+      maxConcurrent: 2,
+      maxRetries: 0,
+      retryBackoffS: 0,
+      teamId: u.team_id,
+    };
+    const judgeUsage = () => ts.services.store.usage.listByTeam(u.team_id).filter((x) => x.endpoint === 'judge').length;
+    const n0 = judgeUsage();
+    const ctx = { judge: ts.services.judge.rewardJudge, judgeOptions: opts };
+    const out = await computeRewards('llm_as_judge', items, ctx);
+    t.same(out.errors, [null, null, null]);
+    for (const r of out.rewards)
+      t.ok(r >= 0 && r <= 1 && Math.abs(r * 5 - Math.round(r * 5)) < 1e-9, `reward ${r} is k/5`);
+    t.same((await computeRewards('llm_as_judge', items, ctx)).rewards, out.rewards, 'greedy judge: same rewards');
+    t.equal(judgeUsage(), n0 + 6, 'every judge call is billed');
+    const slow = await computeRewards('llm_as_judge', items.slice(0, 2), {
+      ...ctx,
+      judgeOptions: { ...opts, timeoutS: 0.001 },
+    });
+    t.same(slow.rewards, [0, 0]);
+    for (const e of slow.errors) t.match(e, /timed out after 0.001 s \(1 attempt\)/);
+    const gone = await computeRewards('llm_as_judge', items.slice(0, 1), {
+      ...ctx,
+      judgeOptions: { ...opts, model: 'no-such-judge', maxRetries: 3, retryBackoffS: 5 },
+    });
+    t.same(gone.rewards, [0]);
+    t.match(gone.errors[0], /not found \(1 attempt\)/, 'a missing model is not retried');
+  },
+);
 
 t.test('restart: queued judgements are kept in the store and judged by the next judge service', async (t) => {
   await ts.services.judge.close(); // the running service stops starting work (as at shutdown)
@@ -181,7 +291,12 @@ t.test('restart: queued judgements are kept in the store and judged by the next 
   await new Promise((res) => setTimeout(res, 200));
   t.equal((await get(id)).llmaj_judged_at, null, 'nothing runs while closed');
   t.equal(ts.services.judge.pending(), 1, 'the queue entry is in the store');
-  const next = createJudgeService({ store: ts.services.store, inference: ts.services.inference, runtime, catalog: ts.services.catalog });
+  const next = createJudgeService({
+    store: ts.services.store,
+    inference: ts.services.inference,
+    runtime,
+    catalog: ts.services.catalog,
+  });
   t.equal(next.resumePending(), 1);
   const [rec] = await waitJudged([id]);
   t.ok(rec.llmaj_score !== null, `judged after the restart: ${rec.llmaj_score}`);

@@ -46,7 +46,8 @@ export interface Judgement {
   inference_id: string;
 }
 
-export type JudgeOutcome = ({ ok: true } & Judgement) | { ok: false; error: string; inference_id: string | null; attempts: number };
+export type JudgeOutcome =
+  ({ ok: true } & Judgement) | { ok: false; error: string; inference_id: string | null; attempts: number };
 
 /** The JSON schema the judge's output is constrained to. */
 export function judgeSchema(scoreScale: number): Record<string, unknown> {
@@ -63,7 +64,10 @@ export function judgeSchema(scoreScale: number): Record<string, unknown> {
 }
 
 /** The judge's answer, checked (the constraint makes it valid; a cut-off answer is not). */
-export function parseJudgeOutput(text: string, scoreScale: number): { verdict: JudgeVerdict; raw_score: number; reasoning: string } {
+export function parseJudgeOutput(
+  text: string,
+  scoreScale: number,
+): { verdict: JudgeVerdict; raw_score: number; reasoning: string } {
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -71,25 +75,49 @@ export function parseJudgeOutput(text: string, scoreScale: number): { verdict: J
     throw new Error(`the judge's answer is not complete JSON: ${JSON.stringify(text.slice(0, 80))}`);
   }
   const o = v as { verdict?: unknown; score?: unknown; reasoning?: unknown };
-  if (!o || typeof o !== 'object' || !VERDICTS.includes(o.verdict as JudgeVerdict)) throw new Error('the judge\'s answer has no valid verdict');
-  if (typeof o.score !== 'number' || !(o.score >= 0 && o.score <= scoreScale)) throw new Error(`the judge's score is not in 0..${scoreScale}`);
-  return { verdict: o.verdict as JudgeVerdict, raw_score: o.score, reasoning: typeof o.reasoning === 'string' ? o.reasoning : '' };
+  if (!o || typeof o !== 'object' || !VERDICTS.includes(o.verdict as JudgeVerdict))
+    throw new Error("the judge's answer has no valid verdict");
+  if (typeof o.score !== 'number' || !(o.score >= 0 && o.score <= scoreScale))
+    throw new Error(`the judge's score is not in 0..${scoreScale}`);
+  return {
+    verdict: o.verdict as JudgeVerdict,
+    raw_score: o.score,
+    reasoning: typeof o.reasoning === 'string' ? o.reasoning : '',
+  };
 }
 
 class JudgeAttemptError extends Error {
-  constructor(message: string, readonly inferenceId: string | null, readonly final = false) { super(message); }
+  constructor(
+    message: string,
+    readonly inferenceId: string | null,
+    readonly final = false,
+  ) {
+    super(message);
+  }
 }
 
-export interface JudgeDeps { inference: InferenceService; runtime: ModelRuntime }
+export interface JudgeDeps {
+  inference: InferenceService;
+  runtime: ModelRuntime;
+}
 
 /** One billed judge call (no retry). Throws JudgeAttemptError. */
-export async function judgeOnce(deps: JudgeDeps, p: Principal, spec: JudgeSpec, messages: GenerateMessage[]): Promise<Judgement> {
+export async function judgeOnce(
+  deps: JudgeDeps,
+  p: Principal,
+  spec: JudgeSpec,
+  messages: GenerateMessage[],
+): Promise<Judgement> {
   const signal = AbortSignal.timeout(Math.max(1, Math.round(spec.timeoutS * 1000)));
   const timedOut = () => new JudgeAttemptError(`the judge timed out after ${spec.timeoutS} s`, null);
   let call;
   try {
     call = await deps.inference.begin(p, {
-      endpoint: JUDGE_ENDPOINT, model_id: spec.model, kind: 'decoder', hints: { messages }, bound: { max_tokens: JUDGE_MAX_TOKENS },
+      endpoint: JUDGE_ENDPOINT,
+      model_id: spec.model,
+      kind: 'decoder',
+      hints: { messages },
+      bound: { max_tokens: JUDGE_MAX_TOKENS },
     });
   } catch (err) {
     // the model is gone or not a decoder (4xx), no credit (402/403): retrying cannot help; 425/503 can
@@ -103,8 +131,14 @@ export async function judgeOnce(deps: JudgeDeps, p: Principal, spec: JudgeSpec, 
   try {
     if (signal.aborted) throw timedOut();
     done = await generateAll(deps.runtime, call.model.ref, {
-      messages, max_tokens: JUDGE_MAX_TOKENS, temperature: 0, signal,
-      response_format: { type: 'json_schema', json_schema: { name: 'judgement', schema: judgeSchema(spec.scoreScale) } },
+      messages,
+      max_tokens: JUDGE_MAX_TOKENS,
+      temperature: 0,
+      signal,
+      response_format: {
+        type: 'json_schema',
+        json_schema: { name: 'judgement', schema: judgeSchema(spec.scoreScale) },
+      },
     });
   } catch (err) {
     await call.fail(base, err);
@@ -129,7 +163,12 @@ export async function judgeOnce(deps: JudgeDeps, p: Principal, spec: JudgeSpec, 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** judgeOnce with the spec's retries and backoff; never throws. */
-export async function judgeWithRetries(deps: JudgeDeps, p: Principal, spec: JudgeSpec, messages: GenerateMessage[]): Promise<JudgeOutcome> {
+export async function judgeWithRetries(
+  deps: JudgeDeps,
+  p: Principal,
+  spec: JudgeSpec,
+  messages: GenerateMessage[],
+): Promise<JudgeOutcome> {
   let last: JudgeAttemptError | null = null;
   let attempt = 0;
   for (; attempt <= spec.maxRetries; attempt++) {
@@ -137,12 +176,21 @@ export async function judgeWithRetries(deps: JudgeDeps, p: Principal, spec: Judg
     try {
       return { ok: true, ...(await judgeOnce(deps, p, spec, messages)) };
     } catch (err) {
-      last = err instanceof JudgeAttemptError ? err : new JudgeAttemptError(String((err as Error)?.message ?? err), null);
-      if (last.final) { attempt++; break; }
+      last =
+        err instanceof JudgeAttemptError ? err : new JudgeAttemptError(String((err as Error)?.message ?? err), null);
+      if (last.final) {
+        attempt++;
+        break;
+      }
     }
   }
   const tries = attempt;
-  return { ok: false, error: `${last!.message} (${tries} attempt${tries === 1 ? '' : 's'})`, inference_id: last!.inferenceId, attempts: tries };
+  return {
+    ok: false,
+    error: `${last!.message} (${tries} attempt${tries === 1 ? '' : 's'})`,
+    inference_id: last!.inferenceId,
+    attempts: tries,
+  };
 }
 
 /** A counting semaphore: at most `n` holders at once (the judge's max concurrency). */

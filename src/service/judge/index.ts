@@ -41,10 +41,21 @@ export interface JudgeConfigInput {
   max_concurrent?: number;
 }
 
-export const JUDGE_DEFAULTS = { sample_rate: 0, score_scale: 10, timeout_s: 60, max_retries: 2, retry_backoff_s: 1, max_concurrent: 2 };
+export const JUDGE_DEFAULTS = {
+  sample_rate: 0,
+  score_scale: 10,
+  timeout_s: 60,
+  max_retries: 2,
+  retry_backoff_s: 1,
+  max_concurrent: 2,
+};
 /** the ranges of the configuration keys (the route's body schema repeats the types only) */
 export const JUDGE_LIMITS = {
-  sample_rate: [0, 1], score_scale: [1, 100], timeout_s: [0.001, 600], max_retries: [0, 10], retry_backoff_s: [0, 60],
+  sample_rate: [0, 1],
+  score_scale: [1, 100],
+  timeout_s: [0.001, 600],
+  max_retries: [0, 10],
+  retry_backoff_s: [0, 60],
   max_concurrent: [1, 16],
 } as const;
 /** judgements running at once in the background, over all teams */
@@ -53,8 +64,11 @@ export const BACKGROUND_CONCURRENCY = 4;
 export const MAX_BATCH = 1000;
 
 /** the body of POST /inferences/judge: GET /inferences' filters, dates as ISO strings */
-export type BatchFilters = Omit<InferenceQuery, 'team_id' | 'offset' | 'limit' | 'since' | 'until'>
-  & { limit?: number; since?: string; until?: string };
+export type BatchFilters = Omit<InferenceQuery, 'team_id' | 'offset' | 'limit' | 'since' | 'until'> & {
+  limit?: number;
+  since?: string;
+  until?: string;
+};
 
 function batchQuery(b: BatchFilters): Omit<InferenceQuery, 'team_id'> {
   const issues: ValidationIssue[] = [];
@@ -65,35 +79,61 @@ function batchQuery(b: BatchFilters): Omit<InferenceQuery, 'team_id'> {
     return ms;
   };
   const q = { ...b, limit: b.limit ?? 100, offset: 0, since: time('since'), until: time('until') };
-  const pairs = [['latency_min', 'latency_max'], ['llmaj_score_min', 'llmaj_score_max'], ['since', 'until']] as const;
+  const pairs = [
+    ['latency_min', 'latency_max'],
+    ['llmaj_score_min', 'llmaj_score_max'],
+    ['since', 'until'],
+  ] as const;
   for (const [lo, hi] of pairs) {
-    if (q[lo] !== undefined && q[hi] !== undefined && q[lo]! > q[hi]!) issues.push({ path: `/${lo}`, message: `must be <= ${hi}`, keyword: 'minmax' });
+    if (q[lo] !== undefined && q[hi] !== undefined && q[lo]! > q[hi]!)
+      issues.push({ path: `/${lo}`, message: `must be <= ${hi}`, keyword: 'minmax' });
   }
-  if (issues.length) throw new ValidationError(`Invalid filter: ${issues[0].path.slice(1)} ${issues[0].message}`, issues);
+  if (issues.length)
+    throw new ValidationError(`Invalid filter: ${issues[0].path.slice(1)} ${issues[0].message}`, issues);
   return q;
 }
 
 type Scope = { scope: 'team' } | { scope: 'project'; project_id: string };
 
 const configView = (c: JudgeConfigRecord) => ({
-  scope: c.scope, project_id: c.project_id, model: c.model, rubric: c.rubric, sample_rate: c.sample_rate,
-  score_scale: c.score_scale, timeout_s: c.timeout_s, max_retries: c.max_retries, retry_backoff_s: c.retry_backoff_s,
-  max_concurrent: c.max_concurrent, updated_at: c.updated_at,
+  scope: c.scope,
+  project_id: c.project_id,
+  model: c.model,
+  rubric: c.rubric,
+  sample_rate: c.sample_rate,
+  score_scale: c.score_scale,
+  timeout_s: c.timeout_s,
+  max_retries: c.max_retries,
+  retry_backoff_s: c.retry_backoff_s,
+  max_concurrent: c.max_concurrent,
+  updated_at: c.updated_at,
 });
 
 export const judgementView = (r: InferenceRecord) => ({
-  inference_id: r.id, llmaj_verdict: r.llmaj_verdict ?? null, llmaj_score: r.llmaj_score, llmaj_reasoning: r.llmaj_reasoning ?? null,
-  llmaj_judged_at: r.llmaj_judged_at ?? null, llmaj_model: r.llmaj_model ?? null, llmaj_inference_id: r.llmaj_inference_id ?? null,
+  inference_id: r.id,
+  llmaj_verdict: r.llmaj_verdict ?? null,
+  llmaj_score: r.llmaj_score,
+  llmaj_reasoning: r.llmaj_reasoning ?? null,
+  llmaj_judged_at: r.llmaj_judged_at ?? null,
+  llmaj_model: r.llmaj_model ?? null,
+  llmaj_inference_id: r.llmaj_inference_id ?? null,
   llmaj_error: r.llmaj_error ?? null,
 });
 
 const specOf = (c: JudgeConfigRecord): JudgeSpec => ({
-  model: c.model, rubric: c.rubric, scoreScale: c.score_scale, timeoutS: c.timeout_s, maxRetries: c.max_retries,
+  model: c.model,
+  rubric: c.rubric,
+  scoreScale: c.score_scale,
+  timeoutS: c.timeout_s,
+  maxRetries: c.max_retries,
   retryBackoffS: c.retry_backoff_s,
 });
 
 export interface JudgeServiceDeps {
-  store: Store; inference: InferenceService; runtime: ModelRuntime; catalog: Catalog;
+  store: Store;
+  inference: InferenceService;
+  runtime: ModelRuntime;
+  catalog: Catalog;
   log?: { warn(o: object, m: string): void };
 }
 
@@ -127,21 +167,35 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     }
   }
 
-  function validate(body: JudgeConfigInput): Omit<JudgeConfigRecord, 'scope' | 'team_id' | 'project_id' | 'updated_at' | 'updated_by'> {
+  function validate(
+    body: JudgeConfigInput,
+  ): Omit<JudgeConfigRecord, 'scope' | 'team_id' | 'project_id' | 'updated_at' | 'updated_by'> {
     const issues: ValidationIssue[] = [];
-    const c = { ...JUDGE_DEFAULTS, ...Object.fromEntries(Object.entries(body).filter(([, v]) => v !== undefined)) } as Required<JudgeConfigInput>;
+    const c = {
+      ...JUDGE_DEFAULTS,
+      ...Object.fromEntries(Object.entries(body).filter(([, v]) => v !== undefined)),
+    } as Required<JudgeConfigInput>;
     for (const [k, [lo, hi]] of Object.entries(JUDGE_LIMITS)) {
       const v = c[k as keyof typeof JUDGE_LIMITS];
-      if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi) issues.push({ path: `/${k}`, message: `must be between ${lo} and ${hi}`, keyword: 'range' });
+      if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi)
+        issues.push({ path: `/${k}`, message: `must be between ${lo} and ${hi}`, keyword: 'range' });
     }
     for (const k of ['score_scale', 'max_retries', 'max_concurrent'] as const) {
       if (!Number.isInteger(c[k])) issues.push({ path: `/${k}`, message: 'must be an integer', keyword: 'type' });
     }
-    if (typeof c.rubric !== 'string' || !c.rubric.trim()) issues.push({ path: '/rubric', message: 'must not be empty', keyword: 'minLength' });
-    if (issues.length) throw new ValidationError(`Invalid judge configuration: ${issues[0].path.slice(1)} ${issues[0].message}`, issues);
+    if (typeof c.rubric !== 'string' || !c.rubric.trim())
+      issues.push({ path: '/rubric', message: 'must not be empty', keyword: 'minLength' });
+    if (issues.length)
+      throw new ValidationError(`Invalid judge configuration: ${issues[0].path.slice(1)} ${issues[0].message}`, issues);
     return {
-      model: c.model, rubric: c.rubric, sample_rate: c.sample_rate, score_scale: c.score_scale, timeout_s: c.timeout_s,
-      max_retries: c.max_retries, retry_backoff_s: c.retry_backoff_s, max_concurrent: c.max_concurrent,
+      model: c.model,
+      rubric: c.rubric,
+      sample_rate: c.sample_rate,
+      score_scale: c.score_scale,
+      timeout_s: c.timeout_s,
+      max_retries: c.max_retries,
+      retry_backoff_s: c.retry_backoff_s,
+      max_concurrent: c.max_concurrent,
     };
   }
 
@@ -168,10 +222,16 @@ export function createJudgeService(deps: JudgeServiceDeps) {
 
   function fieldsOf(out: JudgeOutcome, model: string): JudgementFields {
     const at = nowIso();
-    if (!out.ok) return { llmaj_judged_at: at, llmaj_model: model, llmaj_inference_id: out.inference_id, llmaj_error: out.error };
+    if (!out.ok)
+      return { llmaj_judged_at: at, llmaj_model: model, llmaj_inference_id: out.inference_id, llmaj_error: out.error };
     return {
-      llmaj_score: out.score, llmaj_verdict: out.verdict, llmaj_reasoning: out.reasoning, llmaj_judged_at: at,
-      llmaj_model: model, llmaj_inference_id: out.inference_id, llmaj_error: null,
+      llmaj_score: out.score,
+      llmaj_verdict: out.verdict,
+      llmaj_reasoning: out.reasoning,
+      llmaj_judged_at: at,
+      llmaj_model: model,
+      llmaj_inference_id: out.inference_id,
+      llmaj_error: null,
     };
   }
 
@@ -181,7 +241,8 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     const out: JudgeOutcome = why
       ? { ok: false, error: why, inference_id: null, attempts: 0 }
       : await limitOf(cfgKey(cfg), cfg.max_concurrent).run(() =>
-        judgeWithRetries(core, p, specOf(cfg), inferenceMessages(r, cfg.rubric, cfg.score_scale)));
+          judgeWithRetries(core, p, specOf(cfg), inferenceMessages(r, cfg.rubric, cfg.score_scale)),
+        );
     if (!out.ok) deps.log?.warn({ inference: r.id, judge: cfg.model, err: out.error }, 'judgement failed');
     const fields = fieldsOf(out, cfg.model);
     const next = await store.tx(() => {
@@ -196,7 +257,11 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     await store.tx(() => {
       store.judges.dequeue(e.inference_id);
       if (store.inferences.get(e.inference_id)) {
-        store.inferences.applyJudgement(e.inference_id, { llmaj_judged_at: nowIso(), llmaj_model: '', llmaj_error: error });
+        store.inferences.applyJudgement(e.inference_id, {
+          llmaj_judged_at: nowIso(),
+          llmaj_model: '',
+          llmaj_error: error,
+        });
       }
     });
   }
@@ -214,8 +279,15 @@ export function createJudgeService(deps: JudgeServiceDeps) {
       if (!r) work = store.tx(() => store.judges.dequeue(e.inference_id));
       else if (!cfg || !p) work = drop(e, 'no judge is configured for this inference any more');
       else work = judgeRecord(r, cfg, p);
-      const w = work.then(() => undefined, (err) => deps.log?.warn({ inference: e.inference_id, err: String(err) }, 'judge queue'))
-        .finally(() => { inflight.delete(e.inference_id); queueMicrotask(kick); });
+      const w = work
+        .then(
+          () => undefined,
+          (err) => deps.log?.warn({ inference: e.inference_id, err: String(err) }, 'judge queue'),
+        )
+        .finally(() => {
+          inflight.delete(e.inference_id);
+          queueMicrotask(kick);
+        });
       inflight.set(e.inference_id, w);
     }
   }
@@ -225,7 +297,12 @@ export function createJudgeService(deps: JudgeServiceDeps) {
 
     getConfig(p: Principal, s: Scope) {
       const c = store.judges.getConfig(s.scope, scopeId(p, s));
-      if (!c) throw new NotFoundError(s.scope === 'team' ? 'No judge is configured for this team' : `No judge is configured for project ${s.project_id}`);
+      if (!c)
+        throw new NotFoundError(
+          s.scope === 'team'
+            ? 'No judge is configured for this team'
+            : `No judge is configured for project ${s.project_id}`,
+        );
       return configView(c);
     },
 
@@ -234,7 +311,12 @@ export function createJudgeService(deps: JudgeServiceDeps) {
       const v = validate(body);
       await checkModel(p.team_id, v.model);
       const c: JudgeConfigRecord = {
-        ...v, scope: s.scope, team_id: p.team_id, project_id: s.scope === 'project' ? id : null, updated_at: nowIso(), updated_by: p.user_id,
+        ...v,
+        scope: s.scope,
+        team_id: p.team_id,
+        project_id: s.scope === 'project' ? id : null,
+        updated_at: nowIso(),
+        updated_by: p.user_id,
       };
       await store.tx(() => store.judges.putConfig(c));
       return configView(c);
@@ -258,15 +340,19 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     },
 
     /** after that transaction committed: start the queued work */
-    stored(): void { kick(); },
+    stored(): void {
+      kick();
+    },
 
     /** POST /inferences/:id/judge: judge now with the judge in effect; answers with the result */
     async judgeNow(p: Principal, id: string) {
       const r = store.inferences.get(id);
       if (!r || r.team_id !== p.team_id) throw new NotFoundError(`Inference ${id} not found`);
-      if (r.endpoint === JUDGE_ENDPOINT) throw new ConflictError('This inference is a judge call; judges are not judged');
+      if (r.endpoint === JUDGE_ENDPOINT)
+        throw new ConflictError('This inference is a judge call; judges are not judged');
       const cfg = configFor(r);
-      if (!cfg) throw new ConflictError('No judge is configured for this inference (PUT /judge or PUT /projects/:id/judge)');
+      if (!cfg)
+        throw new ConflictError('No judge is configured for this inference (PUT /judge or PUT /projects/:id/judge)');
       const why = unjudgeable(r);
       if (why) throw new ConflictError(`Inference ${id} cannot be judged: ${why}`);
       return judgementView(await judgeRecord(r, cfg, p));
@@ -281,11 +367,15 @@ export function createJudgeService(deps: JudgeServiceDeps) {
       const q = batchQuery(body);
       await store.db.root.committed;
       const { items, total } = store.inferences.query({ ...q, team_id: p.team_id });
-      let queued = 0, skipped = 0;
+      let queued = 0,
+        skipped = 0;
       const at = nowIso();
       await store.tx(() => {
         for (const r of items) {
-          if (!eligible(r) || !configFor(r) || store.judges.queued(r.id)) { skipped++; continue; }
+          if (!eligible(r) || !configFor(r) || store.judges.queued(r.id)) {
+            skipped++;
+            continue;
+          }
           store.judges.enqueue({ inference_id: r.id, team_id: r.team_id, reason: 'request', enqueued_at: at });
           queued++;
         }
@@ -295,22 +385,33 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     },
 
     /** RewardContext.judge for llm_as_judge rewards: scores in [0, 1], an error per failed item */
-    async rewardJudge(items: RewardItem[], opts: JudgeRewardOptions): Promise<{ scores: number[]; errors: (string | null)[] }> {
+    async rewardJudge(
+      items: RewardItem[],
+      opts: JudgeRewardOptions,
+    ): Promise<{ scores: number[]; errors: (string | null)[] }> {
       const team = store.teams.get(opts.teamId);
       const scores = items.map(() => 0);
       const errors: (string | null)[] = items.map(() => null);
       if (!team) return { scores, errors: items.map(() => `team ${opts.teamId} not found`) };
       const p: Principal = { kind: 'key', team_id: opts.teamId, user_id: '', key_id: null, team, session: null };
       const spec: JudgeSpec = {
-        model: opts.model, rubric: opts.rubric, scoreScale: opts.scoreScale, timeoutS: opts.timeoutS,
-        maxRetries: opts.maxRetries, retryBackoffS: opts.retryBackoffS,
+        model: opts.model,
+        rubric: opts.rubric,
+        scoreScale: opts.scoreScale,
+        timeoutS: opts.timeoutS,
+        maxRetries: opts.maxRetries,
+        retryBackoffS: opts.retryBackoffS,
       };
       const sem = new Semaphore(Math.max(1, opts.maxConcurrent));
-      await Promise.all(items.map((it, i) => sem.run(async () => {
-        const out = await judgeWithRetries(core, p, spec, rewardMessages(it, opts.rubric, opts.scoreScale));
-        if (out.ok) scores[i] = out.score;
-        else errors[i] = out.error;
-      })));
+      await Promise.all(
+        items.map((it, i) =>
+          sem.run(async () => {
+            const out = await judgeWithRetries(core, p, spec, rewardMessages(it, opts.rubric, opts.scoreScale));
+            if (out.ok) scores[i] = out.score;
+            else errors[i] = out.error;
+          }),
+        ),
+      );
       return { scores, errors };
     },
 
@@ -332,7 +433,10 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     /** stop starting judgements and wait (at most timeoutMs) for those running; the queue stays for the next start */
     async close(timeoutMs = 2000): Promise<void> {
       closing = true;
-      await Promise.race([Promise.allSettled([...inflight.values()]), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+      await Promise.race([
+        Promise.allSettled([...inflight.values()]),
+        new Promise((r) => setTimeout(r, timeoutMs).unref()),
+      ]);
     },
   };
 }
