@@ -13,6 +13,7 @@ import { computeRewards } from '../../src/rl/rewards/index.ts';
 import { startServer, makeUser, call } from './helpers.ts';
 import { ENCODER_DIR } from '../compat/tiny-runtime.ts';
 import { writeTinyQwen2 } from '../compat/tiny-checkpoint.ts';
+import { startChild } from './child-server.ts';
 
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-judge-models-'));
 symlinkSync(ENCODER_DIR, join(modelsDir, 'gliner2-tiny'));
@@ -302,4 +303,38 @@ t.test('restart: queued judgements are kept in the store and judged by the next 
   t.ok(rec.llmaj_score !== null, `judged after the restart: ${rec.llmaj_score}`);
   t.equal(next.pending(), 0);
   await next.close();
+});
+
+t.test('kill -9: a sampled inference whose judgement had not run is judged once after the restart', async (t) => {
+  // a server process (fake runtime) that SIGKILLs itself as its background judge begins a call
+  const dataDir = mkdtempSync(join(tmpdir(), 'loom-judge-kill-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const first = await startChild(dataDir, 'judge-begin');
+  const key = first.key!;
+  const c = (url: string, method: string, path: string, body?: unknown) => call(url, method, path, { key, body });
+  const cfg = { model: 'test/decoder', rubric: RUBRIC, sample_rate: 1, max_retries: 1, retry_backoff_s: 0 };
+  t.equal((await c(first.url, 'PUT', '/judge', cfg)).status, 200);
+  const inf = await c(first.url, 'POST', '/inference', {
+    model_id: 'test/encoder',
+    text: 'Ada lives in Paris',
+    schema: ['person'],
+  }).catch(() => null); // the reply may or may not be out before the process dies
+  t.equal(await first.exited, null, 'killed by SIGKILL');
+  const second = await startChild(dataDir, '');
+  t.teardown(() => second.kill());
+  const list = (await c(second.url, 'GET', '/inferences?task=ner')).body;
+  t.equal(list.total, 1, 'the inference was stored');
+  const id = list.inferences[0].id;
+  if (inf?.status === 200) t.equal(inf.body.inference_id, id);
+  let rec;
+  for (const end = Date.now() + 20_000; Date.now() < end; await new Promise((r) => setTimeout(r, 50))) {
+    rec = (await c(second.url, 'GET', `/inferences/${id}`)).body;
+    if (rec.llmaj_judged_at) break;
+  }
+  t.ok(rec.llmaj_judged_at, 'judged after the restart');
+  // the fake runtime echoes words, not the judge's JSON: the judgement fails after its 2 attempts
+  t.match(rec.llmaj_error, /\(2 attempts\)/);
+  t.equal((await c(second.url, 'GET', '/inferences?task=judge')).body.total, 2, 'judged once: two attempts, no more');
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal((await c(second.url, 'GET', '/inferences?task=judge')).body.total, 2, 'and nothing is queued again');
 });

@@ -339,9 +339,9 @@ export function createJudgeService(deps: JudgeServiceDeps) {
       store.judges.enqueue({ inference_id: r.id, team_id: r.team_id, reason: 'sample', enqueued_at: nowIso() });
     },
 
-    /** after that transaction committed: start the queued work */
+    /** after that transaction committed: start the queued work once the inference's reply is on its way */
     stored(): void {
-      kick();
+      setImmediate(kick);
     },
 
     /** POST /inferences/:id/judge: judge now with the judge in effect; answers with the result */
