@@ -40,7 +40,7 @@ export interface JudgementFields {
   llmaj_verdict?: JudgeVerdict | null;
   llmaj_reasoning?: string | null;
   llmaj_judged_at: string;
-  llmaj_model: string;
+  llmaj_model: string | null;
   llmaj_inference_id?: string | null;
   llmaj_error: string | null;
 }

@@ -263,11 +263,30 @@ t.test(
     const judgeUsage = () => ts.services.store.usage.listByTeam(u.team_id).filter((x) => x.endpoint === 'judge').length;
     const n0 = judgeUsage();
     const ctx = { judge: ts.services.judge.rewardJudge, judgeOptions: opts };
+    // count the judge generations running at once: maxConcurrent bounds them
+    let active = 0,
+      most = 0;
+    const generate = runtime.generate.bind(runtime);
+    runtime.generate = async function* (ref, params) {
+      most = Math.max(most, ++active);
+      try {
+        yield* generate(ref, params);
+      } finally {
+        active--;
+      }
+    };
+    t.teardown(() => {
+      runtime.generate = generate;
+    });
     const out = await computeRewards('llm_as_judge', items, ctx);
+    t.equal(most, 2, 'maxConcurrent 2: two judge calls at once, never three');
     t.same(out.errors, [null, null, null]);
     for (const r of out.rewards)
       t.ok(r >= 0 && r <= 1 && Math.abs(r * 5 - Math.round(r * 5)) < 1e-9, `reward ${r} is k/5`);
-    t.same((await computeRewards('llm_as_judge', items, ctx)).rewards, out.rewards, 'greedy judge: same rewards');
+    most = 0;
+    const again = await computeRewards('llm_as_judge', items, { ...ctx, judgeOptions: { ...opts, maxConcurrent: 1 } });
+    t.same(again.rewards, out.rewards, 'greedy judge: same rewards');
+    t.equal(most, 1, 'maxConcurrent 1: one at a time');
     t.equal(judgeUsage(), n0 + 6, 'every judge call is billed');
     const slow = await computeRewards('llm_as_judge', items.slice(0, 2), {
       ...ctx,

@@ -208,7 +208,9 @@ export function createJudgeService(deps: JudgeServiceDeps) {
 
   /** the judge in effect for a record: its project's, else its team's */
   function configFor(r: Pick<InferenceRecord, 'team_id' | 'project_id'>): JudgeConfigRecord | undefined {
-    const pc = r.project_id ? store.judges.getConfig('project', r.project_id) : undefined;
+    // a deleted project's judge no longer applies to the inferences it served
+    const pc =
+      r.project_id && store.projects.get(r.project_id) ? store.judges.getConfig('project', r.project_id) : undefined;
     return pc ?? store.judges.getConfig('team', r.team_id);
   }
 
@@ -259,7 +261,7 @@ export function createJudgeService(deps: JudgeServiceDeps) {
       if (store.inferences.get(e.inference_id)) {
         store.inferences.applyJudgement(e.inference_id, {
           llmaj_judged_at: nowIso(),
-          llmaj_model: '',
+          llmaj_model: null,
           llmaj_error: error,
         });
       }
