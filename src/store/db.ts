@@ -11,11 +11,11 @@ export const SCHEMA_VERSION = 2;
 
 export const DB_NAMES = [
   'meta', 'idx', 'users', 'teams', 'sessions', 'keys', 'accounts', 'usage', 'inferences', 'feedback',
+  // LLM-as-judge configurations and queue (store/judges.ts)
+  'judges',
   'examples', 'projects', 'deployments', 'training_jobs',
   // customization (datasets, uploads, training logs/checkpoints, evaluations, generation jobs)
   'datasets', 'dataset_versions', 'uploads', 'training_logs', 'checkpoints', 'evaluations', 'generation_jobs',
-  // LLM-as-judge configurations and queue (store/judges.ts)
-  'judges',
 ] as const;
 export type DbName = (typeof DB_NAMES)[number];
 

@@ -8,6 +8,7 @@ import { makeKeysRepo } from './keys.ts';
 import { makeAccountsRepo } from './accounts.ts';
 import { makeUsageRepo } from './usage.ts';
 import { makeInferencesRepo } from './inferences.ts';
+import { makeJudgesRepo } from './judges.ts';
 import { makeFeedbackRepo } from './feedback.ts';
 import { makeExamplesRepo } from './examples.ts';
 import { makeProjectsRepo } from './projects.ts';
@@ -16,7 +17,6 @@ import { makeTrainingJobsRepo } from './training-jobs.ts';
 import { makeDatasetsRepo } from './datasets.ts';
 import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
-import { makeJudgesRepo } from './judges.ts';
 
 export { SCHEMA_VERSION, ikey, scanIndex, storeExists, storePath } from './db.ts';
 export type * from './types.ts';
@@ -32,6 +32,7 @@ function makeRepos(db: Db) {
     accounts: makeAccountsRepo(db),
     usage: makeUsageRepo(db),
     inferences: makeInferencesRepo(db),
+    judges: makeJudgesRepo(db),
     feedback: makeFeedbackRepo(db),
     examples: makeExamplesRepo(db),
     projects: makeProjectsRepo(db),
@@ -41,7 +42,6 @@ function makeRepos(db: Db) {
     trainingArtifacts: makeTrainingArtifactsRepo(db),
     evaluations: makeEvaluationsRepo(db),
     generationJobs: makeGenerationJobsRepo(db),
-    judges: makeJudgesRepo(db),
   };
 }
 export type Repos = ReturnType<typeof makeRepos>;
