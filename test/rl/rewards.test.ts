@@ -11,16 +11,10 @@ import { rougeL, rougeTokens } from '../../src/rl/rewards/rouge.ts';
 type Row = [completion: string, answer: string, reward: number];
 
 async function table(t: Test, type: RewardType, rows: Row[]) {
-  const { rewards, errors } = await computeRewards(
-    type,
-    rows.map(([completion, answer]) => ({ prompt: 'p', completion, answer })),
-  );
+  const { rewards, errors } = await computeRewards(type, rows.map(([completion, answer]) => ({ prompt: 'p', completion, answer })));
   rows.forEach(([c, a, want], i) => {
     t.equal(errors[i], null, `${type} no error for ${JSON.stringify(c)}`);
-    t.ok(
-      Math.abs(rewards[i] - want) < 1e-12,
-      `${type}(${JSON.stringify(c)}, ${JSON.stringify(a)}) = ${rewards[i]}, want ${want}`,
-    );
+    t.ok(Math.abs(rewards[i] - want) < 1e-12, `${type}(${JSON.stringify(c)}, ${JSON.stringify(a)}) = ${rewards[i]}, want ${want}`);
   });
 }
 
@@ -29,25 +23,21 @@ t.test('the nine types are listed and eight are pure', async (t) => {
   t.same(Object.keys(PURE_REWARDS).sort(), REWARD_TYPES.filter((r) => r !== 'llm_as_judge').sort());
 });
 
-t.test('exact_match: trimmed, whitespace collapsed, case-sensitive', (t) =>
-  table(t, 'exact_match', [
-    ['Paris', 'Paris', 1],
-    ['  Paris \n', 'Paris', 1],
-    ['New   York\tCity', 'New York City', 1],
-    ['paris', 'Paris', 0],
-    ['Paris.', 'Paris', 0],
-    ['', '', 1],
-  ]),
-);
+t.test('exact_match: trimmed, whitespace collapsed, case-sensitive', (t) => table(t, 'exact_match', [
+  ['Paris', 'Paris', 1],
+  ['  Paris \n', 'Paris', 1],
+  ['New   York\tCity', 'New York City', 1],
+  ['paris', 'Paris', 0],
+  ['Paris.', 'Paris', 0],
+  ['', '', 1],
+]));
 
-t.test('contains_substring: case-insensitive containment', (t) =>
-  table(t, 'contains_substring', [
-    ['Once upon a time there was a Dragon.', 'dragon', 1],
-    ['no such word', 'dragon', 0],
-    ['DRAGONS', ' dragon ', 1],
-    ['anything', '', 0],
-  ]),
-);
+t.test('contains_substring: case-insensitive containment', (t) => table(t, 'contains_substring', [
+  ['Once upon a time there was a Dragon.', 'dragon', 1],
+  ['no such word', 'dragon', 0],
+  ['DRAGONS', ' dragon ', 1],
+  ['anything', '', 0],
+]));
 
 t.test('numeric_match: the last number, tolerance 1e-6 relative', async (t) => {
   await table(t, 'numeric_match', [
@@ -124,19 +114,17 @@ t.test('json_match: parsed equality, fences allowed', async (t) => {
   t.same(extractJson('```json\n{"a":1}\n``` and ```json\n{"b":2}\n```'), { b: 2 }, 'the last fence wins');
 });
 
-t.test('json_loose_match: matching leaves over all leaf paths', (t) =>
-  table(t, 'json_loose_match', [
-    ['{"a":1,"b":2,"c":3,"d":4}', '{"a":1,"b":2,"c":3,"d":4}', 1],
-    ['{"a":1,"b":2,"c":3,"d":5}', '{"a":1,"b":2,"c":3,"d":4}', 3 / 4],
-    ['{"a":1,"b":2}', '{"a":1,"b":2,"c":3,"d":4}', 2 / 4],
-    ['{"a":1,"b":2,"c":3,"d":4,"e":5}', '{"a":1,"b":2,"c":3,"d":4}', 4 / 5],
-    ['{"p":{"name":"Ada","age":36},"tags":["x","y"]}', '{"p":{"name":"Ada","age":37},"tags":["x","y"]}', 3 / 4],
-    ['{"tags":[]}', '{"tags":[]}', 1],
-    ['[1,2,3]', '[1,2,4]', 2 / 3],
-    ['5', '5', 1],
-    ['garbage', '{"a":1}', 0],
-  ]),
-);
+t.test('json_loose_match: matching leaves over all leaf paths', (t) => table(t, 'json_loose_match', [
+  ['{"a":1,"b":2,"c":3,"d":4}', '{"a":1,"b":2,"c":3,"d":4}', 1],
+  ['{"a":1,"b":2,"c":3,"d":5}', '{"a":1,"b":2,"c":3,"d":4}', 3 / 4],
+  ['{"a":1,"b":2}', '{"a":1,"b":2,"c":3,"d":4}', 2 / 4],
+  ['{"a":1,"b":2,"c":3,"d":4,"e":5}', '{"a":1,"b":2,"c":3,"d":4}', 4 / 5],
+  ['{"p":{"name":"Ada","age":36},"tags":["x","y"]}', '{"p":{"name":"Ada","age":37},"tags":["x","y"]}', 3 / 4],
+  ['{"tags":[]}', '{"tags":[]}', 1],
+  ['[1,2,3]', '[1,2,4]', 2 / 3],
+  ['5', '5', 1],
+  ['garbage', '{"a":1}', 0],
+]));
 
 t.test('rougeL_match equals the rouge-score package', async (t) => {
   const fx = JSON.parse(readFileSync(join(import.meta.dirname, '../fixtures/rouge/rougeL.json'), 'utf8')) as {
@@ -145,21 +133,12 @@ t.test('rougeL_match equals the rouge-score package', async (t) => {
   t.ok(fx.cases.length >= 10);
   for (const c of fx.cases) {
     const r = rougeL(c.prediction, c.target);
-    t.ok(
-      Math.abs(r.fmeasure - c.fmeasure) < 1e-12 &&
-        Math.abs(r.precision - c.precision) < 1e-12 &&
-        Math.abs(r.recall - c.recall) < 1e-12,
-      `${JSON.stringify(c.prediction)} vs ${JSON.stringify(c.target)}: ` + `${r.fmeasure} want ${c.fmeasure}`,
-    );
+    t.ok(Math.abs(r.fmeasure - c.fmeasure) < 1e-12 && Math.abs(r.precision - c.precision) < 1e-12
+      && Math.abs(r.recall - c.recall) < 1e-12, `${JSON.stringify(c.prediction)} vs ${JSON.stringify(c.target)}: `
+      + `${r.fmeasure} want ${c.fmeasure}`);
   }
-  const { rewards } = await computeRewards(
-    'rougeL_match',
-    fx.cases.map((c) => ({ prompt: '', completion: c.prediction, answer: c.target })),
-  );
-  t.same(
-    rewards,
-    fx.cases.map((c) => c.fmeasure),
-  );
+  const { rewards } = await computeRewards('rougeL_match', fx.cases.map((c) => ({ prompt: '', completion: c.prediction, answer: c.target })));
+  t.same(rewards, fx.cases.map((c) => c.fmeasure));
   t.same(rougeTokens("It's naïve!"), ['it', 's', 'na', 've']);
   // rouge-score's README example: score(target='The quick brown fox jumps over the lazy dog',
   // prediction='The quick brown dog jumps on the log.') → precision 0.625, recall 0.5555…, F 0.5882…
@@ -168,36 +147,20 @@ t.test('rougeL_match equals the rouge-score package', async (t) => {
 });
 
 t.test('llm_as_judge: the service judge scores; a failed item is 0 with its error', async (t) => {
-  await t.rejects(
-    computeRewards('llm_as_judge', [{ prompt: 'p', completion: 'c', answer: 'a' }]),
-    /need the service judge/,
-  );
+  await t.rejects(computeRewards('llm_as_judge', [{ prompt: 'p', completion: 'c', answer: 'a' }]), /need the service judge/);
   const seen: unknown[] = [];
-  const opts = {
-    model: 'm',
-    rubric: 'r',
-    scoreScale: 10,
-    timeoutS: 5,
-    maxConcurrent: 2,
-    maxRetries: 1,
-    retryBackoffS: 0,
-    teamId: 't',
-  };
-  const out = await computeRewards(
-    'llm_as_judge',
-    [
-      { prompt: 'p', completion: 'good', answer: 'a' },
-      { prompt: 'p', completion: 'bad', answer: 'a' },
-      { prompt: 'p', completion: 'over', answer: 'a' },
-    ],
-    {
-      judgeOptions: opts,
-      judge: async (items, o) => {
-        seen.push(items.length, o);
-        return { scores: [0.8, NaN, 1.5], errors: [null, 'judge timed out after 5 s', null] };
-      },
+  const opts = { model: 'm', rubric: 'r', scoreScale: 10, timeoutS: 5, maxConcurrent: 2, maxRetries: 1, retryBackoffS: 0, teamId: 't' };
+  const out = await computeRewards('llm_as_judge', [
+    { prompt: 'p', completion: 'good', answer: 'a' },
+    { prompt: 'p', completion: 'bad', answer: 'a' },
+    { prompt: 'p', completion: 'over', answer: 'a' },
+  ], {
+    judgeOptions: opts,
+    judge: async (items, o) => {
+      seen.push(items.length, o);
+      return { scores: [0.8, NaN, 1.5], errors: [null, 'judge timed out after 5 s', null] };
     },
-  );
+  });
   t.same(seen, [3, opts]);
   t.same(out.rewards, [0.8, 0, 1]);
   t.same(out.errors, [null, 'judge timed out after 5 s', null]);

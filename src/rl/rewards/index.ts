@@ -12,44 +12,19 @@ import { numericMatch } from './numeric.ts';
 import { jsonLooseMatch, jsonMatch } from './json.ts';
 import { rougeLMatch } from './rouge.ts';
 
-export type RewardType =
-  | 'exact_match'
-  | 'contains_substring'
-  | 'numeric_match'
-  | 'choice_match'
-  | 'regex_match'
-  | 'json_match'
-  | 'json_loose_match'
-  | 'rougeL_match'
-  | 'llm_as_judge';
+export type RewardType = 'exact_match' | 'contains_substring' | 'numeric_match' | 'choice_match' | 'regex_match'
+  | 'json_match' | 'json_loose_match' | 'rougeL_match' | 'llm_as_judge';
 
 export const REWARD_TYPES: readonly RewardType[] = [
-  'exact_match',
-  'contains_substring',
-  'numeric_match',
-  'choice_match',
-  'regex_match',
-  'json_match',
-  'json_loose_match',
-  'rougeL_match',
-  'llm_as_judge',
+  'exact_match', 'contains_substring', 'numeric_match', 'choice_match', 'regex_match',
+  'json_match', 'json_loose_match', 'rougeL_match', 'llm_as_judge',
 ];
 
-export interface RewardItem {
-  prompt: string;
-  completion: string;
-  answer: string;
-}
+export interface RewardItem { prompt: string; completion: string; answer: string }
 
 export interface JudgeRewardOptions {
-  model: string;
-  rubric: string;
-  scoreScale: number;
-  timeoutS: number;
-  maxConcurrent: number;
-  maxRetries: number;
-  retryBackoffS: number;
-  teamId: string;
+  model: string; rubric: string; scoreScale: number; timeoutS: number;
+  maxConcurrent: number; maxRetries: number; retryBackoffS: number; teamId: string;
 }
 
 /** judge: provided by the service (the LLM judge) when rewardType is llm_as_judge; scores in [0,1] */
@@ -75,14 +50,10 @@ export const PURE_REWARDS: Readonly<Record<Exclude<RewardType, 'llm_as_judge'>, 
 const clamp01 = (x: number) => (Number.isFinite(x) ? Math.min(1, Math.max(0, x)) : 0);
 
 /** rewards in [0,1] (one per item); a failed llm_as_judge item is reward 0 with its error */
-export async function computeRewards(
-  type: RewardType,
-  items: RewardItem[],
-  ctx?: RewardContext,
-): Promise<{ rewards: number[]; errors: (string | null)[] }> {
+export async function computeRewards(type: RewardType, items: RewardItem[], ctx?: RewardContext):
+  Promise<{ rewards: number[]; errors: (string | null)[] }> {
   if (type === 'llm_as_judge') {
-    if (!ctx?.judge || !ctx.judgeOptions)
-      throw new Error('llm_as_judge rewards need the service judge (ctx.judge and ctx.judgeOptions)');
+    if (!ctx?.judge || !ctx.judgeOptions) throw new Error('llm_as_judge rewards need the service judge (ctx.judge and ctx.judgeOptions)');
     if (!items.length) return { rewards: [], errors: [] };
     const out = await ctx.judge(items, ctx.judgeOptions);
     return {

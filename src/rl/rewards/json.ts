@@ -25,7 +25,7 @@ function tryParse(s: string): { ok: true; value: unknown } | { ok: false } {
 export function extractJson(completion: string): unknown {
   let fenced: string | null = null;
   FENCE.lastIndex = 0;
-  for (let m; (m = FENCE.exec(completion)) !== null;) fenced = m[1];
+  for (let m; (m = FENCE.exec(completion)) !== null; ) fenced = m[1];
   const text = (fenced ?? completion).trim();
   const whole = tryParse(text);
   if (whole.ok) return whole.value;
@@ -61,8 +61,7 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
 export function jsonLeaves(v: unknown, path = '', out = new Map<string, unknown>()): Map<string, unknown> {
   const esc = (k: string) => k.replace(/~/g, '~0').replace(/\//g, '~1');
   if (Array.isArray(v) && v.length) v.forEach((x, i) => jsonLeaves(x, `${path}/${i}`, out));
-  else if (isObj(v) && Object.keys(v).length)
-    for (const [k, x] of Object.entries(v)) jsonLeaves(x, `${path}/${esc(k)}`, out);
+  else if (isObj(v) && Object.keys(v).length) for (const [k, x] of Object.entries(v)) jsonLeaves(x, `${path}/${esc(k)}`, out);
   else out.set(path, v);
   return out;
 }

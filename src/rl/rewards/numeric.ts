@@ -17,7 +17,7 @@ export function lastNumber(s: string): number | null {
   NUMBER.lastIndex = 0;
   let m: RegExpExecArray | null;
   while ((m = NUMBER.exec(s)) !== null) {
-    if (m[0] === '') {
+    if (m[0] === '' ) {
       NUMBER.lastIndex++;
       continue;
     }
@@ -37,8 +37,7 @@ export function lastNumber(s: string): number | null {
 
 export function numericMatch(completion: string, answer: string): number {
   const want = lastNumber(answer);
-  if (want === null)
-    throw new Error(`numeric_match: the answer ${JSON.stringify(answer.slice(0, 40))} holds no number`);
+  if (want === null) throw new Error(`numeric_match: the answer ${JSON.stringify(answer.slice(0, 40))} holds no number`);
   const got = lastNumber(completion);
   if (got === null) return 0;
   return Math.abs(got - want) <= NUMERIC_TOLERANCE * Math.max(1, Math.abs(want)) ? 1 : 0;

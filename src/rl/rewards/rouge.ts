@@ -7,11 +7,7 @@
 
 /** rouge-score's DefaultTokenizer without stemming */
 export function rougeTokens(text: string): string[] {
-  return text
-    .toLowerCase()
-    .replace(/[^a-z0-9]+/g, ' ')
-    .split(/\s+/)
-    .filter((t) => /^[a-z0-9]+$/.test(t));
+  return text.toLowerCase().replace(/[^a-z0-9]+/g, ' ').split(/\s+/).filter((t) => /^[a-z0-9]+$/.test(t));
 }
 
 /** length of the longest common subsequence of two token lists (one rolling row, O(|a|·|b|) time) */
@@ -29,12 +25,10 @@ export function lcsLength(a: readonly string[], b: readonly string[]): number {
 }
 
 export function rougeL(prediction: string, target: string): { precision: number; recall: number; fmeasure: number } {
-  const p = rougeTokens(prediction),
-    t = rougeTokens(target);
+  const p = rougeTokens(prediction), t = rougeTokens(target);
   if (!p.length || !t.length) return { precision: 0, recall: 0, fmeasure: 0 };
   const lcs = lcsLength(t, p);
-  const precision = lcs / p.length,
-    recall = lcs / t.length;
+  const precision = lcs / p.length, recall = lcs / t.length;
   const fmeasure = precision + recall > 0 ? (2 * precision * recall) / (precision + recall) : 0;
   return { precision, recall, fmeasure };
 }
