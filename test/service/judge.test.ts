@@ -153,9 +153,13 @@ t.test('background: sampled inferences are judged after they are stored; filters
     await decoderInference('What is two plus two?'),
   ];
   const unstored = await encoderInference('Nobody should see this text.', { store: false });
+  const emb = await api('POST', '/v1/embeddings', { model: 'gliner2-tiny', input: 'Ada Lovelace' });
+  t.equal(emb.status, 200, emb.text);
+  const embId = (await api('GET', '/inferences?task=embed')).body.inferences[0].id;
   const recs = await waitJudged(ids);
   for (const r of recs) t.ok(r.llmaj_score !== null && r.llmaj_error === null, `${r.id} scored ${r.llmaj_score}`);
   t.equal((await get(unstored)).llmaj_judged_at, null, 'a store:false inference is not judged');
+  t.equal((await get(embId)).llmaj_judged_at, null, 'an embedding call is not judged');
   t.equal(ts.services.judge.pending(), 0, 'queue drained');
 
   const all = (await api('GET', '/inferences?limit=1000')).body.inferences as {

@@ -55,6 +55,7 @@ function conversation(input: InferenceRecord['input']): string {
 /** Why an inference cannot be judged, or null when it can. */
 export function unjudgeable(r: InferenceRecord): string | null {
   if (r.status !== 'success') return 'the inference failed: there is no output to judge';
+  if (r.task === 'embed') return 'embeddings are not judged';
   if (!r.stored_content || r.input === null)
     return 'the inference was made with store: false: its content was not kept';
   return null;
