@@ -200,6 +200,28 @@ t.test('background: sampled inferences are judged after they are stored; filters
   t.equal((await api('GET', '/inferences?llmaj_score_min=0.8&llmaj_score_max=0.2')).status, 422);
 });
 
+t.test('background judging is off the request path: a slow judge does not delay the inference', async (t) => {
+  t.equal((await api('PUT', '/judge', { model: 'tiny-judge', rubric: RUBRIC, sample_rate: 1 })).status, 200);
+  // judge generations (the ones constrained to the judgement schema) start 1.5 s late
+  const generate = runtime.generate.bind(runtime);
+  runtime.generate = async function* (ref, params) {
+    const rf = params.response_format as { json_schema?: { name?: string } } | undefined;
+    if (rf?.json_schema?.name === 'judgement') await new Promise((r) => setTimeout(r, 1500));
+    yield* generate(ref, params);
+  };
+  t.teardown(() => {
+    runtime.generate = generate;
+  });
+  const t0 = Date.now();
+  const id = await encoderInference('Edsger Dijkstra lived in Austin.');
+  const took = Date.now() - t0;
+  t.ok(took < 1000, `the inference answered in ${took} ms`);
+  t.equal((await get(id)).llmaj_judged_at, null, 'not judged yet when the reply arrives');
+  const [rec] = await waitJudged([id]);
+  t.ok(rec.llmaj_score !== null, 'judged afterwards');
+  t.equal((await api('PUT', '/judge', { model: 'tiny-judge', rubric: RUBRIC, sample_rate: 0 })).status, 200);
+});
+
 t.test('batch: the inferences matching a filter are queued and judged', async (t) => {
   t.equal((await api('PUT', '/judge', { model: 'tiny-judge', rubric: RUBRIC, sample_rate: 0 })).status, 200);
   const since = new Date().toISOString();
