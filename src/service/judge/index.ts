@@ -143,6 +143,8 @@ export function createJudgeService(deps: JudgeServiceDeps) {
   /** one semaphore per configuration (team or project) and per reward batch: max_concurrent */
   const limits = new Map<string, Semaphore>();
   const inflight = new Map<string, Promise<void>>();
+  /** entries whose result could not be written (store closing): left in the queue for the next start */
+  const stuck = new Set<string>();
   let closing = false;
 
   const limitOf = (key: string, n: number): Semaphore => {
@@ -240,11 +242,22 @@ export function createJudgeService(deps: JudgeServiceDeps) {
   /** judge one record with a configuration and write the result (and drop its queue entry) */
   async function judgeRecord(r: InferenceRecord, cfg: JudgeConfigRecord, p: Principal): Promise<InferenceRecord> {
     const why = unjudgeable(r);
-    const out: JudgeOutcome = why
-      ? { ok: false, error: why, inference_id: null, attempts: 0 }
-      : await limitOf(cfgKey(cfg), cfg.max_concurrent).run(() =>
-          judgeWithRetries(core, p, specOf(cfg), inferenceMessages(r, cfg.rubric, cfg.score_scale)),
-        );
+    let out: JudgeOutcome;
+    try {
+      out = why
+        ? { ok: false, error: why, inference_id: null, attempts: 0 }
+        : await limitOf(cfgKey(cfg), cfg.max_concurrent).run(() =>
+            judgeWithRetries(core, p, specOf(cfg), inferenceMessages(r, cfg.rubric, cfg.score_scale)),
+          );
+    } catch (err) {
+      // judgeWithRetries never throws; anything else (the prompt) is this record's error, not a crash
+      out = {
+        ok: false,
+        error: `the judgement failed: ${(err as Error)?.message ?? err}`,
+        inference_id: null,
+        attempts: 0,
+      };
+    }
     if (!out.ok) deps.log?.warn({ inference: r.id, judge: cfg.model, err: out.error }, 'judgement failed');
     const fields = fieldsOf(out, cfg.model);
     const next = await store.tx(() => {
@@ -273,7 +286,7 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     if (closing) return;
     for (const e of store.judges.queue()) {
       if (inflight.size >= BACKGROUND_CONCURRENCY) return;
-      if (inflight.has(e.inference_id)) continue;
+      if (inflight.has(e.inference_id) || stuck.has(e.inference_id)) continue;
       const r = store.inferences.get(e.inference_id);
       const cfg = r && configFor(r);
       const p = cfg && principalFor(cfg.team_id, cfg.updated_by);
@@ -284,7 +297,10 @@ export function createJudgeService(deps: JudgeServiceDeps) {
       const w = work
         .then(
           () => undefined,
-          (err) => deps.log?.warn({ inference: e.inference_id, err: String(err) }, 'judge queue'),
+          (err) => {
+            stuck.add(e.inference_id); // never retried in a loop: the next start picks it up
+            deps.log?.warn({ inference: e.inference_id, err: String(err) }, 'judge queue');
+          },
         )
         .finally(() => {
           inflight.delete(e.inference_id);
