@@ -133,6 +133,7 @@ type Job = TrainingJobRecord & {
   model_ref?: ModelRef;
   weights_dir?: string | null;
   weights_format?: 'peft_lora' | 'safetensors' | null;
+  adaptive?: Record<string, unknown>;
 };
 
 const round = (x: number | null | undefined, d = 6) => (x === null || x === undefined || !Number.isFinite(x) ? null : Math.round(x * 10 ** d) / 10 ** d);
@@ -147,6 +148,8 @@ export function jobView(j: Job) {
     train_loss: round(j.train_loss), val_loss: round(j.val_loss), tokens_per_s: round(j.tokens_per_s, 1),
     ...(done && j.metrics ? { metrics: j.metrics } : {}),
     error: j.error, created_at: j.created_at, updated_at: j.updated_at, started_at: j.started_at, completed_at: j.completed_at,
+    // an adaptive retraining (src/service/adaptive): its run, trigger, scores and decision
+    ...(j.adaptive ? { adaptive: j.adaptive } : {}),
   };
 }
 
@@ -443,7 +446,8 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
     root,
     jobDir,
 
-    async create(p: Principal, body: TrainingJobRequest) {
+    /** `extra.adaptive`: the marker of an adaptive retraining (src/service/adaptive), shown on the job */
+    async create(p: Principal, body: TrainingJobRequest, extra: { adaptive?: Record<string, unknown> } = {}) {
       const algo = body.training_algorithm ?? 'sft';
       if (algo === 'sft' && body.rl_config !== undefined) invalid('/rl_config', 'rl_config must be omitted for sft', 'rl_config_with_sft');
       if (algo !== 'sft') {
@@ -488,6 +492,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         training_algorithm: algo, datasets: ds, configuration, base,
         progress_percent: 0, current_epoch: 0, current_step: 0, total_steps: null, train_loss: null, val_loss: null, tokens_per_s: null,
         metrics: null, error: null, started_at: null, completed_at: null, restarts: 0, weights_dir: null, weights_format: null,
+        ...(extra.adaptive ? { adaptive: extra.adaptive } : {}),
       };
       await store.tx(() => {
         store.trainingJobs.put(job);
