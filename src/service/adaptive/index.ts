@@ -39,6 +39,8 @@ export { adaptivePolicySchema, DEFAULT_POLICY, policyOf } from './policy.ts';
 
 const ACTIVE = new Set<AdaptiveRunRecord['status']>(['preparing', 'training', 'evaluating']);
 const TICK_MS = 500;
+/** a dataset version of a run not ready by then fails the run (its corrections are freed) */
+const PREPARE_TIMEOUT_MS = 5 * 60_000;
 
 type Job = TrainingJobRecord & { datasets?: Array<{ version_id: string }>; configuration?: Record<string, unknown> };
 
@@ -191,7 +193,9 @@ export function createAdaptiveService(deps: {
   /** a ready dataset version made from records (waits for its processing) */
   async function makeVersion(teamId: string, name: string, type: 'custom' | 'decoder', rows: unknown[], file: string) {
     const v = await datasets.createVersionFromRecords(teamId, name, type, jsonl(rows), file);
+    const until = Date.now() + PREPARE_TIMEOUT_MS;
     for (;;) {
+      if (Date.now() > until) throw new Error(`dataset ${name} version ${v.version_number} was not processed within ${PREPARE_TIMEOUT_MS / 1000} s`);
       const cur = store.datasets.getVersion(v.id);
       if (!cur) throw new Error(`dataset ${name} was deleted while it was prepared`);
       if (cur.status === 'ready') return cur;
