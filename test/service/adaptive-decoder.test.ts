@@ -3,7 +3,7 @@
 // the corrected replies; the retraining continues from the deployed adapter on them (+ replay),
 // the held-out token-overlap F1 improves and the new adapter is promoted. Corrections with junk
 // replies are then trained on and not promoted.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,7 +47,7 @@ t.test('setup: a cat-story adapter, deployed', async (t) => {
   t.equal(p.status, 200);
 });
 
-async function correct(t: typeof import('tap').default, from: number, n: number, reply: string) {
+async function correct(t: Test, from: number, n: number, reply: string) {
   const ids: string[] = [];
   for (let i = from; i < from + n; i++) {
     const inf = await api('POST', `/projects/${projectId}/inference`, { text: `What did the dog do ${i}?`, task: 'generate', max_tokens: 12, temperature: 0 });

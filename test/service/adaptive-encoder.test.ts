@@ -5,7 +5,7 @@
 // corrections + a replay sample; the evaluation on held-out text with companies improves and the
 // new model is promoted. Then a batch of harmful corrections (labels swapped) is trained on and
 // *not* promoted. Plus the bad-input answers of the loop.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -86,7 +86,7 @@ t.test('policy: defaults, patch, out-of-range values are 422 naming the path', a
 });
 
 /** project inferences on texts with companies, then corrections from `label` (the truth or a harmful one) */
-async function correct(t: typeof import('tap').default, from: number, n: number, label: (x: ReturnType<typeof fill>) => Array<[string, string]>) {
+async function correct(t: Test, from: number, n: number, label: (x: ReturnType<typeof fill>) => Array<[string, string]>) {
   const ids: string[] = [];
   for (let i = from; i < from + n; i++) {
     const x = fill(WITH_CO[i % WITH_CO.length], i);

@@ -160,6 +160,11 @@ export function createAdaptiveService(deps: {
       const pending = pendingExamples(pr, d.job.task_type);
       if (pending.length === 0) return `project ${pr.name} has no new corrections since its last retraining`;
       if (pending.length < min) return `project ${pr.name} has ${pending.length} new correction(s); the policy waits for ${min}`;
+      const last = store.adaptiveRuns.listByProject(pr.id)[0];
+      if (how === 'policy' && last?.status === 'failed' && !pending.some((e) => e.created_at > last.created_at)) {
+        // the corrections of a failed run are free again, but the policy does not retry them in a loop
+        return `the last retraining run ${last.id} failed (${last.error}); the policy waits for a new correction or a manual retrain`;
+      }
       if (pending.length < 2 && !policy.eval_dataset) {
         return `project ${pr.name} has 1 new correction: retraining holds part of the corrections out for evaluation, so it needs at least 2 (or an eval_dataset in the policy)`;
       }
@@ -216,7 +221,8 @@ export function createAdaptiveService(deps: {
     return lines;
   }
 
-  async function prepare(r: AdaptiveRunRecord) {
+  async function prepare(r0: AdaptiveRunRecord) {
+    let r = r0;
     const pr = store.projects.get(r.project_id);
     const from = store.trainingJobs.get(r.from_job_id) as Job | undefined;
     if (!pr) return end(r, 'cancelled', 'the project was deleted');
@@ -238,19 +244,25 @@ export function createAdaptiveService(deps: {
       const v = datasets.readyVersion(r.team_id, policy.eval_dataset);
       evalRows = readFileSync(datasets.dataFile(v), 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
     }
-    const cumulative = allExamples(pr).map((e) => e.record);
-    const cv = await makeVersion(r.team_id, names.corrections, type, cumulative, `${names.corrections}.jsonl`);
-    const tv = await makeVersion(r.team_id, names.train, type, [...train, ...replay], `${names.train}.jsonl`);
-    const hv = await makeVersion(r.team_id, names.holdout, type, [...hold, ...evalRows], `${names.holdout}.jsonl`);
-    await patchRun(r.id, () => ({
-      corrections_version: cv.version_number, train_dataset: { name: tv.dataset_name, version: tv.version_number, size: tv.size, replayed: replay.length },
-      holdout_dataset: { name: hv.dataset_name, version: hv.version_number, size: hv.size },
-    }));
+    // each version is recorded on the run as soon as it is ready: a restart reuses it
+    if (!r.corrections_version) {
+      const cv = await makeVersion(r.team_id, names.corrections, type, allExamples(pr).map((e) => e.record), `${names.corrections}.jsonl`);
+      r = (await patchRun(r.id, () => ({ corrections_version: cv.version_number })))!;
+    }
+    if (!r.train_dataset) {
+      const tv = await makeVersion(r.team_id, names.train, type, [...train, ...replay], `${names.train}.jsonl`);
+      r = (await patchRun(r.id, () => ({ train_dataset: { name: tv.dataset_name, version: tv.version_number, size: tv.size, replayed: replay.length } })))!;
+    }
+    if (!r.holdout_dataset) {
+      const hv = await makeVersion(r.team_id, names.holdout, type, [...hold, ...evalRows], `${names.holdout}.jsonl`);
+      r = (await patchRun(r.id, () => ({ holdout_dataset: { name: hv.dataset_name, version: hv.version_number, size: hv.size } })))!;
+    }
+    const tv = r.train_dataset!;
     const c = from.configuration ?? {};
     const pick = (k: string) => (c[k] === null || c[k] === undefined ? {} : { [k]: c[k] });
     const n = store.adaptiveRuns.listByProject(r.project_id).length;
     const body = {
-      base_model: from.id, datasets: [{ name: tv.dataset_name, version: tv.version_number }], project_id: r.project_id,
+      base_model: from.id, datasets: [{ name: tv.name, version: tv.version }], project_id: r.project_id,
       model_name: `${String(from.model_name).replace(/-adaptive-\d+$/, '')}-adaptive-${n}`.slice(0, 200),
       training_type: from.training_type as 'lora' | 'full', validation_data_percentage: 0,
       ...pick('nr_epochs'), ...pick('learning_rate'), ...pick('encoder_learning_rate'), ...pick('batch_size'), ...pick('seed'),
