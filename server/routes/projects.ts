@@ -19,8 +19,11 @@ export function projectRoutes(): RouteDef[] {
     {
       // the adaptive policy (README "Adaptive inference"); out-of-range values are a 422 naming the path
       method: 'PATCH', path: '/projects/:project_id', auth: 'any', params: { project_id: 'uuid' },
-      body: { type: 'object', required: ['adaptive'], additionalProperties: false, properties: { adaptive: adaptivePolicySchema } },
-      handler: ({ services, principal, params, body }) => services.adaptive.setPolicy(principal, params.project_id, body.adaptive),
+      body: {
+        type: 'object', required: ['adaptive'], additionalProperties: false, properties: { adaptive: adaptivePolicySchema },
+      },
+      handler: ({ services, principal, params, body }) =>
+        services.adaptive.setPolicy(principal, params.project_id, body.adaptive),
     },
     {
       method: 'GET', path: '/projects/:project_id/adaptive', auth: 'any', params: { project_id: 'uuid' },

@@ -43,7 +43,8 @@ export function createHistoryService(store: Store, hooks: { corrected?: (e: Labe
       if (issues.length) throw new ValidationError('A minimum is greater than its maximum', issues);
       await store.db.root.committed;
       const { items, total } = store.inferences.query({ ...q, team_id: p.team_id });
-      return { inferences: items.map((r) => inferenceView(r, store.examples.byInference(r.id))), count: items.length, total, limit: q.limit, offset: q.offset };
+      const inferences = items.map((r) => inferenceView(r, store.examples.byInference(r.id)));
+      return { inferences, count: items.length, total, limit: q.limit, offset: q.offset };
     },
     get(p: Principal, id: string) { return inferenceView(own(p, id), store.examples.byInference(id)); },
 
@@ -66,8 +67,8 @@ export function createHistoryService(store: Store, hooks: { corrected?: (e: Labe
         store.feedback.put(f);
         if (corrected) {
           const e: LabeledExampleRecord = {
-            id: old?.id ?? newId(), team_id: p.team_id, inference_id: id, model_id: r.routed_model, project_id: r.project_id, task: r.task,
-            input: r.input, schema: r.schema, output: corrected, record, created_at: f.human_feedback_at,
+            id: old?.id ?? newId(), team_id: p.team_id, inference_id: id, model_id: r.routed_model, project_id: r.project_id,
+            task: r.task, input: r.input, schema: r.schema, output: corrected, record, created_at: f.human_feedback_at,
           };
           store.examples.put(e);
           return e;
@@ -76,7 +77,8 @@ export function createHistoryService(store: Store, hooks: { corrected?: (e: Labe
         return old ?? null;
       });
       if (ex === 'consumed') {
-        throw new ConflictError(`The correction of inference ${id} was already used by retraining job ${store.examples.byInference(id)?.training_job_id ?? '(being prepared)'}; it cannot be changed`);
+        const job = store.examples.byInference(id)?.training_job_id ?? '(being prepared)';
+        throw new ConflictError(`The correction of inference ${id} was already used by retraining job ${job}; it cannot be changed`);
       }
       if (ex) hooks.corrected?.(ex);
       return feedbackView(f);

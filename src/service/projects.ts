@@ -10,7 +10,8 @@ import type { InferenceService } from './inference.ts';
 import { type GenerateMessage, type ModelRef, type ModelRuntime, jobModelRef } from './runtime.ts';
 
 const projectView = (p: ProjectRecord) => ({
-  id: p.id, name: p.name, created_at: p.created_at, active_deployment_id: p.active_deployment_id, adaptive: policyOf(p.adaptive),
+  id: p.id, name: p.name, created_at: p.created_at, active_deployment_id: p.active_deployment_id,
+  adaptive: policyOf(p.adaptive),
 });
 const deploymentView = (d: DeploymentRecord) => ({
   deployment_id: d.deployment_id, status: d.status, training_job_id: d.training_job_id, project_id: d.project_id,

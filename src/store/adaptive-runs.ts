@@ -8,7 +8,10 @@ export function makeAdaptiveRunsRepo(db: Db) {
   return {
     get: (id: string): AdaptiveRunRecord | undefined => runs.get(id),
     /** inside a transaction */
-    put(r: AdaptiveRunRecord): void { runs.put(r.id, r); idx.put(keyOf(r), null); },
+    put(r: AdaptiveRunRecord): void {
+      runs.put(r.id, r);
+      idx.put(keyOf(r), null);
+    },
     /** inside a transaction */
     remove(id: string): void {
       const r = runs.get(id) as AdaptiveRunRecord | undefined;
@@ -19,8 +22,12 @@ export function makeAdaptiveRunsRepo(db: Db) {
     listByProject(projectId: string): AdaptiveRunRecord[] {
       return [...scanIndex(db, ['ar_proj', projectId])].map((id) => runs.get(id)).filter(Boolean);
     },
-    all(): AdaptiveRunRecord[] { return [...(runs.getRange() as Iterable<{ value: AdaptiveRunRecord }>)].map((x) => x.value); },
-    reindex(): void { for (const { value } of runs.getRange()) idx.put(keyOf(value as AdaptiveRunRecord), null); },
+    all(): AdaptiveRunRecord[] {
+      return [...(runs.getRange() as Iterable<{ value: AdaptiveRunRecord }>)].map((x) => x.value);
+    },
+    reindex(): void {
+      for (const { value } of runs.getRange()) idx.put(keyOf(value as AdaptiveRunRecord), null);
+    },
   };
 }
 export type AdaptiveRunsRepo = ReturnType<typeof makeAdaptiveRunsRepo>;

@@ -223,7 +223,8 @@ export interface DeploymentRecord {
   replaced_at: string | null;
   /** an adaptive retraining's decision (src/service/adaptive) */
   adaptive?: {
-    run_id: string; decision: 'promote' | 'reject'; candidate_f1: number; deployed_f1: number; gain: number; reason: string;
+    run_id: string; decision: 'promote' | 'reject'; candidate_f1: number; deployed_f1: number; gain: number;
+    reason: string;
   } | null;
 }
 

@@ -15,33 +15,88 @@ import { nerLine, poll, uploadDataset } from './customization-helpers.ts';
 
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-models-'));
 const ts = await startServer({ runtime: createLocalRuntime({ modelsDir }) });
-t.teardown(async () => { await ts.close(); rmSync(modelsDir, { recursive: true, force: true }); });
+t.teardown(async () => {
+  await ts.close();
+  rmSync(modelsDir, { recursive: true, force: true });
+});
 const u = await makeUser(ts, { credits: 100 });
 const api = (method: string, path: string, body?: unknown) => call(ts.url, method, path, { key: u.key, body });
 
 const PEOPLE = ['Alice', 'Bob', 'Carol', 'David', 'Emma', 'Frank', 'Grace', 'Henry', 'Irene', 'Jack', 'Karen', 'Liam'];
 const CITIES = ['Paris', 'Berlin', 'Madrid', 'Rome', 'Vienna', 'Lisbon', 'Prague', 'Dublin', 'Oslo', 'Athens'];
-const COMPANIES = ['Acme', 'Globex', 'Initech', 'Umbrella', 'Hooli', 'Vandelay', 'Stark', 'Wayne', 'Tyrell', 'Cyberdyne', 'Soylent', 'Gringotts'];
-const BASE = ['{p} lives in {c} .', '{p} moved to {c} last year .', 'Yesterday {p} flew to {c} .', '{p} was born in {c} .'];
-const WITH_CO = ['{p} works for {o} in {c} .', '{p} joined {o} in {c} .', 'In {c} , {p} left {o} .', '{o} hired {p} in {c} .'];
+const COMPANIES = [
+  'Acme',
+  'Globex',
+  'Initech',
+  'Umbrella',
+  'Hooli',
+  'Vandelay',
+  'Stark',
+  'Wayne',
+  'Tyrell',
+  'Cyberdyne',
+  'Soylent',
+  'Gringotts',
+];
+const BASE = [
+  '{p} lives in {c} .',
+  '{p} moved to {c} last year .',
+  'Yesterday {p} flew to {c} .',
+  '{p} was born in {c} .',
+];
+const WITH_CO = [
+  '{p} works for {o} in {c} .',
+  '{p} joined {o} in {c} .',
+  'In {c} , {p} left {o} .',
+  '{o} hired {p} in {c} .',
+];
 const fill = (tpl: string, i: number) => {
-  const p = PEOPLE[i % PEOPLE.length], c = CITIES[(i * 7 + 3) % CITIES.length], o = COMPANIES[(i * 5 + 1) % COMPANIES.length];
+  const p = PEOPLE[i % PEOPLE.length],
+    c = CITIES[(i * 7 + 3) % CITIES.length],
+    o = COMPANIES[(i * 5 + 1) % COMPANIES.length];
   return { text: tpl.replace('{p}', p).replace('{c}', c).replace('{o}', o), p, c, o };
 };
 /** entity spans in order of appearance */
-const spans = (text: string, ents: Array<[string, string]>) => ents.map(([s, label]) => ({ s, label, at: text.indexOf(s) })).sort((a, b) => a.at - b.at)
-  .map((e) => [e.s, e.label] as [string, string]);
+const spans = (text: string, ents: Array<[string, string]>) =>
+  ents
+    .map(([s, label]) => ({ s, label, at: text.indexOf(s) }))
+    .sort((a, b) => a.at - b.at)
+    .map((e) => [e.s, e.label] as [string, string]);
 
-const BASE_TRAIN = Array.from({ length: 48 }, (_, i) => { const x = fill(BASE[i % BASE.length], i); return nerLine(x.text, spans(x.text, [[x.p, 'person'], [x.c, 'city']])); });
+const BASE_TRAIN = Array.from({ length: 48 }, (_, i) => {
+  const x = fill(BASE[i % BASE.length], i);
+  return nerLine(
+    x.text,
+    spans(x.text, [
+      [x.p, 'person'],
+      [x.c, 'city'],
+    ]),
+  );
+});
 const EVAL = Array.from({ length: 16 }, (_, i) => {
   const x = fill(WITH_CO[i % WITH_CO.length], i + 40);
-  return nerLine(x.text, spans(x.text, [[x.p, 'person'], [x.c, 'city'], [x.o, 'company']]));
+  return nerLine(
+    x.text,
+    spans(x.text, [
+      [x.p, 'person'],
+      [x.c, 'city'],
+      [x.o, 'company'],
+    ]),
+  );
 });
 const SCHEMA = { entities: ['person', 'city', 'company'] };
 const TRAINING = { nr_epochs: 12, batch_size: 8, seed: 1, training_type: 'full' };
 
 async function runDone(projectId: string, runId: string) {
-  const r = await poll(() => api('GET', `/projects/${projectId}/adaptive`), (r) => !['preparing', 'training', 'evaluating'].includes(r.body.runs.find((x: { id: string }) => x.id === runId)?.status), 150_000, 250);
+  const r = await poll(
+    () => api('GET', `/projects/${projectId}/adaptive`),
+    (r) =>
+      !['preparing', 'training', 'evaluating'].includes(
+        r.body.runs.find((x: { id: string }) => x.id === runId)?.status,
+      ),
+    150_000,
+    250,
+  );
   return r.body.runs.find((x: { id: string }) => x.id === runId);
 }
 
@@ -49,12 +104,28 @@ let projectId = '';
 let firstJob = '';
 
 t.test('setup: train on person/city only, deploy', async (t) => {
-  t.equal((await uploadDataset(ts.url, u.key, 'people', 'ner', 'people.jsonl', BASE_TRAIN.join('\n'))).body.status, 'ready');
-  t.equal((await uploadDataset(ts.url, u.key, 'company-eval', 'ner', 'eval.jsonl', EVAL.join('\n'))).body.status, 'ready');
-  const job = await api('POST', '/felix/training-jobs', { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'people' }], model_name: 'people', ...TRAINING });
+  t.equal(
+    (await uploadDataset(ts.url, u.key, 'people', 'ner', 'people.jsonl', BASE_TRAIN.join('\n'))).body.status,
+    'ready',
+  );
+  t.equal(
+    (await uploadDataset(ts.url, u.key, 'company-eval', 'ner', 'eval.jsonl', EVAL.join('\n'))).body.status,
+    'ready',
+  );
+  const job = await api('POST', '/felix/training-jobs', {
+    base_model: 'loom/gliner2-init-tiny',
+    datasets: [{ name: 'people' }],
+    model_name: 'people',
+    ...TRAINING,
+  });
   t.equal(job.status, 200);
   firstJob = job.body.id;
-  const done = await poll(() => api('GET', `/felix/training-jobs/${firstJob}`), (r) => ['complete', 'failed'].includes(r.body.status), 120_000, 200);
+  const done = await poll(
+    () => api('GET', `/felix/training-jobs/${firstJob}`),
+    (r) => ['complete', 'failed'].includes(r.body.status),
+    120_000,
+    200,
+  );
   t.equal(done.body.status, 'complete', done.body.error ?? '');
   projectId = (await api('POST', '/projects', { name: 'hr news' })).body.id;
   // bad input before there is anything to retrain
@@ -71,30 +142,59 @@ t.test('setup: train on person/city only, deploy', async (t) => {
 t.test('policy: defaults, patch, out-of-range values are 422 naming the path', async (t) => {
   const got = await api('GET', `/projects/${projectId}`);
   t.match(got.body.adaptive, { enabled: false, min_new_corrections: 10, min_gain: 0.01, replay_fraction: 0.5 });
-  for (const [adaptive, path] of [[{ min_gain: 2 }, '/adaptive/min_gain'], [{ replay_fraction: -0.1 }, '/adaptive/replay_fraction'],
-    [{ min_new_corrections: 0 }, '/adaptive/min_new_corrections'], [{ holdout_fraction: 1 }, '/adaptive/holdout_fraction'], [{ bogus: 1 }, '/adaptive']] as const) {
+  for (const [adaptive, path] of [
+    [{ min_gain: 2 }, '/adaptive/min_gain'],
+    [{ replay_fraction: -0.1 }, '/adaptive/replay_fraction'],
+    [{ min_new_corrections: 0 }, '/adaptive/min_new_corrections'],
+    [{ holdout_fraction: 1 }, '/adaptive/holdout_fraction'],
+    [{ bogus: 1 }, '/adaptive'],
+  ] as const) {
     const r = await api('PATCH', `/projects/${projectId}`, { adaptive });
     t.equal(r.status, 422, JSON.stringify(adaptive));
-    t.ok(r.body.errors.some((e: { path: string }) => e.path.startsWith(path)), `${JSON.stringify(r.body.errors)} names ${path}`);
+    t.ok(
+      r.body.errors.some((e: { path: string }) => e.path.startsWith(path)),
+      `${JSON.stringify(r.body.errors)} names ${path}`,
+    );
   }
   const missing = await api('PATCH', `/projects/${projectId}`, { adaptive: { eval_dataset: 'nope' } });
   t.equal(missing.status, 422);
   t.equal(missing.body.errors[0].path, '/adaptive/eval_dataset');
-  const ok = await api('PATCH', `/projects/${projectId}`, { adaptive: { eval_dataset: 'company-eval', min_gain: 0.05, replay_fraction: 0.5, holdout_fraction: 0.25, nr_epochs: 30 } });
+  const ok = await api('PATCH', `/projects/${projectId}`, {
+    adaptive: {
+      eval_dataset: 'company-eval',
+      min_gain: 0.05,
+      replay_fraction: 0.5,
+      holdout_fraction: 0.25,
+      nr_epochs: 30,
+    },
+  });
   t.equal(ok.status, 200);
   t.match(ok.body.adaptive, { enabled: false, eval_dataset: 'company-eval', min_gain: 0.05 });
 });
 
 /** project inferences on texts with companies, then corrections from `label` (the truth or a harmful one) */
-async function correct(t: Test, from: number, n: number, label: (x: ReturnType<typeof fill>) => Array<[string, string]>) {
+async function correct(
+  t: Test,
+  from: number,
+  n: number,
+  label: (x: ReturnType<typeof fill>) => Array<[string, string]>,
+) {
   const ids: string[] = [];
   for (let i = from; i < from + n; i++) {
     const x = fill(WITH_CO[i % WITH_CO.length], i);
     const inf = await api('POST', `/projects/${projectId}/inference`, { text: x.text, schema: SCHEMA });
     t.equal(inf.status, 200);
-    const entities: Record<string, Array<{ text: string; start: number; end: number }>> = { person: [], city: [], company: [] };
-    for (const [s, l] of label(x)) entities[l].push({ text: s, start: x.text.indexOf(s), end: x.text.indexOf(s) + s.length });
-    const fb = await api('POST', `/inferences/${inf.body.inference_id}/feedback`, { verdict: 'incorrect', corrected_output: { entities } });
+    const entities: Record<string, Array<{ text: string; start: number; end: number }>> = {
+      person: [],
+      city: [],
+      company: [],
+    };
+    for (const [s, l] of label(x))
+      entities[l].push({ text: s, start: x.text.indexOf(s), end: x.text.indexOf(s) + s.length });
+    const fb = await api('POST', `/inferences/${inf.body.inference_id}/feedback`, {
+      verdict: 'incorrect',
+      corrected_output: { entities },
+    });
     t.equal(fb.status, 200, fb.text);
     ids.push(inf.body.inference_id);
   }
@@ -102,8 +202,12 @@ async function correct(t: Test, from: number, n: number, label: (x: ReturnType<t
 }
 
 t.test('corrections that do not fit the schema are 422 naming the path', async (t) => {
-  const inf = await api('POST', `/projects/${projectId}/inference`, { text: 'Alice joined Acme in Paris .', schema: SCHEMA });
-  const fb = (corrected_output: unknown) => api('POST', `/inferences/${inf.body.inference_id}/feedback`, { verdict: 'incorrect', corrected_output });
+  const inf = await api('POST', `/projects/${projectId}/inference`, {
+    text: 'Alice joined Acme in Paris .',
+    schema: SCHEMA,
+  });
+  const fb = (corrected_output: unknown) =>
+    api('POST', `/inferences/${inf.body.inference_id}/feedback`, { verdict: 'incorrect', corrected_output });
   const cases: Array<[unknown, string]> = [
     [{ entities: { animal: ['Alice'] } }, '/corrected_output/entities/animal'],
     [{ entities: { person: [{ text: 'Alice', start: 0, end: 4 }] } }, '/corrected_output/entities/person/0/text'],
@@ -116,20 +220,37 @@ t.test('corrections that do not fit the schema are 422 naming the path', async (
     t.equal(r.status, 422, JSON.stringify(c));
     t.equal(r.body.errors?.[0]?.path, path, r.body.detail);
   }
-  t.equal((await call(ts.url, 'GET', `/inferences/${inf.body.inference_id}/feedback`, { key: u.key })).status, 404, 'nothing stored');
+  t.equal(
+    (await call(ts.url, 'GET', `/inferences/${inf.body.inference_id}/feedback`, { key: u.key })).status,
+    404,
+    'nothing stored',
+  );
   const other = await makeUser(ts, { credits: 10 });
-  const foreign = await call(ts.url, 'POST', `/inferences/${inf.body.inference_id}/feedback`, { key: other.key, body: { verdict: 'incorrect', corrected_output: { entities: {} } } });
-  t.equal(foreign.status, 404, 'feedback on another team\'s inference');
+  const foreign = await call(ts.url, 'POST', `/inferences/${inf.body.inference_id}/feedback`, {
+    key: other.key,
+    body: { verdict: 'incorrect', corrected_output: { entities: {} } },
+  });
+  t.equal(foreign.status, 404, "feedback on another team's inference");
   t.equal((await call(ts.url, 'POST', `/projects/${projectId}/retrain`, { key: other.key })).status, 404);
 });
 
 t.test('corrections adding the missing entity type retrain the model, which is promoted', async (t) => {
-  const ids = await correct(t, 0, 24, (x) => [[x.p, 'person'], [x.c, 'city'], [x.o, 'company']]);
+  const ids = await correct(t, 0, 24, (x) => [
+    [x.p, 'person'],
+    [x.c, 'city'],
+    [x.o, 'company'],
+  ]);
   const st = await api('GET', `/projects/${projectId}/adaptive`);
   t.equal(st.body.new_corrections, 24);
   const run = await api('POST', `/projects/${projectId}/retrain`);
   t.equal(run.status, 200);
-  t.match(run.body, { trigger: 'manual', status: 'preparing', new_corrections: 24, holdout_corrections: 6, train_corrections: 18 });
+  t.match(run.body, {
+    trigger: 'manual',
+    status: 'preparing',
+    new_corrections: 24,
+    holdout_corrections: 6,
+    train_corrections: 18,
+  });
   const again = await api('POST', `/projects/${projectId}/retrain`);
   t.equal(again.status, 409, 'one run at a time');
   const done = await runDone(projectId, run.body.id);
@@ -148,15 +269,29 @@ t.test('corrections adding the missing entity type retrain the model, which is p
 
   // the job: ordinary, marked, logged, continuing from the deployed model
   const job = (await api('GET', `/felix/training-jobs/${done.training_job_id}`)).body;
-  t.match(job, { status: 'deployed', base_model: firstJob, project_id: projectId, adaptive: { run_id: run.body.id, trigger: 'manual', decision: 'promote', status: 'promoted' } });
-  const logs = (await api('GET', `/felix/training-jobs/${done.training_job_id}/logs`)).body.logs.map((l: { message: string }) => l.message).join('\n');
+  t.match(job, {
+    status: 'deployed',
+    base_model: firstJob,
+    project_id: projectId,
+    adaptive: { run_id: run.body.id, trigger: 'manual', decision: 'promote', status: 'promoted' },
+  });
+  const logs = (await api('GET', `/felix/training-jobs/${done.training_job_id}/logs`)).body.logs
+    .map((l: { message: string }) => l.message)
+    .join('\n');
   t.match(logs, /adaptive retraining \(manual trigger/);
   t.match(logs, /promoted: held-out F1/);
 
   // deployment history shows the decision; the project serves the new model
   const hist = (await api('GET', `/projects/${projectId}/deployments`)).body.deployments;
-  t.match(hist[0], { status: 'active', training_job_id: done.training_job_id, adaptive: { decision: 'promote', gain: done.scores.gain } });
-  const after = await api('POST', `/projects/${projectId}/inference`, { text: 'Grace joined Hooli in Oslo .', schema: SCHEMA });
+  t.match(hist[0], {
+    status: 'active',
+    training_job_id: done.training_job_id,
+    adaptive: { decision: 'promote', gain: done.scores.gain },
+  });
+  const after = await api('POST', `/projects/${projectId}/inference`, {
+    text: 'Grace joined Hooli in Oslo .',
+    schema: SCHEMA,
+  });
   t.equal(after.body.routed_model, done.training_job_id);
 
   // corrected inferences show the job that consumed them; the corrections dataset is an ordinary one
@@ -174,7 +309,11 @@ t.test('corrections adding the missing entity type retrain the model, which is p
 
 t.test('harmful corrections (labels swapped) are trained on and not promoted', async (t) => {
   const active = (await api('GET', `/projects/${projectId}`)).body.active_deployment_id;
-  await correct(t, 100, 12, (x) => [[x.p, 'city'], [x.c, 'company'], [x.o, 'person']]);
+  await correct(t, 100, 12, (x) => [
+    [x.p, 'city'],
+    [x.c, 'company'],
+    [x.o, 'person'],
+  ]);
   const run = await api('POST', `/projects/${projectId}/retrain`);
   t.equal(run.status, 200);
   const done = await runDone(projectId, run.body.id);
@@ -182,9 +321,20 @@ t.test('harmful corrections (labels swapped) are trained on and not promoted', a
   t.comment(`held-out F1: deployed ${done.scores.deployed}, retrained on harmful corrections ${done.scores.candidate}`);
   t.ok(done.scores.gain < 0.05);
   t.match(done.reason, /< min_gain 0.05/);
-  t.equal((await api('GET', `/projects/${projectId}`)).body.active_deployment_id, active, 'the active deployment is unchanged');
+  t.equal(
+    (await api('GET', `/projects/${projectId}`)).body.active_deployment_id,
+    active,
+    'the active deployment is unchanged',
+  );
   const hist = (await api('GET', `/projects/${projectId}/deployments`)).body.deployments;
   t.match(hist[0], { status: 'rejected', training_job_id: done.training_job_id, adaptive: { decision: 'reject' } });
-  t.match((await api('GET', `/felix/training-jobs/${done.training_job_id}`)).body, { status: 'complete', adaptive: { decision: 'reject', status: 'rejected' } });
-  t.equal((await api('GET', '/felix/datasets/corrections-hr-news')).body.versions[0].size, 36, 'the corrections accumulate');
+  t.match((await api('GET', `/felix/training-jobs/${done.training_job_id}`)).body, {
+    status: 'complete',
+    adaptive: { decision: 'reject', status: 'rejected' },
+  });
+  t.equal(
+    (await api('GET', '/felix/datasets/corrections-hr-news')).body.versions[0].size,
+    36,
+    'the corrections accumulate',
+  );
 });

@@ -3,13 +3,21 @@
 import type { AdaptivePolicy } from '../../store/index.ts';
 
 export const DEFAULT_POLICY: AdaptivePolicy = {
-  enabled: false, min_new_corrections: 10, schedule_minutes: null, eval_dataset: null, min_gain: 0.01,
-  replay_fraction: 0.5, holdout_fraction: 0.25, nr_epochs: null, learning_rate: null,
+  enabled: false,
+  min_new_corrections: 10,
+  schedule_minutes: null,
+  eval_dataset: null,
+  min_gain: 0.01,
+  replay_fraction: 0.5,
+  holdout_fraction: 0.25,
+  nr_epochs: null,
+  learning_rate: null,
 };
 
 /** ajv schema of the `adaptive` member (every key optional: a patch) */
 export const adaptivePolicySchema = {
-  type: 'object', additionalProperties: false,
+  type: 'object',
+  additionalProperties: false,
   properties: {
     enabled: { type: 'boolean' },
     min_new_corrections: { type: 'integer', minimum: 1, maximum: 100_000 },
@@ -23,4 +31,7 @@ export const adaptivePolicySchema = {
   },
 };
 
-export const policyOf = (stored: AdaptivePolicy | null | undefined): AdaptivePolicy => ({ ...DEFAULT_POLICY, ...(stored ?? {}) });
+export const policyOf = (stored: AdaptivePolicy | null | undefined): AdaptivePolicy => ({
+  ...DEFAULT_POLICY,
+  ...(stored ?? {}),
+});
