@@ -338,3 +338,22 @@ t.test('harmful corrections (labels swapped) are trained on and not promoted', a
     'the corrections accumulate',
   );
 });
+
+t.test('a retraining job is stoppable: the run ends cancelled and its corrections count as new again', async (t) => {
+  await correct(t, 200, 4, (x) => [[x.p, 'person'], [x.c, 'city'], [x.o, 'company']]);
+  // a long job, stopped long before it ends
+  t.equal((await api('PATCH', `/projects/${projectId}`, { adaptive: { nr_epochs: 500 } })).status, 200);
+  const run = await api('POST', `/projects/${projectId}/retrain`);
+  t.equal(run.status, 200);
+  const training = await poll(
+    () => api('GET', `/projects/${projectId}/adaptive`),
+    (r) => !!r.body.runs[0].training_job_id,
+    30_000,
+    50,
+  );
+  const jobId = training.body.runs[0].training_job_id;
+  t.equal((await api('POST', `/felix/training-jobs/${jobId}/stop`)).status, 200);
+  const done = await runDone(projectId, run.body.id);
+  t.match(done, { status: 'cancelled', error: /stopped/ });
+  t.equal((await api('GET', `/projects/${projectId}/adaptive`)).body.new_corrections, 4);
+});

@@ -21,7 +21,7 @@
 //               its log) and the deployment entry.
 // Runs advance on a timer from what the store holds, so a restart resumes them where they were.
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import type {
   AdaptivePolicy,
   AdaptiveRunRecord,
@@ -317,12 +317,12 @@ export function createAdaptiveService(deps: {
   }
 
   /** the records the job trained on (its dataset versions' canonical files) */
-  function trainedOn(job: Job): string[] {
+  async function trainedOn(job: Job): Promise<string[]> {
     const lines: string[] = [];
     for (const d of job.datasets ?? []) {
       const v = store.datasets.getVersion(d.version_id);
       if (!v || v.status !== 'ready') continue;
-      for (const l of readFileSync(datasets.dataFile(v), 'utf8').split('\n')) if (l.trim()) lines.push(l);
+      for (const l of (await readFile(datasets.dataFile(v), 'utf8')).split('\n')) if (l.trim()) lines.push(l);
     }
     return lines;
   }
@@ -345,14 +345,14 @@ export function createAdaptiveService(deps: {
     const recordOf = (id: string) => store.examples.get(id)?.record;
     const train = r.train_example_ids.map(recordOf).filter(Boolean);
     const hold = r.holdout_example_ids.map(recordOf).filter(Boolean);
-    const pool = trainedOn(from);
+    const pool = await trainedOn(from);
     const replay = hashOrder(pool, (l) => l, r.id)
       .slice(0, Math.round(pool.length * policy.replay_fraction))
       .map((l) => JSON.parse(l));
     let evalRows: unknown[] = [];
     if (policy.eval_dataset) {
       const v = datasets.readyVersion(r.team_id, policy.eval_dataset);
-      evalRows = readFileSync(datasets.dataFile(v), 'utf8')
+      evalRows = (await readFile(datasets.dataFile(v), 'utf8'))
         .split('\n')
         .filter((l) => l.trim())
         .map((l) => JSON.parse(l));
