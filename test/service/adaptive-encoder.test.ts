@@ -340,7 +340,11 @@ t.test('harmful corrections (labels swapped) are trained on and not promoted', a
 });
 
 t.test('a retraining job is stoppable: the run ends cancelled and its corrections count as new again', async (t) => {
-  await correct(t, 200, 4, (x) => [[x.p, 'person'], [x.c, 'city'], [x.o, 'company']]);
+  await correct(t, 200, 4, (x) => [
+    [x.p, 'person'],
+    [x.c, 'city'],
+    [x.o, 'company'],
+  ]);
   // a long job, stopped long before it ends
   t.equal((await api('PATCH', `/projects/${projectId}`, { adaptive: { nr_epochs: 500 } })).status, 200);
   const run = await api('POST', `/projects/${projectId}/retrain`);
