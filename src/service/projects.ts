@@ -82,7 +82,12 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
     /** removes the project, its deployment history and its inference endpoint at once */
     async remove(p: Principal, id: string): Promise<void> {
       own(p, id);
-      await store.tx(() => { store.deployments.removeByProject(id); store.projects.remove(id); });
+      await store.tx(() => {
+        store.deployments.removeByProject(id);
+        // its adaptive runs go with it (a retraining job already created stays, an ordinary job)
+        for (const r of store.adaptiveRuns.listByProject(id)) store.adaptiveRuns.remove(r.id);
+        store.projects.remove(id);
+      });
     },
 
     async deploy(p: Principal, projectId: string, trainingJobId: string) {
