@@ -38,7 +38,6 @@ import { newId, nowIso } from '../ids.ts';
 import type { Logger } from '../index.ts';
 import type { ProjectsService } from '../projects.ts';
 import type { TrainingJobsService } from '../training-jobs.ts';
-import { correctionRecord } from './corrections.ts';
 import { policyOf } from './policy.ts';
 
 export { correctionRecord } from './corrections.ts';
