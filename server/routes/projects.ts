@@ -1,6 +1,7 @@
 // Projects, deployments and project inference.
 import type { RouteDef } from '../router.ts';
 import { reply } from '../router.ts';
+import { adaptivePolicySchema } from '../../src/service/adaptive/policy.ts';
 import { projectInferenceRequest } from './schemas.ts';
 
 export function projectRoutes(): RouteDef[] {
@@ -14,6 +15,23 @@ export function projectRoutes(): RouteDef[] {
     {
       method: 'GET', path: '/projects/:project_id', auth: 'any', params: { project_id: 'uuid' },
       handler: ({ services, principal, params }) => services.projects.get(principal, params.project_id),
+    },
+    {
+      // the adaptive policy (README "Adaptive inference"); out-of-range values are a 422 naming the path
+      method: 'PATCH', path: '/projects/:project_id', auth: 'any', params: { project_id: 'uuid' },
+      body: {
+        type: 'object', required: ['adaptive'], additionalProperties: false, properties: { adaptive: adaptivePolicySchema },
+      },
+      handler: ({ services, principal, params, body }) =>
+        services.adaptive.setPolicy(principal, params.project_id, body.adaptive),
+    },
+    {
+      method: 'GET', path: '/projects/:project_id/adaptive', auth: 'any', params: { project_id: 'uuid' },
+      handler: ({ services, principal, params }) => services.adaptive.status(principal, params.project_id),
+    },
+    {
+      method: 'POST', path: '/projects/:project_id/retrain', auth: 'any', params: { project_id: 'uuid' },
+      handler: ({ services, principal, params }) => services.adaptive.retrain(principal, params.project_id),
     },
     {
       method: 'DELETE', path: '/projects/:project_id', auth: 'any', params: { project_id: 'uuid' },

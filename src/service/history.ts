@@ -1,15 +1,24 @@
 // Inference history (GET /inferences, GET /inferences/:id) and human feedback. An `incorrect`
-// verdict with a correction becomes a labeled example (store `examples`) for retraining.
-import type { FeedbackRecord, InferenceRecord, Store } from '../store/index.ts';
+// verdict with a correction becomes a labeled example (store `examples`) in the task's training
+// format, checked against the inference's schema (src/service/adaptive/corrections.ts); adaptive
+// retraining (src/service/adaptive) consumes it, and the inference then shows the job that did.
+import type { FeedbackRecord, InferenceRecord, LabeledExampleRecord, Store } from '../store/index.ts';
+import { correctionRecord } from './adaptive/corrections.ts';
 import type { InferenceQuery } from '../store/inferences.ts';
 import type { Principal } from './auth.ts';
-import { NotFoundError, ValidationError } from './errors.ts';
+import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 
 export type HistoryQuery = Omit<InferenceQuery, 'team_id'>;
 
-export function inferenceView(r: InferenceRecord) {
+/** the retraining that consumed an inference's correction (null: none yet, or no correction) */
+const correctionView = (e: LabeledExampleRecord | undefined) => (e ? {
+  training_job_id: e.training_job_id ?? null, adaptive_run_id: e.run_id ?? null, split: e.split ?? null,
+} : null);
+
+export function inferenceView(r: InferenceRecord, ex?: LabeledExampleRecord) {
   return {
+    correction: correctionView(ex),
     id: r.id, inference_id: r.id, model_id: r.model_id, routed_model: r.routed_model, project_id: r.project_id, training_job_id: r.training_job_id,
     endpoint: r.endpoint, type: r.type, task: r.task, input: r.input, schema: r.schema, params: r.params, output: r.output,
     usage: r.usage, cost: r.cost, latency_ms: r.latency_ms, llmaj_score: r.llmaj_score,
@@ -23,7 +32,7 @@ export function inferenceView(r: InferenceRecord) {
 
 const feedbackView = (f: FeedbackRecord) => ({ inference_id: f.inference_id, human_verdict: f.human_verdict, human_feedback_at: f.human_feedback_at, corrected_output: f.corrected_output, notes: f.notes });
 
-export function createHistoryService(store: Store) {
+export function createHistoryService(store: Store, hooks: { corrected?: (e: LabeledExampleRecord) => void } = {}) {
   function own(p: Principal, id: string): InferenceRecord {
     const r = store.inferences.get(id);
     if (!r || r.team_id !== p.team_id) throw new NotFoundError(`Inference ${id} not found`);
@@ -38,9 +47,10 @@ export function createHistoryService(store: Store) {
       if (issues.length) throw new ValidationError('A minimum is greater than its maximum', issues);
       await store.db.root.committed;
       const { items, total } = store.inferences.query({ ...q, team_id: p.team_id });
-      return { inferences: items.map(inferenceView), count: items.length, total, limit: q.limit, offset: q.offset };
+      const inferences = items.map((r) => inferenceView(r, store.examples.byInference(r.id)));
+      return { inferences, count: items.length, total, limit: q.limit, offset: q.offset };
     },
-    get(p: Principal, id: string) { return inferenceView(own(p, id)); },
+    get(p: Principal, id: string) { return inferenceView(own(p, id), store.examples.byInference(id)); },
 
     async submitFeedback(p: Principal, id: string, body: { verdict: 'correct' | 'incorrect'; corrected_output?: Record<string, unknown> | null; notes?: string | null }) {
       const r = own(p, id);
@@ -52,16 +62,29 @@ export function createHistoryService(store: Store) {
         const extra = Object.keys(corrected).filter((k) => !allowed.includes(k));
         if (extra.length) throw new ValidationError('corrected_output must have the same shape as the original output', extra.map((k) => ({ path: `/corrected_output/${k}`, message: `not a key of the original output (${allowed.join(', ')})`, keyword: 'shape' })));
       }
+      const record = corrected ? correctionRecord(r, corrected) : undefined;
       const f: FeedbackRecord = { inference_id: id, team_id: p.team_id, human_verdict: body.verdict, corrected_output: corrected, notes: body.notes ?? null, human_feedback_at: nowIso() };
-      await store.tx(() => {
-        store.feedback.put(f);
+      const ex = await store.tx(() => {
         const old = store.examples.byInference(id);
+        // a correction a retraining already consumed stays as it was learned (the job and its data)
+        if (old?.run_id) return 'consumed' as const;
+        store.feedback.put(f);
         if (corrected) {
-          store.examples.put({ id: old?.id ?? newId(), team_id: p.team_id, inference_id: id, model_id: r.routed_model, project_id: r.project_id, task: r.task, input: r.input, schema: r.schema, output: corrected, created_at: f.human_feedback_at });
-        } else if (old) {
-          store.examples.remove(old.id);
+          const e: LabeledExampleRecord = {
+            id: old?.id ?? newId(), team_id: p.team_id, inference_id: id, model_id: r.routed_model, project_id: r.project_id,
+            task: r.task, input: r.input, schema: r.schema, output: corrected, record, created_at: f.human_feedback_at,
+          };
+          store.examples.put(e);
+          return e;
         }
+        if (old) store.examples.remove(old.id);
+        return old ?? null;
       });
+      if (ex === 'consumed') {
+        const job = store.examples.byInference(id)?.training_job_id ?? '(being prepared)';
+        throw new ConflictError(`The correction of inference ${id} was already used by retraining job ${job}; it cannot be changed`);
+      }
+      if (ex) hooks.corrected?.(ex);
       return feedbackView(f);
     },
 

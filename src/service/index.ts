@@ -16,6 +16,7 @@ import { createRoutePolicy, loadRouterPolicy, type RouterPolicy } from './router
 import { createWorkerPool } from './workers.ts';
 import { createCustomization } from './customization.ts';
 import { createJudgeService } from './judge/index.ts';
+import { type AdaptiveService, createAdaptiveService } from './adaptive/index.ts';
 
 export interface Logger { info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void; debug?(o: object, m?: string): void }
 
@@ -47,7 +48,9 @@ export async function createServices(opts: ServicesOptions) {
   const judge = createJudgeService({ store, inference, runtime, catalog, log });
   inference.setStoredHooks({ inTx: judge.sampleInTx, after: judge.stored });
   const compat = createCompatService({ inference, runtime, catalog, store });
-  const history = createHistoryService(store);
+  // corrections → adaptive retraining (created below, with the customization services it drives)
+  let adaptive: AdaptiveService | null = null;
+  const history = createHistoryService(store, { corrected: (e) => adaptive?.corrected(e) });
   const projects = createProjectsService({ store, runtime, inference, log });
   const rateLimiter = createRateLimiter(config.rateLimits);
   const workers = createWorkerPool({ threads: config.workerThreads });
@@ -55,15 +58,20 @@ export async function createServices(opts: ServicesOptions) {
   judge.resumePending();
   // datasets, training jobs, evaluations, generation (src/service/customization.ts)
   const customization = await createCustomization({ store, config, runtime, catalog, inference, log });
+  const { datasets, trainingJobs, evaluations } = customization.services;
+  adaptive = createAdaptiveService({ store, datasets, trainingJobs, evaluations, projects, log });
+  adaptive.start();
   let closed = false;
   return {
     config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,
     judge,
     ...customization.services,
+    adaptive,
     /** flush and close everything (after the HTTP layer drained) */
     async close() {
       if (closed) return;
       closed = true;
+      await adaptive!.shutdown();
       await projects.settle(2000);
       await judge.close(2000);
       await customization.close();

@@ -2,16 +2,21 @@
 // runtime warms the model; when ready, ONE transaction makes it `active`, marks the previous active
 // deployment `inactive` and the job `deployed`. The old deployment keeps serving until then.
 import type { DeploymentRecord, ProjectRecord, Store, TrainingJobRecord } from '../store/index.ts';
+import { policyOf } from './adaptive/policy.ts';
 import type { Principal } from './auth.ts';
 import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import type { InferenceService } from './inference.ts';
 import { type GenerateMessage, type ModelRef, type ModelRuntime, jobModelRef } from './runtime.ts';
 
-const projectView = (p: ProjectRecord) => ({ id: p.id, name: p.name, created_at: p.created_at, active_deployment_id: p.active_deployment_id });
+const projectView = (p: ProjectRecord) => ({
+  id: p.id, name: p.name, created_at: p.created_at, active_deployment_id: p.active_deployment_id,
+  adaptive: policyOf(p.adaptive),
+});
 const deploymentView = (d: DeploymentRecord) => ({
   deployment_id: d.deployment_id, status: d.status, training_job_id: d.training_job_id, project_id: d.project_id,
   created_at: d.created_at, activated_at: d.activated_at, replaced_at: d.replaced_at, error: d.error,
+  ...(d.adaptive ? { adaptive: d.adaptive } : {}),
 });
 
 export function createProjectsService(deps: { store: Store; runtime: ModelRuntime; inference: InferenceService; log?: { warn(o: object, m: string): void } }) {
@@ -77,7 +82,12 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
     /** removes the project, its deployment history and its inference endpoint at once */
     async remove(p: Principal, id: string): Promise<void> {
       own(p, id);
-      await store.tx(() => { store.deployments.removeByProject(id); store.projects.remove(id); });
+      await store.tx(() => {
+        store.deployments.removeByProject(id);
+        // its adaptive runs go with it (a retraining job already created stays, an ordinary job)
+        for (const r of store.adaptiveRuns.listByProject(id)) store.adaptiveRuns.remove(r.id);
+        store.projects.remove(id);
+      });
     },
 
     async deploy(p: Principal, projectId: string, trainingJobId: string) {

@@ -16,6 +16,8 @@ export const DB_NAMES = [
   'examples', 'projects', 'deployments', 'training_jobs',
   // customization (datasets, uploads, training logs/checkpoints, evaluations, generation jobs)
   'datasets', 'dataset_versions', 'uploads', 'training_logs', 'checkpoints', 'evaluations', 'generation_jobs',
+  // adaptive inference: retraining runs (src/service/adaptive)
+  'adaptive_runs',
 ] as const;
 export type DbName = (typeof DB_NAMES)[number];
 

@@ -17,6 +17,7 @@ import { makeTrainingJobsRepo } from './training-jobs.ts';
 import { makeDatasetsRepo } from './datasets.ts';
 import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
+import { makeAdaptiveRunsRepo } from './adaptive-runs.ts';
 
 export { SCHEMA_VERSION, ikey, scanIndex, storeExists, storePath } from './db.ts';
 export type * from './types.ts';
@@ -42,6 +43,7 @@ function makeRepos(db: Db) {
     trainingArtifacts: makeTrainingArtifactsRepo(db),
     evaluations: makeEvaluationsRepo(db),
     generationJobs: makeGenerationJobsRepo(db),
+    adaptiveRuns: makeAdaptiveRunsRepo(db),
   };
 }
 export type Repos = ReturnType<typeof makeRepos>;

@@ -151,6 +151,33 @@ export interface LabeledExampleRecord {
   schema: unknown;
   output: Record<string, unknown>;
   created_at: string;
+  /** the correction in the task's training format (src/service/adaptive/corrections.ts) */
+  record?: Record<string, unknown>;
+  /** set by the adaptive run that consumed it (one transaction with the run's creation) */
+  run_id?: string | null;
+  /** the retraining job that learned from it (or was evaluated on it: split `holdout`) */
+  training_job_id?: string | null;
+  split?: 'train' | 'holdout' | null;
+}
+
+/** A project's adaptive-inference policy (PATCH /projects/:id `adaptive`). */
+export interface AdaptivePolicy {
+  enabled: boolean;
+  /** new corrections needed before retraining is triggered (policy and manual triggers) */
+  min_new_corrections: number;
+  /** null: trigger as soon as min_new_corrections is reached; else check every N minutes */
+  schedule_minutes: number | null;
+  /** a dataset of the team always part of the held-out evaluation (with held-out corrections) */
+  eval_dataset: string | null;
+  /** F1 the new model must gain over the deployed one to be promoted */
+  min_gain: number;
+  /** replayed records of the deployed model's training data, as a fraction of that data */
+  replay_fraction: number;
+  /** share of the new corrections held out for the evaluation */
+  holdout_fraction: number;
+  /** training overrides (else the deployed job's own settings) */
+  nr_epochs: number | null;
+  learning_rate: number | null;
 }
 
 export interface ProjectRecord {
@@ -159,6 +186,36 @@ export interface ProjectRecord {
   name: string;
   active_deployment_id: string | null;
   created_at: string;
+  adaptive?: AdaptivePolicy | null;
+  /** last scheduled policy check (schedule_minutes) */
+  adaptive_checked_at?: string | null;
+}
+
+/** One retraining of a project (src/service/adaptive): corrections → job → evaluation → decision. */
+export interface AdaptiveRunRecord {
+  id: string;
+  team_id: string;
+  project_id: string;
+  trigger: 'manual' | 'policy';
+  /** preparing → training → evaluating → promoted | rejected | failed | cancelled */
+  status: 'preparing' | 'training' | 'evaluating' | 'promoted' | 'rejected' | 'failed' | 'cancelled';
+  /** the deployment (and its job) the retraining continues from */
+  from_deployment_id: string;
+  from_job_id: string;
+  train_example_ids: string[];
+  holdout_example_ids: string[];
+  corrections_version: string | null;
+  train_dataset: { name: string; version: string; size: number; replayed: number } | null;
+  holdout_dataset: { name: string; version: string; size: number } | null;
+  training_job_id: string | null;
+  evaluation_ids: { candidate: string; deployed: string } | null;
+  scores: { candidate: number; deployed: number; gain: number; metric: 'f1' } | null;
+  decision: 'promote' | 'reject' | null;
+  reason: string | null;
+  deployment_id: string | null;
+  error: string | null;
+  created_at: string;
+  updated_at: string;
 }
 
 export interface DeploymentRecord {
@@ -166,12 +223,20 @@ export interface DeploymentRecord {
   project_id: string;
   team_id: string;
   training_job_id: string;
-  /** deploying | active | failed | inactive (replaced by a newer deployment) */
-  status: 'deploying' | 'active' | 'failed' | 'inactive';
+  /**
+   * deploying | active | failed | inactive (replaced by a newer deployment) | rejected (an adaptive
+   * retraining that did not beat the active model: never served)
+   */
+  status: 'deploying' | 'active' | 'failed' | 'inactive' | 'rejected';
   error: string | null;
   created_at: string;
   activated_at: string | null;
   replaced_at: string | null;
+  /** an adaptive retraining's decision (src/service/adaptive) */
+  adaptive?: {
+    run_id: string; decision: 'promote' | 'reject'; candidate_f1: number; deployed_f1: number; gain: number;
+    reason: string;
+  } | null;
 }
 
 /**

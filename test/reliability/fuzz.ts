@@ -81,6 +81,7 @@ const VALID: Record<string, () => Record<string, unknown>> = {
   'POST /felix/datasets/upload/process': () => ({ dataset_name: 'fuzz-ds', upload_id: randomUUID() }),
   'POST /projects': () => ({ name: 'fuzz project' }),
   'POST /projects/:project_id/deployments': () => ({ training_job_id: randomUUID() }),
+  'PATCH /projects/:project_id': () => ({ adaptive: { enabled: true, min_new_corrections: 5, min_gain: 0.02 } }),
   'POST /inferences/:id/feedback': () => ({ verdict: 'incorrect', corrected_output: { entities: [] }, notes: 'n' }),
   'POST /create-api-key': () => ({ name: 'fuzz key' }),
   'DELETE /delete-api-key': () => ({ key_id: randomUUID() }),

@@ -89,7 +89,8 @@ export async function evaluate(t: EvaluateTask): Promise<EvaluateResult> {
         const prompt = msgs.slice(0, last);
         let text = '';
         for await (const ev of dec.generate({ messages: prompt as never, max_tokens: t.max_new_tokens ?? Math.min(256, Math.max(16, Math.ceil(ref.length * 2))), temperature: 0, adapter } as never)) {
-          if ((ev as { type: string }).type === 'done') text = (ev as { text: string }).text;
+          // the stream's last event is `final` (src/runtime/generate.ts), holding the whole reply
+          if ((ev as { type: string }).type === 'final') text = (ev as { text: string }).text;
         }
         const hyp = words(text);
         const counts = new Map<string, number>();
