@@ -23,6 +23,7 @@ import type { JobPool } from './jobs/pool.ts';
 import type { TrainTaskResult } from './jobs/train-task.ts';
 import type { ModelRef, ModelRuntime } from './runtime.ts';
 import type { SignedUrls } from './signed-urls.ts';
+import { adapterConflict } from '../training/adapter-shape.ts';
 
 // the training-only fresh bases are catalog entries (listed by GET /base-models)
 import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
@@ -214,6 +215,21 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
     if (!entry.supports_training) invalid('/base_model', `model ${id} does not support training`);
     const local = (await runtime.listLocal()).find((m) => m.id === id);
     return { task_type: entry.task_type, requested: id, source: 'catalog', catalog_id: id, dir: local?.dir ?? null, init_adapter: null };
+  }
+
+  /** The LoRA shape of the adapter a decoder job continues (422 when the request names another). */
+  function continuedLora(dir: string, body: TrainingJobRequest): { r: number; alpha: number; targetModules: string[] } {
+    let cfg: Record<string, unknown>;
+    try { cfg = JSON.parse(readFileSync(join(dir, 'adapter_config.json'), 'utf8')); } catch {
+      invalid('/base_model', `${body.base_model} has no readable adapter_config.json`, 'adapter_base');
+    }
+    const ad = { r: Number(cfg.r), alpha: Number(cfg.lora_alpha ?? cfg.r), targetModules: (cfg.target_modules ?? []) as string[] };
+    const conflict = adapterConflict({ lora_r: body.lora_r, lora_alpha: body.lora_alpha, lora_target_modules: body.target_modules }, ad);
+    if (conflict) {
+      const path = conflict.startsWith('lora_r') ? '/lora_r' : conflict.startsWith('lora_alpha') ? '/lora_alpha' : '/target_modules';
+      invalid(path, `${conflict}: a job continuing ${body.base_model} keeps its LoRA shape (omit the option)`, 'adapter_conflict');
+    }
+    return ad;
   }
 
   /**
@@ -454,7 +470,8 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       const type = body.training_type ?? 'lora';
       if (algo !== 'sft') invalid('/training_algorithm', `${algo} is not yet supported on this server: model ${body.base_model} is not verified for reinforcement learning (use sft)`, 'rl_not_supported');
       if (base.task_type === 'decoder' && type === 'full') invalid('/training_type', 'decoder models are LoRA-only: full fine-tuning is reserved for encoder models', 'full_on_decoder');
-      if (base.init_adapter) invalid('/base_model', `${body.base_model} is a decoder LoRA adapter; continuing an adapter is not supported yet: train from its base model ${base.catalog_id}`, 'adapter_base');
+      // continuing a decoder adapter: its rank, alpha and targets; options that differ are refused
+      const adapter = base.init_adapter ? continuedLora(base.init_adapter, body) : null;
       if (body.project_id && store.projects.get(body.project_id)?.team_id !== p.team_id) throw new NotFoundError(`Project ${body.project_id} not found`);
       const ds: Job['datasets'] = [];
       for (const [i, d] of body.datasets.entries()) {
@@ -476,7 +493,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         batch_size: body.batch_size ?? d.batch_size,
         seed: body.seed ?? 42, validation_data_percentage: body.validation_data_percentage ?? 10,
         early_stopping: body.early_stopping ?? body.early_stopping_patience !== undefined, early_stopping_patience: body.early_stopping_patience ?? (body.early_stopping ? 3 : null),
-        ...(type === 'lora' ? { lora_r: body.lora_r ?? 8, lora_alpha: body.lora_alpha ?? 16, lora_dropout: body.lora_dropout ?? 0.05, target_modules: body.target_modules ?? null } : {}),
+        ...(type === 'lora' ? { lora_r: adapter?.r ?? body.lora_r ?? 8, lora_alpha: adapter?.alpha ?? body.lora_alpha ?? 16, lora_dropout: body.lora_dropout ?? 0.05, target_modules: adapter?.targetModules ?? body.target_modules ?? null } : {}),
         max_steps: body.max_steps ?? null, warmup_ratio: body.warmup_ratio ?? null, lr_scheduler: body.lr_scheduler ?? null, gradient_accumulation_steps: body.gradient_accumulation_steps ?? null,
         eval_steps: body.eval_steps ?? null,
       };

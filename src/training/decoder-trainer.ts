@@ -8,6 +8,8 @@ import { join } from 'node:path';
 import { loadDecoderConfig, type DecoderConfig } from '../formats/hf-config.ts';
 import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../formats/safetensors.ts';
 import { LORA_MODULES } from '../models/decoder/native-model.ts';
+import { AdapterError, readPeftAdapter } from '../runtime/adapters.ts';
+import { adapterConflict } from './adapter-shape.ts';
 import { renderChat, type ChatMessage } from '../tokenize/chat-template.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
 import type { ChatRecord, DataRecord } from './data/formats.ts';
@@ -24,6 +26,8 @@ export interface DecoderTrainConfig extends CommonTrainConfig {
   max_seq_len?: number;
   /** 'bf16' keeps the frozen base weights in bf16 (half the memory); default: as stored */
   base_dtype?: 'f32' | 'bf16';
+  /** a PEFT adapter of this base to continue training from (its rank, alpha and target modules) */
+  init_adapter?: string;
 }
 
 export interface SftSequence {
@@ -112,6 +116,30 @@ function initLoras(config: DecoderConfig, targets: string[], r: number, alpha: n
   return out;
 }
 
+/**
+ * The LoRA a decoder run starts from: fresh (PEFT init, lora_r / lora_alpha / lora_target_modules,
+ * defaults 16 / 32 / q,k,v,o) or, with `init_adapter`, that adapter's weights with its own rank, alpha
+ * and targets; a config that names other values is refused.
+ */
+export function resolveLora(config: DecoderTrainConfig, dc: DecoderConfig, dropout: number, seed: number): { r: number; alpha: number; targets: string[]; loras: DecoderLoraInit[] } {
+  if (config.init_adapter) {
+    let ad;
+    try { ad = readPeftAdapter(config.init_adapter, dc); } catch (e) {
+      if (e instanceof AdapterError) throw new TrainingConfigError(`init_adapter: ${e.message}`);
+      throw e;
+    }
+    const conflict = adapterConflict(config, ad);
+    if (conflict) throw new TrainingConfigError(conflict);
+    const loras = ad.modules.map((m) => ({ ...m, dropout }));
+    return { r: ad.r, alpha: ad.alpha, targets: ad.targetModules, loras };
+  }
+  const r = positiveInt(config.lora_r, 'lora_r', 16);
+  const alpha = positiveNum(config.lora_alpha, 'lora_alpha', 32);
+  const targets = config.lora_target_modules ?? ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+  for (const t of targets) if (!(LORA_MODULES as readonly string[]).includes(t)) throw new TrainingConfigError(`lora_target_modules: ${t} is not one of ${LORA_MODULES.join(', ')}`);
+  return { r, alpha, targets, loras: initLoras(dc, targets, r, alpha, dropout, seed) };
+}
+
 /** Writes the adapter in PEFT format. */
 export function savePeftAdapter(dir: string, graph: DecoderTrainGraph, meta: { base: string; r: number; alpha: number; dropout: number; targets: string[] }): void {
   mkdirSync(dir, { recursive: true });
@@ -142,15 +170,12 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
   const valPct = positiveNum(config.validation_data_percentage, 'validation_data_percentage', 10, true);
   const maxSteps = positiveInt(config.max_steps, 'max_steps', 0, 0);
   const maxLen = positiveInt(config.max_seq_len, 'max_seq_len', 1024, 2);
-  const r = positiveInt(config.lora_r, 'lora_r', 16);
-  const alpha = positiveNum(config.lora_alpha, 'lora_alpha', 32);
   const dropout = positiveNum(config.lora_dropout, 'lora_dropout', 0, true);
   if (dropout >= 1) throw new TrainingConfigError('lora_dropout must be < 1');
-  const targets = config.lora_target_modules ?? ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
-  for (const t of targets) if (!(LORA_MODULES as readonly string[]).includes(t)) throw new TrainingConfigError(`lora_target_modules: ${t} is not one of ${LORA_MODULES.join(', ')}`);
   const sched = config.scheduler ?? 'cosine';
 
   const dc = loadDecoderConfig(config.base_model);
+  const { r, alpha, targets, loras: initial } = resolveLora(config, dc, dropout, seed);
   const tok = Tokenizer.fromDirSync(config.base_model);
   const all = loadRecords(config.train_data, ['chat']);
   let trainRecs: DataRecord[];
@@ -162,8 +187,8 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
   const trainS = toSeqs(trainRecs);
   const valS = toSeqs(valRecs);
   if (!trainS.length) throw new TrainingConfigError('no training conversation has an assistant turn');
-  const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initLoras(dc, targets, r, alpha, dropout, seed));
-  log(hooks, 'info', `${trainS.length} training / ${valS.length} validation conversations; LoRA r=${r} alpha=${alpha} on ${targets.join(', ')}`);
+  const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initial);
+  log(hooks, 'info', `${trainS.length} training / ${valS.length} validation conversations; LoRA r=${r} alpha=${alpha} on ${targets.join(', ')}${config.init_adapter ? ' (continued from an adapter)' : ''}`);
 
   const perEpoch = trainS.length > bs ? Math.floor(trainS.length / bs) : 1;
   const stepsPerEpoch = Math.max(1, Math.floor(perEpoch / accum));

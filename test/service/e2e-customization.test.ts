@@ -156,9 +156,14 @@ t.test('decoder LoRA: chat data → PEFT adapter → download → deployed and s
   t.notMatch(tar, /cat-stories\/model\.safetensors/, 'an adapter, not a full model');
 
   const ck = (await call(ts.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, { key: u.key })).body.checkpoints[0];
-  const cont = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: { base_model: ck.id, datasets: [{ name: 'stories' }] } });
-  t.equal(cont.status, 422);
-  t.match(cont.body.detail, /continuing an adapter is not supported yet/);
+  // a checkpoint of a LoRA job continues its adapter (same rank; another rank is a 422)
+  const clash = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: { base_model: ck.id, datasets: [{ name: 'stories' }], lora_r: 8 } });
+  t.equal(clash.status, 422);
+  t.match(clash.body, { detail: /lora_r 8 differs from the adapter's rank 4/, errors: [{ path: '/lora_r' }] });
+  const cont = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: { base_model: ck.id, datasets: [{ name: 'stories' }], max_steps: 1 } });
+  t.equal(cont.status, 200);
+  const contDone = await poll(() => call(ts.url, 'GET', `/felix/training-jobs/${cont.body.id}`, { key: u.key }), (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status), 60_000, 200);
+  t.match(contDone.body, { status: 'complete', base_model: ck.id, current_step: 1, configuration: { lora_r: 4 } });
 
   const project = (await call(ts.url, 'POST', '/projects', { key: u.key, body: { name: 'stories' } })).body;
   t.equal((await call(ts.url, 'POST', `/projects/${project.id}/deployments`, { key: u.key, body: { training_job_id: id } })).status, 200);
