@@ -15,6 +15,7 @@ import type { ModelRuntime } from './runtime.ts';
 import { createRoutePolicy, loadRouterPolicy, type RouterPolicy } from './router.ts';
 import { createWorkerPool } from './workers.ts';
 import { createCustomization } from './customization.ts';
+import type { RewardJudge } from './training/rl-jobs.ts';
 
 export interface Logger { info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void; debug?(o: object, m?: string): void }
 
@@ -27,6 +28,8 @@ export interface ServicesOptions {
   log?: Logger;
   /** the `service/auto` policy (default: LOOM_ROUTER_POLICY's file, else the documented defaults) */
   routerPolicy?: RouterPolicy;
+  /** the judge of GRPO llm_as_judge rewards (injection point: the service's LLM judge, src/service/judge) */
+  judge?: RewardJudge;
 }
 
 export async function createServices(opts: ServicesOptions) {
@@ -49,7 +52,7 @@ export async function createServices(opts: ServicesOptions) {
   const workers = createWorkerPool({ threads: config.workerThreads });
   projects.resumePending();
   // datasets, training jobs, evaluations, generation (src/service/customization.ts)
-  const customization = await createCustomization({ store, config, runtime, catalog, inference, log });
+  const customization = await createCustomization({ store, config, runtime, catalog, inference, log, judge: opts.judge });
   let closed = false;
   return {
     config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,
