@@ -185,7 +185,8 @@ export const grpo: DecoderAlgorithm = {
         win = emptyWindow();
       },
       async close() {
-        engine.close();
+        engine.close(); // fails what is queued or running (a stopped run's generations), freeing their KV blocks
+        await engine.scheduler.runExclusive(async () => {}); // and lets a native step still in flight finish
         rmSync(adapterDir, { recursive: true, force: true });
       },
     };

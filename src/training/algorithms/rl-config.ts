@@ -68,7 +68,8 @@ export interface RlConfigProblem {
 }
 
 /**
- * Validates a request's rl_config for `algo` and fills the defaults. Problems are returned (first one
+ * Validates a request's rl_config for `algo` and fills the defaults (keys of the other algorithm are
+ * left out, so the result validates again as is). Problems are returned (first one
  * first), never thrown: the service turns them into a 422, the trainer into a TrainingConfigError.
  */
 export function parseRlConfig(algo: RlAlgorithm, raw: unknown): { config: RlConfig; problems: RlConfigProblem[] } {
@@ -87,7 +88,8 @@ export function parseRlConfig(algo: RlAlgorithm, raw: unknown): { config: RlConf
   }
   for (const [key, rule] of Object.entries(RL_CONFIG_RULES)) {
     const v = obj[key];
-    if (v === undefined || (rule.algos && !rule.algos.includes(algo))) { out[key] = rule.def; continue; }
+    if (rule.algos && !rule.algos.includes(algo)) continue; // the other algorithm's keys stay absent
+    if (v === undefined || (v === null && rule.def === null)) { out[key] = rule.def; continue; }
     if (rule.kind === 'int' || rule.kind === 'num') {
       const isNum = typeof v === 'number' && Number.isFinite(v);
       if (!isNum || (rule.kind === 'int' && !Number.isInteger(v))) { bad(key, `rl_config.${key} must be ${rule.kind === 'int' ? 'an integer' : 'a number'}`, 'type'); continue; }
