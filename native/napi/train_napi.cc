@@ -14,7 +14,8 @@
 //       loras: [{layer, module (0..6: q,k,v,o,gate,up,down), r, scale, dropout, A Float32Array, B Float32Array}]
 //   llamaTrainStep(handle, {tokens, positions, labels, seqOff Int32Array, backward, gradScale, seed, wantLogits})
 //       → Promise<{loss, counted, logits?: Float32Array (R*V)}>   (SFT: forward + cross-entropy + backward)
-//   llamaTrainForward(handle, {tokens, positions, labels, seqOff Int32Array, keep, lora, dropout, seed, wantLogits})
+//   llamaTrainForward(handle, {tokens, positions, labels, seqOff Int32Array, keep, lora, dropout, seed, wantLogits,
+//                              temperature (log-probs of logits / temperature, as TRL's GRPO scores samples)})
 //       → Promise<{logp: Float32Array (R), logits?}>: per-row log-probability of each label (0 where label < 0);
 //       with keep the activations stay on the handle for llamaTrainBackward (replacing pending ones);
 //       lora: false runs the base model alone (the reference policy)
@@ -25,6 +26,7 @@
 //   trainZeroGrad(handle)
 //   trainOptimStep(handle, {lr: number[], wd, b1, b2, eps, maxGradNorm, step}) → Promise<number> (pre-clip grad norm)
 // Calls on one handle are serialized by a mutex, so a step and an optimizer update never overlap.
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <memory>
@@ -410,16 +412,20 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
   in->dropout = get_bool(b, "dropout", in->keep);
   in->seed = uint64_t(get_num(b, "seed", 0));
   bool want = get_bool(b, "wantLogits", false);
+  const float scale = float(1.0 / get_num(b, "temperature", 1.0));
+  if (!(scale > 0.0f) || !std::isfinite(scale)) throw_range(env, "temperature must be a positive number");
   auto logp = std::make_shared<std::vector<float>>();
   auto logits = std::make_shared<std::vector<float>>();
   return run_async(
       env,
-      [h, in, tokens, positions, labels, want, logp, logits]() {
+      [h, in, tokens, positions, labels, want, logp, logits, scale]() {
         std::lock_guard<std::mutex> lk(h->mu);
         llama::Acts local;
         llama::Acts& a = in->keep ? h->dec_acts : local;
         if (in->keep) a = llama::Acts();
         llama::forward(*h->dec, *in, a);
+        if (scale != 1.0f) scale_fwd(in->R * h->dec->cfg.vocab, a.logits.data(), scale, a.logits.data());
+        a.logit_scale = scale;
         logp->resize(size_t(in->R));
         logprob_fwd(in->R, h->dec->cfg.vocab, a.logits.data(), in->labels, logp->data());
         if (want) *logits = a.logits;
@@ -457,6 +463,7 @@ Napi::Value LlamaTrainBackward(const Napi::CallbackInfo& info) {
         const int64_t V = h->dec->cfg.vocab;
         std::vector<float> dlogits(size_t(a.R * V));
         logprob_bwd(a.R, V, a.logits.data(), a.labels.data(), dlogp->data(), dlogits.data());
+        if (a.logit_scale != 1.0f) scale_fwd(a.R * V, dlogits.data(), a.logit_scale, dlogits.data());  // d/d(raw logits)
         llama::backward(*h->dec, a, dlogits.data());
       },
       [](Napi::Env e) { return e.Undefined(); });

@@ -80,6 +80,7 @@ struct Acts {
   std::vector<LayerActs> layers;           // empty when the forward kept nothing
   std::vector<float> x, rstdf, xnf;        // final hidden (R, D), its rstd (R), normed (R, D)
   std::vector<float> logits;               // (R, V)
+  float logit_scale = 1.0f;                // logits were multiplied by it (1 / sampling temperature)
 };
 
 struct FwdIn {

@@ -3,22 +3,26 @@
 // rejected completion tokens under the policy (base + LoRA, with gradient) and the reference (the same
 // graph with the adapter off, no gradient, computed once per pair and kept). With
 // h = (π_c − ref_c) − (π_r − ref_r):
-//   sigmoid: −log σ(β·h)      ipo: (h − 1/(2β))² on length-averaged log-probs      hinge: max(0, 1 − β·h)
+//   sigmoid: −log σ(β·h)      ipo: (h̄ − 1/(2β))², h̄ from log-ratios averaged per token      hinge: max(0, 1 − β·h)
 // chosen / rejected rewards β·(π − ref), margin = their difference, accuracy = P(chosen reward > rejected).
 // The loss is a mean over the pairs of a batch; its gradient w.r.t. each completion token's log-prob is
-// dL/dπ_seq (÷ length for ipo), fed to the graph's backward.
+// dL/dπ_seq, fed to the graph's backward.
 import type { DataRecord, DpoRecord } from '../data/formats.ts';
 import { log, TrainingConfigError } from '../common.ts';
 import type { DpoLossType } from './rl-config.ts';
 import { completionIds, packScored, promptIds, type ScoredSequence } from './prompt.ts';
 import type { AlgorithmRun, DecoderAlgorithm, DecoderRun } from './types.ts';
+import type { DecoderTrainGraph } from '../native.ts';
 
 export interface DpoPairLogps {
-  /** policy log-probs (summed, or averaged for ipo) of the chosen and rejected completions */
+  /** summed log-probs of the chosen and rejected completions' tokens */
   policyChosen: number;
   policyRejected: number;
   refChosen: number;
   refRejected: number;
+  /** completion token counts (ipo averages the log-ratios per token) */
+  chosenLen: number;
+  rejectedLen: number;
 }
 
 export interface DpoPairLoss {
@@ -35,40 +39,76 @@ const sigmoid = (x: number) => (x >= 0 ? 1 / (1 + Math.exp(-x)) : Math.exp(x) / 
 
 /** One pair's DPO loss and its gradient (TRL DPOTrainer.dpo_loss, label_smoothing 0). */
 export function dpoPairLoss(type: DpoLossType, beta: number, p: DpoPairLogps): DpoPairLoss {
-  const h = p.policyChosen - p.refChosen - (p.policyRejected - p.refRejected);
+  const c = p.policyChosen - p.refChosen;
+  const r = p.policyRejected - p.refRejected;
+  const h = c - r;
   let loss: number;
-  let dh: number;
+  let dChosen: number;
+  let dRejected: number;
   if (type === 'sigmoid') {
     loss = softplus(-beta * h);
-    dh = -beta * sigmoid(-beta * h);
+    dChosen = -beta * sigmoid(-beta * h);
+    dRejected = -dChosen;
   } else if (type === 'hinge') {
     loss = Math.max(0, 1 - beta * h);
-    dh = 1 - beta * h > 0 ? -beta : 0;
+    dChosen = 1 - beta * h > 0 ? -beta : 0;
+    dRejected = -dChosen;
   } else {
-    const d = h - 1 / (2 * beta);
+    const lc = Math.max(p.chosenLen, 1), lr = Math.max(p.rejectedLen, 1);
+    const d = c / lc - r / lr - 1 / (2 * beta);
     loss = d * d;
-    dh = 2 * d;
+    dChosen = (2 * d) / lc;
+    dRejected = (-2 * d) / lr;
   }
   return {
-    loss, dChosen: dh, dRejected: -dh,
+    loss, dChosen, dRejected,
     chosenReward: beta * (p.policyChosen - p.refChosen), rejectedReward: beta * (p.policyRejected - p.refRejected),
   };
 }
 
-interface Pair {
+export interface Pair {
   chosen: ScoredSequence;
   rejected: ScoredSequence;
   /** reference log-probs of chosen / rejected (filled on first use) */
   ref?: [number, number];
 }
 
-/** Per-sequence log-prob: Σ over its completion rows (÷ count for ipo). */
-function seqLogps(logp: Float32Array, rows: number[][], average: boolean): number[] {
-  return rows.map((rs) => {
-    let s = 0;
-    for (const r of rs) s += logp[r];
-    return average ? s / Math.max(rs.length, 1) : s;
+/** Per-sequence log-prob: Σ over its completion rows. */
+function seqLogps(logp: Float32Array, rows: number[][]): number[] {
+  return rows.map((rs) => rs.reduce((s, r) => s + logp[r], 0));
+}
+
+/**
+ * One DPO micro-step on a batch of pairs: reference log-probs (adapter off, once per pair), the policy's
+ * (kept for backward), each pair's loss, and backward of gradScale × the batch mean. Returns each pair's result.
+ */
+export async function dpoStep(g: DecoderTrainGraph, pairs: Pair[], o: { type: DpoLossType; beta: number; gradScale: number; seed: number }): Promise<{ results: DpoPairLoss[]; tokens: number }> {
+  const packed = packScored(pairs.flatMap((p) => [p.chosen, p.rejected]));
+  await refLogps(g, pairs, packed);
+  const { logp } = await g.forward(packed.batch, { seed: o.seed });
+  const results = scorePairs(o.type, o.beta, pairs, seqLogps(logp, packed.rows));
+  const B = pairs.length;
+  const dlogp = new Float32Array(logp.length);
+  results.forEach((r, i) => {
+    for (const row of packed.rows[2 * i]) dlogp[row] = (o.gradScale * r.dChosen) / B;
+    for (const row of packed.rows[2 * i + 1]) dlogp[row] = (o.gradScale * r.dRejected) / B;
   });
+  await g.backward(dlogp);
+  return { results, tokens: packed.batch.tokens.length };
+}
+
+async function refLogps(g: DecoderTrainGraph, pairs: Pair[], packed: ReturnType<typeof packScored>): Promise<void> {
+  if (pairs.every((p) => p.ref)) return;
+  const { logp } = await g.forward(packed.batch, { lora: false, keep: false });
+  const s = seqLogps(logp, packed.rows);
+  pairs.forEach((p, i) => (p.ref = [s[2 * i], s[2 * i + 1]]));
+}
+
+function scorePairs(type: DpoLossType, beta: number, pairs: Pair[], pol: number[]): DpoPairLoss[] {
+  return pairs.map((p, i) => dpoPairLoss(type, beta, {
+    policyChosen: pol[2 * i], policyRejected: pol[2 * i + 1], refChosen: p.ref![0], refRejected: p.ref![1],
+    chosenLen: p.chosen.completion.length, rejectedLen: p.rejected.completion.length,
+  }));
 }
 
 interface Window { n: number; loss: number; chosen: number; rejected: number; acc: number; steps: number }
@@ -96,39 +136,16 @@ export const dpo: DecoderAlgorithm = {
     const rl = run.rl!;
     const beta = rl.dpo_beta;
     const type = rl.loss_type;
-    const average = type === 'ipo';
     const train = toPairs(run, trainRecs);
     const val = toPairs(run, valRecs);
     if (!train.pairs.length) throw new TrainingConfigError(`no usable dpo row: ${train.skipped} prompt(s) longer than the ${run.maxLen}-token context, none left to train on`);
     const g = run.graph;
-    const refOf = async (pairs: Pair[], packed: ReturnType<typeof packScored>) => {
-      if (pairs.every((p) => p.ref)) return;
-      const { logp } = await g.forward(packed.batch, { lora: false, keep: false });
-      const s = seqLogps(logp, packed.rows, average);
-      pairs.forEach((p, i) => (p.ref = [s[2 * i], s[2 * i + 1]]));
-    };
-    const pack = (pairs: Pair[]) => packScored(pairs.flatMap((p) => [p.chosen, p.rejected]));
     let win = emptyWindow();
-    const score = (pairs: Pair[], pol: number[]) =>
-      pairs.map((p, i) => dpoPairLoss(type, beta, { policyChosen: pol[2 * i], policyRejected: pol[2 * i + 1], refChosen: p.ref![0], refRejected: p.ref![1] }));
     return {
       items: train.pairs,
       describe: `${train.pairs.length} training / ${val.pairs.length} validation preference pairs${train.skipped + val.skipped ? `; ${train.skipped + val.skipped} skipped (prompt longer than the ${run.maxLen}-token context)` : ''}; DPO ${type}, beta ${beta}`,
       async microStep(pairs, o) {
-        const packed = pack(pairs);
-        await refOf(pairs, packed);
-        const { logp } = await g.forward(packed.batch, { seed: o.seed });
-        const res = score(pairs, seqLogps(logp, packed.rows, average));
-        const B = pairs.length;
-        const dlogp = new Float32Array(logp.length);
-        res.forEach((r, i) => {
-          for (const [k, d] of [[2 * i, r.dChosen], [2 * i + 1, r.dRejected]] as const) {
-            const rows = packed.rows[k];
-            const w = (o.gradScale * d) / B / (average ? Math.max(rows.length, 1) : 1);
-            for (const row of rows) dlogp[row] = w;
-          }
-        });
-        await g.backward(dlogp);
+        const { results: res, tokens } = await dpoStep(g, pairs, { type, beta, gradScale: o.gradScale, seed: o.seed });
         for (const r of res) {
           win.n++;
           win.loss += r.loss;
@@ -136,17 +153,17 @@ export const dpo: DecoderAlgorithm = {
           win.rejected += r.rejectedReward;
           win.acc += r.chosenReward > r.rejectedReward ? 1 : 0;
         }
-        return { loss: res.reduce((s, r) => s + r.loss, 0), weight: B, tokens: packed.batch.tokens.length };
+        return { loss: res.reduce((s, r) => s + r.loss, 0), weight: pairs.length, tokens };
       },
       async evaluate() {
         if (!val.pairs.length) return null;
         let loss = 0, acc = 0, margin = 0;
         for (let i = 0; i < val.pairs.length; i += run.batchSize) {
           const pairs = val.pairs.slice(i, i + run.batchSize);
-          const packed = pack(pairs);
-          await refOf(pairs, packed);
+          const packed = packScored(pairs.flatMap((p) => [p.chosen, p.rejected]));
+          await refLogps(g, pairs, packed);
           const { logp } = await g.forward(packed.batch, { keep: false });
-          for (const r of score(pairs, seqLogps(logp, packed.rows, average))) {
+          for (const r of scorePairs(type, beta, pairs, seqLogps(logp, packed.rows))) {
             loss += r.loss;
             acc += r.chosenReward > r.rejectedReward ? 1 : 0;
             margin += r.chosenReward - r.rejectedReward;

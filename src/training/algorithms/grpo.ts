@@ -6,7 +6,8 @@
 //   2. rewards r ∈ [0,1] from src/rl/rewards (computeRewards: the nine reward types; llm_as_judge through
 //      the service's judge); advantages per group A = (r − mean) / (std + 1e-4) (std unbiased, as torch);
 //   3. per completion token t of sequence i, with π the policy (LoRA on, gradient), π_old the policy that
-//      sampled (= π detached), π_ref the base (adapter off, no gradient):
+//      sampled (= π detached), π_ref the base (adapter off, no gradient), all log-probs of logits divided
+//      by the sampling temperature (as TRL):
 //        ρ = exp(logπ − logπ_old),  L_t = −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A) + β·KL_t,
 //        KL_t = exp(logπ_ref − logπ) − (logπ_ref − logπ) − 1   (the k3 estimator)
 //      loss = mean over sequences of (mean over the sequence's completion tokens of L_t).
@@ -18,7 +19,8 @@ import { loadDecoder, type DecoderModel } from '../../runtime/generate.ts';
 import { computeRewards, type RewardItem } from '../../rl/rewards/index.ts';
 import type { DataRecord, GrpoRecord } from '../data/formats.ts';
 import { log, TrainingConfigError } from '../common.ts';
-import { packScored, promptIds, promptText } from './prompt.ts';
+import { packScored, promptIds, promptText, type ScoredSequence } from './prompt.ts';
+import type { DecoderTrainGraph } from '../native.ts';
 import type { AlgorithmRun, DecoderAlgorithm } from './types.ts';
 
 /** Group-normalised advantages: rewards in groups of `g` consecutive completions. */
@@ -77,6 +79,30 @@ export function grpoLoss(x: GrpoTokenInput): { loss: number; dlogp: Float32Array
     loss += seq * w;
   });
   return { loss, dlogp, kl: tokens ? klSum / tokens : 0, clipRatio: tokens ? clipped / tokens : 0 };
+}
+
+/**
+ * One GRPO micro-step on sampled sequences (prompt + completion) with their advantages: the policy's
+ * log-probs at `temperature` (kept for backward), the reference's (adapter off), the loss (old log-probs =
+ * the policy's, detached, unless given per completion token) and backward of gradScale × the loss.
+ */
+export async function grpoStep(g: DecoderTrainGraph, seqs: ScoredSequence[], advantages: number[], o: {
+  beta: number; epsilon: number; temperature: number; gradScale: number; seed: number; oldLogps?: number[][];
+}): Promise<{ loss: number; kl: number; clipRatio: number; tokens: number }> {
+  const packed = packScored(seqs);
+  const { logp } = await g.forward(packed.batch, { seed: o.seed, temperature: o.temperature });
+  // the reference (adapter off) is scored even at beta 0: its KL is logged
+  const { logp: ref } = await g.forward(packed.batch, { lora: false, keep: false, temperature: o.temperature });
+  let old: ArrayLike<number> = logp;
+  if (o.oldLogps) {
+    const a = Float32Array.from(logp);
+    packed.rows.forEach((rows, i) => rows.forEach((r, k) => (a[r] = o.oldLogps![i][k])));
+    old = a;
+  }
+  const res = grpoLoss({ logp, oldLogp: old, refLogp: ref, rows: packed.rows, advantages, beta: o.beta, epsilon: o.epsilon });
+  if (o.gradScale !== 1) for (let i = 0; i < res.dlogp.length; i++) res.dlogp[i] *= o.gradScale;
+  await g.backward(res.dlogp);
+  return { loss: res.loss, kl: res.kl, clipRatio: res.clipRatio, tokens: packed.batch.tokens.length };
 }
 
 interface Prompt {
@@ -152,13 +178,8 @@ export const grpo: DecoderAlgorithm = {
         if (!gen) return { loss: 0, weight: 0, tokens: 0, aborted: true };
         const { rewards, errors } = await rewardsOf(prompts, gen.map((x) => x.text), G);
         const adv = grpoAdvantages(rewards, G);
-        const packed = packScored(gen.map((x, j) => ({ prompt: prompts[Math.floor(j / G)].ids, completion: x.tokenIds })));
-        const { logp } = await g.forward(packed.batch, { seed: o.seed });
-        // the reference (adapter off) is scored even at kl_beta 0: its KL is logged
-        const { logp: ref } = await g.forward(packed.batch, { lora: false, keep: false });
-        const res = grpoLoss({ logp, oldLogp: logp, refLogp: ref, rows: packed.rows, advantages: adv, beta: rl.kl_beta, epsilon: rl.clip_epsilon });
-        if (o.gradScale !== 1) for (let i = 0; i < res.dlogp.length; i++) res.dlogp[i] *= o.gradScale;
-        await g.backward(res.dlogp);
+        const seqs = gen.map((x, j) => ({ prompt: prompts[Math.floor(j / G)].ids, completion: x.tokenIds }));
+        const res = await grpoStep(g, seqs, adv, { beta: rl.kl_beta, epsilon: rl.clip_epsilon, temperature: rl.sampling_temperature, gradScale: o.gradScale, seed: o.seed });
         for (const r of rewards) (win.rewardSum += r), (win.rewardSq += r * r);
         win.n += rewards.length;
         win.errors += errors.filter((e) => e !== null).length;
@@ -166,7 +187,7 @@ export const grpo: DecoderAlgorithm = {
         win.loss += res.loss;
         win.len += gen.reduce((s, x) => s + x.tokenIds.length, 0) / gen.length;
         win.micro++;
-        return { loss: res.loss, weight: 1, tokens: packed.batch.tokens.length };
+        return { loss: res.loss, weight: 1, tokens: res.tokens };
       },
       async evaluate() {
         if (!val.length) return null;
