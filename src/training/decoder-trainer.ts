@@ -41,7 +41,7 @@ export interface DecoderTrainConfig extends CommonTrainConfig {
   reward_context?: RewardContext;
 }
 
-function baseTensors(dir: string, config: DecoderConfig, dtype?: 'f32' | 'bf16'): Record<string, Float32Array | Uint16Array> {
+export function baseTensors(dir: string, config: DecoderConfig, dtype?: 'f32' | 'bf16'): Record<string, Float32Array | Uint16Array> {
   const ck = SafetensorsCheckpoint.open(dir);
   const out: Record<string, Float32Array | Uint16Array> = {};
   for (const n of ck.names()) {
@@ -62,7 +62,7 @@ function baseTensors(dir: string, config: DecoderConfig, dtype?: 'f32' | 'bf16')
 }
 
 /** LoRA init as PEFT: A Kaiming-uniform (bound 1/√in), B zeros. */
-function initLoras(config: DecoderConfig, targets: string[], r: number, alpha: number, dropout: number, seed: number): DecoderLoraInit[] {
+export function initLoras(config: DecoderConfig, targets: string[], r: number, alpha: number, dropout: number, seed: number): DecoderLoraInit[] {
   const rng = new InitRng(seed);
   const D = config.hiddenSize;
   const dims: Record<string, [number, number]> = {
