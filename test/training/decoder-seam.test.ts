@@ -18,13 +18,23 @@ const ckpt = SafetensorsCheckpoint.open(base);
 const tensors: Record<string, Float32Array> = {};
 for (const n of ckpt.names()) tensors[n] = toFloat32(ckpt.get(n));
 const ad = readPeftAdapter(join(golden, 'adapter'), config);
-const loras = ad.modules.map((m) => ({ layer: m.layer, module: m.module, r: m.r, scale: m.scale, dropout: 0, A: m.A, B: m.B }));
+const loras = ad.modules.map((m) => ({
+  layer: m.layer,
+  module: m.module,
+  r: m.r,
+  scale: m.scale,
+  dropout: 0,
+  A: m.A,
+  B: m.B,
+}));
 const ids: number[] = cases.sequence.input_ids;
 const lab: number[] = cases.sequence.labels;
 const T = ids.length;
 const batch = {
-  tokens: Int32Array.from(ids), positions: Int32Array.from({ length: T }, (_, i) => i),
-  labels: Int32Array.from({ length: T }, (_, i) => (i + 1 < T ? lab[i + 1] : -100)), seqOff: Int32Array.from([0, T]),
+  tokens: Int32Array.from(ids),
+  positions: Int32Array.from({ length: T }, (_, i) => i),
+  labels: Int32Array.from({ length: T }, (_, i) => (i + 1 < T ? lab[i + 1] : -100)),
+  seqOff: Int32Array.from([0, T]),
 };
 const maxAbs = (a: Float32Array, b: Float32Array) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
 
@@ -78,6 +88,9 @@ t.test('backward of Σ w·logp matches finite differences', async (t) => {
     v[i] = orig;
     g.set(name, v);
     const fd = (up - dn) / (2 * eps);
-    t.ok(Math.abs(fd - grad[i]) <= 2e-3 * Math.max(1, Math.abs(fd)), `${name}[${i}]: analytic ${grad[i].toExponential(3)} vs fd ${fd.toExponential(3)}`);
+    t.ok(
+      Math.abs(fd - grad[i]) <= 2e-3 * Math.max(1, Math.abs(fd)),
+      `${name}[${i}]: analytic ${grad[i].toExponential(3)} vs fd ${fd.toExponential(3)}`,
+    );
   }
 });

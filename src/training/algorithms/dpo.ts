@@ -3,7 +3,8 @@
 // rejected completion tokens under the policy (base + LoRA, with gradient) and the reference (the same
 // graph with the adapter off, no gradient, computed once per pair and kept). With
 // h = (π_c − ref_c) − (π_r − ref_r):
-//   sigmoid: −log σ(β·h)      ipo: (h̄ − 1/(2β))², h̄ from log-ratios averaged per token      hinge: max(0, 1 − β·h)
+//   sigmoid: −log σ(β·h)    hinge: max(0, 1 − β·h)
+//   ipo: (h̄ − 1/(2β))², h̄ from the log-ratios averaged per completion token
 // chosen / rejected rewards β·(π − ref), margin = their difference, accuracy = P(chosen reward > rejected).
 // The loss is a mean over the pairs of a batch; its gradient w.r.t. each completion token's log-prob is
 // dL/dπ_seq, fed to the graph's backward.
@@ -54,15 +55,19 @@ export function dpoPairLoss(type: DpoLossType, beta: number, p: DpoPairLogps): D
     dChosen = 1 - beta * h > 0 ? -beta : 0;
     dRejected = -dChosen;
   } else {
-    const lc = Math.max(p.chosenLen, 1), lr = Math.max(p.rejectedLen, 1);
+    const lc = Math.max(p.chosenLen, 1),
+      lr = Math.max(p.rejectedLen, 1);
     const d = c / lc - r / lr - 1 / (2 * beta);
     loss = d * d;
     dChosen = (2 * d) / lc;
     dRejected = (-2 * d) / lr;
   }
   return {
-    loss, dChosen, dRejected,
-    chosenReward: beta * (p.policyChosen - p.refChosen), rejectedReward: beta * (p.policyRejected - p.refRejected),
+    loss,
+    dChosen,
+    dRejected,
+    chosenReward: beta * (p.policyChosen - p.refChosen),
+    rejectedReward: beta * (p.policyRejected - p.refRejected),
   };
 }
 
@@ -82,7 +87,11 @@ function seqLogps(logp: Float32Array, rows: number[][]): number[] {
  * One DPO micro-step on a batch of pairs: reference log-probs (adapter off, once per pair), the policy's
  * (kept for backward), each pair's loss, and backward of gradScale × the batch mean. Returns each pair's result.
  */
-export async function dpoStep(g: DecoderTrainGraph, pairs: Pair[], o: { type: DpoLossType; beta: number; gradScale: number; seed: number }): Promise<{ results: DpoPairLoss[]; tokens: number }> {
+export async function dpoStep(
+  g: DecoderTrainGraph,
+  pairs: Pair[],
+  o: { type: DpoLossType; beta: number; gradScale: number; seed: number },
+): Promise<{ results: DpoPairLoss[]; tokens: number }> {
   const packed = packScored(pairs.flatMap((p) => [p.chosen, p.rejected]));
   await refLogps(g, pairs, packed);
   const { logp } = await g.forward(packed.batch, { seed: o.seed });
@@ -105,13 +114,26 @@ async function refLogps(g: DecoderTrainGraph, pairs: Pair[], packed: ReturnType<
 }
 
 function scorePairs(type: DpoLossType, beta: number, pairs: Pair[], pol: number[]): DpoPairLoss[] {
-  return pairs.map((p, i) => dpoPairLoss(type, beta, {
-    policyChosen: pol[2 * i], policyRejected: pol[2 * i + 1], refChosen: p.ref![0], refRejected: p.ref![1],
-    chosenLen: p.chosen.completion.length, rejectedLen: p.rejected.completion.length,
-  }));
+  return pairs.map((p, i) =>
+    dpoPairLoss(type, beta, {
+      policyChosen: pol[2 * i],
+      policyRejected: pol[2 * i + 1],
+      refChosen: p.ref![0],
+      refRejected: p.ref![1],
+      chosenLen: p.chosen.completion.length,
+      rejectedLen: p.rejected.completion.length,
+    }),
+  );
 }
 
-interface Window { n: number; loss: number; chosen: number; rejected: number; acc: number; steps: number }
+interface Window {
+  n: number;
+  loss: number;
+  chosen: number;
+  rejected: number;
+  acc: number;
+  steps: number;
+}
 const emptyWindow = (): Window => ({ n: 0, loss: 0, chosen: 0, rejected: 0, acc: 0, steps: 0 });
 
 function toPairs(run: DecoderRun, recs: DataRecord[]): { pairs: Pair[]; skipped: number } {
@@ -122,9 +144,15 @@ function toPairs(run: DecoderRun, recs: DataRecord[]): { pairs: Pair[]; skipped:
     const x = r as DpoRecord;
     const prompt = promptIds(run.tok, x.prompt);
     const room = run.maxLen - prompt.length;
-    if (room < 1) { skipped++; continue; } // the prompt alone fills the context
+    if (room < 1) {
+      skipped++;
+      continue;
+    } // the prompt alone fills the context
     const cut = (ids: number[]) => ids.slice(0, room);
-    pairs.push({ chosen: { prompt, completion: cut(completionIds(run.tok, x.chosen)) }, rejected: { prompt, completion: cut(completionIds(run.tok, x.rejected)) } });
+    pairs.push({
+      chosen: { prompt, completion: cut(completionIds(run.tok, x.chosen)) },
+      rejected: { prompt, completion: cut(completionIds(run.tok, x.rejected)) },
+    });
   }
   return { pairs, skipped };
 }
@@ -138,12 +166,20 @@ export const dpo: DecoderAlgorithm = {
     const type = rl.loss_type;
     const train = toPairs(run, trainRecs);
     const val = toPairs(run, valRecs);
-    if (!train.pairs.length) throw new TrainingConfigError(`no usable dpo row: ${train.skipped} prompt(s) longer than the ${run.maxLen}-token context, none left to train on`);
+    if (!train.pairs.length)
+      throw new TrainingConfigError(
+        `no usable dpo row: ${train.skipped} prompt(s) longer than the ${run.maxLen}-token context, ` +
+          'none left to train on',
+      );
+    const skipped = train.skipped + val.skipped;
     const g = run.graph;
     let win = emptyWindow();
     return {
       items: train.pairs,
-      describe: `${train.pairs.length} training / ${val.pairs.length} validation preference pairs${train.skipped + val.skipped ? `; ${train.skipped + val.skipped} skipped (prompt longer than the ${run.maxLen}-token context)` : ''}; DPO ${type}, beta ${beta}`,
+      describe:
+        `${train.pairs.length} training / ${val.pairs.length} validation preference pairs` +
+        (skipped ? `; ${skipped} skipped (prompt longer than the ${run.maxLen}-token context)` : '') +
+        `; DPO ${type}, beta ${beta}`,
       async microStep(pairs, o) {
         const { results: res, tokens } = await dpoStep(g, pairs, { type, beta, gradScale: o.gradScale, seed: o.seed });
         for (const r of res) {
@@ -157,7 +193,9 @@ export const dpo: DecoderAlgorithm = {
       },
       async evaluate() {
         if (!val.pairs.length) return null;
-        let loss = 0, acc = 0, margin = 0;
+        let loss = 0,
+          acc = 0,
+          margin = 0;
         for (let i = 0; i < val.pairs.length; i += run.batchSize) {
           const pairs = val.pairs.slice(i, i + run.batchSize);
           const packed = packScored(pairs.flatMap((p) => [p.chosen, p.rejected]));
@@ -170,14 +208,26 @@ export const dpo: DecoderAlgorithm = {
           }
         }
         const n = val.pairs.length;
-        log(run.hooks, 'info', `validation: dpo loss ${(loss / n).toFixed(4)}, accuracy ${(acc / n).toFixed(3)}, margin ${(margin / n).toFixed(4)} (${n} pairs)`);
+        log(
+          run.hooks,
+          'info',
+          `validation: dpo loss ${(loss / n).toFixed(4)}, accuracy ${(acc / n).toFixed(3)}, ` +
+            `margin ${(margin / n).toFixed(4)} (${n} pairs)`,
+        );
         return loss / n;
       },
       async afterStep(step) {
         win.steps++;
         if (step % rl.logging_steps !== 0 || !win.n) return;
         const n = win.n;
-        log(run.hooks, 'info', `step ${step}: loss ${(win.loss / n).toFixed(4)}, rewards/chosen ${(win.chosen / n).toFixed(4)}, rewards/rejected ${(win.rejected / n).toFixed(4)}, rewards/margin ${((win.chosen - win.rejected) / n).toFixed(4)}, rewards/accuracy ${(win.acc / n).toFixed(3)}`);
+        log(
+          run.hooks,
+          'info',
+          `step ${step}: loss ${(win.loss / n).toFixed(4)}, rewards/chosen ${(win.chosen / n).toFixed(4)}, ` +
+            `rewards/rejected ${(win.rejected / n).toFixed(4)}, ` +
+            `rewards/margin ${((win.chosen - win.rejected) / n).toFixed(4)}, ` +
+            `rewards/accuracy ${(win.acc / n).toFixed(3)}`,
+        );
         win = emptyWindow();
       },
     };

@@ -52,7 +52,10 @@ export interface GrpoTokenInput {
 export function grpoLoss(x: GrpoTokenInput): { loss: number; dlogp: Float32Array; kl: number; clipRatio: number } {
   const dlogp = new Float32Array(x.logp.length);
   const B = x.rows.length;
-  let loss = 0, klSum = 0, clipped = 0, tokens = 0;
+  let loss = 0,
+    klSum = 0,
+    clipped = 0,
+    tokens = 0;
   x.rows.forEach((rows, i) => {
     const A = x.advantages[i];
     const w = 1 / Math.max(rows.length, 1) / B;
@@ -86,9 +89,19 @@ export function grpoLoss(x: GrpoTokenInput): { loss: number; dlogp: Float32Array
  * log-probs at `temperature` (kept for backward), the reference's (adapter off), the loss (old log-probs =
  * the policy's, detached, unless given per completion token) and backward of gradScale × the loss.
  */
-export async function grpoStep(g: DecoderTrainGraph, seqs: ScoredSequence[], advantages: number[], o: {
-  beta: number; epsilon: number; temperature: number; gradScale: number; seed: number; oldLogps?: number[][];
-}): Promise<{ loss: number; kl: number; clipRatio: number; tokens: number }> {
+export async function grpoStep(
+  g: DecoderTrainGraph,
+  seqs: ScoredSequence[],
+  advantages: number[],
+  o: {
+    beta: number;
+    epsilon: number;
+    temperature: number;
+    gradScale: number;
+    seed: number;
+    oldLogps?: number[][];
+  },
+): Promise<{ loss: number; kl: number; clipRatio: number; tokens: number }> {
   const packed = packScored(seqs);
   const { logp } = await g.forward(packed.batch, { seed: o.seed, temperature: o.temperature });
   // the reference (adapter off) is scored even at beta 0: its KL is logged
@@ -99,7 +112,15 @@ export async function grpoStep(g: DecoderTrainGraph, seqs: ScoredSequence[], adv
     packed.rows.forEach((rows, i) => rows.forEach((r, k) => (a[r] = o.oldLogps![i][k])));
     old = a;
   }
-  const res = grpoLoss({ logp, oldLogp: old, refLogp: ref, rows: packed.rows, advantages, beta: o.beta, epsilon: o.epsilon });
+  const res = grpoLoss({
+    logp,
+    oldLogp: old,
+    refLogp: ref,
+    rows: packed.rows,
+    advantages,
+    beta: o.beta,
+    epsilon: o.epsilon,
+  });
   if (o.gradScale !== 1) for (let i = 0; i < res.dlogp.length; i++) res.dlogp[i] *= o.gradScale;
   await g.backward(res.dlogp);
   return { loss: res.loss, kl: res.kl, clipRatio: res.clipRatio, tokens: packed.batch.tokens.length };
@@ -111,7 +132,16 @@ interface Prompt {
   answer: string;
 }
 
-interface Window { n: number; rewardSum: number; rewardSq: number; kl: number; loss: number; len: number; micro: number; errors: number }
+interface Window {
+  n: number;
+  rewardSum: number;
+  rewardSq: number;
+  kl: number;
+  loss: number;
+  len: number;
+  micro: number;
+  errors: number;
+}
 const emptyWindow = (): Window => ({ n: 0, rewardSum: 0, rewardSq: 0, kl: 0, loss: 0, len: 0, micro: 0, errors: 0 });
 
 export const grpo: DecoderAlgorithm = {
@@ -128,19 +158,29 @@ export const grpo: DecoderAlgorithm = {
         if (r.kind !== 'grpo') continue;
         const x = r as GrpoRecord;
         const ids = promptIds(run.tok, x.prompt);
-        if (ids.length >= run.maxLen) { skipped++; continue; } // no room for a completion
+        if (ids.length >= run.maxLen) {
+          skipped++;
+          continue;
+        } // no room for a completion
         out.push({ ids, text: promptText(x.prompt), answer: x.answer });
       }
       return out;
     };
     const train = toPrompts(trainRecs);
     const val = toPrompts(valRecs);
-    if (!train.length) throw new TrainingConfigError(`no usable grpo row: ${skipped} prompt(s) longer than the ${run.maxLen}-token context, none left to train on`);
+    if (!train.length)
+      throw new TrainingConfigError(
+        `no usable grpo row: ${skipped} prompt(s) longer than the ${run.maxLen}-token context, none left to train on`,
+      );
     // the serving engine with the policy's adapter; its KV budget holds one micro-batch of groups
     const dc = run.dc;
     const perToken = 2 * dc.numLayers * dc.numKvHeads * dc.headDim * 4;
     const kvBytes = Math.ceil(1.5 * run.batchSize * G * run.maxLen * perToken) + (4 << 20);
-    const engine: DecoderModel = await loadDecoder(run.baseDir, { kv: { memory: kvBytes, dtype: 'f32' }, maxRunning: Math.max(1, run.batchSize * G), caching: 'automatic' });
+    const engine: DecoderModel = await loadDecoder(run.baseDir, {
+      kv: { memory: kvBytes, dtype: 'f32' },
+      maxRunning: Math.max(1, run.batchSize * G),
+      caching: 'automatic',
+    });
     const adapterDir = mkdtempSync(join(tmpdir(), 'loom-grpo-policy-'));
     const refresh = () => {
       rmSync(adapterDir, { recursive: true, force: true });
@@ -154,11 +194,19 @@ export const grpo: DecoderAlgorithm = {
 
     /** n samples per prompt from the engine (null when the run was stopped meanwhile) */
     const sample = async (prompts: Prompt[], n: number, seed: number) => {
-      const streams = prompts.flatMap((p, i) => Array.from({ length: n }, (_, k) => engine.generate({
-        prompt_ids: p.ids, max_tokens: Math.min(rl.max_completion_length, run.maxLen - p.ids.length),
-        temperature: rl.sampling_temperature, seed: (seed * 7919 + i * 131 + k) >>> 0, adapter: 'policy',
-        cache: { mode: 'none' }, signal: run.hooks.signal,
-      })));
+      const streams = prompts.flatMap((p, i) =>
+        Array.from({ length: n }, (_, k) =>
+          engine.generate({
+            prompt_ids: p.ids,
+            max_tokens: Math.min(rl.max_completion_length, run.maxLen - p.ids.length),
+            temperature: rl.sampling_temperature,
+            seed: (seed * 7919 + i * 131 + k) >>> 0,
+            adapter: 'policy',
+            cache: { mode: 'none' },
+            signal: run.hooks.signal,
+          }),
+        ),
+      );
       const finals = await Promise.allSettled(streams.map((s) => s.result));
       if (run.hooks.signal?.aborted) return null; // every sequence was cancelled: their KV blocks are free
       const bad = finals.find((f) => f.status === 'rejected');
@@ -166,21 +214,39 @@ export const grpo: DecoderAlgorithm = {
       return finals.map((f) => (f as PromiseFulfilledResult<{ tokenIds: number[]; text: string }>).value);
     };
     const rewardsOf = async (prompts: Prompt[], texts: string[], n: number) => {
-      const items: RewardItem[] = texts.map((completion, j) => ({ prompt: prompts[Math.floor(j / n)].text, completion, answer: prompts[Math.floor(j / n)].answer }));
+      const items: RewardItem[] = texts.map((completion, j) => ({
+        prompt: prompts[Math.floor(j / n)].text,
+        completion,
+        answer: prompts[Math.floor(j / n)].answer,
+      }));
       return computeRewards(rl.reward_type!, items, run.rewardContext);
     };
 
     return {
       items: train,
-      describe: `${train.length} training / ${val.length} validation prompts${skipped ? `; ${skipped} skipped (prompt longer than the ${run.maxLen}-token context)` : ''}; GRPO ${rl.reward_type}, group ${G}, kl_beta ${rl.kl_beta}, temperature ${rl.sampling_temperature}, completions up to ${rl.max_completion_length} tokens`,
+      describe:
+        `${train.length} training / ${val.length} validation prompts` +
+        (skipped ? `; ${skipped} skipped (prompt longer than the ${run.maxLen}-token context)` : '') +
+        `; GRPO ${rl.reward_type}, group ${G}, kl_beta ${rl.kl_beta}, temperature ${rl.sampling_temperature}, ` +
+        `completions up to ${rl.max_completion_length} tokens`,
       async microStep(prompts, o) {
         const gen = await sample(prompts, G, o.seed + round++);
         if (!gen) return { loss: 0, weight: 0, tokens: 0, aborted: true };
-        const { rewards, errors } = await rewardsOf(prompts, gen.map((x) => x.text), G);
+        const { rewards, errors } = await rewardsOf(
+          prompts,
+          gen.map((x) => x.text),
+          G,
+        );
         const adv = grpoAdvantages(rewards, G);
         const seqs = gen.map((x, j) => ({ prompt: prompts[Math.floor(j / G)].ids, completion: x.tokenIds }));
-        const res = await grpoStep(g, seqs, adv, { beta: rl.kl_beta, epsilon: rl.clip_epsilon, temperature: rl.sampling_temperature, gradScale: o.gradScale, seed: o.seed });
-        for (const r of rewards) (win.rewardSum += r), (win.rewardSq += r * r);
+        const res = await grpoStep(g, seqs, adv, {
+          beta: rl.kl_beta,
+          epsilon: rl.clip_epsilon,
+          temperature: rl.sampling_temperature,
+          gradScale: o.gradScale,
+          seed: o.seed,
+        });
+        for (const r of rewards) ((win.rewardSum += r), (win.rewardSq += r * r));
         win.n += rewards.length;
         win.errors += errors.filter((e) => e !== null).length;
         win.kl += res.kl;
@@ -193,8 +259,17 @@ export const grpo: DecoderAlgorithm = {
         if (!val.length) return null;
         const gen = await sample(val, 1, run.seed + 0x51ed);
         if (!gen) return null;
-        const { rewards } = await rewardsOf(val, gen.map((x) => x.text), 1);
-        log(run.hooks, 'info', `validation: reward mean ${(rewards.reduce((a, b) => a + b, 0) / rewards.length).toFixed(4)} over ${val.length} prompts (one sample each)`);
+        const { rewards } = await rewardsOf(
+          val,
+          gen.map((x) => x.text),
+          1,
+        );
+        log(
+          run.hooks,
+          'info',
+          `validation: reward mean ${(rewards.reduce((a, b) => a + b, 0) / rewards.length).toFixed(4)} ` +
+            `over ${val.length} prompts (one sample each)`,
+        );
         return null;
       },
       async afterStep(step) {
@@ -202,7 +277,14 @@ export const grpo: DecoderAlgorithm = {
         if (step % rl.logging_steps !== 0 || !win.n) return;
         const mean = win.rewardSum / win.n;
         const std = Math.sqrt(Math.max(0, win.rewardSq / win.n - mean * mean));
-        log(run.hooks, 'info', `step ${step}: loss ${(win.loss / win.micro).toFixed(4)}, reward mean ${mean.toFixed(4)}, reward std ${std.toFixed(4)}, kl ${(win.kl / win.micro).toFixed(5)}, completion length ${(win.len / win.micro).toFixed(1)}${win.errors ? `, ${win.errors} reward error(s) (scored 0)` : ''}`);
+        log(
+          run.hooks,
+          'info',
+          `step ${step}: loss ${(win.loss / win.micro).toFixed(4)}, reward mean ${mean.toFixed(4)}, ` +
+            `reward std ${std.toFixed(4)}, kl ${(win.kl / win.micro).toFixed(5)}, ` +
+            `completion length ${(win.len / win.micro).toFixed(1)}` +
+            (win.errors ? `, ${win.errors} reward error(s) (scored 0)` : ''),
+        );
         win = emptyWindow();
       },
       async close() {

@@ -10,6 +10,7 @@ export const DECODER_ALGORITHMS: Readonly<Record<string, DecoderAlgorithm>> = { 
 
 export function decoderAlgorithm(name: string): DecoderAlgorithm {
   const a = DECODER_ALGORITHMS[name];
-  if (!a) throw new TrainingConfigError(`training_algorithm must be one of ${Object.keys(DECODER_ALGORITHMS).join(', ')}`);
+  if (!a)
+    throw new TrainingConfigError(`training_algorithm must be one of ${Object.keys(DECODER_ALGORITHMS).join(', ')}`);
   return a;
 }

@@ -7,7 +7,8 @@ import type { ChatMessageRecord } from '../data/formats.ts';
 import type { DecoderBatch } from '../native.ts';
 
 export function promptIds(tok: Tokenizer, prompt: string | ChatMessageRecord[]): number[] {
-  const text = typeof prompt === 'string' ? prompt : renderChat(tok, prompt as ChatMessage[], { addGenerationPrompt: true });
+  const text =
+    typeof prompt === 'string' ? prompt : renderChat(tok, prompt as ChatMessage[], { addGenerationPrompt: true });
   const addSpecial = !(tok.bosToken && text.startsWith(tok.bosToken));
   return tok.encode(text, { addSpecialTokens: addSpecial });
 }

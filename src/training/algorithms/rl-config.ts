@@ -75,7 +75,8 @@ export interface RlConfigProblem {
 export function parseRlConfig(algo: RlAlgorithm, raw: unknown): { config: RlConfig; problems: RlConfigProblem[] } {
   const problems: RlConfigProblem[] = [];
   const out: Record<string, unknown> = {};
-  const bad = (key: string, message: string, keyword: string) => problems.push({ path: `/rl_config${key ? `/${key}` : ''}`, message, keyword });
+  const bad = (key: string, message: string, keyword: string) =>
+    problems.push({ path: `/rl_config${key ? `/${key}` : ''}`, message, keyword });
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     bad('', 'rl_config must be an object', 'type');
     raw = {};
@@ -83,23 +84,43 @@ export function parseRlConfig(algo: RlAlgorithm, raw: unknown): { config: RlConf
   const obj = raw as Record<string, unknown>;
   for (const key of Object.keys(obj)) {
     const rule = RL_CONFIG_RULES[key as keyof RlConfig];
-    if (!rule) bad(key, `unknown rl_config key ${key} (known: ${Object.keys(RL_CONFIG_RULES).join(', ')})`, 'additionalProperties');
-    else if (rule.algos && !rule.algos.includes(algo)) bad(key, `rl_config.${key} applies to ${rule.algos.join('/')} only, not ${algo}`, 'not_for_algorithm');
+    if (!rule)
+      bad(
+        key,
+        `unknown rl_config key ${key} (known: ${Object.keys(RL_CONFIG_RULES).join(', ')})`,
+        'additionalProperties',
+      );
+    else if (rule.algos && !rule.algos.includes(algo))
+      bad(key, `rl_config.${key} applies to ${rule.algos.join('/')} only, not ${algo}`, 'not_for_algorithm');
   }
   for (const [key, rule] of Object.entries(RL_CONFIG_RULES)) {
     const v = obj[key];
     if (rule.algos && !rule.algos.includes(algo)) continue; // the other algorithm's keys stay absent
-    if (v === undefined || (v === null && rule.def === null)) { out[key] = rule.def; continue; }
+    if (v === undefined || (v === null && rule.def === null)) {
+      out[key] = rule.def;
+      continue;
+    }
     if (rule.kind === 'int' || rule.kind === 'num') {
       const isNum = typeof v === 'number' && Number.isFinite(v);
-      if (!isNum || (rule.kind === 'int' && !Number.isInteger(v))) { bad(key, `rl_config.${key} must be ${rule.kind === 'int' ? 'an integer' : 'a number'}`, 'type'); continue; }
+      if (!isNum || (rule.kind === 'int' && !Number.isInteger(v))) {
+        bad(key, `rl_config.${key} must be ${rule.kind === 'int' ? 'an integer' : 'a number'}`, 'type');
+        continue;
+      }
       const low = 'exclusiveMin' in rule && rule.exclusiveMin ? v <= rule.min : v < rule.min;
       if (low || v > rule.max) {
-        bad(key, `rl_config.${key} must be ${'exclusiveMin' in rule && rule.exclusiveMin ? '>' : '>='} ${rule.min} and <= ${rule.max}`, 'range');
+        bad(
+          key,
+          `rl_config.${key} must be ${'exclusiveMin' in rule && rule.exclusiveMin ? '>' : '>='} ${rule.min} ` +
+            `and <= ${rule.max}`,
+          'range',
+        );
         continue;
       }
     } else if (rule.kind === 'enum') {
-      if (typeof v !== 'string' || !rule.values.includes(v)) { bad(key, `rl_config.${key} must be one of ${rule.values.join(', ')}`, 'enum'); continue; }
+      if (typeof v !== 'string' || !rule.values.includes(v)) {
+        bad(key, `rl_config.${key} must be one of ${rule.values.join(', ')}`, 'enum');
+        continue;
+      }
     } else if (typeof v !== 'string' || !v.trim() || v.length > rule.maxLength) {
       bad(key, `rl_config.${key} must be a non-empty string of at most ${rule.maxLength} characters`, 'type');
       continue;
@@ -107,10 +128,13 @@ export function parseRlConfig(algo: RlAlgorithm, raw: unknown): { config: RlConf
     out[key] = v;
   }
   const config = out as unknown as RlConfig;
-  if (algo === 'grpo' && obj.reward_type === undefined) bad('reward_type', 'grpo needs rl_config.reward_type', 'required');
+  if (algo === 'grpo' && obj.reward_type === undefined)
+    bad('reward_type', 'grpo needs rl_config.reward_type', 'required');
   if (algo === 'grpo' && config.reward_type === 'llm_as_judge') {
-    if (!config.llm_judge_model) bad('llm_judge_model', 'reward_type llm_as_judge needs rl_config.llm_judge_model (a served decoder)', 'required');
-    if (!config.llm_judge_rubric) bad('llm_judge_rubric', 'reward_type llm_as_judge needs rl_config.llm_judge_rubric', 'required');
+    if (!config.llm_judge_model)
+      bad('llm_judge_model', 'reward_type llm_as_judge needs rl_config.llm_judge_model (a served decoder)', 'required');
+    if (!config.llm_judge_rubric)
+      bad('llm_judge_rubric', 'reward_type llm_as_judge needs rl_config.llm_judge_rubric', 'required');
   }
   return { config, problems };
 }

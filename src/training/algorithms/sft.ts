@@ -28,7 +28,7 @@ export function chatToSequence(tok: Tokenizer, messages: ChatMessage[], maxLen: 
     if (!full.startsWith(before) || !full.startsWith(upto)) return; // template not prefix-stable: skip this turn
     const a = tok.tokenCountAt(full, before.length, { addSpecialTokens: addSpecial }, ids);
     const b = tok.tokenCountAt(full, upto.length, { addSpecialTokens: addSpecial }, ids);
-    for (let t = a; t < b; t++) (train[t] = 1), (any = true);
+    for (let t = a; t < b; t++) ((train[t] = 1), (any = true));
   });
   if (!any) return null;
   const n = Math.min(ids.length, maxLen);
@@ -60,7 +60,10 @@ export const sft: DecoderAlgorithm = {
   recordKinds: ['chat'],
   async prepare(run, trainRecs, valRecs): Promise<AlgorithmRun<SftSequence>> {
     const toSeqs = (recs: DataRecord[]) =>
-      recs.filter((x): x is ChatRecord => x.kind === 'chat').map((x) => chatToSequence(run.tok, x.messages as ChatMessage[], run.maxLen)).filter((s): s is SftSequence => s !== null);
+      recs
+        .filter((x): x is ChatRecord => x.kind === 'chat')
+        .map((x) => chatToSequence(run.tok, x.messages as ChatMessage[], run.maxLen))
+        .filter((s): s is SftSequence => s !== null);
     const trainS = toSeqs(trainRecs);
     const valS = toSeqs(valRecs);
     if (!trainS.length) throw new TrainingConfigError('no training conversation has an assistant turn');
