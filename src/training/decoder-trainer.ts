@@ -149,6 +149,13 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
   let valRecs: DataRecord[];
   if (config.validation_data) ((trainRecs = all), (valRecs = loadRecords(config.validation_data, algo.recordKinds)));
   else ({ train: trainRecs, val: valRecs } = splitValidation(all, valPct, seed));
+  for (const [what, recs] of [['train_data', all], ['validation_data', valRecs]] as const) {
+    const bad = recs.findIndex((x) => !algo.recordKinds.includes(x.kind));
+    if (bad >= 0) {
+      const kinds = algo.recordKinds.join('/');
+      throw new TrainingConfigError(`${what}: record ${bad + 1} is a ${recs[bad].kind} record; ${algo.name} trains on ${kinds} records`);
+    }
+  }
   const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initial);
   const saveAdapter = (dir: string) => savePeftAdapter(dir, graph, { base: config.base_model, r, alpha, dropout, targets });
   const run = await algo.prepare({

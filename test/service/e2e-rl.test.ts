@@ -15,7 +15,18 @@ import { poll, uploadDataset } from './customization-helpers.ts';
 
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-models-'));
 symlinkSync(join(import.meta.dirname, '../../../shared/models/tinystories-656k'), join(modelsDir, 'tinystories-656k'));
-const ts = await startServer({ runtime: createLocalRuntime({ modelsDir }) });
+// the service's judge (llm_as_judge rewards): records its calls, scores a completion 1 when it says "cat"
+const judgeCalls: Array<{ n: number; opts: Record<string, unknown> }> = [];
+const ts = await startServer({
+  runtime: createLocalRuntime({ modelsDir }),
+  judge: async (items, opts) => {
+    judgeCalls.push({ n: items.length, opts: { ...opts } });
+    return {
+      scores: items.map((it) => (it.completion.toLowerCase().includes('cat') ? 1 : 0)),
+      errors: items.map(() => null),
+    };
+  },
+});
 t.teardown(async () => {
   await ts.close();
   rmSync(modelsDir, { recursive: true, force: true });
@@ -287,4 +298,53 @@ t.test('a GRPO job stopped mid-run is cancelled and keeps its last weights', asy
     'the last weights are kept as the final checkpoint',
   );
   t.match((await logsOf(created.body.id)).join('\n'), /training stopped/);
+});
+
+t.test('GRPO with llm_as_judge: the worker asks the service judge, billed to the job team', async (t) => {
+  t.equal(
+    (
+      await uploadDataset(
+        ts.url,
+        u.key,
+        'cats-judge',
+        'decoder',
+        'cats.jsonl',
+        jsonl(ADJ.map((a) => ({ prompt: prompt(a), answer: 'a cat' }))),
+      )
+    ).body.status,
+    'ready',
+  );
+  const created = await call(ts.url, 'POST', '/felix/training-jobs', {
+    key: u.key,
+    body: {
+      base_model: 'tinystories-656k',
+      datasets: [{ name: 'cats-judge' }],
+      training_algorithm: 'grpo',
+      max_steps: 2,
+      batch_size: 2,
+      rl_config: {
+        reward_type: 'llm_as_judge',
+        llm_judge_model: 'tinystories-656k',
+        llm_judge_rubric: 'Does it mention a cat?',
+        group_size: 4,
+        max_completion_length: 16,
+        logging_steps: 1,
+      },
+      validation_data_percentage: 0,
+    },
+  });
+  t.equal(created.status, 200);
+  if (!(await finished(t, created.body.id))) return;
+  t.equal(judgeCalls.length, 2, 'one judge call per micro-step');
+  t.match(judgeCalls[0], {
+    n: 8,
+    opts: {
+      model: 'tinystories-656k',
+      rubric: 'Does it mention a cat?',
+      scoreScale: 10,
+      maxRetries: 2,
+      teamId: u.team_id,
+    },
+  });
+  t.match((await logsOf(created.body.id)).join('\n'), /step 2: .*reward mean/);
 });
