@@ -13,12 +13,22 @@
 //       tensors: {HF name → Float32Array | Uint16Array (bf16 bits)}
 //       loras: [{layer, module (0..6: q,k,v,o,gate,up,down), r, scale, dropout, A Float32Array, B Float32Array}]
 //   llamaTrainStep(handle, {tokens, positions, labels, seqOff Int32Array, backward, gradScale, seed, wantLogits})
-//       → Promise<{loss, counted, logits?: Float32Array (R*V)}>
+//       → Promise<{loss, counted, logits?: Float32Array (R*V)}>   (SFT: forward + cross-entropy + backward)
+//   llamaTrainForward(handle, {tokens, positions, labels, seqOff Int32Array, keep, lora, dropout, seed, wantLogits,
+//                              temperature (log-probs of logits / temperature, as TRL's GRPO scores samples)})
+//       → Promise<{logp: Float32Array (R), logits?}>: per-row log-probability of each label (0 where label < 0);
+//       with keep the activations stay on the handle for llamaTrainBackward (replacing pending ones);
+//       lora: false runs the base model alone (the reference policy)
+//   llamaTrainBackward(handle, dlogp Float32Array (R)) → Promise<void>: the loss's gradient w.r.t. those
+//       log-probabilities; LoRA gradients accumulate (trainZeroGrad clears them)
 //   trainParams(handle) → [{name, shape, trainable, group}]
 //   trainGet(handle, name, grad=false) → Float32Array (copy) ; trainSet(handle, name, Float32Array)
 //   trainZeroGrad(handle)
 //   trainOptimStep(handle, {lr: number[], wd, b1, b2, eps, maxGradNorm, step}) → Promise<number> (pre-clip grad norm)
 // Calls on one handle are serialized by a mutex, so a step and an optimizer update never overlap.
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +44,7 @@ using namespace loom::train;
 struct TrainHandle {
   std::unique_ptr<encoder::Model> enc;
   std::unique_ptr<llama::Model> dec;
+  llama::Acts dec_acts;  // the last forward that kept its activations (until its backward)
   std::mutex mu;
   ParamStore& ps() { return enc ? enc->ps : dec->ps; }
 };
@@ -380,7 +391,87 @@ Napi::Value TrainOptimStep(const Napi::CallbackInfo& info) {
       [norm](Napi::Env e) { return Napi::Number::New(e, *norm); });
 }
 
+Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto h = unwrap(info[0]);
+  if (!h->dec) throw_type(env, "not a decoder training handle");
+  Napi::Object b = obj(info[1], "batch");
+  auto tokens = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "tokens"));
+  auto positions = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "positions"));
+  auto labels = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "labels"));
+  if (positions->size() != tokens->size() || labels->size() != tokens->size())
+    throw_range(env, "tokens, positions and labels must have the same length");
+  auto in = std::make_shared<llama::FwdIn>();
+  in->R = int64_t(tokens->size());
+  in->tokens = tokens->data();
+  in->positions = positions->data();
+  in->labels = labels->data();
+  for (int32_t v : get_vec<int32_t>(b, "seqOff")) in->seq_off.push_back(v);
+  in->keep = get_bool(b, "keep", true);
+  in->lora = get_bool(b, "lora", true);
+  in->dropout = get_bool(b, "dropout", in->keep);
+  in->seed = uint64_t(get_num(b, "seed", 0));
+  bool want = get_bool(b, "wantLogits", false);
+  const float scale = float(1.0 / get_num(b, "temperature", 1.0));
+  if (!(scale > 0.0f) || !std::isfinite(scale)) throw_range(env, "temperature must be a positive number");
+  auto logp = std::make_shared<std::vector<float>>();
+  auto logits = std::make_shared<std::vector<float>>();
+  return run_async(
+      env,
+      [h, in, tokens, positions, labels, want, logp, logits, scale]() {
+        std::lock_guard<std::mutex> lk(h->mu);
+        llama::Acts local;
+        llama::Acts& a = in->keep ? h->dec_acts : local;
+        if (in->keep) a = llama::Acts();
+        llama::forward(*h->dec, *in, a);
+        if (scale != 1.0f) scale_fwd(in->R * h->dec->cfg.vocab, a.logits.data(), scale, a.logits.data());
+        a.logit_scale = scale;
+        logp->resize(size_t(in->R));
+        logprob_fwd(in->R, h->dec->cfg.vocab, a.logits.data(), in->labels, logp->data());
+        if (want) *logits = a.logits;
+      },
+      [logp, logits, want](Napi::Env e) {
+        Napi::Object r = Napi::Object::New(e);
+        auto a = Napi::Float32Array::New(e, logp->size());
+        std::memcpy(a.Data(), logp->data(), logp->size() * 4);
+        r.Set("logp", a);
+        if (want) {
+          auto l = Napi::Float32Array::New(e, logits->size());
+          std::memcpy(l.Data(), logits->data(), logits->size() * 4);
+          r.Set("logits", l);
+        }
+        return r;
+      });
+}
+
+Napi::Value LlamaTrainBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto h = unwrap(info[0]);
+  if (!h->dec) throw_type(env, "not a decoder training handle");
+  auto dlogp = std::make_shared<std::vector<float>>();
+  {
+    auto a = array_arg<float>(info[1], "dlogp");
+    dlogp->assign(a.data, a.data + a.length);
+  }
+  return run_async(
+      env,
+      [h, dlogp]() {
+        std::lock_guard<std::mutex> lk(h->mu);
+        llama::Acts& a = h->dec_acts;
+        if (a.layers.empty()) throw std::logic_error("llama train: backward without a forward that kept its activations");
+        if (int64_t(dlogp->size()) != a.R) throw std::invalid_argument("llama train: dlogp must have one value per row");
+        const int64_t V = h->dec->cfg.vocab;
+        std::vector<float> dlogits(size_t(a.R * V));
+        logprob_bwd(a.R, V, a.logits.data(), a.labels.data(), dlogp->data(), dlogits.data());
+        if (a.logit_scale != 1.0f) scale_fwd(a.R * V, dlogits.data(), a.logit_scale, dlogits.data());  // d/d(raw logits)
+        llama::backward(*h->dec, a, dlogits.data());
+      },
+      [](Napi::Env e) { return e.Undefined(); });
+}
+
 void Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("llamaTrainForward", Napi::Function::New(env, LlamaTrainForward));
+  exports.Set("llamaTrainBackward", Napi::Function::New(env, LlamaTrainBackward));
   exports.Set("encTrainCreate", Napi::Function::New(env, EncTrainCreate));
   exports.Set("encTrainStep", Napi::Function::New(env, EncTrainStep));
   exports.Set("llamaTrainCreate", Napi::Function::New(env, LlamaTrainCreate));

@@ -632,6 +632,22 @@ float cross_entropy_fwd_bwd(int64_t T, int64_t V, const float* logits, const int
   return float(s / double(count));
 }
 
+// log-probabilities of targets: one cross-entropy row each (loss = −logp; its gradient scaled by −dlogp)
+void logprob_fwd(int64_t T, int64_t V, const float* logits, const int32_t* labels, float* logp) {
+  auto f = K().cross_entropy_rows;
+  parallel_for(T, row_grain(V), [&](int64_t r0, int64_t r1) {
+    f(r1 - r0, V, logits + r0 * V, labels + r0, 0.0f, nullptr, logp + r0);
+    for (int64_t t = r0; t < r1; t++) logp[t] = -logp[t];
+  });
+}
+void logprob_bwd(int64_t T, int64_t V, const float* logits, const int32_t* labels, const float* dlogp, float* dlogits) {
+  auto f = K().cross_entropy_rows;
+  parallel_for(T, row_grain(V), [&](int64_t r0, int64_t r1) {
+    float loss;
+    for (int64_t t = r0; t < r1; t++) f(1, V, logits + t * V, labels + t, -dlogp[t], dlogits + t * V, &loss);
+  });
+}
+
 // ---- optimizer ------------------------------------------------------------------------------
 void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double lr, double b1, double b2, double eps,
                 double wd, int64_t step) {

@@ -1,4 +1,4 @@
-// Llama LoRA training graph: forward with activations, masked CE, backward (see llama_train.h).
+// Llama LoRA training graph: forward keeping activations, losses over its logits, backward (see llama_train.h).
 #include "llama_train.h"
 #include <algorithm>
 #include <cstring>
@@ -100,128 +100,168 @@ std::unique_ptr<Model> model_create(const Config& c, const std::vector<TensorSrc
 }
 
 namespace {
-struct LayerActs {
-  std::vector<float> x_in, rstd1, xn1, q, k, v, attn, lse, x1, rstd2, xn2, g, u, act;
-  LinActs la[kNumModules];
-};
+AttnParams attn_params(const std::vector<int64_t>& off, size_t s, const Config& c) {
+  AttnParams p;
+  p.B = 1;
+  p.Tq = p.Tk = off[s + 1] - off[s];
+  p.Hq = c.n_heads;
+  p.Hkv = c.n_kv_heads;
+  p.Dh = c.head_dim;
+  p.causal = true;
+  return p;
+}
+// y (M, N) = x·Wᵀ (+ LoRA unless base_only)
+void lin_fwd(const TLinear& l, bool base_only, int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) {
+  if (!base_only || !l.has_lora()) return l.fwd(M, x, y, acts, rng);
+  TLinear b = l;
+  b.lora = Lora();
+  b.fwd(M, x, y, nullptr, nullptr);
+}
 }  // namespace
 
-void step(Model& m, const StepIn& in, StepOut& out, bool want_logits) {
+void forward(Model& m, const FwdIn& in, Acts& a) {
   const Config& c = m.cfg;
   const int64_t R = in.R, D = c.hidden, F = c.inter, V = c.vocab, Hq = c.n_heads, Hkv = c.n_kv_heads,
                 Dh = c.head_dim, Nq = Hq * Dh, Nkv = Hkv * Dh;
   if (R <= 0) throw std::invalid_argument("llama train: empty batch");
   if (in.seq_off.size() < 2 || in.seq_off.front() != 0 || in.seq_off.back() != R)
     throw std::invalid_argument("llama train: sequence offsets must go from 0 to R");
+  for (size_t s = 0; s + 1 < in.seq_off.size(); s++)
+    if (in.seq_off[s + 1] < in.seq_off[s]) throw std::invalid_argument("llama train: sequence offsets must not decrease");
   for (int64_t t = 0; t < R; t++) {
     if (in.tokens[t] < 0 || in.tokens[t] >= V) throw std::out_of_range("llama train: token id out of range");
     if (in.labels[t] >= V) throw std::out_of_range("llama train: label id out of range");
   }
+  a = Acts();
+  a.R = R;
+  a.positions.assign(in.positions, in.positions + R);
+  a.labels.assign(in.labels, in.labels + R);
+  a.seq_off = in.seq_off;
   Rng rng(in.seed);
-  Rng* rp = &rng;
-  std::vector<LayerActs> acts(size_t(c.layers));
+  Rng* rp = in.dropout ? &rng : nullptr;
+  const bool base_only = !in.lora;
+  a.layers.resize(in.keep ? size_t(c.layers) : 1);
   std::vector<float> x(size_t(R * D));
   embedding_fwd(R, D, in.tokens, m.embed_type, m.embed, x.data());
   const size_t S = in.seq_off.size() - 1;
-  auto attn_params = [&](size_t s) {
-    AttnParams p;
-    p.B = 1;
-    p.Tq = p.Tk = in.seq_off[s + 1] - in.seq_off[s];
-    p.Hq = Hq;
-    p.Hkv = Hkv;
-    p.Dh = Dh;
-    p.causal = true;
-    return p;
-  };
+  std::vector<float> o(size_t(R * D));
   for (int64_t l = 0; l < c.layers; l++) {
     LayerW& L = m.layers[size_t(l)];
-    LayerActs& a = acts[size_t(l)];
-    a.x_in = x;
-    a.rstd1.resize(static_cast<size_t>(R));
-    a.xn1.resize(size_t(R * D));
-    rmsnorm_fwd(R, D, x.data(), L.attn_norm->w.data(), c.eps, a.xn1.data(), a.rstd1.data());
-    a.q.resize(size_t(R * Nq));
-    a.k.resize(size_t(R * Nkv));
-    a.v.resize(size_t(R * Nkv));
-    L.lin[kQ].fwd(R, a.xn1.data(), a.q.data(), &a.la[kQ], rp);
-    L.lin[kK].fwd(R, a.xn1.data(), a.k.data(), &a.la[kK], rp);
-    L.lin[kV].fwd(R, a.xn1.data(), a.v.data(), &a.la[kV], rp);
-    rope_fwd(R, Hq, Dh, Nq, in.positions, m.inv_freq.data(), a.q.data());
-    rope_fwd(R, Hkv, Dh, Nkv, in.positions, m.inv_freq.data(), a.k.data());
-    a.attn.resize(size_t(R * Nq));
-    a.lse.resize(size_t(R * Hq));
+    LayerActs& la = a.layers[in.keep ? size_t(l) : 0];
+    LinActs* lacts = in.keep ? la.la : nullptr;
+    auto lin = [&](int mo, const float* xi, float* y) { lin_fwd(L.lin[mo], base_only, R, xi, y, lacts ? &lacts[mo] : nullptr, rp); };
+    if (in.keep) la.x_in = x;
+    la.rstd1.resize(static_cast<size_t>(R));
+    la.xn1.resize(size_t(R * D));
+    rmsnorm_fwd(R, D, x.data(), L.attn_norm->w.data(), c.eps, la.xn1.data(), la.rstd1.data());
+    la.q.resize(size_t(R * Nq));
+    la.k.resize(size_t(R * Nkv));
+    la.v.resize(size_t(R * Nkv));
+    lin(kQ, la.xn1.data(), la.q.data());
+    lin(kK, la.xn1.data(), la.k.data());
+    lin(kV, la.xn1.data(), la.v.data());
+    rope_fwd(R, Hq, Dh, Nq, in.positions, m.inv_freq.data(), la.q.data());
+    rope_fwd(R, Hkv, Dh, Nkv, in.positions, m.inv_freq.data(), la.k.data());
+    la.attn.resize(size_t(R * Nq));
+    la.lse.resize(size_t(R * Hq));
     for (size_t s = 0; s < S; s++) {
       int64_t r0 = in.seq_off[s];
       if (in.seq_off[s + 1] == r0) continue;
-      attention_fwd(attn_params(s), a.q.data() + r0 * Nq, a.k.data() + r0 * Nkv, a.v.data() + r0 * Nkv,
-                    a.attn.data() + r0 * Nq, a.lse.data() + r0 * Hq);
+      attention_fwd(attn_params(in.seq_off, s, c), la.q.data() + r0 * Nq, la.k.data() + r0 * Nkv,
+                    la.v.data() + r0 * Nkv, la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq);
     }
     // x1 = x + attn·Woᵀ
-    std::vector<float> o(size_t(R * D));
-    L.lin[kO].fwd(R, a.attn.data(), o.data(), &a.la[kO], rp);
+    lin(kO, la.attn.data(), o.data());
     add_fwd(R * D, x.data(), o.data(), x.data());
-    a.x1 = x;
-    a.rstd2.resize(static_cast<size_t>(R));
-    a.xn2.resize(size_t(R * D));
-    rmsnorm_fwd(R, D, x.data(), L.mlp_norm->w.data(), c.eps, a.xn2.data(), a.rstd2.data());
-    a.g.resize(size_t(R * F));
-    a.u.resize(size_t(R * F));
-    a.act.resize(size_t(R * F));
-    L.lin[kGate].fwd(R, a.xn2.data(), a.g.data(), &a.la[kGate], rp);
-    L.lin[kUp].fwd(R, a.xn2.data(), a.u.data(), &a.la[kUp], rp);
-    swiglu_fwd(R * F, a.g.data(), a.u.data(), a.act.data());
-    L.lin[kDown].fwd(R, a.act.data(), o.data(), &a.la[kDown], rp);
+    if (in.keep) la.x1 = x;
+    la.rstd2.resize(static_cast<size_t>(R));
+    la.xn2.resize(size_t(R * D));
+    rmsnorm_fwd(R, D, x.data(), L.mlp_norm->w.data(), c.eps, la.xn2.data(), la.rstd2.data());
+    la.g.resize(size_t(R * F));
+    la.u.resize(size_t(R * F));
+    la.act.resize(size_t(R * F));
+    lin(kGate, la.xn2.data(), la.g.data());
+    lin(kUp, la.xn2.data(), la.u.data());
+    swiglu_fwd(R * F, la.g.data(), la.u.data(), la.act.data());
+    lin(kDown, la.act.data(), o.data());
     add_fwd(R * D, x.data(), o.data(), x.data());
   }
-  std::vector<float> rstdf(static_cast<size_t>(R)), xnf(size_t(R * D)), logits(size_t(R * V));
-  rmsnorm_fwd(R, D, x.data(), m.norm->w.data(), c.eps, xnf.data(), rstdf.data());
-  m.lm_head.fwd(R, xnf.data(), logits.data(), nullptr, nullptr);
-  std::vector<float> dlogits(in.backward ? size_t(R * V) : 0);
-  out.loss = cross_entropy_fwd_bwd(R, V, logits.data(), in.labels, in.backward ? dlogits.data() : nullptr, nullptr);
-  out.counted = 0;
-  for (int64_t t = 0; t < R; t++) out.counted += in.labels[t] >= 0;
-  if (want_logits) out.logits = std::move(logits);
-  else std::vector<float>().swap(logits);
-  if (!in.backward || out.counted == 0) return;
-  if (in.grad_scale != 1.0f) scale_fwd(R * V, dlogits.data(), in.grad_scale, dlogits.data());
+  if (!in.keep) a.layers.clear();
+  a.rstdf.resize(static_cast<size_t>(R));
+  a.xnf.resize(size_t(R * D));
+  a.logits.resize(size_t(R * V));
+  rmsnorm_fwd(R, D, x.data(), m.norm->w.data(), c.eps, a.xnf.data(), a.rstdf.data());
+  m.lm_head.fwd(R, a.xnf.data(), a.logits.data(), nullptr, nullptr);
+  if (in.keep) a.x = std::move(x);
+}
 
-  // ---- backward ----
+void backward(Model& m, Acts& a, const float* dlogits) {
+  const Config& c = m.cfg;
+  const int64_t R = a.R, D = c.hidden, F = c.inter, Hq = c.n_heads, Hkv = c.n_kv_heads, Dh = c.head_dim,
+                Nq = Hq * Dh, Nkv = Hkv * Dh;
+  if (a.layers.size() != size_t(c.layers) || a.x.empty())
+    throw std::logic_error("llama train: backward needs a forward that kept its activations");
+  const size_t S = a.seq_off.size() - 1;
   std::vector<float> dxn(size_t(R * D)), dx(size_t(R * D)), dscratch(size_t(std::max(D, F) * 2));
-  m.lm_head.bwd(R, xnf.data(), dlogits.data(), dxn.data(), nullptr, false);
-  std::vector<float>().swap(dlogits);
-  rmsnorm_bwd(R, D, x.data(), m.norm->w.data(), rstdf.data(), dxn.data(), dx.data(), dscratch.data());
+  m.lm_head.bwd(R, a.xnf.data(), dlogits, dxn.data(), nullptr, false);
+  std::vector<float>().swap(a.logits);
+  rmsnorm_bwd(R, D, a.x.data(), m.norm->w.data(), a.rstdf.data(), dxn.data(), dx.data(), dscratch.data());
   std::vector<float> dact(size_t(R * F)), dg(size_t(R * F)), du(size_t(R * F)), dattn(size_t(R * Nq)),
       dq(size_t(R * Nq)), dk(size_t(R * Nkv)), dv(size_t(R * Nkv)), dtmp(size_t(R * D));
+  const int32_t* positions = a.positions.data();
   for (int64_t l = c.layers - 1; l >= 0; l--) {
     LayerW& L = m.layers[size_t(l)];
-    LayerActs& a = acts[size_t(l)];
+    LayerActs& la = a.layers[size_t(l)];
     // MLP: dx holds d(x'); x' = x1 + down(swiglu(gate(xn2), up(xn2)))
-    L.lin[kDown].bwd(R, a.act.data(), dx.data(), dact.data(), &a.la[kDown], false);
+    L.lin[kDown].bwd(R, la.act.data(), dx.data(), dact.data(), &la.la[kDown], false);
     std::fill(dg.begin(), dg.end(), 0.0f);
     std::fill(du.begin(), du.end(), 0.0f);
-    swiglu_bwd(R * F, a.g.data(), a.u.data(), dact.data(), dg.data(), du.data());
-    L.lin[kGate].bwd(R, a.xn2.data(), dg.data(), dxn.data(), &a.la[kGate], false);
-    L.lin[kUp].bwd(R, a.xn2.data(), du.data(), dxn.data(), &a.la[kUp], true);
-    rmsnorm_bwd(R, D, a.x1.data(), L.mlp_norm->w.data(), a.rstd2.data(), dxn.data(), dtmp.data(), dscratch.data());
+    swiglu_bwd(R * F, la.g.data(), la.u.data(), dact.data(), dg.data(), du.data());
+    L.lin[kGate].bwd(R, la.xn2.data(), dg.data(), dxn.data(), &la.la[kGate], false);
+    L.lin[kUp].bwd(R, la.xn2.data(), du.data(), dxn.data(), &la.la[kUp], true);
+    rmsnorm_bwd(R, D, la.x1.data(), L.mlp_norm->w.data(), la.rstd2.data(), dxn.data(), dtmp.data(), dscratch.data());
     axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x1)
     // attention block: x1 = x_in + o(attn)
-    L.lin[kO].bwd(R, a.attn.data(), dx.data(), dattn.data(), &a.la[kO], false);
+    L.lin[kO].bwd(R, la.attn.data(), dx.data(), dattn.data(), &la.la[kO], false);
     for (size_t s = 0; s < S; s++) {
-      int64_t r0 = in.seq_off[s];
-      if (in.seq_off[s + 1] == r0) continue;
-      attention_bwd(attn_params(s), a.q.data() + r0 * Nq, a.k.data() + r0 * Nkv, a.v.data() + r0 * Nkv,
-                    a.attn.data() + r0 * Nq, a.lse.data() + r0 * Hq, dattn.data() + r0 * Nq, dq.data() + r0 * Nq,
-                    dk.data() + r0 * Nkv, dv.data() + r0 * Nkv, nullptr);
+      int64_t r0 = a.seq_off[s];
+      if (a.seq_off[s + 1] == r0) continue;
+      attention_bwd(attn_params(a.seq_off, s, c), la.q.data() + r0 * Nq, la.k.data() + r0 * Nkv,
+                    la.v.data() + r0 * Nkv, la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq,
+                    dattn.data() + r0 * Nq, dq.data() + r0 * Nq, dk.data() + r0 * Nkv, dv.data() + r0 * Nkv, nullptr);
     }
-    rope_bwd(R, Hq, Dh, Nq, in.positions, m.inv_freq.data(), dq.data());
-    rope_bwd(R, Hkv, Dh, Nkv, in.positions, m.inv_freq.data(), dk.data());
-    L.lin[kQ].bwd(R, a.xn1.data(), dq.data(), dxn.data(), &a.la[kQ], false);
-    L.lin[kK].bwd(R, a.xn1.data(), dk.data(), dxn.data(), &a.la[kK], true);
-    L.lin[kV].bwd(R, a.xn1.data(), dv.data(), dxn.data(), &a.la[kV], true);
-    rmsnorm_bwd(R, D, a.x_in.data(), L.attn_norm->w.data(), a.rstd1.data(), dxn.data(), dtmp.data(), dscratch.data());
+    rope_bwd(R, Hq, Dh, Nq, positions, m.inv_freq.data(), dq.data());
+    rope_bwd(R, Hkv, Dh, Nkv, positions, m.inv_freq.data(), dk.data());
+    L.lin[kQ].bwd(R, la.xn1.data(), dq.data(), dxn.data(), &la.la[kQ], false);
+    L.lin[kK].bwd(R, la.xn1.data(), dk.data(), dxn.data(), &la.la[kK], true);
+    L.lin[kV].bwd(R, la.xn1.data(), dv.data(), dxn.data(), &la.la[kV], true);
+    rmsnorm_bwd(R, D, la.x_in.data(), L.attn_norm->w.data(), la.rstd1.data(), dxn.data(), dtmp.data(), dscratch.data());
     axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x_in)
-    a = LayerActs();  // this layer's activations are no longer needed
+    la = LayerActs();  // this layer's activations are no longer needed
   }
+  a = Acts();
+}
+
+void step(Model& m, const StepIn& in, StepOut& out, bool want_logits) {
+  FwdIn f;
+  f.R = in.R;
+  f.tokens = in.tokens;
+  f.positions = in.positions;
+  f.labels = in.labels;
+  f.seq_off = in.seq_off;
+  f.keep = in.backward;
+  f.seed = in.seed;
+  Acts a;
+  forward(m, f, a);
+  const int64_t R = in.R, V = m.cfg.vocab;
+  std::vector<float> dlogits(in.backward ? size_t(R * V) : 0);
+  out.loss = cross_entropy_fwd_bwd(R, V, a.logits.data(), in.labels, in.backward ? dlogits.data() : nullptr, nullptr);
+  out.counted = 0;
+  for (int64_t t = 0; t < R; t++) out.counted += in.labels[t] >= 0;
+  if (want_logits) out.logits = std::move(a.logits);
+  if (!in.backward || out.counted == 0) return;
+  if (in.grad_scale != 1.0f) scale_fwd(R * V, dlogits.data(), in.grad_scale, dlogits.data());
+  backward(m, a, dlogits.data());
 }
 
 }  // namespace loom::train::llama

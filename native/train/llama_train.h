@@ -1,12 +1,16 @@
-// Llama-family decoder training graph for LoRA SFT (frozen base, fp32 or bf16 base weights).
+// Llama-family decoder training graph for LoRA (frozen base, fp32 or bf16 base weights), llm.c style:
+// forward (keeping activations), the loss as its own function over the forward's logits, backward from
+// the loss's gradient w.r.t. the logits into the LoRA A/B tensors only.
 //
-// One call of step() is one micro-batch: S sequences packed as R = ΣT_s rows (attention never
-// crosses a sequence), forward keeping activations, masked cross-entropy, backward into the LoRA
-// A/B tensors only. Shapes (R rows, D hidden, Hq/Hkv heads, Dh head dim, F FFN, V vocab):
+// A batch is S sequences packed as R = ΣT_s rows (attention never crosses a sequence). Shapes (R rows,
+// D hidden, Hq/Hkv heads, Dh head dim, F FFN, V vocab):
 //   x (R, D) = embed[tokens]
 //   per layer: xn = rmsnorm(x)·w1 ; q,k,v = lin(xn) (+LoRA) ; rope(q, k) ; a = attn(q, k, v) causal
 //              x1 = x + lin_o(a) ; xn2 = rmsnorm(x1)·w2 ; x' = x1 + lin_down(silu(lin_gate(xn2))·lin_up(xn2))
-//   logits (R, V) = rmsnorm(x)·wf · lm_headᵀ ; loss = mean over rows with label >= 0 of CE(logits, label)
+//   logits (R, V) = rmsnorm(x)·wf · lm_headᵀ
+// Losses: SFT cross-entropy (step(): mean over rows with label >= 0), or any loss of the per-token
+// log-probabilities of targets (logprob_fwd / logprob_bwd in loom/ops.h; DPO, GRPO in src/training).
+// The reference model of DPO / GRPO is the same graph with the adapter switched off (FwdIn::lora).
 #pragma once
 #include <memory>
 #include <string>
@@ -64,6 +68,38 @@ struct LoraSrc {
 std::unique_ptr<Model> model_create(const Config& cfg, const std::vector<TensorSrc>& tensors,
                                     const std::vector<LoraSrc>& loras);
 
+// Activations of a forward, kept for its backward.
+struct LayerActs {
+  std::vector<float> x_in, rstd1, xn1, q, k, v, attn, lse, x1, rstd2, xn2, g, u, act;
+  LinActs la[kNumModules];
+};
+struct Acts {
+  int64_t R = 0;
+  std::vector<int32_t> positions, labels;  // (R)
+  std::vector<int64_t> seq_off;            // (S+1)
+  std::vector<LayerActs> layers;           // empty when the forward kept nothing
+  std::vector<float> x, rstdf, xnf;        // final hidden (R, D), its rstd (R), normed (R, D)
+  std::vector<float> logits;               // (R, V)
+  float logit_scale = 1.0f;                // logits were multiplied by it (1 / sampling temperature)
+};
+
+struct FwdIn {
+  int64_t R = 0;
+  const int32_t* tokens = nullptr;     // (R)
+  const int32_t* positions = nullptr;  // (R)
+  const int32_t* labels = nullptr;     // (R) target of each row (the next token), < 0 = none
+  std::vector<int64_t> seq_off;        // (S+1) row offsets of the packed sequences
+  bool keep = true;                    // keep activations for backward
+  bool lora = true;                    // false: the base model alone (the reference policy)
+  bool dropout = true;                 // LoRA dropout (training forwards)
+  uint64_t seed = 0;                   // LoRA dropout masks
+};
+// Writes a.logits (R, V); with in.keep, everything backward needs.
+void forward(Model& m, const FwdIn& in, Acts& a);
+// Given dlogits (R, V) of the loss w.r.t. a's logits: LoRA gradients accumulate. Frees a's activations.
+void backward(Model& m, Acts& a, const float* dlogits);
+
+// SFT: forward, masked mean cross-entropy, backward (scaled by grad_scale) in one call.
 struct StepIn {
   int64_t R = 0;
   const int32_t* tokens = nullptr;     // (R)

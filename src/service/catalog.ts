@@ -15,6 +15,11 @@ export interface CatalogEntry {
   /** can be pulled/loaded on demand when not on disk (425 while warming) */
   supports_on_demand_inference: boolean;
   supports_training: boolean;
+  /**
+   * `training_algorithm` dpo / grpo accepted (LoRA): decoders the runtime serves (the Llama family:
+   * Llama 2/3, Qwen2, Mistral, SmolLM), verified by the RL tests; encoders have no token log-probabilities
+   */
+  supports_rl: boolean;
   caching_family: CachingFamily;
   /** credits per 1M tokens */
   pricing: Pricing;
@@ -31,7 +36,7 @@ export interface CatalogEntry {
 
 export { ROUTER_MODEL_ID } from './router.ts';
 
-type Curated = Omit<CatalogEntry, 'local' | 'source' | 'description' | 'blocked_regions' | 'supports_training' | 'hf_repo'> & Partial<CatalogEntry>;
+type Curated = Omit<CatalogEntry, 'local' | 'source' | 'description' | 'blocked_regions' | 'supports_training' | 'supports_rl' | 'hf_repo'> & Partial<CatalogEntry>;
 
 const ENC: Pick<CatalogEntry, 'task_type' | 'caching_family' | 'supports_training'> = { task_type: 'encoder', caching_family: 'none', supports_training: true };
 const DEC: Pick<CatalogEntry, 'task_type' | 'caching_family' | 'supports_training'> = { task_type: 'decoder', caching_family: 'automatic_half', supports_training: true };
@@ -60,6 +65,11 @@ export const CURATED: Curated[] = [
 
 const DEFAULT_PRICING: Record<ModelKind, Pricing> = { encoder: { input: 1, output: 0 }, decoder: { input: 2, output: 4 } };
 
+/** DPO / GRPO need a trainable decoder (LoRA on the native decoder graph). */
+export function supportsRl(e: Pick<CatalogEntry, 'task_type' | 'supports_training'>): boolean {
+  return e.task_type === 'decoder' && e.supports_training;
+}
+
 export interface CatalogFilter { supports_inference?: boolean; task_type?: ModelKind }
 
 export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string | null }) {
@@ -84,7 +94,7 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
       const cur = m.get(l.id);
       m.set(l.id, cur ? { ...cur, local: true } : {
         id: l.id, name: l.id, task_type: l.kind, description: `${l.architecture ?? l.kind} model on disk`,
-        supports_inference: true, supports_on_demand_inference: true, supports_training: true,
+        supports_inference: true, supports_on_demand_inference: true, supports_training: true, supports_rl: l.kind === 'decoder',
         caching_family: l.kind === 'decoder' ? 'automatic_half' : 'none', pricing: DEFAULT_PRICING[l.kind],
         context_length: l.context_length ?? null, local: true, hf_repo: null, blocked_regions: [], source: 'local', provider: 'local',
       });
@@ -101,6 +111,9 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
         blocked_regions: (f.blocked_regions ?? cur?.blocked_regions ?? []).map((r) => r.toUpperCase()),
       } as CatalogEntry);
     }
+    // supports_rl follows the kind and supports_training unless the catalog file sets it
+    const explicit = new Set(fileEntries.filter((f) => typeof f.supports_rl === 'boolean').map((f) => f.id));
+    for (const e of m.values()) if (!explicit.has(e.id)) e.supports_rl = supportsRl(e);
     return m;
   }
 

@@ -13,14 +13,19 @@ import { createJobPool } from './jobs/pool.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { createSignedUrls } from './signed-urls.ts';
 import { createTrainingJobsService } from './training-jobs.ts';
+import type { RewardJudge } from './training/rl-jobs.ts';
 
-export async function createCustomization(deps: { store: Store; config: ServiceConfig; runtime: ModelRuntime; catalog: Catalog; inference: InferenceService; log?: Logger }) {
-  const { store, config, runtime, catalog, inference, log } = deps;
+export async function createCustomization(deps: {
+  store: Store; config: ServiceConfig; runtime: ModelRuntime; catalog: Catalog; inference: InferenceService; log?: Logger;
+  /** GRPO llm_as_judge rewards (the service's LLM judge) */
+  judge?: RewardJudge;
+}) {
+  const { store, config, runtime, catalog, inference, log, judge } = deps;
   // training jobs (trainingConcurrency) + one evaluation + one dataset task at a time
   const jobPool = createJobPool({ threads: config.trainingConcurrency + 2 });
   const signedUrls = await createSignedUrls(store);
   const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, log });
-  const trainingJobs = createTrainingJobsService({ store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log });
+  const trainingJobs = createTrainingJobsService({ store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log, judge });
   const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log });
   const generation = createGenerationService({ store, config, inference, datasets, log });
   datasets.resumePending();

@@ -17,6 +17,7 @@ import { createWorkerPool } from './workers.ts';
 import { createCustomization } from './customization.ts';
 import { createJudgeService } from './judge/index.ts';
 import { type AdaptiveService, createAdaptiveService } from './adaptive/index.ts';
+import type { RewardJudge } from './training/rl-jobs.ts';
 
 export interface Logger { info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void; debug?(o: object, m?: string): void }
 
@@ -29,6 +30,8 @@ export interface ServicesOptions {
   log?: Logger;
   /** the `service/auto` policy (default: LOOM_ROUTER_POLICY's file, else the documented defaults) */
   routerPolicy?: RouterPolicy;
+  /** the judge of GRPO llm_as_judge rewards (injection point: the service's LLM judge, src/service/judge) */
+  judge?: RewardJudge;
 }
 
 export async function createServices(opts: ServicesOptions) {
@@ -57,7 +60,9 @@ export async function createServices(opts: ServicesOptions) {
   projects.resumePending();
   judge.resumePending();
   // datasets, training jobs, evaluations, generation (src/service/customization.ts)
-  const customization = await createCustomization({ store, config, runtime, catalog, inference, log });
+  const customization = await createCustomization({
+    store, config, runtime, catalog, inference, log, judge: opts.judge ?? judge.rewardJudge,
+  });
   const { datasets, trainingJobs, evaluations } = customization.services;
   adaptive = createAdaptiveService({ store, datasets, trainingJobs, evaluations, projects, log });
   adaptive.start();

@@ -24,6 +24,7 @@ import type { TrainTaskResult } from './jobs/train-task.ts';
 import type { ModelRef, ModelRuntime } from './runtime.ts';
 import type { SignedUrls } from './signed-urls.ts';
 import { adapterConflict } from '../training/adapter-shape.ts';
+import { checkDatasetShape, checkJudge, checkRlBase, rlConfigOrThrow, type RewardJudge } from './training/rl-jobs.ts';
 
 // the training-only fresh bases are catalog entries (listed by GET /base-models)
 import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
@@ -154,7 +155,11 @@ export function jobView(j: Job) {
   };
 }
 
-export function createTrainingJobsService(deps: { store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime; log?: Logger }) {
+export function createTrainingJobsService(deps: {
+  store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime; log?: Logger;
+  /** GRPO llm_as_judge rewards: the service's LLM judge (src/service/judge); absent → such jobs are refused */
+  judge?: RewardJudge;
+}) {
   const { store, config, pool, datasets, catalog, runtime } = deps;
   const root = join(config.dataDir, 'jobs');
   const running = new Map<string, { stop(): void; done: Promise<void> }>();
@@ -348,6 +353,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
         save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
+        training_algorithm: j.task_type === 'decoder' ? j.training_algorithm : undefined, rl_config: c.rl_config ?? undefined,
       };
       for (const k of Object.keys(trainerConfig)) if (trainerConfig[k] === undefined || trainerConfig[k] === null) delete trainerConfig[k];
       await addLog(id, 'info', `base ${base.requested}${base.source !== 'catalog' ? ` (${base.source})` : ''}, ${j.training_type} ${j.training_algorithm}, ${c.nr_epochs} epoch(s), learning rate ${c.learning_rate}, batch size ${c.batch_size}, seed ${c.seed}`);
@@ -369,8 +375,8 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
       const enqueue = (fn: () => Promise<unknown>) => { chain = chain.then(fn).then(() => {}, (e) => deps.log?.warn({ job: id, err: String(e) }, 'training event not recorded')); };
       const { result, port } = pool.run<TrainTaskResult>(
         // the validation split is scored after training; decoders generate a reply per example, so
-        // at most DECODER_SCORE_MAX of them are scored
-        { op: 'train', kind: j.task_type, config: trainerConfig, init_encoder: initEncoder, score: data.val ? { data_file: data.val, indices: j.task_type === 'decoder' && data.valCount > DECODER_SCORE_MAX ? Array.from({ length: DECODER_SCORE_MAX }, (_, i) => i) : undefined } : undefined },
+        // at most DECODER_SCORE_MAX of them are scored (dpo / grpo log their own validation metrics)
+        { op: 'train', kind: j.task_type, config: trainerConfig, init_encoder: initEncoder, team_id: j0.team_id, score: data.val && j.training_algorithm === 'sft' ? { data_file: data.val, indices: j.task_type === 'decoder' && data.valCount > DECODER_SCORE_MAX ? Array.from({ length: DECODER_SCORE_MAX }, (_, i) => i) : undefined } : undefined },
         (m: { type: string; data: any }) => {
           if (m?.type === 'progress') {
             pendingProgress = m.data;
@@ -379,6 +385,14 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
           } else if (m?.type === 'log') {
             const lvl = ['debug', 'info', 'warn', 'error'].includes(m.data?.level) ? m.data.level : 'info';
             enqueue(() => addLog(id, lvl, String(m.data?.message ?? '')));
+          } else if (m?.type === 'judge') {
+            // GRPO llm_as_judge: the worker's judge call, answered on the port (a failure scores 0 with its error)
+            const { id: callId, items, opts } = m.data ?? {};
+            const n = Array.isArray(items) ? items.length : 0;
+            const answer = (scores: number[], errors: (string | null)[]) => port.postMessage({ type: 'judge_result', id: callId, scores, errors });
+            if (!deps.judge) answer(new Array(n).fill(0), new Array(n).fill('no judge on this server'));
+            else deps.judge(items, { ...opts, teamId: j0.team_id }).then((r) => answer(r.scores, r.errors),
+              (e) => answer(new Array(n).fill(0), new Array(n).fill(`judge failed: ${e instanceof Error ? e.message : String(e)}`)));
           } else if (m?.type === 'checkpoint') {
             const c = m.data ?? {};
             const ck: CheckpointRecord = {
@@ -466,13 +480,11 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
     async create(p: Principal, body: TrainingJobRequest, extra: { adaptive?: Record<string, unknown> } = {}) {
       const algo = body.training_algorithm ?? 'sft';
       if (algo === 'sft' && body.rl_config !== undefined) invalid('/rl_config', 'rl_config must be omitted for sft', 'rl_config_with_sft');
-      if (algo !== 'sft') {
-        if (body.rl_config === undefined) invalid('/rl_config', `${algo} needs rl_config`, 'required');
-        if (algo === 'grpo' && (typeof body.rl_config?.reward_type !== 'string' || !body.rl_config.reward_type)) invalid('/rl_config/reward_type', 'grpo needs rl_config.reward_type', 'required');
-      }
+      const rl = algo === 'sft' ? null : rlConfigOrThrow(algo, body.rl_config);
       const base = await resolveBase(p, body.base_model);
       const type = body.training_type ?? 'lora';
-      if (algo !== 'sft') invalid('/training_algorithm', `${algo} is not yet supported on this server: model ${body.base_model} is not verified for reinforcement learning (use sft)`, 'rl_not_supported');
+      if (algo !== 'sft') checkRlBase(algo, base, body.base_model);
+      if (rl) await checkJudge(rl, catalog, !!deps.judge);
       if (base.task_type === 'decoder' && type === 'full') invalid('/training_type', 'decoder models are LoRA-only: full fine-tuning is reserved for encoder models', 'full_on_decoder');
       // continuing a decoder adapter: its rank, alpha and targets; options that differ are refused
       const adapter = base.init_adapter ? continuedLora(base.init_adapter, body) : null;
@@ -487,7 +499,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         const kinds = Object.keys(v.kinds);
         const decoderData = kinds.some((k) => k === 'chat' || k === 'dpo' || k === 'grpo');
         if (base.task_type === 'encoder' && decoderData) invalid(`/datasets/${i}/name`, `dataset ${d.name} holds ${kinds.join('/')} records, which an encoder cannot train on`, 'dataset_type');
-        if (base.task_type === 'decoder' && !kinds.includes('chat')) invalid(`/datasets/${i}/name`, `dataset ${d.name} holds ${kinds.join('/')} records; sft of a decoder needs chat (messages) records`, 'dataset_type');
+        if (base.task_type === 'decoder') checkDatasetShape(algo, d.name, kinds, () => datasets.dataFile(v), `/datasets/${i}/name`);
         ds.push({ name: v.dataset_name, version_number: v.version_number, version_id: v.id, dataset_type: v.dataset_type, size: v.size });
       }
       const d = defaults(base.task_type, base.source === 'fresh' ? FRESH_ENCODERS[base.catalog_id] ?? null : null, type);
@@ -500,6 +512,7 @@ export function createTrainingJobsService(deps: { store: Store; config: ServiceC
         ...(type === 'lora' ? { lora_r: adapter?.r ?? body.lora_r ?? 8, lora_alpha: adapter?.alpha ?? body.lora_alpha ?? 16, lora_dropout: body.lora_dropout ?? 0.05, target_modules: adapter?.targetModules ?? body.target_modules ?? null } : {}),
         max_steps: body.max_steps ?? null, warmup_ratio: body.warmup_ratio ?? null, lr_scheduler: body.lr_scheduler ?? null, gradient_accumulation_steps: body.gradient_accumulation_steps ?? null,
         eval_steps: body.eval_steps ?? null,
+        ...(rl ? { rl_config: rl } : {}),
       };
       const now = nowIso();
       const id = newId();

@@ -231,8 +231,10 @@ export interface TrainingLoop<T> {
   zeroGrad(): void;
   /** Forward + backward of one micro-batch (gradients scaled by gradScale). `loss` is added to the
    *  logging window with weight `weight` (the window reports Σloss / Σweight). */
-  microStep(items: T[], opts: { gradScale: number; seed: number }): Promise<{ loss: number; weight: number; tokens: number }>;
+  microStep(items: T[], opts: { gradScale: number; seed: number }): Promise<{ loss: number; weight: number; tokens: number; aborted?: boolean }>;
   optimizerStep(step: number, lrFactor: number): Promise<unknown>;
+  /** After each optimizer step (an algorithm's own metrics log, a generation engine's weights refresh). */
+  afterStep?(step: number): Promise<void>;
   evaluate(): Promise<number | null>;
   /** Writes the current weights to `dir`. */
   writeCheckpoint(dir: string): void;
@@ -271,12 +273,17 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
       for (let a = 0; a < accum; a++) {
         const items = order.slice((b0 + a) * p.batchSize, (b0 + a + 1) * p.batchSize);
         const r = await p.microStep(items, { gradScale: 1 / accum, seed: seed * 1000003 + step * 131 + a });
+        if (r.aborted) {
+          stopped = 'aborted';
+          break outer;
+        }
         windowLoss += r.loss;
         windowN += r.weight;
         tokens += r.tokens;
       }
       step++;
       await p.optimizerStep(step, lrFactor(p.scheduler, step, totalSteps, p.warmup));
+      await p.afterStep?.(step);
       busy += Date.now() - ts;
       const tps = tokens / Math.max(busy / 1000, 1e-9);
       hooks.onProgress?.({ epoch, step, totalSteps, progress_percent: (100 * step) / totalSteps, loss: windowLoss / Math.max(windowN, 1), tokens_per_s: tps });

@@ -1,8 +1,8 @@
-// Decoder LoRA SFT on the native graph: chat records rendered with the model's chat template, loss
-// on assistant tokens only, sequences packed per micro-batch (attention never crosses sequences),
-// LoRA on the chosen modules, AdamW with warmup + linear/cosine decay, validation, early stopping,
-// PEFT adapter checkpoints (adapter_config.json + adapter_model.safetensors) that
-// src/runtime/adapters.ts serves.
+// Decoder LoRA training on the native graph, shared by every algorithm: base weights, the LoRA (fresh or
+// continued from an adapter), the data split, AdamW with warmup + linear/cosine decay, validation, early
+// stopping, PEFT adapter checkpoints (adapter_config.json + adapter_model.safetensors) that
+// src/runtime/adapters.ts serves. What a step computes comes from the algorithm registry
+// (src/training/algorithms: sft on chat records, dpo on preference pairs, grpo on prompts + answers).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadDecoderConfig, type DecoderConfig } from '../formats/hf-config.ts';
@@ -10,16 +10,21 @@ import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite 
 import { LORA_MODULES } from '../models/decoder/native-model.ts';
 import { AdapterError, readPeftAdapter } from '../runtime/adapters.ts';
 import { adapterConflict } from './adapter-shape.ts';
-import { renderChat, type ChatMessage } from '../tokenize/chat-template.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
-import type { ChatRecord, DataRecord } from './data/formats.ts';
+import type { RewardContext } from '../rl/rewards/index.ts';
+import type { DataRecord } from './data/formats.ts';
 import { InitRng } from './encoder/init.ts';
-import { DecoderTrainGraph, type DecoderBatch, type DecoderLoraInit } from './native.ts';
+import { DecoderTrainGraph, type DecoderLoraInit } from './native.ts';
+import { decoderAlgorithm } from './algorithms/index.ts';
+import { parseRlConfig, type RlAlgorithm, type RlConfig } from './algorithms/rl-config.ts';
+import type { AlgorithmName } from './algorithms/types.ts';
 import { setThreads } from '../native/cpu.ts';
 import {
   CheckpointBook, runTrainingLoop, loadRecords, log, positiveInt, positiveNum, splitValidation, TrainingConfigError,
   type CommonTrainConfig, type TrainHooks, type TrainResult,
 } from './common.ts';
+
+export { chatToSequence, packSequences, type SftSequence } from './algorithms/sft.ts';
 
 export interface DecoderTrainConfig extends CommonTrainConfig {
   /** tokens per sequence (longer conversations are truncated); default 1024 */
@@ -28,56 +33,15 @@ export interface DecoderTrainConfig extends CommonTrainConfig {
   base_dtype?: 'f32' | 'bf16';
   /** a PEFT adapter of this base to continue training from (its rank, alpha and target modules) */
   init_adapter?: string;
+  /** 'sft' (default, chat records), 'dpo' ({prompt, chosen, rejected}) or 'grpo' ({prompt, answer}) */
+  training_algorithm?: AlgorithmName;
+  /** DPO / GRPO options (src/training/algorithms/rl-config.ts) */
+  rl_config?: Record<string, unknown>;
+  /** GRPO llm_as_judge: the service's judge (not serializable; set by the caller in-process) */
+  reward_context?: RewardContext;
 }
 
-export interface SftSequence {
-  ids: number[];
-  /** per position: 1 if the token is an assistant token (trained on) */
-  train: Uint8Array;
-}
-
-/** Renders a chat record and marks its assistant tokens (each assistant turn as the template renders it). */
-export function chatToSequence(tok: Tokenizer, messages: ChatMessage[], maxLen: number): SftSequence | null {
-  const full = renderChat(tok, messages, { addGenerationPrompt: false });
-  const addSpecial = !(tok.bosToken && full.startsWith(tok.bosToken));
-  const ids = tok.encode(full, { addSpecialTokens: addSpecial });
-  const train = new Uint8Array(ids.length);
-  let any = false;
-  messages.forEach((m, i) => {
-    if (m.role !== 'assistant') return;
-    const before = renderChat(tok, messages.slice(0, i), { addGenerationPrompt: true });
-    const upto = renderChat(tok, messages.slice(0, i + 1), { addGenerationPrompt: false });
-    if (!full.startsWith(before) || !full.startsWith(upto)) return; // template not prefix-stable: skip this turn
-    const a = tok.tokenCountAt(full, before.length, { addSpecialTokens: addSpecial }, ids);
-    const b = tok.tokenCountAt(full, upto.length, { addSpecialTokens: addSpecial }, ids);
-    for (let t = a; t < b; t++) (train[t] = 1), (any = true);
-  });
-  if (!any) return null;
-  const n = Math.min(ids.length, maxLen);
-  return { ids: ids.slice(0, n), train: train.slice(0, n) };
-}
-
-/** Packs sequences into one micro-batch; labels[t] = ids[t+1] when token t+1 is trained on. */
-export function packSequences(seqs: SftSequence[]): DecoderBatch {
-  const R = seqs.reduce((a, s) => a + s.ids.length, 0);
-  const tokens = new Int32Array(R);
-  const positions = new Int32Array(R);
-  const labels = new Int32Array(R).fill(-100);
-  const seqOff = new Int32Array(seqs.length + 1);
-  let r = 0;
-  seqs.forEach((s, i) => {
-    for (let t = 0; t < s.ids.length; t++) {
-      tokens[r + t] = s.ids[t];
-      positions[r + t] = t;
-      if (t + 1 < s.ids.length && s.train[t + 1]) labels[r + t] = s.ids[t + 1];
-    }
-    r += s.ids.length;
-    seqOff[i + 1] = r;
-  });
-  return { tokens, positions, labels, seqOff };
-}
-
-function baseTensors(dir: string, config: DecoderConfig, dtype?: 'f32' | 'bf16'): Record<string, Float32Array | Uint16Array> {
+export function baseTensors(dir: string, config: DecoderConfig, dtype?: 'f32' | 'bf16'): Record<string, Float32Array | Uint16Array> {
   const ck = SafetensorsCheckpoint.open(dir);
   const out: Record<string, Float32Array | Uint16Array> = {};
   for (const n of ck.names()) {
@@ -98,7 +62,7 @@ function baseTensors(dir: string, config: DecoderConfig, dtype?: 'f32' | 'bf16')
 }
 
 /** LoRA init as PEFT: A Kaiming-uniform (bound 1/√in), B zeros. */
-function initLoras(config: DecoderConfig, targets: string[], r: number, alpha: number, dropout: number, seed: number): DecoderLoraInit[] {
+export function initLoras(config: DecoderConfig, targets: string[], r: number, alpha: number, dropout: number, seed: number): DecoderLoraInit[] {
   const rng = new InitRng(seed);
   const D = config.hiddenSize;
   const dims: Record<string, [number, number]> = {
@@ -159,6 +123,9 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
   if ((config.training_type ?? 'lora') !== 'lora') throw new TrainingConfigError('decoder models support training_type "lora" only');
   if (!config.output_dir) throw new TrainingConfigError('output_dir is required');
   if (config.threads !== undefined) setThreads(positiveInt(config.threads, 'threads', 1));
+  const algo = decoderAlgorithm(config.training_algorithm ?? 'sft');
+  const rl = algo.name === 'sft' ? null : rlConfigOf(algo.name, config.rl_config);
+  if (algo.name === 'sft' && config.rl_config !== undefined) throw new TrainingConfigError('rl_config must be omitted for sft');
   const seed = positiveInt(config.seed, 'seed', 42, 0);
   const epochs = positiveInt(config.nr_epochs, 'nr_epochs', 3);
   const bs = positiveInt(config.batch_size, 'batch_size', 4);
@@ -168,58 +135,63 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
   const maxNorm = positiveNum(config.max_grad_norm, 'max_grad_norm', 1.0, true);
   const patience = positiveInt(config.early_stopping_patience, 'early_stopping_patience', 0, 0);
   const valPct = positiveNum(config.validation_data_percentage, 'validation_data_percentage', 10, true);
-  const maxSteps = positiveInt(config.max_steps, 'max_steps', 0, 0);
-  const maxLen = positiveInt(config.max_seq_len, 'max_seq_len', 1024, 2);
+  const maxSteps = rl?.max_steps || positiveInt(config.max_steps, 'max_steps', 0, 0);
   const dropout = positiveNum(config.lora_dropout, 'lora_dropout', 0, true);
   if (dropout >= 1) throw new TrainingConfigError('lora_dropout must be < 1');
   const sched = config.scheduler ?? 'cosine';
 
   const dc = loadDecoderConfig(config.base_model);
+  const maxLen = Math.min(positiveInt(config.max_seq_len, 'max_seq_len', 1024, 2), dc.maxPositionEmbeddings);
   const { r, alpha, targets, loras: initial } = resolveLora(config, dc, dropout, seed);
   const tok = Tokenizer.fromDirSync(config.base_model);
-  const all = loadRecords(config.train_data, ['chat']);
+  const all = loadRecords(config.train_data, algo.recordKinds);
   let trainRecs: DataRecord[];
   let valRecs: DataRecord[];
-  if (config.validation_data) ((trainRecs = all), (valRecs = loadRecords(config.validation_data, ['chat'])));
+  if (config.validation_data) ((trainRecs = all), (valRecs = loadRecords(config.validation_data, algo.recordKinds)));
   else ({ train: trainRecs, val: valRecs } = splitValidation(all, valPct, seed));
-  const toSeqs = (recs: DataRecord[]) =>
-    recs.filter((x): x is ChatRecord => x.kind === 'chat').map((x) => chatToSequence(tok, x.messages as ChatMessage[], maxLen)).filter((s): s is SftSequence => s !== null);
-  const trainS = toSeqs(trainRecs);
-  const valS = toSeqs(valRecs);
-  if (!trainS.length) throw new TrainingConfigError('no training conversation has an assistant turn');
-  const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initial);
-  log(hooks, 'info', `${trainS.length} training / ${valS.length} validation conversations; LoRA r=${r} alpha=${alpha} on ${targets.join(', ')}${config.init_adapter ? ' (continued from an adapter)' : ''}`);
-
-  const perEpoch = trainS.length > bs ? Math.floor(trainS.length / bs) : 1;
-  const stepsPerEpoch = Math.max(1, Math.floor(perEpoch / accum));
-  let totalSteps = stepsPerEpoch * epochs;
-  if (maxSteps) totalSteps = Math.min(totalSteps, maxSteps);
-  const warmup = config.warmup_steps ?? Math.round((config.warmup_ratio ?? 0.03) * totalSteps);
-  const evalEvery = config.eval_steps ?? stepsPerEpoch;
-  mkdirSync(config.output_dir, { recursive: true });
-  writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify({ ...config, train_data: typeof config.train_data === 'string' ? config.train_data : `${all.length} records`, validation_data: undefined, resolved: { totalSteps, warmup, targets, r, alpha } }, null, 2));
-  const book = new CheckpointBook(config.output_dir, positiveInt(config.save_total_limit, 'save_total_limit', 3), hooks);
-  const evaluate = async (): Promise<number | null> => {
-    if (!valS.length) return null;
-    let s = 0;
-    let n = 0;
-    for (let i = 0; i < valS.length; i += bs) {
-      const res = await graph.step(packSequences(valS.slice(i, i + bs)), { backward: false });
-      s += res.loss * res.counted;
-      n += res.counted;
+  for (const [what, recs] of [['train_data', all], ['validation_data', valRecs]] as const) {
+    const bad = recs.findIndex((x) => !algo.recordKinds.includes(x.kind));
+    if (bad >= 0) {
+      const kinds = algo.recordKinds.join('/');
+      throw new TrainingConfigError(`${what}: record ${bad + 1} is a ${recs[bad].kind} record; ${algo.name} trains on ${kinds} records`);
     }
-    return n ? s / n : null;
-  };
-  return runTrainingLoop({
-    outputDir: config.output_dir, hooks, t0, items: trainS, batchSize: bs, accum, epochs, perEpoch, totalSteps, evalEvery,
-    patience, maxSteps, seed, scheduler: sched, warmup, book, evalUntrainedOnAbort: true,
-    zeroGrad: () => graph.zeroGrad(),
-    microStep: async (seqs, o) => {
-      const res = await graph.step(packSequences(seqs), o);
-      return { loss: res.loss, weight: 1, tokens: seqs.reduce((n, x) => n + x.ids.length, 0) };
-    },
-    optimizerStep: (step, f) => graph.optimizerStep({ lr: [lr * f], weightDecay: wd, maxGradNorm: maxNorm, step }),
-    evaluate,
-    writeCheckpoint: (dir) => savePeftAdapter(dir, graph, { base: config.base_model, r, alpha, dropout, targets }),
-  });
+  }
+  const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initial);
+  const saveAdapter = (dir: string) => savePeftAdapter(dir, graph, { base: config.base_model, r, alpha, dropout, targets });
+  const run = await algo.prepare({
+    baseDir: config.base_model, dc, tok, graph, hooks, maxLen, batchSize: bs, seed, rl, rewardContext: config.reward_context, saveAdapter,
+  }, trainRecs, valRecs);
+  try {
+    log(hooks, 'info', `${run.describe}; LoRA r=${r} alpha=${alpha} on ${targets.join(', ')}${config.init_adapter ? ' (continued from an adapter)' : ''}`);
+    const perEpoch = run.items.length > bs ? Math.floor(run.items.length / bs) : 1;
+    const stepsPerEpoch = Math.max(1, Math.floor(perEpoch / accum));
+    let totalSteps = stepsPerEpoch * epochs;
+    if (maxSteps) totalSteps = Math.min(totalSteps, maxSteps);
+    const warmup = config.warmup_steps ?? Math.round((config.warmup_ratio ?? 0.03) * totalSteps);
+    const evalEvery = config.eval_steps ?? stepsPerEpoch;
+    mkdirSync(config.output_dir, { recursive: true });
+    const { reward_context: _rc, ...saved } = config;
+    writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify({ ...saved, train_data: typeof config.train_data === 'string' ? config.train_data : `${all.length} records`, validation_data: undefined, resolved: { algorithm: algo.name, rl_config: rl ?? undefined, totalSteps, warmup, targets, r, alpha } }, null, 2));
+    const book = new CheckpointBook(config.output_dir, positiveInt(config.save_total_limit, 'save_total_limit', 3), hooks);
+    return await runTrainingLoop({
+      outputDir: config.output_dir, hooks, t0, items: run.items, batchSize: bs, accum, epochs, perEpoch, totalSteps, evalEvery,
+      patience, maxSteps, seed, scheduler: sched, warmup, book, evalUntrainedOnAbort: true,
+      zeroGrad: () => graph.zeroGrad(),
+      microStep: (items, o) => run.microStep(items, o),
+      optimizerStep: (step, f) => graph.optimizerStep({ lr: [lr * f], weightDecay: wd, maxGradNorm: maxNorm, step }),
+      afterStep: run.afterStep ? (step) => run.afterStep!(step) : undefined,
+      evaluate: () => run.evaluate(),
+      writeCheckpoint: saveAdapter,
+    });
+  } finally {
+    await run.close?.();
+  }
+}
+
+/** The validated rl_config of a DPO / GRPO run (first problem as a TrainingConfigError). */
+function rlConfigOf(algo: RlAlgorithm, raw: unknown): RlConfig {
+  if (raw === undefined) throw new TrainingConfigError(`${algo} needs rl_config`);
+  const { config, problems } = parseRlConfig(algo, raw);
+  if (problems.length) throw new TrainingConfigError(`${problems[0].path}: ${problems[0].message}`);
+  return config;
 }

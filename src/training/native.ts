@@ -96,7 +96,22 @@ export class DecoderTrainGraph extends TrainGraph {
     };
     return new DecoderTrainGraph(addon.llamaTrainCreate(cfg, tensors, loras));
   }
-  /** One micro-batch: forward, masked CE (mean over counted rows), backward scaled by gradScale. */
+  /**
+   * Forward of a batch: the log-probability of each row's label (0 where label < 0). With `keep` (default)
+   * the activations stay for `backward` (replacing any pending ones); `lora: false` runs the base model
+   * alone (the reference policy of DPO / GRPO, no second copy of the weights); LoRA dropout applies to
+   * kept forwards unless `dropout: false`. `temperature` scores log softmax(logits / temperature) (GRPO
+   * scores its samples at the sampling temperature, as TRL does); backward accounts for it.
+   */
+  forward(b: DecoderBatch, opts: { keep?: boolean; lora?: boolean; dropout?: boolean; seed?: number; wantLogits?: boolean; temperature?: number } = {}): Promise<{ logp: Float32Array; logits?: Float32Array }> {
+    const keep = opts.keep ?? true;
+    return addon.llamaTrainForward(this.handle, { ...b, keep, lora: opts.lora ?? true, dropout: opts.dropout ?? keep, seed: opts.seed ?? 0, wantLogits: opts.wantLogits ?? false, temperature: opts.temperature ?? 1 });
+  }
+  /** Backward of the last kept forward from the loss's gradient w.r.t. its log-probabilities (LoRA grads accumulate). */
+  backward(dlogp: Float32Array): Promise<void> {
+    return addon.llamaTrainBackward(this.handle, dlogp);
+  }
+  /** SFT in one call: forward, masked CE (mean over counted rows), backward scaled by gradScale. */
   step(b: DecoderBatch, opts: { backward?: boolean; gradScale?: number; seed?: number; wantLogits?: boolean } = {}): Promise<{ loss: number; counted: number; logits?: Float32Array }> {
     return addon.llamaTrainStep(this.handle, { ...b, backward: opts.backward ?? true, gradScale: opts.gradScale ?? 1, seed: opts.seed ?? 0, wantLogits: opts.wantLogits ?? false });
   }

@@ -5,17 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer, type LoomServer } from '../../server/index.ts';
 import { createLogger } from '../../server/log.ts';
-import { createServices } from '../../src/service/index.ts';
+import { createServices, type ServicesOptions } from '../../src/service/index.ts';
 import type { ServiceConfig } from '../../src/service/config.ts';
 import type { ModelRuntime } from '../../src/service/runtime.ts';
 import { FakeRuntime } from './fake-runtime.ts';
 
 export interface TestServer { server: LoomServer; url: string; runtime: ModelRuntime; dataDir: string; services: LoomServer['services']; close(): Promise<void> }
 
-export async function startServer(opts: { runtime?: ModelRuntime; config?: Partial<ServiceConfig>; logDestination?: NodeJS.WritableStream } = {}): Promise<TestServer> {
+export async function startServer(opts: { runtime?: ModelRuntime; config?: Partial<ServiceConfig>; logDestination?: NodeJS.WritableStream; judge?: ServicesOptions['judge'] } = {}): Promise<TestServer> {
   const dataDir = mkdtempSync(join(tmpdir(), 'loom-svc-'));
   const runtime = opts.runtime ?? new FakeRuntime();
-  const services = await createServices({ runtime, config: { dataDir, workerThreads: 1, ...opts.config } });
+  const services = await createServices({ runtime, config: { dataDir, workerThreads: 1, ...opts.config }, judge: opts.judge });
   const log = createLogger({ level: opts.logDestination ? 'info' : 'silent', destination: opts.logDestination });
   const server = await createServer({ services, log });
   return {

@@ -119,6 +119,13 @@ void attention_bwd(const AttnParams& p, const float* q, const float* k, const fl
 float cross_entropy_fwd_bwd(int64_t T, int64_t V, const float* logits, const int32_t* labels, float* dlogits,
                             float* losses);
 
+// Per-row log-probabilities of targets (the policy-gradient / preference losses' input):
+//   logprob_fwd: logp (T) = log softmax(logits[t])[labels[t]], 0 for label < 0.
+//   logprob_bwd: dlogits (T, V) = dlogp[t] · (onehot(labels[t]) − softmax(logits[t])), zero rows for
+//   label < 0 (written, not accumulated). dlogits must not alias logits.
+void logprob_fwd(int64_t T, int64_t V, const float* logits, const int32_t* labels, float* logp);
+void logprob_bwd(int64_t T, int64_t V, const float* logits, const int32_t* labels, const float* dlogp, float* dlogits);
+
 // ---------------------------------------------------------------------------------------------
 // AdamW (decoupled weight decay, PyTorch semantics), step >= 1:
 //   m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g² ; p -= lr * wd * p ;

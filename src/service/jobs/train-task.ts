@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import type { MessagePort } from 'node:worker_threads';
 import { evaluate, type EvaluateResult } from './evaluate-task.ts';
+import type { JudgeRewardOptions, RewardItem } from '../../rl/rewards/index.ts';
 
 export interface TrainTask {
   op: 'train';
@@ -17,6 +18,8 @@ export interface TrainTask {
   init_encoder?: { preset: string; texts_from: string[]; seed?: number };
   /** data file + validation indices to score the final model on */
   score?: { data_file: string; indices?: number[]; threshold?: number };
+  /** the job's team (GRPO llm_as_judge calls are billed to it) */
+  team_id?: string;
   port?: MessagePort;
 }
 
@@ -70,6 +73,32 @@ export async function initEncoder(t: InitEncoderTask): Promise<{ dir: string; pa
   return { dir: t.dir, parameters: r.parameters, vocab_size: r.vocabSize };
 }
 
+/**
+ * GRPO's llm_as_judge in a worker: each judge call goes to the main thread over the task's port
+ * ({type: 'judge', id, items, opts}) and its answer comes back as {type: 'judge_result', id, scores, errors}
+ * (the service's judge runs inference through Loom's own path, billed to the team).
+ */
+function judgeOverPort(port: MessagePort, rl: Record<string, unknown>, teamId: string) {
+  let next = 0;
+  const waiting = new Map<number, (r: { scores: number[]; errors: (string | null)[] }) => void>();
+  port.on('message', (m: { type?: string; id?: number; scores?: number[]; errors?: (string | null)[] }) => {
+    if (m?.type !== 'judge_result' || typeof m.id !== 'number') return;
+    waiting.get(m.id)?.({ scores: m.scores ?? [], errors: m.errors ?? [] });
+    waiting.delete(m.id);
+  });
+  const judgeOptions: JudgeRewardOptions = {
+    model: String(rl.llm_judge_model), rubric: String(rl.llm_judge_rubric), scoreScale: Number(rl.llm_judge_score_scale),
+    timeoutS: Number(rl.llm_judge_timeout_s), maxConcurrent: Number(rl.llm_judge_max_concurrent), maxRetries: Number(rl.llm_judge_max_retries),
+    retryBackoffS: Number(rl.llm_judge_retry_backoff_s), teamId,
+  };
+  const judge = (items: RewardItem[], opts: JudgeRewardOptions) => new Promise<{ scores: number[]; errors: (string | null)[] }>((resolve) => {
+    const id = next++;
+    waiting.set(id, resolve);
+    port.postMessage({ type: 'judge', data: { id, items, opts } });
+  });
+  return { judge, judgeOptions };
+}
+
 export async function train(t: TrainTask): Promise<TrainTaskResult> {
   const port = t.port;
   const ac = new AbortController();
@@ -81,6 +110,8 @@ export async function train(t: TrainTask): Promise<TrainTaskResult> {
     const r = await initEncoder({ op: 'init_encoder', dir: String(t.config.base_model), preset: t.init_encoder.preset, texts_from: t.init_encoder.texts_from, seed: t.init_encoder.seed });
     post('log', { level: 'info', message: `fresh encoder: ${(r.parameters / 1e6).toFixed(2)}M parameters, ${r.vocab_size} tokens` });
   }
+  const rl = t.config.rl_config as Record<string, unknown> | undefined;
+  if (t.kind === 'decoder' && rl?.reward_type === 'llm_as_judge' && port) t.config.reward_context = judgeOverPort(port, rl, t.team_id ?? '');
   const fn = t.kind === 'encoder' ? training.trainEncoder : training.trainDecoder;
   if (typeof fn !== 'function') throw new Error(`the training library has no ${t.kind === 'encoder' ? 'trainEncoder' : 'trainDecoder'}()`);
   const hooks = {
@@ -91,6 +122,7 @@ export async function train(t: TrainTask): Promise<TrainTaskResult> {
   };
   const result = ((await fn(t.config, hooks)) ?? {}) as Record<string, unknown>;
   port?.removeAllListeners('message');
+  delete t.config.reward_context;
   const stopped = ac.signal.aborted;
   let metrics: TrainTaskResult['metrics'] = null;
   let metrics_error: string | undefined;
