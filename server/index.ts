@@ -21,6 +21,7 @@ import { datasetRoutes } from './routes/datasets.ts';
 import { trainingJobRoutes } from './routes/training-jobs.ts';
 import { evaluationRoutes } from './routes/evaluations.ts';
 import { generationRoutes } from './routes/generation.ts';
+import { dashboardRoutes } from './routes/dashboard.ts';
 
 export type { RouteDef, Ctx } from './router.ts';
 export { reply, Reply } from './router.ts';
@@ -37,6 +38,7 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => trainingJobRoutes(),
   () => evaluationRoutes(),
   () => generationRoutes(),
+  () => dashboardRoutes(),
 ];
 
 export interface LoomServer {
