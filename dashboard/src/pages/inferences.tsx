@@ -1,7 +1,7 @@
 // Inferences: the history with every filter of GET /inferences, one record's detail and its review
 // (correct / incorrect, span edits for entity outputs, notes) through POST /inferences/:id/feedback,
 // the judge's verdict when the record has one, and a keyboard-driven review queue.
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.ts';
 import { ErrorBox, Json, Loading, Section, Status, fmtDate, fmtMoney, fmtNum, messageOf, useAction, useResource } from '../ui.tsx';
 import { SpanText, entitiesOutput, spansOf, type Span } from '../spans.tsx';
@@ -146,7 +146,8 @@ function Review({ rec, onDone, keyboard }: { rec: any; onDone?: () => void; keyb
     onDone?.();
   });
 
-  useEffect(() => {
+  // layout effects: the keys work as soon as the record is on screen
+  useLayoutEffect(() => {
     if (!keyboard) return;
     const on = (e: KeyboardEvent) => {
       const t = e.target as HTMLElement;
@@ -215,7 +216,7 @@ export function ReviewQueue() {
   const list = useResource(() => api('GET', '/inferences', { query: { limit: 100 } }));
   const [i, setI] = useState(0);
   const rows: any[] = list.data?.inferences ?? [];
-  useEffect(() => {
+  useLayoutEffect(() => {
     const on = (e: KeyboardEvent) => {
       const t = e.target as HTMLElement;
       if (t.tagName === 'TEXTAREA' || t.tagName === 'INPUT' || t.tagName === 'SELECT') return;
