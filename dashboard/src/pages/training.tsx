@@ -4,6 +4,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, authHeaders, sse } from '../api.ts';
 import { LineChart } from '../chart.tsx';
+import { curves, metricsOf, type MetricPoint } from '../metrics.ts';
 import { ConfirmButton, ErrorBox, Json, Loading, Section, Status, fmtDate, fmtNum, useAction, useInterval, useResource } from '../ui.tsx';
 
 const LIVE = ['requested', 'running'];
@@ -109,23 +110,6 @@ function CreateJob({ onCreated }: { onCreated: (id: string) => void }) {
 }
 
 interface LogLine { seq: number; timestamp: string; level: string; message: string }
-export interface MetricPoint { step: number; values: Record<string, number> }
-
-/** `name value` pairs of loss / reward metrics in a log line, with its step (`step 12/40: train_loss 0.53 val_loss 0.61`) */
-export function metricsOf(message: string): MetricPoint | null {
-  const step = /\bstep (\d+)/.exec(message);
-  if (!step) return null;
-  const values: Record<string, number> = {};
-  for (const m of message.matchAll(/\b([a-z_]*(?:loss|reward)[a-z_]*)[\s=:]+(-?\d+(?:\.\d+)?(?:e-?\d+)?)/gi)) values[m[1].toLowerCase()] = Number(m[2]);
-  return Object.keys(values).length ? { step: Number(step[1]), values } : null;
-}
-
-function curves(points: MetricPoint[], pick: (name: string) => boolean) {
-  const names = [...new Set(points.flatMap((p) => Object.keys(p.values)))].filter(pick).sort();
-  const rows = points.filter((p) => names.some((n) => n in p.values));
-  return { x: rows.map((p) => p.step), series: names.map((n) => ({ label: n, values: rows.map((p) => p.values[n] ?? null) })) };
-}
-
 /** follows the job's logs over SSE (resuming after the last seq on reconnect) until the `end` event */
 function useLogs(id: string) {
   const [logs, setLogs] = useState<LogLine[]>([]);

@@ -1,0 +1,80 @@
+// Datasets and training in Chromium, on the production runtime and the real trainer: upload a small
+// NER dataset through the page (the three-step presigned flow) and see it become ready, preview it;
+// start a tiny training job from the form and watch the loss chart grow from the live log stream
+// until the job completes with metrics.
+import t from 'tap';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createLocalRuntime } from '../../src/service/runtime-local.ts';
+import { call, makeUser, startServer } from '../service/helpers.ts';
+import { clickText, fill, openBrowser, signIn, waitForText } from './browser.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'loom-dash-train-'));
+const ts = await startServer({ runtime: createLocalRuntime({ modelsDir: join(dir, 'models') }) });
+const u = await makeUser(ts, { credits: 100 });
+const b = await openBrowser();
+t.teardown(async () => { await b.close(); await ts.close(); rmSync(dir, { recursive: true, force: true }); });
+const { page } = b;
+
+const PEOPLE = ['Alice', 'Bob', 'Carol', 'David', 'Emma', 'Frank', 'Grace', 'Henry'];
+const CITIES = ['Paris', 'Berlin', 'Madrid', 'Rome', 'Vienna', 'Lisbon'];
+const lines = Array.from({ length: 48 }, (_, i) => {
+  const p = PEOPLE[i % PEOPLE.length], c = CITIES[(i * 5) % CITIES.length];
+  const text = `${p} lives in ${c} .`;
+  return JSON.stringify({ text, entities: [{ start: 0, end: p.length, label: 'person', text: p }, { start: text.indexOf(c), end: text.indexOf(c) + c.length, label: 'city', text: c }] });
+});
+const file = join(dir, 'people.jsonl');
+writeFileSync(file, lines.join('\n') + '\n');
+
+t.before(() => signIn(page, ts.url, u.email, u.password));
+
+t.test('upload a dataset and see it become ready', async (t) => {
+  await page.goto(`${ts.url}/dashboard/#/datasets`);
+  await fill(page, 'input[name=dataset_name]', 'people');
+  const input = await page.waitForSelector('input[type=file]');
+  await input!.uploadFile(file);
+  await clickText(page, '[data-testid=upload] button', 'Upload');
+  await waitForText(page, '[data-testid=versions-table] [data-testid=version-status]', 'ready', 20_000);
+  t.match(await page.$eval('[data-testid=versions-table]', (e) => e.textContent), /48/, 'the version counts the examples');
+  await clickText(page, 'button', 'Preview');
+  t.match(await waitForText(page, '[data-testid=preview-table]', 'Alice lives in'), /"label":"person"/);
+  const api = await call(ts.url, 'GET', '/felix/datasets/people', { key: u.key });
+  t.equal(api.body.versions[0].status, 'ready', 'the API agrees');
+});
+
+t.test('start a tiny training job and see the loss chart grow', async (t) => {
+  await page.goto(`${ts.url}/dashboard/#/training`);
+  await page.waitForSelector('input[name=dataset][value=people]');
+  await fill(page, 'input[name=base_model]', 'loom/gliner2-init-tiny');
+  await fill(page, 'input[name=model_name]', 'people-ner');
+  await page.click('input[name=dataset][value=people]');
+  await page.select('select[name=training_type]', 'full');
+  await fill(page, 'input[name=nr_epochs]', '6');
+  await fill(page, 'input[name=batch_size]', '8');
+  await fill(page, 'input[name=eval_steps]', '3');
+  await fill(page, 'input[name=seed]', '1');
+  await clickText(page, 'button', 'Start training');
+  await page.waitForFunction(() => /^#\/training\/[0-9a-f-]{36}$/.test(location.hash));
+  const id = await page.evaluate(() => location.hash.split('/')[2]);
+
+  const points = async (min: number) => {
+    await page.waitForFunction((n: number) => Number(document.querySelector('[data-testid=loss-chart]')?.getAttribute('data-points') ?? 0) >= n, { timeout: 60_000, polling: 100 }, min);
+    return page.$eval('[data-testid=loss-chart]', (e) => Number(e.getAttribute('data-points')));
+  };
+  const early = await points(1);
+  const later = await points(early + 2);
+  t.ok(later > early, `the chart grew while the job ran (${early} → ${later} points)`);
+  t.ok(await page.$('[data-testid=loss-chart] canvas'), 'uPlot drew it');
+  t.match(await page.$eval('[data-testid=loss-chart]', (e) => e.textContent), /train_loss/);
+  t.match(await page.$eval('[data-testid=loss-chart]', (e) => e.textContent), /val_loss/);
+
+  await waitForText(page, '.card-head .status', 'complete', 60_000);
+  t.match(await waitForText(page, '[data-testid=job-metrics]', 'F1'), /F1 \d/);
+  const job = await call(ts.url, 'GET', `/felix/training-jobs/${id}`, { key: u.key });
+  t.equal(job.body.status, 'complete');
+  const logs = await call(ts.url, 'GET', `/felix/training-jobs/${id}/logs`, { key: u.key });
+  const withLoss = logs.body.logs.filter((l: { message: string }) => /train_loss/.test(l.message)).length;
+  t.equal(await points(withLoss), withLoss, 'one chart point per logged evaluation, once the stream has delivered them all');
+  t.same(b.errors, []);
+});
