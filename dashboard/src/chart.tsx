@@ -4,6 +4,9 @@ import uPlot from 'uplot';
 
 export interface Series { label: string; values: Array<number | null> }
 
+/** tick labels that stay readable for tiny values (costs of 0.00001) and large ones */
+const tick = (v: number) => (v !== 0 && Math.abs(v) < 0.01 ? v.toExponential(1) : String(Number(v.toPrecision(4))));
+
 const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2'];
 
 export function LineChart(props: { x: number[]; series: Series[]; xLabel: string; height?: number; testid?: string; time?: boolean }) {
@@ -22,7 +25,7 @@ export function LineChart(props: { x: number[]; series: Series[]; xLabel: string
     plot.current = new uPlot({
       width: Math.max(300, el.clientWidth || 600), height: props.height ?? 240,
       scales: { x: { time: !!props.time } },
-      axes: [{ label: props.xLabel }, {}],
+      axes: [{ label: props.xLabel }, { values: (_u, vals) => vals.map(tick), size: 60 }],
       series: [{ label: props.xLabel }, ...props.series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true, points: { show: true, size: 5 } }))],
     }, data, el);
   });

@@ -30,9 +30,12 @@ export function entitiesOutput(spans: Span[], labels: string[]): { entities: Rec
   return { entities };
 }
 
-const hue = (label: string) => { let h = 0; for (const c of label) h = (h * 31 + c.charCodeAt(0)) % 360; return h; };
-/** one of 12 colour classes per label (the CSP forbids inline style attributes) */
-export const labelClass = (label: string) => `lc${Math.floor(hue(label) / 30)}`;
+/** one of 12 colour classes per label, far apart on the wheel for nearby hashes (the CSP forbids inline style attributes) */
+export function labelClass(label: string): string {
+  let h = 2166136261;
+  for (const c of label) h = Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0;
+  return `lc${((h % 12) * 5) % 12}`;
+}
 
 /** offset of a DOM point inside a SpanText (segments carry data-start) */
 function offsetOf(node: Node | null, off: number): number | null {
