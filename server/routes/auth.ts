@@ -35,9 +35,7 @@ export function authRoutes(): RouteDef[] {
     },
     {
       method: 'GET', path: '/auth/session', auth: 'session',
-      handler({ principal }) {
-        return { user_id: principal.user_id, team_id: principal.team_id, csrf_token: principal.session!.csrf_token, expires_at: principal.session!.expires_at };
-      },
+      handler: ({ services, principal }) => services.auth.sessionView(principal),
     },
     {
       method: 'POST', path: '/create-api-key', auth: 'session',

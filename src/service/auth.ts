@@ -174,6 +174,14 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
       return { kind: 'session', team_id: s.team_id, user_id: s.user_id, key_id: null, team, session: s };
     },
 
+    /** GET /auth/session: who is signed in, the CSRF token (a reloaded page gets it again here) and the expiry */
+    sessionView(p: Principal) {
+      return {
+        user_id: p.user_id, team_id: p.team_id, email: store.users.get(p.user_id)?.email ?? null,
+        csrf_token: p.session!.csrf_token, expires_at: p.session!.expires_at,
+      };
+    },
+
     /** CSRF check for state-changing dashboard calls */
     checkCsrf(p: Principal, header: string | null): void {
       if (p.kind !== 'session' || !p.session) return;

@@ -53,6 +53,8 @@ t.test('first user from the page, sign out, wrong password, sign in', async (t) 
   t.match(await waitForText(page, '[role=alert]', 'Invalid email or password'), /Invalid email or password/, "the API's message");
 
   await signIn(page, ts.url, EMAIL, PASSWORD);
+  await page.reload();
+  t.equal(await waitForText(page, '[data-testid=who]', EMAIL), EMAIL, 'a reload keeps the session (cookie) and gets the CSRF token again');
   t.same(b.errors, [], 'no page errors or CSP violations');
 });
 
