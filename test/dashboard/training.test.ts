@@ -43,6 +43,19 @@ t.test('upload a dataset and see it become ready', async (t) => {
   t.equal(api.body.versions[0].status, 'ready', 'the API agrees');
 });
 
+t.test('a bad file: the version fails and the page shows the processing error', async (t) => {
+  const bad = join(dir, 'bad.jsonl');
+  writeFileSync(bad, '{"text": "abc", "entities": [{"start": 0, "end": 9, "label": "x"}]}\n');
+  await page.goto(`${ts.url}/dashboard/#/datasets`);
+  await fill(page, 'input[name=dataset_name]', 'broken');
+  await (await page.waitForSelector('input[type=file]'))!.uploadFile(bad);
+  await clickText(page, '[data-testid=upload] button', 'Upload');
+  await waitForText(page, '[data-testid=versions-table] [data-testid=version-status]', 'failed', 20_000);
+  const api = await call(ts.url, 'GET', '/felix/datasets/broken', { key: u.key });
+  t.ok(api.body.versions[0].processing_error, 'the API has a processing_error');
+  t.match(await page.$eval('[data-testid=versions-table]', (e) => e.textContent), api.body.versions[0].processing_error, 'the page shows it');
+});
+
 t.test('start a tiny training job and see the loss chart grow', async (t) => {
   await page.goto(`${ts.url}/dashboard/#/training`);
   await page.waitForSelector('input[name=dataset][value=people]');
