@@ -5,7 +5,7 @@
 import t from 'tap';
 import { call, makeUser, startServer } from '../service/helpers.ts';
 import type { FakeRuntime } from '../service/fake-runtime.ts';
-import { clickText, openBrowser, signIn, waitForText } from './browser.ts';
+import { clickText, fill, openBrowser, signIn, waitForText } from './browser.ts';
 
 const ts = await startServer();
 const u = await makeUser(ts, { credits: 100 });
@@ -35,6 +35,23 @@ t.test('an inference text with markup renders as text', async (t) => {
   t.equal(await page.evaluate(() => (window as unknown as { __xss?: number }).__xss), undefined, 'no injected script ran');
   t.equal(await page.$$eval('#app script, #app img', (els) => els.length), 0, 'no element was created from the text');
   t.same(b.errors, []);
+});
+
+t.test("history filters go to the API, and its 422 is shown as the API's message", async (t) => {
+  await page.goto(`${ts.url}/dashboard/#/inferences`);
+  await page.waitForSelector('[data-testid=inferences-table]');
+  await fill(page, 'input[name=model_id]', 'some-other-model');
+  await clickText(page, 'button', 'Apply');
+  await waitForText(page, '.card', 'No inferences match.');
+  await fill(page, 'input[name=model_id]', MODEL);
+  await fill(page, 'input[name=latency_min]', '50');
+  await fill(page, 'input[name=latency_max]', '1');
+  await clickText(page, 'button', 'Apply');
+  t.match(await waitForText(page, '[role=alert]', 'maximum'), /A minimum is greater than its maximum \(HTTP 422\)/);
+  await fill(page, 'input[name=latency_min]', '0');
+  await fill(page, 'input[name=latency_max]', '100000');
+  await clickText(page, 'button', 'Apply');
+  t.equal(await waitForText(page, 'h2', '2 inference(s)'), '2 inference(s)', 'both inferences of the model within the latency range');
 });
 
 t.test('correct an entity span and see the feedback through the API', async (t) => {
