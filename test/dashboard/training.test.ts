@@ -56,6 +56,7 @@ t.test('a bad file: the version fails and the page shows the processing error', 
   t.match(await page.$eval('[data-testid=versions-table]', (e) => e.textContent), api.body.versions[0].processing_error, 'the page shows it');
 });
 
+let id = '';
 t.test('start a tiny training job and see the loss chart grow', async (t) => {
   await page.goto(`${ts.url}/dashboard/#/training`);
   await page.waitForSelector('input[name=dataset][value=people]');
@@ -69,7 +70,7 @@ t.test('start a tiny training job and see the loss chart grow', async (t) => {
   await fill(page, 'input[name=seed]', '1');
   await clickText(page, 'button', 'Start training');
   await page.waitForFunction(() => /^#\/training\/[0-9a-f-]{36}$/.test(location.hash));
-  const id = await page.evaluate(() => location.hash.split('/')[2]);
+  id = await page.evaluate(() => location.hash.split('/')[2]);
 
   const points = async (min: number) => {
     await page.waitForFunction((n: number) => Number(document.querySelector('[data-testid=loss-chart]')?.getAttribute('data-points') ?? 0) >= n, { timeout: 60_000, polling: 100 }, min);
@@ -90,4 +91,31 @@ t.test('start a tiny training job and see the loss chart grow', async (t) => {
   const withLoss = logs.body.logs.filter((l: { message: string }) => /train_loss/.test(l.message)).length;
   t.equal(await points(withLoss), withLoss, 'one chart point per logged evaluation, once the stream has delivered them all');
   t.same(b.errors, []);
+});
+
+t.test('deploy the trained model to a project and evaluate it, from the pages', async (t) => {
+  const project = await call(ts.url, 'POST', '/projects', { key: u.key, body: { name: 'people-app' } });
+  await page.goto(`${ts.url}/dashboard/#/training/${id}`);
+  await page.reload(); // the page was already open on this job: load the new project list
+  await page.waitForFunction(() => [...document.querySelectorAll('option')].some((o) => o.textContent === 'people-app'));
+  await page.select('.card select', project.body.id);
+  await clickText(page, 'button', 'Deploy');
+  await waitForText(page, '.card', /Deployment [0-9a-f-]{36}/);
+  const deps = await call(ts.url, 'GET', `/projects/${project.body.id}/deployments`, { key: u.key });
+  t.equal(deps.body.deployments[0].training_job_id, id, 'the API has the deployment');
+  await page.goto(`${ts.url}/dashboard/#/projects/${project.body.id}`);
+  t.match(await waitForText(page, 'pre', 'curl'), new RegExp(`/projects/${project.body.id}/inference`), 'a ready-to-copy curl');
+
+  await page.goto(`${ts.url}/dashboard/#/evaluations`);
+  await page.waitForFunction(() => [...document.querySelectorAll('option')].some((o) => o.textContent === 'people'));
+  await fill(page, 'input[list=eval-models]', id);
+  await page.select('form select', 'people');
+  await clickText(page, 'button', 'Evaluate');
+  await waitForText(page, 'table', 'complete', 60_000);
+  const evals = await call(ts.url, 'GET', '/felix/evaluations', { key: u.key });
+  const f1 = evals.body.evaluations[0].f1_score;
+  t.ok(typeof f1 === 'number', 'the API has the F1');
+  t.match(await page.$eval('table', (e) => e.textContent), String(Number(f1.toFixed(3))), 'the page shows the same F1');
+  await page.$$eval('table a', (els) => (els[0] as HTMLElement).click());
+  t.match(await waitForText(page, '[data-testid=per-label]', 'person'), /city/, 'per-label precision / recall / F1');
 });
