@@ -22,6 +22,7 @@ import { trainingJobRoutes } from './routes/training-jobs.ts';
 import { evaluationRoutes } from './routes/evaluations.ts';
 import { generationRoutes } from './routes/generation.ts';
 import { dashboardRoutes } from './routes/dashboard.ts';
+import { modelRoutes } from './routes/models.ts';
 
 export type { RouteDef, Ctx } from './router.ts';
 export { reply, Reply } from './router.ts';
@@ -38,6 +39,7 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => trainingJobRoutes(),
   () => evaluationRoutes(),
   () => generationRoutes(),
+  () => modelRoutes(),
   () => dashboardRoutes(),
 ];
 
