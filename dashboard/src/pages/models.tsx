@@ -16,7 +16,7 @@ function PullCell({ id }: { id: string }) {
     try { st.setData(await api('POST', '/models/pull', { body: { model_id: id } })); } catch (e) { setError(messageOf(e)); }
   };
   return (
-    <span class="row" data-testid="model-state" data-model={id}>
+    <span class="inline" data-testid="model-state" data-model={id}>
       {s && <Status value={s.state} />}
       {s?.state === 'warming' && (s.progress !== undefined ? <><progress max={1} value={s.progress} /> {Math.round(s.progress * 100)}%</> : <progress />)}
       {s?.state === 'pullable' && <button onClick={() => void pull()}>Pull</button>}
@@ -41,7 +41,7 @@ export function ModelsPage() {
             <tbody>{cat.data.models.map((m: any) => (
               <tr key={m.id}><td title={m.description}>{m.id}</td><td>{m.task_type}</td><td>{m.pricing ? `${m.pricing.input} · ${m.pricing.output}` : '—'}</td>
                 <td>{m.caching_family ?? '—'}</td><td>{m.supports_inference ? (m.supports_on_demand_inference ? 'on demand' : 'yes') : 'no'}</td>
-                <td>{m.supports_training ? 'yes' : 'no'}</td><td><PullCell id={m.id} /></td></tr>
+                <td>{m.supports_training ? 'yes' : 'no'}</td><td>{m.supports_inference ? <PullCell id={m.id} /> : <span class="muted">training base only</span>}</td></tr>
             ))}</tbody>
           </table>
           <p class="muted small">A model that is not on disk is pulled and loaded when first called (the API answers 425 with Retry-After meanwhile), or ahead of time with Pull here (<code>POST /models/pull</code>) or <code>loom pull &lt;org/name&gt;</code>.</p>
