@@ -13,7 +13,10 @@ let vite;
 try {
   vite = await import(require.resolve('vite', { paths: [root] }));
 } catch {
-  console.warn('loom: vite is not installed (dev dependencies omitted?): the dashboard is not built; run `npm install` then `npm run build:dashboard`');
+  console.warn(
+    'loom: vite is not installed (dev dependencies omitted?): the dashboard is not built; ' +
+      'run `npm install` then `npm run build:dashboard`',
+  );
   process.exit(0);
 }
 const t0 = Date.now();

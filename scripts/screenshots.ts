@@ -20,7 +20,10 @@ mkdirSync(modelsDir);
 symlinkSync(join(SHARED, 'goldens', 'gliner2-tiny-span'), join(modelsDir, 'gliner2-tiny'));
 symlinkSync(join(SHARED, 'models', 'tinystories-656k'), join(modelsDir, 'tinystories-656k'));
 
-const services = await createServices({ runtime: createLocalRuntime({ modelsDir }), config: { dataDir: join(tmp, 'data'), modelsDir, workerThreads: 1 } });
+const services = await createServices({
+  runtime: createLocalRuntime({ modelsDir }),
+  config: { dataDir: join(tmp, 'data'), modelsDir, workerThreads: 1 },
+});
 const server = await createServer({ services, log: createLogger({ level: 'silent' }) });
 const url = server.url;
 const b = await openBrowser({ width: 1280, height: 820 });
@@ -49,7 +52,10 @@ async function json(method: string, path: string, body?: unknown, key?: string):
 
 const until = async (fn: () => Promise<boolean>, ms = 120_000) => {
   const end = Date.now() + ms;
-  while (!(await fn())) { if (Date.now() > end) throw new Error('timed out'); await new Promise((r) => setTimeout(r, 300)); }
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 300));
+  }
 };
 
 try {
@@ -72,13 +78,26 @@ try {
   await json('POST', '/create-api-key', { name: 'notebook' });
 
   // inferences on the tiny encoder
-  const texts = ['Alice Martin joined Acme Corp in Paris last spring .', 'Bob flew from Berlin to Madrid on Tuesday .', 'Dr. Chen presented the results at MIT in Boston .',
-    'Carol opened a bakery in Lisbon .', 'The board of Globex met in Vienna .'];
+  const texts = [
+    'Alice Martin joined Acme Corp in Paris last spring .',
+    'Bob flew from Berlin to Madrid on Tuesday .',
+    'Dr. Chen presented the results at MIT in Boston .',
+    'Carol opened a bakery in Lisbon .',
+    'The board of Globex met in Vienna .',
+  ];
   const ids: string[] = [];
   for (const text of texts) {
     await until(async () => {
-      const r = await fetch(`${url}/inference`, { method: 'POST', headers: { 'X-API-Key': key, 'Content-Type': 'application/json' },
-        body: JSON.stringify({ model_id: 'gliner2-tiny', text, schema: ['person', 'organization', 'city'], threshold: 0.05 }) });
+      const r = await fetch(`${url}/inference`, {
+        method: 'POST',
+        headers: { 'X-API-Key': key, 'Content-Type': 'application/json' },
+        body: JSON.stringify({
+          model_id: 'gliner2-tiny',
+          text,
+          schema: ['person', 'organization', 'city'],
+          threshold: 0.05,
+        }),
+      });
       if (r.status === 200) ids.push((await r.json()).inference_id);
       return r.status === 200;
     });
@@ -101,11 +120,21 @@ try {
   const PEOPLE = ['Alice', 'Bob', 'Carol', 'David', 'Emma', 'Frank', 'Grace', 'Henry'];
   const CITIES = ['Paris', 'Berlin', 'Madrid', 'Rome', 'Vienna', 'Lisbon'];
   const file = join(tmp, 'people.jsonl');
-  writeFileSync(file, Array.from({ length: 64 }, (_, i) => {
-    const p = PEOPLE[i % 8], c = CITIES[(i * 5) % 6];
-    const text = `${p} lives in ${c} .`;
-    return JSON.stringify({ text, entities: [{ start: 0, end: p.length, label: 'person', text: p }, { start: text.indexOf(c), end: text.indexOf(c) + c.length, label: 'city', text: c }] });
-  }).join('\n') + '\n');
+  writeFileSync(
+    file,
+    Array.from({ length: 64 }, (_, i) => {
+      const p = PEOPLE[i % 8],
+        c = CITIES[(i * 5) % 6];
+      const text = `${p} lives in ${c} .`;
+      return JSON.stringify({
+        text,
+        entities: [
+          { start: 0, end: p.length, label: 'person', text: p },
+          { start: text.indexOf(c), end: text.indexOf(c) + c.length, label: 'city', text: c },
+        ],
+      });
+    }).join('\n') + '\n',
+  );
   await page.goto(`${url}/dashboard/#/datasets`);
   await page.type('input[name=dataset_name]', 'people');
   await (await page.$('input[type=file]'))!.uploadFile(file);
@@ -115,7 +144,16 @@ try {
   await page.waitForSelector('[data-testid=preview-table]');
   await shot('dataset', true);
 
-  const job = await json('POST', '/felix/training-jobs', { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'people' }], model_name: 'people-ner', training_type: 'full', nr_epochs: 8, batch_size: 8, eval_steps: 3, seed: 1 });
+  const job = await json('POST', '/felix/training-jobs', {
+    base_model: 'loom/gliner2-init-tiny',
+    datasets: [{ name: 'people' }],
+    model_name: 'people-ner',
+    training_type: 'full',
+    nr_epochs: 8,
+    batch_size: 8,
+    eval_steps: 3,
+    seed: 1,
+  });
   await page.goto(`${url}/dashboard/#/training/${job.id}`);
   await waitForText(page, '.card-head .status', 'complete', 120_000);
   await page.waitForSelector('[data-testid=loss-chart] canvas');

@@ -4,15 +4,25 @@
 // it again from GET /auth/session.
 
 export class ApiError extends Error {
-  constructor(readonly status: number, message: string, readonly body: unknown) { super(message); }
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly body: unknown,
+  ) {
+    super(message);
+  }
 }
 
 let csrf: string | null = null;
 let onSignedOut: ((why: string) => void) | null = null;
 
-export function setCsrf(token: string | null): void { csrf = token; }
+export function setCsrf(token: string | null): void {
+  csrf = token;
+}
 /** called when the API answers 401 to a session call: the session expired or was signed out elsewhere */
-export function onSessionLost(fn: (why: string) => void): void { onSignedOut = fn; }
+export function onSessionLost(fn: (why: string) => void): void {
+  onSignedOut = fn;
+}
 
 /** the API's own words for an error, whatever the body family (spec section 7) */
 export function errorMessage(body: unknown, status: number): string {
@@ -26,7 +36,12 @@ export function errorMessage(body: unknown, status: number): string {
   return `HTTP ${status}`;
 }
 
-export interface CallOptions { body?: unknown; query?: Record<string, unknown>; key?: string; signal?: AbortSignal }
+export interface CallOptions {
+  body?: unknown;
+  query?: Record<string, unknown>;
+  key?: string;
+  signal?: AbortSignal;
+}
 
 export function withQuery(path: string, query?: Record<string, unknown>): string {
   if (!query) return path;
@@ -50,7 +65,10 @@ export async function api<T = any>(method: string, path: string, opts: CallOptio
   let r: Response;
   try {
     r = await fetch(withQuery(path, opts.query), {
-      method, headers, credentials: 'same-origin', signal: opts.signal,
+      method,
+      headers,
+      credentials: 'same-origin',
+      signal: opts.signal,
       body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
     });
   } catch (e) {
@@ -59,7 +77,11 @@ export async function api<T = any>(method: string, path: string, opts: CallOptio
   }
   const text = await r.text();
   let body: unknown = text;
-  try { body = text ? JSON.parse(text) : null; } catch { /* not JSON: keep the text */ }
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    /* not JSON: keep the text */
+  }
   if (!r.ok) {
     const msg = errorMessage(body, r.status);
     if (r.status === 401 && !opts.key && !path.startsWith('/auth/')) onSignedOut?.(msg);
@@ -92,5 +114,7 @@ export async function* sse(res: Response, signal?: AbortSignal): AsyncGenerator<
         if (data.length) yield { event, data: data.join('\n') };
       }
     }
-  } finally { reader.releaseLock(); }
+  } finally {
+    reader.releaseLock();
+  }
 }

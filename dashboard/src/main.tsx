@@ -16,12 +16,24 @@ import { ModelsPage } from './pages/models.tsx';
 import { EvaluationsPage } from './pages/evaluations.tsx';
 import { ProjectsPage, ProjectDetail } from './pages/projects.tsx';
 
-export interface Session { user_id: string; team_id: string; email?: string; expires_at: string }
+export interface Session {
+  user_id: string;
+  team_id: string;
+  email?: string;
+  expires_at: string;
+}
 
 const NAV: Array<[string, string]> = [
-  ['inferences', 'Inferences'], ['review', 'Review queue'], ['training', 'Training jobs'], ['datasets', 'Datasets'],
-  ['playground', 'Playground'], ['evaluations', 'Evaluations'], ['projects', 'Projects'], ['models', 'Models'],
-  ['usage', 'Usage & billing'], ['keys', 'API keys'],
+  ['inferences', 'Inferences'],
+  ['review', 'Review queue'],
+  ['training', 'Training jobs'],
+  ['datasets', 'Datasets'],
+  ['playground', 'Playground'],
+  ['evaluations', 'Evaluations'],
+  ['projects', 'Projects'],
+  ['models', 'Models'],
+  ['usage', 'Usage & billing'],
+  ['keys', 'API keys'],
 ];
 
 function useHash(): string[] {
@@ -38,17 +50,32 @@ function useHash(): string[] {
 function Page({ parts }: { parts: string[] }) {
   const [page, id] = parts;
   switch (page ?? 'inferences') {
-    case 'keys': return <KeysPage />;
-    case 'inferences': return id ? <InferenceDetail id={id} /> : <InferencesPage />;
-    case 'review': return <ReviewQueue />;
-    case 'datasets': return id ? <DatasetDetail name={id} /> : <DatasetsPage />;
-    case 'training': return id ? <TrainingDetail id={id} /> : <TrainingPage />;
-    case 'playground': return <PlaygroundPage />;
-    case 'usage': return <UsagePage />;
-    case 'models': return <ModelsPage />;
-    case 'evaluations': return <EvaluationsPage />;
-    case 'projects': return id ? <ProjectDetail id={id} /> : <ProjectsPage />;
-    default: return <div class="error" role="alert">No page #{parts.join('/')}</div>;
+    case 'keys':
+      return <KeysPage />;
+    case 'inferences':
+      return id ? <InferenceDetail id={id} /> : <InferencesPage />;
+    case 'review':
+      return <ReviewQueue />;
+    case 'datasets':
+      return id ? <DatasetDetail name={id} /> : <DatasetsPage />;
+    case 'training':
+      return id ? <TrainingDetail id={id} /> : <TrainingPage />;
+    case 'playground':
+      return <PlaygroundPage />;
+    case 'usage':
+      return <UsagePage />;
+    case 'models':
+      return <ModelsPage />;
+    case 'evaluations':
+      return <EvaluationsPage />;
+    case 'projects':
+      return id ? <ProjectDetail id={id} /> : <ProjectsPage />;
+    default:
+      return (
+        <div class="error" role="alert">
+          No page #{parts.join('/')}
+        </div>
+      );
   }
 }
 
@@ -59,19 +86,38 @@ function App() {
   const parts = useHash();
 
   useEffect(() => {
-    onSessionLost((why) => { setCsrf(null); setSession(null); setNotice(`Signed out: ${why}`); });
+    onSessionLost((why) => {
+      setCsrf(null);
+      setSession(null);
+      setNotice(`Signed out: ${why}`);
+    });
     api('GET', '/auth/session')
-      .then((s) => { setCsrf(s.csrf_token); setSession(s); })
+      .then((s) => {
+        setCsrf(s.csrf_token);
+        setSession(s);
+      })
       .catch(() => setSession(null))
       .finally(() => setChecking(false));
   }, []);
 
   if (checking) return <div class="center muted">Loading…</div>;
   if (!session) {
-    return <SignIn notice={notice} onSignedIn={(s) => { setNotice(null); setSession(s); }} />;
+    return (
+      <SignIn
+        notice={notice}
+        onSignedIn={(s) => {
+          setNotice(null);
+          setSession(s);
+        }}
+      />
+    );
   }
   const signOut = async () => {
-    try { await api('POST', '/auth/logout'); } catch { /* the session is gone either way */ }
+    try {
+      await api('POST', '/auth/logout');
+    } catch {
+      /* the session is gone either way */
+    }
     setCsrf(null);
     setSession(null);
     setNotice('You signed out.');
@@ -81,13 +127,23 @@ function App() {
     <div class="shell">
       <nav class="side">
         <div class="brand">Loom</div>
-        {NAV.map(([k, label]) => <a key={k} href={`#/${k}`} class={current === k ? 'active' : ''}>{label}</a>)}
+        {NAV.map(([k, label]) => (
+          <a key={k} href={`#/${k}`} class={current === k ? 'active' : ''}>
+            {label}
+          </a>
+        ))}
         <div class="who">
-          <div class="muted small" data-testid="who">{session.email ?? 'signed in'}</div>
-          <button data-testid="sign-out" onClick={signOut}>Sign out</button>
+          <div class="muted small" data-testid="who">
+            {session.email ?? 'signed in'}
+          </div>
+          <button data-testid="sign-out" onClick={signOut}>
+            Sign out
+          </button>
         </div>
       </nav>
-      <main class="content"><Page parts={parts} /></main>
+      <main class="content">
+        <Page parts={parts} />
+      </main>
     </div>
   );
 }

@@ -1,7 +1,10 @@
 // Training metrics from the job's log lines (the live SSE stream carries them; no other endpoint
 // reports per-step values): parsed into points, then into chart series. No DOM here: unit-tested.
 
-export interface MetricPoint { step: number; values: Record<string, number> }
+export interface MetricPoint {
+  step: number;
+  values: Record<string, number>;
+}
 
 /**
  * The loss and reward metrics of a trainer's step line, e.g. sft `epoch 2 step 12/40: train_loss 0.53
@@ -22,5 +25,8 @@ export function metricsOf(message: string): MetricPoint | null {
 export function curves(points: MetricPoint[], pick: (name: string) => boolean) {
   const names = [...new Set(points.flatMap((p) => Object.keys(p.values)))].filter(pick).sort();
   const rows = points.filter((p) => names.some((n) => n in p.values));
-  return { x: rows.map((p) => p.step), series: names.map((n) => ({ label: n, values: rows.map((p) => p.values[n] ?? null) })) };
+  return {
+    x: rows.map((p) => p.step),
+    series: names.map((n) => ({ label: n, values: rows.map((p) => p.values[n] ?? null) })),
+  };
 }

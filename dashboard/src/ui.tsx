@@ -20,14 +20,19 @@ export function useResource<T>(fn: () => Promise<T>, deps: unknown[] = []) {
     setLoading(true);
     try {
       const v = await fn();
-      if (my === seq.current) { setData(v); setError(null); }
+      if (my === seq.current) {
+        setData(v);
+        setError(null);
+      }
     } catch (e) {
       if (my === seq.current) setError(messageOf(e));
     } finally {
       if (my === seq.current) setLoading(false);
     }
   }, deps);
-  useEffect(() => { void reload(); }, [reload]);
+  useEffect(() => {
+    void reload();
+  }, [reload]);
   return { data, error, loading, reload, setData };
 }
 
@@ -38,14 +43,25 @@ export function useAction() {
   const run = useCallback(async <T,>(fn: () => Promise<T>): Promise<T | undefined> => {
     setBusy(true);
     setError(null);
-    try { return await fn(); } catch (e) { setError(messageOf(e)); return undefined; } finally { setBusy(false); }
+    try {
+      return await fn();
+    } catch (e) {
+      setError(messageOf(e));
+      return undefined;
+    } finally {
+      setBusy(false);
+    }
   }, []);
   return { error, busy, run, setError };
 }
 
 export function ErrorBox({ error }: { error: string | null | undefined }) {
   if (!error) return null;
-  return <div class="error" role="alert">{error}</div>;
+  return (
+    <div class="error" role="alert">
+      {error}
+    </div>
+  );
 }
 
 export function Loading({ when }: { when: boolean }) {
@@ -53,15 +69,34 @@ export function Loading({ when }: { when: boolean }) {
 }
 
 /** a button that asks "are you sure?" in place before running `onConfirm` */
-export function ConfirmButton(props: { label: string; question: string; onConfirm: () => void; danger?: boolean; testid?: string }) {
+export function ConfirmButton(props: {
+  label: string;
+  question: string;
+  onConfirm: () => void;
+  danger?: boolean;
+  testid?: string;
+}) {
   const [asking, setAsking] = useState(false);
   if (!asking) {
-    return <button class={props.danger ? 'danger' : ''} data-testid={props.testid} onClick={() => setAsking(true)}>{props.label}</button>;
+    return (
+      <button class={props.danger ? 'danger' : ''} data-testid={props.testid} onClick={() => setAsking(true)}>
+        {props.label}
+      </button>
+    );
   }
   return (
     <span class="confirm">
       {props.question}{' '}
-      <button class="danger" data-testid={props.testid && `${props.testid}-yes`} onClick={() => { setAsking(false); props.onConfirm(); }}>Yes</button>
+      <button
+        class="danger"
+        data-testid={props.testid && `${props.testid}-yes`}
+        onClick={() => {
+          setAsking(false);
+          props.onConfirm();
+        }}
+      >
+        Yes
+      </button>
       <button onClick={() => setAsking(false)}>No</button>
     </span>
   );
@@ -73,16 +108,35 @@ export function CopyButton({ text, label = 'Copy' }: { text: string; label?: str
     <button
       type="button"
       onClick={async () => {
-        try { await navigator.clipboard.writeText(text); setDone(true); setTimeout(() => setDone(false), 1500); } catch { setDone(false); }
+        try {
+          await navigator.clipboard.writeText(text);
+          setDone(true);
+          setTimeout(() => setDone(false), 1500);
+        } catch {
+          setDone(false);
+        }
       }}
-    >{done ? 'Copied' : label}</button>
+    >
+      {done ? 'Copied' : label}
+    </button>
   );
 }
 
-export function Section({ title, children, actions }: { title: string; children: ComponentChildren; actions?: ComponentChildren }) {
+export function Section({
+  title,
+  children,
+  actions,
+}: {
+  title: string;
+  children: ComponentChildren;
+  actions?: ComponentChildren;
+}) {
   return (
     <section class="card">
-      <header class="card-head"><h2>{title}</h2>{actions}</header>
+      <header class="card-head">
+        <h2>{title}</h2>
+        {actions}
+      </header>
       {children}
     </section>
   );
@@ -93,8 +147,10 @@ export function Status({ value }: { value: string | null | undefined }) {
 }
 
 export const fmtDate = (s: string | null | undefined) => (s ? new Date(s).toLocaleString() : '—');
-export const fmtNum = (n: number | null | undefined, d = 4) => (typeof n === 'number' && Number.isFinite(n) ? String(Number(n.toFixed(d))) : '—');
-export const fmtMoney = (n: number | null | undefined) => (typeof n === 'number' ? `$${n.toFixed(n < 1 ? 6 : 2)}` : '—');
+export const fmtNum = (n: number | null | undefined, d = 4) =>
+  typeof n === 'number' && Number.isFinite(n) ? String(Number(n.toFixed(d))) : '—';
+export const fmtMoney = (n: number | null | undefined) =>
+  typeof n === 'number' ? `$${n.toFixed(n < 1 ? 6 : 2)}` : '—';
 
 /** polls `fn` every `ms` while `active` */
 export function useInterval(fn: () => void, ms: number, active = true) {

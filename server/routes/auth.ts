@@ -6,13 +6,20 @@ import { SESSION_COOKIE } from '../router.ts';
 
 export function authRoutes(): RouteDef[] {
   return [
-    { method: 'GET', path: '/auth/setup', auth: 'none', handler: ({ services }) => ({ needs_setup: services.auth.needsSetup() }) },
+    {
+      method: 'GET', path: '/auth/setup', auth: 'none',
+      handler: ({ services }) => ({ needs_setup: services.auth.needsSetup() }),
+    },
     {
       // the first user of an empty store (403 once any user exists), signed in at once
       method: 'POST', path: '/auth/setup', auth: 'none',
       body: {
         type: 'object', required: ['email', 'password'],
-        properties: { email: { type: 'string', minLength: 3, maxLength: 320 }, password: { type: 'string', minLength: 8, maxLength: 1024 }, team_name: { type: 'string', minLength: 1, maxLength: 200 } },
+        properties: {
+          email: { type: 'string', minLength: 3, maxLength: 320 },
+          password: { type: 'string', minLength: 8, maxLength: 1024 },
+          team_name: { type: 'string', minLength: 1, maxLength: 200 },
+        },
       },
       async handler(ctx) {
         await ctx.services.auth.setupFirstUser(ctx.body);
@@ -56,6 +63,10 @@ export function authRoutes(): RouteDef[] {
 async function signIn({ services, body, setCookie, ip }: Ctx) {
   const { token, session, user } = await services.auth.login(body.email, body.password, ip);
   const secure = services.config.cookieSecure ? '; Secure' : '';
-  setCookie(`${SESSION_COOKIE}=${token}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${services.config.sessionTtlS}${secure}`);
-  return { user: { id: user.id, email: user.email }, team_id: session.team_id, csrf_token: session.csrf_token, expires_at: session.expires_at };
+  const ttl = services.config.sessionTtlS;
+  setCookie(`${SESSION_COOKIE}=${token}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${ttl}${secure}`);
+  return {
+    user: { id: user.id, email: user.email }, team_id: session.team_id,
+    csrf_token: session.csrf_token, expires_at: session.expires_at,
+  };
 }

@@ -12,23 +12,43 @@ import { DependencyUnavailableError, NotFoundError } from '../../src/service/err
 export const DASHBOARD_DIST = join(import.meta.dirname, '..', '..', 'dashboard', 'dist');
 
 export const DASHBOARD_CSP = [
-  "default-src 'self'", "script-src 'self'", "style-src 'self'", "img-src 'self' data:", "font-src 'self'",
-  "connect-src 'self'", "object-src 'none'", "base-uri 'none'", "form-action 'self'", "frame-ancestors 'none'",
+  "default-src 'self'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "font-src 'self'",
+  "connect-src 'self'",
+  "object-src 'none'",
+  "base-uri 'none'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
 ].join('; ');
 
 const TYPES: Record<string, string> = {
-  '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
-  '.svg': 'image/svg+xml', '.png': 'image/png', '.ico': 'image/x-icon', '.json': 'application/json', '.txt': 'text/plain',
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.ico': 'image/x-icon',
+  '.json': 'application/json',
+  '.txt': 'text/plain',
 };
 
-interface StaticFile { body: Buffer; headers: Record<string, string> }
+interface StaticFile {
+  body: Buffer;
+  headers: Record<string, string>;
+}
 
 function load(dir: string): Map<string, StaticFile> {
   const files = new Map<string, StaticFile>();
   const walk = (d: string) => {
     for (const name of readdirSync(d)) {
       const p = join(d, name);
-      if (statSync(p).isDirectory()) { walk(p); continue; }
+      if (statSync(p).isDirectory()) {
+        walk(p);
+        continue;
+      }
       const rel = relative(dir, p).split(sep).join('/');
       const hashed = rel.startsWith('assets/');
       files.set(rel, {
@@ -53,7 +73,9 @@ export function dashboardRoutes(dist = DASHBOARD_DIST): RouteDef[] {
   const serve = (path: string) => {
     if (!files) {
       if (!existsSync(join(dist, 'index.html'))) {
-        throw new DependencyUnavailableError('The dashboard is not built: run `npm run build:dashboard` (npm install builds it)');
+        throw new DependencyUnavailableError(
+          'The dashboard is not built: run `npm run build:dashboard` (npm install builds it)',
+        );
       }
       files = load(dist);
     }
@@ -62,8 +84,24 @@ export function dashboardRoutes(dist = DASHBOARD_DIST): RouteDef[] {
     return reply(200, f.body, f.headers);
   };
   return [
-    { method: 'GET', path: '/', auth: 'none', handler: () => reply(302, '', { Location: '/dashboard/', 'Content-Type': 'text/plain' }) },
-    { method: 'GET', path: '/dashboard', auth: 'none', handler: () => reply(301, '', { Location: '/dashboard/', 'Content-Type': 'text/plain' }) },
-    { method: 'GET', path: '/dashboard/*', auth: 'none', name: '/dashboard/*', handler: ({ url }) => serve(url.slice('/dashboard/'.length)) },
+    {
+      method: 'GET',
+      path: '/',
+      auth: 'none',
+      handler: () => reply(302, '', { Location: '/dashboard/', 'Content-Type': 'text/plain' }),
+    },
+    {
+      method: 'GET',
+      path: '/dashboard',
+      auth: 'none',
+      handler: () => reply(301, '', { Location: '/dashboard/', 'Content-Type': 'text/plain' }),
+    },
+    {
+      method: 'GET',
+      path: '/dashboard/*',
+      auth: 'none',
+      name: '/dashboard/*',
+      handler: ({ url }) => serve(url.slice('/dashboard/'.length)),
+    },
   ];
 }

@@ -5,12 +5,21 @@ import type { RouteDef } from '../router.ts';
 export function modelRoutes(): RouteDef[] {
   return [
     {
-      method: 'GET', path: '/models/state', auth: 'any', query: { model_id: { type: 'string' } },
+      method: 'GET',
+      path: '/models/state',
+      auth: 'any',
+      query: { model_id: { type: 'string' } },
       handler: ({ services, query }) => services.catalog.state(query.model_id ?? ''),
     },
     {
-      method: 'POST', path: '/models/pull', auth: 'any',
-      body: { type: 'object', required: ['model_id'], properties: { model_id: { type: 'string', minLength: 1, maxLength: 300 } } },
+      method: 'POST',
+      path: '/models/pull',
+      auth: 'any',
+      body: {
+        type: 'object',
+        required: ['model_id'],
+        properties: { model_id: { type: 'string', minLength: 1, maxLength: 300 } },
+      },
       handler: ({ services, body, log }) => services.catalog.pull(body.model_id, log),
     },
   ];

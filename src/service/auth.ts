@@ -33,6 +33,9 @@ function keyView(k: ApiKeyRecord): KeyView {
 
 const USAGE_FLUSH_MS = 250;
 
+/** a new session: the cookie token (set by the HTTP layer), its record and its user */
+export interface SignedIn { token: string; session: SessionRecord; user: UserRecord }
+
 /** Failed sign-ins allowed per client IP and per email in one window; past it, 429 until the window ends. */
 export const LOGIN_FAILURES = { points: 10, duration_s: 900 };
 
@@ -50,7 +53,8 @@ function createLoginThrottle() {
       for (const k of keys) {
         const w = live(k, now);
         if (w && w.n >= LOGIN_FAILURES.points) {
-          throw new RateLimitError('login_rate_limit', 'ip', (w.resetAt - now) / 1000, LOGIN_FAILURES.points, LOGIN_FAILURES.duration_s);
+          const { points, duration_s } = LOGIN_FAILURES;
+          throw new RateLimitError('login_rate_limit', 'ip', (w.resetAt - now) / 1000, points, duration_s);
         }
       }
     },
@@ -124,7 +128,9 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     /** POST /auth/setup: the first user of an empty store, in a new team; later users come from an admin */
     async setupFirstUser(input: { email: string; password: string; team_name?: string }) {
       if (store.users.any() || setupRunning) {
-        throw new ForbiddenError('This server already has users: sign in, or ask an admin to create your account (loom admin create-user)');
+        throw new ForbiddenError(
+          'This server already has users: sign in, or ask an admin to create your account (loom admin create-user)',
+        );
       }
       setupRunning = true;
       try {
@@ -136,7 +142,7 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
      * POST /auth/login: returns the cookie token (set by the HTTP layer) and the CSRF token. Failed
      * attempts are counted per client IP and per email (LOGIN_FAILURES); past the budget, 429.
      */
-    async login(email: string, password: string, ip = ''): Promise<{ token: string; session: SessionRecord; user: UserRecord }> {
+    async login(email: string, password: string, ip = ''): Promise<SignedIn> {
       const norm = email.trim().toLowerCase();
       const throttleKeys = [`ip:${ip}`, `email:${norm}`];
       loginThrottle.check(throttleKeys);

@@ -137,7 +137,7 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
       if (!e) throw new NotFoundError(`Model ${id} not found`);
       return { model_id: id, ...opts.runtime.status({ id, kind: e.task_type }) };
     },
-    /** POST /models/pull: starts pulling and loading a catalog model ahead of its first call (idempotent); poll `state` */
+    /** POST /models/pull: starts pulling and loading a catalog model before its first call (idempotent) */
     async pull(id: string, log?: { warn(o: object, m: string): void }): Promise<{ model_id: string } & ModelStatus> {
       const e = await this.get(id);
       if (!e) throw new NotFoundError(`Model ${id} not found`);

@@ -9,7 +9,10 @@ import { clickText, fill, openBrowser, signIn, waitForText } from './browser.ts'
 
 const ts = await startServer();
 const b = await openBrowser();
-t.teardown(async () => { await b.close(); await ts.close(); });
+t.teardown(async () => {
+  await b.close();
+  await ts.close();
+});
 const { page } = b;
 const EMAIL = 'admin@example.com';
 const PASSWORD = 'a long enough password';
@@ -42,7 +45,9 @@ t.test('first user from the page, sign out, wrong password, sign in', async (t) 
   await page.click('button[type=submit]');
   await page.waitForSelector('[data-testid=sign-out]');
   t.equal((await call(ts.url, 'GET', '/auth/setup')).body.needs_setup, false);
-  const again = await call(ts.url, 'POST', '/auth/setup', { body: { email: 'x@example.com', password: 'another password' } });
+  const again = await call(ts.url, 'POST', '/auth/setup', {
+    body: { email: 'x@example.com', password: 'another password' },
+  });
   t.equal(again.status, 403, 'the first-user form works only on an empty store');
 
   await page.click('[data-testid=sign-out]');
@@ -50,11 +55,19 @@ t.test('first user from the page, sign out, wrong password, sign in', async (t) 
   await fill(page, 'input[name=email]', EMAIL);
   await fill(page, 'input[name=password]', 'wrong password');
   await page.click('button[type=submit]');
-  t.match(await waitForText(page, '[role=alert]', 'Invalid email or password'), /Invalid email or password/, "the API's message");
+  t.match(
+    await waitForText(page, '[role=alert]', 'Invalid email or password'),
+    /Invalid email or password/,
+    "the API's message",
+  );
 
   await signIn(page, ts.url, EMAIL, PASSWORD);
   await page.reload();
-  t.equal(await waitForText(page, '[data-testid=who]', EMAIL), EMAIL, 'a reload keeps the session (cookie) and gets the CSRF token again');
+  t.equal(
+    await waitForText(page, '[data-testid=who]', EMAIL),
+    EMAIL,
+    'a reload keeps the session (cookie) and gets the CSRF token again',
+  );
   t.same(b.errors, [], 'no page errors or CSP violations');
 });
 
@@ -66,7 +79,9 @@ t.test('create a key, read it once, use it, revoke it, see 401', async (t) => {
   const secret = await page.$eval('[data-testid=secret-value]', (e) => e.textContent ?? '');
   t.match(secret, /^loom_sk_/);
 
-  const stored = await page.evaluate(() => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }) + document.cookie + location.href);
+  const stored = await page.evaluate(
+    () => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }) + document.cookie + location.href,
+  );
   t.notOk(stored.includes(secret), 'the secret is in no storage, cookie or URL');
   t.notOk(stored.includes('loom_session'), 'the session cookie is HttpOnly');
 
@@ -82,7 +97,9 @@ t.test('create a key, read it once, use it, revoke it, see 401', async (t) => {
 
   await page.click('[data-testid=revoke]');
   await page.click('[data-testid=revoke-yes]');
-  await page.waitForFunction(() => !document.querySelector('[data-testid=keys-table]')?.textContent?.includes('ci key'));
+  await page.waitForFunction(
+    () => !document.querySelector('[data-testid=keys-table]')?.textContent?.includes('ci key'),
+  );
   const after = await call(ts.url, 'GET', '/list-api-keys', { key: secret });
   t.equal(after.status, 401, 'the revoked key gets 401 at once');
   t.match(after.body.detail, /revoked/);
@@ -103,7 +120,9 @@ t.test('a session ended elsewhere returns the page to sign-in with the reason', 
   await page.goto(`${ts.url}/dashboard/#/inferences`);
   await waitForText(page, 'button[type=submit]', 'Sign in');
   await signIn(page, ts.url, EMAIL, PASSWORD);
-  await page.evaluate(() => { location.hash = '#/keys'; });
+  await page.evaluate(() => {
+    location.hash = '#/keys';
+  });
   await page.waitForSelector('[data-testid=keys-table]');
   await endBrowserSession();
   await fill(page, 'input[name=key-name]', 'too late');
@@ -120,5 +139,9 @@ t.test('failed sign-ins are rate-limited', async (t) => {
   await fill(page, 'input[name=email]', EMAIL);
   await fill(page, 'input[name=password]', PASSWORD);
   await page.click('button[type=submit]');
-  t.match(await waitForText(page, '[role=alert]', 'Rate limit'), /retry after/, 'even the right password waits, and the page says so');
+  t.match(
+    await waitForText(page, '[role=alert]', 'Rate limit'),
+    /retry after/,
+    'even the right password waits, and the page says so',
+  );
 });

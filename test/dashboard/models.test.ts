@@ -9,17 +9,27 @@ import { openBrowser, signIn, waitForText } from './browser.ts';
 const ts = await startServer();
 const u = await makeUser(ts);
 const b = await openBrowser();
-t.teardown(async () => { await b.close(); await ts.close(); });
+t.teardown(async () => {
+  await b.close();
+  await ts.close();
+});
 const { page } = b;
 const rt = ts.runtime as FakeRuntime;
 const MODEL = 'fastino/gliner2-large-v1';
 
 t.test('the API: state, pull, errors', async (t) => {
-  t.same((await call(ts.url, 'GET', `/models/state?model_id=${encodeURIComponent(MODEL)}`, { key: u.key })).body, { model_id: MODEL, state: 'pullable' });
+  t.same((await call(ts.url, 'GET', `/models/state?model_id=${encodeURIComponent(MODEL)}`, { key: u.key })).body, {
+    model_id: MODEL,
+    state: 'pullable',
+  });
   t.equal((await call(ts.url, 'GET', '/models/state?model_id=nope/nope', { key: u.key })).status, 404);
   t.equal((await call(ts.url, 'POST', '/models/pull', { key: u.key, body: {} })).status, 422);
   t.equal((await call(ts.url, 'POST', '/models/pull', { body: { model_id: MODEL } })).status, 401);
-  t.equal((await call(ts.url, 'GET', '/models/state?model_id=test/encoder', { key: u.key })).body.state, 'ready', 'a model on disk');
+  t.equal(
+    (await call(ts.url, 'GET', '/models/state?model_id=test/encoder', { key: u.key })).body.state,
+    'ready',
+    'a model on disk',
+  );
 });
 
 t.test('pull a model from the page and watch its progress', async (t) => {

@@ -9,7 +9,10 @@ import { clickText, fill, openBrowser, signIn, waitForText } from './browser.ts'
 const ts = await startServer();
 const u = await makeUser(ts, { credits: 100 });
 const b = await openBrowser();
-t.teardown(async () => { await b.close(); await ts.close(); });
+t.teardown(async () => {
+  await b.close();
+  await ts.close();
+});
 const { page } = b;
 const ENCODER = 'fastino/gliner2-base-v1';
 const DECODER = 'HuggingFaceTB/SmolLM2-135M-Instruct';
@@ -20,7 +23,9 @@ t.before(async () => {
   await signIn(page, ts.url, u.email, u.password);
   await page.goto(`${ts.url}/dashboard/#/playground`);
   await clickText(page, 'button', 'Create a playground key');
-  await page.waitForFunction(() => (document.querySelector('input[type=password]') as HTMLInputElement).value.startsWith('loom_sk_'));
+  await page.waitForFunction(() =>
+    (document.querySelector('input[type=password]') as HTMLInputElement).value.startsWith('loom_sk_'),
+  );
 });
 
 t.test('encoder: schema builder → highlighted spans, usage and cost', async (t) => {
@@ -29,10 +34,16 @@ t.test('encoder: schema builder → highlighted spans, usage and cost', async (t
   await fill(page, 'input[placeholder="person, organization, city"]', 'person, city');
   await clickText(page, 'button', 'Run');
   await page.waitForSelector('[data-testid=span-text] mark');
-  t.same(await page.$$eval('[data-testid=span-text] mark', (els) => els.map((e) => `${e.firstChild?.textContent}:${(e as HTMLElement).dataset.label}`)),
-    ['Alice:person', 'Paris:city']);
+  t.same(
+    await page.$$eval('[data-testid=span-text] mark', (els) =>
+      els.map((e) => `${e.firstChild?.textContent}:${(e as HTMLElement).dataset.label}`),
+    ),
+    ['Alice:person', 'Paris:city'],
+  );
   t.match(await waitForText(page, 'p.muted', 'cost'), /tokens · cost \$0\.0000\d+/);
-  const stored = await page.evaluate(() => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }) + location.href);
+  const stored = await page.evaluate(
+    () => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }) + location.href,
+  );
   t.notMatch(stored, /loom_sk_/, 'the playground key is in no storage or URL');
 });
 
@@ -42,7 +53,10 @@ t.test('decoder: a streamed chat with usage and cost', async (t) => {
   await fill(page, 'input[placeholder=Message]', 'hello there friend');
   await clickText(page, 'form button', 'Send');
   t.match(await waitForText(page, '[data-testid=chat]', /assistant\s*hello there friend/), /user\s*hello there friend/);
-  t.match(await waitForText(page, '[data-testid=chat-usage]', 'cost'), /3 prompt \(0 cached\) \+ 3 completion tokens · cost \$0\.\d+/);
+  t.match(
+    await waitForText(page, '[data-testid=chat-usage]', 'cost'),
+    /3 prompt \(0 cached\) \+ 3 completion tokens · cost \$0\.\d+/,
+  );
 });
 
 t.test("an API error is shown as the API's message", async (t) => {

@@ -10,14 +10,20 @@ import { clickText, fill, openBrowser, signIn, waitForText } from './browser.ts'
 const ts = await startServer();
 const u = await makeUser(ts, { credits: 100 });
 const b = await openBrowser();
-t.teardown(async () => { await b.close(); await ts.close(); });
+t.teardown(async () => {
+  await b.close();
+  await ts.close();
+});
 const { page } = b;
 
 const MODEL = 'fastino/gliner2-base-v1';
 (ts.runtime as FakeRuntime).setReady(MODEL);
 const XSS = 'Alice met Bob in Paris <script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">';
 const infer = async (text: string) => {
-  const r = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: MODEL, text, schema: ['person', 'city'] } });
+  const r = await call(ts.url, 'POST', '/inference', {
+    key: u.key,
+    body: { model_id: MODEL, text, schema: ['person', 'city'] },
+  });
   if (r.status !== 200) throw new Error(`inference failed: ${r.status} ${r.text}`);
   return r.body.inference_id as string;
 };
@@ -32,7 +38,11 @@ t.test('an inference text with markup renders as text', async (t) => {
   await page.goto(`${ts.url}/dashboard/#/inferences/${xssId}`);
   t.match(await waitForText(page, '[data-testid=span-text]', 'onerror'), /<img src=x onerror="window.__xss = 2">/);
   await new Promise((r) => setTimeout(r, 200)); // an image error handler would have run by now
-  t.equal(await page.evaluate(() => (window as unknown as { __xss?: number }).__xss), undefined, 'no injected script ran');
+  t.equal(
+    await page.evaluate(() => (window as unknown as { __xss?: number }).__xss),
+    undefined,
+    'no injected script ran',
+  );
   t.equal(await page.$$eval('#app script, #app img', (els) => els.length), 0, 'no element was created from the text');
   t.same(b.errors, []);
 });
@@ -51,13 +61,19 @@ t.test("history filters go to the API, and its 422 is shown as the API's message
   await fill(page, 'input[name=latency_min]', '0');
   await fill(page, 'input[name=latency_max]', '100000');
   await clickText(page, 'button', 'Apply');
-  t.equal(await waitForText(page, 'h2', '2 inference(s)'), '2 inference(s)', 'both inferences of the model within the latency range');
+  t.equal(
+    await waitForText(page, 'h2', '2 inference(s)'),
+    '2 inference(s)',
+    'both inferences of the model within the latency range',
+  );
 });
 
 t.test('correct an entity span and see the feedback through the API', async (t) => {
   await page.goto(`${ts.url}/dashboard/#/inferences/${xssId}`);
   await page.waitForSelector('[data-testid=span-text] mark');
-  const marks = await page.$$eval('[data-testid=span-text] mark', (els) => els.map((e) => `${e.firstChild?.textContent}:${(e as HTMLElement).dataset.label}`));
+  const marks = await page.$$eval('[data-testid=span-text] mark', (els) =>
+    els.map((e) => `${e.firstChild?.textContent}:${(e as HTMLElement).dataset.label}`),
+  );
   t.same(marks, ['Alice:person', 'Bob:person', 'Paris:city'], 'the model output as highlighted spans');
 
   // "Bob" is not what the reviewer wants: delete it
@@ -65,7 +81,9 @@ t.test('correct an entity span and see the feedback through the API', async (t) 
   await page.click('[data-testid=span-delete]');
   // select "window" inside the script text and add it as a city (a span over arbitrary text)
   await page.evaluate(() => {
-    const seg = [...document.querySelectorAll('[data-testid=span-text] span[data-start]')].find((s) => s.textContent!.includes('window'))!;
+    const seg = [...document.querySelectorAll('[data-testid=span-text] span[data-start]')].find((s) =>
+      s.textContent!.includes('window'),
+    )!;
     const node = seg.firstChild!;
     const i = node.textContent!.indexOf('window');
     const range = document.createRange();
@@ -79,7 +97,9 @@ t.test('correct an entity span and see the feedback through the API', async (t) 
   await page.select('[data-testid=span-add] select', 'city');
   await clickText(page, '[data-testid=span-add] button', 'Add span');
   // relabel "Paris" as a person
-  await page.$$eval('[data-testid=span-text] mark', (els) => (els.find((e) => e.firstChild?.textContent === 'Paris') as HTMLElement).click());
+  await page.$$eval('[data-testid=span-text] mark', (els) =>
+    (els.find((e) => e.firstChild?.textContent === 'Paris') as HTMLElement).click(),
+  );
   await page.select('[data-testid=span-selected] select', 'person');
   await page.type('textarea[name=notes]', 'Bob is not a person here');
   await clickText(page, 'button', 'Incorrect, save correction');
@@ -92,7 +112,10 @@ t.test('correct an entity span and see the feedback through the API', async (t) 
   const w = XSS.indexOf('window');
   t.same(fb.body.corrected_output, {
     entities: {
-      person: [{ text: 'Alice', start: 0, end: 5 }, { text: 'Paris', start: 17, end: 22 }],
+      person: [
+        { text: 'Alice', start: 0, end: 5 },
+        { text: 'Paris', start: 17, end: 22 },
+      ],
       city: [{ text: 'window', start: w, end: w + 6 }],
     },
   });

@@ -13,7 +13,12 @@ export function SignIn({ notice, onSignedIn }: { notice: string | null; onSigned
   const act = useAction();
 
   useEffect(() => {
-    api('GET', '/auth/setup').then((r) => setSetup(!!r.needs_setup)).catch((e) => { setSetup(false); act.setError(String(e.message)); });
+    api('GET', '/auth/setup')
+      .then((r) => setSetup(!!r.needs_setup))
+      .catch((e) => {
+        setSetup(false);
+        act.setError(String(e.message));
+      });
   }, []);
 
   const submit = (e: Event) => {
@@ -31,16 +36,45 @@ export function SignIn({ notice, onSignedIn }: { notice: string | null; onSigned
     <div class="center">
       <form class="card signin" onSubmit={submit}>
         <h1>Loom</h1>
-        {setup ? <p>This server has no user yet. Create the first one (an admin of a new team).</p> : <p>Sign in to the dashboard.</p>}
+        {setup ? (
+          <p>This server has no user yet. Create the first one (an admin of a new team).</p>
+        ) : (
+          <p>Sign in to the dashboard.</p>
+        )}
         {notice && <div class="notice">{notice}</div>}
-        <label>Email<input name="email" type="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} /></label>
-        <label>Password
-          <input name="password" type="password" autoComplete={setup ? 'new-password' : 'current-password'} required minLength={setup ? 8 : 1}
-            value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
+        <label>
+          Email
+          <input
+            name="email"
+            type="email"
+            autoComplete="username"
+            required
+            value={email}
+            onInput={(e) => setEmail(e.currentTarget.value)}
+          />
         </label>
-        {setup && <label>Team name (optional)<input name="team" value={team} onInput={(e) => setTeam(e.currentTarget.value)} /></label>}
+        <label>
+          Password
+          <input
+            name="password"
+            type="password"
+            autoComplete={setup ? 'new-password' : 'current-password'}
+            required
+            minLength={setup ? 8 : 1}
+            value={password}
+            onInput={(e) => setPassword(e.currentTarget.value)}
+          />
+        </label>
+        {setup && (
+          <label>
+            Team name (optional)
+            <input name="team" value={team} onInput={(e) => setTeam(e.currentTarget.value)} />
+          </label>
+        )}
         <ErrorBox error={act.error} />
-        <button class="primary" type="submit" disabled={act.busy || setup === null}>{setup ? 'Create the first user' : 'Sign in'}</button>
+        <button class="primary" type="submit" disabled={act.busy || setup === null}>
+          {setup ? 'Create the first user' : 'Sign in'}
+        </button>
       </form>
     </div>
   );

@@ -30,10 +30,20 @@ export function UsagePage() {
     const body = await r.json();
     if (!r.ok) throw new Error(body.detail ?? `HTTP ${r.status}`);
     const h = (n: string) => r.headers.get(n);
-    return { ...body, rate: { limit: h('X-RateLimit-Limit'), remaining: h('X-RateLimit-Remaining'), reset: h('X-RateLimit-Reset'), scope: h('X-RateLimit-Scope') } };
+    return {
+      ...body,
+      rate: {
+        limit: h('X-RateLimit-Limit'),
+        remaining: h('X-RateLimit-Remaining'),
+        reset: h('X-RateLimit-Reset'),
+        scope: h('X-RateLimit-Scope'),
+      },
+    };
   });
   const keys = useResource(() => api('GET', '/list-api-keys'));
-  const hist = useResource(() => api('GET', '/inferences', { query: { limit: 1000, since: new Date(Date.now() - 30 * DAY).toISOString() } }));
+  const hist = useResource(() =>
+    api('GET', '/inferences', { query: { limit: 1000, since: new Date(Date.now() - 30 * DAY).toISOString() } }),
+  );
   const a = acct.data;
   const days = hist.data ? perDay(hist.data.inferences, 30) : null;
   return (
@@ -44,31 +54,87 @@ export function UsagePage() {
       {a && (
         <Section title={`Plan: ${a.plan}`}>
           <dl class="kv" data-testid="billing">
-            <dt>Team</dt><dd>{a.team_name}{a.region ? ` (${a.region})` : ''}</dd>
-            <dt>Available</dt><dd>{fmtNum(a.credits.available, 2)} credits (1 credit = 0.01)</dd>
-            <dt>Free allowance</dt><dd>{fmtNum(a.credits.free_allowance, 2)}</dd><dt>Included</dt><dd>{fmtNum(a.credits.included, 2)}</dd>
-            <dt>Paid balance</dt><dd>{fmtNum(a.credits.paid_balance, 2)}</dd><dt>Held by running calls</dt><dd>{fmtNum(a.credits.held, 2)}</dd>
-            <dt>Overage</dt><dd>{a.overage_enabled ? `${fmtNum(a.credits.overage_used, 2)} used of ${fmtNum(a.credits.overage_ceiling, 2)}` : 'off'}</dd>
-            <dt>Spent</dt><dd>{fmtNum(a.credits.total_spent, 4)}</dd><dt>Period since</dt><dd>{a.period_start?.slice(0, 10)}</dd>
-            <dt>Rate limit (this dashboard's requests)</dt><dd>{a.rate.limit ? `${a.rate.remaining} of ${a.rate.limit} left, resets in ${a.rate.reset} s (${a.rate.scope} scope)` : '—'}</dd>
+            <dt>Team</dt>
+            <dd>
+              {a.team_name}
+              {a.region ? ` (${a.region})` : ''}
+            </dd>
+            <dt>Available</dt>
+            <dd>{fmtNum(a.credits.available, 2)} credits (1 credit = 0.01)</dd>
+            <dt>Free allowance</dt>
+            <dd>{fmtNum(a.credits.free_allowance, 2)}</dd>
+            <dt>Included</dt>
+            <dd>{fmtNum(a.credits.included, 2)}</dd>
+            <dt>Paid balance</dt>
+            <dd>{fmtNum(a.credits.paid_balance, 2)}</dd>
+            <dt>Held by running calls</dt>
+            <dd>{fmtNum(a.credits.held, 2)}</dd>
+            <dt>Overage</dt>
+            <dd>
+              {a.overage_enabled
+                ? `${fmtNum(a.credits.overage_used, 2)} used of ${fmtNum(a.credits.overage_ceiling, 2)}`
+                : 'off'}
+            </dd>
+            <dt>Spent</dt>
+            <dd>{fmtNum(a.credits.total_spent, 4)}</dd>
+            <dt>Period since</dt>
+            <dd>{a.period_start?.slice(0, 10)}</dd>
+            <dt>Rate limit (this dashboard's requests)</dt>
+            <dd>
+              {a.rate.limit
+                ? `${a.rate.remaining} of ${a.rate.limit} left, resets in ${a.rate.reset} s (${a.rate.scope} scope)`
+                : '—'}
+            </dd>
           </dl>
         </Section>
       )}
       {days && (
         <Section title="Cost per model, last 30 days">
-          {days.models.length
-            ? <>
-              <LineChart testid="cost-chart" time x={days.x} xLabel="day" series={days.models.map((m, i) => ({ label: m, values: days.cost[i] }))} />
-              <LineChart testid="tokens-chart" time x={days.x} xLabel="day" series={days.models.map((m, i) => ({ label: `${m} tokens`, values: days.tokens[i] }))} />
+          {days.models.length ? (
+            <>
+              <LineChart
+                testid="cost-chart"
+                time
+                x={days.x}
+                xLabel="day"
+                series={days.models.map((m, i) => ({ label: m, values: days.cost[i] }))}
+              />
+              <LineChart
+                testid="tokens-chart"
+                time
+                x={days.x}
+                xLabel="day"
+                series={days.models.map((m, i) => ({ label: `${m} tokens`, values: days.tokens[i] }))}
+              />
             </>
-            : <div class="muted">No inferences in the last 30 days.</div>}
+          ) : (
+            <div class="muted">No inferences in the last 30 days.</div>
+          )}
         </Section>
       )}
       {keys.data && (
         <Section title="Per key">
           <table>
-            <thead><tr><th>Key</th><th>Requests</th><th>Tokens</th><th>Cost</th></tr></thead>
-            <tbody>{keys.data.keys.map((k: any) => <tr key={k.id}><td>{k.name} (…{k.api_key_last_digits})</td><td>{k.request_count}</td><td>{k.usage_tokens}</td><td>{fmtMoney(k.usage_cost)}</td></tr>)}</tbody>
+            <thead>
+              <tr>
+                <th>Key</th>
+                <th>Requests</th>
+                <th>Tokens</th>
+                <th>Cost</th>
+              </tr>
+            </thead>
+            <tbody>
+              {keys.data.keys.map((k: any) => (
+                <tr key={k.id}>
+                  <td>
+                    {k.name} (…{k.api_key_last_digits})
+                  </td>
+                  <td>{k.request_count}</td>
+                  <td>{k.usage_tokens}</td>
+                  <td>{fmtMoney(k.usage_cost)}</td>
+                </tr>
+              ))}
+            </tbody>
           </table>
         </Section>
       )}
