@@ -89,8 +89,6 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
   }
   const flusher = setInterval(() => { void flushUsage(); }, USAGE_FLUSH_MS);
   flusher.unref();
-  const loginThrottle = createLoginThrottle();
-  let setupRunning = false;
   async function createTeam(name: string, opts: { plan?: string; region?: string | null } = {}): Promise<TeamRecord> {
     const team: TeamRecord = { id: newId(), name, region: opts.region ?? null, blocked: false, created_at: nowIso() };
     await store.tx(() => {
@@ -99,6 +97,8 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     });
     return team;
   }
+  const loginThrottle = createLoginThrottle();
+  let setupRunning = false;
 
   return {
     createTeam,
