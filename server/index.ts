@@ -31,6 +31,8 @@ export { reply, Reply } from './router.ts';
 export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   (s) => systemRoutes(s),
   () => authRoutes(),
+  () => dashboardRoutes(),
+  () => modelRoutes(),
   () => inferenceRoutes(),
   () => projectRoutes(),
   () => compatRoutes(),
@@ -39,8 +41,6 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => trainingJobRoutes(),
   () => evaluationRoutes(),
   () => generationRoutes(),
-  () => modelRoutes(),
-  () => dashboardRoutes(),
 ];
 
 export interface LoomServer {
