@@ -121,6 +121,34 @@ t.test('correct an entity span and see the feedback through the API', async (t) 
   });
 });
 
+t.test("the judge's verdict, score and reasoning are shown when the record has them", async (t) => {
+  // the judge fields come from the judge's branch of the API; here the browser's copy of the record
+  // gets them, to check what the page does with them (reasoning with markup stays text)
+  await page.setRequestInterception(true);
+  const onRequest = async (req: import('puppeteer-core').HTTPRequest) => {
+    if (req.method() !== 'GET' || !req.url().endsWith(`/inferences/${first}`)) return void req.continue();
+    const rec = (await call(ts.url, 'GET', `/inferences/${first}`, { key: u.key })).body;
+    const judged = {
+      ...rec,
+      llmaj_verdict: 'incorrect',
+      llmaj_score: 0.25,
+      llmaj_reasoning: '<b>Rome</b> is a city',
+      llmaj_model: 'judge-1',
+    };
+    void req.respond({ status: 200, contentType: 'application/json', body: JSON.stringify(judged) });
+  };
+  page.on('request', onRequest);
+  try {
+    await page.goto(`${ts.url}/dashboard/#/inferences/${first}`);
+    const text = await waitForText(page, '[data-testid=judge]', 'score');
+    t.match(text, /LLM judge \(judge-1\): incorrect score 0\.25/);
+    t.match(text, /<b>Rome<\/b> is a city/, 'the reasoning renders as text');
+  } finally {
+    page.off('request', onRequest);
+    await page.setRequestInterception(false);
+  }
+});
+
 t.test('the keyboard review queue marks an inference correct', async (t) => {
   await page.goto(`${ts.url}/dashboard/#/review`);
   await waitForText(page, '[data-testid=queue-pos]', '1 of 2');

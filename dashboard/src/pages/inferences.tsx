@@ -313,11 +313,12 @@ function Review({ rec, onDone, keyboard }: { rec: any; onDone?: () => void; keyb
             </>
           )}
         </dl>
-        {(rec.llmaj_score != null || rec.llmaj_verdict != null || rec.llmaj_reasoning != null) && (
+        {(rec.llmaj_score != null || rec.llmaj_verdict != null || rec.llmaj_reasoning != null || rec.llmaj_error) && (
           <div class="judge" data-testid="judge">
-            <strong>LLM judge:</strong> {rec.llmaj_verdict ?? ''}{' '}
+            <strong>LLM judge{rec.llmaj_model ? ` (${rec.llmaj_model})` : ''}:</strong> {rec.llmaj_verdict ?? ''}{' '}
             {rec.llmaj_score != null ? `score ${fmtNum(rec.llmaj_score, 3)}` : ''}
             {rec.llmaj_reasoning && <p>{rec.llmaj_reasoning}</p>}
+            {rec.llmaj_error && <p class="error-text">{rec.llmaj_error}</p>}
           </div>
         )}
       </Section>
