@@ -56,6 +56,12 @@ t.test('upload a dataset and see it become ready', async (t) => {
   t.match(await waitForText(page, '[data-testid=preview-table]', 'Alice lives in'), /"label":"person"/);
   const api = await call(ts.url, 'GET', '/felix/datasets/people', { key: u.key });
   t.equal(api.body.versions[0].status, 'ready', 'the API agrees');
+  const download = await page.$eval('a.button[href$="/download"]', async (a) => {
+    const r = await fetch((a as HTMLAnchorElement).href);
+    return { status: r.status, text: await r.text() };
+  });
+  t.equal(download.status, 200, 'the download link works with the session');
+  t.equal(download.text.trim().split('\n').length, 48, 'and returns every example');
 });
 
 t.test('a bad file: the version fails and the page shows the processing error', async (t) => {
@@ -150,6 +156,17 @@ t.test('deploy the trained model to a project and evaluate it, from the pages', 
     new RegExp(`/projects/${project.body.id}/inference`),
     'a ready-to-copy curl',
   );
+
+  await page.goto(`${ts.url}/dashboard/#/training/${id}`);
+  await clickText(page, 'button', 'Prepare download');
+  const weights = await page.waitForSelector('a.button[download]');
+  const got = await weights!.evaluate(async (a) => {
+    const r = await fetch((a as HTMLAnchorElement).href);
+    return { status: r.status, type: r.headers.get('content-type'), bytes: (await r.arrayBuffer()).byteLength };
+  });
+  t.equal(got.status, 200, 'the weights download link works');
+  t.equal(got.type, 'application/gzip');
+  t.ok(got.bytes > 1000, `a real archive (${got.bytes} bytes)`);
 
   await page.goto(`${ts.url}/dashboard/#/evaluations`);
   await page.waitForFunction(() => [...document.querySelectorAll('option')].some((o) => o.textContent === 'people'));
