@@ -22,6 +22,8 @@ import { datasetRoutes } from './routes/datasets.ts';
 import { trainingJobRoutes } from './routes/training-jobs.ts';
 import { evaluationRoutes } from './routes/evaluations.ts';
 import { generationRoutes } from './routes/generation.ts';
+import { dashboardRoutes } from './routes/dashboard.ts';
+import { modelRoutes } from './routes/models.ts';
 
 export type { RouteDef, Ctx } from './router.ts';
 export { reply, Reply } from './router.ts';
@@ -30,6 +32,8 @@ export { reply, Reply } from './router.ts';
 export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   (s) => systemRoutes(s),
   () => authRoutes(),
+  () => dashboardRoutes(),
+  () => modelRoutes(),
   () => inferenceRoutes(),
   () => projectRoutes(),
   () => compatRoutes(),

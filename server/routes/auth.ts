@@ -1,19 +1,35 @@
-// Dashboard session and API keys: POST /auth/login, POST /auth/logout, GET /auth/session,
+// Dashboard session and API keys: GET/POST /auth/setup (first user of an empty store), POST /auth/login,
+// POST /auth/logout, GET /auth/session,
 // POST /create-api-key (session + CSRF only), GET /list-api-keys, DELETE /delete-api-key, GET /account.
-import type { RouteDef } from '../router.ts';
+import type { Ctx, RouteDef } from '../router.ts';
 import { SESSION_COOKIE } from '../router.ts';
 
 export function authRoutes(): RouteDef[] {
   return [
     {
+      method: 'GET', path: '/auth/setup', auth: 'none',
+      handler: ({ services }) => ({ needs_setup: services.auth.needsSetup() }),
+    },
+    {
+      // the first user of an empty store (403 once any user exists), signed in at once
+      method: 'POST', path: '/auth/setup', auth: 'none',
+      body: {
+        type: 'object', required: ['email', 'password'],
+        properties: {
+          email: { type: 'string', minLength: 3, maxLength: 320 },
+          password: { type: 'string', minLength: 8, maxLength: 1024 },
+          team_name: { type: 'string', minLength: 1, maxLength: 200 },
+        },
+      },
+      async handler(ctx) {
+        await ctx.services.auth.setupFirstUser(ctx.body);
+        return signIn(ctx);
+      },
+    },
+    {
       method: 'POST', path: '/auth/login', auth: 'none',
       body: { type: 'object', required: ['email', 'password'], properties: { email: { type: 'string', minLength: 3, maxLength: 320 }, password: { type: 'string', minLength: 1, maxLength: 1024 } } },
-      async handler({ services, body, setCookie }) {
-        const { token, session, user } = await services.auth.login(body.email, body.password);
-        const secure = services.config.cookieSecure ? '; Secure' : '';
-        setCookie(`${SESSION_COOKIE}=${token}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${services.config.sessionTtlS}${secure}`);
-        return { user: { id: user.id, email: user.email }, team_id: session.team_id, csrf_token: session.csrf_token, expires_at: session.expires_at };
-      },
+      handler: signIn,
     },
     {
       method: 'POST', path: '/auth/logout', auth: 'session',
@@ -26,9 +42,7 @@ export function authRoutes(): RouteDef[] {
     },
     {
       method: 'GET', path: '/auth/session', auth: 'session',
-      handler({ principal }) {
-        return { user_id: principal.user_id, team_id: principal.team_id, csrf_token: principal.session!.csrf_token, expires_at: principal.session!.expires_at };
-      },
+      handler: ({ services, principal }) => services.auth.sessionView(principal),
     },
     {
       method: 'POST', path: '/create-api-key', auth: 'session',
@@ -43,4 +57,16 @@ export function authRoutes(): RouteDef[] {
     },
     { method: 'GET', path: '/account', auth: 'any', handler: ({ services, principal }) => ({ team_name: principal.team.name, region: principal.team.region, ...services.billing.view(principal.team_id) }) },
   ];
+}
+
+/** a session for the body's email and password: the HttpOnly cookie, and the CSRF token in the body */
+async function signIn({ services, body, setCookie, ip }: Ctx) {
+  const { token, session, user } = await services.auth.login(body.email, body.password, ip);
+  const secure = services.config.cookieSecure ? '; Secure' : '';
+  const ttl = services.config.sessionTtlS;
+  setCookie(`${SESSION_COOKIE}=${token}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${ttl}${secure}`);
+  return {
+    user: { id: user.id, email: user.email }, team_id: session.team_id,
+    csrf_token: session.csrf_token, expires_at: session.expires_at,
+  };
 }

@@ -3,7 +3,7 @@
 import type { Store, ApiKeyRecord, TeamRecord, UserRecord, SessionRecord } from '../store/index.ts';
 import type { ServiceConfig } from './config.ts';
 import type { BillingService } from './billing.ts';
-import { ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from './errors.ts';
+import { ForbiddenError, NotFoundError, RateLimitError, UnauthorizedError, ValidationError } from './errors.ts';
 import { hashPassword, KEY_PREFIX, newApiKeySecret, newId, nowIso, randomToken, safeEqual, sha256, verifyPassword } from './ids.ts';
 
 /** Who is calling. Key calls carry key_id; dashboard calls carry the session. */
@@ -33,6 +33,44 @@ function keyView(k: ApiKeyRecord): KeyView {
 
 const USAGE_FLUSH_MS = 250;
 
+/** a new session: the cookie token (set by the HTTP layer), its record and its user */
+export interface SignedIn { token: string; session: SessionRecord; user: UserRecord }
+
+/** Failed sign-ins allowed per client IP and per email in one window; past it, 429 until the window ends. */
+export const LOGIN_FAILURES = { points: 10, duration_s: 900 };
+
+/** Counts failed logins per key (`ip:…`, `email:…`) in fixed windows. */
+function createLoginThrottle() {
+  const fails = new Map<string, { n: number; resetAt: number }>();
+  const live = (k: string, now: number) => {
+    const w = fails.get(k);
+    if (w && w.resetAt <= now) { fails.delete(k); return undefined; }
+    return w;
+  };
+  return {
+    check(keys: string[]): void {
+      const now = Date.now();
+      for (const k of keys) {
+        const w = live(k, now);
+        if (w && w.n >= LOGIN_FAILURES.points) {
+          const { points, duration_s } = LOGIN_FAILURES;
+          throw new RateLimitError('login_rate_limit', 'ip', (w.resetAt - now) / 1000, points, duration_s);
+        }
+      }
+    },
+    fail(keys: string[]): void {
+      const now = Date.now();
+      for (const k of keys) {
+        const w = live(k, now);
+        if (w) w.n++;
+        else fails.set(k, { n: 1, resetAt: now + LOGIN_FAILURES.duration_s * 1000 });
+      }
+      if (fails.size > 100_000) for (const k of [...fails.keys()]) live(k, now);
+    },
+    clear(key: string): void { fails.delete(key); },
+  };
+}
+
 export function createAuthService(store: Store, config: ServiceConfig, billing: BillingService) {
   // Key request counters (request_count, last_used_at) are added up in memory and written in one
   // transaction per USAGE_FLUSH_MS for all keys: a write transaction per authenticated request
@@ -59,6 +97,8 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     });
     return team;
   }
+  const loginThrottle = createLoginThrottle();
+  let setupRunning = false;
 
   return {
     createTeam,
@@ -82,12 +122,38 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
       return { user, team };
     },
 
-    /** POST /auth/login: returns the cookie token (set by the HTTP layer) and the CSRF token */
-    async login(email: string, password: string): Promise<{ token: string; session: SessionRecord; user: UserRecord }> {
-      const user = store.users.byEmail(email.trim().toLowerCase());
+    /** GET /auth/setup: true while the store has no user (the dashboard then offers to create the first) */
+    needsSetup(): boolean { return !store.users.any(); },
+
+    /** POST /auth/setup: the first user of an empty store, in a new team; later users come from an admin */
+    async setupFirstUser(input: { email: string; password: string; team_name?: string }) {
+      if (store.users.any() || setupRunning) {
+        throw new ForbiddenError(
+          'This server already has users: sign in, or ask an admin to create your account (loom admin create-user)',
+        );
+      }
+      setupRunning = true;
+      try {
+        return await this.createUser(input);
+      } finally { setupRunning = false; }
+    },
+
+    /**
+     * POST /auth/login: returns the cookie token (set by the HTTP layer) and the CSRF token. Failed
+     * attempts are counted per client IP and per email (LOGIN_FAILURES); past the budget, 429.
+     */
+    async login(email: string, password: string, ip = ''): Promise<SignedIn> {
+      const norm = email.trim().toLowerCase();
+      const throttleKeys = [`ip:${ip}`, `email:${norm}`];
+      loginThrottle.check(throttleKeys);
+      const user = store.users.byEmail(norm);
       // verify against a dummy hash when the user is unknown, so timing does not reveal accounts
       const ok = await verifyPassword(password, user?.password_hash ?? 'scrypt$16384$8$1$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=');
-      if (!user || !ok) throw new UnauthorizedError('Invalid email or password');
+      if (!user || !ok) {
+        loginThrottle.fail(throttleKeys);
+        throw new UnauthorizedError('Invalid email or password');
+      }
+      loginThrottle.clear(`email:${norm}`);
       const team = store.teams.get(user.team_id);
       if (!team || team.blocked) throw new UnauthorizedError('Account blocked');
       const token = randomToken(32);
@@ -112,6 +178,14 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
       const team = store.teams.get(s.team_id);
       if (!team || team.blocked) return null;
       return { kind: 'session', team_id: s.team_id, user_id: s.user_id, key_id: null, team, session: s };
+    },
+
+    /** GET /auth/session: who is signed in, the CSRF token (a reloaded page gets it again here) and the expiry */
+    sessionView(p: Principal) {
+      return {
+        user_id: p.user_id, team_id: p.team_id, email: store.users.get(p.user_id)?.email ?? null,
+        csrf_token: p.session!.csrf_token, expires_at: p.session!.expires_at,
+      };
     },
 
     /** CSRF check for state-changing dashboard calls */

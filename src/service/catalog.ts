@@ -3,7 +3,8 @@
 // models or override any field of a curated/local one (pricing, caching family, blocked regions...).
 import { readFileSync } from 'node:fs';
 import type { CachingFamily, Pricing } from './billing.ts';
-import type { LocalModel, ModelKind, ModelRuntime } from './runtime.ts';
+import type { LocalModel, ModelKind, ModelRuntime, ModelStatus } from './runtime.ts';
+import { NotFoundError } from './errors.ts';
 
 export interface CatalogEntry {
   id: string;
@@ -142,6 +143,23 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
     async get(id: string): Promise<CatalogEntry | undefined> {
       if (!entries.has(id) || Date.now() - refreshedAt > 1000) await refresh();
       return entries.get(id);
+    },
+    /** GET /models/state: where a catalog model stands on this server (ready, warming with progress 0..1, pullable) */
+    async state(id: string): Promise<{ model_id: string } & ModelStatus> {
+      const e = await this.get(id);
+      if (!e) throw new NotFoundError(`Model ${id} not found`);
+      return { model_id: id, ...opts.runtime.status({ id, kind: e.task_type }) };
+    },
+    /** POST /models/pull: starts pulling and loading a catalog model before its first call (idempotent) */
+    async pull(id: string, log?: { warn(o: object, m: string): void }): Promise<{ model_id: string } & ModelStatus> {
+      const e = await this.get(id);
+      if (!e) throw new NotFoundError(`Model ${id} not found`);
+      const ref = { id, kind: e.task_type };
+      const st = opts.runtime.status(ref);
+      if (st.state === 'pullable') {
+        opts.runtime.warm(ref).catch((err) => log?.warn({ model: id, err: String(err) }, 'model pull failed'));
+      }
+      return { model_id: id, ...opts.runtime.status(ref) };
     },
   };
 }

@@ -10,6 +10,11 @@ export function makeUsersRepo(db: Db) {
       const id = idx.get(ikey('user_email', email.toLowerCase()));
       return id ? users.get(id) : undefined;
     },
+    /** whether any user exists */
+    any(): boolean {
+      for (const _ of users.getKeys({ limit: 1 })) return true;
+      return false;
+    },
     /** inside a transaction */
     put(u: UserRecord): void {
       users.put(u.id, u);

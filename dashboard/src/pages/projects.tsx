@@ -1,0 +1,206 @@
+// Projects: create, list, and a project's deployments (history, most recent first) with its inference
+// endpoint as a ready-to-copy curl command and SDK snippet.
+import { useState } from 'preact/hooks';
+import { api } from '../api.ts';
+import {
+  ConfirmButton,
+  CopyButton,
+  ErrorBox,
+  Json,
+  Loading,
+  Section,
+  Status,
+  fmtDate,
+  useAction,
+  useResource,
+} from '../ui.tsx';
+
+export function ProjectsPage() {
+  const list = useResource(() => api('GET', '/projects'));
+  const [name, setName] = useState('');
+  const act = useAction();
+  return (
+    <>
+      <h1>Projects</h1>
+      <Section title="New project">
+        <form
+          class="row"
+          onSubmit={(e) => {
+            e.preventDefault();
+            void act.run(async () => {
+              await api('POST', '/projects', { body: { name } });
+              setName('');
+              await list.reload();
+            });
+          }}
+        >
+          <label>
+            Name
+            <input
+              name="project-name"
+              required
+              maxLength={200}
+              value={name}
+              onInput={(e) => setName(e.currentTarget.value)}
+            />
+          </label>
+          <button class="primary" type="submit" disabled={act.busy}>
+            Create
+          </button>
+        </form>
+        <ErrorBox error={act.error ?? list.error} />
+      </Section>
+      <Loading when={list.loading && !list.data} />
+      {list.data && (
+        <Section title="Projects">
+          <table>
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Id</th>
+                <th>Active deployment</th>
+                <th>Created</th>
+              </tr>
+            </thead>
+            <tbody>
+              {list.data.projects.map((p: any) => (
+                <tr key={p.id}>
+                  <td>
+                    <a href={`#/projects/${p.id}`}>{p.name}</a>
+                  </td>
+                  <td>
+                    <code>{p.id}</code>
+                  </td>
+                  <td>{p.active_deployment_id ?? '—'}</td>
+                  <td>{fmtDate(p.created_at)}</td>
+                </tr>
+              ))}
+              {!list.data.projects.length && (
+                <tr>
+                  <td colSpan={4} class="muted">
+                    No projects yet.
+                  </td>
+                </tr>
+              )}
+            </tbody>
+          </table>
+        </Section>
+      )}
+    </>
+  );
+}
+
+export function ProjectDetail({ id }: { id: string }) {
+  const p = useResource(() => api('GET', `/projects/${id}`), [id]);
+  const deps = useResource(() => api('GET', `/projects/${id}/deployments`), [id]);
+  const act = useAction();
+  const url = `${location.origin}/projects/${id}/inference`;
+  const body = '{"text": "Alice moved to Paris.", "schema": {"entities": ["person", "city"]}}';
+  const curl = [
+    `curl -s ${url} \\`,
+    `  -H "X-API-Key: $LOOM_API_KEY" -H "Content-Type: application/json" \\`,
+    `  -d '${body}'`,
+  ].join('\n');
+  const sdk = [
+    `const r = await fetch('${url}', {`,
+    `  method: 'POST',`,
+    `  headers: { 'X-API-Key': process.env.LOOM_API_KEY, 'Content-Type': 'application/json' },`,
+    `  body: JSON.stringify(${body}),`,
+    `});`,
+    `console.log(await r.json());`,
+  ].join('\n');
+  const settings =
+    p.data &&
+    Object.fromEntries(
+      Object.entries(p.data).filter(([k]) => !['id', 'name', 'created_at', 'active_deployment_id'].includes(k)),
+    );
+  return (
+    <>
+      <p>
+        <a href="#/projects">← Projects</a>
+      </p>
+      <ErrorBox error={p.error ?? deps.error ?? act.error} />
+      <Loading when={p.loading && !p.data} />
+      {p.data && (
+        <Section
+          title={p.data.name}
+          actions={
+            <ConfirmButton
+              label="Delete project"
+              danger
+              question="Delete the project, its deployments and endpoint?"
+              onConfirm={() =>
+                void act.run(async () => {
+                  await api('DELETE', `/projects/${id}`);
+                  location.hash = '#/projects';
+                })
+              }
+            />
+          }
+        >
+          <p>
+            Inference endpoint: <code>POST {url}</code>
+          </p>
+          <h3>curl</h3>
+          <div class="row">
+            <pre class="code grow">{curl}</pre>
+            <CopyButton text={curl} />
+          </div>
+          <h3>JavaScript</h3>
+          <div class="row">
+            <pre class="code grow">{sdk}</pre>
+            <CopyButton text={sdk} />
+          </div>
+          {settings && Object.keys(settings).length > 0 && (
+            <>
+              <h3>Settings</h3>
+              <Json value={settings} />
+            </>
+          )}
+        </Section>
+      )}
+      {deps.data && (
+        <Section title="Deployments">
+          <table>
+            <thead>
+              <tr>
+                <th>Deployment</th>
+                <th>Training job</th>
+                <th>Status</th>
+                <th>Created</th>
+                <th>Active since</th>
+                <th>Replaced</th>
+              </tr>
+            </thead>
+            <tbody>
+              {deps.data.deployments.map((d: any) => (
+                <tr key={d.deployment_id}>
+                  <td>
+                    <code>{d.deployment_id}</code>
+                  </td>
+                  <td>
+                    <a href={`#/training/${d.training_job_id}`}>{d.training_job_id}</a>
+                  </td>
+                  <td>
+                    <Status value={d.status} />
+                    {d.error ? ` ${d.error}` : ''}
+                  </td>
+                  <td>{fmtDate(d.created_at)}</td>
+                  <td>{fmtDate(d.activated_at)}</td>
+                  <td>{fmtDate(d.replaced_at)}</td>
+                </tr>
+              ))}
+              {!deps.data.deployments.length && (
+                <tr>
+                  <td colSpan={6} class="muted">
+                    Nothing deployed yet: deploy a completed training job from its page.
+                  </td>
+                </tr>
+              )}
+            </tbody>
+          </table>
+        </Section>
+      )}
+    </>
+  );
+}
