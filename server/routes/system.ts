@@ -7,7 +7,8 @@ export function systemRoutes(state: { draining: boolean }): RouteDef[] {
     {
       // not rate-limited: a load balancer's probes all come from its one address
       method: 'GET', path: '/health', auth: 'none', rateLimit: false,
-      async handler({ services }) {
+      // synchronous: answered within uWS's handler call (server/router.ts)
+      handler({ services }) {
         const rt = services.runtime.stats();
         let storeOk = true;
         try { services.store.db.dbs.meta.get('schema_version'); } catch { storeOk = false; }

@@ -17,7 +17,7 @@ import { makeDatasetsRepo } from './datasets.ts';
 import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
 
-export { SCHEMA_VERSION, ikey, scanIndex, storeExists, storePath } from './db.ts';
+export { authGeneration, SCHEMA_VERSION, ikey, scanIndex, storeExists, storePath } from './db.ts';
 export type * from './types.ts';
 export type * from './customization-types.ts';
 
