@@ -149,7 +149,8 @@ function bareLf(buf: Buffer, end: number): boolean {
 
 // tchar of RFC 9110 (header names), as a byte table
 const TCHAR = new Uint8Array(256);
-for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TCHAR[c.charCodeAt(0)] = 1;
+const TCHARS = "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+for (const c of TCHARS) TCHAR[c.charCodeAt(0)] = 1;
 const CR = 13;
 const LF = 10;
 const SP = 32;

@@ -93,7 +93,8 @@ export async function createServer(opts: {
   const socketPath = socketDir && join(socketDir, 'uws.sock');
   const listenSocket = await new Promise<uws.us_listen_socket>((resolve, reject) => {
     const where = socketPath ?? `${host}:${opts.port ?? 0}`;
-    const done = (sock: uws.us_listen_socket | false) => (sock ? resolve(sock) : reject(new Error(`cannot listen on ${where}`)));
+    const done = (sock: uws.us_listen_socket | false) =>
+      (sock ? resolve(sock) : reject(new Error(`cannot listen on ${where}`)));
     if (socketPath) app.listen_unix(done, socketPath);
     else app.listen(host, opts.port ?? 0, done);
   });

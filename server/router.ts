@@ -102,11 +102,12 @@ function checkPathEncoding(url: string): void {
 }
 
 function parseQuery(raw: string, spec: Record<string, QueryParam> | undefined): Record<string, unknown> {
-  const sp = new URLSearchParams(raw);
+  const sp = raw === '' ? null : new URLSearchParams(raw);
   const out: Record<string, unknown> = {};
   const issues: ValidationIssue[] = [];
-  for (const [name, s] of Object.entries(spec ?? {})) {
-    const v = sp.get(name);
+  for (const name in spec) {
+    const s = spec[name]!;
+    const v = sp === null ? null : sp.get(name);
     if (v === null || v === '') { if (s.default !== undefined) out[name] = s.default; continue; }
     let val: unknown;
     switch (s.type) {
@@ -260,7 +261,9 @@ class Run {
       const { headers, rt } = this;
       // behind the guard the TCP peer is the guard, which sends the client's address in X-Loom-Peer
       // (trusted only then; the guard drops the header from clients)
-      const peer = rt.state.guarded ? headers[PEER_HEADER] ?? '' : Buffer.from(this.ex.res.getRemoteAddressAsText()).toString();
+      const peer = rt.state.guarded
+        ? headers[PEER_HEADER] ?? ''
+        : Buffer.from(this.ex.res.getRemoteAddressAsText()).toString();
       this.ipValue = (rt.services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
     }
     return this.ipValue;
@@ -299,7 +302,8 @@ class Run {
     const principal = authenticate(route, this.headers, services);
     this.principal = principal;
     if (group) {
-      const subject = { ip: this.ip, team_id: principal?.team_id, key_id: principal?.key_id, user_id: principal?.user_id };
+      const p = principal;
+      const subject = { ip: this.ip, team_id: p?.team_id, key_id: p?.key_id, user_id: p?.user_id };
       ex.rate = services.rateLimiter.endpoint(group, subject);
     }
     return { params, query };
@@ -323,7 +327,9 @@ class Run {
       const text = raw.byteLength ? Buffer.from(raw).toString('utf8') : '';
       if (text.trim() === '') body = route.body ? {} : undefined;
       else {
-        try { body = JSON.parse(text); } catch (e) { throw new BadRequestError(`Malformed JSON body: ${(e as Error).message}`); }
+        try { body = JSON.parse(text); } catch (e) {
+          throw new BadRequestError(`Malformed JSON body: ${(e as Error).message}`);
+        }
         const bad = badJsonValue(body);
         if (bad) throw new ValidationError(describe([bad]), [bad]);
       }
@@ -337,7 +343,9 @@ class Run {
 
   ctx(front: { params: Record<string, string>; query: Record<string, unknown> }, body: unknown): RequestCtx {
     const { rt, ex } = this;
-    return new RequestCtx(rt.services, this.principal as Principal, body, front.query, front.params, this.headers, this, this.url, rt.log, ex);
+    const { query, params } = front;
+    const principal = this.principal as Principal;
+    return new RequestCtx(rt.services, principal, body, query, params, this.headers, this, this.url, rt.log, ex);
   }
 
   reply(out: unknown): void {

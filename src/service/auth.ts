@@ -2,7 +2,9 @@
 // only as their sha256. Authenticated keys are cached in memory (secret → key, team) while the
 // store's auth generation is unchanged: every write of a key or team record, from any process,
 // changes it (src/store/db.ts), so revocation and blocking apply on the very next request.
-import { authGeneration, type Store, type ApiKeyRecord, type TeamRecord, type UserRecord, type SessionRecord } from '../store/index.ts';
+import {
+  authGeneration, type Store, type ApiKeyRecord, type TeamRecord, type UserRecord, type SessionRecord,
+} from '../store/index.ts';
 import type { ServiceConfig } from './config.ts';
 import type { BillingService } from './billing.ts';
 import { ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from './errors.ts';
@@ -55,9 +57,9 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
   let flushing: Promise<void> | null = null;
   function flushUsage(): Promise<void> {
     if (pendingUse.size === 0) return flushing ?? Promise.resolve();
-    const batch = [...pendingUse].map(([id, u]) => [id, { requests: u.requests, at: new Date(u.atMs).toISOString() }] as const);
+    const batch = [...pendingUse].map(([id, u]) => ({ id, requests: u.requests, at: new Date(u.atMs).toISOString() }));
     pendingUse.clear();
-    const p = store.tx(() => { for (const [id, u] of batch) store.keys.bump(id, u); }).then(() => {}, () => {});
+    const p = store.tx(() => { for (const u of batch) store.keys.bump(u.id, u); }).then(() => {}, () => {});
     flushing = p.finally(() => { if (flushing === p) flushing = null; });
     return p;
   }
@@ -77,7 +79,9 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     const team = store.teams.get(k.team_id);
     if (!team) throw new UnauthorizedError('Invalid API key');
     if (team.blocked) throw new UnauthorizedError('Account blocked for billing or fraud review');
-    const principal: Principal = { kind: 'key', team_id: k.team_id, user_id: k.user_id, key_id: k.id, team, session: null };
+    const principal: Principal = {
+      kind: 'key', team_id: k.team_id, user_id: k.user_id, key_id: k.id, team, session: null,
+    };
     return { generation, expiresMs, principal };
   }
   async function createTeam(name: string, opts: { plan?: string; region?: string | null } = {}): Promise<TeamRecord> {
