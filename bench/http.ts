@@ -1,4 +1,4 @@
-// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N] [--guard]`:
+// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N] [--guard | --pipeline]`:
 // per-request cost of Loom's HTTP pipeline against a bare uWebSockets.js handler from the same
 // package, loaded side by side with autocannon on loopback. Both servers run in their own
 // processes pinned to CPU 0 (taskset, when there are 2+ CPUs), autocannon pinned to CPU 1. Each
@@ -9,7 +9,9 @@
 // /proc/<pid>/task/*/schedstat), which is what the req/s ratio would be on a dedicated core and
 // does not depend on how much of CPU 0 other processes took during the run. --guard adds GET /health
 // through a second Loom server with the framing guard in front (server/guard.ts), to measure its
-// cost; its CPU time counts both (they are one process).
+// cost; its CPU time counts both (they are one process). --pipeline instead runs
+// bench/http-pipeline.mts: the CPU time of Loom's own code per request, in process, with stub uWS
+// objects (no sockets), a figure a shared CPU hardly moves.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -94,8 +96,24 @@ function load(cpu: number | null, t: Target, seconds: number, connections: numbe
 
 const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
 
+/** --pipeline: bench/http-pipeline.mts pinned to CPU 0 (when there are 2+ CPUs) */
+function pipeline(quick: boolean, json: boolean): void {
+  const pin = availableParallelism() >= 2 && spawnSync('taskset', ['-V']).status === 0 ? 0 : null;
+  const args = ['--import', 'tsx', join(here, 'http-pipeline.mts'), String(quick ? 20_000 : 100_000)];
+  const [cmd, a] = pinned(pin, process.execPath, args);
+  const r = spawnSync(cmd, a, { cwd: join(here, '..'), encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`http-pipeline failed (${r.status}): ${r.stderr.slice(-2000)}`);
+  const rows = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+  if (json) for (const row of rows) console.log(JSON.stringify({ bench: 'http-pipeline', ...row }));
+  else {
+    console.log(`http --pipeline: Loom's own JS per request, in process (stub uWS), CPU ${cpus()[0]?.model}`);
+    console.table(rows);
+  }
+}
+
 export async function run(argv: string[]) {
   const quick = argv.includes('--quick');
+  if (argv.includes('--pipeline')) return pipeline(quick, argv.includes('--json'));
   const json = argv.includes('--json');
   const seconds = arg(argv, '--duration', quick ? 2 : 5);
   const rounds = arg(argv, '--rounds', quick ? 1 : 3);

@@ -14,10 +14,13 @@
 // (and the local address as Host when there is none), and absolute-form targets in origin form.
 // Line ends must be CRLF: a head with a bare LF is a 400 (uWS takes none).
 //
-// Cost: every byte crosses one more socket pair and the JS heap, which costs more per request
-// than the whole request pipeline (figures in the README, `npm run bench -- http`). Behind a
-// reverse proxy that answers malformed requests itself (nginx, HAProxy, a cloud load balancer),
-// LOOM_HTTP_GUARD=0 saves it.
+// Cost: every byte crosses one more socket pair and the JS heap, which costs about as much per
+// request as uWS itself (figures in the README, `npm run bench -- http --guard`). To keep it low,
+// uWS listens on a unix socket in a private folder (no loopback TCP stack on the inner hop, and no
+// other local user can reach uWS around the guard), and a plain head is checked in one pass over
+// its bytes and passed on with one write (plainHeadBodyLength); only other heads are parsed as
+// strings (checkHead), which also words the refusals. Behind a reverse proxy that answers
+// malformed requests itself (nginx, HAProxy, a cloud load balancer), LOOM_HTTP_GUARD=0 saves it.
 //
 // The client's address reaches uWS in an `X-Loom-Peer` header the guard adds (and drops from
 // clients), trusted by the router only in this mode. Not a PROXY v2 header: uWS 20.30 drops, with
@@ -144,6 +147,88 @@ function bareLf(buf: Buffer, end: number): boolean {
   return false;
 }
 
+// tchar of RFC 9110 (header names), as a byte table
+const TCHAR = new Uint8Array(256);
+const TCHARS = "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+for (const c of TCHARS) TCHAR[c.charCodeAt(0)] = 1;
+const CR = 13;
+const LF = 10;
+const SP = 32;
+const HT = 9;
+const HTTP11 = Buffer.from(' HTTP/1.1\r\n');
+
+/** buf[at, at + name.length) is `name` (lower case ASCII letters and '-') in any case */
+function nameIs(buf: Buffer, at: number, len: number, name: string): boolean {
+  if (len !== name.length) return false;
+  for (let i = 0; i < len; i++) if ((buf[at + i]! | 0x20) !== name.charCodeAt(i)) return false;
+  return true;
+}
+
+/**
+ * The common case in one pass over the bytes, with no strings: an HTTP/1.1 request in origin form
+ * whose head `buf[0, end)` is plain ASCII with CRLF line ends, an upper-case method, one Host, at
+ * most MAX_HEADERS header lines, no Transfer-Encoding and no X-Loom-Peer, and at most one
+ * Content-Length of 1-15 digits. Such a head passes on unchanged but for the X-Loom-Peer line, as
+ * checkHead would pass it. Returns its body length, or -1 for anything else: checkHead then
+ * decides (and words any refusal).
+ */
+export function plainHeadBodyLength(buf: Buffer, end: number): number {
+  let i = 0;
+  // method: [A-Z][A-Z-]*
+  let b = buf[0]!;
+  if (b < 65 || b > 90) return -1;
+  for (i = 1; i < end; i++) {
+    b = buf[i]!;
+    if (b === SP) break;
+    if ((b < 65 || b > 90) && b !== 45) return -1;
+  }
+  // target: '/' then visible ASCII
+  if (buf[++i] !== 47) return -1;
+  for (; i < end; i++) {
+    b = buf[i]!;
+    if (b === SP) break;
+    if (b < 0x21 || b > 0x7e) return -1;
+  }
+  if (i + HTTP11.length > end + 2 || buf.compare(HTTP11, 0, HTTP11.length, i, i + HTTP11.length) !== 0) return -1;
+  i += HTTP11.length;
+  let lines = 0;
+  let hosts = 0;
+  let length = -1;
+  // header lines; the last ends at `end` (its CRLF is the first half of the blank line's)
+  while (i < end + 2) {
+    if (++lines > MAX_HEADERS) return -1;
+    const start = i;
+    while (i < end && TCHAR[buf[i]!] === 1) i++;
+    const nameLen = i - start;
+    if (nameLen === 0 || buf[i] !== 58) return -1; // ':'
+    i++;
+    while (buf[i] === SP || buf[i] === HT) i++;
+    const valueStart = i;
+    for (; i < end; i++) {
+      b = buf[i]!;
+      if (b === CR) break;
+      if ((b < 0x20 && b !== HT) || b > 0x7e) return -1;
+    }
+    if (buf[i] !== CR || buf[i + 1] !== LF) return -1;
+    const c = buf[start]! | 0x20;
+    if (c === 104 && nameIs(buf, start, nameLen, 'host')) hosts++;
+    else if (c === 116 && nameIs(buf, start, nameLen, 'transfer-encoding')) return -1;
+    else if (c === 120 && nameIs(buf, start, nameLen, 'x-loom-peer')) return -1;
+    else if (c === 99 && nameIs(buf, start, nameLen, 'content-length')) {
+      if (length >= 0) return -1;
+      let v = valueStart;
+      let n = 0;
+      for (; v < i && buf[v]! >= 48 && buf[v]! <= 57; v++) n = n * 10 + buf[v]! - 48;
+      const digits = v - valueStart;
+      while (v < i && (buf[v] === SP || buf[v] === HT)) v++;
+      if (digits === 0 || digits > 15 || v !== i) return -1;
+      length = n;
+    }
+    i += 2;
+  }
+  return hosts === 1 ? Math.max(length, 0) : -1;
+}
+
 const CRLF2 = Buffer.from('\r\n\r\n');
 const CRLF = Buffer.from('\r\n');
 
@@ -161,11 +246,14 @@ class GuardedConnection {
   private answered = true;
   /** the client's address, for X-Loom-Peer */
   private readonly peer: string;
+  /** `X-Loom-Peer: <peer>` and the head's final blank line, for plain heads */
+  private readonly peerLine: Buffer;
 
   constructor(
-    private readonly client: net.Socket, private readonly upstreamPort: number, private readonly localHost: string,
+    private readonly client: net.Socket, private readonly upstreamPath: string, private readonly localHost: string,
   ) {
     this.peer = (client.remoteAddress ?? '').replace(/^::ffff:(?=\d+\.)/, '');
+    this.peerLine = Buffer.from(`X-Loom-Peer: ${this.peer}\r\n\r\n`, 'latin1');
     client.on('data', (d: Buffer) => this.feed(d));
     client.on('close', () => this.up?.destroy());
     client.on('error', () => this.up?.destroy());
@@ -177,7 +265,7 @@ class GuardedConnection {
   private upstream(): net.Socket {
     if (this.up) return this.up;
     const client = this.client;
-    const up = net.connect({ host: '127.0.0.1', port: this.upstreamPort, noDelay: true });
+    const up = net.connect({ path: this.upstreamPath });
     this.up = up;
     client.setTimeout(0);
     up.on('data', (d: Buffer) => {
@@ -217,6 +305,17 @@ class GuardedConnection {
         const end = this.buf.indexOf(CRLF2);
         if (end > MAX_HEAD_BYTES || (end < 0 && this.buf.length > MAX_HEAD_BYTES)) {
           return this.refuse(new Refusal(431, `Request head larger than ${MAX_HEAD_BYTES} bytes`));
+        }
+        if (end >= 0) {
+          // the common case: checked in one pass and passed on with the client's address added
+          const bodyBytes = plainHeadBodyLength(this.buf, end);
+          if (bodyBytes >= 0) {
+            this.answered = false;
+            this.upstream().write(Buffer.concat([this.buf.subarray(0, end + 2), this.peerLine]));
+            this.buf = this.buf.subarray(end + 4);
+            if (bodyBytes > 0) { this.state = 'length'; this.left = bodyBytes; }
+            continue;
+          }
         }
         if (bareLf(this.buf, end < 0 ? this.buf.length : end)) {
           return this.refuse(new Refusal(400, 'Malformed request head: lines must end in CRLF'));
@@ -262,11 +361,11 @@ class GuardedConnection {
 
 export interface Guard { port: number; close(): void }
 
-/** Listens on host:port and passes checked requests to uWS on 127.0.0.1:upstreamPort. */
-export function startGuard(host: string, port: number, upstreamPort: number): Promise<Guard> {
+/** Listens on host:port and passes checked requests to uWS listening on the unix socket `upstreamPath`. */
+export function startGuard(host: string, port: number, upstreamPath: string): Promise<Guard> {
   const server = net.createServer({ noDelay: true }, (client) => {
     const local = `${host.includes(':') ? `[${host}]` : host}:${(server.address() as net.AddressInfo).port}`;
-    new GuardedConnection(client, upstreamPort, local);
+    new GuardedConnection(client, upstreamPath, local);
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);

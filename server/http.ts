@@ -4,6 +4,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { HttpResponse } from '@trufflesuite/uws-js-unofficial';
 import { PayloadTooLargeError } from '../src/service/errors.ts';
+import { RATE_HEADER_NAMES, rateHeaderValues, type RateVerdict } from '../src/service/ratelimit.ts';
 
 const STATUS_LINES = new Map<number, string>();
 /** `200 OK`; computed once per status */
@@ -18,7 +19,18 @@ export function statusLine(code: number): string {
 
 const JSON_HEADERS: Record<string, string> = { 'Content-Type': 'application/json' };
 
-/** One in-flight exchange: wraps the uWS response, tracks abort, owns the AbortController. */
+/** `h` has a header `name`, whatever its case */
+function hasName(h: Record<string, string>, name: string): boolean {
+  const lower = name.toLowerCase();
+  for (const k in h) if (k.toLowerCase() === lower) return true;
+  return false;
+}
+
+/**
+ * One in-flight exchange: wraps the uWS response, tracks abort, owns the AbortController. uWS needs
+ * an abort handler only on a response that outlives the request handler's call: `armAbort()`
+ * registers it when the exchange goes asynchronous (a request answered synchronously needs none).
+ */
 export class Exchange {
   aborted = false;
   done = false;
@@ -27,14 +39,22 @@ export class Exchange {
   // allocated on first use: a plain JSON exchange needs none of them
   private writableWaiters: Array<() => void> | null = null;
   private abortHandlers: Array<() => void> | null = null;
-  /** headers every response of this exchange carries (rate-limit headers) */
+  /** headers every response of this exchange carries (set by the handler) */
   extraHeaders: Record<string, string> | null = null;
+  /** the binding rate limit: its X-RateLimit-* headers go on every response of this exchange */
+  rate: RateVerdict | null = null;
+  private armed = false;
   /** Set-Cookie values */
   cookies: string[] | null = null;
   status = 0;
 
-  constructor(readonly res: HttpResponse) {
-    res.onAborted(() => {
+  constructor(readonly res: HttpResponse) {}
+
+  /** from now on a client disconnect aborts the exchange (call before the request handler returns) */
+  armAbort(): void {
+    if (this.armed) return;
+    this.armed = true;
+    this.res.onAborted(() => {
       this.aborted = true;
       this.controller?.abort(new Error('client disconnected'));
       if (this.writableWaiters) for (const w of this.writableWaiters.splice(0)) w();
@@ -69,13 +89,22 @@ export class Exchange {
     this.status = status;
     const res = this.res;
     res.writeStatus(statusLine(status));
-    if (this.extraHeaders === null) {
+    const extra = this.extraHeaders;
+    const rate = this.rate;
+    if (extra === null && rate === null) {
       for (const k in headers) res.writeHeader(k, headers[k]!);
     } else {
       // one value per header name; the response's own headers override the exchange's
-      const own = Object.keys(headers).map((k) => k.toLowerCase());
-      const extra = this.extraHeaders;
-      for (const k in extra) if (!own.includes(k.toLowerCase())) res.writeHeader(k, extra[k]!);
+      const own = headers === JSON_HEADERS ? null : Object.keys(headers).map((k) => k.toLowerCase());
+      if (rate !== null) {
+        const values = rateHeaderValues(rate);
+        for (let i = 0; i < RATE_HEADER_NAMES.length; i++) {
+          const name = RATE_HEADER_NAMES[i]!;
+          if (own?.includes(name.toLowerCase()) || (extra !== null && hasName(extra, name))) continue;
+          res.writeHeader(name, values[i]!);
+        }
+      }
+      if (extra !== null) for (const k in extra) if (!own?.includes(k.toLowerCase())) res.writeHeader(k, extra[k]!);
       for (const k in headers) res.writeHeader(k, headers[k]!);
     }
     if (this.cookies) for (const c of this.cookies) res.writeHeader('Set-Cookie', c);
@@ -159,6 +188,7 @@ export const SSE_HEADERS = { 'Content-Type': 'text/event-stream', 'Cache-Control
 export function readBody(ex: Exchange, limit: number, declaredLength: number | null): Promise<Uint8Array> {
   return new Promise((resolve, reject) => {
     if (declaredLength !== null && declaredLength > limit) return reject(new PayloadTooLargeError(limit));
+    ex.armAbort();
     const parts: Buffer[] = [];
     let size = 0;
     let failed = false;

@@ -1,13 +1,16 @@
 // The HTTP server: uWebSockets.js (the `@trufflesuite/uws-js-unofficial` republish) over the
 // framework-free services. `createServer({services})` registers every route module; extra route
 // modules (compat endpoints, training) are passed in `routes` or added to ROUTE_MODULES below.
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import uws from '@trufflesuite/uws-js-unofficial';
 import type { Logger } from 'pino';
 import type { Services } from '../src/service/index.ts';
 import { NotFoundError } from '../src/service/errors.ts';
 import { wantsMessagesErrors } from '../src/service/compat/errors.ts';
 import { errorResponse } from './errors.ts';
-import { startGuard } from './guard.ts';
+import { type Guard, startGuard } from './guard.ts';
 import { Exchange } from './http.ts';
 import { createLogger } from './log.ts';
 import { type AppState, type RouteDef, registerRoutes } from './router.ts';
@@ -89,12 +92,27 @@ export async function createServer(opts: {
     services.metrics.observeRequest('unmatched', method, ex.status, 0);
   });
   const host = opts.host ?? '127.0.0.1';
-  // behind the guard, uWS listens on a loopback port only the guard connects to
-  const [uwsHost, uwsPort] = guarded ? ['127.0.0.1', 0] : [host, opts.port ?? 0];
+  // behind the guard, uWS listens on a unix socket in a private folder that only the guard connects
+  // to: a local hop without TCP (cheaper per request than loopback TCP) that no other user can
+  // reach, so none can bypass the guard or forge its X-Loom-Peer header
+  const socketDir = guarded ? mkdtempSync(join(tmpdir(), 'loom-uws-')) : null;
+  const socketPath = socketDir && join(socketDir, 'uws.sock');
   const listenSocket = await new Promise<uws.us_listen_socket>((resolve, reject) => {
-    app.listen(uwsHost, uwsPort, (sock) => (sock ? resolve(sock) : reject(new Error(`cannot listen on ${uwsHost}:${uwsPort}`))));
+    const where = socketPath ?? `${host}:${opts.port ?? 0}`;
+    const done = (sock: uws.us_listen_socket | false) =>
+      (sock ? resolve(sock) : reject(new Error(`cannot listen on ${where}`)));
+    if (socketPath) app.listen_unix(done, socketPath);
+    else app.listen(host, opts.port ?? 0, done);
   });
-  const guard = guarded ? await startGuard(host, opts.port ?? 0, uws.us_socket_local_port(listenSocket)) : null;
+  let guard: Guard | null = null;
+  if (socketDir && socketPath) {
+    chmodSync(socketDir, 0o700);
+    guard = await startGuard(host, opts.port ?? 0, socketPath).catch((e) => {
+      uws.us_listen_socket_close(listenSocket);
+      rmSync(socketDir, { recursive: true, force: true });
+      throw e;
+    });
+  }
   const port = guard ? guard.port : uws.us_socket_local_port(listenSocket);
   let closing: Promise<void> | null = null;
   return {
@@ -111,6 +129,7 @@ export async function createServer(opts: {
           ]);
         }
         (app as unknown as { close(): void }).close(); // drop idle keep-alive connections
+        if (socketDir) rmSync(socketDir, { recursive: true, force: true });
         accessLog.flush();
         if (!copts.keepServices) await services.close();
         log.info({ inflight: state.inflight }, 'server closed');

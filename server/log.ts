@@ -33,6 +33,9 @@ export function createAccessLog(log: Logger) {
   const bindings = (log as unknown as Record<symbol, string>)[pino.symbols.chindingsSym] ?? '';
   let pending = '';
   let timer: NodeJS.Timeout | null = null;
+  let lastTeam: string | null | undefined;
+  let lastKey: string | null | undefined;
+  let lastIds = '';
   function flush(): void {
     if (timer) { clearTimeout(timer); timer = null; }
     if (pending === '') return;
@@ -47,8 +50,17 @@ export function createAccessLog(log: Logger) {
       `,"method":${JSON.stringify(method)},"route":${JSON.stringify(route)}`,
     line(routeFields: string, status: number, ms: number, teamId?: string | null, keyId?: string | null): void {
       if (!log.isLevelEnabled('info')) return;
-      const ids = (teamId ? `,"team_id":${JSON.stringify(teamId)}` : '')
-        + (keyId ? `,"key_id":${JSON.stringify(keyId)}` : '');
+      let ids = '';
+      if (teamId || keyId) {
+        // the ids' JSON, kept for the next line of the same key (most lines repeat the last one)
+        if (teamId !== lastTeam || keyId !== lastKey) {
+          lastTeam = teamId;
+          lastKey = keyId;
+          lastIds = (teamId ? `,"team_id":${JSON.stringify(teamId)}` : '')
+            + (keyId ? `,"key_id":${JSON.stringify(keyId)}` : '');
+        }
+        ids = lastIds;
+      }
       pending += `{"level":30,"time":${Date.now()}${bindings}${routeFields},"status":${status},"ms":${ms}${ids}`
         + ',"msg":"request"}\n';
       if (pending.length >= FLUSH_BYTES) flush();

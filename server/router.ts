@@ -102,11 +102,12 @@ function checkPathEncoding(url: string): void {
 }
 
 function parseQuery(raw: string, spec: Record<string, QueryParam> | undefined): Record<string, unknown> {
-  const sp = new URLSearchParams(raw);
+  const sp = raw === '' ? null : new URLSearchParams(raw);
   const out: Record<string, unknown> = {};
   const issues: ValidationIssue[] = [];
-  for (const [name, s] of Object.entries(spec ?? {})) {
-    const v = sp.get(name);
+  for (const name in spec) {
+    const s = spec[name]!;
+    const v = sp === null ? null : sp.get(name);
     if (v === null || v === '') { if (s.default !== undefined) out[name] = s.default; continue; }
     let val: unknown;
     switch (s.type) {
@@ -169,6 +170,8 @@ interface RouteRuntime {
   schemaId: string;
   paramNames: string[];
   label: string;
+  /** this route's request metrics */
+  observe: (status: number, seconds: number) => void;
   limit: number;
   hasBody: boolean;
   /** false: exempt from the edge and per-IP limits */
@@ -186,9 +189,10 @@ interface RouteRuntime {
 class RequestCtx implements Ctx {
   constructor(
     readonly services: Services, readonly principal: Principal, readonly body: any, readonly query: any,
-    readonly params: any, readonly headers: Record<string, string>, readonly ip: string, readonly url: string,
+    readonly params: any, readonly headers: Record<string, string>, private readonly run: Run, readonly url: string,
     readonly log: Logger, private readonly ex: Exchange,
   ) {}
+  get ip(): string { return this.run.ip; }
   get signal(): AbortSignal { return this.ex.signal; }
   get setHeader(): (name: string, value: string) => void { return (n, v) => { this.ex.addHeaders({ [n]: v }); }; }
   get setCookie(): (cookie: string) => void { return (c) => { this.ex.addCookie(c); }; }
@@ -197,7 +201,15 @@ class RequestCtx implements Ctx {
   }
 }
 
-/** One request through the pipeline (see the top of this file for the order). */
+const isThenable = (v: unknown): v is PromiseLike<unknown> =>
+  typeof v === 'object' && v !== null && typeof (v as { then?: unknown }).then === 'function';
+
+/**
+ * One request through the pipeline (see the top of this file for the order). A request without a
+ * body runs synchronously inside uWS's handler call up to the handler; when the handler returns a
+ * plain value (or throws) it is answered there and then, with no promise, no microtask and no abort
+ * handler; only a pending handler (or a body to read) makes the exchange asynchronous.
+ */
 class Run {
   readonly t0 = performance.now();
   readonly ex: Exchange;
@@ -205,40 +217,71 @@ class Run {
   readonly url: string;
   readonly rawQuery: string;
   readonly rawParams: string[];
-  readonly ip: string;
+  /** the client's address, read from uWS when first needed (always before the exchange goes async) */
+  private ipValue: string | null = null;
   readonly style: ErrorStyle;
-  readonly bodyP: Promise<Uint8Array> | null;
   principal: Principal | null = null;
 
   constructor(readonly rt: RouteRuntime, res: HttpResponse, req: HttpRequest) {
     // everything from `req` must be read synchronously, before the first await
     const { route, services } = rt;
     const headers = this.headers;
-    this.ex = new Exchange(res);
+    const ex = (this.ex = new Exchange(res));
     req.forEach((k, v) => { headers[k] = v; });
     this.url = req.getUrl();
     this.rawQuery = req.getQuery() ?? '';
     this.rawParams = rt.paramNames.length ? rt.paramNames.map((_, i) => req.getParameter(i) ?? '') : rt.paramNames;
-    // behind the guard the TCP peer is the guard, which sends the client's address in X-Loom-Peer
-    // (trusted only then; the guard drops the header from clients)
-    const peer = rt.state.guarded ? headers[PEER_HEADER] ?? '' : Buffer.from(res.getRemoteAddressAsText()).toString();
-    this.ip = (services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
     this.style = wantsMessagesErrors((n) => headers[n]) ? 'messages' : route.errors ?? 'native';
-    const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : null;
-    // the body reader must be attached synchronously too
-    this.bodyP = rt.hasBody ? readBody(this.ex, rt.limit, declared) : null;
-    this.bodyP?.catch(() => {});
     rt.state.inflight++;
-    this.process().then((out) => this.reply(out)).catch((err) => this.fail(err)).finally(() => this.finish());
+    if (rt.hasBody) {
+      // the body reader must be attached synchronously too
+      const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : null;
+      const bodyP = readBody(ex, rt.limit, declared);
+      bodyP.catch(() => {});
+      this.detach();
+      this.withBody(bodyP).then((out) => this.reply(out)).catch((err) => this.fail(err)).finally(() => this.finish());
+      return;
+    }
+    try {
+      const out = route.handler(this.ctx(this.front(), undefined));
+      if (isThenable(out)) {
+        this.detach();
+        Promise.resolve(out).then((o) => this.reply(o)).catch((err) => this.fail(err)).finally(() => this.finish());
+        return;
+      }
+      this.reply(out);
+    } catch (err) {
+      this.fail(err);
+    }
+    this.finish();
   }
 
-  async process(): Promise<unknown> {
-    const { rt, ex, ip, url, rawQuery } = this;
+  get ip(): string {
+    if (this.ipValue === null) {
+      const { headers, rt } = this;
+      // behind the guard the TCP peer is the guard, which sends the client's address in X-Loom-Peer
+      // (trusted only then; the guard drops the header from clients)
+      const peer = rt.state.guarded
+        ? headers[PEER_HEADER] ?? ''
+        : Buffer.from(this.ex.res.getRemoteAddressAsText()).toString();
+      this.ipValue = (rt.services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
+    }
+    return this.ipValue;
+  }
+
+  /** the exchange outlives uWS's handler call: read what only the live request can give, watch for aborts */
+  detach(): void {
+    void this.ip;
+    this.ex.armAbort();
+  }
+
+  /** the pipeline up to the body: limits, key-in-query, path and query params, authentication */
+  front(): { params: Record<string, string>; query: Record<string, unknown> } {
+    const { rt, ex, url, rawQuery } = this;
     const { route, services } = rt;
-    const cfg = services.config;
     if (rt.state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
     // the edge limit's headers only on refusal: the binding limit is reported below
-    if (rt.limited) services.rateLimiter.edge(ip);
+    if (rt.limited) services.rateLimiter.edge(this.ip);
     if (rawQuery !== '') {
       for (const [k, v] of new URLSearchParams(rawQuery)) {
         if (KEY_QUERY_NAMES.has(k.toLowerCase()) || v.startsWith('loom_sk_')) throw new BadRequestError('API keys must not be passed as query parameters; send the X-API-Key header', k);
@@ -255,40 +298,54 @@ class Run {
     }
     const query = route.query ? parseQuery(rawQuery, route.query) : {};
     const group = rt.fixedGroup !== undefined ? rt.fixedGroup : services.rateLimiter.endpointGroup(route.method, url);
-    if (!group && rt.limited) ex.addHeaders(services.rateLimiter.ipDefault(ip));
+    if (!group && rt.limited) ex.rate = services.rateLimiter.ipDefault(this.ip);
     const principal = authenticate(route, this.headers, services);
     this.principal = principal;
     if (group) {
-      const subject = { ip, team_id: principal?.team_id, key_id: principal?.key_id, user_id: principal?.user_id };
-      ex.addHeaders(services.rateLimiter.endpoint(group, subject));
+      const p = principal;
+      const subject = { ip: this.ip, team_id: p?.team_id, key_id: p?.key_id, user_id: p?.user_id };
+      ex.rate = services.rateLimiter.endpoint(group, subject);
     }
+    return { params, query };
+  }
+
+  async withBody(bodyP: Promise<Uint8Array>): Promise<unknown> {
+    const { rt } = this;
+    const { route, services } = rt;
+    const front = this.front();
     let body: unknown = undefined;
-    if (this.bodyP) {
-      const raw = await this.bodyP;
-      if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
-      else if (rt.validate && raw.byteLength > cfg.workerParseBytes) {
-        const r = await services.workers.parseValidate(raw, rt.schemaId, route.body!);
-        if (!r.ok) {
-          if (r.kind === 'json') throw new BadRequestError(`Malformed JSON body: ${r.message}`);
-          throw new ValidationError(describe(r.errors ?? []), r.errors ?? []);
+    const raw = await bodyP;
+    if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+    else if (rt.validate && raw.byteLength > services.config.workerParseBytes) {
+      const r = await services.workers.parseValidate(raw, rt.schemaId, route.body!);
+      if (!r.ok) {
+        if (r.kind === 'json') throw new BadRequestError(`Malformed JSON body: ${r.message}`);
+        throw new ValidationError(describe(r.errors ?? []), r.errors ?? []);
+      }
+      body = r.value;
+    } else {
+      const text = raw.byteLength ? Buffer.from(raw).toString('utf8') : '';
+      if (text.trim() === '') body = route.body ? {} : undefined;
+      else {
+        try { body = JSON.parse(text); } catch (e) {
+          throw new BadRequestError(`Malformed JSON body: ${(e as Error).message}`);
         }
-        body = r.value;
-      } else {
-        const text = raw.byteLength ? Buffer.from(raw).toString('utf8') : '';
-        if (text.trim() === '') body = route.body ? {} : undefined;
-        else {
-          try { body = JSON.parse(text); } catch (e) { throw new BadRequestError(`Malformed JSON body: ${(e as Error).message}`); }
-          const bad = badJsonValue(body);
-          if (bad) throw new ValidationError(describe([bad]), [bad]);
-        }
-        if (rt.validate && !rt.validate(body)) {
-          const issues = issuesOf(rt.validate);
-          throw new ValidationError(describe(issues), issues);
-        }
+        const bad = badJsonValue(body);
+        if (bad) throw new ValidationError(describe([bad]), [bad]);
+      }
+      if (rt.validate && !rt.validate(body)) {
+        const issues = issuesOf(rt.validate);
+        throw new ValidationError(describe(issues), issues);
       }
     }
-    const ctx = new RequestCtx(services, principal as Principal, body, query, params, this.headers, ip, url, rt.log, ex);
-    return route.handler(ctx);
+    return route.handler(this.ctx(front, body));
+  }
+
+  ctx(front: { params: Record<string, string>; query: Record<string, unknown> }, body: unknown): RequestCtx {
+    const { rt, ex } = this;
+    const { query, params } = front;
+    const principal = this.principal as Principal;
+    return new RequestCtx(rt.services, principal, body, query, params, this.headers, this, this.url, rt.log, ex);
   }
 
   reply(out: unknown): void {
@@ -319,7 +376,7 @@ class Run {
     rt.state.inflight--;
     const ms = performance.now() - this.t0;
     const status = ex.status || 499;
-    rt.services.metrics.observeRequest(rt.label, rt.route.method, status, ms / 1000);
+    rt.observe(status, ms / 1000);
     rt.accessLog.line(rt.logFields, status, Math.round(ms * 100) / 100, this.principal?.team_id, this.principal?.key_id);
     if (rt.state.inflight === 0) for (const f of rt.state.idle.splice(0)) f();
   }
@@ -339,6 +396,7 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
       schemaId: `r${schemaSeq++}`,
       paramNames: [...route.path.matchAll(/:([A-Za-z_]+)/g)].map((m) => m[1]),
       label: route.name ?? route.path,
+      observe: services.metrics.requestObserver(route.name ?? route.path, route.method),
       limit: (typeof route.maxBodyBytes === 'function' ? route.maxBodyBytes(cfg) : route.maxBodyBytes) ?? cfg.maxBodyBytes,
       hasBody: route.method !== 'GET',
       limited: route.rateLimit !== false,

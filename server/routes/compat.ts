@@ -21,6 +21,9 @@ async function handleGeneration(ctx: Ctx, endpoint: CompatEndpoint): Promise<unk
   return undefined;
 }
 
+const JSON_TYPE = { 'Content-Type': 'application/json' };
+const jsonBody = (body: string | Uint8Array) => reply(200, body, JSON_TYPE);
+
 export function compatRoutes(): RouteDef[] {
   const gen = (endpoint: CompatEndpoint): RouteDef => ({
     method: 'POST',
@@ -45,9 +48,10 @@ export function compatRoutes(): RouteDef[] {
     {
       method: 'GET', path: '/v1/models', auth: 'key', errors: 'openai',
       query: { limit: { type: 'integer', min: 1 }, before_id: { type: 'string' }, after_id: { type: 'string' } },
-      handler: async ({ services, query }) => {
-        const q = query as Parameters<typeof services.compat.models>[0];
-        return reply(200, await services.compat.models(q), { 'Content-Type': 'application/json' });
+      // synchronous while the catalog snapshot is fresh (server/router.ts answers it in uWS's call)
+      handler: ({ services, query }) => {
+        const body = services.compat.models(query as Parameters<typeof services.compat.models>[0]);
+        return body instanceof Promise ? body.then(jsonBody) : jsonBody(body);
       },
     },
     {

@@ -1,6 +1,10 @@
 // Accounts, API keys, dashboard sessions and CSRF. Keys are `loom_sk_` + 256 random bits, stored
-// only as their sha256; every request re-reads the key record, so revocation applies at once.
-import type { Store, ApiKeyRecord, TeamRecord, UserRecord, SessionRecord } from '../store/index.ts';
+// only as their sha256. Authenticated keys are cached in memory (secret → key, team) while the
+// store's auth generation is unchanged: every write of a key or team record, from any process,
+// changes it (src/store/db.ts), so revocation and blocking apply on the very next request.
+import {
+  authGeneration, type Store, type ApiKeyRecord, type TeamRecord, type UserRecord, type SessionRecord,
+} from '../store/index.ts';
 import type { ServiceConfig } from './config.ts';
 import type { BillingService } from './billing.ts';
 import { ForbiddenError, NotFoundError, RateLimitError, UnauthorizedError, ValidationError } from './errors.ts';
@@ -32,6 +36,16 @@ function keyView(k: ApiKeyRecord): KeyView {
 }
 
 const USAGE_FLUSH_MS = 250;
+/** authenticated keys kept in memory; past this many the cache starts again empty */
+const MAX_CACHED_KEYS = 10_000;
+
+/** a key that authenticated, as of one auth generation of the store */
+interface CachedKey {
+  generation: number;
+  /** expires_at as epoch ms (Infinity: never) */
+  expiresMs: number;
+  principal: Principal;
+}
 
 /** a new session: the cookie token (set by the HTTP layer), its record and its user */
 export interface SignedIn { token: string; session: SessionRecord; user: UserRecord }
@@ -77,18 +91,37 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
   // cost more than the rest of the request. Reads of the counters (listKeys) flush first; close()
   // flushes; a kill -9 loses at most the last interval's counts (never billing: usage_tokens and
   // usage_cost are written by billing with the call).
-  const pendingUse = new Map<string, { requests: number; at: string }>();
+  const pendingUse = new Map<string, { requests: number; atMs: number }>();
   let flushing: Promise<void> | null = null;
   function flushUsage(): Promise<void> {
     if (pendingUse.size === 0) return flushing ?? Promise.resolve();
-    const batch = [...pendingUse];
+    const batch = [...pendingUse].map(([id, u]) => ({ id, requests: u.requests, at: new Date(u.atMs).toISOString() }));
     pendingUse.clear();
-    const p = store.tx(() => { for (const [id, u] of batch) store.keys.bump(id, u); }).then(() => {}, () => {});
+    const p = store.tx(() => { for (const u of batch) store.keys.bump(u.id, u); }).then(() => {}, () => {});
     flushing = p.finally(() => { if (flushing === p) flushing = null; });
     return p;
   }
   const flusher = setInterval(() => { void flushUsage(); }, USAGE_FLUSH_MS);
   flusher.unref();
+  // secret → its key and team, valid for one auth generation; only keys that authenticated are kept
+  // (an unknown secret is looked up every time, so guessing cannot fill the cache)
+  const keyCache = new Map<string, CachedKey>();
+
+  /** the store's answer for a secret: its principal, or the 401 that says why not */
+  function lookupKey(secret: string, generation: number): CachedKey {
+    const k = store.keys.byHash(sha256(secret));
+    if (!k) throw new UnauthorizedError('Invalid API key');
+    if (k.revoked_at) throw new UnauthorizedError('API key has been revoked');
+    const expiresMs = k.expires_at ? Date.parse(k.expires_at) : Infinity;
+    if (expiresMs <= Date.now()) throw new UnauthorizedError('API key has expired');
+    const team = store.teams.get(k.team_id);
+    if (!team) throw new UnauthorizedError('Invalid API key');
+    if (team.blocked) throw new UnauthorizedError('Account blocked for billing or fraud review');
+    const principal: Principal = {
+      kind: 'key', team_id: k.team_id, user_id: k.user_id, key_id: k.id, team, session: null,
+    };
+    return { generation, expiresMs, principal };
+  }
   async function createTeam(name: string, opts: { plan?: string; region?: string | null } = {}): Promise<TeamRecord> {
     const team: TeamRecord = { id: newId(), name, region: opts.region ?? null, blocked: false, created_at: nowIso() };
     await store.tx(() => {
@@ -198,16 +231,20 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     authenticateKey(secret: string | null): Principal {
       if (!secret) throw new UnauthorizedError('Missing API key: send it in the X-API-Key header');
       if (!secret.startsWith(KEY_PREFIX)) throw new UnauthorizedError('Invalid API key');
-      const k = store.keys.byHash(sha256(secret));
-      if (!k) throw new UnauthorizedError('Invalid API key');
-      if (k.revoked_at) throw new UnauthorizedError('API key has been revoked');
-      if (k.expires_at && Date.parse(k.expires_at) <= Date.now()) throw new UnauthorizedError('API key has expired');
-      const team = store.teams.get(k.team_id);
-      if (!team) throw new UnauthorizedError('Invalid API key');
-      if (team.blocked) throw new UnauthorizedError('Account blocked for billing or fraud review');
-      const use = pendingUse.get(k.id);
-      if (use) { use.requests++; use.at = nowIso(); } else pendingUse.set(k.id, { requests: 1, at: nowIso() });
-      return { kind: 'key', team_id: k.team_id, user_id: k.user_id, key_id: k.id, team, session: null };
+      const generation = authGeneration(store.db);
+      let c = keyCache.get(secret);
+      if (c === undefined || c.generation !== generation) {
+        c = lookupKey(secret, generation);
+        if (keyCache.size >= MAX_CACHED_KEYS) keyCache.clear();
+        keyCache.set(secret, c);
+      }
+      const now = Date.now();
+      if (c.expiresMs <= now) throw new UnauthorizedError('API key has expired');
+      const p = c.principal;
+      const use = pendingUse.get(p.key_id!);
+      if (use) { use.requests++; use.atMs = now; } else pendingUse.set(p.key_id!, { requests: 1, atMs: now });
+      // a copy: a caller may not change what the next request gets
+      return { kind: 'key', team_id: p.team_id, user_id: p.user_id, key_id: p.key_id, team: p.team, session: null };
     },
 
     /** POST /create-api-key: dashboard session only (403 for key-authenticated calls) */

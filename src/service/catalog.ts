@@ -140,6 +140,10 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
         (filter.supports_inference === undefined || e.supports_inference === filter.supports_inference) &&
         (filter.task_type === undefined || e.task_type === filter.task_type));
     },
+    /** the unfiltered listing of list() while it is fresh (scanned under a second ago), else null */
+    fresh(): CatalogEntry[] | null {
+      return Date.now() - refreshedAt > 1000 ? null : (listed ??= [...entries.values()]);
+    },
     async get(id: string): Promise<CatalogEntry | undefined> {
       if (!entries.has(id) || Date.now() - refreshedAt > 1000) await refresh();
       return entries.get(id);

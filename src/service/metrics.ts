@@ -24,6 +24,8 @@ export function createMetrics(opts: { defaultMetrics?: boolean; queueDepth?: () 
     registry,
     inflight,
     observeRequest: requests.observe,
+    /** the observer of one route and method: no key string per request (the router keeps one per route) */
+    requestObserver: requests.observer,
     recordUsage(model: string, u: TokenUsage) {
       for (const k of ['prompt', 'cache_read', 'cache_write', 'completion'] as const) {
         const n = u[`${k}_tokens`];
@@ -57,11 +59,13 @@ interface RequestSeries {
  */
 function createRequestMetrics(registry: Registry) {
   const series = new Map<string, RequestSeries>();
+  /** times the series were cleared (an observer's cached series are stale after one) */
+  let resets = 0;
   const counter = {
     name: 'loom_http_requests_total', help: 'HTTP requests by route, method and status',
     type: 'counter', aggregator: 'sum',
     get: async () => ({ ...counter, values: [...series.values()].map((s) => ({ labels: s.labels, value: s.count })) }),
-    reset: () => series.clear(),
+    reset: () => { series.clear(); resets++; },
   };
   const histName = 'loom_http_request_duration_seconds';
   const histogram = {
@@ -80,22 +84,42 @@ function createRequestMetrics(registry: Registry) {
           { metricName: `${histName}_count`, labels: s.labels as never, value: s.count }];
       }),
     }),
-    reset: () => series.clear(),
+    reset: () => { series.clear(); resets++; },
   };
   registry.registerMetric(counter as unknown as Metric);
   registry.registerMetric(histogram as unknown as Metric);
+  function seriesOf(route: string, method: string, status: number): RequestSeries {
+    const key = `${route} ${method} ${status}`;
+    let s = series.get(key);
+    if (s === undefined) {
+      const labels = { route, method, status: String(status) };
+      s = { labels, count: 0, sum: 0, buckets: LATENCY_BUCKETS.map(() => 0) };
+      series.set(key, s);
+    }
+    return s;
+  }
+  function add(s: RequestSeries, seconds: number): void {
+    s.count++;
+    s.sum += seconds;
+    for (let i = 0; i < LATENCY_BUCKETS.length; i++) if (seconds <= LATENCY_BUCKETS[i]!) { s.buckets[i]!++; break; }
+  }
   return {
     observe(route: string, method: string, status: number, seconds: number): void {
-      const key = `${route} ${method} ${status}`;
-      let s = series.get(key);
-      if (s === undefined) {
-        const labels = { route, method, status: String(status) };
-        s = { labels, count: 0, sum: 0, buckets: LATENCY_BUCKETS.map(() => 0) };
-        series.set(key, s);
-      }
-      s.count++;
-      s.sum += seconds;
-      for (let i = 0; i < LATENCY_BUCKETS.length; i++) if (seconds <= LATENCY_BUCKETS[i]!) { s.buckets[i]!++; break; }
+      add(seriesOf(route, method, status), seconds);
+    },
+    observer(route: string, method: string): (status: number, seconds: number) => void {
+      // the series by status, found again after a reset (/metrics tests reset the registry)
+      const byStatus = new Map<number, RequestSeries>();
+      let seen = resets;
+      return (status, seconds) => {
+        if (seen !== resets) { byStatus.clear(); seen = resets; }
+        let s = byStatus.get(status);
+        if (s === undefined) {
+          s = seriesOf(route, method, status);
+          byStatus.set(status, s);
+        }
+        add(s, seconds);
+      };
     },
   };
 }

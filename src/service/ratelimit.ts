@@ -3,13 +3,31 @@
 // endpoints without an override; per-endpoint limits that REPLACE the IP default, keyed by the
 // billing team, falling back to API key, then user, then client IP.
 // Synchronous on purpose: a check is a Map lookup and two additions on the request path (no
-// promise, no timer per key); expired windows are swept once per `sweepMs`.
+// promise, no timer per key, no header strings until the response is written); expired windows
+// are swept once per `sweepMs`.
 import type { RateLimitConfig, RateLimitRule } from './config.ts';
 import { RateLimitError, type RateLimitScope } from './errors.ts';
 
 export interface RateLimitSubject { ip: string; team_id?: string | null; key_id?: string | null; user_id?: string | null }
 
 export interface RateHeaders { [name: string]: string }
+
+/**
+ * The binding limit of a request, as its X-RateLimit-* headers say it: the rule's points, the
+ * points left, seconds to the window's end and the scope. One small object per check (the headers
+ * are written from it, so a request allocates no header strings it does not send).
+ */
+export class RateVerdict {
+  constructor(readonly limit: number, readonly remaining: number, readonly resetS: number, readonly scope: RateLimitScope) {}
+}
+
+/** the X-RateLimit-* header names, in the order they are written */
+export const RATE_HEADER_NAMES = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'X-RateLimit-Scope'] as const;
+
+/** a verdict's header values, in RATE_HEADER_NAMES order */
+export function rateHeaderValues(v: RateVerdict): [string, string, string, string] {
+  return [String(v.limit), String(v.remaining), String(v.resetS), v.scope];
+}
 
 /** one key's window: points consumed since `resetAt - duration` */
 interface Window { used: number; resetAt: number }
@@ -19,24 +37,24 @@ class FixedWindow {
   readonly windows = new Map<string, Window>();
   constructor(readonly rule: RateLimitRule, private readonly code: string) {}
 
-  /** counts one request for `key`; returns the remaining points and ms to the window's end, or throws 429 */
-  consume(key: string, scope: RateLimitScope, now: number): RateHeaders {
+  /** counts one request for `key`; returns its window (read it before the next call), or throws 429 */
+  take(key: string, scope: RateLimitScope, now: number): Window {
     let w = this.windows.get(key);
     if (w === undefined || w.resetAt <= now) {
       w = { used: 0, resetAt: now + this.rule.duration_s * 1000 };
       this.windows.set(key, w);
     }
     w.used++;
-    const msLeft = w.resetAt - now;
     if (w.used > this.rule.points) {
-      throw new RateLimitError(this.code, scope, msLeft / 1000, this.rule.points, this.rule.duration_s);
+      throw new RateLimitError(this.code, scope, (w.resetAt - now) / 1000, this.rule.points, this.rule.duration_s);
     }
-    return {
-      'X-RateLimit-Limit': String(this.rule.points),
-      'X-RateLimit-Remaining': String(this.rule.points - w.used),
-      'X-RateLimit-Reset': String(Math.ceil(msLeft / 1000)),
-      'X-RateLimit-Scope': scope,
-    };
+    return w;
+  }
+
+  /** counts one request for `key`: the points left and the window's end, or throws 429 */
+  consume(key: string, scope: RateLimitScope, now: number): RateVerdict {
+    const w = this.take(key, scope, now);
+    return new RateVerdict(this.rule.points, this.rule.points - w.used, Math.ceil((w.resetAt - now) / 1000), scope);
   }
 
   sweep(now: number): void {
@@ -64,22 +82,25 @@ export function createRateLimiter(cfg: RateLimitConfig, opts: { sweepMs?: number
       for (const e of cfg.endpoints) if (e.method === method && matches(e.pattern, path)) return e.group;
       return null;
     },
-    /** every request, before anything else */
-    edge: (ip: string): RateHeaders => edge.consume(ip, 'ip', Date.now()),
-    /** endpoints without an override: all default rules per IP; the most restrictive headers win */
-    ipDefault(ip: string): RateHeaders {
+    /** every request, before anything else (its headers are sent only with a refusal) */
+    edge(ip: string): void { edge.take(ip, 'ip', Date.now()); },
+    /** endpoints without an override: all default rules per IP; the most restrictive one is reported */
+    ipDefault(ip: string): RateVerdict | null {
       const now = Date.now();
-      let best: RateHeaders | null = null;
+      let best: FixedWindow | null = null;
+      let bestLeft = Infinity;
+      let bestReset = 0;
       for (const d of defaults) {
-        const h = d.consume(ip, 'ip', now);
-        if (!best || Number(h['X-RateLimit-Remaining']) < Number(best['X-RateLimit-Remaining'])) best = h;
+        const w = d.take(ip, 'ip', now);
+        const left = d.rule.points - w.used;
+        if (best === null || left < bestLeft) { best = d; bestLeft = left; bestReset = w.resetAt; }
       }
-      return best ?? {};
+      return best && new RateVerdict(best.rule.points, bestLeft, Math.ceil((bestReset - now) / 1000), 'ip');
     },
     /** an endpoint override, scoped team → key → user → IP */
-    endpoint(group: string, s: RateLimitSubject): RateHeaders {
+    endpoint(group: string, s: RateLimitSubject): RateVerdict | null {
       const l = groups.get(group);
-      if (!l) return {};
+      if (!l) return null;
       const [scope, id]: [RateLimitScope, string] = s.team_id ? ['team', s.team_id] : s.key_id ? ['key', s.key_id] : s.user_id ? ['user', s.user_id] : ['ip', s.ip];
       return l.consume(`${scope}:${id}`, scope, Date.now());
     },

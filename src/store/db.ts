@@ -74,6 +74,20 @@ export function* scanIndex(db: Db, prefix: (string | number)[], opts: { reverse?
   }
 }
 
+/**
+ * A counter in `meta` that every write of an API key or team record increments, in the same
+ * transaction, whichever process writes (the server, `loom admin`): a cache of authenticated keys
+ * stays valid while it is unchanged, so revoking a key or blocking a team applies on the very next
+ * request, also from another process. Usage counters (keys.bump) do not count: they change nothing
+ * authentication reads.
+ */
+const AUTH_GENERATION = 'auth_generation';
+export const authGeneration = (db: Db): number => (db.dbs.meta.get(AUTH_GENERATION) as number | undefined) ?? 0;
+/** inside a transaction */
+export function bumpAuthGeneration(db: Db): void {
+  db.dbs.meta.put(AUTH_GENERATION, authGeneration(db) + 1);
+}
+
 export interface Migration {
   /** version this migration produces */
   to: number;

@@ -1,6 +1,6 @@
 // API keys: stored by id, looked up by the sha256 of the secret (the secret is never stored),
 // listed per team in creation order.
-import { type Db, ikey, scanIndex } from './db.ts';
+import { bumpAuthGeneration, type Db, ikey, scanIndex } from './db.ts';
 import type { ApiKeyRecord } from './types.ts';
 
 export function makeKeysRepo(db: Db) {
@@ -19,6 +19,7 @@ export function makeKeysRepo(db: Db) {
     put(k: ApiKeyRecord): void {
       keys.put(k.id, k);
       indexKey(k);
+      bumpAuthGeneration(db);
     },
     listByTeam(teamId: string): ApiKeyRecord[] {
       return [...scanIndex(db, ['key_team', teamId], { reverse: false })].map((id) => keys.get(id)).filter(Boolean);

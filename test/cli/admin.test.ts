@@ -58,3 +58,21 @@ t.test("with the server's LOOM_DATA_DIR the key it makes is accepted by the serv
   t.match(other.stderr, join(cwd, 'data', 'store'), 'the other store is named');
   t.equal((await call(ts.url, 'GET', '/base-models', { key: JSON.parse(other.stdout).api_key })).status, 401);
 });
+
+t.test('`loom admin block` in another process applies to the running server on the very next request', async (t) => {
+  // the server caches authenticated keys; a write from another process must still reach them at once
+  const ts = await startServer();
+  t.teardown(() => ts.close());
+  const cwd = mkdtempSync(join(tmpdir(), 'loom-admin-cwd-'));
+  t.teardown(() => rmSync(cwd, { recursive: true, force: true }));
+  const made = admin(user('blocked@example.com'), { cwd, dataDir: ts.dataDir });
+  t.equal(made.code, 0, made.stderr);
+  const key = JSON.parse(made.stdout).api_key;
+  for (let i = 0; i < 3; i++) t.equal((await call(ts.url, 'GET', '/v1/models', { key })).status, 200, 'served (and cached)');
+  t.equal(admin(['block', '--email', 'blocked@example.com'], { cwd, dataDir: ts.dataDir }).code, 0);
+  const refused = await call(ts.url, 'GET', '/v1/models', { key });
+  t.equal(refused.status, 401, 'the first request after the block is refused');
+  t.match(JSON.stringify(refused.body), /blocked/);
+  t.equal(admin(['unblock', '--email', 'blocked@example.com'], { cwd, dataDir: ts.dataDir }).code, 0);
+  t.equal((await call(ts.url, 'GET', '/v1/models', { key })).status, 200, 'unblocked: served again');
+});

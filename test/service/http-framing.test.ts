@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer } from '../../server/index.ts';
 import { createLogger } from '../../server/log.ts';
-import { checkHead, MAX_HEADERS } from '../../server/guard.ts';
+import fc from 'fast-check';
+import { checkHead, MAX_HEADERS, plainHeadBodyLength } from '../../server/guard.ts';
 import { createServices } from '../../src/service/index.ts';
 import type { ServiceConfig } from '../../src/service/config.ts';
 import { FakeRuntime } from './fake-runtime.ts';
@@ -166,4 +167,39 @@ t.test('checkHead rewrites only what it must', async (t) => {
     head: 'POST /p HTTP/1.1\r\nContent-Length: 5\r\nHost: h:8\r\nConnection: close\r\n\r\n',
     body: { kind: 'length', bytes: 5 }, last: true,
   });
+});
+
+t.test('the one-pass scanner takes only heads checkHead passes on unchanged, with the same body length', async (t) => {
+  // heads from fragments that are right, nearly right and wrong; the scanner may send any head to
+  // checkHead, but one it takes must be one checkHead accepts and forwards as the scanner does
+  const mostly = <T>(good: T[], bad: T[]) =>
+    fc.oneof({ arbitrary: fc.constantFrom(...good), weight: 6 }, { arbitrary: fc.constantFrom(...bad), weight: 1 });
+  const method = mostly(['GET', 'POST', 'M-SEARCH'], ['get', 'G T', '']);
+  const target = mostly(['/', '/health?a=1', '/%ZZ'], ['http://h/p', '*', '/a\xa0b', '/a b', '']);
+  const version = mostly(['HTTP/1.1'], ['HTTP/1.0', 'HTTP/2.0', 'http/1.1']);
+  const line = mostly(
+    ['Host: h', 'host:h', 'HOST:  h:1 ', 'Content-Length: 5', 'content-length:0', 'Content-Length: 007',
+      'Connection: close', 'X-A: b\tc', 'X-Y: z', 'Accept: */*'],
+    ['Host:', 'Content-Length: 1234567890123456', 'Content-Length: 5 5', 'Content-Length: abc', 'Content-Length: -1',
+      'Transfer-Encoding: chunked', 'X-Loom-Peer: 1.2.3.4', 'X-A: \x01', 'X-A: \xe9', 'X A: b', ': b', 'X-A b',
+      ' folded', 'X-A: b\rc', 'X-A: b\nc'],
+  );
+  const head = fc.tuple(method, target, version, fc.array(line, { maxLength: MAX_HEADERS + 2 }))
+    .map(([m, u, v, ls]) => [`${m} ${u} ${v}`, ...ls].join('\r\n'));
+  let taken = 0;
+  fc.assert(fc.property(head, (text) => {
+    const buf = Buffer.from(`${text}\r\n\r\n`, 'latin1');
+    const end = buf.indexOf('\r\n\r\n');
+    const n = plainHeadBodyLength(buf, end);
+    if (n < 0) return true;
+    taken++;
+    const c = checkHead(buf.subarray(0, end).toString('latin1'), 'l:1', '9.9.9.9');
+    const forwarded = Buffer.concat([buf.subarray(0, end + 2), Buffer.from('X-Loom-Peer: 9.9.9.9\r\n\r\n')]);
+    return c.head === forwarded.toString('latin1') && !c.last
+      && (n === 0 ? c.body.kind === 'none' : c.body.kind === 'length' && c.body.bytes === n);
+  }), { seed: 13, numRuns: 20_000 });
+  t.ok(taken > 100, `the scanner took ${taken} heads`);
+  // and the common heads are taken
+  const plain = Buffer.from('GET /v1/models HTTP/1.1\r\nHost: h\r\nX-API-Key: loom_sk_x\r\nContent-Length: 12\r\n\r\n');
+  t.equal(plainHeadBodyLength(plain, plain.indexOf('\r\n\r\n')), 12);
 });

@@ -14,7 +14,7 @@
 // An aborted `signal` (client disconnect) does the same; the reply is then never written.
 import type { Store } from '../../store/index.ts';
 import type { Principal } from '../auth.ts';
-import type { Catalog } from '../catalog.ts';
+import type { Catalog, CatalogEntry } from '../catalog.ts';
 import { DependencyUnavailableError, ServiceError } from '../errors.ts';
 import type { Call, InferenceService } from '../inference.ts';
 import { ROUTER_MODEL_ID } from '../router.ts';
@@ -34,7 +34,7 @@ import {
 } from './build.ts';
 import { checkDimensions, embeddingsResponse } from './embeddings.ts';
 import { CompatError, compatErrorResponse, messagesErrorType } from './errors.ts';
-import { type CatalogModelLike, fullListingJson, listModels, MAX_MODELS_LIMIT, modelEntry } from './models.ts';
+import { type CatalogModelLike, fullListingJson, listModels, MAX_MODELS_LIMIT, modelEntry, type ModelsQuery as ModelsPage } from './models.ts';
 import {
   normalizeChatCompletions,
   normalizeCompletions,
@@ -409,8 +409,7 @@ export function createCompatService(deps: CompatDeps) {
 
   // one array per catalog snapshot (catalog.list() returns the same array until the catalog changes)
   const catalogSnapshots = new WeakMap<object, CatalogModelLike[]>();
-  async function catalogModels(): Promise<CatalogModelLike[]> {
-    const entries = await catalog.list();
+  function modelsOf(entries: CatalogEntry[]): CatalogModelLike[] {
     let models = catalogSnapshots.get(entries);
     if (models === undefined) {
       const router = {
@@ -427,21 +426,31 @@ export function createCompatService(deps: CompatDeps) {
     }
     return models;
   }
+  async function catalogModels(): Promise<CatalogModelLike[]> {
+    return modelsOf(await catalog.list());
+  }
+
+  function modelsBody(all: CatalogModelLike[], q: ModelsPage): Buffer | string {
+    if (q.limit === undefined && q.before_id === undefined && q.after_id === undefined) return fullListingJson(all);
+    const limit = q.limit === undefined ? undefined : Math.min(q.limit, MAX_MODELS_LIMIT);
+    return JSON.stringify(listModels(all, { limit, before_id: q.before_id, after_id: q.after_id }));
+  }
 
   /**
    * GET /v1/models: the router and the catalog, paged by id, as its JSON body. The whole listing
    * (no paging) is serialized once per catalog snapshot: building and serializing every entry on
-   * each call cost several times the rest of an authenticated request.
+   * each call cost several times the rest of an authenticated request. Synchronous while the
+   * catalog's snapshot is fresh (the request is then answered within the server's handler call);
+   * a promise when the catalog must rescan its folders first (at most once a second).
    */
-  async function models(q: { limit?: number; before_id?: string; after_id?: string }): Promise<string> {
+  function models(q: ModelsPage): Buffer | string | Promise<Buffer | string> {
     if (q.before_id !== undefined && q.after_id !== undefined) {
       const msg = "Use at most one of 'before_id' and 'after_id'.";
       throw new CompatError(422, msg, { param: 'before_id', code: 'invalid_value' });
     }
-    const all = await catalogModels();
-    if (q.limit === undefined && q.before_id === undefined && q.after_id === undefined) return fullListingJson(all);
-    const limit = q.limit === undefined ? undefined : Math.min(q.limit, MAX_MODELS_LIMIT);
-    return JSON.stringify(listModels(all, { limit, before_id: q.before_id, after_id: q.after_id }));
+    const fresh = catalog.fresh();
+    if (fresh !== null) return modelsBody(modelsOf(fresh), q);
+    return catalogModels().then((all) => modelsBody(all, q));
   }
 
   /** GET /v1/models/:id */
