@@ -2,26 +2,37 @@
 // names the store path, refuses a missing store unless --create-store, and a key it makes in the
 // server's store (LOOM_DATA_DIR) is accepted by that server.
 import t from 'tap';
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { call, startServer } from '../service/helpers.ts';
 
 const bin = join(import.meta.dirname, '../../bin/loom.mjs');
-function admin(args: string[], opts: { cwd: string; dataDir?: string }) {
+// async, not spawnSync: the server under test runs in this process, and lmdb-js runs a write
+// transaction's callback on the main thread while the write lock is held; a blocked event loop would
+// keep the lock from the child process (a deadlock that only the test harness can create)
+interface AdminRun { code: number | null; stdout: string; stderr: string }
+function admin(args: string[], opts: { cwd: string; dataDir?: string }): Promise<AdminRun> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.LOOM_DATA_DIR;
   if (opts.dataDir) env.LOOM_DATA_DIR = opts.dataDir;
-  const r = spawnSync(process.execPath, [bin, 'admin', ...args], { cwd: opts.cwd, env, encoding: 'utf8' });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [bin, 'admin', ...args], { cwd: opts.cwd, env });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
 }
 const user = (email: string) => ['create-user', '--email', email, '--password', 'a long password here', '--key', 'k'];
 
 t.test('no LOOM_DATA_DIR and no store: refused, path named, nothing created', async (t) => {
   const cwd = mkdtempSync(join(tmpdir(), 'loom-admin-cwd-'));
   t.teardown(() => rmSync(cwd, { recursive: true, force: true }));
-  const r = admin(user('new@example.com'), { cwd });
+  const r = await admin(user('new@example.com'), { cwd });
   t.equal(r.code, 1, 'exit 1');
   t.match(r.stderr, join(cwd, 'data', 'store'), 'names the store path it would use');
   t.match(r.stderr, /LOOM_DATA_DIR/, 'says how to point it at the server');
@@ -33,11 +44,11 @@ t.test('no LOOM_DATA_DIR and no store: refused, path named, nothing created', as
 t.test('--create-store creates the store, says where, and makes the user', async (t) => {
   const cwd = mkdtempSync(join(tmpdir(), 'loom-admin-cwd-'));
   t.teardown(() => rmSync(cwd, { recursive: true, force: true }));
-  const r = admin([...user('first@example.com'), '--create-store'], { cwd });
+  const r = await admin([...user('first@example.com'), '--create-store'], { cwd });
   t.equal(r.code, 0, r.stderr);
   t.match(r.stderr, `store ${join(cwd, 'data', 'store')}`);
   t.match(JSON.parse(r.stdout), { email: 'first@example.com', api_key: /^loom_sk_/ });
-  const again = admin(['show', '--email', 'first@example.com'], { cwd });
+  const again = await admin(['show', '--email', 'first@example.com'], { cwd });
   t.equal(again.code, 0, 'the store exists now: no flag needed');
 });
 
@@ -46,14 +57,14 @@ t.test("with the server's LOOM_DATA_DIR the key it makes is accepted by the serv
   t.teardown(() => ts.close());
   const cwd = mkdtempSync(join(tmpdir(), 'loom-admin-cwd-'));
   t.teardown(() => rmSync(cwd, { recursive: true, force: true }));
-  const r = admin(user('served@example.com'), { cwd, dataDir: ts.dataDir });
+  const r = await admin(user('served@example.com'), { cwd, dataDir: ts.dataDir });
   t.equal(r.code, 0, r.stderr);
   t.match(r.stderr, `store ${join(ts.dataDir, 'store')} (LOOM_DATA_DIR)`);
   const key = JSON.parse(r.stdout).api_key;
   const ok = await call(ts.url, 'GET', '/base-models', { key });
   t.equal(ok.status, 200, 'the server knows the key');
   // the newcomer's mistake, now visible: a store created elsewhere holds keys this server does not know
-  const other = admin([...user('elsewhere@example.com'), '--create-store'], { cwd });
+  const other = await admin([...user('elsewhere@example.com'), '--create-store'], { cwd });
   t.equal(other.code, 0);
   t.match(other.stderr, join(cwd, 'data', 'store'), 'the other store is named');
   t.equal((await call(ts.url, 'GET', '/base-models', { key: JSON.parse(other.stdout).api_key })).status, 401);
@@ -65,14 +76,16 @@ t.test('`loom admin block` in another process applies to the running server on t
   t.teardown(() => ts.close());
   const cwd = mkdtempSync(join(tmpdir(), 'loom-admin-cwd-'));
   t.teardown(() => rmSync(cwd, { recursive: true, force: true }));
-  const made = admin(user('blocked@example.com'), { cwd, dataDir: ts.dataDir });
+  const made = await admin(user('blocked@example.com'), { cwd, dataDir: ts.dataDir });
   t.equal(made.code, 0, made.stderr);
   const key = JSON.parse(made.stdout).api_key;
-  for (let i = 0; i < 3; i++) t.equal((await call(ts.url, 'GET', '/v1/models', { key })).status, 200, 'served (and cached)');
-  t.equal(admin(['block', '--email', 'blocked@example.com'], { cwd, dataDir: ts.dataDir }).code, 0);
+  for (let i = 0; i < 3; i++) {
+    t.equal((await call(ts.url, 'GET', '/v1/models', { key })).status, 200, 'served (and cached)');
+  }
+  t.equal((await admin(['block', '--email', 'blocked@example.com'], { cwd, dataDir: ts.dataDir })).code, 0);
   const refused = await call(ts.url, 'GET', '/v1/models', { key });
   t.equal(refused.status, 401, 'the first request after the block is refused');
   t.match(JSON.stringify(refused.body), /blocked/);
-  t.equal(admin(['unblock', '--email', 'blocked@example.com'], { cwd, dataDir: ts.dataDir }).code, 0);
+  t.equal((await admin(['unblock', '--email', 'blocked@example.com'], { cwd, dataDir: ts.dataDir })).code, 0);
   t.equal((await call(ts.url, 'GET', '/v1/models', { key })).status, 200, 'unblocked: served again');
 });
