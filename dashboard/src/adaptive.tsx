@@ -35,6 +35,7 @@ export function AdaptiveSection({ projectId, onChange }: { projectId: string; on
   const act = useAction();
   const [form, setForm] = useState<Record<string, string> | null>(null);
   const [enabled, setEnabled] = useState<boolean | null>(null);
+  const [saved, setSaved] = useState<string | null>(null);
   const running = !!st.data?.runs.some((r: any) => RUNNING.has(r.status));
   useInterval(
     () => {
@@ -65,6 +66,7 @@ export function AdaptiveSection({ projectId, onChange }: { projectId: string; on
         </button>
       }
     >
+      <div data-testid="adaptive">
       <ErrorBox error={act.error ?? st.error} />
       {st.data && (
         <>
@@ -76,11 +78,13 @@ export function AdaptiveSection({ projectId, onChange }: { projectId: string; on
             data-testid="adaptive-form"
             onSubmit={(e) => {
               e.preventDefault();
+              setSaved(null);
               void act.run(async () => {
                 const r = await api('PATCH', `/projects/${projectId}`, { body: { adaptive: policyPatch(on, f) } });
                 st.setData({ ...st.data, policy: r.adaptive });
                 setForm(null);
                 setEnabled(null);
+                setSaved(`Policy saved at ${new Date().toLocaleTimeString()}.`);
               });
             }}
           >
@@ -103,6 +107,11 @@ export function AdaptiveSection({ projectId, onChange }: { projectId: string; on
               <button class="primary" type="submit" disabled={act.busy}>
                 Save policy
               </button>
+              {saved && (
+                <span class="muted" data-testid="policy-saved">
+                  {saved}
+                </span>
+              )}
             </div>
           </form>
           <h3>Runs</h3>
@@ -155,6 +164,7 @@ export function AdaptiveSection({ projectId, onChange }: { projectId: string; on
           </table>
         </>
       )}
+      </div>
     </Section>
   );
 }

@@ -170,7 +170,7 @@ export function ProjectDetail({ id }: { id: string }) {
       {p.data && <JudgeConfig path={`/projects/${id}/judge`} title="Project LLM judge" testid="project-judge" />}
       {deps.data && (
         <Section title="Deployments">
-          <table>
+          <table data-testid="deployments">
             <thead>
               <tr>
                 <th>Deployment</th>
