@@ -1,7 +1,8 @@
 // `npm run screenshots`: regenerates docs/screenshots/*.png, the dashboard pages shown in the README.
 // It starts a server on a temporary store with the tiny models of ../shared on the production runtime,
 // fills it through the public API as a user would (keys, inferences, a judge and a judgement, a dataset,
-// a tiny training job, a project with its deployment and adaptive policy), and photographs each page in Debian's Chromium (as the browser tests do).
+// a tiny training job, a project with its deployment and adaptive policy), and photographs each page
+// in Debian's Chromium (as the browser tests do).
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

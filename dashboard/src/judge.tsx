@@ -34,7 +34,12 @@ export function JudgeConfig({ path, title, testid }: { path: string; title: stri
   const set = (k: string) => (e: Event) => setForm({ ...f, [k]: (e.currentTarget as HTMLInputElement).value });
   const save = () =>
     act.run(async () => {
-      const body = { model: f.model, rubric: f.rubric, sample_rate: num(f.sample_rate), score_scale: num(f.score_scale) };
+      const body = {
+        model: f.model,
+        rubric: f.rubric,
+        sample_rate: num(f.sample_rate),
+        score_scale: num(f.score_scale),
+      };
       cfg.setData(await api('PUT', path, { body }));
       setForm(null);
     });

@@ -328,7 +328,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
 
     usageOf(teamId: string) { return store.usage.listByTeam(teamId); },
 
-    /** GET /usage: requests, tokens and cost per hour or day and per key or model (default: the last 30 days or 48 hours) */
+    /** GET /usage: requests, tokens and cost per hour or day and per key or model (default: last 30 days / 48 hours) */
     series(teamId: string, q: { group_by?: UsageGroupBy; interval?: UsageInterval; since?: number; until?: number }) {
       const until = q.until ?? Date.now() + 1;
       const since = q.since ?? until - (q.interval === 'hour' ? 2 : 30) * USAGE_INTERVALS.day;

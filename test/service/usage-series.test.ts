@@ -51,7 +51,9 @@ t.test('GET /usage and GET /rate-limits through the API', async (t) => {
   const a = await makeUser(ts, { credits: 10 });
   const b = await makeUser(ts, { credits: 10, team_id: a.team_id });
   const body = { model_id: 'test/encoder', text: 'Alice met Bob in Paris', schema: ['person'] };
-  for (const key of [a.key, a.key, b.key]) t.equal((await call(ts.url, 'POST', '/inference', { key, body })).status, 200);
+  for (const key of [a.key, a.key, b.key]) {
+    t.equal((await call(ts.url, 'POST', '/inference', { key, body })).status, 200);
+  }
 
   const u = await call(ts.url, 'GET', '/usage?group_by=key&interval=day', { key: a.key });
   t.equal(u.status, 200);

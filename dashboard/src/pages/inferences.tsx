@@ -79,7 +79,11 @@ export function InferencesPage() {
             <label key={k}>
               {label}
               {type === 'verdict' ? (
-                <select name={k} value={draft[k] ?? ''} onChange={(e) => setDraft({ ...draft, [k]: e.currentTarget.value })}>
+                <select
+                  name={k}
+                  value={draft[k] ?? ''}
+                  onChange={(e) => setDraft({ ...draft, [k]: e.currentTarget.value })}
+                >
                   <option value="">any</option>
                   <option value="pass">pass</option>
                   <option value="fail">fail</option>

@@ -106,8 +106,8 @@ export const rlKeys = (algo: RlAlgorithm) =>
 
 /** a rule's range as a label suffix: [min, max] or (min, max] */
 function rangeOf(r: RlRule): string {
-  if (r.kind === 'int' || r.kind === 'num') return `${r.kind === 'num' && r.exclusiveMin ? '(' : '['}${r.min}, ${r.max}]`;
-  return '';
+  if (r.kind !== 'int' && r.kind !== 'num') return '';
+  return `${r.kind === 'num' && r.exclusiveMin ? '(' : '['}${r.min}, ${r.max}]`;
 }
 
 /** the form's fields as rl_config: blank → left out (the server's default); numbers sent as numbers when they
@@ -270,7 +270,11 @@ function CreateJob({ onCreated }: { onCreated: (id: string) => void }) {
               <label key={k}>
                 {k} {rangeOf(rule)}
                 {rule.kind === 'enum' ? (
-                  <select name={`rl_${k}`} value={rlf[k] ?? ''} onChange={(e) => setRlf({ ...rlf, [k]: e.currentTarget.value })}>
+                  <select
+                    name={`rl_${k}`}
+                    value={rlf[k] ?? ''}
+                    onChange={(e) => setRlf({ ...rlf, [k]: e.currentTarget.value })}
+                  >
                     <option value="">{rule.def === null ? 'choose…' : `default: ${rule.def}`}</option>
                     {rule.values.map((v) => (
                       <option key={v} value={v}>

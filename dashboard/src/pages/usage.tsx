@@ -25,7 +25,10 @@ export function perDay(rows: any[], days: number) {
 }
 
 /** GET /usage's sparse buckets as one value array per group on a dense day axis */
-export function keySeries(u: { since: string; until: string; groups: any[]; buckets: any[] }, field: 'cost' | 'tokens') {
+export function keySeries(
+  u: { since: string; until: string; groups: any[]; buckets: any[] },
+  field: 'cost' | 'tokens',
+) {
   const first = Math.floor(Date.parse(u.since) / DAY) * DAY;
   const n = Math.ceil((Date.parse(u.until) - first) / DAY);
   const x = Array.from({ length: n }, (_, i) => (first + i * DAY) / 1000);

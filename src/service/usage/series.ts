@@ -48,7 +48,10 @@ export function usageSeries(
     const start = Math.floor(t / step) * step;
     const id = `${start}\u0000${group}`;
     let c = cells.get(id);
-    if (!c) cells.set(id, (c = { start: new Date(start).toISOString(), group, requests: 0, tokens: 0, cost: 0, micro: 0 }));
+    if (!c) {
+      c = { start: new Date(start).toISOString(), group, requests: 0, tokens: 0, cost: 0, micro: 0 };
+      cells.set(id, c);
+    }
     c.requests++;
     c.tokens += r.usage.total_tokens;
     c.micro += r.cost_micro;
