@@ -1,6 +1,6 @@
-// The Usage page in Chromium: cost and tokens per key over time (GET /usage) drawn as charts with one
-// series per key that made calls, the per-key totals as the API reports them, and the rate-limit
-// table (GET /rate-limits) with what the team's inference calls used.
+// The Usage page in Chromium: cost and tokens per key and per model over time (GET /usage) drawn as
+// charts with one series per key (model) that made calls, the per-key totals as the API reports
+// them, and the rate-limit table (GET /rate-limits) with what the team's inference calls used.
 import t from 'tap';
 import { call, makeUser, startServer } from '../service/helpers.ts';
 import type { FakeRuntime } from '../service/fake-runtime.ts';
@@ -44,6 +44,11 @@ t.test('cost and tokens per key over time, and the rate limits in force', async 
     t.same(legend.slice(1).sort(), api.groups.map((g: any) => g.name).sort(), `${id}: a series per key`);
     t.ok(Number(await page.$eval(`[data-testid=${id}]`, (e) => e.getAttribute('data-points'))) >= 30, 'a day axis');
   }
+
+  const models = await page.$$eval('[data-testid=cost-chart] .u-legend .u-series .u-label', (els) =>
+    els.map((e) => e.textContent),
+  );
+  t.same(models.slice(1), [MODEL], 'the per-model chart from GET /usage?group_by=model');
 
   const inference = await page.$eval('[data-testid=rate-limits] tr[data-family=inference]', (tr) =>
     [...tr.querySelectorAll('td')].map((td) => td.textContent),

@@ -1,31 +1,14 @@
 // Usage and billing: the plan and credit balance (GET /account), usage and cost over time per model
-// (from the inference history) and per key (GET /usage?group_by=key, from the usage records billing
-// writes with each call), and the rate limits in force (GET /rate-limits, the limiter's one table).
+// and per key (GET /usage, from the usage records billing writes with each call: every billed call,
+// judge calls included), and the rate limits in force (GET /rate-limits, the limiter's one table).
 import { api } from '../api.ts';
 import { LineChart } from '../chart.tsx';
 import { ErrorBox, Loading, Section, fmtMoney, fmtNum, useResource } from '../ui.tsx';
 
 const DAY = 86_400_000;
 
-/** cost and tokens per day and model over the last `days` days of history */
-export function perDay(rows: any[], days: number) {
-  const end = Math.floor(Date.now() / DAY) * DAY + DAY;
-  const xs = Array.from({ length: days }, (_, i) => end - (days - i) * DAY);
-  const models = [...new Set(rows.map((r) => r.model_id as string))].sort();
-  const cost = models.map(() => xs.map(() => 0));
-  const tokens = models.map(() => xs.map(() => 0));
-  for (const r of rows) {
-    const i = Math.floor((Date.parse(r.created_at) - xs[0]) / DAY);
-    if (i < 0 || i >= days) continue;
-    const m = models.indexOf(r.model_id);
-    cost[m][i] += r.cost ?? 0;
-    tokens[m][i] += r.usage?.total_tokens ?? 0;
-  }
-  return { x: xs.map((t) => t / 1000), models, cost, tokens };
-}
-
 /** GET /usage's sparse buckets as one value array per group on a dense day axis */
-export function keySeries(
+export function daySeries(
   u: { since: string; until: string; groups: any[]; buckets: any[] },
   field: 'cost' | 'tokens',
 ) {
@@ -46,15 +29,12 @@ export function UsagePage() {
   const keys = useResource(() => api('GET', '/list-api-keys'));
   const perKey = useResource(() => api('GET', '/usage', { query: { group_by: 'key', interval: 'day' } }));
   const limits = useResource(() => api('GET', '/rate-limits'));
-  const hist = useResource(() =>
-    api('GET', '/inferences', { query: { limit: 1000, since: new Date(Date.now() - 30 * DAY).toISOString() } }),
-  );
+  const perModel = useResource(() => api('GET', '/usage', { query: { group_by: 'model', interval: 'day' } }));
   const a = acct.data;
-  const days = hist.data ? perDay(hist.data.inferences, 30) : null;
   return (
     <>
       <h1>Usage &amp; billing</h1>
-      <ErrorBox error={acct.error ?? keys.error ?? hist.error ?? perKey.error ?? limits.error} />
+      <ErrorBox error={acct.error ?? keys.error ?? perModel.error ?? perKey.error ?? limits.error} />
       <Loading when={acct.loading && !a} />
       {a && (
         <Section title={`Plan: ${a.plan}`}>
@@ -87,27 +67,15 @@ export function UsagePage() {
           </dl>
         </Section>
       )}
-      {days && (
+      {perModel.data && (
         <Section title="Cost per model, last 30 days">
-          {days.models.length ? (
+          {perModel.data.groups.length ? (
             <>
-              <LineChart
-                testid="cost-chart"
-                time
-                x={days.x}
-                xLabel="day"
-                series={days.models.map((m, i) => ({ label: m, values: days.cost[i] }))}
-              />
-              <LineChart
-                testid="tokens-chart"
-                time
-                x={days.x}
-                xLabel="day"
-                series={days.models.map((m, i) => ({ label: `${m} tokens`, values: days.tokens[i] }))}
-              />
+              <LineChart testid="cost-chart" time xLabel="day" {...daySeries(perModel.data, 'cost')} />
+              <LineChart testid="tokens-chart" time xLabel="day" {...daySeries(perModel.data, 'tokens')} />
             </>
           ) : (
-            <div class="muted">No inferences in the last 30 days.</div>
+            <div class="muted">No billed calls in the last 30 days.</div>
           )}
         </Section>
       )}
@@ -115,8 +83,8 @@ export function UsagePage() {
         <Section title="Cost per key, last 30 days">
           {perKey.data.groups.length ? (
             <>
-              <LineChart testid="key-cost-chart" time xLabel="day" {...keySeries(perKey.data, 'cost')} />
-              <LineChart testid="key-tokens-chart" time xLabel="day" {...keySeries(perKey.data, 'tokens')} />
+              <LineChart testid="key-cost-chart" time xLabel="day" {...daySeries(perKey.data, 'cost')} />
+              <LineChart testid="key-tokens-chart" time xLabel="day" {...daySeries(perKey.data, 'tokens')} />
               <table data-testid="key-usage">
                 <thead>
                   <tr>
