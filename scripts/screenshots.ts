@@ -1,7 +1,8 @@
 // `npm run screenshots`: regenerates docs/screenshots/*.png, the dashboard pages shown in the README.
 // It starts a server on a temporary store with the tiny models of ../shared on the production runtime,
-// fills it through the public API as a user would (a key, inferences, a dataset, a tiny training job, a
-// project and its deployment), and photographs each page in Debian's Chromium (as the browser tests do).
+// fills it through the public API as a user would (keys, inferences, a judge and a judgement, a dataset,
+// a tiny training job, a project with its deployment and adaptive policy), and photographs each page
+// in Debian's Chromium (as the browser tests do).
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +11,7 @@ import { createLogger } from '../server/log.ts';
 import { createServices } from '../src/service/index.ts';
 import { createLocalRuntime } from '../src/service/runtime-local.ts';
 import { openBrowser, signIn, waitForText } from '../test/dashboard/browser.ts';
+import { writeTinyQwen2 } from '../test/compat/tiny-checkpoint.ts';
 
 const ROOT = join(import.meta.dirname, '..');
 const OUT = join(ROOT, 'docs', 'screenshots');
@@ -19,6 +21,8 @@ const modelsDir = join(tmp, 'models');
 mkdirSync(modelsDir);
 symlinkSync(join(SHARED, 'goldens', 'gliner2-tiny-span'), join(modelsDir, 'gliner2-tiny'));
 symlinkSync(join(SHARED, 'models', 'tinystories-656k'), join(modelsDir, 'tinystories-656k'));
+// the judge: a seeded tiny Qwen2 (random weights; its byte-level vocabulary can write the verdict's JSON)
+writeTinyQwen2(join(modelsDir, 'tiny-judge'), 7);
 
 const services = await createServices({
   runtime: createLocalRuntime({ modelsDir }),
@@ -75,7 +79,7 @@ try {
   await page.click('form button[type=submit]');
   await page.waitForSelector('[data-testid=secret-value]');
   const key = await page.$eval('[data-testid=secret-value]', (e) => e.textContent!);
-  await json('POST', '/create-api-key', { name: 'notebook' });
+  const notebook = (await json('POST', '/create-api-key', { name: 'notebook' })).secret_key as string;
 
   // inferences on the tiny encoder
   const texts = [
@@ -102,6 +106,21 @@ try {
       return r.status === 200;
     });
   }
+  // two calls from the other key, for the per-key usage chart
+  for (const text of texts.slice(0, 2)) {
+    await fetch(`${url}/inference`, {
+      method: 'POST',
+      headers: { 'X-API-Key': notebook, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model_id: 'gliner2-tiny', text, schema: ['person', 'city'] }),
+    });
+  }
+  // the team's LLM judge (the tiny Qwen2) judges the first inference
+  await json('PUT', '/judge', {
+    model: 'tiny-judge',
+    rubric: 'Pass when every person, organization and city of the text is found with the right label.',
+    score_scale: 10,
+  });
+  await json('POST', `/inferences/${ids[0]}/judge`);
   // the key list with the usage of those calls, and a new key's secret on screen
   await page.goto(`${url}/dashboard/#/keys`);
   await page.waitForSelector('[data-testid=keys-table]');
@@ -165,8 +184,11 @@ try {
   const project = await json('POST', '/projects', { name: 'support-tickets' });
   await json('POST', `/projects/${project.id}/deployments`, { training_job_id: job.id });
   await page.goto(`${url}/dashboard/#/projects/${project.id}`);
+  await json('PATCH', `/projects/${project.id}`, { adaptive: { enabled: true, min_new_corrections: 20 } });
+  await page.goto(`${url}/dashboard/#/projects/${project.id}`);
   await waitForText(page, 'table', 'active', 30_000);
-  await shot('project');
+  await page.waitForSelector('[data-testid=adaptive-form]');
+  await shot('project', true);
 
   // playground: the encoder form with highlighted spans
   await page.goto(`${url}/dashboard/#/playground`);
@@ -181,7 +203,9 @@ try {
   await page.goto(`${url}/dashboard/#/usage`);
   await page.waitForSelector('[data-testid=billing]');
   await page.waitForSelector('[data-testid=cost-chart] canvas');
-  await shot('usage');
+  await page.waitForSelector('[data-testid=key-cost-chart] canvas');
+  await page.waitForSelector('[data-testid=rate-limits]');
+  await shot('usage', true);
   await page.goto(`${url}/dashboard/#/models`);
   await page.waitForSelector('[data-testid=models-table]');
   await shot('models');

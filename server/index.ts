@@ -27,6 +27,7 @@ import { evaluationRoutes } from './routes/evaluations.ts';
 import { generationRoutes } from './routes/generation.ts';
 import { dashboardRoutes } from './routes/dashboard.ts';
 import { modelRoutes } from './routes/models.ts';
+import { usageRoutes } from './routes/usage.ts';
 
 export type { RouteDef, Ctx } from './router.ts';
 export { reply, Reply } from './router.ts';
@@ -37,6 +38,7 @@ export const ROUTE_MODULES: Array<(state: AppState) => RouteDef[]> = [
   () => authRoutes(),
   () => dashboardRoutes(),
   () => modelRoutes(),
+  () => usageRoutes(),
   () => inferenceRoutes(),
   () => projectRoutes(),
   () => compatRoutes(),

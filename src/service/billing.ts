@@ -13,6 +13,9 @@
 // they exist while a call runs here, so a crash ends them with the calls they covered, and no
 // write transaction is spent per call on them. (One server process owns a data directory.)
 import type { BillingAccount, Store, TokenUsage, UsageRecord } from '../store/index.ts';
+import {
+  SESSION_GROUP, USAGE_INTERVALS, type UsageGroupBy, type UsageInterval, usageSeries,
+} from './usage/series.ts';
 import type { PlanConfig, ServiceConfig } from './config.ts';
 import { BillingError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso, randomToken } from './ids.ts';
@@ -324,6 +327,22 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     },
 
     usageOf(teamId: string) { return store.usage.listByTeam(teamId); },
+
+    /** GET /usage: requests, tokens and cost per hour or day and per key or model (default: last 30 days / 48 hours) */
+    series(teamId: string, q: { group_by?: UsageGroupBy; interval?: UsageInterval; since?: number; until?: number }) {
+      const until = q.until ?? Date.now() + 1;
+      const since = q.since ?? until - (q.interval === 'hour' ? 2 : 30) * USAGE_INTERVALS.day;
+      const records = since < until ? store.usage.listByTeam(teamId, { since, until }) : [];
+      const nameOf = (group: string) => {
+        if (q.group_by === 'model') return group;
+        if (group === SESSION_GROUP) return 'dashboard session';
+        const k = store.keys.get(group);
+        if (!k) return group;
+        return `${k.name} (…${k.last_digits})${k.revoked_at ? ' revoked' : ''}`;
+      };
+      const opts = { group_by: q.group_by ?? 'key', interval: q.interval ?? 'day', since, until } as const;
+      return usageSeries(records, opts, nameOf);
+    },
   };
 }
 export type BillingService = ReturnType<typeof createBillingService>;

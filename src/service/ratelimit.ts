@@ -57,6 +57,13 @@ class FixedWindow {
     return new RateVerdict(this.rule.points, this.rule.points - w.used, Math.ceil((w.resetAt - now) / 1000), scope);
   }
 
+  /** the state of `key`'s window without counting a request: remaining points and seconds to its end */
+  peek(key: string, now: number): { remaining: number; reset_s: number | null } {
+    const w = this.windows.get(key);
+    if (w === undefined || w.resetAt <= now) return { remaining: this.rule.points, reset_s: null };
+    return { remaining: Math.max(0, this.rule.points - w.used), reset_s: Math.ceil((w.resetAt - now) / 1000) };
+  }
+
   sweep(now: number): void {
     for (const [k, w] of this.windows) if (w.resetAt <= now) this.windows.delete(k);
   }
@@ -65,6 +72,20 @@ class FixedWindow {
 function matches(pattern: string, path: string): boolean {
   if (pattern.endsWith('/*')) return path.startsWith(pattern.slice(0, -1)) && path.length > pattern.length - 1;
   return path === pattern;
+}
+
+/** one limit as GET /rate-limits reports it; `reset_s` is null when no window is open (nothing counted yet) */
+export interface RateLimitRow {
+  family: string; endpoints: string[]; scope: RateLimitScope; limit: number; window_s: number;
+  remaining: number; reset_s: number | null;
+}
+
+/** the scope an endpoint override counts a request under: team → key → user → IP */
+function subjectScope(s: RateLimitSubject): [RateLimitScope, string] {
+  if (s.team_id) return ['team', s.team_id];
+  if (s.key_id) return ['key', s.key_id];
+  if (s.user_id) return ['user', s.user_id];
+  return ['ip', s.ip];
 }
 
 export function createRateLimiter(cfg: RateLimitConfig, opts: { sweepMs?: number } = {}) {
@@ -101,8 +122,27 @@ export function createRateLimiter(cfg: RateLimitConfig, opts: { sweepMs?: number
     endpoint(group: string, s: RateLimitSubject): RateVerdict | null {
       const l = groups.get(group);
       if (!l) return null;
-      const [scope, id]: [RateLimitScope, string] = s.team_id ? ['team', s.team_id] : s.key_id ? ['key', s.key_id] : s.user_id ? ['user', s.user_id] : ['ip', s.ip];
+      const [scope, id] = subjectScope(s);
       return l.consume(`${scope}:${id}`, scope, Date.now());
+    },
+    /**
+     * GET /rate-limits: every limit as it applies to `s` now (limit, window, remaining), without
+     * counting a request: the edge and the per-IP defaults for `s.ip`, each endpoint family for the
+     * scope its requests are counted under (team → key → user → IP).
+     */
+    table(s: RateLimitSubject): RateLimitRow[] {
+      const now = Date.now();
+      const [scope, id]: [RateLimitScope, string] = subjectScope(s);
+      const row = (l: FixedWindow, family: string, endpoints: string[], sc: RateLimitScope, key: string) => ({
+        family, endpoints, scope: sc, limit: l.rule.points, window_s: l.rule.duration_s, ...l.peek(key, now),
+      });
+      const rows: RateLimitRow[] = [row(edge, 'edge', ['every request'], 'ip', s.ip)];
+      for (const d of defaults) rows.push(row(d, 'default', ['endpoints without an override'], 'ip', s.ip));
+      for (const [group, l] of groups) {
+        const endpoints = cfg.endpoints.filter((e) => e.group === group).map((e) => `${e.method} ${e.pattern}`);
+        rows.push(row(l, group, endpoints, scope, `${scope}:${id}`));
+      }
+      return rows;
     },
     /** keys with an open window (all limits): bounded by the sweep */
     get trackedKeys(): number { let n = 0; for (const l of all) n += l.windows.size; return n; },

@@ -122,8 +122,9 @@ t.test('correct an entity span and see the feedback through the API', async (t) 
 });
 
 t.test("the judge's verdict, score and reasoning are shown when the record has them", async (t) => {
-  // the judge fields come from the judge's branch of the API; here the browser's copy of the record
-  // gets them, to check what the page does with them (reasoning with markup stays text)
+  // a real judgement through the API (the Judge button, the verdict filter) is in projects.test.ts; a
+  // real judge's reasoning cannot be steered to hold markup, so here the browser's copy of the record
+  // gets the fields, to check that reasoning with markup stays text
   await page.setRequestInterception(true);
   const onRequest = async (req: import('puppeteer-core').HTTPRequest) => {
     if (req.method() !== 'GET' || !req.url().endsWith(`/inferences/${first}`)) return void req.continue();

@@ -1,6 +1,7 @@
 // Inferences: the history with every filter of GET /inferences, one record's detail and its review
 // (correct / incorrect, span edits for entity outputs, notes) through POST /inferences/:id/feedback,
-// the judge's verdict when the record has one, and a keyboard-driven review queue.
+// the judge's verdict (and a "Judge" button asking the configured LLM judge now), the judge-verdict
+// filter, and a keyboard-driven review queue.
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.ts';
 import {
@@ -18,7 +19,7 @@ import {
 } from '../ui.tsx';
 import { SpanText, entitiesOutput, spansOf, type Span } from '../spans.tsx';
 
-const FILTERS: Array<[string, string, 'text' | 'number' | 'datetime-local']> = [
+const FILTERS: Array<[string, string, 'text' | 'number' | 'datetime-local' | 'verdict']> = [
   ['model_id', 'Model', 'text'],
   ['task', 'Task', 'text'],
   ['project_id', 'Project', 'text'],
@@ -27,6 +28,7 @@ const FILTERS: Array<[string, string, 'text' | 'number' | 'datetime-local']> = [
   ['latency_max', 'Latency ≤ ms', 'number'],
   ['llmaj_score_min', 'Judge score ≥', 'number'],
   ['llmaj_score_max', 'Judge score ≤', 'number'],
+  ['llmaj_verdict', 'Judge verdict', 'verdict'],
   ['since', 'Since', 'datetime-local'],
   ['until', 'Until', 'datetime-local'],
 ];
@@ -76,13 +78,27 @@ export function InferencesPage() {
           {FILTERS.map(([k, label, type]) => (
             <label key={k}>
               {label}
-              <input
-                name={k}
-                type={type as 'text'}
-                step={type === 'number' ? 'any' : undefined}
-                value={draft[k] ?? ''}
-                onInput={(e) => setDraft({ ...draft, [k]: e.currentTarget.value })}
-              />
+              {type === 'verdict' ? (
+                <select
+                  name={k}
+                  value={draft[k] ?? ''}
+                  onChange={(e) => setDraft({ ...draft, [k]: e.currentTarget.value })}
+                >
+                  <option value="">any</option>
+                  <option value="pass">pass</option>
+                  <option value="fail">fail</option>
+                  <option value="uncertain">uncertain</option>
+                  <option value="none">not judged</option>
+                </select>
+              ) : (
+                <input
+                  name={k}
+                  type={type as 'text'}
+                  step={type === 'number' ? 'any' : undefined}
+                  value={draft[k] ?? ''}
+                  onInput={(e) => setDraft({ ...draft, [k]: e.currentTarget.value })}
+                />
+              )}
             </label>
           ))}
           <div class="row">
@@ -209,6 +225,10 @@ function Review({ rec, onDone, keyboard }: { rec: any; onDone?: () => void; keyb
   const [outputText, setOutputText] = useState(JSON.stringify(rec.output, null, 2));
   const [notes, setNotes] = useState('');
   const [feedback, setFeedback] = useState<any>(null);
+  // the judgement of the "Judge" button (POST /inferences/:id/judge) over the record's own llmaj_* fields
+  const [judgement, setJudgement] = useState<any>(null);
+  const judging = useAction();
+  const j = { ...rec, ...(judgement ?? {}) };
   const act = useAction();
   const notesRef = useRef<HTMLTextAreaElement>(null);
 
@@ -217,6 +237,7 @@ function Review({ rec, onDone, keyboard }: { rec: any; onDone?: () => void; keyb
     setEdited(false);
     setNotes('');
     setFeedback(null);
+    setJudgement(null);
     setOutputText(JSON.stringify(rec.output, null, 2));
     api('GET', `/inferences/${rec.id}/feedback`)
       .then((f) => {
@@ -271,7 +292,22 @@ function Review({ rec, onDone, keyboard }: { rec: any; onDone?: () => void; keyb
 
   return (
     <div data-testid="review">
-      <Section title={`Inference ${rec.id}`}>
+      <Section
+        title={`Inference ${rec.id}`}
+        actions={
+          <button
+            data-testid="judge-now"
+            disabled={judging.busy}
+            title="Ask the LLM judge configured for this inference's project or team (billed like any call)"
+            onClick={() =>
+              void judging.run(async () => setJudgement(await api('POST', `/inferences/${rec.id}/judge`)))
+            }
+          >
+            {judging.busy ? 'Judging…' : 'Judge'}
+          </button>
+        }
+      >
+        <ErrorBox error={judging.error} />
         <dl class="kv">
           <dt>Created</dt>
           <dd>{fmtDate(rec.created_at)}</dd>
@@ -313,12 +349,12 @@ function Review({ rec, onDone, keyboard }: { rec: any; onDone?: () => void; keyb
             </>
           )}
         </dl>
-        {(rec.llmaj_score != null || rec.llmaj_verdict != null || rec.llmaj_reasoning != null || rec.llmaj_error) && (
+        {(j.llmaj_score != null || j.llmaj_verdict != null || j.llmaj_reasoning != null || j.llmaj_error) && (
           <div class="judge" data-testid="judge">
-            <strong>LLM judge{rec.llmaj_model ? ` (${rec.llmaj_model})` : ''}:</strong> {rec.llmaj_verdict ?? ''}{' '}
-            {rec.llmaj_score != null ? `score ${fmtNum(rec.llmaj_score, 3)}` : ''}
-            {rec.llmaj_reasoning && <p>{rec.llmaj_reasoning}</p>}
-            {rec.llmaj_error && <p class="error-text">{rec.llmaj_error}</p>}
+            <strong>LLM judge{j.llmaj_model ? ` (${j.llmaj_model})` : ''}:</strong> {j.llmaj_verdict ?? ''}{' '}
+            {j.llmaj_score != null ? `score ${fmtNum(j.llmaj_score, 3)}` : ''}
+            {j.llmaj_reasoning && <p>{j.llmaj_reasoning}</p>}
+            {j.llmaj_error && <p class="error-text">{j.llmaj_error}</p>}
           </div>
         )}
       </Section>

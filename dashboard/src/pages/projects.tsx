@@ -1,7 +1,10 @@
-// Projects: create, list, and a project's deployments (history, most recent first) with its inference
-// endpoint as a ready-to-copy curl command and SDK snippet.
+// Projects: create, list, the team's LLM judge, and a project's deployments (history, most recent
+// first, rejected adaptive candidates with their reason) with its inference endpoint as a ready-to-copy
+// curl command and SDK snippet, its adaptive retraining and its own judge.
 import { useState } from 'preact/hooks';
+import { AdaptiveSection } from '../adaptive.tsx';
 import { api } from '../api.ts';
+import { JudgeConfig } from '../judge.tsx';
 import {
   ConfirmButton,
   CopyButton,
@@ -11,6 +14,7 @@ import {
   Section,
   Status,
   fmtDate,
+  fmtNum,
   useAction,
   useResource,
 } from '../ui.tsx';
@@ -86,6 +90,7 @@ export function ProjectsPage() {
           </table>
         </Section>
       )}
+      <JudgeConfig path="/judge" title="Team LLM judge" testid="team-judge" />
     </>
   );
 }
@@ -112,7 +117,9 @@ export function ProjectDetail({ id }: { id: string }) {
   const settings =
     p.data &&
     Object.fromEntries(
-      Object.entries(p.data).filter(([k]) => !['id', 'name', 'created_at', 'active_deployment_id'].includes(k)),
+      Object.entries(p.data).filter(
+        ([k]) => !['id', 'name', 'created_at', 'active_deployment_id', 'adaptive'].includes(k),
+      ),
     );
   return (
     <>
@@ -159,9 +166,11 @@ export function ProjectDetail({ id }: { id: string }) {
           )}
         </Section>
       )}
+      {p.data && <AdaptiveSection projectId={id} onChange={() => void deps.reload()} />}
+      {p.data && <JudgeConfig path={`/projects/${id}/judge`} title="Project LLM judge" testid="project-judge" />}
       {deps.data && (
         <Section title="Deployments">
-          <table>
+          <table data-testid="deployments">
             <thead>
               <tr>
                 <th>Deployment</th>
@@ -170,6 +179,7 @@ export function ProjectDetail({ id }: { id: string }) {
                 <th>Created</th>
                 <th>Active since</th>
                 <th>Replaced</th>
+                <th>Adaptive decision</th>
               </tr>
             </thead>
             <tbody>
@@ -188,11 +198,21 @@ export function ProjectDetail({ id }: { id: string }) {
                   <td>{fmtDate(d.created_at)}</td>
                   <td>{fmtDate(d.activated_at)}</td>
                   <td>{fmtDate(d.replaced_at)}</td>
+                  <td>
+                    {d.adaptive ? (
+                      <>
+                        {d.adaptive.decision}: F1 {fmtNum(d.adaptive.candidate_f1)} vs {fmtNum(d.adaptive.deployed_f1)}
+                        <div class="small muted">{d.adaptive.reason}</div>
+                      </>
+                    ) : (
+                      '—'
+                    )}
+                  </td>
                 </tr>
               ))}
               {!deps.data.deployments.length && (
                 <tr>
-                  <td colSpan={6} class="muted">
+                  <td colSpan={7} class="muted">
                     Nothing deployed yet: deploy a completed training job from its page.
                   </td>
                 </tr>

@@ -3,6 +3,7 @@
 // reward curves drawn from the metrics in those log lines, checkpoints, stop, delete, download, deploy.
 import { useEffect, useState } from 'preact/hooks';
 import { api, authHeaders, sse } from '../api.ts';
+import { RL_CONFIG_RULES, type RlAlgorithm } from '../../../src/training/algorithms/rl-config.ts';
 import { LineChart } from '../chart.tsx';
 import { curves, metricsOf, type MetricPoint } from '../metrics.ts';
 import {
@@ -97,14 +98,38 @@ const NUMERIC: Array<[string, string, string]> = [
   ['seed', 'Seed', '1'],
 ];
 
+type RlRule = (typeof RL_CONFIG_RULES)[keyof typeof RL_CONFIG_RULES];
+
+/** the rl_config keys of an algorithm, in the rules' order (src/training/algorithms/rl-config.ts) */
+export const rlKeys = (algo: RlAlgorithm) =>
+  (Object.entries(RL_CONFIG_RULES) as Array<[string, RlRule]>).filter(([, r]) => !r.algos || r.algos.includes(algo));
+
+/** a rule's range as a label suffix: [min, max] or (min, max] */
+function rangeOf(r: RlRule): string {
+  if (r.kind !== 'int' && r.kind !== 'num') return '';
+  return `${r.kind === 'num' && r.exclusiveMin ? '(' : '['}${r.min}, ${r.max}]`;
+}
+
+/** the form's fields as rl_config: blank → left out (the server's default); numbers sent as numbers when they
+ * parse (else as typed, so the API's 422 names the key) */
+export function rlConfigBody(algo: RlAlgorithm, form: Record<string, string>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, rule] of rlKeys(algo)) {
+    const v = (form[k] ?? '').trim();
+    if (v === '') continue;
+    out[k] = (rule.kind === 'int' || rule.kind === 'num') && Number.isFinite(Number(v)) ? Number(v) : v;
+  }
+  return out;
+}
+
 function CreateJob({ onCreated }: { onCreated: (id: string) => void }) {
   const models = useResource(() => api('GET', '/base-models'));
   const datasets = useResource(() => api('GET', '/felix/datasets'));
   const [f, setF] = useState<Record<string, string>>({
     training_type: 'lora',
     training_algorithm: 'sft',
-    rl_config: '{}',
   });
+  const [rlf, setRlf] = useState<Record<string, string>>({});
   const [chosen, setChosen] = useState<string[]>([]);
   const act = useAction();
   const set = (k: string, v: string) => setF({ ...f, [k]: v });
@@ -124,13 +149,7 @@ function CreateJob({ onCreated }: { onCreated: (id: string) => void }) {
       if (f.project_id) body.project_id = f.project_id;
       for (const [k] of NUMERIC) if (f[k]) body[k] = Number(f[k]);
       if (f.early_stopping) body.early_stopping = f.early_stopping === 'true';
-      if (rl) {
-        try {
-          body.rl_config = JSON.parse(f.rl_config || '{}');
-        } catch {
-          throw new Error('rl_config is not valid JSON');
-        }
-      }
+      if (rl) body.rl_config = rlConfigBody(f.training_algorithm as RlAlgorithm, rlf);
       const r = await api('POST', '/felix/training-jobs', { body });
       onCreated(r.id);
     });
@@ -245,16 +264,35 @@ function CreateJob({ onCreated }: { onCreated: (id: string) => void }) {
           />
         </label>
         {rl && (
-          <label class="wide">
-            rl_config (JSON; grpo needs reward_type)
-            <textarea
-              class="code"
-              name="rl_config"
-              rows={3}
-              value={f.rl_config}
-              onInput={(e) => set('rl_config', e.currentTarget.value)}
-            />
-          </label>
+          <fieldset class="wide" data-testid="rl-config">
+            <legend>rl_config ({f.training_algorithm}; blank fields take the default shown)</legend>
+            {rlKeys(f.training_algorithm as RlAlgorithm).map(([k, rule]) => (
+              <label key={k}>
+                {k} {rangeOf(rule)}
+                {rule.kind === 'enum' ? (
+                  <select
+                    name={`rl_${k}`}
+                    value={rlf[k] ?? ''}
+                    onChange={(e) => setRlf({ ...rlf, [k]: e.currentTarget.value })}
+                  >
+                    <option value="">{rule.def === null ? 'choose…' : `default: ${rule.def}`}</option>
+                    {rule.values.map((v) => (
+                      <option key={v} value={v}>
+                        {v}
+                      </option>
+                    ))}
+                  </select>
+                ) : (
+                  <input
+                    name={`rl_${k}`}
+                    value={rlf[k] ?? ''}
+                    placeholder={rule.def === null ? 'required for llm_as_judge' : `default ${rule.def}`}
+                    onInput={(e) => setRlf({ ...rlf, [k]: e.currentTarget.value })}
+                  />
+                )}
+              </label>
+            ))}
+          </fieldset>
         )}
         <div class="wide">
           <button class="primary" type="submit" disabled={act.busy || !chosen.length}>

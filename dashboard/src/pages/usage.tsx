@@ -1,55 +1,40 @@
 // Usage and billing: the plan and credit balance (GET /account), usage and cost over time per model
-// (from the inference history) and per key (GET /list-api-keys), and the rate limit in force (the
-// X-RateLimit-* headers the server sends).
+// and per key (GET /usage, from the usage records billing writes with each call: every billed call,
+// judge calls included), and the rate limits in force (GET /rate-limits, the limiter's one table).
 import { api } from '../api.ts';
 import { LineChart } from '../chart.tsx';
 import { ErrorBox, Loading, Section, fmtMoney, fmtNum, useResource } from '../ui.tsx';
 
 const DAY = 86_400_000;
 
-/** cost and tokens per day and model over the last `days` days of history */
-export function perDay(rows: any[], days: number) {
-  const end = Math.floor(Date.now() / DAY) * DAY + DAY;
-  const xs = Array.from({ length: days }, (_, i) => end - (days - i) * DAY);
-  const models = [...new Set(rows.map((r) => r.model_id as string))].sort();
-  const cost = models.map(() => xs.map(() => 0));
-  const tokens = models.map(() => xs.map(() => 0));
-  for (const r of rows) {
-    const i = Math.floor((Date.parse(r.created_at) - xs[0]) / DAY);
-    if (i < 0 || i >= days) continue;
-    const m = models.indexOf(r.model_id);
-    cost[m][i] += r.cost ?? 0;
-    tokens[m][i] += r.usage?.total_tokens ?? 0;
+/** GET /usage's sparse buckets as one value array per group on a dense day axis */
+export function daySeries(
+  u: { since: string; until: string; groups: any[]; buckets: any[] },
+  field: 'cost' | 'tokens',
+) {
+  const first = Math.floor(Date.parse(u.since) / DAY) * DAY;
+  const n = Math.ceil((Date.parse(u.until) - first) / DAY);
+  const x = Array.from({ length: n }, (_, i) => (first + i * DAY) / 1000);
+  const series = u.groups.map((g) => ({ label: g.name as string, values: x.map(() => 0) as number[] }));
+  for (const b of u.buckets) {
+    const gi = u.groups.findIndex((g) => g.id === b.group);
+    const i = Math.floor((Date.parse(b.start) - first) / DAY);
+    if (gi >= 0 && i >= 0 && i < n) series[gi].values[i] += b[field];
   }
-  return { x: xs.map((t) => t / 1000), models, cost, tokens };
+  return { x, series };
 }
 
 export function UsagePage() {
-  const acct = useResource(async () => {
-    const r = await fetch('/account', { credentials: 'same-origin' });
-    const body = await r.json();
-    if (!r.ok) throw new Error(body.detail ?? `HTTP ${r.status}`);
-    const h = (n: string) => r.headers.get(n);
-    return {
-      ...body,
-      rate: {
-        limit: h('X-RateLimit-Limit'),
-        remaining: h('X-RateLimit-Remaining'),
-        reset: h('X-RateLimit-Reset'),
-        scope: h('X-RateLimit-Scope'),
-      },
-    };
-  });
+  const acct = useResource(() => api('GET', '/account'));
   const keys = useResource(() => api('GET', '/list-api-keys'));
-  const hist = useResource(() =>
-    api('GET', '/inferences', { query: { limit: 1000, since: new Date(Date.now() - 30 * DAY).toISOString() } }),
-  );
+  const perKey = useResource(() => api('GET', '/usage', { query: { group_by: 'key', interval: 'day' } }));
+  const limits = useResource(() => api('GET', '/rate-limits'));
+  const perModel = useResource(() => api('GET', '/usage', { query: { group_by: 'model', interval: 'day' } }));
   const a = acct.data;
-  const days = hist.data ? perDay(hist.data.inferences, 30) : null;
   return (
     <>
       <h1>Usage &amp; billing</h1>
-      <ErrorBox error={acct.error ?? keys.error ?? hist.error} />
+      <ErrorBox error={acct.error ?? keys.error ?? perModel.error ?? perKey.error ?? limits.error} />
       <Loading when={acct.loading && !a} />
       {a && (
         <Section title={`Plan: ${a.plan}`}>
@@ -79,41 +64,85 @@ export function UsagePage() {
             <dd>{fmtNum(a.credits.total_spent, 4)}</dd>
             <dt>Period since</dt>
             <dd>{a.period_start?.slice(0, 10)}</dd>
-            <dt>Rate limit (this dashboard's requests)</dt>
-            <dd>
-              {a.rate.limit
-                ? `${a.rate.remaining} of ${a.rate.limit} left, resets in ${a.rate.reset} s (${a.rate.scope} scope)`
-                : '—'}
-            </dd>
           </dl>
         </Section>
       )}
-      {days && (
+      {perModel.data && (
         <Section title="Cost per model, last 30 days">
-          {days.models.length ? (
+          {perModel.data.groups.length ? (
             <>
-              <LineChart
-                testid="cost-chart"
-                time
-                x={days.x}
-                xLabel="day"
-                series={days.models.map((m, i) => ({ label: m, values: days.cost[i] }))}
-              />
-              <LineChart
-                testid="tokens-chart"
-                time
-                x={days.x}
-                xLabel="day"
-                series={days.models.map((m, i) => ({ label: `${m} tokens`, values: days.tokens[i] }))}
-              />
+              <LineChart testid="cost-chart" time xLabel="day" {...daySeries(perModel.data, 'cost')} />
+              <LineChart testid="tokens-chart" time xLabel="day" {...daySeries(perModel.data, 'tokens')} />
             </>
           ) : (
-            <div class="muted">No inferences in the last 30 days.</div>
+            <div class="muted">No billed calls in the last 30 days.</div>
           )}
         </Section>
       )}
+      {perKey.data && (
+        <Section title="Cost per key, last 30 days">
+          {perKey.data.groups.length ? (
+            <>
+              <LineChart testid="key-cost-chart" time xLabel="day" {...daySeries(perKey.data, 'cost')} />
+              <LineChart testid="key-tokens-chart" time xLabel="day" {...daySeries(perKey.data, 'tokens')} />
+              <table data-testid="key-usage">
+                <thead>
+                  <tr>
+                    <th>Key</th>
+                    <th>Requests</th>
+                    <th>Tokens</th>
+                    <th>Cost</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {perKey.data.groups.map((g: any) => (
+                    <tr key={g.id}>
+                      <td>{g.name}</td>
+                      <td>{g.requests}</td>
+                      <td>{g.tokens}</td>
+                      <td>{fmtMoney(g.cost)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </>
+          ) : (
+            <div class="muted">No billed calls in the last 30 days.</div>
+          )}
+        </Section>
+      )}
+      {limits.data && (
+        <Section title="Rate limits in force">
+          <table data-testid="rate-limits">
+            <thead>
+              <tr>
+                <th>Family</th>
+                <th>Endpoints</th>
+                <th>Counted per</th>
+                <th>Limit</th>
+                <th>Window</th>
+                <th>Remaining</th>
+                <th>Resets in</th>
+              </tr>
+            </thead>
+            <tbody>
+              {limits.data.limits.map((l: any, i: number) => (
+                <tr key={i} data-family={l.family}>
+                  <td>{l.family}</td>
+                  <td>{l.endpoints.join(', ')}</td>
+                  <td>{l.scope}</td>
+                  <td>{l.limit.toLocaleString()}</td>
+                  <td>{l.window_s} s</td>
+                  <td>{l.remaining.toLocaleString()}</td>
+                  <td>{l.reset_s === null ? '—' : `${l.reset_s} s`}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </Section>
+      )}
       {keys.data && (
-        <Section title="Per key">
+        <Section title="Per key, all time">
           <table>
             <thead>
               <tr>

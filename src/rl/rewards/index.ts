@@ -12,13 +12,9 @@ import { numericMatch } from './numeric.ts';
 import { jsonLooseMatch, jsonMatch } from './json.ts';
 import { rougeLMatch } from './rouge.ts';
 
-export type RewardType = 'exact_match' | 'contains_substring' | 'numeric_match' | 'choice_match' | 'regex_match'
-  | 'json_match' | 'json_loose_match' | 'rougeL_match' | 'llm_as_judge';
+import type { RewardType } from './types.ts';
 
-export const REWARD_TYPES: readonly RewardType[] = [
-  'exact_match', 'contains_substring', 'numeric_match', 'choice_match', 'regex_match',
-  'json_match', 'json_loose_match', 'rougeL_match', 'llm_as_judge',
-];
+export { REWARD_TYPES, type RewardType } from './types.ts';
 
 export interface RewardItem { prompt: string; completion: string; answer: string }
 

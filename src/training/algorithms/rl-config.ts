@@ -1,7 +1,8 @@
 // `rl_config` of DPO and GRPO training jobs: every key, its default and its range, validated in one
 // place for the service (422 with the key's path at job creation) and the trainer (TrainingConfigError).
-// Pure TypeScript (no native code): the service imports it on the main thread.
-import { REWARD_TYPES, type RewardType } from '../../rl/rewards/index.ts';
+// Pure TypeScript (no native code, no Node import): the service imports it on the main thread, the
+// dashboard's training form in the browser (its fields and defaults).
+import { REWARD_TYPES, type RewardType } from '../../rl/rewards/types.ts';
 
 export type RlAlgorithm = 'dpo' | 'grpo';
 export type DpoLossType = 'sigmoid' | 'ipo' | 'hinge';
