@@ -259,8 +259,8 @@ PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int6
     const size_t rb = quant_row_bytes(wtype, K), ldb = quant_row_bytes(wtype, ldw);
     p->bytes = size_t(N) * rb;
     p->data = aligned_malloc(std::max<size_t>(p->bytes, 64));
-    for (int64_t n = 0; n < N; n++)
-      std::memcpy(static_cast<uint8_t*>(p->data) + size_t(n) * rb, static_cast<const uint8_t*>(w) + size_t(n) * ldb, rb);
+    const uint8_t* src = static_cast<const uint8_t*>(w);
+    for (int64_t n = 0; n < N; n++) std::memcpy(static_cast<uint8_t*>(p->data) + size_t(n) * rb, src + size_t(n) * ldb, rb);
     return p;
   }
   if (wtype != DType::F32 && wtype != DType::BF16 && wtype != DType::F16)

@@ -145,8 +145,11 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   ActFn act = portable::quant_act_q8;
   DotQ8 dot8 = portable::vec_dot_q8_0_q8;
   DotQ4K dot4 = portable::vec_dot_q4_K_q8;
-  if (isa_active() == Isa::Avx512) act = avx512::quant_act_q8, dot8 = avx512::vec_dot_q8_0_q8, dot4 = avx512::vec_dot_q4_K_q8;
-  if (isa_active() == Isa::Avx2) act = avx2::quant_act_q8, dot8 = avx2::vec_dot_q8_0_q8, dot4 = avx2::vec_dot_q4_K_q8;
+  if (isa_active() == Isa::Avx512) {
+    act = avx512::quant_act_q8, dot8 = avx512::vec_dot_q8_0_q8, dot4 = avx512::vec_dot_q4_K_q8;
+  } else if (isa_active() == Isa::Avx2) {
+    act = avx2::quant_act_q8, dot8 = avx2::vec_dot_q8_0_q8, dot4 = avx2::vec_dot_q4_K_q8;
+  }
   const int64_t nb = K / kQ8Block;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, ds;

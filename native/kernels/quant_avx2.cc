@@ -50,8 +50,8 @@ void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) {
     const float db = am / 127.0f, id = am > 0.0f ? 127.0f / am : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
     __m256i i32[4];
-    for (int i = 0; i < 4; i++)
-      i32[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for (int i = 0; i < 4; i++) i32[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], vid), kRound));
     const int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3])));
     // pack 32 s32 → 32 s8 in order (packs interleave 128-bit lanes: fix with a permute)
     __m256i p16a = _mm256_packs_epi32(i32[0], i32[1]), p16b = _mm256_packs_epi32(i32[2], i32[3]);

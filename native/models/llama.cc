@@ -346,8 +346,9 @@ void Model::finalize() {
 }
 
 size_t Model::weight_bytes() const {
-  size_t n = quant_supported(embed_dtype_) ? (embed_shared_ ? 0 : size_t(cfg_.vocab) * quant_row_bytes(embed_dtype_, cfg_.hidden))
-                                           : size_t(cfg_.vocab * cfg_.hidden) * dtype_size(embed_dtype_);
+  const bool q = quant_supported(embed_dtype_);
+  size_t n = q ? (embed_shared_ ? 0 : size_t(cfg_.vocab) * quant_row_bytes(embed_dtype_, cfg_.hidden))
+               : size_t(cfg_.vocab * cfg_.hidden) * dtype_size(embed_dtype_);
   if (lm_head_) n += loom::weight_bytes(lm_head_);
   for (const auto& l : layers_)
     for (const PackedWeight* p : {l.qkv, l.o, l.gate_up, l.down})
@@ -411,7 +412,8 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     const size_t rb = quant_row_bytes(embed_dtype_, D);
     for (int64_t t = 0; t < T; t++) {
       const int64_t id = b.tokens[t];
-      if (id < 0 || id >= c.vocab) throw std::invalid_argument("llama: token id " + std::to_string(id) + " out of range");
+      if (id < 0 || id >= c.vocab)
+        throw std::invalid_argument("llama: token id " + std::to_string(id) + " out of range");
       quant_dequantize_rows(embed_dtype_, 1, D, static_cast<const uint8_t*>(table) + size_t(id) * rb, x + t * D);
     }
   } else {

@@ -140,7 +140,8 @@ Napi::Value LlamaLoadWeights(const Napi::CallbackInfo& info) {
     if (quant && (it.cols <= 0 || it.cols % quant_block_values(it.dtype) != 0))
       throw_range(env, "weight " + it.name + ": " + std::to_string(it.cols) + " columns is not a multiple of the " +
                            dtype_name(it.dtype) + " block");
-    size_t need = quant ? size_t(it.rows) * quant_row_bytes(it.dtype, it.cols) : size_t(it.rows * it.cols) * dtype_size(it.dtype);
+    size_t need = quant ? size_t(it.rows) * quant_row_bytes(it.dtype, it.cols)
+                        : size_t(it.rows * it.cols) * dtype_size(it.dtype);
     if (it.rows <= 0 || it.cols <= 0 || have != need)
       throw_range(env, "weight " + it.name + ": " + std::to_string(have) + " bytes for (" +
                            std::to_string(it.rows) + ", " + std::to_string(it.cols) + ") " + dtype_name(it.dtype));

@@ -20,13 +20,15 @@ import type { EmbedOutput, EncoderSchema, ExtractOptions, ExtractOutput, Generat
 
 interface Loaded { kind: ModelKind; enc?: EncoderModel; dec?: DecoderModel; adapter?: string; lastUsed: number }
 
+type DetectedKind = { kind: ModelKind; architecture: string; context_length?: number };
+
 /**
  * Encoder or decoder, from a checkpoint's config.json (null: not a model we serve). A decoder is
  * listed only when the loader accepts its config: src/formats/hf-config.ts (`parseDecoderConfig`)
  * holds the one table of supported architectures, so the catalog never offers a folder that fails
  * to load (e.g. phi3, gemma).
  */
-export function detectKind(dir: string): { kind: ModelKind; architecture: string; context_length?: number; file?: string } | null {
+export function detectKind(dir: string): (DetectedKind & { file?: string }) | null {
   if (dir.endsWith('.gguf')) return detectGguf(dir);
   const p = join(dir, 'config.json');
   if (!existsSync(p)) {
@@ -50,6 +52,11 @@ let gguf: typeof import('../formats/gguf.ts') | null = null;
 export const ggufReaderReady: Promise<void> = import('../formats/gguf.ts').then((m) => { gguf = m; }, () => {});
 const ggufSeen = new Map<string, { stamp: string; kind: ReturnType<typeof detectGguf> }>();
 
+/** A catalog entry for a detected model. */
+function listed(id: string, dir: string, k: DetectedKind): LocalModel {
+  return { id, kind: k.kind, dir, architecture: k.architecture, context_length: k.context_length };
+}
+
 /** The `*.gguf` files directly in a folder (sorted); [] when it is not a readable folder. */
 function ggufFiles(dir: string): string[] {
   try {
@@ -59,10 +66,14 @@ function ggufFiles(dir: string): string[] {
 }
 
 /** A GGUF file's kind from its metadata (a decoder the loader accepts, else null); cached by size and mtime. */
-function detectGguf(file: string): { kind: ModelKind; architecture: string; context_length?: number } | null {
+function detectGguf(file: string): DetectedKind | null {
   if (!gguf) return null;
   let stamp: string;
-  try { const st = statSync(file); if (!st.isFile()) return null; stamp = `${st.size}:${st.mtimeMs}`; } catch { return null; }
+  try {
+    const st = statSync(file);
+    if (!st.isFile()) return null;
+    stamp = `${st.size}:${st.mtimeMs}`;
+  } catch { return null; }
   const hit = ggufSeen.get(file);
   if (hit?.stamp === stamp) return hit.kind;
   let kind: ReturnType<typeof detectGguf> = null;
@@ -118,7 +129,7 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     const out: LocalModel[] = [];
     const visit = (dir: string, id: string, depth: number) => {
       const k = id ? detectKind(dir) : null;
-      if (k) { out.push({ id, kind: k.kind, dir: k.file ?? dir, architecture: k.architecture, context_length: k.context_length }); return; }
+      if (k) { out.push(listed(id, k.file ?? dir, k)); return; }
       if (depth >= 2) return;
       for (const name of readdirSync(dir)) {
         if (name.startsWith('.')) continue;
@@ -128,7 +139,7 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
           else if (name.endsWith('.gguf')) {  // a GGUF file: a model named after the file
             const g = detectGguf(sub);
             const gid = (id ? `${id}/` : '') + basename(name, '.gguf');
-            if (g) out.push({ id: gid, kind: g.kind, dir: sub, architecture: g.architecture, context_length: g.context_length });
+            if (g) out.push(listed(gid, sub, g));
           }
         } catch { /* vanished */ }
       }
@@ -228,7 +239,7 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
       const out = [...scan()];
       for (const [id, dir] of snapshots) {
         const k = detectKind(dir);
-        if (k && !out.some((m) => m.id === id)) out.push({ id, kind: k.kind, dir: k.file ?? dir, architecture: k.architecture, context_length: k.context_length });
+        if (k && !out.some((m) => m.id === id)) out.push(listed(id, k.file ?? dir, k));
       }
       return out;
     },
@@ -317,7 +328,8 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
       const memory = [...loaded].map(([id, l]) => ({
         id, weight_bytes: l.dec?.info.weightBytes ?? 0, kv_bytes: l.dec?.info.kvCacheBytes ?? 0,
       }));
-      return { loaded: [...loaded.keys()], memory, warming: [...loading.keys(), ...[...pulls].filter(([, s]) => s.state === 'pulling').map(([k]) => k)], queue_depth: inflight };
+      const pulling = [...pulls].filter(([, s]) => s.state === 'pulling').map(([k]) => k);
+      return { loaded: [...loaded.keys()], memory, warming: [...loading.keys(), ...pulling], queue_depth: inflight };
     },
 
     async close() {

@@ -21,7 +21,9 @@ import { canDequantize, dequantizeAsync, GgufError, ggmlTypeName, unsupportedTyp
 
 const DTYPE: Partial<Record<GgmlType, 'F32' | 'F16' | 'BF16'>> = { [GgmlType.F32]: 'F32', [GgmlType.F16]: 'F16', [GgmlType.BF16]: 'BF16' };
 /** Block types the native decoder keeps quantized (its int8 kernels: native/kernels/quant*.cc). */
-export const KEPT_QUANT: Partial<Record<GgmlType, 'Q8_0' | 'Q4_K'>> = { [GgmlType.Q8_0]: 'Q8_0', [GgmlType.Q4_K]: 'Q4_K' };
+export const KEPT_QUANT: Partial<Record<GgmlType, 'Q8_0' | 'Q4_K'>> = {
+  [GgmlType.Q8_0]: 'Q8_0', [GgmlType.Q4_K]: 'Q4_K',
+};
 
 /**
  * GGUF tensors as a TensorSource. Block-quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,

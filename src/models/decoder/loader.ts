@@ -84,15 +84,18 @@ export async function buildNativeDecoder(config: DecoderConfig, src: TensorSourc
   // embedding / linear weights: block-quantized as stored where the native decoder keeps the type (Q8_0, Q4_K)
   const keep = (name: string) => (src.has(name) && src.raw?.(name)) || need(name);
   // parts of one fused weight (q;k;v, gate;up): kept quantized only when they all share one kept type
-  const keepAll = async (names: string[]) => {
+  type Stored = { dtype: string; shape: number[]; bytes: Uint8Array };
+  const keepAll = async (names: string[]): Promise<Stored[]> => {
     const raws = names.map((n) => (src.has(n) ? src.raw?.(n) : undefined));
-    if (raws.every((r) => r && r.dtype === raws[0]!.dtype)) return raws as { dtype: string; shape: number[]; bytes: Uint8Array }[];
+    if (raws.every((r) => r && r.dtype === raws[0]!.dtype)) return raws as Stored[];
     return Promise.all(names.map(need));
   };
   // Embeddings / output projection. Tied models may store either name (tinystories-656k stores only lm_head.weight).
   const embName = src.has('model.embed_tokens.weight') ? 'model.embed_tokens.weight' : src.has('lm_head.weight') && c.tieWordEmbeddings ? 'lm_head.weight' : null;
   if (!embName) throw new DecoderLoadError('checkpoint is missing tensor model.embed_tokens.weight');
-  const head: NativeWeight[] = [asWeight('embed', await keep(embName), c.vocabSize, D), asWeight('norm', await need('model.norm.weight'), 1, D)];
+  const head: NativeWeight[] = [
+    asWeight('embed', await keep(embName), c.vocabSize, D), asWeight('norm', await need('model.norm.weight'), 1, D),
+  ];
   if (!c.tieWordEmbeddings) {
     if (!src.has('lm_head.weight')) throw new DecoderLoadError('checkpoint is missing tensor lm_head.weight (tie_word_embeddings is false)');
     head.push(asWeight('lm_head', await keep('lm_head.weight'), c.vocabSize, D));
@@ -105,7 +108,7 @@ export async function buildNativeDecoder(config: DecoderConfig, src: TensorSourc
     const w: NativeWeight[] = [
       asWeight(`layers.${i}.attn_norm`, await need(p + 'input_layernorm.weight'), 1, D),
       asWeight(`layers.${i}.mlp_norm`, await need(p + 'post_attention_layernorm.weight'), 1, D),
-      concatRows(`layers.${i}.qkv`, await keepAll([p + 'self_attn.q_proj.weight', p + 'self_attn.k_proj.weight', p + 'self_attn.v_proj.weight']), D),
+      concatRows(`layers.${i}.qkv`, await keepAll(['q', 'k', 'v'].map((x) => `${p}self_attn.${x}_proj.weight`)), D),
       asWeight(`layers.${i}.o`, await keep(p + 'self_attn.o_proj.weight'), D, Nq),
       concatRows(`layers.${i}.gate_up`, await keepAll([p + 'mlp.gate_proj.weight', p + 'mlp.up_proj.weight']), D),
       asWeight(`layers.${i}.down`, await keep(p + 'mlp.down_proj.weight'), D, c.intermediateSize),
