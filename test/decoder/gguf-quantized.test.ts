@@ -2,14 +2,15 @@
 // own converter to F16 and to Q8_0. The Q8_0 model keeps its blocks (resident weight bytes within 10% of the
 // file's tensor bytes) and its greedy decoding follows the F16 run wherever the F16 margin between the best
 // and second-best logit exceeds twice the measured Q8_0-vs-F16 logit difference (so quantization cannot flip
-// the choice there).
+// the choice there). A LoRA adapter applies on top of the quantized layers (the lora-grad golden's PEFT adapter).
 import t from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { convertHfToGguf, GgufFile } from '../../src/formats/gguf.ts';
 import { loadDecoder } from '../../src/runtime/generate.ts';
-import { goldens, readCases, runChunks, shared } from './helpers.ts';
+import { SafetensorsFile } from '../../src/formats/safetensors.ts';
+import { forwardAll, goldens, maxAbs, readCases, runChunks, shared } from './helpers.ts';
 
 const src = join(shared, 'models/tinystories-656k');
 const tmp = mkdtempSync(join(tmpdir(), 'loom-q8-'));
@@ -68,4 +69,22 @@ t.test('greedy Q8_0 decoding follows F16 for 64 tokens where the margin exceeds 
     if (diverged < 0) t.pass(`${p.name}: all 64 greedy tokens equal`);
   }
   t.ok(checked >= 64, `${checked} steps with a margin above the quantization error were checked (${matched} matched)`);
+});
+
+t.test('a LoRA adapter applies on top of Q8_0 layers: its logit change matches PEFT\'s', async (t) => {
+  const dir = join(goldens, 'lora-grad');
+  const lc = readCases(dir);
+  const expected = new SafetensorsFile(join(dir, 'expected.safetensors'));
+  const path = join(tmp, 'llama-tiny-q8_0.gguf');
+  convertHfToGguf(join(dir, lc.base_model.dir), path, { outType: 'Q8_0' });  // down_proj (K = 176) stays F16
+  const m = await loadDecoder(path, { kv: { memory: '4MiB' } });
+  const info = m.loadAdapter('tuned', join(dir, lc.adapter.dir));
+  const ids: number[] = lc.sequence.input_ids;
+  const [withA, without] = await forwardAll(m.native, m.config, [ids, ids], [info.id, -1]);
+  const refWith = expected.float32(lc.expected.logits_key);
+  const refWithout = expected.float32(lc.expected.logits_without_adapter_key);
+  const got = withA.map((v, i) => v - without[i]), ref = refWith.map((v, i) => v - refWithout[i]);
+  const size = maxAbs(ref, new Float32Array(ref.length)), err = maxAbs(got, ref);
+  t.ok(size > 0.05, `the adapter moves the logits (max ${size.toFixed(3)})`);
+  t.ok(err <= 0.1 * size, `delta on Q8_0 vs PEFT's: max abs ${err.toExponential(2)} <= 10% of ${size.toFixed(3)}`);
 });
