@@ -30,6 +30,7 @@ t.test('the catalog lists a GGUF file and a folder holding one as decoders', asy
   const byId = Object.fromEntries(r.body.models.map((m: { id: string }) => [m.id, m]));
   t.match(byId['stories-q8_0'], { task_type: 'decoder', local: true, context_length: 512 });
   t.match(byId['stories-f16'], { task_type: 'decoder', local: true, context_length: 512 });
+  t.match(byId['stories-q8_0'], { supports_training: false, supports_rl: false }, 'served, not trained (yet)');
   const v1 = await call(ts.url, 'GET', '/v1/models', { key: u.key });
   t.ok(v1.body.data.some((m: { id: string }) => m.id === 'stories-q8_0'), '/v1/models lists it too');
 });
