@@ -3,7 +3,7 @@
 // in the catalog and answer on the inference endpoints with what the decoder runtime gives for the same file;
 // /health reports each loaded model's weight and KV memory (the Q8_0 file's blocks stay quantized).
 import t from 'tap';
-import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { convertHfToGguf } from '../../src/formats/gguf.ts';
@@ -19,6 +19,7 @@ convertHfToGguf(src, q8File, { outType: 'Q8_0' });
 mkdirSync(join(modelsDir, 'stories-f16'));
 convertHfToGguf(src, join(modelsDir, 'stories-f16', 'model-f16.gguf'), { outType: 'F16' });
 
+writeFileSync(join(modelsDir, 'broken.gguf'), 'not a gguf file at all');  // skipped, never a crash
 const runtime = createLocalRuntime({ modelsDir, maxLoaded: 2 });
 const ts = await startServer({ runtime, config: { modelsDir } });
 t.teardown(() => ts.close());
@@ -31,6 +32,7 @@ t.test('the catalog lists a GGUF file and a folder holding one as decoders', asy
   t.match(byId['stories-q8_0'], { task_type: 'decoder', local: true, context_length: 512 });
   t.match(byId['stories-f16'], { task_type: 'decoder', local: true, context_length: 512 });
   t.match(byId['stories-q8_0'], { supports_training: false, supports_rl: false }, 'served, not trained (yet)');
+  t.notOk(byId.broken, 'a file that is not a GGUF decoder is not listed');
   const v1 = await call(ts.url, 'GET', '/v1/models', { key: u.key });
   t.ok(v1.body.data.some((m: { id: string }) => m.id === 'stories-q8_0'), '/v1/models lists it too');
 });
