@@ -1,9 +1,12 @@
-// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32] [--kv-dtype f32|bf16|auto] [--no-llama] [--no-ours]`
+// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32] [--quant q8_0]
+//   [--dequant] [--kv-dtype f32|bf16|auto] [--no-llama] [--no-ours]`
 //
 // Our decoder vs llama.cpp (node-llama-cpp 3.21.1, bench/package.json; `npm install --prefix bench`) on the
 // same random weights with the real SmolLM2-135M and Qwen2.5-0.5B configurations (speed does not depend
 // on the weights). Both engines read the same GGUF file (F16; ours keeps it as bf16 weights with fp32
-// compute, 2 bytes per weight like llama.cpp's F16); --f32 compares f32 with an F32 GGUF instead.
+// compute, 2 bytes per weight like llama.cpp's F16); --f32 compares f32 with an F32 GGUF instead; --quant q8_0
+// writes the 2-D weights as Q8_0 blocks (ours keeps them block-quantized, native/kernels/quant*.cc), and with
+// --dequant ours dequantizes them to bf16 at load instead (how Loom loaded quantized files before).
 // Our KV cache dtype: --kv-dtype, else LOOM_KV_DTYPE, else auto (bf16 with bf16 weights, f32 with --f32);
 // llama.cpp keeps its default F16 KV cache.
 // Reported per model and engine:
@@ -120,12 +123,14 @@ class Ours {
 
 async function benchOurs(name: string, dir: string, gguf: string | null, cfg: DecoderConfig, o: Opts, bwBound: (bytes: number) => number): Promise<Row> {
   // the same GGUF file llama.cpp reads when there is one, else the safetensors checkpoint
-  const src = gguf ? (() => { const ck = loadGgufCheckpoint(gguf); return ggufTensorSource(ck.tensors, ck.tied); })() : (SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
+  const src: TensorSource = gguf ? (() => { const ck = loadGgufCheckpoint(gguf); return ggufTensorSource(ck.tensors, ck.tied); })() : (SafetensorsCheckpoint.open(dir) as unknown as TensorSource);
+  if (o.dequant) delete src.raw;  // every quantized tensor dequantized at load (to bf16)
   const model = await buildNativeDecoder(cfg, src, { dtype: o.f32 ? 'f32' : 'bf16' });
   const V = cfg.vocabSize;
   const ours = new Ours(model, cfg, o.quick ? '1GiB' : '3GiB', 512, o.kvDtype);
   const kv = ours.sched.kv;
-  const row: Row = { model: name, engine: `loom (${model.weightDtype.toLowerCase()} weights, ${kv.dtype} kv${gguf ? ', same gguf' : ''})` };
+  const wdesc = o.quant && !o.dequant ? `${o.quant} blocks` : `${model.weightDtype.toLowerCase()} weights`;
+  const row: Row = { model: name, engine: `loom (${wdesc}, ${kv.dtype} kv${gguf ? `, same ${o.quant ?? ''} gguf` : ''})` };
   progress(`${name}: loom loaded (${(model.weightBytes / 1e6).toFixed(0)} MB weights; ${kv.dtype} KV cache, ${kv.numBlocks} blocks = ${kv.capacityTokens} tokens in ${(kv.bytes / 2 ** 20).toFixed(0)} MiB)`);
   // warm-up
   await ours.run([randomTokens(32, 99, V)], 4);
@@ -160,7 +165,11 @@ async function benchOurs(name: string, dir: string, gguf: string | null, cfg: De
   row.decodeLong = (cached.n - 1) / ((cached.end - cached.ttft) / 1000);
   progress(`${name}: loom TTFT ${row.ttftUncachedMs.toFixed(0)} / ${row.ttftCachedMs.toFixed(0)} ms, decode at ${P} context ${row.decodeLong.toFixed(1)} tok/s`);
   // bandwidth bound: every linear weight once per token (the embedding table contributes one row)
-  const bytes = model.weightBytes - cfg.vocabSize * cfg.hiddenSize * (model.weightDtype === 'BF16' ? 2 : 4);
+  // weights read per token: all of them but the embedding table (block-quantized: the table is lm_head's blocks
+  // when tied, so nothing to take off then)
+  const embBytes = o.quant && !o.dequant ? (cfg.tieWordEmbeddings ? 0 : cfg.vocabSize * cfg.hiddenSize * 34 / 32)
+    : cfg.vocabSize * cfg.hiddenSize * (model.weightDtype === 'BF16' ? 2 : 4);
+  const bytes = model.weightBytes - embBytes;
   row.boundTokS = bwBound(bytes);
   if (P !== 4096) row.note = `TTFT prefix ${P} tokens (--quick)`;
   return row;
@@ -182,7 +191,7 @@ async function benchLlamaCpp(lib: Any, name: string, gguf: string, cfg: DecoderC
   const V = cfg.vocabSize;
   const llama = await lib.getLlama({ gpu: false, build: 'never', logLevel: 'error', maxThreads: o.threads });
   const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0 });
-  const row: Row = { model: name, engine: `llama.cpp (${o.f32 ? 'F32' : 'F16'} gguf)` };
+  const row: Row = { model: name, engine: `llama.cpp (${o.quant ? o.quant.toUpperCase() : o.f32 ? 'F32' : 'F16'} gguf)` };
   const P = o.quick ? 1024 : 4096;
   const mk = async (sequences: number, contextSize: number) =>
     model.createContext({ sequences, contextSize, batchSize: 512, threads: { ideal: o.threads, min: o.threads }, flashAttention: false });
@@ -244,6 +253,10 @@ interface Opts {
   json: boolean;
   threads: number;
   f32: boolean;
+  /** write the GGUF's 2-D weights in this block type (Q8_0 only so far) */
+  quant?: 'q8_0';
+  /** ours dequantizes the quantized weights to bf16 at load (the behaviour before quant kernels) */
+  dequant: boolean;
   kvDtype?: KvDtypeOption;
   llama: boolean;
   ours: boolean;
@@ -260,6 +273,8 @@ export async function run(argv: string[]): Promise<void> {
     json: argv.includes('--json'),
     threads: Number(flag(argv, '--threads') ?? cpus().length),
     f32: argv.includes('--f32'),
+    quant: flag(argv, '--quant') as 'q8_0' | undefined,
+    dequant: argv.includes('--dequant'),
     kvDtype: flag(argv, '--kv-dtype') as KvDtypeOption | undefined,
     llama: !argv.includes('--no-llama'),
     ours: !argv.includes('--no-ours'),
@@ -274,6 +289,7 @@ export async function run(argv: string[]): Promise<void> {
       process.exitCode = 1;
     }
   });
+  if (o.quant && o.quant !== 'q8_0') throw new Error(`--quant ${o.quant}: only q8_0 is written so far`);
   const bw = copyBandwidth();
   const bound = (bytes: number) => bw / 2 / bytes; // copy moves 2 bytes per byte read
   console.log(`decode bench: ${o.threads} threads, copy bandwidth ${(bw / 1e9).toFixed(1)} GB/s (read+write)${o.quick ? ', --quick' : ''}`);
@@ -284,7 +300,8 @@ export async function run(argv: string[]): Promise<void> {
     if (!CONFIGS[name]) throw new Error(`unknown model ${name}; available: ${Object.keys(CONFIGS).join(', ')}`);
     const dir = ensureRandomCheckpoint(name);
     const cfg = loadDecoderConfig(dir);
-    const gguf = lib ? writeGgufFromCheckpoint(dir, CONFIGS[name], join(CACHE, `${name}.${o.f32 ? 'f32' : 'f16'}.gguf`), o.f32 ? 'F32' : 'F16') : null;
+    const gtype = o.quant === 'q8_0' ? 'Q8_0' : o.f32 ? 'F32' : 'F16';
+    const gguf = lib || o.quant ? writeGgufFromCheckpoint(dir, CONFIGS[name], join(CACHE, `${name}.${gtype.toLowerCase()}.gguf`), gtype) : null;
     const r: Row = o.ours ? await benchOurs(name, dir, gguf, cfg, o, bound) : { model: name, engine: 'loom (skipped: --no-ours)' };
     rows.push(r);
     if (o.json) console.log(JSON.stringify(r));

@@ -1,10 +1,11 @@
 // Minimal GGUF v3 writer for the decode benchmark: writes a random-weight checkpoint (bench/decode/models.ts)
-// as a llama.cpp model file (F16 or F32 matrices, F32 norms/biases) with a synthetic SentencePiece-style
+// as a llama.cpp model file (F16, F32 or Q8_0 matrices, F32 norms/biases) with a synthetic SentencePiece-style
 // vocabulary (<unk>, <s>, </s>, 256 byte tokens, fillers) so llama.cpp accepts it. Speed-only: the
 // rotary layout permutation that HF→GGUF converters apply to Llama q/k is skipped (weights are random).
 // When src/formats/gguf.ts (the project's GGUF reader/writer) offers a writer this file can go.
 import { closeSync, existsSync, openSync, renameSync, writeSync } from 'node:fs';
 import { SafetensorsCheckpoint, toFloat32 } from '../../src/formats/safetensors.ts';
+import { quantizeQ8_0 } from '../../src/formats/gguf.ts';
 
 const T_U32 = 4, T_I32 = 5, T_F32 = 6, T_STR = 8, T_ARR = 9;
 
@@ -43,7 +44,7 @@ function f32ToF16(src: Float32Array): Uint16Array {
   return out;
 }
 
-export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown>, path: string, dtype: 'F16' | 'F32'): string {
+export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown>, path: string, dtype: 'F16' | 'F32' | 'Q8_0'): string {
   if (existsSync(path)) return path;
   const ck = SafetensorsCheckpoint.open(dir);
   const arch = cfg.model_type === 'qwen2' ? 'qwen2' : 'llama';
@@ -78,7 +79,7 @@ export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown
   kvU32(`${arch}.rope.dimension_count`, Dh);
   kvF32(`${arch}.rope.freq_base`, cfg.rope_theta as number);
   kvF32(`${arch}.attention.layer_norm_rms_epsilon`, cfg.rms_norm_eps as number);
-  kvU32('general.file_type', dtype === 'F16' ? 1 : 0);
+  kvU32('general.file_type', dtype === 'F16' ? 1 : dtype === 'Q8_0' ? 7 : 0);
   // vocabulary
   kvStr('tokenizer.ggml.model', 'llama');
   const toks: string[] = ['<unk>', '<s>', '</s>'];
@@ -100,11 +101,11 @@ export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown
     const t = ck.get(h);
     const mat = t.shape.length === 2;
     const n = t.shape.reduce((a, b) => a * b, 1);
-    const bytes = n * (mat && dtype === 'F16' ? 2 : 4);
+    const bytes = !mat || dtype === 'F32' ? n * 4 : dtype === 'F16' ? n * 2 : (n / 32) * 34;
     infos.str(g);
     infos.u32(t.shape.length);
     for (const d of [...t.shape].reverse()) infos.u64(d);
-    infos.u32(mat && dtype === 'F16' ? 1 : 0);
+    infos.u32(!mat || dtype === 'F32' ? 0 : dtype === 'F16' ? 1 : 8);
     infos.u64(off);
     datas.push({ name: g, src: h, mat });
     sizes.push(bytes);
@@ -122,7 +123,7 @@ export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown
   w(new Uint8Array((32 - (pos % 32)) % 32));
   datas.forEach((d, i) => {
     const f = toFloat32(ck.get(d.src));
-    const arr = d.mat && dtype === 'F16' ? f32ToF16(f) : Float32Array.from(f);
+    const arr = !d.mat || dtype === 'F32' ? Float32Array.from(f) : dtype === 'F16' ? f32ToF16(f) : quantizeQ8_0(Float32Array.from(f));
     const u8 = new Uint8Array(arr.buffer, arr.byteOffset, arr.byteLength);
     w(u8);
     w(new Uint8Array(Math.ceil(sizes[i] / 32) * 32 - sizes[i]));

@@ -136,7 +136,7 @@ size_t dtype_size(DType t) {
     case DType::F16: case DType::BF16: return 2;
     case DType::I64: return 8;
     case DType::U8: return 1;
-    case DType::Q8_0: return 0;
+    case DType::Q8_0: case DType::Q4_K: return 0;
   }
   return 0;
 }
@@ -150,6 +150,7 @@ const char* dtype_name(DType t) {
     case DType::I64: return "i64";
     case DType::U8: return "u8";
     case DType::Q8_0: return "q8_0";
+    case DType::Q4_K: return "q4_k";
   }
   return "?";
 }

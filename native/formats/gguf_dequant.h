@@ -18,6 +18,20 @@ enum GgmlBlockType : int {
 
 constexpr int64_t QK_K = 256;
 
+// Q4_K / Q5_K: 8 sub-blocks with a 6-bit scale and a 6-bit min each, packed in 12 bytes:
+//   bytes 0-3: scale j (j < 4) in the low 6 bits, bits 4-5 of scale j+4 in the top 2
+//   bytes 4-7: min j (j < 4) in the low 6 bits, bits 4-5 of min j+4 in the top 2
+//   bytes 8-11: low 4 bits of scale j+4 (low nibble) and of min j+4 (high nibble)
+inline void scale_min_k4(int j, const uint8_t* s, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
 // One function per type: n values (a multiple of the type's block size) from consecutive blocks at src
 // to float32 at dst. Plain single-threaded loops.
 void dequant_q4_0(const uint8_t* src, float* dst, int64_t n);

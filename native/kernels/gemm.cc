@@ -7,6 +7,7 @@
 #include <string>
 #include "gemm_internal.h"
 #include "loom/dispatch.h"
+#include "loom/quant.h"
 
 namespace loom {
 
@@ -248,6 +249,20 @@ void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_
 PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int64_t ldw) {
   if (N <= 0 || K <= 0) throw std::invalid_argument("weight_pack: N and K must be positive");
   if (ldw < K) throw std::invalid_argument("weight_pack: ldw < K");
+  if (quant_supported(wtype)) {  // block-quantized rows are kept as they are (ldw counts values, as K)
+    if (K % quant_block_values(wtype) != 0 || ldw % quant_block_values(wtype) != 0)
+      throw std::invalid_argument("weight_pack: K is not a multiple of the quantization block");
+    auto* p = new PackedWeight();
+    p->stored = wtype;
+    p->N = N;
+    p->K = K;
+    const size_t rb = quant_row_bytes(wtype, K), ldb = quant_row_bytes(wtype, ldw);
+    p->bytes = size_t(N) * rb;
+    p->data = aligned_malloc(std::max<size_t>(p->bytes, 64));
+    const uint8_t* src = static_cast<const uint8_t*>(w);
+    for (int64_t n = 0; n < N; n++) std::memcpy(static_cast<uint8_t*>(p->data) + size_t(n) * rb, src + size_t(n) * ldb, rb);
+    return p;
+  }
   if (wtype != DType::F32 && wtype != DType::BF16 && wtype != DType::F16)
     throw std::invalid_argument(std::string("weight_pack: unsupported weight dtype ") + dtype_name(wtype));
   LOOM_DISPATCH(weight_pack, wtype, N, K, w, ldw);
@@ -257,12 +272,15 @@ void weight_free(PackedWeight* p) { delete p; }
 int64_t weight_rows(const PackedWeight* p) { return p->N; }
 int64_t weight_cols(const PackedWeight* p) { return p->K; }
 size_t weight_bytes(const PackedWeight* p) { return p->bytes; }
+const void* weight_quant_data(const PackedWeight* p) { return quant_supported(p->stored) ? p->data : nullptr; }
 
 void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
                    int64_t ldy, float beta) {
   if (M < 0) throw std::invalid_argument("linear_packed: negative M");
   if (M == 0) return;
   if (w->nr == 0) {  // plain row-major copy: the unpacked kernels of the active ISA
+    if (quant_supported(w->stored))
+      return linear_quant(w->stored, M, w->N, w->K, x, ldx, w->data, bias, y, ldy, beta);
     if (w->stored == DType::BF16)
       return linear_bf16(M, w->N, w->K, x, ldx, static_cast<const uint16_t*>(w->data), w->K, bias, y, ldy, beta);
     return linear_f32(M, w->N, w->K, x, ldx, static_cast<const float*>(w->data), w->K, bias, y, ldy, beta);

@@ -20,7 +20,7 @@ namespace loom {
 //            contiguous: the micro-kernels stream it directly, and KC blocking is just an offset.
 struct PackedWeight {
   Isa isa = Isa::Portable;
-  DType stored = DType::F32;  // element type of data: F32 or BF16
+  DType stored = DType::F32;  // element type of data: F32 or BF16, or Q8_0 / Q4_K rows of blocks (nr == 0)
   int64_t N = 0, K = 0;
   int nr = 0;
   void* data = nullptr;

@@ -1,5 +1,6 @@
 // Llama-family decoder forward over a paged KV cache (see llama.h for shapes).
 #include "llama.h"
+#include "loom/quant.h"
 
 #include <algorithm>
 #include <cmath>
@@ -238,8 +239,10 @@ static std::vector<float> to_f32(DType t, const void* data, int64_t n) {
 }
 
 // Packs a (rows, cols) matrix in the model's weight dtype: bf16 stays bf16 when the model keeps
-// bf16; anything else is widened to f32 (and rounded to bf16 when the model keeps bf16).
+// bf16; Q8_0 / Q4_K blocks are kept as they are (loom/quant.h); anything else is widened to f32
+// (and rounded to bf16 when the model keeps bf16).
 static PackedWeight* pack(DType keep, DType src, const void* data, int64_t rows, int64_t cols) {
+  if (quant_supported(src)) return weight_pack(src, rows, cols, data, cols);  // Q8_0 / Q4_K stay block-quantized
   if (keep == DType::BF16 && src == DType::BF16) return weight_pack(DType::BF16, rows, cols, data, cols);
   if (keep == DType::F32 && src == DType::F32) return weight_pack(DType::F32, rows, cols, data, cols);
   std::vector<float> f = to_f32(src, data, rows * cols);
@@ -272,7 +275,12 @@ void Model::set_weight(const std::string& name, DType src, const void* data, int
     expect(c.vocab, D);
     aligned_free(embed_);
     embed_ = nullptr;
-    if (c.weight_dtype == DType::BF16 && src == DType::BF16) {
+    if (quant_supported(src)) {  // kept as blocks: rows are dequantized when looked up
+      embed_dtype_ = src;
+      const size_t n = size_t(c.vocab) * quant_row_bytes(src, D);
+      embed_ = aligned_malloc(n);
+      std::memcpy(embed_, data, n);
+    } else if (c.weight_dtype == DType::BF16 && src == DType::BF16) {
       embed_dtype_ = DType::BF16;
       embed_ = aligned_malloc(size_t(c.vocab * D) * 2);
       std::memcpy(embed_, data, size_t(c.vocab * D) * 2);
@@ -328,12 +336,19 @@ void Model::finalize() {
   if (!lm_head_) {
     // tied embeddings: the output projection is the embedding table
     lm_head_ = weight_pack(embed_dtype_, c.vocab, c.hidden, embed_, c.hidden);
+    if (quant_supported(embed_dtype_)) {  // one copy of the blocks: lookups read lm_head's rows
+      aligned_free(embed_);
+      embed_ = nullptr;
+      embed_shared_ = true;
+    }
   }
   finalized_ = true;
 }
 
 size_t Model::weight_bytes() const {
-  size_t n = size_t(cfg_.vocab * cfg_.hidden) * dtype_size(embed_dtype_);
+  const bool q = quant_supported(embed_dtype_);
+  size_t n = q ? (embed_shared_ ? 0 : size_t(cfg_.vocab) * quant_row_bytes(embed_dtype_, cfg_.hidden))
+               : size_t(cfg_.vocab * cfg_.hidden) * dtype_size(embed_dtype_);
   if (lm_head_) n += loom::weight_bytes(lm_head_);
   for (const auto& l : layers_)
     for (const PackedWeight* p : {l.qkv, l.o, l.gate_up, l.down})
@@ -392,7 +407,18 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
   float* gu = gu_.data();
   float* act = act_.data();
 
-  embedding_fwd(T, D, b.tokens, embed_dtype_, embed_, x);  // x (T, D)
+  if (quant_supported(embed_dtype_)) {  // x (T, D): rows of the block-quantized table, dequantized
+    const void* table = embed_shared_ ? weight_quant_data(lm_head_) : embed_;
+    const size_t rb = quant_row_bytes(embed_dtype_, D);
+    for (int64_t t = 0; t < T; t++) {
+      const int64_t id = b.tokens[t];
+      if (id < 0 || id >= c.vocab)
+        throw std::invalid_argument("llama: token id " + std::to_string(id) + " out of range");
+      quant_dequantize_rows(embed_dtype_, 1, D, static_cast<const uint8_t*>(table) + size_t(id) * rb, x + t * D);
+    }
+  } else {
+    embedding_fwd(T, D, b.tokens, embed_dtype_, embed_, x);  // x (T, D)
+  }
 
   const int64_t bs = kv.block_size;
   for (int64_t l = 0; l < c.layers; l++) {

@@ -130,7 +130,7 @@ class Model {
   // Sets one tensor. Names: embed (V,D), lm_head (V,D), norm (D), and per layer i:
   // layers.i.{attn_norm, mlp_norm} (D), layers.i.qkv (q;k;v rows), layers.i.qkv_bias,
   // layers.i.o, layers.i.gate_up (gate;up rows), layers.i.down.
-  // src_dtype: F32 / F16 / BF16 raw data of rows x cols.
+  // src_dtype: F32 / F16 / BF16 raw data of rows x cols, or Q8_0 / Q4_K rows of blocks (kept quantized).
   void set_weight(const std::string& name, DType src_dtype, const void* data, int64_t rows, int64_t cols);
   // Throws if a required tensor is missing; ties lm_head to embed when absent.
   void finalize();
@@ -142,7 +142,8 @@ class Model {
  private:
   Config cfg_;
   DType embed_dtype_ = DType::F32;
-  void* embed_ = nullptr;  // (V, D) aligned, F32 or BF16
+  void* embed_ = nullptr;  // (V, D) aligned, F32 or BF16, or rows of Q8_0 / Q4_K blocks
+  bool embed_shared_ = false;  // tied and block-quantized: the table is lm_head_'s rows (embed_ is null)
   PackedWeight* lm_head_ = nullptr;
   std::vector<float> norm_;
   std::vector<float> inv_freq_;  // (Dh/2) RoPE frequencies, scaling applied

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include "../models/llama.h"
+#include "loom/quant.h"
 #include "napi_util.h"
 
 namespace loom::napi {
@@ -58,7 +59,9 @@ DType dtype_arg(const Napi::Value& v, const char* name) {
   if (s == "F32") return DType::F32;
   if (s == "F16") return DType::F16;
   if (s == "BF16") return DType::BF16;
-  throw_type(v.Env(), std::string(name) + ": unsupported dtype " + s + " (F32, F16, BF16)");
+  if (s == "Q8_0") return DType::Q8_0;
+  if (s == "Q4_K") return DType::Q4_K;
+  throw_type(v.Env(), std::string(name) + ": unsupported dtype " + s + " (F32, F16, BF16, Q8_0, Q4_K)");
 }
 
 Napi::Value LlamaCreate(const Napi::CallbackInfo& info) {
@@ -133,7 +136,12 @@ Napi::Value LlamaLoadWeights(const Napi::CallbackInfo& info) {
       have += d.length;
       keep.push_back(std::move(d.ref));
     }
-    size_t need = size_t(it.rows * it.cols) * dtype_size(it.dtype);
+    const bool quant = quant_supported(it.dtype);
+    if (quant && (it.cols <= 0 || it.cols % quant_block_values(it.dtype) != 0))
+      throw_range(env, "weight " + it.name + ": " + std::to_string(it.cols) + " columns is not a multiple of the " +
+                           dtype_name(it.dtype) + " block");
+    size_t need = quant ? size_t(it.rows) * quant_row_bytes(it.dtype, it.cols)
+                        : size_t(it.rows * it.cols) * dtype_size(it.dtype);
     if (it.rows <= 0 || it.cols <= 0 || have != need)
       throw_range(env, "weight " + it.name + ": " + std::to_string(have) + " bytes for (" +
                            std::to_string(it.rows) + ", " + std::to_string(it.cols) + ") " + dtype_name(it.dtype));

@@ -21,7 +21,10 @@ export function systemRoutes(state: { draining: boolean }): RouteDef[] {
           try { services.store.db.dbs.meta.get('schema_version'); storeOk = true; } catch { storeOk = false; }
         }
         const ok = storeOk && !state.draining;
-        const body = { status: ok ? 'ok' : state.draining ? 'draining' : 'degraded', store: storeOk ? 'ok' : 'error', models_loaded: rt.loaded, models_warming: rt.warming, queue_depth: rt.queue_depth };
+        const body = {
+          status: ok ? 'ok' : state.draining ? 'draining' : 'degraded', store: storeOk ? 'ok' : 'error',
+          models_loaded: rt.loaded, models_memory: rt.memory ?? [], models_warming: rt.warming, queue_depth: rt.queue_depth,
+        };
         return ok ? body : reply(503, body);
       },
     },

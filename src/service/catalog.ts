@@ -93,9 +93,11 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
     }
     for (const l of local) {
       const cur = m.get(l.id);
+      const gguf = l.dir.endsWith('.gguf');  // served, not trained: the trainers read Hugging Face folders
       m.set(l.id, cur ? { ...cur, local: true } : {
         id: l.id, name: l.id, task_type: l.kind, description: `${l.architecture ?? l.kind} model on disk`,
-        supports_inference: true, supports_on_demand_inference: true, supports_training: true, supports_rl: l.kind === 'decoder',
+        supports_inference: true, supports_on_demand_inference: true, supports_training: !gguf,
+        supports_rl: l.kind === 'decoder' && !gguf,
         caching_family: l.kind === 'decoder' ? 'automatic_half' : 'none', pricing: DEFAULT_PRICING[l.kind],
         context_length: l.context_length ?? null, local: true, hf_repo: null, blocked_regions: [], source: 'local', provider: 'local',
       });

@@ -5,8 +5,13 @@
 // and reports `warming` (425 + Retry-After, with progress) while it pulls and loads; a failed pull
 // answers 503 for a minute. The native modules are imported lazily, so a build without them still
 // serves everything else and answers with the error here.
+//
+// GGUF files are models too: a `*.gguf` file in the models folder is listed as its file name without
+// `.gguf`, a folder (or a cached Hugging Face snapshot) without config.json that holds exactly one `*.gguf`
+// file as the folder's id; the decoder config comes from the file's metadata (src/formats/gguf.ts, imported
+// lazily as it needs the native addon) and `dir` is the file itself, which loadDecoder opens.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { EncoderModel } from '../models/encoder/index.ts';
 import type { DecoderModel } from '../runtime/generate.ts';
 import { cachedSnapshot, pullModel } from '../runtime/hub.ts';
@@ -15,15 +20,22 @@ import type { EmbedOutput, EncoderSchema, ExtractOptions, ExtractOutput, Generat
 
 interface Loaded { kind: ModelKind; enc?: EncoderModel; dec?: DecoderModel; adapter?: string; lastUsed: number }
 
+type DetectedKind = { kind: ModelKind; architecture: string; context_length?: number };
+
 /**
  * Encoder or decoder, from a checkpoint's config.json (null: not a model we serve). A decoder is
  * listed only when the loader accepts its config: src/formats/hf-config.ts (`parseDecoderConfig`)
  * holds the one table of supported architectures, so the catalog never offers a folder that fails
  * to load (e.g. phi3, gemma).
  */
-export function detectKind(dir: string): { kind: ModelKind; architecture: string; context_length?: number } | null {
+export function detectKind(dir: string): (DetectedKind & { file?: string }) | null {
+  if (dir.endsWith('.gguf')) return detectGguf(dir);
   const p = join(dir, 'config.json');
-  if (!existsSync(p)) return null;
+  if (!existsSync(p)) {
+    const files = ggufFiles(dir);
+    const k = files.length === 1 ? detectGguf(files[0]) : null;
+    return k && { ...k, file: files[0] };
+  }
   let cfg: Record<string, unknown>;
   try { cfg = JSON.parse(readFileSync(p, 'utf8')); } catch { return null; }
   const archs = (cfg.architectures as string[] | undefined) ?? [];
@@ -33,6 +45,45 @@ export function detectKind(dir: string): { kind: ModelKind; architecture: string
   let dec: DecoderConfig;
   try { dec = parseDecoderConfig(cfg, p); } catch { return null; }
   return { kind: 'decoder', architecture: dec.modelType, context_length: dec.maxPositionEmbeddings };
+}
+
+let gguf: typeof import('../formats/gguf.ts') | null = null;
+/** Settles when the GGUF reader is imported (or failed to: no native addon, so no GGUF models). */
+export const ggufReaderReady: Promise<void> = import('../formats/gguf.ts').then((m) => { gguf = m; }, () => {});
+const ggufSeen = new Map<string, { stamp: string; kind: ReturnType<typeof detectGguf> }>();
+
+/** A catalog entry for a detected model. */
+function listed(id: string, dir: string, k: DetectedKind): LocalModel {
+  return { id, kind: k.kind, dir, architecture: k.architecture, context_length: k.context_length };
+}
+
+/** The `*.gguf` files directly in a folder (sorted); [] when it is not a readable folder. */
+function ggufFiles(dir: string): string[] {
+  try {
+    return readdirSync(dir).filter((n) => n.endsWith('.gguf') && !n.startsWith('.')).sort().map((n) => join(dir, n))
+      .filter((f) => statSync(f).isFile());
+  } catch { return []; }
+}
+
+/** A GGUF file's kind from its metadata (a decoder the loader accepts, else null); cached by size and mtime. */
+function detectGguf(file: string): DetectedKind | null {
+  if (!gguf) return null;
+  let stamp: string;
+  try {
+    const st = statSync(file);
+    if (!st.isFile()) return null;
+    stamp = `${st.size}:${st.mtimeMs}`;
+  } catch { return null; }
+  const hit = ggufSeen.get(file);
+  if (hit?.stamp === stamp) return hit.kind;
+  let kind: ReturnType<typeof detectGguf> = null;
+  try {
+    const f = new gguf.GgufFile(file);
+    const dec = parseDecoderConfig(gguf.ggufToHfConfig(f.metadataObject()), file);
+    kind = { kind: 'decoder', architecture: dec.modelType, context_length: dec.maxPositionEmbeddings };
+  } catch { kind = null; }
+  ggufSeen.set(file, { stamp, kind });
+  return kind;
 }
 
 /**
@@ -77,13 +128,20 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     if (Date.now() - scannedAt < 1000) return local;
     const out: LocalModel[] = [];
     const visit = (dir: string, id: string, depth: number) => {
-      const k = detectKind(dir);
-      if (k) { out.push({ id, kind: k.kind, dir, architecture: k.architecture, context_length: k.context_length }); return; }
+      const k = id ? detectKind(dir) : null;
+      if (k) { out.push(listed(id, k.file ?? dir, k)); return; }
       if (depth >= 2) return;
       for (const name of readdirSync(dir)) {
         if (name.startsWith('.')) continue;
         const sub = join(dir, name);
-        try { if (statSync(sub).isDirectory()) visit(sub, id ? `${id}/${name}` : name, depth + 1); } catch { /* vanished */ }
+        try {
+          if (statSync(sub).isDirectory()) visit(sub, id ? `${id}/${name}` : name, depth + 1);
+          else if (name.endsWith('.gguf')) {  // a GGUF file: a model named after the file
+            const g = detectGguf(sub);
+            const gid = (id ? `${id}/` : '') + basename(name, '.gguf');
+            if (g) out.push(listed(gid, sub, g));
+          }
+        } catch { /* vanished */ }
       }
     };
     if (existsSync(opts.modelsDir)) visit(opts.modelsDir, '', 0);
@@ -101,7 +159,8 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     if (!/^[\w.-]+\/[\w.-]+$/.test(id)) return undefined;
     try {
       const snap = cachedSnapshot(id);
-      if (snap && detectKind(snap)) { snapshots.set(id, snap); return snap; }
+      const k = snap ? detectKind(snap) : null;
+      if (snap && k) { const d = k.file ?? snap; snapshots.set(id, d); return d; }
     } catch { /* not a cached repository */ }
     return undefined;
   }
@@ -118,6 +177,7 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
   }
 
   async function load(ref: ModelRef): Promise<Loaded> {
+    await ggufReaderReady;
     const k = keyOf(ref);
     const hit = loaded.get(k);
     if (hit) { hit.lastUsed = Date.now(); return hit; }
@@ -175,10 +235,11 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
 
   return {
     async listLocal() {
+      await ggufReaderReady;
       const out = [...scan()];
       for (const [id, dir] of snapshots) {
         const k = detectKind(dir);
-        if (k && !out.some((m) => m.id === id)) out.push({ id, kind: k.kind, dir, architecture: k.architecture, context_length: k.context_length });
+        if (k && !out.some((m) => m.id === id)) out.push(listed(id, k.file ?? dir, k));
       }
       return out;
     },
@@ -264,7 +325,11 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     },
 
     stats() {
-      return { loaded: [...loaded.keys()], warming: [...loading.keys(), ...[...pulls].filter(([, s]) => s.state === 'pulling').map(([k]) => k)], queue_depth: inflight };
+      const memory = [...loaded].map(([id, l]) => ({
+        id, weight_bytes: l.dec?.info.weightBytes ?? 0, kv_bytes: l.dec?.info.kvCacheBytes ?? 0,
+      }));
+      const pulling = [...pulls].filter(([, s]) => s.state === 'pulling').map(([k]) => k);
+      return { loaded: [...loaded.keys()], memory, warming: [...loading.keys(), ...pulling], queue_depth: inflight };
     },
 
     async close() {

@@ -40,6 +40,8 @@ export type ModelStatus =
   /** the runtime or the model source is down (503) */
   | { state: 'unavailable'; reason: string };
 
+export interface ModelMemory { id: string; weight_bytes: number; kv_bytes: number }
+
 export interface LocalModel {
   id: string;
   kind: ModelKind;
@@ -141,7 +143,9 @@ export interface ModelRuntime {
   /** mean-pooled embeddings */
   embed(ref: ModelRef, texts: string[], opts?: { dimensions?: number }): Promise<EmbedOutput>;
   /** queue depth and loaded models, for /metrics and /health */
-  stats(): { loaded: string[]; warming: string[]; queue_depth: number };
+  /** `memory`: per loaded decoder, its resident weight bytes (as kept: block-quantized GGUF weights count their blocks)
+   * and its KV cache bytes (0 for encoders). */
+  stats(): { loaded: string[]; warming: string[]; queue_depth: number; memory?: ModelMemory[] };
   close(): Promise<void>;
 }
 

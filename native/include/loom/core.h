@@ -53,8 +53,8 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t beg
 // ---------------------------------------------------------------------------------------------
 // Numeric helpers
 // ---------------------------------------------------------------------------------------------
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, I32 = 3, I64 = 4, U8 = 5, Q8_0 = 6 };
-size_t dtype_size(DType t);  // bytes per element (Q8_0: not elementwise; returns 0)
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, I32 = 3, I64 = 4, U8 = 5, Q8_0 = 6, Q4_K = 7 };
+size_t dtype_size(DType t);  // bytes per element (Q8_0, Q4_K: not elementwise; returns 0)
 const char* dtype_name(DType t);
 
 inline float bf16_to_f32(uint16_t h) {

@@ -49,6 +49,9 @@ void weight_free(PackedWeight* p);
 int64_t weight_rows(const PackedWeight* p);  // N
 int64_t weight_cols(const PackedWeight* p);  // K
 size_t weight_bytes(const PackedWeight* p);
+// Q8_0 / Q4_K (wtype of weight_pack): rows of blocks kept as given, products by linear_quant (loom/quant.h).
+// The rows of blocks of such a weight (nullptr for other weights).
+const void* weight_quant_data(const PackedWeight* p);
 // y[M,N] = beta*y + x[M,K] · Wᵀ (+ bias)
 void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
                    int64_t ldy, float beta = 0.0f);

@@ -1,7 +1,8 @@
 // GGUF decoders (llama.cpp / Ollama files) as a TensorSource for the native loader: tensors come
 // from src/formats/gguf.ts under Hugging Face names (Llama q/k rows un-permuted there); F32/F16/BF16
-// are used as stored, quantized types (Q8_0, ...) are dequantized to F32 at load time (and rounded
-// to bf16 when the model keeps bf16).
+// are used as stored; Q8_0 and Q4_K embedding / linear weights are handed over as stored (`raw`) and kept
+// block-quantized by the native decoder; other quantized types (Q4_0, Q5_K, Q6_K, ...) are dequantized to
+// F32 at load time (and rounded to bf16 when the model keeps bf16).
 //
 // Tokenizer: a tokenizer.json in `tokenizerDir` or in the file's folder (with the tokenizer_config.json /
 // generation_config.json beside it) is used when present, as for a model folder. Otherwise the vocabulary
@@ -19,6 +20,10 @@ import type { TensorSource } from './loader.ts';
 import { canDequantize, dequantizeAsync, GgufError, ggmlTypeName, unsupportedTypeError } from '../../formats/gguf.ts';
 
 const DTYPE: Partial<Record<GgmlType, 'F32' | 'F16' | 'BF16'>> = { [GgmlType.F32]: 'F32', [GgmlType.F16]: 'F16', [GgmlType.BF16]: 'BF16' };
+/** Block types the native decoder keeps quantized (its int8 kernels: native/kernels/quant*.cc). */
+export const KEPT_QUANT: Partial<Record<GgmlType, 'Q8_0' | 'Q4_K'>> = {
+  [GgmlType.Q8_0]: 'Q8_0', [GgmlType.Q4_K]: 'Q4_K',
+};
 
 /**
  * GGUF tensors as a TensorSource. Block-quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
@@ -44,6 +49,11 @@ export function ggufTensorSource(tensors: Map<string, GgufTensorInfo>, tied: boo
     has: (name) => tensors.has(name) && !(tied && name === 'lm_head.weight'),
     dtype: (name) => DTYPE[find(name).type] ?? 'F32',
     quantized: (name) => !DTYPE[find(name).type],
+    raw: (name) => {
+      const t = find(name);
+      const dtype = KEPT_QUANT[t.type];
+      return dtype && t.shape.length === 2 ? { dtype, shape: t.shape, bytes: t.bytes } : undefined;
+    },
     get: (name) => {
       const t = find(name);
       const dtype = DTYPE[t.type];

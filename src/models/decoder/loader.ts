@@ -15,6 +15,9 @@ export interface TensorSource {
   quantized?(name: string): boolean;
   /** Optional: `get` without blocking the event loop (GGUF: dequantization runs off the main thread). */
   getAsync?(name: string): Promise<{ dtype: string; shape: number[]; bytes: Uint8Array }>;
+  /** Optional: the tensor as stored when the native decoder keeps its type block-quantized (GGUF Q8_0, Q4_K:
+   * dtype 'Q8_0' / 'Q4_K', bytes the rows of blocks); undefined otherwise (then `get` it). */
+  raw?(name: string): { dtype: string; shape: number[]; bytes: Uint8Array } | undefined;
 }
 
 export interface LoadOptions {
@@ -28,9 +31,11 @@ export class DecoderLoadError extends Error {
   override name = 'DecoderLoadError';
 }
 
-/** The dtypes the native loader takes (quantized sources are dequantized before they get here). */
+/** The dtypes the native loader takes: F32, F16, BF16, and Q8_0 / Q4_K rows of blocks for the embedding and linear
+ * weights (other quantized types are dequantized before they get here). */
 function weightDtype(name: string, dtype: string): WeightDtype {
-  if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16') throw new DecoderLoadError(`tensor for ${name} has dtype ${dtype}; expected F32, F16 or BF16`);
+  if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16' && dtype !== 'Q8_0' && dtype !== 'Q4_K')
+    throw new DecoderLoadError(`tensor for ${name} has dtype ${dtype}; expected F32, F16, BF16, Q8_0 or Q4_K`);
   return dtype;
 }
 
@@ -42,7 +47,8 @@ function asWeight(name: string, t: { dtype: string; shape: number[]; bytes: Uint
   return { name, dtype, data: t.bytes, rows, cols };
 }
 
-/** Tensors joined along rows (they must share a dtype); the native loader joins the parts in its worker. */
+/** Tensors joined along rows (they must share a dtype: a mix of stored types is read dequantized); the native
+ * loader joins the parts in its worker. */
 function concatRows(name: string, parts: { dtype: string; shape: number[]; bytes: Uint8Array }[], cols: number): NativeWeight {
   const dtype = parts[0].dtype;
   let rows = 0;
@@ -75,13 +81,24 @@ export async function buildNativeDecoder(config: DecoderConfig, src: TensorSourc
     if (!src.has(name)) throw new DecoderLoadError(`checkpoint is missing tensor ${name}`);
     return read(name);
   };
+  // embedding / linear weights: block-quantized as stored where the native decoder keeps the type (Q8_0, Q4_K)
+  const keep = (name: string) => (src.has(name) && src.raw?.(name)) || need(name);
+  // parts of one fused weight (q;k;v, gate;up): kept quantized only when they all share one kept type
+  type Stored = { dtype: string; shape: number[]; bytes: Uint8Array };
+  const keepAll = async (names: string[]): Promise<Stored[]> => {
+    const raws = names.map((n) => (src.has(n) ? src.raw?.(n) : undefined));
+    if (raws.every((r) => r && r.dtype === raws[0]!.dtype)) return raws as Stored[];
+    return Promise.all(names.map(need));
+  };
   // Embeddings / output projection. Tied models may store either name (tinystories-656k stores only lm_head.weight).
   const embName = src.has('model.embed_tokens.weight') ? 'model.embed_tokens.weight' : src.has('lm_head.weight') && c.tieWordEmbeddings ? 'lm_head.weight' : null;
   if (!embName) throw new DecoderLoadError('checkpoint is missing tensor model.embed_tokens.weight');
-  const head: NativeWeight[] = [asWeight('embed', await read(embName), c.vocabSize, D), asWeight('norm', await need('model.norm.weight'), 1, D)];
+  const head: NativeWeight[] = [
+    asWeight('embed', await keep(embName), c.vocabSize, D), asWeight('norm', await need('model.norm.weight'), 1, D),
+  ];
   if (!c.tieWordEmbeddings) {
     if (!src.has('lm_head.weight')) throw new DecoderLoadError('checkpoint is missing tensor lm_head.weight (tie_word_embeddings is false)');
-    head.push(asWeight('lm_head', await read('lm_head.weight'), c.vocabSize, D));
+    head.push(asWeight('lm_head', await keep('lm_head.weight'), c.vocabSize, D));
   }
   await model.loadWeights(head);
   const Nq = c.numHeads * c.headDim;
@@ -91,10 +108,10 @@ export async function buildNativeDecoder(config: DecoderConfig, src: TensorSourc
     const w: NativeWeight[] = [
       asWeight(`layers.${i}.attn_norm`, await need(p + 'input_layernorm.weight'), 1, D),
       asWeight(`layers.${i}.mlp_norm`, await need(p + 'post_attention_layernorm.weight'), 1, D),
-      concatRows(`layers.${i}.qkv`, [await need(p + 'self_attn.q_proj.weight'), await need(p + 'self_attn.k_proj.weight'), await need(p + 'self_attn.v_proj.weight')], D),
-      asWeight(`layers.${i}.o`, await need(p + 'self_attn.o_proj.weight'), D, Nq),
-      concatRows(`layers.${i}.gate_up`, [await need(p + 'mlp.gate_proj.weight'), await need(p + 'mlp.up_proj.weight')], D),
-      asWeight(`layers.${i}.down`, await need(p + 'mlp.down_proj.weight'), D, c.intermediateSize),
+      concatRows(`layers.${i}.qkv`, await keepAll(['q', 'k', 'v'].map((x) => `${p}self_attn.${x}_proj.weight`)), D),
+      asWeight(`layers.${i}.o`, await keep(p + 'self_attn.o_proj.weight'), D, Nq),
+      concatRows(`layers.${i}.gate_up`, await keepAll([p + 'mlp.gate_proj.weight', p + 'mlp.up_proj.weight']), D),
+      asWeight(`layers.${i}.down`, await keep(p + 'mlp.down_proj.weight'), D, c.intermediateSize),
     ];
     if (c.attentionBias) {
       const b = concatRows(`layers.${i}.qkv_bias`, [await need(p + 'self_attn.q_proj.bias'), await need(p + 'self_attn.k_proj.bias'), await need(p + 'self_attn.v_proj.bias')], 1);

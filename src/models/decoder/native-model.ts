@@ -4,7 +4,8 @@
 import { addon } from '../../native/addon.ts';
 import type { DecoderConfig } from '../../formats/hf-config.ts';
 
-export type WeightDtype = 'F32' | 'F16' | 'BF16';
+/** Q8_0 / Q4_K: rows of ggml blocks, kept block-quantized by the native decoder (native/include/loom/quant.h). */
+export type WeightDtype = 'F32' | 'F16' | 'BF16' | 'Q8_0' | 'Q4_K';
 
 export interface NativeWeight {
   /** embed | lm_head | norm | layers.<i>.{attn_norm,mlp_norm,qkv,qkv_bias,o,gate_up,down} */

@@ -1,0 +1,44 @@
+// Bindings for the quantized linear kernels (loom/quant.h), for tests and benches:
+//   quantLinear(type 'Q8_0'|'Q4_K', w Uint8Array (N rows of blocks), N, K, x Float32Array (M, K), M)
+//     -> Float32Array (M, N): x · Wᵀ on the active ISA (the int8 path for M <= quantSmallM, else the
+//     dequantized-panel GEMM). Runs inline.
+#include <string>
+#include "loom/quant.h"
+#include "napi_util.h"
+
+namespace loom::napi {
+namespace {
+
+Napi::Value QuantLinear(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw_type(env, "type must be a string");
+  const std::string ts = info[0].As<Napi::String>();
+  DType t;
+  if (ts == "Q8_0") t = DType::Q8_0;
+  else if (ts == "Q4_K") t = DType::Q4_K;
+  else throw_type(env, "type: unsupported " + ts + " (Q8_0, Q4_K)");
+  auto w = array_arg<uint8_t>(info[1], "w");
+  const int64_t N = int_arg(info[2], "N"), K = int_arg(info[3], "K");
+  auto x = array_arg<float>(info[4], "x");
+  const int64_t M = int_arg(info[5], "M");
+  if (N <= 0 || M <= 0 || K <= 0 || K % quant_block_values(t) != 0)
+    throw_range(env, "quantLinear: M, N must be positive and K a positive multiple of the block size");
+  if (w.length != size_t(N) * quant_row_bytes(t, K)) throw_range(env, "quantLinear: w has the wrong byte length");
+  check_len(env, x.length, size_t(M * K), "x");
+  Napi::Float32Array y = Napi::Float32Array::New(env, size_t(M * N));
+  try {
+    linear_quant(t, M, N, K, x.data, K, w.data, nullptr, y.Data(), N, 0.0f);
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+  return y;
+}
+
+void Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("quantLinear", Napi::Function::New(env, QuantLinear));
+  exports.Set("quantSmallM", Napi::Number::New(env, double(kQuantSmallM)));
+}
+
+}  // namespace
+LOOM_NAPI_REGISTER(quant, Init);
+}  // namespace loom::napi
