@@ -412,6 +412,7 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
   in->dropout = get_bool(b, "dropout", in->keep);
   in->seed = uint64_t(get_num(b, "seed", 0));
   bool want = get_bool(b, "wantLogits", false);
+  in->all_logits = want;
   const float scale = float(1.0 / get_num(b, "temperature", 1.0));
   if (!(scale > 0.0f) || !std::isfinite(scale)) throw_range(env, "temperature must be a positive number");
   auto logp = std::make_shared<std::vector<float>>();
@@ -424,10 +425,10 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
         llama::Acts& a = in->keep ? h->dec_acts : local;
         if (in->keep) a = llama::Acts();
         llama::forward(*h->dec, *in, a);
-        if (scale != 1.0f) scale_fwd(in->R * h->dec->cfg.vocab, a.logits.data(), scale, a.logits.data());
+        if (scale != 1.0f) scale_fwd(int64_t(a.logits.size()), a.logits.data(), scale, a.logits.data());
         a.logit_scale = scale;
         logp->resize(size_t(in->R));
-        logprob_fwd(in->R, h->dec->cfg.vocab, a.logits.data(), in->labels, logp->data());
+        llama::head_logprob_fwd(a, h->dec->cfg.vocab, logp->data());
         if (want) *logits = a.logits;
       },
       [logp, logits, want](Napi::Env e) {
@@ -461,9 +462,10 @@ Napi::Value LlamaTrainBackward(const Napi::CallbackInfo& info) {
         if (a.layers.empty()) throw std::logic_error("llama train: backward without a forward that kept its activations");
         if (int64_t(dlogp->size()) != a.R) throw std::invalid_argument("llama train: dlogp must have one value per row");
         const int64_t V = h->dec->cfg.vocab;
-        std::vector<float> dlogits(size_t(a.R * V));
-        logprob_bwd(a.R, V, a.logits.data(), a.labels.data(), dlogp->data(), dlogits.data());
-        if (a.logit_scale != 1.0f) scale_fwd(a.R * V, dlogits.data(), a.logit_scale, dlogits.data());  // d/d(raw logits)
+        std::vector<float> dlogits(a.logits.size());
+        llama::head_logprob_bwd(a, V, dlogp->data(), dlogits.data());
+        if (a.logit_scale != 1.0f)  // d/d(raw logits)
+          scale_fwd(int64_t(dlogits.size()), dlogits.data(), a.logit_scale, dlogits.data());
         llama::backward(*h->dec, a, dlogits.data());
       },
       [](Napi::Env e) { return e.Undefined(); });

@@ -189,10 +189,42 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
   if (!in.keep) a.layers.clear();
   a.rstdf.resize(static_cast<size_t>(R));
   a.xnf.resize(size_t(R * D));
-  a.logits.resize(size_t(R * V));
   rmsnorm_fwd(R, D, x.data(), m.norm->w.data(), c.eps, a.xnf.data(), a.rstdf.data());
-  m.lm_head.fwd(R, a.xnf.data(), a.logits.data(), nullptr, nullptr);
+  // lm_head over the rows a loss reads (label >= 0; every row with all_logits): a prompt row's logits
+  // (V = 49,152 columns for SmolLM2) would cost as much as a layer and be thrown away.
+  a.head_rows.clear();
+  a.head_labels.clear();
+  for (int64_t t = 0; t < R; t++)
+    if (in.all_logits || in.labels[t] >= 0) {
+      a.head_rows.push_back(t);
+      a.head_labels.push_back(in.labels[t]);
+    }
+  const int64_t H = int64_t(a.head_rows.size());
+  a.logits.resize(size_t(H * V));
+  if (H == R) {
+    m.lm_head.fwd(R, a.xnf.data(), a.logits.data(), nullptr, nullptr);
+  } else {
+    std::vector<float> xh(size_t(H * D));  // (H, D) the head rows of xnf
+    for (int64_t h = 0; h < H; h++)
+      std::memcpy(xh.data() + h * D, a.xnf.data() + a.head_rows[size_t(h)] * D, size_t(D) * sizeof(float));
+    m.lm_head.fwd(H, xh.data(), a.logits.data(), nullptr, nullptr);
+  }
   if (in.keep) a.x = std::move(x);
+}
+
+void head_logprob_fwd(const Acts& a, int64_t V, float* logp) {
+  const int64_t H = int64_t(a.head_rows.size());
+  std::vector<float> lh(static_cast<size_t>(H));
+  logprob_fwd(H, V, a.logits.data(), a.head_labels.data(), lh.data());
+  std::fill(logp, logp + a.R, 0.0f);
+  for (int64_t h = 0; h < H; h++) logp[a.head_rows[size_t(h)]] = lh[size_t(h)];
+}
+
+void head_logprob_bwd(const Acts& a, int64_t V, const float* dlogp, float* dlogits) {
+  const int64_t H = int64_t(a.head_rows.size());
+  std::vector<float> dh(static_cast<size_t>(H));
+  for (int64_t h = 0; h < H; h++) dh[size_t(h)] = dlogp[a.head_rows[size_t(h)]];
+  logprob_bwd(H, V, a.logits.data(), a.head_labels.data(), dh.data(), dlogits);
 }
 
 void backward(Model& m, Acts& a, const float* dlogits) {
@@ -203,7 +235,15 @@ void backward(Model& m, Acts& a, const float* dlogits) {
     throw std::logic_error("llama train: backward needs a forward that kept its activations");
   const size_t S = a.seq_off.size() - 1;
   std::vector<float> dxn(size_t(R * D)), dx(size_t(R * D)), dscratch(size_t(std::max(D, F) * 2));
-  m.lm_head.bwd(R, a.xnf.data(), dlogits, dxn.data(), nullptr, false);
+  const int64_t H = int64_t(a.head_rows.size());
+  if (H == R) {
+    m.lm_head.bwd(R, a.xnf.data(), dlogits, dxn.data(), nullptr, false);
+  } else {  // rows without logits get no gradient from the head (dxn stays 0 there)
+    std::vector<float> dxh(size_t(H * D));
+    m.lm_head.bwd(H, nullptr, dlogits, dxh.data(), nullptr, false);  // (no dW, no LoRA on the head: x unused)
+    for (int64_t h = 0; h < H; h++)
+      std::memcpy(dxn.data() + a.head_rows[size_t(h)] * D, dxh.data() + h * D, size_t(D) * sizeof(float));
+  }
   std::vector<float>().swap(a.logits);
   rmsnorm_bwd(R, D, a.x.data(), m.norm->w.data(), a.rstdf.data(), dxn.data(), dx.data(), dscratch.data());
   std::vector<float> dact(size_t(R * F)), dg(size_t(R * F)), du(size_t(R * F)), dattn(size_t(R * Nq)),
@@ -251,16 +291,18 @@ void step(Model& m, const StepIn& in, StepOut& out, bool want_logits) {
   f.seq_off = in.seq_off;
   f.keep = in.backward;
   f.seed = in.seed;
+  f.all_logits = want_logits;
   Acts a;
   forward(m, f, a);
-  const int64_t R = in.R, V = m.cfg.vocab;
-  std::vector<float> dlogits(in.backward ? size_t(R * V) : 0);
-  out.loss = cross_entropy_fwd_bwd(R, V, a.logits.data(), in.labels, in.backward ? dlogits.data() : nullptr, nullptr);
+  const int64_t R = in.R, V = m.cfg.vocab, H = int64_t(a.head_rows.size());
+  std::vector<float> dlogits(in.backward ? size_t(H * V) : 0);
+  out.loss = cross_entropy_fwd_bwd(H, V, a.logits.data(), a.head_labels.data(), in.backward ? dlogits.data() : nullptr,
+                                   nullptr);
   out.counted = 0;
   for (int64_t t = 0; t < R; t++) out.counted += in.labels[t] >= 0;
   if (want_logits) out.logits = std::move(a.logits);
   if (!in.backward || out.counted == 0) return;
-  if (in.grad_scale != 1.0f) scale_fwd(R * V, dlogits.data(), in.grad_scale, dlogits.data());
+  if (in.grad_scale != 1.0f) scale_fwd(H * V, dlogits.data(), in.grad_scale, dlogits.data());
   backward(m, a, dlogits.data());
 }
 

@@ -138,6 +138,17 @@ export function sgemmSync(a: SgemmArgs): Float32Array {
   return C;
 }
 
+/** C (M, N) = alpha · A (M, K) · B (K, N) + beta · C with B in bf16 bits (a linear layer's dx = dy·W). */
+export function sgemmBf16Sync(a: Omit<SgemmArgs, 'ta' | 'tb' | 'B'> & { B: Uint16Array }): Float32Array {
+  const { M, N, K, lda, ldb, ldc } = sgemmPrep(a as SgemmArgs);
+  need(a.A, M, K, lda, 'A');
+  need(a.B, K, N, ldb, 'B');
+  const C = a.C ?? new Float32Array(M * N);
+  need(C, M, N, ldc, 'C');
+  addon.gemmSgemmBf16(M, N, K, a.alpha ?? 1, a.A, lda, a.B, ldb, a.beta ?? 0, C, ldc, false);
+  return C;
+}
+
 function batchedCall(a: SgemmBatchedArgs): { call: unknown[]; C: Float32Array } {
   const batch = dim(a.batch, 'batch');
   const { M, N, K, lda, ldb, ldc } = sgemmPrep(a);
