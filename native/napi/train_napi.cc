@@ -14,7 +14,8 @@
 //       loras: [{layer, module (0..6: q,k,v,o,gate,up,down), r, scale, dropout, A Float32Array, B Float32Array}]
 //   llamaTrainStep(handle, {tokens, positions, labels, seqOff Int32Array, backward, gradScale, seed, wantLogits})
 //       → Promise<{loss, counted, logits?: Float32Array (R*V)}>   (SFT: forward + cross-entropy + backward)
-//   llamaTrainForward(handle, {tokens, positions, labels, seqOff Int32Array, keep, lora, dropout, seed, wantLogits,
+//   llamaTrainForward(handle, {tokens, positions, labels, seqOff Int32Array, seqParent? Int32Array (a sequence
+//                              continuing a shared prompt: llama_train.h FwdIn), keep, lora, dropout, seed, wantLogits,
 //                              temperature (log-probs of logits / temperature, as TRL's GRPO scores samples)})
 //       → Promise<{logp: Float32Array (R), logits?}>: per-row log-probability of each label (0 where label < 0);
 //       with keep the activations stay on the handle for llamaTrainBackward (replacing pending ones);
@@ -407,6 +408,8 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
   in->positions = positions->data();
   in->labels = labels->data();
   for (int32_t v : get_vec<int32_t>(b, "seqOff")) in->seq_off.push_back(v);
+  if (b.Has("seqParent") && !b.Get("seqParent").IsUndefined())
+    for (int32_t v : get_vec<int32_t>(b, "seqParent")) in->seq_parent.push_back(v);
   in->keep = get_bool(b, "keep", true);
   in->lora = get_bool(b, "lora", true);
   in->dropout = get_bool(b, "dropout", in->keep);

@@ -77,6 +77,7 @@ struct Acts {
   int64_t R = 0;
   std::vector<int32_t> positions, labels;  // (R)
   std::vector<int64_t> seq_off;            // (S+1)
+  std::vector<int64_t> seq_parent;         // (S) or empty (FwdIn::seq_parent)
   std::vector<LayerActs> layers;           // empty when the forward kept nothing
   std::vector<float> x, rstdf, xnf;        // final hidden (R, D), its rstd (R), normed (R, D)
   std::vector<int64_t> head_rows;           // (H) rows whose logits were computed, ascending
@@ -91,6 +92,10 @@ struct FwdIn {
   const int32_t* positions = nullptr;  // (R)
   const int32_t* labels = nullptr;     // (R) target of each row (the next token), < 0 = none
   std::vector<int64_t> seq_off;        // (S+1) row offsets of the packed sequences
+  // (S) or empty: sequence s continues the earlier sequence seq_parent[s] (itself without a parent; -1 = none):
+  // its rows attend to all of the parent's rows, then causally to their own (a prompt shared by several
+  // completions is computed once; the caller gives the completion rows their positions after the prompt).
+  std::vector<int64_t> seq_parent;
   bool keep = true;                    // keep activations for backward
   bool lora = true;                    // false: the base model alone (the reference policy)
   bool dropout = true;                 // LoRA dropout (training forwards)

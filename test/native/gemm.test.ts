@@ -242,7 +242,9 @@ t.test('sgemm: every transpose combination, alpha, beta, strides', async (t) => 
 });
 
 t.test('sgemm_bf16: B in bf16 (dx = dy·W of bf16 weights) matches the product with B widened', async (t) => {
-  const shapes: [number, number, number][] = [[1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20]];
+  const shapes: [number, number, number][] = [
+    [1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20],
+  ];
   await forEachIsa(async (isa) => {
     for (const [M, N, K] of shapes) {
       const pad = (M + N) % 3;
