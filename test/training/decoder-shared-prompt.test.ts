@@ -41,14 +41,14 @@ async function run(tensors: Record<string, Float32Array | Uint16Array>, share: b
     B: Float32Array.from({ length: l.B.length }, (_, i) => 0.05 * Math.sin(i + 1)),
   }));
   const g = DecoderTrainGraph.create(config, tensors, loras);
-  const { batch, rows } = packScored(seqs, share);
+  const { batch, rows, tokens } = packScored(seqs, share);
   const { logp } = await g.forward(batch, { dropout: false });
   const dlogp = new Float32Array(batch.tokens.length);
   rows.forEach((rs, i) => rs.forEach((r, k) => (dlogp[r] = Math.sin(1 + i * 7 + k))));
   await g.backward(dlogp);
   const grads: Record<string, Float32Array> = {};
   for (const p of g.params().filter((p) => p.trainable)) grads[p.name] = g.grad(p.name);
-  return { R: batch.tokens.length, batch, logps: rows.map((rs) => rs.map((r) => logp[r])), grads };
+  return { R: batch.tokens.length, tokens, batch, logps: rows.map((rs) => rs.map((r) => logp[r])), grads };
 }
 
 for (const [name, tensors] of [
@@ -59,6 +59,8 @@ for (const [name, tensors] of [
     const a = await run(tensors, false);
     const b = await run(tensors, true);
     t.ok(b.R < a.R, `rows ${b.R} < ${a.R}`);
+    t.equal(b.tokens, a.tokens, 'the tokens a step trains on do not depend on the packing');
+    t.equal(a.tokens, a.R);
     t.same(b.batch.seqParent && Array.from(b.batch.seqParent), [-1, 0, 0, 0, -1, -1, 5, 5]);
     t.same(
       b.logps.map((l) => l.length),

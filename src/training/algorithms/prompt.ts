@@ -37,8 +37,12 @@ export interface ScoredSequence {
  * `share` is false: the prompt but its last token is packed once, and each completion (after the prompt's
  * last token, whose row scores the completion's first token) continues it (DecoderBatch.seqParent), so the
  * prompt's rows are computed once for the group. The log-probabilities are those of the unshared packing.
+ * `tokens`: the sequences' tokens (prompt + completion each), what a step trains on whatever the packing.
  */
-export function packScored(seqs: ScoredSequence[], share = true): { batch: DecoderBatch; rows: number[][] } {
+export function packScored(
+  seqs: ScoredSequence[],
+  share = true,
+): { batch: DecoderBatch; rows: number[][]; tokens: number } {
   // segments: [shared prompt head (no labels)] or [ids, first position, parent segment, sequence index]
   const segs: Array<{ ids: number[]; pos0: number; parent: number; seq: number; promptLen: number }> = [];
   for (let i = 0; i < seqs.length; i++) {
@@ -81,5 +85,5 @@ export function packScored(seqs: ScoredSequence[], share = true): { batch: Decod
   });
   const batch: DecoderBatch = { tokens, positions, labels, seqOff };
   if (segs.some((g) => g.parent >= 0)) batch.seqParent = seqParent;
-  return { batch, rows };
+  return { batch, rows, tokens: seqs.reduce((a, s) => a + s.prompt.length + s.completion.length, 0) };
 }
