@@ -7,6 +7,8 @@
 //   GRPO: one step split into generation (B prompts x G completions of N new tokens: Loom's scheduler with
 //        continuous batching and the adapter applied; TRL: transformers generate with num_return_sequences)
 //        and training (policy + reference forwards, loss, backward, AdamW; TRL: GRPOTrainer._compute_loss).
+//   SFT: one decoder SFT step of the same graph (forward, cross-entropy, backward, AdamW) on B sequences of
+//        P + C tokens, Loom only (the training cost DPO and GRPO share, for comparison with earlier runs).
 // Same shapes, same thread count; random token ids (speed does not depend on them).
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -64,6 +66,25 @@ export async function run(argv: string[]): Promise<void> {
   for (let i = 0; i < iters; i++) tokens += await dpoOne(i + 2);
   const dpoMs = (performance.now() - t0) / iters;
   const dpo = { tokens_per_s: tokens / iters / (dpoMs / 1000), step_ms: dpoMs };
+
+  // ---- SFT (Loom only): forward, cross-entropy, backward, AdamW on B sequences of P + C tokens ----
+  const sftOne = async (step: number) => {
+    const T = P + C;
+    const tokens = Int32Array.from(Array.from({ length: B }, () => ids(T)).flat());
+    const labels = Int32Array.from(tokens, (_, i) => (i % T === T - 1 ? -100 : tokens[i + 1]));
+    const positions = Int32Array.from(tokens, (_, i) => i % T);
+    const seqOff = Int32Array.from({ length: B + 1 }, (_, s) => s * T);
+    graph.zeroGrad();
+    await graph.step({ tokens, positions, labels, seqOff }, { seed: step });
+    await graph.optimizerStep({ lr: [1e-5], weightDecay: 0, maxGradNorm: 1, step });
+    return tokens.length;
+  };
+  await sftOne(1);
+  t0 = performance.now();
+  tokens = 0;
+  for (let i = 0; i < iters; i++) tokens += await sftOne(i + 2);
+  const sftMs = (performance.now() - t0) / iters;
+  const sft = { tokens_per_s: tokens / iters / (sftMs / 1000), step_ms: sftMs };
 
   // ---- GRPO: generation by the serving engine with the policy adapter, then the training step ----
   const G = 8,
@@ -152,7 +173,7 @@ export async function run(argv: string[]): Promise<void> {
     threads,
     dpo_batch: `${B} pairs x (${P} + ${C} + ${C})`,
     grpo_batch: `${Bp} prompts x ${G} completions, ${P} + ${N} tokens`,
-    loom: { dpo, grpo },
+    loom: { dpo, grpo, sft },
     torch,
   };
   if (values.json) {
@@ -175,6 +196,8 @@ export async function run(argv: string[]): Promise<void> {
     console.log(
       `    trl  ${f(torch.grpo.step_ms)} ms = generation ${torch.grpo.generation_ms.toFixed(0)} + training ${torch.grpo.training_ms.toFixed(0)}   trl/loom = ${(torch.grpo.step_ms / grpo.step_ms).toFixed(2)}x`,
     );
+  console.log(`  SFT step, ${B} x ${P + C} tokens`);
+  console.log(`    loom ${f(sft.tokens_per_s)} tokens/s (${sft.step_ms.toFixed(0)} ms/step)`);
   if (!torch)
     console.log(
       '  (bench/.venv missing: python3 -m venv bench/.venv && bench/.venv/bin/pip install torch transformers peft trl)',

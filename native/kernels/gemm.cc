@@ -111,6 +111,24 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   });
 }
 
+void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                int64_t ldb, float beta, float* C, int64_t ldc) {
+  // C (M, N) = alpha · A (M, K) · B (K, N) + beta · C, B widened from bf16 row by row
+  parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
+    std::unique_ptr<float[]> acc(new float[size_t(N)]);
+    for (int64_t i = m0; i < m1; i++) {
+      std::fill(acc.get(), acc.get() + N, 0.0f);
+      for (int64_t k = 0; k < K; k++) {
+        const float a = A[i * lda + k];
+        const uint16_t* br = B + k * ldb;
+        for (int64_t j = 0; j < N; j++) acc[j] += a * bf16_to_f32(br[j]);
+      }
+      float* c = C + i * ldc;
+      for (int64_t j = 0; j < N; j++) c[j] = beta == 0.0f ? alpha * acc[j] : alpha * acc[j] + beta * c[j];
+    }
+  });
+}
+
 PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int64_t ldw) {
   auto* p = new PackedWeight();
   p->isa = Isa::Portable;
@@ -224,6 +242,18 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     return;
   }
   LOOM_DISPATCH(sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_dims(M, N, K);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  LOOM_DISPATCH(sgemm_bf16, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

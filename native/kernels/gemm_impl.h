@@ -156,17 +156,19 @@ static void pack_b_nk(int64_t nc, int64_t kc, const T* b, int64_t ld, float* dst
 }
 
 // B block from a (K, N) row-major matrix: element (k, n) at b[k*ld + n]  ->  panels [kc][NR].
-static void pack_b_kn(int64_t nc, int64_t kc, const float* b, int64_t ld, float* dst) {
+// T = float, or bf16w (widened to fp32 while packing: dx = dy·W of a linear layer's bf16 weights).
+template <typename T>
+static void pack_b_kn(int64_t nc, int64_t kc, const T* b, int64_t ld, float* dst) {
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {
     float* d = dst + (j0 / NR) * kc * NR;
     const int64_t cols = imin(NR, nc - j0);
     for (int64_t k = 0; k < kc; k++) {
-      const float* s = b + k * ld + j0;
+      const T* s = b + k * ld + j0;
       float* o = d + k * NR;
       if (cols == NR) {
-        for (int v = 0; v < NV; v++) V::storeu(o + v * W, V::loadu(s + v * W));
+        for (int v = 0; v < NV; v++) V::storeu(o + v * W, V::loadw(s + v * W));
       } else {
-        for (int64_t j = 0; j < NR; j++) o[j] = j < cols ? s[j] : 0.0f;
+        for (int64_t j = 0; j < NR; j++) o[j] = j < cols ? load1(s + j) : 0.0f;
       }
     }
   }
@@ -334,17 +336,20 @@ struct BFromNK {  // (k, n) at b[n*ld + k]: linear-layer weights (N, K), or sgem
   const float* panel(int64_t, int64_t) const { return nullptr; }
 };
 
-struct BFromKN {  // (k, n) at b[k*ld + n]: sgemm without tb
+template <typename T>
+struct BFromKN {  // (k, n) at b[k*ld + n]: sgemm without tb (T float), sgemm_bf16 (T bf16w)
   using elem = float;
   static constexpr bool prepacked = false;
-  const float* b;
+  const T* b;
   int64_t ld;
   void pack(int64_t j, int64_t nv, int64_t pc, int64_t kc, float* dst) const {
     pack_b_kn(nv, kc, b + pc * ld + j, ld, dst);
   }
   void prefetch(int64_t j, int64_t nv, int64_t pc, int64_t kc) const {
+    const int64_t step = 64 / int64_t(sizeof(T));
     for (int64_t k = 0; k < kc; k++)
-      for (int64_t c = 0; c < nv; c += 16) _mm_prefetch(reinterpret_cast<const char*>(b + (pc + k) * ld + j + c), _MM_HINT_T1);
+      for (int64_t c = 0; c < nv; c += step)
+        _mm_prefetch(reinterpret_cast<const char*>(b + (pc + k) * ld + j + c), _MM_HINT_T1);
   }
   const float* panel(int64_t, int64_t) const { return nullptr; }
 };
@@ -752,7 +757,13 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   const ASrc a{A, ta ? 1 : lda, ta ? lda : 1, false};
   const Epi e{alpha, beta, nullptr};
   if (tb) gemm_parallel(M, N, K, a, BFromNK<float>{B, ldb}, C, ldc, e);
-  else gemm_parallel(M, N, K, a, BFromKN{B, ldb}, C, ldc, e);
+  else gemm_parallel(M, N, K, a, BFromKN<float>{B, ldb}, C, ldc, e);
+}
+
+void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_parallel(M, N, K, ASrc{A, lda, 1, false}, BFromKN<bf16w>{reinterpret_cast<const bf16w*>(B), ldb}, C, ldc,
+                Epi{alpha, beta, nullptr});
 }
 
 PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int64_t ldw) {

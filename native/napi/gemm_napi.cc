@@ -115,6 +115,34 @@ Napi::Value Sgemm(const Napi::CallbackInfo& info) {
   return finish(env, async, [=] { sgemm(ta, tb, M, N, K, alpha, ap, lda, bp, ldb, beta, cp, ldc); }, std::move(keep));
 }
 
+// gemmSgemmBf16(M, N, K, alpha, A Float32Array, lda, B Uint16Array (bf16 bits, stored K x N), ldb, beta, C, ldc, async)
+Napi::Value SgemmBf16(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int64_t M = int_arg(info[0], "M"), N = int_arg(info[1], "N"), K = int_arg(info[2], "K");
+  float alpha = float(num_arg(info[3], "alpha"));
+  bool async = info.Length() > 11 && info[11].IsBoolean() && info[11].As<Napi::Boolean>().Value();
+  auto A = array_arg<float>(info[4], "A", false, async);
+  int64_t lda = int_arg(info[5], "lda");
+  auto B = array_arg<uint16_t>(info[6], "B", false, async);
+  int64_t ldb = int_arg(info[7], "ldb");
+  float beta = float(num_arg(info[8], "beta"));
+  auto C = array_arg<float>(info[9], "C", false, async);
+  int64_t ldc = int_arg(info[10], "ldc");
+  check_extent(env, A.length, extent(env, M, K, lda, "A"), "A");
+  check_extent(env, B.length, extent(env, K, N, ldb, "B"), "B");
+  check_extent(env, C.length, extent(env, M, N, ldc, "C"), "C");
+  const float* ap = A.data;
+  const uint16_t* bp = B.data;
+  float* cp = C.data;
+  std::vector<Napi::ObjectReference> keep;
+  if (async) {
+    keep.push_back(std::move(A.ref));
+    keep.push_back(std::move(B.ref));
+    keep.push_back(std::move(C.ref));
+  }
+  return finish(env, async, [=] { sgemm_bf16(M, N, K, alpha, ap, lda, bp, ldb, beta, cp, ldc); }, std::move(keep));
+}
+
 // gemmSgemmBatched(ta, tb, batch, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, async)
 Napi::Value SgemmBatched(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -262,6 +290,7 @@ Napi::Value LinearPacked(const Napi::CallbackInfo& info) {
 void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("gemmLinear", Napi::Function::New(env, Linear));
   exports.Set("gemmSgemm", Napi::Function::New(env, Sgemm));
+  exports.Set("gemmSgemmBf16", Napi::Function::New(env, SgemmBf16));
   exports.Set("gemmSgemmBatched", Napi::Function::New(env, SgemmBatched));
   exports.Set("gemmWeightPack", Napi::Function::New(env, WeightPack));
   exports.Set("gemmWeightFree", Napi::Function::New(env, WeightFree));

@@ -14,7 +14,8 @@
 //       loras: [{layer, module (0..6: q,k,v,o,gate,up,down), r, scale, dropout, A Float32Array, B Float32Array}]
 //   llamaTrainStep(handle, {tokens, positions, labels, seqOff Int32Array, backward, gradScale, seed, wantLogits})
 //       → Promise<{loss, counted, logits?: Float32Array (R*V)}>   (SFT: forward + cross-entropy + backward)
-//   llamaTrainForward(handle, {tokens, positions, labels, seqOff Int32Array, keep, lora, dropout, seed, wantLogits,
+//   llamaTrainForward(handle, {tokens, positions, labels, seqOff Int32Array, seqParent? Int32Array (a sequence
+//                              continuing a shared prompt: llama_train.h FwdIn), keep, lora, dropout, seed, wantLogits,
 //                              temperature (log-probs of logits / temperature, as TRL's GRPO scores samples)})
 //       → Promise<{logp: Float32Array (R), logits?}>: per-row log-probability of each label (0 where label < 0);
 //       with keep the activations stay on the handle for llamaTrainBackward (replacing pending ones);
@@ -407,11 +408,14 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
   in->positions = positions->data();
   in->labels = labels->data();
   for (int32_t v : get_vec<int32_t>(b, "seqOff")) in->seq_off.push_back(v);
+  if (b.Has("seqParent") && !b.Get("seqParent").IsUndefined())
+    for (int32_t v : get_vec<int32_t>(b, "seqParent")) in->seq_parent.push_back(v);
   in->keep = get_bool(b, "keep", true);
   in->lora = get_bool(b, "lora", true);
   in->dropout = get_bool(b, "dropout", in->keep);
   in->seed = uint64_t(get_num(b, "seed", 0));
   bool want = get_bool(b, "wantLogits", false);
+  in->all_logits = want;
   const float scale = float(1.0 / get_num(b, "temperature", 1.0));
   if (!(scale > 0.0f) || !std::isfinite(scale)) throw_range(env, "temperature must be a positive number");
   auto logp = std::make_shared<std::vector<float>>();
@@ -424,10 +428,10 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
         llama::Acts& a = in->keep ? h->dec_acts : local;
         if (in->keep) a = llama::Acts();
         llama::forward(*h->dec, *in, a);
-        if (scale != 1.0f) scale_fwd(in->R * h->dec->cfg.vocab, a.logits.data(), scale, a.logits.data());
+        if (scale != 1.0f) scale_fwd(int64_t(a.logits.size()), a.logits.data(), scale, a.logits.data());
         a.logit_scale = scale;
         logp->resize(size_t(in->R));
-        logprob_fwd(in->R, h->dec->cfg.vocab, a.logits.data(), in->labels, logp->data());
+        llama::head_logprob_fwd(a, h->dec->cfg.vocab, logp->data());
         if (want) *logits = a.logits;
       },
       [logp, logits, want](Napi::Env e) {
@@ -461,9 +465,10 @@ Napi::Value LlamaTrainBackward(const Napi::CallbackInfo& info) {
         if (a.layers.empty()) throw std::logic_error("llama train: backward without a forward that kept its activations");
         if (int64_t(dlogp->size()) != a.R) throw std::invalid_argument("llama train: dlogp must have one value per row");
         const int64_t V = h->dec->cfg.vocab;
-        std::vector<float> dlogits(size_t(a.R * V));
-        logprob_bwd(a.R, V, a.logits.data(), a.labels.data(), dlogp->data(), dlogits.data());
-        if (a.logit_scale != 1.0f) scale_fwd(a.R * V, dlogits.data(), a.logit_scale, dlogits.data());  // d/d(raw logits)
+        std::vector<float> dlogits(a.logits.size());
+        llama::head_logprob_bwd(a, V, dlogp->data(), dlogits.data());
+        if (a.logit_scale != 1.0f)  // d/d(raw logits)
+          scale_fwd(int64_t(dlogits.size()), dlogits.data(), a.logit_scale, dlogits.data());
         llama::backward(*h->dec, a, dlogits.data());
       },
       [](Napi::Env e) { return e.Undefined(); });

@@ -110,6 +110,25 @@ AttnParams attn_params(const std::vector<int64_t>& off, size_t s, const Config& 
   p.causal = true;
   return p;
 }
+// Rows [0, Tp) of kb/vb (Tp + Ts, Nkv) = the parent segment's k/v rows, rows [Tp, Tp + Ts) = segment s's.
+void kv_gather(const std::vector<int64_t>& off, int64_t p, int64_t s, int64_t Nkv, const float* k, const float* v,
+               float* kb, float* vb) {
+  const int64_t pr0 = off[size_t(p)], Tp = off[size_t(p) + 1] - pr0, r0 = off[size_t(s)], Ts = off[size_t(s) + 1] - r0;
+  std::memcpy(kb, k + pr0 * Nkv, size_t(Tp * Nkv) * sizeof(float));
+  std::memcpy(vb, v + pr0 * Nkv, size_t(Tp * Nkv) * sizeof(float));
+  std::memcpy(kb + Tp * Nkv, k + r0 * Nkv, size_t(Ts * Nkv) * sizeof(float));
+  std::memcpy(vb + Tp * Nkv, v + r0 * Nkv, size_t(Ts * Nkv) * sizeof(float));
+}
+// Segment s continuing segment p: its Ts queries see the parent's Tp keys, then their own causally.
+AttnParams attn_params_child(const std::vector<int64_t>& off, int64_t p, size_t s, const Config& c) {
+  AttnParams a = attn_params(off, s, c);
+  const int64_t Tp = off[size_t(p) + 1] - off[size_t(p)];
+  a.Tk = a.Tq + Tp;
+  a.q_offset = Tp;
+  return a;
+}
+int64_t parent_of(const std::vector<int64_t>& parent, size_t s) { return parent.empty() ? -1 : parent[s]; }
+
 // y (M, N) = x·Wᵀ (+ LoRA unless base_only)
 void lin_fwd(const TLinear& l, bool base_only, int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) {
   if (!base_only || !l.has_lora()) return l.fwd(M, x, y, acts, rng);
@@ -128,6 +147,15 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
     throw std::invalid_argument("llama train: sequence offsets must go from 0 to R");
   for (size_t s = 0; s + 1 < in.seq_off.size(); s++)
     if (in.seq_off[s + 1] < in.seq_off[s]) throw std::invalid_argument("llama train: sequence offsets must not decrease");
+  const size_t S = in.seq_off.size() - 1;
+  if (!in.seq_parent.empty()) {
+    if (in.seq_parent.size() != S) throw std::invalid_argument("llama train: one parent per sequence");
+    for (size_t s = 0; s < S; s++) {
+      const int64_t p = in.seq_parent[s];
+      if (p != -1 && (p < 0 || p >= int64_t(s) || in.seq_parent[size_t(p)] != -1))
+        throw std::invalid_argument("llama train: a sequence's parent must be an earlier sequence without a parent");
+    }
+  }
   for (int64_t t = 0; t < R; t++) {
     if (in.tokens[t] < 0 || in.tokens[t] >= V) throw std::out_of_range("llama train: token id out of range");
     if (in.labels[t] >= V) throw std::out_of_range("llama train: label id out of range");
@@ -137,14 +165,14 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
   a.positions.assign(in.positions, in.positions + R);
   a.labels.assign(in.labels, in.labels + R);
   a.seq_off = in.seq_off;
+  a.seq_parent = in.seq_parent;
   Rng rng(in.seed);
   Rng* rp = in.dropout ? &rng : nullptr;
   const bool base_only = !in.lora;
   a.layers.resize(in.keep ? size_t(c.layers) : 1);
   std::vector<float> x(size_t(R * D));
   embedding_fwd(R, D, in.tokens, m.embed_type, m.embed, x.data());
-  const size_t S = in.seq_off.size() - 1;
-  std::vector<float> o(size_t(R * D));
+  std::vector<float> o(size_t(R * D)), kb, vb;
   for (int64_t l = 0; l < c.layers; l++) {
     LayerW& L = m.layers[size_t(l)];
     LayerActs& la = a.layers[in.keep ? size_t(l) : 0];
@@ -167,8 +195,17 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
     for (size_t s = 0; s < S; s++) {
       int64_t r0 = in.seq_off[s];
       if (in.seq_off[s + 1] == r0) continue;
-      attention_fwd(attn_params(in.seq_off, s, c), la.q.data() + r0 * Nq, la.k.data() + r0 * Nkv,
-                    la.v.data() + r0 * Nkv, la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq);
+      const int64_t p = parent_of(in.seq_parent, s);
+      if (p < 0) {
+        attention_fwd(attn_params(in.seq_off, s, c), la.q.data() + r0 * Nq, la.k.data() + r0 * Nkv,
+                      la.v.data() + r0 * Nkv, la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq);
+        continue;
+      }
+      const AttnParams ap = attn_params_child(in.seq_off, p, s, c);
+      kb.resize(size_t(ap.Tk * Nkv));
+      vb.resize(size_t(ap.Tk * Nkv));
+      kv_gather(in.seq_off, p, int64_t(s), Nkv, la.k.data(), la.v.data(), kb.data(), vb.data());
+      attention_fwd(ap, la.q.data() + r0 * Nq, kb.data(), vb.data(), la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq);
     }
     // x1 = x + attn·Woᵀ
     lin(kO, la.attn.data(), o.data());
@@ -189,10 +226,42 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
   if (!in.keep) a.layers.clear();
   a.rstdf.resize(static_cast<size_t>(R));
   a.xnf.resize(size_t(R * D));
-  a.logits.resize(size_t(R * V));
   rmsnorm_fwd(R, D, x.data(), m.norm->w.data(), c.eps, a.xnf.data(), a.rstdf.data());
-  m.lm_head.fwd(R, a.xnf.data(), a.logits.data(), nullptr, nullptr);
+  // lm_head over the rows a loss reads (label >= 0; every row with all_logits): a prompt row's logits
+  // (V = 49,152 columns for SmolLM2) would cost as much as a layer and be thrown away.
+  a.head_rows.clear();
+  a.head_labels.clear();
+  for (int64_t t = 0; t < R; t++)
+    if (in.all_logits || in.labels[t] >= 0) {
+      a.head_rows.push_back(t);
+      a.head_labels.push_back(in.labels[t]);
+    }
+  const int64_t H = int64_t(a.head_rows.size());
+  a.logits.resize(size_t(H * V));
+  if (H == R) {
+    m.lm_head.fwd(R, a.xnf.data(), a.logits.data(), nullptr, nullptr);
+  } else {
+    std::vector<float> xh(size_t(H * D));  // (H, D) the head rows of xnf
+    for (int64_t h = 0; h < H; h++)
+      std::memcpy(xh.data() + h * D, a.xnf.data() + a.head_rows[size_t(h)] * D, size_t(D) * sizeof(float));
+    m.lm_head.fwd(H, xh.data(), a.logits.data(), nullptr, nullptr);
+  }
   if (in.keep) a.x = std::move(x);
+}
+
+void head_logprob_fwd(const Acts& a, int64_t V, float* logp) {
+  const int64_t H = int64_t(a.head_rows.size());
+  std::vector<float> lh(static_cast<size_t>(H));
+  logprob_fwd(H, V, a.logits.data(), a.head_labels.data(), lh.data());
+  std::fill(logp, logp + a.R, 0.0f);
+  for (int64_t h = 0; h < H; h++) logp[a.head_rows[size_t(h)]] = lh[size_t(h)];
+}
+
+void head_logprob_bwd(const Acts& a, int64_t V, const float* dlogp, float* dlogits) {
+  const int64_t H = int64_t(a.head_rows.size());
+  std::vector<float> dh(static_cast<size_t>(H));
+  for (int64_t h = 0; h < H; h++) dh[size_t(h)] = dlogp[a.head_rows[size_t(h)]];
+  logprob_bwd(H, V, a.logits.data(), a.head_labels.data(), dh.data(), dlogits);
 }
 
 void backward(Model& m, Acts& a, const float* dlogits) {
@@ -203,11 +272,19 @@ void backward(Model& m, Acts& a, const float* dlogits) {
     throw std::logic_error("llama train: backward needs a forward that kept its activations");
   const size_t S = a.seq_off.size() - 1;
   std::vector<float> dxn(size_t(R * D)), dx(size_t(R * D)), dscratch(size_t(std::max(D, F) * 2));
-  m.lm_head.bwd(R, a.xnf.data(), dlogits, dxn.data(), nullptr, false);
+  const int64_t H = int64_t(a.head_rows.size());
+  if (H == R) {
+    m.lm_head.bwd(R, a.xnf.data(), dlogits, dxn.data(), nullptr, false);
+  } else {  // rows without logits get no gradient from the head (dxn stays 0 there)
+    std::vector<float> dxh(size_t(H * D));
+    m.lm_head.bwd(H, nullptr, dlogits, dxh.data(), nullptr, false);  // (no dW, no LoRA on the head: x unused)
+    for (int64_t h = 0; h < H; h++)
+      std::memcpy(dxn.data() + a.head_rows[size_t(h)] * D, dxh.data() + h * D, size_t(D) * sizeof(float));
+  }
   std::vector<float>().swap(a.logits);
   rmsnorm_bwd(R, D, a.x.data(), m.norm->w.data(), a.rstdf.data(), dxn.data(), dx.data(), dscratch.data());
   std::vector<float> dact(size_t(R * F)), dg(size_t(R * F)), du(size_t(R * F)), dattn(size_t(R * Nq)),
-      dq(size_t(R * Nq)), dk(size_t(R * Nkv)), dv(size_t(R * Nkv)), dtmp(size_t(R * D));
+      dq(size_t(R * Nq)), dk(size_t(R * Nkv)), dv(size_t(R * Nkv)), dtmp(size_t(R * D)), kb, vb, dkb, dvb;
   const int32_t* positions = a.positions.data();
   for (int64_t l = c.layers - 1; l >= 0; l--) {
     LayerW& L = m.layers[size_t(l)];
@@ -223,12 +300,30 @@ void backward(Model& m, Acts& a, const float* dlogits) {
     axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x1)
     // attention block: x1 = x_in + o(attn)
     L.lin[kO].bwd(R, la.attn.data(), dx.data(), dattn.data(), &la.la[kO], false);
+    // parents come before their children: a parent's dk/dv rows are written, then its children add to them
     for (size_t s = 0; s < S; s++) {
       int64_t r0 = a.seq_off[s];
       if (a.seq_off[s + 1] == r0) continue;
-      attention_bwd(attn_params(a.seq_off, s, c), la.q.data() + r0 * Nq, la.k.data() + r0 * Nkv,
-                    la.v.data() + r0 * Nkv, la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq,
-                    dattn.data() + r0 * Nq, dq.data() + r0 * Nq, dk.data() + r0 * Nkv, dv.data() + r0 * Nkv, nullptr);
+      const int64_t p = parent_of(a.seq_parent, s);
+      if (p < 0) {
+        attention_bwd(attn_params(a.seq_off, s, c), la.q.data() + r0 * Nq, la.k.data() + r0 * Nkv,
+                      la.v.data() + r0 * Nkv, la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq,
+                      dattn.data() + r0 * Nq, dq.data() + r0 * Nq, dk.data() + r0 * Nkv, dv.data() + r0 * Nkv, nullptr);
+        continue;
+      }
+      const AttnParams ap = attn_params_child(a.seq_off, p, s, c);
+      const int64_t pr0 = a.seq_off[size_t(p)], Tp = ap.q_offset, Ts = ap.Tq;
+      kb.resize(size_t(ap.Tk * Nkv));
+      vb.resize(size_t(ap.Tk * Nkv));
+      dkb.resize(size_t(ap.Tk * Nkv));
+      dvb.resize(size_t(ap.Tk * Nkv));
+      kv_gather(a.seq_off, p, int64_t(s), Nkv, la.k.data(), la.v.data(), kb.data(), vb.data());
+      attention_bwd(ap, la.q.data() + r0 * Nq, kb.data(), vb.data(), la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq,
+                    dattn.data() + r0 * Nq, dq.data() + r0 * Nq, dkb.data(), dvb.data(), nullptr);
+      axpy(Tp * Nkv, 1.0f, dkb.data(), dk.data() + pr0 * Nkv);
+      axpy(Tp * Nkv, 1.0f, dvb.data(), dv.data() + pr0 * Nkv);
+      std::memcpy(dk.data() + r0 * Nkv, dkb.data() + Tp * Nkv, size_t(Ts * Nkv) * sizeof(float));
+      std::memcpy(dv.data() + r0 * Nkv, dvb.data() + Tp * Nkv, size_t(Ts * Nkv) * sizeof(float));
     }
     rope_bwd(R, Hq, Dh, Nq, positions, m.inv_freq.data(), dq.data());
     rope_bwd(R, Hkv, Dh, Nkv, positions, m.inv_freq.data(), dk.data());
@@ -251,16 +346,18 @@ void step(Model& m, const StepIn& in, StepOut& out, bool want_logits) {
   f.seq_off = in.seq_off;
   f.keep = in.backward;
   f.seed = in.seed;
+  f.all_logits = want_logits;
   Acts a;
   forward(m, f, a);
-  const int64_t R = in.R, V = m.cfg.vocab;
-  std::vector<float> dlogits(in.backward ? size_t(R * V) : 0);
-  out.loss = cross_entropy_fwd_bwd(R, V, a.logits.data(), in.labels, in.backward ? dlogits.data() : nullptr, nullptr);
+  const int64_t R = in.R, V = m.cfg.vocab, H = int64_t(a.head_rows.size());
+  std::vector<float> dlogits(in.backward ? size_t(H * V) : 0);
+  out.loss = cross_entropy_fwd_bwd(H, V, a.logits.data(), a.head_labels.data(), in.backward ? dlogits.data() : nullptr,
+                                   nullptr);
   out.counted = 0;
   for (int64_t t = 0; t < R; t++) out.counted += in.labels[t] >= 0;
   if (want_logits) out.logits = std::move(a.logits);
   if (!in.backward || out.counted == 0) return;
-  if (in.grad_scale != 1.0f) scale_fwd(R * V, dlogits.data(), in.grad_scale, dlogits.data());
+  if (in.grad_scale != 1.0f) scale_fwd(H * V, dlogits.data(), in.grad_scale, dlogits.data());
   backward(m, a, dlogits.data());
 }
 

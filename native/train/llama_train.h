@@ -77,9 +77,12 @@ struct Acts {
   int64_t R = 0;
   std::vector<int32_t> positions, labels;  // (R)
   std::vector<int64_t> seq_off;            // (S+1)
+  std::vector<int64_t> seq_parent;         // (S) or empty (FwdIn::seq_parent)
   std::vector<LayerActs> layers;           // empty when the forward kept nothing
   std::vector<float> x, rstdf, xnf;        // final hidden (R, D), its rstd (R), normed (R, D)
-  std::vector<float> logits;               // (R, V)
+  std::vector<int64_t> head_rows;           // (H) rows whose logits were computed, ascending
+  std::vector<int32_t> head_labels;        // (H) their labels
+  std::vector<float> logits;               // (H, V) of the head rows
   float logit_scale = 1.0f;                // logits were multiplied by it (1 / sampling temperature)
 };
 
@@ -89,15 +92,24 @@ struct FwdIn {
   const int32_t* positions = nullptr;  // (R)
   const int32_t* labels = nullptr;     // (R) target of each row (the next token), < 0 = none
   std::vector<int64_t> seq_off;        // (S+1) row offsets of the packed sequences
+  // (S) or empty: sequence s continues the earlier sequence seq_parent[s] (itself without a parent; -1 = none):
+  // its rows attend to all of the parent's rows, then causally to their own (a prompt shared by several
+  // completions is computed once; the caller gives the completion rows their positions after the prompt).
+  std::vector<int64_t> seq_parent;
   bool keep = true;                    // keep activations for backward
   bool lora = true;                    // false: the base model alone (the reference policy)
   bool dropout = true;                 // LoRA dropout (training forwards)
   uint64_t seed = 0;                   // LoRA dropout masks
+  bool all_logits = false;             // logits of every row (else only of rows with a label >= 0)
 };
-// Writes a.logits (R, V); with in.keep, everything backward needs.
+// Writes a.logits (H, V) of the head rows (a.head_rows); with in.keep, everything backward needs.
 void forward(Model& m, const FwdIn& in, Acts& a);
-// Given dlogits (R, V) of the loss w.r.t. a's logits: LoRA gradients accumulate. Frees a's activations.
+// Given dlogits (H, V) of the loss w.r.t. a's logits: LoRA gradients accumulate. Frees a's activations.
 void backward(Model& m, Acts& a, const float* dlogits);
+// logp (R) = log softmax(a.logits)[label] per row, 0 for rows without a label (logprob_fwd on the head rows).
+void head_logprob_fwd(const Acts& a, int64_t V, float* logp);
+// dlogits (H, V) of a loss whose gradient w.r.t. those log-probabilities is dlogp (R).
+void head_logprob_bwd(const Acts& a, int64_t V, const float* dlogp, float* dlogits);
 
 // SFT: forward, masked mean cross-entropy, backward (scaled by grad_scale) in one call.
 struct StepIn {

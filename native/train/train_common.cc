@@ -103,12 +103,10 @@ void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) 
   sgemm(false, true, M, N, r, lora.s, xa.data(), r, lora.B->w.data(), r, 1.0f, y, N);         // y += s·xa·Bᵀ
 }
 
-// dx = dy·W (W widened from bf16 when frozen in bf16), written or accumulated.
+// dx (M, K) = dy (M, N)·W (N, K), written or accumulated; bf16 W is read in place (widened as it is packed).
 static void dx_through_w(const TLinear& l, int64_t M, const float* dy, float* dx, bool acc) {
   if (l.wbf) {
-    std::vector<float> wf(size_t(l.N * l.K));
-    convert_bf16_to_f32(l.N * l.K, l.wbf, wf.data());
-    sgemm(false, false, M, l.K, l.N, 1.0f, dy, l.N, wf.data(), l.K, acc ? 1.0f : 0.0f, dx, l.K);
+    sgemm_bf16(M, l.K, l.N, 1.0f, dy, l.N, l.wbf, l.K, acc ? 1.0f : 0.0f, dx, l.K);
   } else {
     sgemm(false, false, M, l.K, l.N, 1.0f, dy, l.N, l.W->w.data(), l.K, acc ? 1.0f : 0.0f, dx, l.K);
   }

@@ -108,7 +108,9 @@ export function linearSync(a: LinearArgs): Float32Array {
   return y;
 }
 
-function sgemmPrep(a: SgemmArgs): { M: number; N: number; K: number; lda: number; ldb: number; ldc: number } {
+function sgemmPrep(
+  a: Pick<SgemmArgs, 'ta' | 'tb' | 'M' | 'N' | 'K' | 'lda' | 'ldb' | 'ldc'>,
+): { M: number; N: number; K: number; lda: number; ldb: number; ldc: number } {
   const M = dim(a.M, 'M'), N = dim(a.N, 'N'), K = dim(a.K, 'K');
   const lda = a.lda ?? (a.ta ? M : K), ldb = a.ldb ?? (a.tb ? K : N), ldc = a.ldc ?? N;
   return { M, N, K, lda, ldb, ldc };
@@ -135,6 +137,17 @@ export async function sgemm(a: SgemmArgs): Promise<Float32Array> {
 export function sgemmSync(a: SgemmArgs): Float32Array {
   const { call, C } = sgemmCall(a);
   addon.gemmSgemm(...call, false);
+  return C;
+}
+
+/** C (M, N) = alpha · A (M, K) · B (K, N) + beta · C with B in bf16 bits (a linear layer's dx = dy·W). */
+export function sgemmBf16Sync(a: Omit<SgemmArgs, 'ta' | 'tb' | 'B'> & { B: Uint16Array }): Float32Array {
+  const { M, N, K, lda, ldb, ldc } = sgemmPrep(a);
+  need(a.A, M, K, lda, 'A');
+  need(a.B, K, N, ldb, 'B');
+  const C = a.C ?? new Float32Array(M * N);
+  need(C, M, N, ldc, 'C');
+  addon.gemmSgemmBf16(M, N, K, a.alpha ?? 1, a.A, lda, a.B, ldb, a.beta ?? 0, C, ldc, false);
   return C;
 }
 

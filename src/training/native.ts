@@ -76,6 +76,11 @@ export interface DecoderBatch {
   labels: Int32Array;
   /** (S+1) row offsets of the packed sequences */
   seqOff: Int32Array;
+  /**
+   * (S) per sequence, the earlier sequence it continues or -1 (forward only): its rows attend to all of that
+   * sequence's rows, then causally to their own; a prompt shared by several completions is computed once.
+   */
+  seqParent?: Int32Array;
 }
 
 export class DecoderTrainGraph extends TrainGraph {

@@ -7,6 +7,7 @@ import {
   linearSync,
   sgemm,
   sgemmSync,
+  sgemmBf16Sync,
   sgemmBatchedSync,
   PackedWeight,
   type LinearArgs,
@@ -237,6 +238,29 @@ t.test('sgemm: every transpose combination, alpha, beta, strides', async (t) => 
             check(t, `${isa} sgemm ta=${+ta} tb=${+tb} ${M}x${N}x${K} a=${alpha} b=${beta}`, M, N, K, C, ldc, ref, mag);
           }
         }
+  });
+});
+
+t.test('sgemm_bf16: B in bf16 (dx = dy·W of bf16 weights) matches the product with B widened', async (t) => {
+  const shapes: [number, number, number][] = [
+    [1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20],
+  ];
+  await forEachIsa(async (isa) => {
+    for (const [M, N, K] of shapes) {
+      const pad = (M + N) % 3;
+      const lda = K + pad, ldb = N + pad, ldc = N + pad;
+      const A = randArray(M * lda);
+      const Bb = Uint16Array.from(randArray(K * ldb), toBf16);
+      const Bw = Float32Array.from(Bb, fromBf16);
+      for (const [alpha, beta] of [[1, 0], [0.5, 1], [-2, 0.25]]) {
+        const C = randArray(M * ldc);
+        if (beta === 0) C.fill(NaN);
+        const C0 = C.slice();
+        const { ref, mag } = refSgemm(false, false, M, N, K, alpha, A, lda, Bw, ldb, beta, C0, ldc);
+        sgemmBf16Sync({ M, N, K, alpha, A, lda, B: Bb, ldb, beta, C, ldc });
+        check(t, `${isa} sgemm_bf16 ${M}x${N}x${K} a=${alpha} b=${beta}`, M, N, K, C, ldc, ref, mag);
+      }
+    }
   });
 });
 

@@ -35,6 +35,12 @@ void linear(DType wtype, int64_t M, int64_t N, int64_t K, const float* x, int64_
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// sgemm without transposes, B in bf16 (bits): C[M,N] = alpha · A[M,K] · B[K,N] + beta · C. B is widened to
+// fp32 while it is packed (fp32 math on the bf16 values). The backward of a linear layer with frozen bf16
+// weights W (N, K): dx (M, K) = dy (M, N) · W, with B = W read in place (no widened copy of W).
+void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                int64_t ldb, float beta, float* C, int64_t ldc);
+
 // Batched strided sgemm (attention scores, per-head products): for b in [0, batch):
 //   C_b = alpha · op(A_b) · op(B_b) + beta · C_b with A_b = A + b*strideA, etc.
 void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -103,7 +103,7 @@ export async function dpoStep(
     for (const row of packed.rows[2 * i + 1]) dlogp[row] = (o.gradScale * r.dRejected) / B;
   });
   await g.backward(dlogp);
-  return { results, tokens: packed.batch.tokens.length };
+  return { results, tokens: packed.tokens };
 }
 
 async function refLogps(g: DecoderTrainGraph, pairs: Pair[], packed: ReturnType<typeof packScored>): Promise<void> {

@@ -123,7 +123,7 @@ export async function grpoStep(
   });
   if (o.gradScale !== 1) for (let i = 0; i < res.dlogp.length; i++) res.dlogp[i] *= o.gradScale;
   await g.backward(res.dlogp);
-  return { loss: res.loss, kl: res.kl, clipRatio: res.clipRatio, tokens: packed.batch.tokens.length };
+  return { loss: res.loss, kl: res.kl, clipRatio: res.clipRatio, tokens: packed.tokens };
 }
 
 interface Prompt {

@@ -33,29 +33,57 @@ export interface ScoredSequence {
 /**
  * Packs sequences into one batch; labels[t] = ids[t+1] where token t+1 is a completion token (so row t
  * scores completion token t+1). `rows[i]` lists, per sequence, the rows of its completion tokens in order.
+ * Consecutive sequences with the same prompt (DPO's chosen and rejected, GRPO's group) share it unless
+ * `share` is false: the prompt but its last token is packed once, and each completion (after the prompt's
+ * last token, whose row scores the completion's first token) continues it (DecoderBatch.seqParent), so the
+ * prompt's rows are computed once for the group. The log-probabilities are those of the unshared packing.
+ * `tokens`: the sequences' tokens (prompt + completion each), what a step trains on whatever the packing.
  */
-export function packScored(seqs: ScoredSequence[]): { batch: DecoderBatch; rows: number[][] } {
-  const R = seqs.reduce((a, s) => a + s.prompt.length + s.completion.length, 0);
+export function packScored(
+  seqs: ScoredSequence[],
+  share = true,
+): { batch: DecoderBatch; rows: number[][]; tokens: number } {
+  // segments: [shared prompt head (no labels)] or [ids, first position, parent segment, sequence index]
+  const segs: Array<{ ids: number[]; pos0: number; parent: number; seq: number; promptLen: number }> = [];
+  for (let i = 0; i < seqs.length; i++) {
+    const s = seqs[i];
+    const P = s.prompt.length;
+    const same = (j: number) =>
+      j < seqs.length && seqs[j].prompt.length === P && seqs[j].prompt.every((v, k) => v === s.prompt[k]);
+    let n = 1;
+    while (share && P >= 2 && same(i + n)) n++;
+    if (n === 1) {
+      segs.push({ ids: [...s.prompt, ...s.completion], pos0: 0, parent: -1, seq: i, promptLen: P });
+      continue;
+    }
+    const parent = segs.length;
+    segs.push({ ids: s.prompt.slice(0, P - 1), pos0: 0, parent: -1, seq: -1, promptLen: P - 1 });
+    for (let j = i; j < i + n; j++)
+      segs.push({ ids: [s.prompt[P - 1], ...seqs[j].completion], pos0: P - 1, parent, seq: j, promptLen: 1 });
+    i += n - 1;
+  }
+  const R = segs.reduce((a, g) => a + g.ids.length, 0);
   const tokens = new Int32Array(R);
   const positions = new Int32Array(R);
   const labels = new Int32Array(R).fill(-100);
-  const seqOff = new Int32Array(seqs.length + 1);
-  const rows: number[][] = [];
+  const seqOff = new Int32Array(segs.length + 1);
+  const seqParent = new Int32Array(segs.length);
+  const rows: number[][] = seqs.map(() => []);
   let r = 0;
-  seqs.forEach((s, i) => {
-    const ids = [...s.prompt, ...s.completion];
-    const mine: number[] = [];
-    for (let t = 0; t < ids.length; t++) {
-      tokens[r + t] = ids[t];
-      positions[r + t] = t;
-      if (t + 1 < ids.length && t + 1 >= s.prompt.length) {
-        labels[r + t] = ids[t + 1];
-        mine.push(r + t);
+  segs.forEach((g, i) => {
+    for (let t = 0; t < g.ids.length; t++) {
+      tokens[r + t] = g.ids[t];
+      positions[r + t] = g.pos0 + t;
+      if (g.seq >= 0 && t + 1 < g.ids.length && t + 1 >= g.promptLen) {
+        labels[r + t] = g.ids[t + 1];
+        rows[g.seq].push(r + t);
       }
     }
-    rows.push(mine);
-    r += ids.length;
+    r += g.ids.length;
     seqOff[i + 1] = r;
+    seqParent[i] = g.parent;
   });
-  return { batch: { tokens, positions, labels, seqOff }, rows };
+  const batch: DecoderBatch = { tokens, positions, labels, seqOff };
+  if (segs.some((g) => g.parent >= 0)) batch.seqParent = seqParent;
+  return { batch, rows, tokens: seqs.reduce((a, s) => a + s.prompt.length + s.completion.length, 0) };
 }
