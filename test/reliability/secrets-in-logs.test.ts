@@ -108,9 +108,11 @@ t.test('secrets never reach the log at trace level', async (t) => {
     body: { dataset_name: 'probe', dataset_type: 'ner', filename: 'p.jsonl' },
   });
   secrets.uploadSignature = new URL(up.body.upload_url).searchParams.get('signature')!;
+  // a first character other than the real one (the signature may itself start with 'x')
+  const forged = (secrets.uploadSignature[0] === 'x' ? 'y' : 'x') + secrets.uploadSignature.slice(1);
   t.equal(
     (
-      await fetch(up.body.upload_url.replace(secrets.uploadSignature, 'x' + secrets.uploadSignature.slice(1)), {
+      await fetch(up.body.upload_url.replace(secrets.uploadSignature, forged), {
         method: 'PUT',
         body: 'x',
       })
