@@ -251,7 +251,10 @@ class GuardedConnection {
 
   constructor(
     private readonly client: net.Socket, private readonly upstreamPath: string, private readonly localHost: string,
+    private readonly shared: { closing: boolean; open: Set<GuardedConnection> },
   ) {
+    shared.open.add(this);
+    client.on('close', () => shared.open.delete(this));
     this.peer = (client.remoteAddress ?? '').replace(/^::ffff:(?=\d+\.)/, '');
     this.peerLine = Buffer.from(`X-Loom-Peer: ${this.peer}\r\n\r\n`, 'latin1');
     client.on('data', (d: Buffer) => this.feed(d));
@@ -283,11 +286,18 @@ class GuardedConnection {
       // gets a new connection to uWS, and an idle client is closed after uWS's own idle time.
       // Otherwise (a request cut off or not answered) the client's connection ends too.
       const between = this.state === 'head' && this.answered && !this.lastRequest;
-      if (between) client.setTimeout(IDLE_MS);
+      if (between && this.shared.closing) client.end(); // shutting down: no next request on this connection
+      else if (between) client.setTimeout(IDLE_MS);
       else if (hadError) client.destroy();
       else client.end();
     });
     return up;
+  }
+
+  /** the guard is closing: a connection between requests with no connection to uWS ends now; one with a
+   * request in flight ends when uWS closes its side after answering (the server drains, then closes uWS) */
+  shutdown(): void {
+    if (!this.up && this.state === 'head' && !this.client.destroyed) this.client.end();
   }
 
   private refuse(r: Refusal): void {
@@ -363,14 +373,20 @@ export interface Guard { port: number; close(): void }
 
 /** Listens on host:port and passes checked requests to uWS listening on the unix socket `upstreamPath`. */
 export function startGuard(host: string, port: number, upstreamPath: string): Promise<Guard> {
+  const shared = { closing: false, open: new Set<GuardedConnection>() };
   const server = net.createServer({ noDelay: true }, (client) => {
     const local = `${host.includes(':') ? `[${host}]` : host}:${(server.address() as net.AddressInfo).port}`;
-    new GuardedConnection(client, upstreamPath, local);
+    new GuardedConnection(client, upstreamPath, local, shared);
   });
+  const close = () => {
+    shared.closing = true;
+    server.close();
+    for (const c of shared.open) c.shutdown();
+  };
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
-      resolve({ port: (server.address() as net.AddressInfo).port, close: () => server.close() });
+      resolve({ port: (server.address() as net.AddressInfo).port, close });
     });
   });
 }

@@ -59,6 +59,14 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     return v;
   }
 
+  /** `update`, only while the version is still in state `from` */
+  async function advance(id: string, from: DatasetVersionRecord['status'], patch: Partial<DatasetVersionRecord>): Promise<void> {
+    await store.tx(() => {
+      const v = store.datasets.getVersion(id);
+      if (v?.status === from) store.datasets.putVersion({ ...v, ...patch, updated_at: nowIso() });
+    });
+  }
+
   async function update(id: string, patch: Partial<DatasetVersionRecord>): Promise<DatasetVersionRecord | undefined> {
     return store.tx(() => {
       const v = store.datasets.getVersion(id);
@@ -110,7 +118,8 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     const job = (async () => {
       const { result } = pool.run<ProcessDatasetResult>(
         { op: 'process_dataset', raw_path: rawPath, out_path: dataFile(v), filename: v.filename ?? 'data.jsonl', dataset_type: v.dataset_type },
-        (m) => { if (m?.phase === 'validating') void update(v.id, { status: 'validating' }); },
+        // progress travels on its own port and may arrive after the result: it only moves `converting` on
+        (m) => { if (m?.phase === 'validating') void advance(v.id, 'converting', { status: 'validating' }); },
       );
       let r: ProcessDatasetResult;
       try { r = await result; } catch (e) { r = { ok: false, stage: 'converting', error: `processing crashed: ${(e as Error).message}` }; }

@@ -16,6 +16,9 @@ export interface JobPool {
   close(): Promise<void>;
 }
 
+/** the worker's last message on a task's port (src/service/jobs/worker.mjs) */
+const END_OF_MESSAGES = 'loom:end-of-messages';
+
 export function createJobPool(opts: { threads: number }): JobPool {
   const pool = new Piscina({
     filename: new URL('./worker.mjs', import.meta.url).href,
@@ -29,11 +32,21 @@ export function createJobPool(opts: { threads: number }): JobPool {
     threads: Math.max(1, opts.threads),
     run<T>(task: TaskInput, onMessage?: (m: any) => void) {
       const { port1, port2 } = new MessageChannel();
-      if (onMessage) port1.on('message', onMessage);
-      const result = (pool.run({ ...task, port: port2 }, { transferList: [port2] }) as Promise<T>).finally(() => {
-        // let queued messages arrive before closing our end
-        setImmediate(() => port1.close());
+      // messages on one port arrive in order, but the result comes on Piscina's port and may overtake
+      // them: the result is handed on only once the worker's end marker (its last message) arrived
+      let ended!: () => void;
+      const allArrived = new Promise<void>((r) => { ended = r; });
+      port1.on('message', (m) => {
+        if (m?.type === END_OF_MESSAGES) ended();
+        else onMessage?.(m);
       });
+      const settle = (ms: number) => Promise.race([allArrived, new Promise<void>((r) => setTimeout(r, ms).unref())])
+        .then(() => port1.close());
+      const result = (pool.run({ ...task, port: port2 }, { transferList: [port2] }) as Promise<T>).then(
+        async (v) => { await settle(10_000); return v; },
+        // a worker that died sends no marker; one whose task threw does
+        async (e) => { await settle(500); throw e; },
+      );
       return { result, port: port1 };
     },
     async close() { await pool.destroy(); },

@@ -19,5 +19,13 @@ async function load() {
 
 export default async function run(task) {
   const t = await load();
-  return t.runTask(task);
+  try {
+    return await t.runTask(task);
+  } finally {
+    // the result travels on Piscina's own port, which may overtake the task's last messages on
+    // `task.port`: this marker, last on that port, tells the pool that every message has arrived
+    try { task.port?.postMessage({ type: END_OF_MESSAGES }); } catch { /* port already closed */ }
+  }
 }
+
+const END_OF_MESSAGES = 'loom:end-of-messages';
