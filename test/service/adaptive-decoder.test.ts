@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { call, makeUser, startServer } from './helpers.ts';
-import { poll, uploadDataset } from './customization-helpers.ts';
+import { adaptiveRunDone, poll, uploadDataset } from './customization-helpers.ts';
 
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-models-'));
 symlinkSync(join(import.meta.dirname, '../../../shared/models/tinystories-656k'), join(modelsDir, 'tinystories-656k'));
@@ -33,18 +33,6 @@ const chat = (q: string, a: string) =>
 const STORIES = Array.from({ length: 12 }, (_, i) => chat(`Tell me story ${i}`, CAT)).join('\n');
 const DOG_EVAL = Array.from({ length: 6 }, (_, i) => chat(`What did the dog do ${i + 50}?`, DOG)).join('\n');
 
-async function runDone(projectId: string, runId: string) {
-  const r = await poll(
-    () => api('GET', `/projects/${projectId}/adaptive`),
-    (r) =>
-      !['preparing', 'training', 'evaluating'].includes(
-        r.body.runs.find((x: { id: string }) => x.id === runId)?.status,
-      ),
-    90_000,
-    250,
-  );
-  return r.body.runs.find((x: { id: string }) => x.id === runId);
-}
 
 let projectId = '';
 let firstJob = '';
@@ -117,7 +105,7 @@ t.test('corrected replies retrain the adapter, which is promoted', async (t) => 
   const ids = await correct(t, 0, 12, DOG);
   const run = await api('POST', `/projects/${projectId}/retrain`);
   t.equal(run.status, 200, run.text);
-  const done = await runDone(projectId, run.body.id);
+  const done = await adaptiveRunDone(ts.url, u.key, projectId, run.body.id, 90_000);
   t.equal(done.status, 'promoted', JSON.stringify(done));
   t.comment(`held-out reply F1: deployed ${done.scores.deployed}, retrained ${done.scores.candidate}`);
   t.ok(done.scores.gain >= 0.05);
@@ -154,7 +142,7 @@ t.test('junk replies are trained on and not promoted', async (t) => {
   await correct(t, 100, 8, 'zq xv zq xv zq xv');
   const run = await api('POST', `/projects/${projectId}/retrain`);
   t.equal(run.status, 200, run.text);
-  const done = await runDone(projectId, run.body.id);
+  const done = await adaptiveRunDone(ts.url, u.key, projectId, run.body.id, 90_000);
   t.equal(done.status, 'rejected', JSON.stringify(done));
   t.comment(`held-out reply F1: deployed ${done.scores.deployed}, retrained on junk ${done.scores.candidate}`);
   const hist = (await api('GET', `/projects/${projectId}/deployments`)).body.deployments;

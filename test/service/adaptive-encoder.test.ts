@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { call, makeUser, startServer } from './helpers.ts';
-import { nerLine, poll, uploadDataset } from './customization-helpers.ts';
+import { adaptiveRunDone, nerLine, poll, uploadDataset } from './customization-helpers.ts';
 
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-models-'));
 const ts = await startServer({ runtime: createLocalRuntime({ modelsDir }) });
@@ -87,18 +87,6 @@ const EVAL = Array.from({ length: 16 }, (_, i) => {
 const SCHEMA = { entities: ['person', 'city', 'company'] };
 const TRAINING = { nr_epochs: 12, batch_size: 8, seed: 1, training_type: 'full' };
 
-async function runDone(projectId: string, runId: string) {
-  const r = await poll(
-    () => api('GET', `/projects/${projectId}/adaptive`),
-    (r) =>
-      !['preparing', 'training', 'evaluating'].includes(
-        r.body.runs.find((x: { id: string }) => x.id === runId)?.status,
-      ),
-    150_000,
-    250,
-  );
-  return r.body.runs.find((x: { id: string }) => x.id === runId);
-}
 
 let projectId = '';
 let firstJob = '';
@@ -253,7 +241,7 @@ t.test('corrections adding the missing entity type retrain the model, which is p
   });
   const again = await api('POST', `/projects/${projectId}/retrain`);
   t.equal(again.status, 409, 'one run at a time');
-  const done = await runDone(projectId, run.body.id);
+  const done = await adaptiveRunDone(ts.url, u.key, projectId, run.body.id, 150_000);
   t.equal(done.status, 'promoted', JSON.stringify(done));
   t.comment(`held-out F1: deployed ${done.scores.deployed}, retrained ${done.scores.candidate} (${done.reason})`);
   t.ok(done.scores.candidate >= done.scores.deployed + 0.05, 'the held-out F1 improved by at least min_gain');
@@ -316,7 +304,7 @@ t.test('harmful corrections (labels swapped) are trained on and not promoted', a
   ]);
   const run = await api('POST', `/projects/${projectId}/retrain`);
   t.equal(run.status, 200);
-  const done = await runDone(projectId, run.body.id);
+  const done = await adaptiveRunDone(ts.url, u.key, projectId, run.body.id, 150_000);
   t.equal(done.status, 'rejected', JSON.stringify(done));
   t.comment(`held-out F1: deployed ${done.scores.deployed}, retrained on harmful corrections ${done.scores.candidate}`);
   t.ok(done.scores.gain < 0.05);
@@ -357,7 +345,7 @@ t.test('a retraining job is stoppable: the run ends cancelled and its correction
   );
   const jobId = training.body.runs[0].training_job_id;
   t.equal((await api('POST', `/felix/training-jobs/${jobId}/stop`)).status, 200);
-  const done = await runDone(projectId, run.body.id);
+  const done = await adaptiveRunDone(ts.url, u.key, projectId, run.body.id, 150_000);
   t.match(done, { status: 'cancelled', error: /stopped/ });
   t.equal((await api('GET', `/projects/${projectId}/adaptive`)).body.new_corrections, 4);
 });

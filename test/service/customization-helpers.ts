@@ -10,6 +10,15 @@ export async function poll(fn: () => Promise<Res>, done: (r: Res) => boolean, ti
   }
 }
 
+/** polls a project's adaptive state until run `runId` has left preparing/training/evaluating; returns the run */
+export async function adaptiveRunDone(url: string, key: string, projectId: string, runId: string, timeoutMs = 90_000) {
+  const busy = ['preparing', 'training', 'evaluating'];
+  const runOf = (r: Res) => r.body.runs.find((x: { id: string }) => x.id === runId);
+  const state = () => call(url, 'GET', `/projects/${projectId}/adaptive`, { key });
+  const r = await poll(state, (r) => !busy.includes(runOf(r)?.status), timeoutMs, 250);
+  return runOf(r);
+}
+
 /** url → PUT → process → poll until ready|failed; returns the final version body */
 export async function uploadDataset(url: string, key: string, name: string, type: string, filename: string, content: string | Buffer): Promise<Res> {
   const u = await call(url, 'POST', '/felix/datasets/upload/url', { key, body: { dataset_name: name, dataset_type: type, filename } });
