@@ -3,7 +3,7 @@
 // message), the corrections waiting, "Retrain now", and the runs with their scores and decision.
 import { useState } from 'preact/hooks';
 import { api } from './api.ts';
-import { ErrorBox, Section, Status, fmtDate, fmtNum, useAction, useInterval, useResource } from './ui.tsx';
+import { ErrorBox, Section, Status, Table, fmtDate, fmtNum, useAction, useInterval, useResource } from './ui.tsx';
 
 /** the policy's keys, in the README's order; `null` marks the nullable ones (blank = null) */
 const FIELDS: Array<[key: string, label: string, nullable: boolean]> = [
@@ -115,53 +115,42 @@ export function AdaptiveSection({ projectId, onChange }: { projectId: string; on
             </div>
           </form>
           <h3>Runs</h3>
-          <table data-testid="adaptive-runs">
-            <thead>
-              <tr>
-                <th>Started</th>
-                <th>Trigger</th>
-                <th>Status</th>
-                <th>Corrections (train / holdout)</th>
-                <th>Training job</th>
-                <th>New F1</th>
-                <th>Deployed F1</th>
-                <th>Gain</th>
-                <th>Decision</th>
-              </tr>
-            </thead>
-            <tbody>
-              {st.data.runs.map((r: any) => (
-                <tr key={r.id}>
-                  <td>{fmtDate(r.created_at)}</td>
-                  <td>{r.trigger}</td>
-                  <td>
-                    <Status value={r.status} />
-                    {r.error ? <span class="error-text"> {r.error}</span> : null}
-                  </td>
-                  <td>
-                    {r.train_corrections} / {r.holdout_corrections}
-                  </td>
-                  <td>
-                    {r.training_job_id ? <a href={`#/training/${r.training_job_id}`}>{r.training_job_id}</a> : '—'}
-                  </td>
-                  <td>{fmtNum(r.scores?.candidate)}</td>
-                  <td>{fmtNum(r.scores?.deployed)}</td>
-                  <td>{fmtNum(r.scores?.gain)}</td>
-                  <td>
-                    {r.decision ?? '—'}
-                    {r.reason ? <div class="small muted">{r.reason}</div> : null}
-                  </td>
-                </tr>
-              ))}
-              {!st.data.runs.length && (
-                <tr>
-                  <td colSpan={9} class="muted">
-                    No retraining yet.
-                  </td>
-                </tr>
-              )}
-            </tbody>
-          </table>
+          <Table
+            testid="adaptive-runs"
+            head={[
+              'Started',
+              'Trigger',
+              'Status',
+              'Corrections (train / holdout)',
+              'Training job',
+              'New F1',
+              'Deployed F1',
+              'Gain',
+              'Decision',
+            ]}
+            rows={st.data.runs}
+            rowKey={(r: any) => r.id}
+            cells={(r: any) => [
+              fmtDate(r.created_at),
+              r.trigger,
+              <>
+                <Status value={r.status} />
+                {r.error ? <span class="error-text"> {r.error}</span> : null}
+              </>,
+              <>
+                {r.train_corrections} / {r.holdout_corrections}
+              </>,
+              r.training_job_id ? <a href={`#/training/${r.training_job_id}`}>{r.training_job_id}</a> : '—',
+              fmtNum(r.scores?.candidate),
+              fmtNum(r.scores?.deployed),
+              fmtNum(r.scores?.gain),
+              <>
+                {r.decision ?? '—'}
+                {r.reason ? <div class="small muted">{r.reason}</div> : null}
+              </>,
+            ]}
+            empty="No retraining yet."
+          />
         </>
       )}
       </div>

@@ -142,6 +142,49 @@ export function Section({
   );
 }
 
+/**
+ * A list as a table: one header cell per `head` entry, one row per item (`cells` gives its cells in the
+ * same order), and `empty` in a full-width row when there are no items.
+ */
+export function Table<T>(props: {
+  head: ComponentChildren[];
+  rows: T[];
+  rowKey: (r: T) => string | number;
+  cells: (r: T) => ComponentChildren[];
+  empty?: ComponentChildren;
+  testid?: string;
+  rowAttrs?: (r: T) => Record<string, string | number | undefined>;
+}) {
+  const { head, rows, rowKey, cells, empty, testid, rowAttrs } = props;
+  return (
+    <table data-testid={testid}>
+      <thead>
+        <tr>
+          {head.map((h, i) => (
+            <th key={i}>{h}</th>
+          ))}
+        </tr>
+      </thead>
+      <tbody>
+        {rows.map((r) => (
+          <tr key={rowKey(r)} {...rowAttrs?.(r)}>
+            {cells(r).map((c, i) => (
+              <td key={i}>{c}</td>
+            ))}
+          </tr>
+        ))}
+        {!rows.length && empty !== undefined && (
+          <tr>
+            <td colSpan={head.length} class="muted">
+              {empty}
+            </td>
+          </tr>
+        )}
+      </tbody>
+    </table>
+  );
+}
+
 export function Status({ value }: { value: string | null | undefined }) {
   return <span class={`status status-${value ?? 'none'}`}>{value ?? '—'}</span>;
 }

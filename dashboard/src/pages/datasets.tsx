@@ -10,6 +10,7 @@ import {
   Loading,
   Section,
   Status,
+  Table,
   fmtDate,
   useAction,
   useInterval,
@@ -53,37 +54,20 @@ export function DatasetsPage() {
         <ErrorBox error={list.error} />
         <Loading when={list.loading && !list.data} />
         {list.data && (
-          <table data-testid="datasets-table">
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th>Latest version</th>
-                <th>Status</th>
-                <th>Created</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.data.datasets.map((d: any) => (
-                <tr key={d.dataset_name} data-dataset={d.dataset_name}>
-                  <td>
-                    <a href={`#/datasets/${encodeURIComponent(d.dataset_name)}`}>{d.dataset_name}</a>
-                  </td>
-                  <td>{d.version_number}</td>
-                  <td>
-                    <Status value={d.status} />
-                  </td>
-                  <td>{fmtDate(d.created_at)}</td>
-                </tr>
-              ))}
-              {!list.data.datasets.length && (
-                <tr>
-                  <td colSpan={4} class="muted">
-                    No datasets yet.
-                  </td>
-                </tr>
-              )}
-            </tbody>
-          </table>
+          <Table
+            testid="datasets-table"
+            head={['Name', 'Latest version', 'Status', 'Created']}
+            rows={list.data.datasets}
+            rowKey={(d: any) => d.dataset_name}
+            rowAttrs={(d: any) => ({ 'data-dataset': d.dataset_name })}
+            cells={(d: any) => [
+              <a href={`#/datasets/${encodeURIComponent(d.dataset_name)}`}>{d.dataset_name}</a>,
+              d.version_number,
+              <Status value={d.status} />,
+              fmtDate(d.created_at),
+            ]}
+            empty="No datasets yet."
+          />
         )}
       </Section>
       <Generate onStarted={() => void list.reload()} />

@@ -8,6 +8,7 @@ import {
   Loading,
   Section,
   Status,
+  Table,
   fmtDate,
   fmtNum,
   useAction,
@@ -72,69 +73,45 @@ export function EvaluationsPage() {
       </Section>
       <Loading when={list.loading && !list.data} />
       <Section title="Evaluations">
-        <table>
-          <thead>
-            <tr>
-              <th>Model</th>
-              <th>Dataset</th>
-              <th>Status</th>
-              <th>F1</th>
-              <th>Precision</th>
-              <th>Recall</th>
-              <th>Examples</th>
-              <th>Completed</th>
-              <th />
-            </tr>
-          </thead>
-          <tbody>
-            {evals.map((e) => (
-              <tr key={e.id}>
-                <td>
-                  <a
-                    href="#/evaluations"
-                    onClick={(ev) => {
-                      ev.preventDefault();
-                      setOpen(open === e.id ? null : e.id);
-                    }}
-                  >
-                    {e.base_model}
-                  </a>
-                </td>
-                <td>
-                  {e.dataset_name} v{e.dataset_version}
-                </td>
-                <td>
-                  <Status value={e.status} />
-                  {e.error ? ` ${e.error}` : ''}
-                </td>
-                <td>{fmtNum(e.f1_score, 3)}</td>
-                <td>{fmtNum(e.precision_score, 3)}</td>
-                <td>{fmtNum(e.recall_score, 3)}</td>
-                <td>{e.sample_count ?? '—'}</td>
-                <td>{fmtDate(e.completed_at)}</td>
-                <td>
-                  <ConfirmButton
-                    label="Delete"
-                    question="Delete?"
-                    onConfirm={() =>
-                      void act.run(async () => {
-                        await api('DELETE', `/felix/evaluations/${e.id}`);
-                        await list.reload();
-                      })
-                    }
-                  />
-                </td>
-              </tr>
-            ))}
-            {!evals.length && (
-              <tr>
-                <td colSpan={9} class="muted">
-                  No evaluations yet.
-                </td>
-              </tr>
-            )}
-          </tbody>
-        </table>
+        <Table
+          head={['Model', 'Dataset', 'Status', 'F1', 'Precision', 'Recall', 'Examples', 'Completed', '']}
+          rows={evals}
+          rowKey={(e) => e.id}
+          cells={(e) => [
+            <a
+              href="#/evaluations"
+              onClick={(ev) => {
+                ev.preventDefault();
+                setOpen(open === e.id ? null : e.id);
+              }}
+            >
+              {e.base_model}
+            </a>,
+            <>
+              {e.dataset_name} v{e.dataset_version}
+            </>,
+            <>
+              <Status value={e.status} />
+              {e.error ? ` ${e.error}` : ''}
+            </>,
+            fmtNum(e.f1_score, 3),
+            fmtNum(e.precision_score, 3),
+            fmtNum(e.recall_score, 3),
+            e.sample_count ?? '—',
+            fmtDate(e.completed_at),
+            <ConfirmButton
+              label="Delete"
+              question="Delete?"
+              onConfirm={() =>
+                void act.run(async () => {
+                  await api('DELETE', `/felix/evaluations/${e.id}`);
+                  await list.reload();
+                })
+              }
+            />,
+          ]}
+          empty="No evaluations yet."
+        />
       </Section>
       {open && (
         <PerLabel

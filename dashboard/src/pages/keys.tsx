@@ -8,6 +8,7 @@ import {
   ErrorBox,
   Loading,
   Section,
+  Table,
   fmtDate,
   fmtMoney,
   useAction,
@@ -83,53 +84,31 @@ export function KeysPage() {
         <ErrorBox error={keys.error} />
         <Loading when={keys.loading && !keys.data} />
         {keys.data && (
-          <table data-testid="keys-table">
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th>Key</th>
-                <th>Created</th>
-                <th>Expires</th>
-                <th>Last used</th>
-                <th>Requests</th>
-                <th>Tokens</th>
-                <th>Cost</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {keys.data.keys.map((k: any) => (
-                <tr key={k.id} data-key-id={k.id}>
-                  <td>{k.name}</td>
-                  <td>
-                    <code>loom_sk_…{k.api_key_last_digits}</code>
-                  </td>
-                  <td>{fmtDate(k.created_at)}</td>
-                  <td>{k.expires_at ? fmtDate(k.expires_at) : 'never'}</td>
-                  <td>{fmtDate(k.last_used_at)}</td>
-                  <td>{k.request_count}</td>
-                  <td>{k.usage_tokens}</td>
-                  <td>{fmtMoney(k.usage_cost)}</td>
-                  <td>
-                    <ConfirmButton
-                      label="Revoke"
-                      danger
-                      testid="revoke"
-                      question="Revoke this key? Calls with it fail at once."
-                      onConfirm={() => void revoke(k.id)}
-                    />
-                  </td>
-                </tr>
-              ))}
-              {keys.data.keys.length === 0 && (
-                <tr>
-                  <td colSpan={9} class="muted">
-                    No keys yet.
-                  </td>
-                </tr>
-              )}
-            </tbody>
-          </table>
+          <Table
+            testid="keys-table"
+            head={['Name', 'Key', 'Created', 'Expires', 'Last used', 'Requests', 'Tokens', 'Cost', '']}
+            rows={keys.data.keys}
+            rowKey={(k: any) => k.id}
+            rowAttrs={(k: any) => ({ 'data-key-id': k.id })}
+            cells={(k: any) => [
+              k.name,
+              <code>loom_sk_…{k.api_key_last_digits}</code>,
+              fmtDate(k.created_at),
+              k.expires_at ? fmtDate(k.expires_at) : 'never',
+              fmtDate(k.last_used_at),
+              k.request_count,
+              k.usage_tokens,
+              fmtMoney(k.usage_cost),
+              <ConfirmButton
+                label="Revoke"
+                danger
+                testid="revoke"
+                question="Revoke this key? Calls with it fail at once."
+                onConfirm={() => void revoke(k.id)}
+              />,
+            ]}
+            empty="No keys yet."
+          />
         )}
       </Section>
     </>

@@ -3,7 +3,18 @@
 // its progress (GET /models/state); and the caller's trained models.
 import { useState } from 'preact/hooks';
 import { api } from '../api.ts';
-import { ErrorBox, Loading, Section, Status, fmtDate, fmtNum, messageOf, useInterval, useResource } from '../ui.tsx';
+import {
+  ErrorBox,
+  Loading,
+  Section,
+  Status,
+  Table,
+  fmtDate,
+  fmtNum,
+  messageOf,
+  useInterval,
+  useResource,
+} from '../ui.tsx';
 
 /** the model's state on this server, with a Pull button while it is pullable and progress while it warms */
 function PullCell({ id }: { id: string }) {
@@ -47,34 +58,29 @@ export function ModelsPage() {
       <Loading when={cat.loading && !cat.data} />
       {cat.data && (
         <Section title={`Catalog (${cat.data.count})`}>
-          <table data-testid="models-table">
-            <thead>
-              <tr>
-                <th>Id</th>
-                <th>Task</th>
-                <th>Pricing (credits / 1M tokens in · out)</th>
-                <th>Caching</th>
-                <th>Inference</th>
-                <th>Training</th>
-                <th>On this server</th>
-              </tr>
-            </thead>
-            <tbody>
-              {cat.data.models.map((m: any) => (
-                <tr key={m.id}>
-                  <td title={m.description}>{m.id}</td>
-                  <td>{m.task_type}</td>
-                  <td>{m.pricing ? `${m.pricing.input} · ${m.pricing.output}` : '—'}</td>
-                  <td>{m.caching_family ?? '—'}</td>
-                  <td>{m.supports_inference ? (m.supports_on_demand_inference ? 'on demand' : 'yes') : 'no'}</td>
-                  <td>{m.supports_training ? 'yes' : 'no'}</td>
-                  <td>
-                    {m.supports_inference ? <PullCell id={m.id} /> : <span class="muted">training base only</span>}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+          <Table
+            testid="models-table"
+            head={[
+    'Id',
+    'Task',
+    'Pricing (credits / 1M tokens in · out)',
+    'Caching',
+    'Inference',
+    'Training',
+    'On this server',
+  ]}
+            rows={cat.data.models}
+            rowKey={(m: any) => m.id}
+            cells={(m: any) => [
+              <span title={m.description}>{m.id}</span>,
+              m.task_type,
+              m.pricing ? `${m.pricing.input} · ${m.pricing.output}` : '—',
+              m.caching_family ?? '—',
+              m.supports_inference ? (m.supports_on_demand_inference ? 'on demand' : 'yes') : 'no',
+              m.supports_training ? 'yes' : 'no',
+              m.supports_inference ? <PullCell id={m.id} /> : <span class="muted">training base only</span>,
+            ]}
+          />
           <p class="muted small">
             A model that is not on disk is pulled and loaded when first called (the API answers 425 with Retry-After
             meanwhile), or ahead of time with Pull here (<code>POST /models/pull</code>) or{' '}
@@ -84,43 +90,20 @@ export function ModelsPage() {
       )}
       {trained.data && (
         <Section title="Trained models">
-          <table>
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th>Id (model_id)</th>
-                <th>Base</th>
-                <th>Status</th>
-                <th>F1</th>
-                <th>Completed</th>
-              </tr>
-            </thead>
-            <tbody>
-              {trained.data.models.map((m: any) => (
-                <tr key={m.id}>
-                  <td>
-                    <a href={`#/training/${m.id}`}>{m.model_name}</a>
-                  </td>
-                  <td>
-                    <code>{m.id}</code>
-                  </td>
-                  <td>{m.base_model}</td>
-                  <td>
-                    <Status value={m.status} />
-                  </td>
-                  <td>{fmtNum(m.metrics?.f1, 3)}</td>
-                  <td>{fmtDate(m.completed_at)}</td>
-                </tr>
-              ))}
-              {!trained.data.models.length && (
-                <tr>
-                  <td colSpan={6} class="muted">
-                    None yet.
-                  </td>
-                </tr>
-              )}
-            </tbody>
-          </table>
+          <Table
+            head={['Name', 'Id (model_id)', 'Base', 'Status', 'F1', 'Completed']}
+            rows={trained.data.models}
+            rowKey={(m: any) => m.id}
+            cells={(m: any) => [
+              <a href={`#/training/${m.id}`}>{m.model_name}</a>,
+              <code>{m.id}</code>,
+              m.base_model,
+              <Status value={m.status} />,
+              fmtNum(m.metrics?.f1, 3),
+              fmtDate(m.completed_at),
+            ]}
+            empty="None yet."
+          />
         </Section>
       )}
     </>

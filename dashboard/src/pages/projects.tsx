@@ -13,6 +13,7 @@ import {
   Loading,
   Section,
   Status,
+  Table,
   fmtDate,
   fmtNum,
   useAction,
@@ -57,37 +58,18 @@ export function ProjectsPage() {
       <Loading when={list.loading && !list.data} />
       {list.data && (
         <Section title="Projects">
-          <table>
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th>Id</th>
-                <th>Active deployment</th>
-                <th>Created</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.data.projects.map((p: any) => (
-                <tr key={p.id}>
-                  <td>
-                    <a href={`#/projects/${p.id}`}>{p.name}</a>
-                  </td>
-                  <td>
-                    <code>{p.id}</code>
-                  </td>
-                  <td>{p.active_deployment_id ?? '—'}</td>
-                  <td>{fmtDate(p.created_at)}</td>
-                </tr>
-              ))}
-              {!list.data.projects.length && (
-                <tr>
-                  <td colSpan={4} class="muted">
-                    No projects yet.
-                  </td>
-                </tr>
-              )}
-            </tbody>
-          </table>
+          <Table
+            head={['Name', 'Id', 'Active deployment', 'Created']}
+            rows={list.data.projects}
+            rowKey={(p: any) => p.id}
+            cells={(p: any) => [
+              <a href={`#/projects/${p.id}`}>{p.name}</a>,
+              <code>{p.id}</code>,
+              p.active_deployment_id ?? '—',
+              fmtDate(p.created_at),
+            ]}
+            empty="No projects yet."
+          />
         </Section>
       )}
       <JudgeConfig path="/judge" title="Team LLM judge" testid="team-judge" />
@@ -170,55 +152,32 @@ export function ProjectDetail({ id }: { id: string }) {
       {p.data && <JudgeConfig path={`/projects/${id}/judge`} title="Project LLM judge" testid="project-judge" />}
       {deps.data && (
         <Section title="Deployments">
-          <table data-testid="deployments">
-            <thead>
-              <tr>
-                <th>Deployment</th>
-                <th>Training job</th>
-                <th>Status</th>
-                <th>Created</th>
-                <th>Active since</th>
-                <th>Replaced</th>
-                <th>Adaptive decision</th>
-              </tr>
-            </thead>
-            <tbody>
-              {deps.data.deployments.map((d: any) => (
-                <tr key={d.deployment_id}>
-                  <td>
-                    <code>{d.deployment_id}</code>
-                  </td>
-                  <td>
-                    <a href={`#/training/${d.training_job_id}`}>{d.training_job_id}</a>
-                  </td>
-                  <td>
-                    <Status value={d.status} />
-                    {d.error ? ` ${d.error}` : ''}
-                  </td>
-                  <td>{fmtDate(d.created_at)}</td>
-                  <td>{fmtDate(d.activated_at)}</td>
-                  <td>{fmtDate(d.replaced_at)}</td>
-                  <td>
-                    {d.adaptive ? (
-                      <>
-                        {d.adaptive.decision}: F1 {fmtNum(d.adaptive.candidate_f1)} vs {fmtNum(d.adaptive.deployed_f1)}
-                        <div class="small muted">{d.adaptive.reason}</div>
-                      </>
-                    ) : (
-                      '—'
-                    )}
-                  </td>
-                </tr>
-              ))}
-              {!deps.data.deployments.length && (
-                <tr>
-                  <td colSpan={7} class="muted">
-                    Nothing deployed yet: deploy a completed training job from its page.
-                  </td>
-                </tr>
-              )}
-            </tbody>
-          </table>
+          <Table
+            testid="deployments"
+            head={['Deployment', 'Training job', 'Status', 'Created', 'Active since', 'Replaced', 'Adaptive decision']}
+            rows={deps.data.deployments}
+            rowKey={(d: any) => d.deployment_id}
+            cells={(d: any) => [
+              <code>{d.deployment_id}</code>,
+              <a href={`#/training/${d.training_job_id}`}>{d.training_job_id}</a>,
+              <>
+                <Status value={d.status} />
+                {d.error ? ` ${d.error}` : ''}
+              </>,
+              fmtDate(d.created_at),
+              fmtDate(d.activated_at),
+              fmtDate(d.replaced_at),
+              d.adaptive ? (
+                <>
+                  {d.adaptive.decision}: F1 {fmtNum(d.adaptive.candidate_f1)} vs {fmtNum(d.adaptive.deployed_f1)}
+                  <div class="small muted">{d.adaptive.reason}</div>
+                </>
+              ) : (
+                '—'
+              ),
+            ]}
+            empty="Nothing deployed yet: deploy a completed training job from its page."
+          />
         </Section>
       )}
     </>

@@ -13,6 +13,7 @@ import {
   Loading,
   Section,
   Status,
+  Table,
   fmtDate,
   fmtNum,
   useAction,
@@ -39,47 +40,23 @@ export function TrainingPage() {
         <ErrorBox error={jobs.error} />
         <Loading when={jobs.loading && !jobs.data} />
         {jobs.data && (
-          <table data-testid="jobs-table">
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th>Base model</th>
-                <th>Algorithm</th>
-                <th>Status</th>
-                <th>Progress</th>
-                <th>Loss</th>
-                <th>F1</th>
-                <th>Created</th>
-              </tr>
-            </thead>
-            <tbody>
-              {jobs.data.training_jobs.map((j: any) => (
-                <tr key={j.id}>
-                  <td>
-                    <a href={`#/training/${j.id}`}>{j.model_name}</a>
-                  </td>
-                  <td>{j.base_model}</td>
-                  <td>
-                    {j.training_type} {j.training_algorithm}
-                  </td>
-                  <td>
-                    <Status value={j.status} />
-                  </td>
-                  <td>{fmtNum(j.progress_percent, 0)}%</td>
-                  <td>{fmtNum(j.train_loss)}</td>
-                  <td>{fmtNum(j.metrics?.f1, 3)}</td>
-                  <td>{fmtDate(j.created_at)}</td>
-                </tr>
-              ))}
-              {!jobs.data.training_jobs.length && (
-                <tr>
-                  <td colSpan={8} class="muted">
-                    No training jobs yet.
-                  </td>
-                </tr>
-              )}
-            </tbody>
-          </table>
+          <Table
+            testid="jobs-table"
+            head={['Name', 'Base model', 'Algorithm', 'Status', 'Progress', 'Loss', 'F1', 'Created']}
+            rows={jobs.data.training_jobs}
+            rowKey={(j: any) => j.id}
+            cells={(j: any) => [
+              <a href={`#/training/${j.id}`}>{j.model_name}</a>,
+              j.base_model,
+              `${j.training_type} ${j.training_algorithm}`,
+              <Status value={j.status} />,
+              `${fmtNum(j.progress_percent, 0)}%`,
+              fmtNum(j.train_loss),
+              fmtNum(j.metrics?.f1, 3),
+              fmtDate(j.created_at),
+            ]}
+            empty="No training jobs yet."
+          />
         )}
       </Section>
     </>
@@ -528,35 +505,19 @@ export function TrainingDetail({ id }: { id: string }) {
           <Section title="Checkpoints">
             <ErrorBox error={cks.error} />
             {cks.data && (
-              <table>
-                <thead>
-                  <tr>
-                    <th>Id (usable as base_model)</th>
-                    <th>Epoch</th>
-                    <th>Step</th>
-                    <th>Train loss</th>
-                    <th>Val loss</th>
-                    <th />
-                  </tr>
-                </thead>
-                <tbody>
-                  {cks.data.checkpoints.map((c: any) => (
-                    <tr key={c.id}>
-                      <td>
-                        <code>{c.id}</code>
-                      </td>
-                      <td>{c.epoch}</td>
-                      <td>{c.step}</td>
-                      <td>{fmtNum(c.train_loss)}</td>
-                      <td>{fmtNum(c.val_loss)}</td>
-                      <td>
-                        {c.is_best ? 'best ' : ''}
-                        {c.is_final ? 'final' : ''}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
+              <Table
+                head={['Id (usable as base_model)', 'Epoch', 'Step', 'Train loss', 'Val loss', '']}
+                rows={cks.data.checkpoints}
+                rowKey={(c: any) => c.id}
+                cells={(c: any) => [
+                  <code>{c.id}</code>,
+                  c.epoch,
+                  c.step,
+                  fmtNum(c.train_loss),
+                  fmtNum(c.val_loss),
+                  `${c.is_best ? 'best ' : ''}${c.is_final ? 'final' : ''}`,
+                ]}
+              />
             )}
           </Section>
           <Section title={`Logs${live ? ' (live)' : ''}`}>

@@ -3,7 +3,7 @@
 // judge calls included), and the rate limits in force (GET /rate-limits, the limiter's one table).
 import { api } from '../api.ts';
 import { LineChart } from '../chart.tsx';
-import { ErrorBox, Loading, Section, fmtMoney, fmtNum, useResource } from '../ui.tsx';
+import { ErrorBox, Loading, Section, Table, fmtMoney, fmtNum, useResource } from '../ui.tsx';
 
 const DAY = 86_400_000;
 
@@ -85,26 +85,13 @@ export function UsagePage() {
             <>
               <LineChart testid="key-cost-chart" time xLabel="day" {...daySeries(perKey.data, 'cost')} />
               <LineChart testid="key-tokens-chart" time xLabel="day" {...daySeries(perKey.data, 'tokens')} />
-              <table data-testid="key-usage">
-                <thead>
-                  <tr>
-                    <th>Key</th>
-                    <th>Requests</th>
-                    <th>Tokens</th>
-                    <th>Cost</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {perKey.data.groups.map((g: any) => (
-                    <tr key={g.id}>
-                      <td>{g.name}</td>
-                      <td>{g.requests}</td>
-                      <td>{g.tokens}</td>
-                      <td>{fmtMoney(g.cost)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
+              <Table
+                testid="key-usage"
+                head={['Key', 'Requests', 'Tokens', 'Cost']}
+                rows={perKey.data.groups}
+                rowKey={(g: any) => g.id}
+                cells={(g: any) => [g.name, g.requests, g.tokens, fmtMoney(g.cost)]}
+              />
             </>
           ) : (
             <div class="muted">No billed calls in the last 30 days.</div>
@@ -113,58 +100,37 @@ export function UsagePage() {
       )}
       {limits.data && (
         <Section title="Rate limits in force">
-          <table data-testid="rate-limits">
-            <thead>
-              <tr>
-                <th>Family</th>
-                <th>Endpoints</th>
-                <th>Counted per</th>
-                <th>Limit</th>
-                <th>Window</th>
-                <th>Remaining</th>
-                <th>Resets in</th>
-              </tr>
-            </thead>
-            <tbody>
-              {limits.data.limits.map((l: any, i: number) => (
-                <tr key={i} data-family={l.family}>
-                  <td>{l.family}</td>
-                  <td>{l.endpoints.join(', ')}</td>
-                  <td>{l.scope}</td>
-                  <td>{l.limit.toLocaleString()}</td>
-                  <td>{l.window_s} s</td>
-                  <td>{l.remaining.toLocaleString()}</td>
-                  <td>{l.reset_s === null ? '—' : `${l.reset_s} s`}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+          <Table
+            testid="rate-limits"
+            head={['Family', 'Endpoints', 'Counted per', 'Limit', 'Window', 'Remaining', 'Resets in']}
+            rows={limits.data.limits}
+            rowKey={(l: any) => `${l.family}:${l.scope}`}
+            rowAttrs={(l: any) => ({ 'data-family': l.family })}
+            cells={(l: any) => [
+              l.family,
+              l.endpoints.join(', '),
+              l.scope,
+              l.limit.toLocaleString(),
+              `${l.window_s} s`,
+              l.remaining.toLocaleString(),
+              l.reset_s === null ? '—' : `${l.reset_s} s`,
+            ]}
+          />
         </Section>
       )}
       {keys.data && (
         <Section title="Per key, all time">
-          <table>
-            <thead>
-              <tr>
-                <th>Key</th>
-                <th>Requests</th>
-                <th>Tokens</th>
-                <th>Cost</th>
-              </tr>
-            </thead>
-            <tbody>
-              {keys.data.keys.map((k: any) => (
-                <tr key={k.id}>
-                  <td>
-                    {k.name} (…{k.api_key_last_digits})
-                  </td>
-                  <td>{k.request_count}</td>
-                  <td>{k.usage_tokens}</td>
-                  <td>{fmtMoney(k.usage_cost)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+          <Table
+            head={['Key', 'Requests', 'Tokens', 'Cost']}
+            rows={keys.data.keys}
+            rowKey={(k: any) => k.id}
+            cells={(k: any) => [
+    `${k.name} (…${k.api_key_last_digits})`,
+    k.request_count,
+    k.usage_tokens,
+    fmtMoney(k.usage_cost),
+  ]}
+          />
         </Section>
       )}
     </>
