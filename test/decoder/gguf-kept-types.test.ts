@@ -63,7 +63,7 @@ function writeModel(file: string, typeOf: (name: string) => KeptType): string {
   return path;
 }
 
-async function check(t: Tap.Test, label: string, path: string): Promise<void> {
+async function check(t: { ok: (cond: boolean, msg: string) => unknown }, label: string, path: string): Promise<void> {
   const ck = loadGgufCheckpoint(path);
   const kept = await buildNativeDecoder(ck.config, ggufTensorSource(ck.tensors, ck.tied), { dtype: 'f32' });
   const deq = ggufTensorSource(ck.tensors, ck.tied);
