@@ -8,6 +8,10 @@
 //                      Q6_K into Q8_0: the fallback types)
 //   random-256         random weights, D = 256, F = 768, 4 layers, untied, TinyStories' tokenizer: the file
 //                      types keep Q4_K and Q6_K (Q4_K_M: Q6_K for output and for attn_v / ffn_down of layers 2, 3)
+// Because two engines round differently, each engine's tokens are also scored against the exact reference of the
+// file: its weights dequantized to f32 in Loom (TensorSource.raw removed), the engine's own tokens fed back in one
+// prefill (the f32 GEMM path), and "argmax agrees" counts the steps where the engine picked the reference's best
+// token. A writer or reader that misplaced bits would score near 0; rounding flips near-ties only.
 // Both engines run one thread (on a shared 2-core machine, 2-thread fork-join collapses under load).
 // Greedy tokens can differ where two logits are closer than the engines' rounding differences (both quantize
 // activations, in different ways).
@@ -17,6 +21,10 @@ import { pathToFileURL } from 'node:url';
 import { convertHfToGguf, GgufFile, ggmlTypeName } from '../src/formats/gguf.ts';
 import { writeSafetensors } from '../src/formats/safetensors.ts';
 import { loadDecoder } from '../src/runtime/generate.ts';
+import { loadGgufCheckpoint } from '../src/formats/gguf.ts';
+import { ggufTensorSource } from '../src/models/decoder/gguf-source.ts';
+import { buildNativeDecoder } from '../src/models/decoder/loader.ts';
+import { NativeKvCache } from '../src/models/decoder/native-model.ts';
 import { setThreads } from '../src/native/cpu.ts';
 
 const here = import.meta.dirname;
@@ -70,6 +78,30 @@ function randomModel(): string {
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Any = any;
 
+/** Steps (of tokens after the prompt) where `tokens` is the argmax of the file's dequantized-f32 logits. */
+async function referenceAgreement(path: string, prompt: number[], tokens: number[]): Promise<number> {
+  const ck = loadGgufCheckpoint(path);
+  const src = ggufTensorSource(ck.tensors, ck.tied);
+  delete src.raw;
+  const model = await buildNativeDecoder(ck.config, src, { dtype: 'f32' });
+  const ids = [...prompt, ...tokens], V = ck.config.vocabSize, bs = 16, nb = Math.ceil(ids.length / bs);
+  const kv = new NativeKvCache(ck.config, nb, bs, 'f32');
+  const out = new Float32Array(ids.length * V);
+  await model.step(kv, {
+    tokens: Int32Array.from(ids), positions: Int32Array.from(ids.keys()), seqLens: Int32Array.of(ids.length),
+    tables: Int32Array.from({ length: nb }, (_, i) => i), tableOffsets: Int32Array.of(0, nb),
+    outRows: Int32Array.from(ids.keys()),
+  }, out);
+  let agree = 0;
+  for (let i = 0; i < tokens.length; i++) {
+    const row = (prompt.length - 1 + i) * V;
+    let best = 0;
+    for (let v = 1; v < V; v++) if (out[row + v] > out[row + best]) best = v;
+    if (best === tokens[i]) agree++;
+  }
+  return agree;
+}
+
 export async function run(argv: string[]): Promise<void> {
   const n = Number(argv[argv.indexOf('--tokens') + 1] || 32);
   const p = join(here, 'node_modules', 'node-llama-cpp', 'dist', 'index.js');
@@ -108,13 +140,16 @@ export async function run(argv: string[]): Promise<void> {
       await model.dispose();
       let same = 0;
       while (same < n && a[same] === b[same]) same++;
-      rows.push(`| ${name} | ${type} | ${types} | ${same} / ${n} | ${same < n ? `${a[same]} vs ${b[same]}` : '—'} |`);
+      const [ra, rb] = [await referenceAgreement(path, prompt, a), await referenceAgreement(path, prompt, b)];
+      rows.push(`| ${name} | ${type} | ${types} | ${same} / ${n} | ${same < n ? `${a[same]} vs ${b[same]}` : '—'} | ` +
+        `${ra} / ${n} | ${rb} / ${n} |`);
       process.stderr.write(`  [gguf-compat] ${rows[rows.length - 1]}\n`);
     }
   }
   console.log(`\nGreedy tokens, Loom vs llama.cpp (node-llama-cpp 3.21.1) on the files Loom writes (${n} tokens):\n`);
-  console.log('| model | file type | 2-D tensor types | equal tokens before the first difference | first difference (loom vs llama.cpp) |');
-  console.log('|---|---|---|---:|---|');
+  console.log('| model | file type | 2-D tensor types | equal tokens before the first difference | ' +
+    'first difference (loom vs llama.cpp) | argmax agrees: loom | argmax agrees: llama.cpp |');
+  console.log('|---|---|---|---:|---|---:|---:|');
   for (const r of rows) console.log(r);
 }
 
