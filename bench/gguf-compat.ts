@@ -38,9 +38,10 @@ function randomModel(): string {
   mkdirSync(dir, { recursive: true });
   const D = 256, F = 768, L = 4, H = 4, KV = 2, V = 2048, Dh = D / H;
   const cfg = {
-    architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: D, intermediate_size: F, num_hidden_layers: L,
-    num_attention_heads: H, num_key_value_heads: KV, vocab_size: V, max_position_embeddings: 512, rms_norm_eps: 1e-6,
-    rope_theta: 10000, tie_word_embeddings: false, hidden_act: 'silu', bos_token_id: 1, eos_token_id: 2, torch_dtype: 'float32',
+    architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: D, intermediate_size: F,
+    num_hidden_layers: L, num_attention_heads: H, num_key_value_heads: KV, vocab_size: V,
+    max_position_embeddings: 512, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: false,
+    hidden_act: 'silu', bos_token_id: 1, eos_token_id: 2, torch_dtype: 'float32',
   };
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'config.json'), JSON.stringify(cfg, null, 2));
@@ -55,7 +56,8 @@ function randomModel(): string {
   // uniform weights of std ~0.1 (larger than a trained model's): peaked logits, so greedy choices have margins
   const mat = (name: string, r: number, c: number, s = 0.35) =>
     (t[name] = { dtype: 'F32', shape: [r, c], data: Float32Array.from({ length: r * c }, () => rnd() * s) });
-  const norm = (name: string) => (t[name] = { dtype: 'F32', shape: [D], data: Float32Array.from({ length: D }, () => 1 + rnd() * 0.2) });
+  const norm = (name: string) =>
+    (t[name] = { dtype: 'F32', shape: [D], data: Float32Array.from({ length: D }, () => 1 + rnd() * 0.2) });
   mat('model.embed_tokens.weight', V, D, 2);
   for (let i = 0; i < L; i++) {
     const p = `model.layers.${i}.`;
@@ -111,7 +113,8 @@ export async function run(argv: string[]): Promise<void> {
   setThreads(1);
   mkdirSync(CACHE, { recursive: true });
   const rows: string[] = [];
-  const only = argv.includes('--models') ? argv[argv.indexOf('--models') + 1].split(',') : ['tinystories-656k', 'random-256'];
+  const only = argv.includes('--models') ? argv[argv.indexOf('--models') + 1].split(',')
+    : ['tinystories-656k', 'random-256'];
   const models = ([['tinystories-656k', TINY], ['random-256', '']] as const).filter(([m]) => only.includes(m));
   for (const [name, d] of models) {
     const dir = d || randomModel();
@@ -127,7 +130,8 @@ export async function run(argv: string[]): Promise<void> {
       const types = [...counts].map(([k, v]) => `${v}×${k}`).join(' ');
       const ours = await loadDecoder(path, { kv: { memory: '64MiB' } });
       const prompt = [1, ...ours.tokenizer.encode('Once upon a time, there was a little')];
-      const a = (await ours.generate({ prompt_ids: prompt, max_tokens: n, temperature: 0, stop_at_eos: false }).result).tokenIds;
+      const greedy = { prompt_ids: prompt, max_tokens: n, temperature: 0, stop_at_eos: false };
+      const a = (await ours.generate(greedy).result).tokenIds;
       const model = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
       const ctx = await model.createContext({ contextSize: 512, sequences: 1, threads: { ideal: 1, min: 1 } });
       const seq = ctx.getSequence();
@@ -141,7 +145,8 @@ export async function run(argv: string[]): Promise<void> {
       let same = 0;
       while (same < n && a[same] === b[same]) same++;
       const [ra, rb] = [await referenceAgreement(path, prompt, a), await referenceAgreement(path, prompt, b)];
-      rows.push(`| ${name} | ${type} | ${types} | ${same} / ${n} | ${same < n ? `${a[same]} vs ${b[same]}` : '—'} | ` +
+      const diff = same < n ? `${a[same]} vs ${b[same]}` : '—';
+      rows.push(`| ${name} | ${type} | ${types} | ${same} / ${n} | ${diff} | ` +
         `${ra} / ${n} | ${rb} / ${n} |`);
       process.stderr.write(`  [gguf-compat] ${rows[rows.length - 1]}\n`);
     }

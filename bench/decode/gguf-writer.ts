@@ -1,8 +1,8 @@
 // Minimal GGUF v3 writer for the decode benchmark: writes a random-weight checkpoint (bench/decode/models.ts)
 // as a llama.cpp model file (F16, F32 matrices, or the Q8_0 / Q6_K / Q4_K_M file types with each tensor's type
-// and blocks from Loom's quantizers, src/formats/gguf-quantize.ts; F32 norms/biases) with a synthetic SentencePiece-style
-// vocabulary (<unk>, <s>, </s>, 256 byte tokens, fillers) so llama.cpp accepts it. Speed-only: the
-// rotary layout permutation that HF→GGUF converters apply to Llama q/k is skipped (weights are random).
+// and blocks from Loom's quantizers, src/formats/gguf-quantize.ts; F32 norms/biases) with a synthetic
+// SentencePiece-style vocabulary (<unk>, <s>, </s>, 256 byte tokens, fillers) so llama.cpp accepts it.
+// Speed-only: the rotary layout permutation that HF→GGUF converters apply to Llama q/k is skipped (weights are random).
 // When src/formats/gguf.ts (the project's GGUF reader/writer) offers a writer this file can go.
 import { closeSync, existsSync, openSync, renameSync, writeSync } from 'node:fs';
 import { SafetensorsCheckpoint, toFloat32 } from '../../src/formats/safetensors.ts';
@@ -54,7 +54,8 @@ function f32ToF16(src: Float32Array): Uint16Array {
   return out;
 }
 
-export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown>, path: string, dtype: BenchGgufType): string {
+export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown>, path: string,
+  dtype: BenchGgufType): string {
   if (existsSync(path)) return path;
   const ck = SafetensorsCheckpoint.open(dir);
   const arch = cfg.model_type === 'qwen2' ? 'qwen2' : 'llama';

@@ -206,7 +206,8 @@ export function quantizeQ6_K(x: Float32Array): Uint8Array {
       for (let l = 0; l < 32; l++) {
         out[ql + l] = (Lq[j + l] & 0xf) | ((Lq[j + l + 64] & 0xf) << 4);
         out[ql + l + 32] = (Lq[j + l + 32] & 0xf) | ((Lq[j + l + 96] & 0xf) << 4);
-        out[qh + l] = (Lq[j + l] >> 4) | ((Lq[j + l + 32] >> 4) << 2) | ((Lq[j + l + 64] >> 4) << 4) | ((Lq[j + l + 96] >> 4) << 6);
+        out[qh + l] = (Lq[j + l] >> 4) | ((Lq[j + l + 32] >> 4) << 2) | ((Lq[j + l + 64] >> 4) << 4) |
+          ((Lq[j + l + 96] >> 4) << 6);
       }
     }
   }

@@ -29,7 +29,8 @@ function writeModel(file: string, typeOf: (name: string) => KeptType): string {
   const tensors: Record<string, GgufTensorToWrite> = {};
   const mat = (name: string, rows: number, cols: number) => {
     const type = typeOf(name);
-    tensors[name] = { type: GgmlType[type], shape: [rows, cols], data: randomBlocks(type, rows, cols, rnd, () => 0.05 / LEVEL[type]) };
+    const data = randomBlocks(type, rows, cols, rnd, () => 0.05 / LEVEL[type]);
+    tensors[name] = { type: GgmlType[type], shape: [rows, cols], data };
   };
   const norm = (name: string) => {
     const f = new Float32Array(D).map(() => 1 + rnd() * 0.2);
@@ -72,7 +73,8 @@ async function check(t: { ok: (cond: boolean, msg: string) => unknown }, label: 
   let tensorBytes = 0;
   for (const x of ck.file.tensors.values()) tensorBytes += x.bytes.byteLength;
   const w = kept.weightBytes;
-  t.ok(Math.abs(w - tensorBytes) <= 0.1 * tensorBytes, `${label}: resident weights ${w} B vs file tensors ${tensorBytes} B`);
+  t.ok(Math.abs(w - tensorBytes) <= 0.1 * tensorBytes,
+    `${label}: resident weights ${w} B vs file tensors ${tensorBytes} B`);
   t.ok(ref.weightBytes > 2.5 * w, `${label}: the dequantized model takes ${ref.weightBytes} B`);
   const ids = randomIds(16, V, 5);
   const chunks = [12, 1, 1, 1, 1];
@@ -87,9 +89,11 @@ async function check(t: { ok: (cond: boolean, msg: string) => unknown }, label: 
   }
   t.ok(Number.isFinite(scale) && scale > 0, `${label}: finite logits (max |logit| ${scale.toFixed(3)})`);
   // prefill: the same dequantized values through an f32 GEMM (summation order only)
-  t.ok(worstPrefill < 1e-4, `${label}: prefill logits match the dequantized model (${worstPrefill.toExponential(1)} of max)`);
+  t.ok(worstPrefill < 1e-4,
+    `${label}: prefill logits match the dequantized model (${worstPrefill.toExponential(1)} of max)`);
   // decode: int8 activations (a relative error of ~0.4% per value, 5 matrices deep)
-  t.ok(worstDecode < 0.03, `${label}: decode logits match the dequantized model (${worstDecode.toExponential(1)} of max)`);
+  t.ok(worstDecode < 0.03,
+    `${label}: decode logits match the dequantized model (${worstDecode.toExponential(1)} of max)`);
   t.ok(worstDecode > 1e-6, `${label}: the decode steps took the int8 path (${worstDecode.toExponential(1)})`);
 }
 
@@ -97,7 +101,7 @@ t.test('every kept block type: resident bytes and logits against the dequantized
   for (const type of KEPT_TYPES) await check(t, type, writeModel(`${type}.gguf`, () => type));
 });
 
-t.test('a Q4_K_M-style mix (q, k Q4_K; v, down Q6_K; up Q5_K; embedding Q8_0) keeps every part as stored', async (t) => {
+t.test('a Q4_K_M-style mix (q, k Q4_K; v, down Q6_K; up Q5_K; embedding Q8_0) keeps every part', async (t) => {
   const typeOf = (n: string): KeptType => (/attn_v|ffn_down|output\./.test(n) ? 'Q6_K' : /ffn_up/.test(n) ? 'Q5_K'
     : /token_embd/.test(n) ? 'Q8_0' : 'Q4_K');
   await check(t, 'mix', writeModel('mix.gguf', typeOf));

@@ -72,7 +72,8 @@ t.test('Q5_0: d = max/-16 per 32 values, levels 0..31', async (t) => {
 
 t.test('Q4_K_M tensor types as llama-quantize picks them', async (t) => {
   // 24 layers: use_more_bits = the first 3, the last 3, and every third from layer 5
-  const more = Array.from({ length: 24 }, (_, i) => i).filter((i) => ggufQuantType('Q4_K_M', `blk.${i}.attn_v.weight`, 1024, 24, true) === 'Q6_K');
+  const more = Array.from({ length: 24 }, (_, i) => i)
+    .filter((i) => ggufQuantType('Q4_K_M', `blk.${i}.attn_v.weight`, 1024, 24, true) === 'Q6_K');
   t.same(more, [0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23]);
   t.equal(ggufQuantType('Q4_K_M', 'blk.5.ffn_down.weight', 2816, 24, true), 'Q6_K');
   t.equal(ggufQuantType('Q4_K_M', 'blk.6.ffn_down.weight', 2816, 24, true), 'Q4_K');

@@ -76,7 +76,8 @@ t.test('every ISA gives the same int8 result up to f32 summation order', async (
     await forEachIsa(() => { outs.push(addon.quantLinear(type, blocks, 16, 1024, x, 2) as Float32Array); });
     let worst = 0;
     for (const o of outs.slice(1))
-      for (let i = 0; i < o.length; i++) worst = Math.max(worst, Math.abs(o[i] - outs[0][i]) / (1 + Math.abs(outs[0][i])));
+      for (let i = 0; i < o.length; i++)
+        worst = Math.max(worst, Math.abs(o[i] - outs[0][i]) / (1 + Math.abs(outs[0][i])));
     t.ok(worst <= 1e-4, `${type}: ${outs.length} ISAs agree (worst ${worst.toExponential(1)})`);
   }
 });

@@ -24,7 +24,8 @@ export function rng(seed: number): () => number {
 }
 
 /** N rows of K values as random blocks of `type`; row n's scales are scale(n)·(0.5..1.5). */
-export function randomBlocks(type: KeptType, N: number, K: number, rnd: () => number, scale: (n: number) => number): Uint8Array {
+export function randomBlocks(type: KeptType, N: number, K: number, rnd: () => number,
+  scale: (n: number) => number): Uint8Array {
   const L = LAYOUT[type], nb = K / L.values;
   const blocks = new Uint8Array(N * nb * L.bytes);
   for (let i = 0; i < blocks.length; i++) blocks[i] = Math.floor((rnd() + 0.5) * 256) & 255;

@@ -35,7 +35,8 @@ export class DecoderLoadError extends Error {
  * for the embedding and linear weights (other quantized types are dequantized before they get here). */
 function weightDtype(name: string, dtype: string): WeightDtype {
   if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16' && !(QUANT_DTYPES as readonly string[]).includes(dtype))
-    throw new DecoderLoadError(`tensor for ${name} has dtype ${dtype}; expected F32, F16, BF16, ${QUANT_DTYPES.join(', ')}`);
+    throw new DecoderLoadError(
+      `tensor for ${name} has dtype ${dtype}; expected F32, F16, BF16, ${QUANT_DTYPES.join(', ')}`);
   return dtype as WeightDtype;
 }
 

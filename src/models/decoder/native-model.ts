@@ -6,7 +6,9 @@ import type { DecoderConfig } from '../../formats/hf-config.ts';
 
 /** Rows of ggml blocks, kept block-quantized by the native decoder (native/include/loom/quant.h). */
 export type QuantDtype = 'Q4_0' | 'Q4_1' | 'Q5_0' | 'Q5_1' | 'Q8_0' | 'Q4_K' | 'Q5_K' | 'Q6_K' | 'Q8_K';
-export const QUANT_DTYPES: readonly QuantDtype[] = ['Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_K'];
+export const QUANT_DTYPES: readonly QuantDtype[] = [
+  'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_K',
+];
 export type WeightDtype = 'F32' | 'F16' | 'BF16' | QuantDtype;
 
 export interface NativeWeight {
