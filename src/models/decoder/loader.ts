@@ -15,8 +15,8 @@ export interface TensorSource {
   quantized?(name: string): boolean;
   /** Optional: `get` without blocking the event loop (GGUF: dequantization runs off the main thread). */
   getAsync?(name: string): Promise<{ dtype: string; shape: number[]; bytes: Uint8Array }>;
-  /** Optional: the tensor as stored when the native decoder keeps its type block-quantized (GGUF Q8_0, Q4_K:
-   * dtype 'Q8_0' / 'Q4_K', bytes the rows of blocks); undefined otherwise (then `get` it). */
+  /** Optional: the tensor as stored when the native decoder keeps its type block-quantized (GGUF Q4_0 ... Q8_K,
+   * QUANT_DTYPES: dtype 'Q4_K' etc., bytes the rows of blocks); undefined otherwise (then `get` it). */
   raw?(name: string): { dtype: string; shape: number[]; bytes: Uint8Array } | undefined;
 }
 
@@ -83,7 +83,7 @@ export async function buildNativeDecoder(config: DecoderConfig, src: TensorSourc
     if (!src.has(name)) throw new DecoderLoadError(`checkpoint is missing tensor ${name}`);
     return read(name);
   };
-  // embedding / linear weights: block-quantized as stored where the native decoder keeps the type (Q8_0, Q4_K)
+  // embedding / linear weights: block-quantized as stored where the native decoder keeps the type (QUANT_DTYPES)
   const keep = (name: string) => (src.has(name) && src.raw?.(name)) || need(name);
   // parts of one fused weight (q;k;v, gate;up): each kept as stored where its type is kept (the types may differ)
   const keepAll = (names: string[]) => Promise.all(names.map(keep));
