@@ -20,8 +20,9 @@
 //                      last first token to the end, so the prompt processing is not counted)
 //   TTFT uncached / cached   a 4096-token shared prefix + 8 new tokens, cold vs with the prefix in cache
 //   decode @4k tok/s   batch 1, the cached request decoding on with ~4,100 tokens of context
-//   RSS MB             the process's resident memory growth while the engine's model is loaded (ours: also the
-//                      weight bytes the model reports)
+//   RSS Δ MB           the process's resident memory growth while the engine's model loads: approximate, since
+//                      every row runs in one process and memory the previous row frees (GC) offsets it (it can
+//                      read negative); ours also notes the weight bytes the model itself counts
 //   bound tok/s        memory-bandwidth bound for decode: read bandwidth (loads and a sum over a buffer far
 //                      larger than the L3, addon.benchRead) / weight bytes read per token (the file's tensor
 //                      bytes, less the embedding table unless it doubles as the output matrix)
@@ -345,7 +346,7 @@ export async function run(argv: string[]): Promise<void> {
     }
   }
   finished = true;
-  console.log('\n| model | engine | prefill 512 tok/s | decode b=1 tok/s | agg ×8 tok/s | agg ×32 tok/s | TTFT 4k uncached ms | TTFT 4k cached ms | decode @4k tok/s | RSS MB | bw bound tok/s |');
+  console.log('\n| model | engine | prefill 512 tok/s | decode b=1 tok/s | agg ×8 tok/s | agg ×32 tok/s | TTFT 4k uncached ms | TTFT 4k cached ms | decode @4k tok/s | RSS Δ MB (approx.) | bw bound tok/s |');
   console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows)
     console.log(`| ${r.model} | ${r.engine} | ${fmt(r.prefill)} | ${fmt(r.decode)} | ${fmt(r.agg8)} | ${fmt(r.agg32)} | ${fmt(r.ttftUncachedMs, 0)} | ${fmt(r.ttftCachedMs, 0)} | ${fmt(r.decodeLong)} | ${fmt(r.rssMB, 0)} | ${fmt(r.boundTokS)} |`);
