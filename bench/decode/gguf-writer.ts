@@ -1,11 +1,21 @@
 // Minimal GGUF v3 writer for the decode benchmark: writes a random-weight checkpoint (bench/decode/models.ts)
-// as a llama.cpp model file (F16, F32 or Q8_0 matrices, F32 norms/biases) with a synthetic SentencePiece-style
-// vocabulary (<unk>, <s>, </s>, 256 byte tokens, fillers) so llama.cpp accepts it. Speed-only: the
-// rotary layout permutation that HF→GGUF converters apply to Llama q/k is skipped (weights are random).
+// as a llama.cpp model file (F16, F32 matrices, or the Q8_0 / Q6_K / Q4_K_M file types with each tensor's type
+// and blocks from Loom's quantizers, src/formats/gguf-quantize.ts; F32 norms/biases) with a synthetic
+// SentencePiece-style vocabulary (<unk>, <s>, </s>, 256 byte tokens, fillers) so llama.cpp accepts it.
+// Speed-only: the rotary layout permutation that HF→GGUF converters apply to Llama q/k is skipped (weights are random).
 // When src/formats/gguf.ts (the project's GGUF reader/writer) offers a writer this file can go.
 import { closeSync, existsSync, openSync, renameSync, writeSync } from 'node:fs';
 import { SafetensorsCheckpoint, toFloat32 } from '../../src/formats/safetensors.ts';
 import { quantizeQ8_0 } from '../../src/formats/gguf.ts';
+import { ggufQuantType, quantizeQ4_K, quantizeQ5_0, quantizeQ6_K } from '../../src/formats/gguf-quantize.ts';
+
+/** ggml type id, values per block and bytes per block of the tensor types written here. */
+const TYPES = {
+  F32: [0, 1, 4], F16: [1, 1, 2], Q5_0: [6, 32, 22], Q8_0: [8, 32, 34], Q4_K: [12, 256, 144], Q6_K: [14, 256, 210],
+} as const;
+/** llama.cpp's general.file_type ids (enum llama_ftype). */
+const FILE_TYPE = { F32: 0, F16: 1, Q8_0: 7, Q4_K_M: 15, Q6_K: 18 } as const;
+export type BenchGgufType = keyof typeof FILE_TYPE;
 
 const T_U32 = 4, T_I32 = 5, T_F32 = 6, T_STR = 8, T_ARR = 9;
 
@@ -44,7 +54,8 @@ function f32ToF16(src: Float32Array): Uint16Array {
   return out;
 }
 
-export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown>, path: string, dtype: 'F16' | 'F32' | 'Q8_0'): string {
+export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown>, path: string,
+  dtype: BenchGgufType): string {
   if (existsSync(path)) return path;
   const ck = SafetensorsCheckpoint.open(dir);
   const arch = cfg.model_type === 'qwen2' ? 'qwen2' : 'llama';
@@ -79,7 +90,7 @@ export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown
   kvU32(`${arch}.rope.dimension_count`, Dh);
   kvF32(`${arch}.rope.freq_base`, cfg.rope_theta as number);
   kvF32(`${arch}.attention.layer_norm_rms_epsilon`, cfg.rms_norm_eps as number);
-  kvU32('general.file_type', dtype === 'F16' ? 1 : dtype === 'Q8_0' ? 7 : 0);
+  kvU32('general.file_type', FILE_TYPE[dtype]);
   // vocabulary
   kvStr('tokenizer.ggml.model', 'llama');
   const toks: string[] = ['<unk>', '<s>', '</s>'];
@@ -94,20 +105,23 @@ export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown
   kvU32('tokenizer.ggml.eos_token_id', 2);
 
   const infos = new Buf();
-  const datas: { name: string; src: string; mat: boolean }[] = [];
+  const datas: { name: string; src: string; type: keyof typeof TYPES }[] = [];
   let off = 0;
   const sizes: number[] = [];
+  const quant = dtype === 'Q8_0' || dtype === 'Q6_K' || dtype === 'Q4_K_M';
   for (const [g, h] of names) {
     const t = ck.get(h);
     const mat = t.shape.length === 2;
     const n = t.shape.reduce((a, b) => a * b, 1);
-    const bytes = !mat || dtype === 'F32' ? n * 4 : dtype === 'F16' ? n * 2 : (n / 32) * 34;
+    const type = !mat ? 'F32' : quant ? ggufQuantType(dtype, g, t.shape[1], L, !cfg.tie_word_embeddings) : dtype;
+    const [id, per, bpb] = TYPES[type];
+    const bytes = (n / per) * bpb;
     infos.str(g);
     infos.u32(t.shape.length);
     for (const d of [...t.shape].reverse()) infos.u64(d);
-    infos.u32(!mat || dtype === 'F32' ? 0 : dtype === 'F16' ? 1 : 8);
+    infos.u32(id);
     infos.u64(off);
-    datas.push({ name: g, src: h, mat });
+    datas.push({ name: g, src: h, type });
     sizes.push(bytes);
     off += Math.ceil(bytes / 32) * 32;
   }
@@ -123,7 +137,9 @@ export function writeGgufFromCheckpoint(dir: string, cfg: Record<string, unknown
   w(new Uint8Array((32 - (pos % 32)) % 32));
   datas.forEach((d, i) => {
     const f = toFloat32(ck.get(d.src));
-    const arr = !d.mat || dtype === 'F32' ? Float32Array.from(f) : dtype === 'F16' ? f32ToF16(f) : quantizeQ8_0(Float32Array.from(f));
+    const x = Float32Array.from(f);
+    const arr = d.type === 'F32' ? x : d.type === 'F16' ? f32ToF16(f) : d.type === 'Q8_0' ? quantizeQ8_0(x)
+      : d.type === 'Q4_K' ? quantizeQ4_K(x) : d.type === 'Q6_K' ? quantizeQ6_K(x) : quantizeQ5_0(x);
     const u8 = new Uint8Array(arr.buffer, arr.byteOffset, arr.byteLength);
     w(u8);
     w(new Uint8Array(Math.ceil(sizes[i] / 32) * 32 - sizes[i]));

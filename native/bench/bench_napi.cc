@@ -131,6 +131,38 @@ Napi::Value Triad(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), best);
 }
 
+// benchRead(threads, mib, reps) -> GB/s read: loads and a sum over one buffer of `mib` MiB (make it far
+// larger than the L3), split across the threads; nothing is written, so this is the bandwidth a decode step
+// that streams its weights once can use (a copy or triad also writes, and can read less than the bus
+// allows). Best of reps.
+Napi::Value ReadBandwidth(const Napi::CallbackInfo& info) {
+  int th = int(int_arg(info[0], "threads"));
+  int64_t mib = int_arg(info[1], "mib");
+  int reps = int(int_arg(info[2], "reps"));
+  ThreadsScope ts(th);
+  const int64_t n = mib * (1 << 20) / 8;
+  uint64_t* a = static_cast<uint64_t*>(aligned_malloc(size_t(n) * 8));
+  parallel_for(n, 1 << 16, [&](int64_t i0, int64_t i1) {  // first touch on the threads that read it
+    for (int64_t i = i0; i < i1; i++) a[i] = uint64_t(i);
+  });
+  double best = 0;
+  std::atomic<uint64_t> sink{0};
+  for (int r = 0; r < reps; r++) {
+    double t0 = now_s();
+    parallel_for(n, 1 << 16, [&](int64_t i0, int64_t i1) {
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // integer sums: the compiler vectorizes them (associative)
+      int64_t i = i0;
+      for (; i + 4 <= i1; i += 4) s0 += a[i], s1 += a[i + 1], s2 += a[i + 2], s3 += a[i + 3];
+      for (; i < i1; i++) s0 += a[i];
+      sink += s0 + s1 + s2 + s3;
+    });
+    double dt = now_s() - t0;
+    best = std::max(best, double(n) * 8 / dt / 1e9);
+  }
+  aligned_free(a);
+  return Napi::Number::New(info.Env(), best);
+}
+
 // ---- OpenBLAS, resolved at run time ----
 using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
 struct OpenBlas {
@@ -253,6 +285,7 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
 void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("benchPeak", Napi::Function::New(env, Peak));
   exports.Set("benchTriad", Napi::Function::New(env, Triad));
+  exports.Set("benchRead", Napi::Function::New(env, ReadBandwidth));
   exports.Set("benchGemm", Napi::Function::New(env, Gemm));
   exports.Set("benchOpenBlasInfo", Napi::Function::New(env, OpenBlasInfo));
 }

@@ -136,7 +136,8 @@ size_t dtype_size(DType t) {
     case DType::F16: case DType::BF16: return 2;
     case DType::I64: return 8;
     case DType::U8: return 1;
-    case DType::Q8_0: case DType::Q4_K: return 0;
+    case DType::Q8_0: case DType::Q4_K: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
+    case DType::Q5_K: case DType::Q6_K: case DType::Q8_K: return 0;
   }
   return 0;
 }
@@ -151,6 +152,13 @@ const char* dtype_name(DType t) {
     case DType::U8: return "u8";
     case DType::Q8_0: return "q8_0";
     case DType::Q4_K: return "q4_k";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q5_K: return "q5_k";
+    case DType::Q6_K: return "q6_k";
+    case DType::Q8_K: return "q8_k";
   }
   return "?";
 }

@@ -252,11 +252,18 @@ const int* dequant_types(int* count) {
   return kTypeIds;
 }
 
-void dequantize(int type, const uint8_t* src, float* dst, int64_t n) {
+static const TypeEntry& checked(int type, int64_t n) {
   const TypeEntry* e = find(type);
   if (!e) throw std::invalid_argument("ggml type " + std::to_string(type) + " has no dequantizer");
   if (n < 0 || n % e->values != 0)
     throw std::invalid_argument(std::to_string(n) + " values is not a multiple of the block size " + std::to_string(e->values));
+  return *e;
+}
+
+void dequantize_serial(int type, const uint8_t* src, float* dst, int64_t n) { checked(type, n).fn(src, dst, n); }
+
+void dequantize(int type, const uint8_t* src, float* dst, int64_t n) {
+  const TypeEntry* e = &checked(type, n);
   // Chunks of at least 64 Ki values: enough work per task that the pool's wake-up cost is noise.
   const int64_t blocks = n / e->values, grain = (65536 + e->values - 1) / e->values;
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {

@@ -56,5 +56,7 @@ const int* dequant_types(int* count);
 // loom's thread pool. Throws std::invalid_argument for a type without a dequantizer or an n that is
 // not a multiple of the block size.
 void dequantize(int type, const uint8_t* src, float* dst, int64_t n);
+// The same on the calling thread only (for callers already inside a parallel_for task).
+void dequantize_serial(int type, const uint8_t* src, float* dst, int64_t n);
 
 }  // namespace loom::gguf

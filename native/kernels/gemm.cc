@@ -299,6 +299,22 @@ PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int6
 }
 
 void weight_free(PackedWeight* p) { delete p; }
+
+PackedWeight* weight_stack(const std::vector<PackedWeight*>& parts) {
+  if (parts.empty()) throw std::invalid_argument("weight_stack: no parts");
+  auto* p = new PackedWeight();
+  p->K = parts[0]->K;
+  for (PackedWeight* q : parts) {
+    if (q->K != p->K) {
+      delete p;
+      throw std::invalid_argument("weight_stack: parts have different K");
+    }
+    p->N += q->N;
+    p->bytes += q->bytes;
+  }
+  p->parts = parts;
+  return p;
+}
 int64_t weight_rows(const PackedWeight* p) { return p->N; }
 int64_t weight_cols(const PackedWeight* p) { return p->K; }
 size_t weight_bytes(const PackedWeight* p) { return p->bytes; }
@@ -308,6 +324,14 @@ void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w
                    int64_t ldy, float beta) {
   if (M < 0) throw std::invalid_argument("linear_packed: negative M");
   if (M == 0) return;
+  if (!w->parts.empty()) {  // stacked row blocks: each writes its columns of y
+    int64_t n0 = 0;
+    for (const PackedWeight* p : w->parts) {
+      linear_packed(M, x, ldx, p, bias ? bias + n0 : nullptr, y + n0, ldy, beta);
+      n0 += p->N;
+    }
+    return;
+  }
   if (w->nr == 0) {  // plain row-major copy: the unpacked kernels of the active ISA
     if (quant_supported(w->stored))
       return linear_quant(w->stored, M, w->N, w->K, x, ldx, w->data, bias, y, ldy, beta);

@@ -8,6 +8,7 @@
 // between packing and use).
 #pragma once
 #include <cstdint>
+#include <vector>
 #include "loom/core.h"
 #include "loom/gemm.h"
 
@@ -20,12 +21,17 @@ namespace loom {
 //            contiguous: the micro-kernels stream it directly, and KC blocking is just an offset.
 struct PackedWeight {
   Isa isa = Isa::Portable;
-  DType stored = DType::F32;  // element type of data: F32 or BF16, or Q8_0 / Q4_K rows of blocks (nr == 0)
+  DType stored = DType::F32;  // element type of data: F32 or BF16, or Q* rows of blocks (nr == 0)
   int64_t N = 0, K = 0;
   int nr = 0;
   void* data = nullptr;
   size_t bytes = 0;
-  ~PackedWeight() { aligned_free(data); }
+  // weight_stack: row blocks packed on their own (data == nullptr); W is their rows in order
+  std::vector<PackedWeight*> parts;
+  ~PackedWeight() {
+    aligned_free(data);
+    for (PackedWeight* p : parts) delete p;
+  }
   // W[n, k] as float (any layout; used by the portable fallback).
   float at(int64_t n, int64_t k) const {
     int64_t idx = nr == 0 ? n * K + k : ((n / nr) * K + k) * nr + (n % nr);

@@ -1,5 +1,6 @@
 // Quantized linear layers: the public entry points of loom/quant.h (run-time dispatch) and the portable
-// reference kernels. The AVX2 kernels are in quant_avx2.cc; quant_avx512.cc runs those (no VNNI path yet).
+// reference kernels, one per weight type against the int8 activations. The SIMD kernels are written once
+// in quant_impl.h and compiled for AVX2 (quant_avx2.cc) and AVX-512 VNNI (quant_avx512.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,12 @@
 namespace loom {
 
 namespace portable {
+
+static inline float load_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
 
 // x (K) → q (K), d (K/32), ds (K/32): per block d = amax/127, q = round(x/d) (nearest even).
 void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) {
@@ -33,44 +40,132 @@ void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) {
   }
 }
 
-// Σ over Q8_0 blocks of d_w·d_x·Σ q_w·q_x
-float vec_dot_q8_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d) {
+// Σ q_w·q_x over 32 values, q_w the nibbles of 16 bytes (values 0-15 low, 16-31 high) | 5th bits of qh
+static inline int32_t dot_nibbles(const uint8_t* qs, uint32_t qh, const int8_t* x) {
+  int32_t s = 0;
+  for (int l = 0; l < 16; l++) {
+    s += int32_t((qs[l] & 0x0F) | (((qh >> l) & 1) << 4)) * x[l];
+    s += int32_t((qs[l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) * x[l + 16];
+  }
+  return s;
+}
+
+// Q4_0: d·(q - 8)
+float vec_dot_q4_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
   float acc = 0.0f;
-  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ8_0Bytes) {
-    uint16_t h;
-    std::memcpy(&h, w, 2);
-    const int8_t* qw = reinterpret_cast<const int8_t*>(w + 2);
-    int32_t isum = 0;
-    for (int i = 0; i < kQ8Block; i++) isum += int32_t(qw[i]) * int32_t(q[b * kQ8Block + i]);
-    acc += f16_to_f32(h) * d[b] * float(isum);
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ4_0Bytes) {
+    const float dw = load_f16(w);
+    acc += dw * (d[b] * float(dot_nibbles(w + 2, 0, q + b * kQ8Block)) - 8.0f * ds[b]);
   }
   return acc;
 }
 
-// Q4_K super-block of 256: value of sub-block j = d·sc_j·q - dmin·m_j, so against activation block j
-// the dot is d·sc_j·d_x·Σ q·q_x - dmin·m_j·(d_x·Σ q_x).
-float vec_dot_q4_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+// Q4_1: d·q + m
+float vec_dot_q4_1_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
   float acc = 0.0f;
-  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++, w += kQ4_KBytes) {
-    uint16_t h0, h1;
-    std::memcpy(&h0, w, 2);
-    std::memcpy(&h1, w + 2, 2);
-    const float dw = f16_to_f32(h0), dmin = f16_to_f32(h1);
-    for (int c = 0; c < 4; c++) {  // sub-blocks 2c (low nibbles) and 2c+1 (high nibbles) of bytes 32c..
-      const uint8_t* qw = w + 16 + 32 * c;
-      const int64_t j = sb * 8 + 2 * c;  // activation block of the low nibbles
-      const int8_t* x0 = q + j * kQ8Block;
-      const int8_t* x1 = x0 + kQ8Block;
-      int32_t s0 = 0, s1 = 0;
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ4_1Bytes)
+    acc += load_f16(w) * d[b] * float(dot_nibbles(w + 4, 0, q + b * kQ8Block)) + load_f16(w + 2) * ds[b];
+  return acc;
+}
+
+// Q5_0: d·(q - 16)
+float vec_dot_q5_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ5_0Bytes) {
+    uint32_t qh;
+    std::memcpy(&qh, w + 2, 4);
+    acc += load_f16(w) * (d[b] * float(dot_nibbles(w + 6, qh, q + b * kQ8Block)) - 16.0f * ds[b]);
+  }
+  return acc;
+}
+
+// Q5_1: d·q + m
+float vec_dot_q5_1_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ5_1Bytes) {
+    uint32_t qh;
+    std::memcpy(&qh, w + 4, 4);
+    acc += load_f16(w) * d[b] * float(dot_nibbles(w + 8, qh, q + b * kQ8Block)) + load_f16(w + 2) * ds[b];
+  }
+  return acc;
+}
+
+// Σ over Q8_0 blocks of d_w·d_x·Σ q_w·q_x
+float vec_dot_q8_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float*) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ8_0Bytes) {
+    const int8_t* qw = reinterpret_cast<const int8_t*>(w + 2);
+    int32_t isum = 0;
+    for (int i = 0; i < kQ8Block; i++) isum += int32_t(qw[i]) * int32_t(q[b * kQ8Block + i]);
+    acc += load_f16(w) * d[b] * float(isum);
+  }
+  return acc;
+}
+
+// Q4_K / Q5_K super-block of 256: value of sub-block j = d·sc_j·q - dmin·m_j, so against activation block j
+// the dot is d·sc_j·d_x·Σ q·q_x - dmin·m_j·(d_x·Σ q_x). Q5_K adds bit j of qh byte l as the 5th bit.
+static float vec_dot_qk4(int64_t K, const uint8_t* w, int64_t bytes, bool five, const int8_t* q, const float* d,
+                         const float* ds) {
+  float acc = 0.0f;
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++, w += bytes) {
+    const float dw = load_f16(w), dmin = load_f16(w + 2);
+    const uint8_t* qh = w + 16;
+    const uint8_t* qs = w + (five ? 48 : 16);
+    for (int j = 0; j < 8; j++) {  // sub-block j: nibble j%2 of bytes 32·(j/2)..
+      const int8_t* xj = q + (sb * 8 + j) * kQ8Block;
+      int32_t s = 0;
       for (int l = 0; l < 32; l++) {
-        s0 += int32_t(qw[l] & 0x0F) * int32_t(x0[l]);
-        s1 += int32_t(qw[l] >> 4) * int32_t(x1[l]);
+        int v = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F;
+        if (five) v |= ((qh[l] >> j) & 1) << 4;
+        s += v * int32_t(xj[l]);
       }
-      int sc0, m0, sc1, m1;
-      gguf::scale_min_k4(2 * c, w + 4, &sc0, &m0);
-      gguf::scale_min_k4(2 * c + 1, w + 4, &sc1, &m1);
-      acc += dw * (float(sc0) * d[j] * float(s0) + float(sc1) * d[j + 1] * float(s1));
-      acc -= dmin * (float(m0) * ds[j] + float(m1) * ds[j + 1]);
+      int sc, m;
+      gguf::scale_min_k4(j, w + 4, &sc, &m);
+      acc += dw * float(sc) * d[sb * 8 + j] * float(s) - dmin * float(m) * ds[sb * 8 + j];
+    }
+  }
+  return acc;
+}
+
+float vec_dot_q4_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  return vec_dot_qk4(K, w, kQ4_KBytes, false, q, d, ds);
+}
+
+float vec_dot_q5_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  return vec_dot_qk4(K, w, kQ5_KBytes, true, q, d, ds);
+}
+
+// Q6_K: value i = d·scale[i/16]·(q - 32); see gguf_dequant.cc for where the 6 bits of value i live
+float vec_dot_q6_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float*) {
+  float acc = 0.0f;
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++, w += kQ6_KBytes) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const float dw = load_f16(w + 208);
+    for (int g = 0; g < 16; g++) {  // 16 values sharing scale g
+      int32_t s = 0;
+      for (int l = 0; l < 16; l++) {
+        const int i = 16 * g + l, h = i / 128, r = i % 128;
+        const int lo = (w[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+        const int hi = (w[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+        s += ((lo | hi << 4) - 32) * int32_t(q[sb * gguf::QK_K + i]);
+      }
+      acc += dw * float(sc[g]) * d[sb * 8 + g / 2] * float(s);
+    }
+  }
+  return acc;
+}
+
+// Q8_K: f32 d·q
+float vec_dot_q8_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float*) {
+  float acc = 0.0f;
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++, w += kQ8_KBytes) {
+    float dw;
+    std::memcpy(&dw, w, 4);
+    const int8_t* qw = reinterpret_cast<const int8_t*>(w + 4);
+    for (int s = 0; s < 8; s++) {
+      int32_t isum = 0;
+      for (int l = 0; l < 32; l++) isum += int32_t(qw[32 * s + l]) * int32_t(q[sb * gguf::QK_K + 32 * s + l]);
+      acc += dw * d[sb * 8 + s] * float(isum);
     }
   }
   return acc;
@@ -78,49 +173,91 @@ float vec_dot_q4_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float*
 
 }  // namespace portable
 
-// AVX-512: the AVX2 kernels (an AVX-512 VNNI path is not written yet).
-namespace avx512 {
-void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) { avx2::quant_act_q8(K, x, q, d, ds); }
-float vec_dot_q8_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d) {
-  return avx2::vec_dot_q8_0_q8(K, w, q, d);
-}
-float vec_dot_q4_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
-  return avx2::vec_dot_q4_K_q8(K, w, q, d, ds);
-}
-}  // namespace avx512
+namespace {
 
-bool quant_supported(DType t) { return t == DType::Q8_0 || t == DType::Q4_K; }
+// One row per kept type: ggml id (for the dequantizer), block values / bytes, and its kernel per ISA.
+struct QuantType {
+  DType dtype;
+  const char* name;
+  int ggml;
+  int64_t values, bytes;
+  QuantDotFn dot[3];  // portable, avx2, avx512 (Isa order)
+};
+
+#define LOOM_QT(T, id, n, bytes, fn) {DType::T, #T, gguf::id, n, bytes, {portable::fn, avx2::fn, avx512::fn}}
+const QuantType kTypes[] = {
+    LOOM_QT(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, vec_dot_q4_0_q8),
+    LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, vec_dot_q4_1_q8),
+    LOOM_QT(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, vec_dot_q5_0_q8),
+    LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, vec_dot_q5_1_q8),
+    LOOM_QT(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, vec_dot_q8_0_q8),
+    LOOM_QT(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, vec_dot_q4_K_q8),
+    LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, vec_dot_q5_K_q8),
+    LOOM_QT(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, vec_dot_q6_K_q8),
+    LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, vec_dot_q8_K_q8),
+};
+#undef LOOM_QT
+
+const QuantType* find(DType t) {
+  for (const QuantType& e : kTypes)
+    if (e.dtype == t) return &e;
+  return nullptr;
+}
+
+const QuantType& check(DType t, int64_t K) {
+  const QuantType* e = find(t);
+  if (!e) throw std::invalid_argument(std::string("quant: unsupported type ") + dtype_name(t));
+  if (K <= 0 || K % e->values != 0)
+    throw std::invalid_argument("quant: K = " + std::to_string(K) + " is not a positive multiple of the block size " +
+                                std::to_string(e->values));
+  return *e;
+}
+
+// The ISA whose int8 kernels run: the AVX-512 ones need VNNI (vpdpbusd), else AVX2's serve.
+int quant_isa() {
+  const Isa isa = isa_active();
+  if (isa == Isa::Avx512) return cpu_features().avx512vnni ? 2 : 1;
+  return isa == Isa::Avx2 ? 1 : 0;
+}
+
+}  // namespace
+
+bool quant_supported(DType t) { return find(t) != nullptr; }
+
+bool quant_type_parse(const std::string& name, DType* out) {
+  for (const QuantType& e : kTypes)
+    if (name == e.name) {
+      *out = e.dtype;
+      return true;
+    }
+  return false;
+}
+
+std::string quant_type_names() {
+  std::string s;
+  for (const QuantType& e : kTypes) s += std::string(s.empty() ? "" : ", ") + e.name;
+  return s;
+}
 
 int64_t quant_block_values(DType t) {
-  return t == DType::Q8_0 ? kQ8Block : t == DType::Q4_K ? gguf::QK_K : 0;
+  const QuantType* e = find(t);
+  return e ? e->values : 0;
 }
 
 size_t quant_row_bytes(DType t, int64_t K) {
-  if (t == DType::Q8_0) return size_t(K / kQ8Block * kQ8_0Bytes);
-  if (t == DType::Q4_K) return size_t(K / gguf::QK_K * kQ4_KBytes);
-  throw std::invalid_argument(std::string("quant: unsupported type ") + dtype_name(t));
-}
-
-static void check(DType t, int64_t K) {
-  if (!quant_supported(t)) throw std::invalid_argument(std::string("quant: unsupported type ") + dtype_name(t));
-  if (K <= 0 || K % quant_block_values(t) != 0)
-    throw std::invalid_argument("quant: K = " + std::to_string(K) + " is not a positive multiple of the block size " +
-                                std::to_string(quant_block_values(t)));
-}
-
-static void dequant_rows(DType t, int64_t rows, int64_t K, const uint8_t* src, float* dst) {
-  if (t == DType::Q8_0) gguf::dequant_q8_0(src, dst, rows * K);
-  else gguf::dequant_q4_k(src, dst, rows * K);
+  const QuantType* e = find(t);
+  if (!e) throw std::invalid_argument(std::string("quant: unsupported type ") + dtype_name(t));
+  return size_t(K / e->values * e->bytes);
 }
 
 void quant_dequantize_rows(DType t, int64_t rows, int64_t K, const void* src, float* dst) {
-  check(t, K);
-  dequant_rows(t, rows, K, static_cast<const uint8_t*>(src), dst);
+  const QuantType& e = check(t, K);
+  gguf::dequantize_serial(e.ggml, static_cast<const uint8_t*>(src), dst, rows * K);
 }
 
 void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w,
                   const float* bias, float* y, int64_t ldy, float beta) {
-  check(t, K);
+  const QuantType& e = check(t, K);
   if (M <= 0 || N <= 0) return;
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const size_t rb = quant_row_bytes(t, K);
@@ -132,24 +269,16 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
       std::vector<float> panel(size_t(P * K));
       for (int64_t p = p0; p < p1; p++) {
         const int64_t n0 = p * P, n = std::min(P, N - n0);
-        dequant_rows(t, n, K, wb + size_t(n0) * rb, panel.data());
+        gguf::dequantize_serial(e.ggml, wb + size_t(n0) * rb, panel.data(), n * K);
         linear_f32(M, n, K, x, ldx, panel.data(), K, bias ? bias + n0 : nullptr, y + n0, ldy, beta);
       }
     });
     return;
   }
   // decode / small batches: int8 activations, integer dot products per block
-  using ActFn = void (*)(int64_t, const float*, int8_t*, float*, float*);
-  using DotQ8 = float (*)(int64_t, const uint8_t*, const int8_t*, const float*);
-  using DotQ4K = float (*)(int64_t, const uint8_t*, const int8_t*, const float*, const float*);
-  ActFn act = portable::quant_act_q8;
-  DotQ8 dot8 = portable::vec_dot_q8_0_q8;
-  DotQ4K dot4 = portable::vec_dot_q4_K_q8;
-  if (isa_active() == Isa::Avx512) {
-    act = avx512::quant_act_q8, dot8 = avx512::vec_dot_q8_0_q8, dot4 = avx512::vec_dot_q4_K_q8;
-  } else if (isa_active() == Isa::Avx2) {
-    act = avx2::quant_act_q8, dot8 = avx2::vec_dot_q8_0_q8, dot4 = avx2::vec_dot_q4_K_q8;
-  }
+  const int isa = quant_isa();
+  const QuantActFn act = isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
+  const QuantDotFn dot = e.dot[isa];
   const int64_t nb = K / kQ8Block;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, ds;
@@ -164,8 +293,7 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
     for (int64_t n = n0; n < n1; n++) {
       const uint8_t* wr = wb + size_t(n) * rb;
       for (int64_t m = 0; m < M; m++) {
-        float v = t == DType::Q8_0 ? dot8(K, wr, qp + m * K, dp + m * nb)
-                                   : dot4(K, wr, qp + m * K, dp + m * nb, dsp + m * nb);
+        float v = dot(K, wr, qp + m * K, dp + m * nb, dsp + m * nb);
         if (bias) v += bias[n];
         float* yp = y + m * ldy + n;
         *yp = beta == 0.0f ? v : v + beta * *yp;

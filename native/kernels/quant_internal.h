@@ -1,22 +1,40 @@
 // Private to native/kernels: the per-ISA kernels behind loom/quant.h.
 //
 // Activations are quantized per block of 32 values: q (K int8), d (K/32 f32 scales, d = amax/127),
-// ds (K/32: d·Σq of the block, for the Q4_K minimums). One dot-product kernel per (weight, activation)
-// type pair, each returning Σ_k w_k·x̂_k for one row of W against one quantized row of x.
+// ds (K/32: d·Σq of the block, for the weight types with an offset or a minimum). One dot-product kernel
+// per (weight, activation) type pair, each returning Σ_k w_k·x̂_k for one row of W against one quantized
+// row of x; all share one signature so the dispatcher can keep them in a table.
 #pragma once
 #include <cstdint>
 #include "loom/core.h"
 
 namespace loom {
 
-constexpr int64_t kQ8Block = 32;    // activation block (and Q8_0 weight block)
-constexpr int64_t kQ8_0Bytes = 34;  // f16 d, int8 q[32]
-constexpr int64_t kQ4_KBytes = 144; // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
+constexpr int64_t kQ8Block = 32;     // activation block (and the 32-value weight blocks)
+constexpr int64_t kQ4_0Bytes = 18;   // f16 d, 16 bytes of nibbles
+constexpr int64_t kQ4_1Bytes = 20;   // f16 d, f16 m, 16 bytes of nibbles
+constexpr int64_t kQ5_0Bytes = 22;   // f16 d, u32 qh, 16 bytes of nibbles
+constexpr int64_t kQ5_1Bytes = 24;   // f16 d, f16 m, u32 qh, 16 bytes of nibbles
+constexpr int64_t kQ8_0Bytes = 34;   // f16 d, int8 q[32]
+constexpr int64_t kQ4_KBytes = 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
+constexpr int64_t kQ5_KBytes = 176;  // as Q4_K + 32 bytes of 5th bits before the nibbles
+constexpr int64_t kQ6_KBytes = 210;  // 128 bytes ql, 64 bytes qh, 16 int8 scales, f16 d
+constexpr int64_t kQ8_KBytes = 292;  // f32 d, int8 q[256], 16 int16 sums
 
-#define LOOM_QUANT_DECLS                                                                                   \
-  void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds);                            \
-  float vec_dot_q8_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d);                     \
-  float vec_dot_q4_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);
+using QuantDotFn = float (*)(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);
+using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, float* ds);
+
+#define LOOM_QUANT_DECLS                                                                            \
+  void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds);                     \
+  float vec_dot_q4_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
+  float vec_dot_q4_1_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
+  float vec_dot_q5_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
+  float vec_dot_q5_1_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
+  float vec_dot_q8_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
+  float vec_dot_q4_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
+  float vec_dot_q5_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
+  float vec_dot_q6_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
+  float vec_dot_q8_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);
 
 namespace portable { LOOM_QUANT_DECLS }
 namespace avx2 { LOOM_QUANT_DECLS }

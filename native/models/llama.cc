@@ -239,10 +239,10 @@ static std::vector<float> to_f32(DType t, const void* data, int64_t n) {
 }
 
 // Packs a (rows, cols) matrix in the model's weight dtype: bf16 stays bf16 when the model keeps
-// bf16; Q8_0 / Q4_K blocks are kept as they are (loom/quant.h); anything else is widened to f32
+// bf16; the Q* block types are kept as they are (loom/quant.h); anything else is widened to f32
 // (and rounded to bf16 when the model keeps bf16).
 static PackedWeight* pack(DType keep, DType src, const void* data, int64_t rows, int64_t cols) {
-  if (quant_supported(src)) return weight_pack(src, rows, cols, data, cols);  // Q8_0 / Q4_K stay block-quantized
+  if (quant_supported(src)) return weight_pack(src, rows, cols, data, cols);  // Q* types stay block-quantized
   if (keep == DType::BF16 && src == DType::BF16) return weight_pack(DType::BF16, rows, cols, data, cols);
   if (keep == DType::F32 && src == DType::F32) return weight_pack(DType::F32, rows, cols, data, cols);
   std::vector<float> f = to_f32(src, data, rows * cols);
@@ -316,6 +316,34 @@ void Model::set_weight(const std::string& name, DType src, const void* data, int
     if (part == "down") return packed(L.down, D, F);
   }
   throw std::invalid_argument("llama: unknown tensor " + name);
+}
+
+void Model::set_weight_parts(const std::string& name, const std::vector<Part>& parts, int64_t cols) {
+  const Config& c = cfg_;
+  const int64_t D = c.hidden, Nqkv = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
+  const size_t dot = name.find('.', 7);
+  const std::string part = dot == std::string::npos ? "" : name.substr(dot + 1);
+  if (name.rfind("layers.", 0) != 0 || (part != "qkv" && part != "gate_up"))
+    throw std::invalid_argument("llama: " + name + " cannot be set from parts");
+  const int64_t li = std::stoll(name.substr(7, dot - 7));
+  if (li < 0 || li >= c.layers) throw std::invalid_argument("llama: layer index out of range in " + name);
+  int64_t rows = 0;
+  for (const Part& p : parts) rows += p.rows;
+  const int64_t want = part == "qkv" ? Nqkv : 2 * c.inter;
+  if (rows != want || cols != D)
+    throw std::invalid_argument("llama: tensor " + name + " has shape (" + std::to_string(rows) + ", " +
+                                std::to_string(cols) + "), expected (" + std::to_string(want) + ", " +
+                                std::to_string(D) + ")");
+  std::vector<PackedWeight*> packed;
+  try {
+    for (const Part& p : parts) packed.push_back(pack(c.weight_dtype, p.dtype, p.data, p.rows, cols));
+  } catch (...) {
+    for (PackedWeight* p : packed) weight_free(p);
+    throw;
+  }
+  PackedWeight*& dst = part == "qkv" ? layers_[size_t(li)].qkv : layers_[size_t(li)].gate_up;
+  if (dst) weight_free(dst);
+  dst = weight_stack(packed);
 }
 
 void Model::finalize() {

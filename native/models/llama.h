@@ -130,8 +130,16 @@ class Model {
   // Sets one tensor. Names: embed (V,D), lm_head (V,D), norm (D), and per layer i:
   // layers.i.{attn_norm, mlp_norm} (D), layers.i.qkv (q;k;v rows), layers.i.qkv_bias,
   // layers.i.o, layers.i.gate_up (gate;up rows), layers.i.down.
-  // src_dtype: F32 / F16 / BF16 raw data of rows x cols, or Q8_0 / Q4_K rows of blocks (kept quantized).
+  // src_dtype: F32 / F16 / BF16 raw data of rows x cols, or Q* rows of blocks (kept quantized).
   void set_weight(const std::string& name, DType src_dtype, const void* data, int64_t rows, int64_t cols);
+  // A fused weight (qkv, gate_up) from row blocks of different types (a Q4_K_M file's q, k in Q4_K and v in
+  // Q6_K): each block packed as set_weight would, the blocks stacked by rows (weight_stack).
+  struct Part {
+    DType dtype;
+    const void* data;
+    int64_t rows;
+  };
+  void set_weight_parts(const std::string& name, const std::vector<Part>& parts, int64_t cols);
   // Throws if a required tensor is missing; ties lm_head to embed when absent.
   void finalize();
   size_t weight_bytes() const;
@@ -142,7 +150,7 @@ class Model {
  private:
   Config cfg_;
   DType embed_dtype_ = DType::F32;
-  void* embed_ = nullptr;  // (V, D) aligned, F32 or BF16, or rows of Q8_0 / Q4_K blocks
+  void* embed_ = nullptr;  // (V, D) aligned, F32 or BF16, or rows of Q* blocks
   bool embed_shared_ = false;  // tied and block-quantized: the table is lm_head_'s rows (embed_ is null)
   PackedWeight* lm_head_ = nullptr;
   std::vector<float> norm_;

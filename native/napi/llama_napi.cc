@@ -59,9 +59,9 @@ DType dtype_arg(const Napi::Value& v, const char* name) {
   if (s == "F32") return DType::F32;
   if (s == "F16") return DType::F16;
   if (s == "BF16") return DType::BF16;
-  if (s == "Q8_0") return DType::Q8_0;
-  if (s == "Q4_K") return DType::Q4_K;
-  throw_type(v.Env(), std::string(name) + ": unsupported dtype " + s + " (F32, F16, BF16, Q8_0, Q4_K)");
+  DType q;
+  if (quant_type_parse(s, &q)) return q;
+  throw_type(v.Env(), std::string(name) + ": unsupported dtype " + s + " (F32, F16, BF16, " + quant_type_names() + ")");
 }
 
 Napi::Value LlamaCreate(const Napi::CallbackInfo& info) {
@@ -112,6 +112,8 @@ Napi::Value LlamaLoadWeights(const Napi::CallbackInfo& info) {
     std::string name;
     DType dtype;
     std::vector<std::pair<const uint8_t*, size_t>> parts;  // one, or row blocks to join
+    std::vector<DType> part_dtypes;  // when the row blocks have different types (kept apart, stacked)
+    std::vector<int64_t> part_rows;
     int64_t rows, cols;
   };
   auto items = std::make_shared<std::vector<Item>>();
@@ -136,6 +138,28 @@ Napi::Value LlamaLoadWeights(const Napi::CallbackInfo& info) {
       have += d.length;
       keep.push_back(std::move(d.ref));
     }
+    Napi::Value tv = e.Get("dtypes");  // optional: one dtype per part, when they differ
+    if (tv.IsArray() && dv.IsArray()) {
+      Napi::Array ta = tv.As<Napi::Array>();
+      if (ta.Length() != np) throw_range(env, "weight " + it.name + ": dtypes and data differ in length");
+      for (uint32_t k = 0; k < np; k++) {
+        const DType t = dtype_arg(ta.Get(k), "dtypes");
+        const bool q = quant_supported(t);
+        if (q && (it.cols <= 0 || it.cols % quant_block_values(t) != 0))
+          throw_range(env, "weight " + it.name + ": " + std::to_string(it.cols) + " columns is not a multiple of the " +
+                               dtype_name(t) + " block");
+        const size_t row = q ? quant_row_bytes(t, it.cols) : size_t(it.cols) * dtype_size(t);
+        if (it.cols <= 0 || row == 0 || it.parts[k].second % row != 0)
+          throw_range(env, "weight " + it.name + ": part " + std::to_string(k) + " is not whole rows of " + dtype_name(t));
+        it.part_dtypes.push_back(t);
+        it.part_rows.push_back(int64_t(it.parts[k].second / row));
+      }
+      int64_t rows = 0;
+      for (int64_t r : it.part_rows) rows += r;
+      if (rows != it.rows) throw_range(env, "weight " + it.name + ": parts hold " + std::to_string(rows) + " rows");
+      items->push_back(std::move(it));
+      continue;
+    }
     const bool quant = quant_supported(it.dtype);
     if (quant && (it.cols <= 0 || it.cols % quant_block_values(it.dtype) != 0))
       throw_range(env, "weight " + it.name + ": " + std::to_string(it.cols) + " columns is not a multiple of the " +
@@ -152,6 +176,13 @@ Napi::Value LlamaLoadWeights(const Napi::CallbackInfo& info) {
       env,
       [model, items, finalize]() {
         for (const Item& it : *items) {
+          if (!it.part_dtypes.empty()) {
+            std::vector<llama::Model::Part> parts;
+            for (size_t k = 0; k < it.parts.size(); k++)
+              parts.push_back({it.part_dtypes[k], it.parts[k].first, it.part_rows[k]});
+            model->set_weight_parts(it.name, parts, it.cols);
+            continue;
+          }
           if (it.parts.size() == 1) {
             model->set_weight(it.name, it.dtype, it.parts[0].first, it.rows, it.cols);
             continue;

@@ -1,5 +1,5 @@
 // Bindings for the quantized linear kernels (loom/quant.h), for tests and benches:
-//   quantLinear(type 'Q8_0'|'Q4_K', w Uint8Array (N rows of blocks), N, K, x Float32Array (M, K), M)
+//   quantLinear(type 'Q8_0'|'Q4_K'|... (quant_type_names), w Uint8Array (N rows of blocks), N, K, x Float32Array (M, K), M)
 //     -> Float32Array (M, N): x · Wᵀ on the active ISA (the int8 path for M <= quantSmallM, else the
 //     dequantized-panel GEMM). Runs inline.
 #include <string>
@@ -14,9 +14,7 @@ Napi::Value QuantLinear(const Napi::CallbackInfo& info) {
   if (!info[0].IsString()) throw_type(env, "type must be a string");
   const std::string ts = info[0].As<Napi::String>();
   DType t;
-  if (ts == "Q8_0") t = DType::Q8_0;
-  else if (ts == "Q4_K") t = DType::Q4_K;
-  else throw_type(env, "type: unsupported " + ts + " (Q8_0, Q4_K)");
+  if (!quant_type_parse(ts, &t)) throw_type(env, "type: unsupported " + ts + " (" + quant_type_names() + ")");
   auto w = array_arg<uint8_t>(info[1], "w");
   const int64_t N = int_arg(info[2], "N"), K = int_arg(info[3], "K");
   auto x = array_arg<float>(info[4], "x");

@@ -40,6 +40,8 @@ import { addon } from '../native/addon.ts';
 import { SafetensorsCheckpoint, type StDType } from './safetensors.ts';
 import { loadDecoderConfig, parseDecoderConfig, type DecoderConfig } from './hf-config.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
+import { f32ToF16 } from './f16.ts';
+import { ggufQuantType, quantizeQ4_K, quantizeQ5_0, quantizeQ6_K, type QuantFileType } from './gguf-quantize.ts';
 
 export class GgufError extends Error {
   override name = 'GgufError';
@@ -238,32 +240,7 @@ function tensorBytes(type: GgmlType, ne: number[], where: string): number {
 }
 
 // ---- f16 helpers ----------------------------------------------------------------------------------------
-const f32buf = new Float32Array(1);
-const u32buf = new Uint32Array(f32buf.buffer);
-/** float32 → IEEE half (round to nearest even). */
-export function f32ToF16(x: number): number {
-  f32buf[0] = x;
-  const b = u32buf[0];
-  const sign = (b >>> 16) & 0x8000;
-  const exp = (b >>> 23) & 0xff;
-  let mant = b & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  const e = exp - 127 + 15;
-  if (e >= 0x1f) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    const shift = 14 - e;
-    let h = mant >>> shift;
-    const rem = mant & ((1 << shift) - 1), half = 1 << (shift - 1);
-    if (rem > half || (rem === half && (h & 1))) h++;
-    return sign | h;
-  }
-  let h = (e << 10) | (mant >>> 13);
-  const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
-  return sign | h;
-}
+export { f32ToF16 } from './f16.ts';
 
 /**
  * A tensor as float32. F32 is a view of the file when aligned (no copy); F16 / BF16 are widened; block types
@@ -693,11 +670,12 @@ const ST_TO_GGML: Partial<Record<StDType, GgmlType>> = { F32: GgmlType.F32, F16:
 
 /**
  * Converts an HF checkpoint folder (config.json, *.safetensors, tokenizer.json) to a GGUF file llama.cpp loads.
- * `outType`: tensor type for 2-D weights (norms stay F32): 'F32' | 'F16' | 'BF16' | 'Q8_0' (default: keep the
- * stored type). Tokenizer metadata (ggufTokenizerMetadata): SentencePiece-style vocabularies (▁, byte fallback)
+ * `outType`: tensor type for 2-D weights (norms stay F32): 'F32' | 'F16' | 'BF16', or a llama-quantize file type
+ * 'Q8_0' | 'Q6_K' | 'Q4_K_M' (each tensor's type as llama.cpp picks it: ggufQuantType in gguf-quantize.ts; default:
+ * keep the stored type). Tokenizer metadata (ggufTokenizerMetadata): SentencePiece-style vocabularies (▁, byte fallback)
  * as tokenizer.ggml.model "llama" with merge-order scores and the merges; byte-level BPE as "gpt2" with merges.
  */
-export function convertHfToGguf(dir: string, outPath: string, opts: { outType?: 'F32' | 'F16' | 'BF16' | 'Q8_0'; name?: string } = {}): void {
+export function convertHfToGguf(dir: string, outPath: string, opts: { outType?: 'F32' | 'F16' | 'BF16' | QuantFileType; name?: string } = {}): void {
   const cfg = loadDecoderConfig(dir);
   const ck = SafetensorsCheckpoint.open(dir);
   const arch = cfg.modelType === 'qwen2' ? 'qwen2' : 'llama';
@@ -744,8 +722,9 @@ export function convertHfToGguf(dir: string, outPath: string, opts: { outType?: 
     if (!g) continue;
     const t = ck.get(src);
     const is2d = t.shape.length === 2;
-    let want = is2d ? (opts.outType ?? t.dtype) : 'F32';
-    if (want === 'Q8_0' && t.shape[1] % 32 !== 0) want = 'F16'; // like llama.cpp: rows not a block multiple fall back
+    const out = opts.outType;
+    const quantFile = out === 'Q8_0' || out === 'Q6_K' || out === 'Q4_K_M';
+    let want: string = !is2d ? 'F32' : quantFile ? ggufQuantType(out, g, t.shape[1], cfg.numLayers, !tied) : (out ?? t.dtype);
     let type: GgmlType;
     let data: Uint8Array;
     if (want === t.dtype && ST_TO_GGML[t.dtype as StDType] !== undefined) {
@@ -765,6 +744,9 @@ export function convertHfToGguf(dir: string, outPath: string, opts: { outType?: 
         addon.convertF32ToBf16(f, h);
         data = new Uint8Array(h.buffer);
       } else if (want === 'Q8_0') { type = GgmlType.Q8_0; data = quantizeQ8_0(f); }
+      else if (want === 'Q4_K') { type = GgmlType.Q4_K; data = quantizeQ4_K(f); }
+      else if (want === 'Q6_K') { type = GgmlType.Q6_K; data = quantizeQ6_K(f); }
+      else if (want === 'Q5_0') { type = GgmlType.Q5_0; data = quantizeQ5_0(f); }
       else throw new GgufError(`tensor ${src}: cannot write ${t.dtype} as ${want}`);
     }
     const isQ = /q_proj\.(weight|bias)$/.test(hf), isK = /k_proj\.(weight|bias)$/.test(hf);

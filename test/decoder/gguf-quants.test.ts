@@ -1,6 +1,6 @@
 // Quantized GGUF decoders end to end: TinyStories-656k written as GGUF with its 2-D weights in Q8_0, Q6_K,
-// Q4_K and a llama.cpp Q4_K_M-like mix, loaded through loadDecoder (Q8_0 / Q4_K kept block-quantized, the rest
-// dequantized at load), compared with the same model unquantized, and generating greedily.
+// Q4_K and a llama.cpp Q4_K_M-like mix, loaded through loadDecoder (every type here kept block-quantized, a
+// mixed fused weight per part), compared with the same model unquantized, and generating greedily.
 //
 // K-quants need rows that are a multiple of 256 values, and this model's are 128 / 384 wide, so it is first
 // padded, exactly, to hidden 256 / intermediate 512: new embedding columns, weight rows and columns are zero

@@ -1,34 +1,27 @@
-// Quantized linear kernels (native/kernels/quant*.cc) against the dequantized f32 product, on every ISA the
-// CPU supports. Random Q8_0 / Q4_K blocks; the reference dequantizes them (src/formats/gguf.ts, bit-exact
-// with llama.cpp) and multiplies in double. For M <= quantSmallM the activations are quantized per 32 values
-// to int8 (d = amax/127, q = round(x/d)), so the error is bounded by Σ_k |w_k|·d_b(k)/2 (+ f32 summation);
-// for larger M (the prefill path: dequantized panels through the f32 GEMM) only the f32 summation bound holds.
+// Quantized linear kernels (native/kernels/quant*.cc) against the dequantized f32 product, for every kept ggml
+// type on every ISA the CPU supports (the AVX-512 VNNI path through `npm run test:avx512-emu` on CPUs without
+// it). Random blocks (random quant bytes, random f16 / f32 scales); the reference dequantizes them (the
+// gguf-py-exact dequantizer, test/formats/gguf-quants.test.ts) and multiplies in double. For M <= quantSmallM
+// the activations are quantized per 32 values to int8 (d = amax/127, q = round(x/d)), so the error is bounded
+// by Σ_k |w_k|·d_b(k)/2 (+ f32 summation); for larger M (the prefill path: dequantized panels through the f32
+// GEMM) only the f32 summation bound holds.
 import t from 'tap';
 import { addon } from '../../src/native/addon.ts';
 import { forEachIsa } from '../../src/native/cpu.ts';
-import { dequantize, GgmlType, quantizeQ8_0 } from '../../src/formats/gguf.ts';
-import { quantizeQ4K } from '../formats/ggml-quantize.ts';
+import { dequantize, GgmlType } from '../../src/formats/gguf.ts';
+import { KEPT_TYPES as TYPES, LAYOUT, randomBlocks, rng, type KeptType as QType } from './random-blocks.ts';
 
-let seed = 4242;
-function rnd(): number {
-  seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
-  return (seed >>> 8) / (1 << 24) - 0.5;
-}
+const rnd = rng(4242);
 
-/** Random weights with per-row magnitudes spread over 2 decades, quantized to `type`. */
-function randomWeights(type: 'Q8_0' | 'Q4_K', N: number, K: number): { blocks: Uint8Array; w: Float32Array } {
-  const f = new Float32Array(N * K);
-  for (let n = 0; n < N; n++) {
-    const s = 10 ** (rnd() * 2);
-    for (let k = 0; k < K; k++) f[n * K + k] = rnd() * s + (type === 'Q4_K' ? 0.1 * s : 0);
-  }
-  const blocks = type === 'Q8_0' ? quantizeQ8_0(f) : quantizeQ4K(f);
-  const gt = type === 'Q8_0' ? GgmlType.Q8_0 : GgmlType.Q4_K;
-  const w = dequantize({ name: 'w', type: gt, ne: [K, N], shape: [N, K], offset: 0, bytes: blocks });
+/** N rows of K values as random blocks of `type` (row magnitudes spread over 2 decades) and their f32 values. */
+function randomWeights(type: QType, N: number, K: number): { blocks: Uint8Array; w: Float32Array } {
+  const per = LAYOUT[type].values === 256 ? 64 : 16;
+  const blocks = randomBlocks(type, N, K, rnd, () => 10 ** (rnd() * 2) / per);
+  const w = dequantize({ name: 'w', type: GgmlType[type], ne: [K, N], shape: [N, K], offset: 0, bytes: blocks });
   return { blocks, w };
 }
 
-function check(type: 'Q8_0' | 'Q4_K', M: number, N: number, K: number): { worst: number; maxErr: number } {
+function check(type: QType, M: number, N: number, K: number): { worst: number; maxErr: number } {
   const { blocks, w } = randomWeights(type, N, K);
   const x = new Float32Array(M * K);
   for (let i = 0; i < x.length; i++) x[i] = rnd() * 4 * (i % 97 === 0 ? 8 : 1);  // a few outliers per block
@@ -50,7 +43,8 @@ function check(type: 'Q8_0' | 'Q4_K', M: number, N: number, K: number): { worst:
         mag += Math.abs(wv * xv);
         qb += Math.abs(wv) * d[k >> 5] / 2;
       }
-      const bound = (int8 ? qb * (1 + 1e-5) : 0) + (K + 8) * 2 ** -23 * (mag + qb);
+      // f32 summation: per-block partial sums, offsets (Q4_0's -8, Q5_0's -16) and minimums subtracted in f32
+      const bound = (int8 ? qb * (1 + 1e-5) : 0) + (K + 64) * 2 ** -23 * 4 * (mag + qb);
       const err = Math.abs(y[m * N + n] - ref);
       worst = Math.max(worst, err / bound);
       maxErr = Math.max(maxErr, err / (mag || 1));
@@ -61,8 +55,9 @@ function check(type: 'Q8_0' | 'Q4_K', M: number, N: number, K: number): { worst:
 
 t.test('quantized linear matches the dequantized product within the activation-quantization bound', async (t) => {
   await forEachIsa((isa) => {
-    for (const type of ['Q8_0', 'Q4_K'] as const) {
-      for (const [M, N, K] of [[1, 37, 512], [3, 64, 256], [8, 19, 768], [12, 70, 512]]) {
+    for (const type of TYPES) {
+      const big = LAYOUT[type].values === 256;
+      for (const [M, N, K] of [[1, 37, 512], [3, 64, 256], [8, 19, big ? 768 : 352], [12, 70, 512]]) {
         const { worst, maxErr } = check(type, M, N, K);
         t.ok(worst <= 1, `${isa} ${type} ${M}x${N}x${K}: error / bound ${worst.toFixed(3)} <= 1`);
         // the int8 path really quantizes the activations (a float path would be ~1e-7 of the magnitude)
@@ -74,18 +69,22 @@ t.test('quantized linear matches the dequantized product within the activation-q
 });
 
 t.test('every ISA gives the same int8 result up to f32 summation order', async (t) => {
-  const { blocks } = randomWeights('Q4_K', 16, 1024);
-  const x = new Float32Array(2 * 1024).map(() => rnd());
-  const outs: Float32Array[] = [];
-  await forEachIsa(() => { outs.push(addon.quantLinear('Q4_K', blocks, 16, 1024, x, 2) as Float32Array); });
-  for (const o of outs.slice(1))
-    for (let i = 0; i < o.length; i++)
-      t.ok(Math.abs(o[i] - outs[0][i]) <= 1e-4 * (1 + Math.abs(outs[0][i])), `element ${i}`);
+  for (const type of TYPES) {
+    const { blocks } = randomWeights(type, 16, 1024);
+    const x = new Float32Array(2 * 1024).map(() => rnd());
+    const outs: Float32Array[] = [];
+    await forEachIsa(() => { outs.push(addon.quantLinear(type, blocks, 16, 1024, x, 2) as Float32Array); });
+    let worst = 0;
+    for (const o of outs.slice(1))
+      for (let i = 0; i < o.length; i++)
+        worst = Math.max(worst, Math.abs(o[i] - outs[0][i]) / (1 + Math.abs(outs[0][i])));
+    t.ok(worst <= 1e-4, `${type}: ${outs.length} ISAs agree (worst ${worst.toExponential(1)})`);
+  }
 });
 
 t.test('bad shapes are clear errors', async (t) => {
   const { blocks } = randomWeights('Q8_0', 4, 64);
   t.throws(() => addon.quantLinear('Q8_0', blocks, 4, 48, new Float32Array(48), 1), /multiple of the block size/);
   t.throws(() => addon.quantLinear('Q8_0', blocks, 5, 64, new Float32Array(64), 1), /byte length/);
-  t.throws(() => addon.quantLinear('Q6_K', blocks, 4, 64, new Float32Array(64), 1), /unsupported/);
+  t.throws(() => addon.quantLinear('Q3_K', blocks, 4, 64, new Float32Array(64), 1), /unsupported/);
 });

@@ -53,8 +53,12 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t beg
 // ---------------------------------------------------------------------------------------------
 // Numeric helpers
 // ---------------------------------------------------------------------------------------------
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, I32 = 3, I64 = 4, U8 = 5, Q8_0 = 6, Q4_K = 7 };
-size_t dtype_size(DType t);  // bytes per element (Q8_0, Q4_K: not elementwise; returns 0)
+// Q*: ggml block-quantized rows (loom/quant.h), kept as the GGUF file stores them.
+enum class DType : int {
+  F32 = 0, F16 = 1, BF16 = 2, I32 = 3, I64 = 4, U8 = 5, Q8_0 = 6, Q4_K = 7,
+  Q4_0 = 8, Q4_1 = 9, Q5_0 = 10, Q5_1 = 11, Q5_K = 12, Q6_K = 13, Q8_K = 14,
+};
+size_t dtype_size(DType t);  // bytes per element (the Q* block types are not elementwise: 0)
 const char* dtype_name(DType t);
 
 inline float bf16_to_f32(uint16_t h) {

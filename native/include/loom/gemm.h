@@ -7,6 +7,7 @@
 // bandwidth-bound GEMV path is used.
 #pragma once
 #include <cstdint>
+#include <vector>
 #include "loom/core.h"
 
 namespace loom {
@@ -52,10 +53,13 @@ void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_
 struct PackedWeight;
 PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int64_t ldw);
 void weight_free(PackedWeight* p);
+// One weight from row blocks of the same K packed separately (e.g. a fused q;k;v whose parts have different
+// block types): takes ownership of the parts; linear_packed runs each on its slice of y's columns.
+PackedWeight* weight_stack(const std::vector<PackedWeight*>& parts);
 int64_t weight_rows(const PackedWeight* p);  // N
 int64_t weight_cols(const PackedWeight* p);  // K
 size_t weight_bytes(const PackedWeight* p);
-// Q8_0 / Q4_K (wtype of weight_pack): rows of blocks kept as given, products by linear_quant (loom/quant.h).
+// Q* block types (wtype of weight_pack): rows of blocks kept as given, products by linear_quant (loom/quant.h).
 // The rows of blocks of such a weight (nullptr for other weights).
 const void* weight_quant_data(const PackedWeight* p);
 // y[M,N] = beta*y + x[M,K] · Wᵀ (+ bias)

@@ -1,28 +1,35 @@
-// Linear layers over block-quantized weights (GGUF Q8_0 and Q4_K), kept in memory as the file stores them.
+// Linear layers over block-quantized weights (GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K: every
+// type of llama.cpp's Q4_K_M / Q5_K_M / Q6_K / Q8_0 files), kept in memory as the file stores them.
 //
-// W (N, K) is N rows of consecutive ggml blocks (Q8_0: 34 bytes per 32 values; Q4_K: 144 bytes per 256).
-// y (M, N) = beta·y + x (M, K) · Wᵀ + bias, computed two ways:
+// W (N, K) is N rows of consecutive ggml blocks (e.g. Q8_0: 34 bytes per 32 values; Q4_K: 144 bytes per 256;
+// layouts in native/formats/gguf_dequant.cc). y (M, N) = beta·y + x (M, K) · Wᵀ + bias, computed two ways:
 //   M <= kQuantSmallM (decode, small batches): each row of x is quantized per 32 values to int8 with an
 //     f32 scale (as llama.cpp's Q8_0 activations), and every (row of x, row of W) pair is an integer dot
-//     product per block (vpmaddubsw / vpmaddwd on AVX2) scaled and summed in f32. The error against the
-//     dequantized f32 product is bounded by Σ_k |w_k|·d_b(k)/2, d_b the activation scale of k's block.
+//     product per block (vpmaddubsw / vpmaddwd on AVX2, vpdpbusd on AVX-512 VNNI) scaled and summed in f32.
+//     The error against the dequantized f32 product is bounded by Σ_k |w_k|·d_b(k)/2, d_b the activation
+//     scale of k's block.
 //   larger M (prefill): panels of W rows are dequantized to f32 and multiplied with the f32 GEMM.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include "loom/core.h"
 
 namespace loom {
 
 constexpr int64_t kQuantSmallM = 8;
 
-// Q8_0 and Q4_K.
+// Whether t is a block type kept quantized (the Q* of DType).
 bool quant_supported(DType t);
+// "Q4_K" (ggml's spelling) → DType; false for a name that is not a kept type.
+bool quant_type_parse(const std::string& name, DType* out);
+// "Q4_0, Q4_1, ...": the kept types, for error messages.
+std::string quant_type_names();
 // Values per block (32, 256); 0 for other types.
 int64_t quant_block_values(DType t);
 // Bytes of one row of K values (K a multiple of the block size).
 size_t quant_row_bytes(DType t, int64_t K);
-// rows × K values from consecutive rows of blocks to f32.
+// rows × K values from consecutive rows of blocks to f32, on the calling thread.
 void quant_dequantize_rows(DType t, int64_t rows, int64_t K, const void* src, float* dst);
 // y (M, N) = beta·y + x (M, K) · W (N, K)ᵀ (+ bias), W rows of blocks of type t.
 void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w,

@@ -1,8 +1,8 @@
 // GGUF decoders (llama.cpp / Ollama files) as a TensorSource for the native loader: tensors come
 // from src/formats/gguf.ts under Hugging Face names (Llama q/k rows un-permuted there); F32/F16/BF16
-// are used as stored; Q8_0 and Q4_K embedding / linear weights are handed over as stored (`raw`) and kept
-// block-quantized by the native decoder; other quantized types (Q4_0, Q5_K, Q6_K, ...) are dequantized to
-// F32 at load time (and rounded to bf16 when the model keeps bf16).
+// are used as stored; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and Q8_K embedding / linear weights are
+// handed over as stored (`raw`) and kept block-quantized by the native decoder; the other block types (Q2_K,
+// Q3_K) are dequantized to F32 at load time (and rounded to bf16 when the model keeps bf16).
 //
 // Tokenizer: a tokenizer.json in `tokenizerDir` or in the file's folder (with the tokenizer_config.json /
 // generation_config.json beside it) is used when present, as for a model folder. Otherwise the vocabulary
@@ -17,12 +17,15 @@ import { dequantize, GgmlType, loadGgufCheckpoint, type GgufTensorInfo } from '.
 import { loadGgufTokenizer } from '../../formats/gguf-tokenizer.ts';
 import { Tokenizer } from '../../tokenize/tokenizer.ts';
 import type { TensorSource } from './loader.ts';
+import type { QuantDtype } from './native-model.ts';
 import { canDequantize, dequantizeAsync, GgufError, ggmlTypeName, unsupportedTypeError } from '../../formats/gguf.ts';
 
 const DTYPE: Partial<Record<GgmlType, 'F32' | 'F16' | 'BF16'>> = { [GgmlType.F32]: 'F32', [GgmlType.F16]: 'F16', [GgmlType.BF16]: 'BF16' };
 /** Block types the native decoder keeps quantized (its int8 kernels: native/kernels/quant*.cc). */
-export const KEPT_QUANT: Partial<Record<GgmlType, 'Q8_0' | 'Q4_K'>> = {
-  [GgmlType.Q8_0]: 'Q8_0', [GgmlType.Q4_K]: 'Q4_K',
+export const KEPT_QUANT: Partial<Record<GgmlType, QuantDtype>> = {
+  [GgmlType.Q4_0]: 'Q4_0', [GgmlType.Q4_1]: 'Q4_1', [GgmlType.Q5_0]: 'Q5_0', [GgmlType.Q5_1]: 'Q5_1',
+  [GgmlType.Q8_0]: 'Q8_0', [GgmlType.Q4_K]: 'Q4_K', [GgmlType.Q5_K]: 'Q5_K', [GgmlType.Q6_K]: 'Q6_K',
+  [GgmlType.Q8_K]: 'Q8_K',
 };
 
 /**

@@ -3,7 +3,7 @@
 // into the native decoder. q/k/v and gate/up are concatenated so each layer runs 4 packed GEMMs.
 import { loadDecoderConfig, type DecoderConfig } from '../../formats/hf-config.ts';
 import { SafetensorsCheckpoint, type TensorInfo } from '../../formats/safetensors.ts';
-import { NativeDecoder, type NativeWeight, type WeightDtype } from './native-model.ts';
+import { NativeDecoder, QUANT_DTYPES, type NativeWeight, type WeightDtype } from './native-model.ts';
 
 /** A source of Hugging Face–named tensors (SafetensorsCheckpoint fits; GGUF readers adapt to it). */
 export interface TensorSource {
@@ -15,8 +15,8 @@ export interface TensorSource {
   quantized?(name: string): boolean;
   /** Optional: `get` without blocking the event loop (GGUF: dequantization runs off the main thread). */
   getAsync?(name: string): Promise<{ dtype: string; shape: number[]; bytes: Uint8Array }>;
-  /** Optional: the tensor as stored when the native decoder keeps its type block-quantized (GGUF Q8_0, Q4_K:
-   * dtype 'Q8_0' / 'Q4_K', bytes the rows of blocks); undefined otherwise (then `get` it). */
+  /** Optional: the tensor as stored when the native decoder keeps its type block-quantized (GGUF Q4_0 ... Q8_K,
+   * QUANT_DTYPES: dtype 'Q4_K' etc., bytes the rows of blocks); undefined otherwise (then `get` it). */
   raw?(name: string): { dtype: string; shape: number[]; bytes: Uint8Array } | undefined;
 }
 
@@ -31,12 +31,13 @@ export class DecoderLoadError extends Error {
   override name = 'DecoderLoadError';
 }
 
-/** The dtypes the native loader takes: F32, F16, BF16, and Q8_0 / Q4_K rows of blocks for the embedding and linear
- * weights (other quantized types are dequantized before they get here). */
+/** The dtypes the native loader takes: F32, F16, BF16, and rows of blocks of the kept quantized types (QUANT_DTYPES)
+ * for the embedding and linear weights (other quantized types are dequantized before they get here). */
 function weightDtype(name: string, dtype: string): WeightDtype {
-  if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16' && dtype !== 'Q8_0' && dtype !== 'Q4_K')
-    throw new DecoderLoadError(`tensor for ${name} has dtype ${dtype}; expected F32, F16, BF16, Q8_0 or Q4_K`);
-  return dtype;
+  if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16' && !(QUANT_DTYPES as readonly string[]).includes(dtype))
+    throw new DecoderLoadError(
+      `tensor for ${name} has dtype ${dtype}; expected F32, F16, BF16, ${QUANT_DTYPES.join(', ')}`);
+  return dtype as WeightDtype;
 }
 
 function asWeight(name: string, t: { dtype: string; shape: number[]; bytes: Uint8Array }, rows: number, cols: number): NativeWeight {
@@ -47,18 +48,19 @@ function asWeight(name: string, t: { dtype: string; shape: number[]; bytes: Uint
   return { name, dtype, data: t.bytes, rows, cols };
 }
 
-/** Tensors joined along rows (they must share a dtype: a mix of stored types is read dequantized); the native
- * loader joins the parts in its worker. */
+/** Tensors joined along rows; the native loader joins the parts in its worker, or, when their dtypes differ (a
+ * Q4_K_M file's q, k in Q4_K and v in Q6_K), packs each part as stored and stacks them. */
 function concatRows(name: string, parts: { dtype: string; shape: number[]; bytes: Uint8Array }[], cols: number): NativeWeight {
   const dtype = parts[0].dtype;
   let rows = 0;
   for (const p of parts) {
-    if (p.dtype !== dtype) throw new DecoderLoadError(`${name}: parts have different dtypes (${parts.map((x) => x.dtype).join(', ')})`);
     const n = p.shape.reduce((a, b) => a * b, 1);
     if (n % cols !== 0) throw new DecoderLoadError(`${name}: part of shape ${JSON.stringify(p.shape)} is not (rows, ${cols})`);
     rows += n / cols;
   }
-  return { name, dtype: weightDtype(name, dtype), data: parts.map((p) => p.bytes), rows, cols };
+  const w: NativeWeight = { name, dtype: weightDtype(name, dtype), data: parts.map((p) => p.bytes), rows, cols };
+  if (parts.some((p) => p.dtype !== dtype)) w.dtypes = parts.map((p) => weightDtype(name, p.dtype));
+  return w;
 }
 
 /** Picks the dtype the native model keeps its linear weights in. */
@@ -81,15 +83,10 @@ export async function buildNativeDecoder(config: DecoderConfig, src: TensorSourc
     if (!src.has(name)) throw new DecoderLoadError(`checkpoint is missing tensor ${name}`);
     return read(name);
   };
-  // embedding / linear weights: block-quantized as stored where the native decoder keeps the type (Q8_0, Q4_K)
+  // embedding / linear weights: block-quantized as stored where the native decoder keeps the type (QUANT_DTYPES)
   const keep = (name: string) => (src.has(name) && src.raw?.(name)) || need(name);
-  // parts of one fused weight (q;k;v, gate;up): kept quantized only when they all share one kept type
-  type Stored = { dtype: string; shape: number[]; bytes: Uint8Array };
-  const keepAll = async (names: string[]): Promise<Stored[]> => {
-    const raws = names.map((n) => (src.has(n) ? src.raw?.(n) : undefined));
-    if (raws.every((r) => r && r.dtype === raws[0]!.dtype)) return raws as Stored[];
-    return Promise.all(names.map(need));
-  };
+  // parts of one fused weight (q;k;v, gate;up): each kept as stored where its type is kept (the types may differ)
+  const keepAll = (names: string[]) => Promise.all(names.map(keep));
   // Embeddings / output projection. Tied models may store either name (tinystories-656k stores only lm_head.weight).
   const embName = src.has('model.embed_tokens.weight') ? 'model.embed_tokens.weight' : src.has('lm_head.weight') && c.tieWordEmbeddings ? 'lm_head.weight' : null;
   if (!embName) throw new DecoderLoadError('checkpoint is missing tensor model.embed_tokens.weight');

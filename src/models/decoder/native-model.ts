@@ -4,8 +4,12 @@
 import { addon } from '../../native/addon.ts';
 import type { DecoderConfig } from '../../formats/hf-config.ts';
 
-/** Q8_0 / Q4_K: rows of ggml blocks, kept block-quantized by the native decoder (native/include/loom/quant.h). */
-export type WeightDtype = 'F32' | 'F16' | 'BF16' | 'Q8_0' | 'Q4_K';
+/** Rows of ggml blocks, kept block-quantized by the native decoder (native/include/loom/quant.h). */
+export type QuantDtype = 'Q4_0' | 'Q4_1' | 'Q5_0' | 'Q5_1' | 'Q8_0' | 'Q4_K' | 'Q5_K' | 'Q6_K' | 'Q8_K';
+export const QUANT_DTYPES: readonly QuantDtype[] = [
+  'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_K',
+];
+export type WeightDtype = 'F32' | 'F16' | 'BF16' | QuantDtype;
 
 export interface NativeWeight {
   /** embed | lm_head | norm | layers.<i>.{attn_norm,mlp_norm,qkv,qkv_bias,o,gate_up,down} */
@@ -13,6 +17,8 @@ export interface NativeWeight {
   dtype: WeightDtype;
   /** the tensor, or its row blocks in order (joined natively, off the event loop: q;k;v and gate;up) */
   data: Uint8Array | Uint8Array[];
+  /** one dtype per row block when they differ (a Q4_K_M file's q, k in Q4_K and v in Q6_K): kept apart, stacked */
+  dtypes?: WeightDtype[];
   rows: number;
   cols: number;
 }

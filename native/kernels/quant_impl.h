@@ -1,0 +1,249 @@
+// Quantized dot products, written once in 256-bit integer SIMD and compiled per ISA.
+//
+// Included INSIDE `namespace loom::<isa>` by quant_avx2.cc and quant_avx512.cc (<immintrin.h>, <cstring>,
+// quant_internal.h and gguf_dequant.h before), after they define
+//   dot_u8s8(a, b): 32 products u8 a × s8 b as 8 s32 lanes, lane i = Σ of products 4i..4i+3
+//                   (AVX2: vpmaddubsw + vpmaddwd; AVX-512 VNNI: vpdpbusd on ymm)
+// Every weight block is unpacked to 32 unsigned (or, for Q8_0 / Q8_K / Q6_K, signed) int8 values per
+// activation block j; the integer dot is scaled by the weight scale and d[j] in f32, offsets and minimums
+// come from ds[j] = d[j]·Σq_x. Lane i of a dot holds values 4i..4i+3, so lanes 0-3 are the first 16
+// values of a block (Q6_K's two scales per 32 values use that).
+
+static inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+static inline float load_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+static inline __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// s8 a × s8 b: |a| (u8) × b·sign(a) (s8)
+static inline __m256i dot_s8s8(__m256i a, __m256i b) { return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
+
+// 16 bytes of nibbles → 32 u8: the low nibbles (values 0-15), then the high ones (values 16-31)
+static inline __m256i nibbles_32(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+// bit i of qh → byte i = 0x10 (the 5th bit of Q5_0 / Q5_1 value i), else 0
+static inline __m256i bits5_32(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(int(qh)), shuf);  // byte i = byte i/8 of qh
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201);            // byte i: bit i%8
+  b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+  return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
+}
+
+void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < K / kQ8Block; b++) {
+    const float* xb = x + b * kQ8Block;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float am = _mm_cvtss_f32(m);
+    const float db = am / 127.0f, id = am > 0.0f ? 127.0f / am : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i i32[4];
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for (int i = 0; i < 4; i++) i32[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], vid), kRound));
+    const int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3])));
+    // pack 32 s32 → 32 s8 in order (packs interleave 128-bit lanes: fix with a permute)
+    __m256i p16a = _mm256_packs_epi32(i32[0], i32[1]), p16b = _mm256_packs_epi32(i32[2], i32[3]);
+    __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kQ8Block), p8);
+    d[b] = db;
+    ds[b] = db * float(sum);
+  }
+}
+
+// Q4_0: d·(q - 8) → d·d_x·Σq·q_x - 8·d·ds
+float vec_dot_q4_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  __m256 acc = _mm256_setzero_ps();
+  float off = 0.0f;
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ4_0Bytes) {
+    const float dw = load_f16(w);
+    const __m256i p = dot_u8s8(nibbles_32(w + 2), loadu256(q + b * kQ8Block));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * d[b]), _mm256_cvtepi32_ps(p), acc);
+    off += dw * ds[b];
+  }
+  return hsum(acc) - 8.0f * off;
+}
+
+// Q4_1: d·q + m → d·d_x·Σq·q_x + m·ds
+float vec_dot_q4_1_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ4_1Bytes) {
+    const __m256i p = dot_u8s8(nibbles_32(w + 4), loadu256(q + b * kQ8Block));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16(w) * d[b]), _mm256_cvtepi32_ps(p), acc);
+    mins += load_f16(w + 2) * ds[b];
+  }
+  return hsum(acc) + mins;
+}
+
+// Q5_0: d·(q - 16), q = nibble | 5th bit << 4
+float vec_dot_q5_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  __m256 acc = _mm256_setzero_ps();
+  float off = 0.0f;
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ5_0Bytes) {
+    const float dw = load_f16(w);
+    const __m256i qw = _mm256_or_si256(nibbles_32(w + 6), bits5_32(w + 2));
+    const __m256i p = dot_u8s8(qw, loadu256(q + b * kQ8Block));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * d[b]), _mm256_cvtepi32_ps(p), acc);
+    off += dw * ds[b];
+  }
+  return hsum(acc) - 16.0f * off;
+}
+
+// Q5_1: d·q + m, q = nibble | 5th bit << 4
+float vec_dot_q5_1_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t b = 0; b < K / kQ8Block; b++, w += kQ5_1Bytes) {
+    const __m256i qw = _mm256_or_si256(nibbles_32(w + 8), bits5_32(w + 4));
+    const __m256i p = dot_u8s8(qw, loadu256(q + b * kQ8Block));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f16(w) * d[b]), _mm256_cvtepi32_ps(p), acc);
+    mins += load_f16(w + 2) * ds[b];
+  }
+  return hsum(acc) + mins;
+}
+
+// Q8_0: d·q, two accumulators
+float vec_dot_q8_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float*) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = K / kQ8Block;
+  auto block = [&](int64_t i, __m256 acc) {
+    const uint8_t* wb = w + i * kQ8_0Bytes;
+    const __m256i p = dot_s8s8(loadu256(wb + 2), loadu256(q + i * kQ8Block));
+    return _mm256_fmadd_ps(_mm256_set1_ps(load_f16(wb) * d[i]), _mm256_cvtepi32_ps(p), acc);
+  };
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    acc0 = block(b, acc0);
+    acc1 = block(b + 1, acc1);
+  }
+  if (b < nb) acc0 = block(b, acc0);
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+// Q4_K super-block of 256: sub-block j = d·sc_j·q - dmin·m_j (j even: low nibbles of bytes 32·(j/2)..,
+// j odd: the high ones)
+float vec_dot_q4_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++, w += kQ4_KBytes) {
+    const float dw = load_f16(w), dmin = load_f16(w + 2);
+    for (int c = 0; c < 4; c++) {
+      const int64_t j = sb * 8 + 2 * c;
+      const __m256i qb = loadu256(w + 16 + 32 * c);
+      const __m256i p0 = dot_u8s8(_mm256_and_si256(qb, lo4), loadu256(q + j * kQ8Block));
+      const __m256i p1 = dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(qb, 4), lo4), loadu256(q + (j + 1) * kQ8Block));
+      int sc0, m0, sc1, m1;
+      gguf::scale_min_k4(2 * c, w + 4, &sc0, &m0);
+      gguf::scale_min_k4(2 * c + 1, w + 4, &sc1, &m1);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * float(sc0) * d[j]), _mm256_cvtepi32_ps(p0), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * float(sc1) * d[j + 1]), _mm256_cvtepi32_ps(p1), acc);
+      mins += dmin * (float(m0) * ds[j] + float(m1) * ds[j + 1]);
+    }
+  }
+  return hsum(acc) - mins;
+}
+
+// Q5_K: as Q4_K, with the 5th bit of sub-block j's value l in bit j of qh byte l
+float vec_dot_q5_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), b5 = _mm256_set1_epi8(0x10);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++, w += kQ5_KBytes) {
+    const float dw = load_f16(w), dmin = load_f16(w + 2);
+    const __m256i qh = loadu256(w + 16);
+    for (int c = 0; c < 4; c++) {
+      const int64_t j = sb * 8 + 2 * c;
+      const __m256i qb = loadu256(w + 48 + 32 * c);
+      const __m256i m0b = _mm256_set1_epi8(char(1 << (2 * c))), m1b = _mm256_set1_epi8(char(1 << (2 * c + 1)));
+      const __m256i h0 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m0b), m0b), b5);
+      const __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m1b), m1b), b5);
+      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(qb, lo4), h0);
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), lo4), h1);
+      const __m256i p0 = dot_u8s8(q0, loadu256(q + j * kQ8Block));
+      const __m256i p1 = dot_u8s8(q1, loadu256(q + (j + 1) * kQ8Block));
+      int sc0, m0, sc1, m1;
+      gguf::scale_min_k4(2 * c, w + 4, &sc0, &m0);
+      gguf::scale_min_k4(2 * c + 1, w + 4, &sc1, &m1);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * float(sc0) * d[j]), _mm256_cvtepi32_ps(p0), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * float(sc1) * d[j + 1]), _mm256_cvtepi32_ps(p1), acc);
+      mins += dmin * (float(m0) * ds[j] + float(m1) * ds[j + 1]);
+    }
+  }
+  return hsum(acc) - mins;
+}
+
+// Q6_K: value 128h + 32s + l (s < 4, l < 32) = d·scale[8h + 2s + l/16]·(q - 32), q from the nibble s/2 of
+// ql[64h + 32·(s%2) + l] and bits 2s..2s+1 of qh[32h + l]. Activation block 4h + s; its lanes 0-3 take the
+// first scale, lanes 4-7 the second.
+float vec_dot_q6_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float*) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03), m32 = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++, w += kQ6_KBytes) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const float dw = load_f16(w + 208);
+    for (int h = 0; h < 2; h++) {
+      const __m256i qh = loadu256(w + 128 + 32 * h);
+      const __m256i ql0 = loadu256(w + 64 * h), ql1 = loadu256(w + 64 * h + 32);
+      for (int s = 0; s < 4; s++) {
+        const __m256i ql = s & 1 ? ql1 : ql0;
+        const __m256i lo = s < 2 ? _mm256_and_si256(ql, lo4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), lo2);
+        const __m256i qw = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), m32);
+        const int64_t j = sb * 8 + 4 * h + s;
+        const __m256i p = dot_s8s8(qw, loadu256(q + j * kQ8Block));
+        const float f = dw * d[j];
+        const int k = 8 * h + 2 * s;
+        const __m256 scv = _mm256_set_m128(_mm_set1_ps(f * float(sc[k + 1])), _mm_set1_ps(f * float(sc[k])));
+        acc = _mm256_fmadd_ps(scv, _mm256_cvtepi32_ps(p), acc);
+      }
+    }
+  }
+  return hsum(acc);
+}
+
+// Q8_K: f32 d·q over 256 values (8 activation blocks)
+float vec_dot_q8_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float*) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++, w += kQ8_KBytes) {
+    float dw;
+    std::memcpy(&dw, w, 4);
+    for (int s = 0; s < 8; s++) {
+      const int64_t j = sb * 8 + s;
+      const __m256i p = dot_s8s8(loadu256(w + 4 + 32 * s), loadu256(q + j * kQ8Block));
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * d[j]), _mm256_cvtepi32_ps(p), acc);
+    }
+  }
+  return hsum(acc);
+}
