@@ -192,6 +192,7 @@ export function collate(items: Featurized[]): EncoderBatch {
   const mask = new Uint8Array(B * N);
   const woff = new Int32Array(B + 1);
   const wordRows: number[] = [];
+  const wordEnd: number[] = [];
   const segSample: number[] = [];
   const segKind: number[] = [];
   const segM: number[] = [];
@@ -204,6 +205,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     ids.set(it.f.ids, b * N);
     mask.fill(1, b * N, b * N + it.f.ids.length);
     for (const p of it.f.wordPos) wordRows.push(b * N + p);
+    for (const e of it.f.wordEnd) wordEnd.push(b * N + e);
     woff[b + 1] = wordRows.length;
     for (const s of it.segs) {
       const si = segSample.length;
@@ -224,6 +226,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     mask,
     woff,
     wordRows: Int32Array.from(wordRows),
+    wordEnd: Int32Array.from(wordEnd),
     segSample: Int32Array.from(segSample),
     segKind: Int32Array.from(segKind),
     segM: Int32Array.from(segM),
