@@ -133,8 +133,8 @@ export interface EncoderBatch {
   woff: Int32Array;
   /** first piece of each word (rows into the B·N hidden states) */
   wordRows: Int32Array;
-  /** exclusive end row of each word's pieces (read by mean / max token pooling) */
-  wordEnd: Int32Array;
+  /** exclusive end row of each word's pieces (required by mean / max token pooling) */
+  wordEnd?: Int32Array;
   segSample: Int32Array;
   segKind: Int32Array;
   segM: Int32Array;
