@@ -2,7 +2,8 @@
 //
 //   encTrainCreate(cfg, tensors, lora|null) → handle
 //       cfg: {D, L, H, F, V, positionBuckets, maxRelativePositions, maxPositionEmbeddings, eps, c2p, p2c, K, relLn,
-//             counting ('count_lstm' | 'count_lstm_v2'), countHidden, countFF (v2 widths), pooling ('first' | 'mean' | 'max')}
+//             counting ('count_lstm' | 'count_lstm_v2'), countHidden, countFF (v2 widths),
+//             pooling ('first' | 'mean' | 'max')}
 //       tensors: {checkpoint name → Float32Array} (a count_lstm or count_lstm_v2 GLiNER2 checkpoint)
 //       lora: {r, alpha, dropout, targets: string[] (full module names), seed}
 //   encTrainStep(handle, batch) → Promise<{loss, span, count, cls}>

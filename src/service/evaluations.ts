@@ -115,16 +115,22 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
       }
       const { result } = pool.run<EvaluateResult>({ op: 'evaluate', kind: m.kind, model_dir: dir!, adapter_dir: m.adapter, data_file: datasets.dataFile(v), threshold: e.threshold });
       const r = await result;
-      const rounded = (x: LabelScores): LabelScores => ({ precision: r6(x.precision), recall: r6(x.recall), f1: r6(x.f1), support: x.support, tp: x.tp, fp: x.fp, fn: x.fn });
+      const rounded = (x: LabelScores): LabelScores => ({
+        precision: r6(x.precision), recall: r6(x.recall), f1: r6(x.f1), support: x.support, tp: x.tp, fp: x.fp, fn: x.fn,
+      });
       const per_label: EvaluationRecord['per_label'] = {};
       for (const [l, x] of Object.entries(r.per_label)) per_label[l] = rounded(x);
       const relations = r.relations
-        ? { ...rounded(r.relations), per_label: Object.fromEntries(Object.entries(r.relations.per_label).map(([l, x]) => [l, rounded(x)])) }
+        ? {
+          ...rounded(r.relations),
+          per_label: Object.fromEntries(Object.entries(r.relations.per_label).map(([l, x]) => [l, rounded(x)])),
+        }
         : undefined;
       await patch(id, {
         status: 'complete', task: r.task, f1_score: r6(r.f1), precision_score: r6(r.precision), recall_score: r6(r.recall), sample_count: r.sample_count,
         ...(r.accuracy !== undefined ? { accuracy: r6(r.accuracy), macro_f1: r6(r.macro_f1 ?? r.f1) } : {}),
-        per_label: r.task === 'ner' ? per_label : r.task === 'classification' ? per_label : undefined, relations, completed_at: nowIso(), error: null,
+        per_label: r.task === 'ner' ? per_label : r.task === 'classification' ? per_label : undefined,
+        relations, completed_at: nowIso(), error: null,
       });
     } catch (err) {
       if (closing) return;

@@ -84,7 +84,9 @@ export interface CheckpointRecord {
 }
 
 /** strict-match scores of one label (or all, micro-averaged) */
-export interface LabelScores { precision: number; recall: number; f1: number; support: number; tp: number; fp: number; fn: number }
+export interface LabelScores {
+  precision: number; recall: number; f1: number; support: number; tp: number; fp: number; fn: number;
+}
 
 export interface EvaluationRecord {
   id: string;

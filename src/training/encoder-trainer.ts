@@ -79,7 +79,10 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> 
   const counting = names.some((n) => n.startsWith('count_embed.projector.')) ? 'count_lstm'
     : names.some((n) => n.startsWith('count_embed.transformer.')) ? 'count_lstm_v2' : null;
   if (!counting)
-    throw new TrainingConfigError(`base_model ${dir}: only count_lstm and count_lstm_v2 GLiNER2 checkpoints can be trained (count_lstm_moe training is not implemented)`);
+    throw new TrainingConfigError(
+      `base_model ${dir}: only count_lstm and count_lstm_v2 GLiNER2 checkpoints can be trained ` +
+        '(count_lstm_moe training is not implemented)',
+    );
   const tensors: Record<string, Float32Array> = {};
   const shapes = new Map<string, number[]>();
   for (const n of names) {

@@ -44,7 +44,8 @@ export interface RelationLike {
 }
 
 const key = (s: SpanLike) => `${s.start}\u0000${s.end}\u0000${s.label}`;
-const relKey = (r: RelationLike) => `${r.head.start}\u0000${r.head.end}\u0000${r.tail.start}\u0000${r.tail.end}\u0000${r.label}`;
+const relKey = (r: RelationLike) =>
+  `${r.head.start}\u0000${r.head.end}\u0000${r.tail.start}\u0000${r.tail.end}\u0000${r.label}`;
 
 /** Strict span P/R/F1 over paired (gold, predicted) examples. */
 export function scoreSpans(gold: SpanLike[][], pred: SpanLike[][]): SpanScores {
@@ -56,8 +57,11 @@ export function scoreRelations(gold: RelationLike[][], pred: RelationLike[][]): 
   return scoreStrict('scoreRelations', gold, pred, relKey);
 }
 
-function scoreStrict<T extends { label: string }>(what: string, gold: T[][], pred: T[][], key: (x: T) => string): SpanScores {
-  if (gold.length !== pred.length) throw new Error(`${what}: ${gold.length} gold examples but ${pred.length} predictions`);
+function scoreStrict<T extends { label: string }>(
+  what: string, gold: T[][], pred: T[][], key: (x: T) => string,
+): SpanScores {
+  if (gold.length !== pred.length)
+    throw new Error(`${what}: ${gold.length} gold examples but ${pred.length} predictions`);
   const counts = new Map<string, { tp: number; fp: number; fn: number }>();
   const at = (label: string) => {
     let c = counts.get(label);

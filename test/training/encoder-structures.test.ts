@@ -14,19 +14,43 @@ import { trainEncoder } from '../../src/training/encoder-trainer.ts';
 import type { DataRecord } from '../../src/training/data/formats.ts';
 
 const BASE = join(import.meta.dirname, '../../../shared/goldens/gliner2-tiny-span');
-const NAMES = ['Alice', 'Bruno', 'Chen', 'Dmitri', 'Elena', 'Farid', 'Grace', 'Hiro', 'Ines', 'Jonas', 'Kofi', 'Lena', 'Marco', 'Nadia', 'Oscar', 'Priya'];
+const NAMES = [
+  'Alice',
+  'Bruno',
+  'Chen',
+  'Dmitri',
+  'Elena',
+  'Farid',
+  'Grace',
+  'Hiro',
+  'Ines',
+  'Jonas',
+  'Kofi',
+  'Lena',
+  'Marco',
+  'Nadia',
+  'Oscar',
+  'Priya',
+];
 const ITEMS = ['laptop', 'bicycle', 'guitar', 'camera', 'teapot', 'kayak', 'printer', 'violin', 'drone', 'sofa'];
 const SHOPS = ['Berlin', 'Lisbon', 'Osaka', 'Denver', 'Nairobi', 'Quito'];
 const order = (i: number) => {
   const name = NAMES[i % NAMES.length];
   const item = ITEMS[(i * 7 + 3) % ITEMS.length];
   const shop = SHOPS[(i * 5 + 1) % SHOPS.length];
-  const text = i % 2 ? `Yesterday in ${shop} ${name} ordered a ${item} online .` : `A ${item} was bought in ${shop} by ${name} last week .`;
+  const text =
+    i % 2
+      ? `Yesterday in ${shop} ${name} ordered a ${item} online .`
+      : `A ${item} was bought in ${shop} by ${name} last week .`;
   return { text, name, item };
 };
 const rec = (i: number): DataRecord => {
   const o = order(i);
-  return { kind: 'gliner2', text: o.text, output: { json_structures: [{ order: { customer: o.name, product: o.item } }] } };
+  return {
+    kind: 'gliner2',
+    text: o.text,
+    output: { json_structures: [{ order: { customer: o.name, product: o.item } }] },
+  };
 };
 const train = Array.from({ length: 96 }, (_, i) => rec(i));
 const held = Array.from({ length: 24 }, (_, i) => order(1000 + i * 3));
@@ -34,7 +58,11 @@ const schema = { structures: { order: ['customer::str', 'product::str'] } };
 
 async function customerAccuracy(dir: string): Promise<number> {
   const enc = await loadEncoder(dir);
-  const res = await enc.extract(held.map((h) => h.text), schema, { threshold: 0.5 });
+  const res = await enc.extract(
+    held.map((h) => h.text),
+    schema,
+    { threshold: 0.5 },
+  );
   let ok = 0;
   res.forEach((r, i) => {
     const inst = r.structures?.order?.[0];
@@ -47,11 +75,26 @@ async function customerAccuracy(dir: string): Promise<number> {
 
 t.test('targets: one [C] segment per parent, unique instances, choices in the prefix', async (t) => {
   const tok = new EncoderTokenizer(join(BASE, 'tokenizer.json'));
-  const [ex] = recordsToExamples([{
-    kind: 'gliner2', text: 'Ann and Bob bought tea and tea again .',
-    output: { json_structures: [{ buy: { who: 'Ann', what: 'tea', kind: { value: 'drink', choices: ['food', 'drink'] } } }, { buy: { who: 'Bob', what: 'tea' } }, { buy: { who: 'Ann', what: 'tea', kind: { value: 'drink', choices: ['food', 'drink'] } } }] },
-  }], []);
-  t.same(ex.schema.structures.map((s) => [s.name, s.fields.map((f) => f.name)]), [['buy', ['who', 'what', 'kind']]]);
+  const [ex] = recordsToExamples(
+    [
+      {
+        kind: 'gliner2',
+        text: 'Ann and Bob bought tea and tea again .',
+        output: {
+          json_structures: [
+            { buy: { who: 'Ann', what: 'tea', kind: { value: 'drink', choices: ['food', 'drink'] } } },
+            { buy: { who: 'Bob', what: 'tea' } },
+            { buy: { who: 'Ann', what: 'tea', kind: { value: 'drink', choices: ['food', 'drink'] } } },
+          ],
+        },
+      },
+    ],
+    [],
+  );
+  t.same(
+    ex.schema.structures.map((s) => [s.name, s.fields.map((f) => f.name)]),
+    [['buy', ['who', 'what', 'kind']]],
+  );
   t.same(ex.schema.structures[0].fields[2].choices, ['food', 'drink']);
   const f = await featurize(tok, ex, 8);
   t.equal(f.segs.length, 1);
@@ -62,18 +105,41 @@ t.test('targets: one [C] segment per parent, unique instances, choices in the pr
   for (let q = 0; q < s.pos.length; q += 4) quads.push(s.pos.slice(q, q + 4));
   const word = (i: number) => (i < P ? f.f.prefix[i] : f.f.words[i - P]);
   const got = quads.map(([ti, m, i, k]) => `${ti}:${['who', 'what', 'kind'][m]}=${word(i)}/${k}`).sort();
-  t.same(got, ['0:kind=drink/0', '0:what=tea/0', '0:what=tea/0', '0:who=ann/0', '1:what=tea/0', '1:what=tea/0', '1:who=bob/0'].sort(), 'every occurrence; the choice word of the prefix');
+  t.same(
+    got,
+    [
+      '0:kind=drink/0',
+      '0:what=tea/0',
+      '0:what=tea/0',
+      '0:who=ann/0',
+      '1:what=tea/0',
+      '1:what=tea/0',
+      '1:who=bob/0',
+    ].sort(),
+    'every occurrence; the choice word of the prefix',
+  );
 });
 
 t.test('a structure field the base gets wrong is learned', async (t) => {
   const before = await customerAccuracy(BASE);
   const out = mkdtempSync(join(tmpdir(), 'loom-struct-'));
   const res = await trainEncoder({
-    base_model: BASE, output_dir: out, train_data: train, nr_epochs: 6, batch_size: 8, learning_rate: 1e-3, encoder_learning_rate: 3e-4,
-    seed: 3, validation_data_percentage: 0, threads: 1, warmup_ratio: 0.05,
+    base_model: BASE,
+    output_dir: out,
+    train_data: train,
+    nr_epochs: 6,
+    batch_size: 8,
+    learning_rate: 1e-3,
+    encoder_learning_rate: 3e-4,
+    seed: 3,
+    validation_data_percentage: 0,
+    threads: 1,
+    warmup_ratio: 0.05,
   });
   const after = await customerAccuracy(res.final_checkpoint);
-  t.comment(`customer field accuracy on ${held.length} held-out texts: ${before.toFixed(3)} → ${after.toFixed(3)} (${res.steps} steps)`);
+  t.comment(
+    `customer field accuracy on ${held.length} held-out texts: ${before.toFixed(3)} → ${after.toFixed(3)} (${res.steps} steps)`,
+  );
   t.ok(before <= 0.25, `the base gets it wrong (${before.toFixed(3)})`);
   t.ok(after >= 0.8, `trained: ${after.toFixed(3)} >= 0.8`);
 });

@@ -10,7 +10,9 @@
 //     assistant turn, token-overlap P/R/F1 (bag of lower-cased words), micro-averaged
 import { readFileSync } from 'node:fs';
 import type { MessagePort } from 'node:worker_threads';
-import { type RelationLike, type SpanLike, scoreClassification, scoreRelations, scoreSpans } from '../../training/metrics.ts';
+import {
+  type RelationLike, type SpanLike, scoreClassification, scoreRelations, scoreSpans,
+} from '../../training/metrics.ts';
 
 export interface EvaluateTask {
   op: 'evaluate';
@@ -72,7 +74,9 @@ function goldRelations(r: Row): RelationLike[] | null {
   if (Array.isArray(r.relations) && Array.isArray(r.entities) && typeof r.text === 'string') {
     const ents = r.entities as Row[];
     return (r.relations as Row[]).filter((x) => ents[x.head] && ents[x.tail]).map((x) => ({
-      head: { start: ents[x.head].start, end: ents[x.head].end }, tail: { start: ents[x.tail].start, end: ents[x.tail].end }, label: x.label,
+      head: { start: ents[x.head].start, end: ents[x.head].end },
+      tail: { start: ents[x.tail].start, end: ents[x.tail].end },
+      label: x.label,
     }));
   }
   if (typeof r.input === 'string' && r.output && Array.isArray(r.output.relations)) {
@@ -93,7 +97,9 @@ function goldRelations(r: Row): RelationLike[] | null {
   return null;
 }
 
-const labelScore = (x: LabelScore): LabelScore => ({ precision: x.precision, recall: x.recall, f1: x.f1, support: x.support, tp: x.tp, fp: x.fp, fn: x.fn });
+const labelScore = (x: LabelScore): LabelScore => ({
+  precision: x.precision, recall: x.recall, f1: x.f1, support: x.support, tp: x.tp, fp: x.fp, fn: x.fn,
+});
 const NONE: LabelScore = { precision: 0, recall: 0, f1: 0, tp: 0, fp: 0, fn: 0, support: 0 };
 
 function goldLabels(r: Row): string[] | null {
@@ -151,13 +157,18 @@ export async function evaluate(t: EvaluateTask): Promise<EvaluateResult> {
   const threshold = t.threshold ?? 0.5;
   const spanRows = rows.map(goldSpans);
   if (spanRows.some((s) => s !== null)) {
-    const keep = rows.map((r, i) => ({ r, g: spanRows[i], rel: goldRelations(r) })).filter((x) => x.g !== null) as Array<{ r: Row; g: SpanLike[]; rel: RelationLike[] | null }>;
+    type Kept = { r: Row; g: SpanLike[]; rel: RelationLike[] | null };
+    const keep = rows
+      .map((r, i) => ({ r, g: spanRows[i], rel: goldRelations(r) }))
+      .filter((x) => x.g !== null) as Kept[];
     const labels = [...new Set(keep.flatMap((x) => x.g.map((s) => s.label)))].sort();
     if (labels.length === 0) throw new Error('the dataset has no entity labels to evaluate');
     const relLabels = [...new Set(keep.flatMap((x) => (x.rel ?? []).map((r) => r.label)))].sort();
     const schema = relLabels.length ? { entities: labels, relations: relLabels } : { entities: labels };
-    const gold: SpanLike[][] = [], pred: SpanLike[][] = [], goldRel: RelationLike[][] = [], predRel: RelationLike[][] = [];
-    const span = (e: { start?: number; end?: number } | null | undefined) => (e && e.start !== undefined && e.end !== undefined ? { start: e.start, end: e.end } : null);
+    const gold: SpanLike[][] = [], pred: SpanLike[][] = [];
+    const goldRel: RelationLike[][] = [], predRel: RelationLike[][] = [];
+    const span = (e: { start?: number; end?: number } | null | undefined) =>
+      e && e.start !== undefined && e.end !== undefined ? { start: e.start, end: e.end } : null;
     for (let i = 0; i < keep.length; i += BATCH) {
       const batch = keep.slice(i, i + BATCH);
       const texts = batch.map((x) => (typeof x.r.text === 'string' ? x.r.text : x.r.input) as string);
@@ -165,13 +176,15 @@ export async function evaluate(t: EvaluateTask): Promise<EvaluateResult> {
       res.forEach((r, j) => {
         gold.push(batch[j].g);
         const p: SpanLike[] = [];
-        for (const [label, ents] of Object.entries(r.entities ?? {})) for (const e of [ents].flat()) if (span(e)) p.push({ ...span(e)!, label });
+        for (const [label, ents] of Object.entries(r.entities ?? {}))
+          for (const e of [ents].flat()) if (span(e)) p.push({ ...span(e)!, label });
         pred.push(p);
         if (!relLabels.length) return;
         goldRel.push(batch[j].rel ?? []);
         const pr: RelationLike[] = [];
         for (const [label, list] of Object.entries(r.relations ?? {}))
-          for (const x of list) if (span(x.head) && span(x.tail)) pr.push({ head: span(x.head)!, tail: span(x.tail)!, label });
+          for (const x of list)
+            if (span(x.head) && span(x.tail)) pr.push({ head: span(x.head)!, tail: span(x.tail)!, label });
         predRel.push(pr);
       });
       progress(Math.min(keep.length, i + BATCH));
@@ -182,9 +195,13 @@ export async function evaluate(t: EvaluateTask): Promise<EvaluateResult> {
     let relations: RelationScore | undefined;
     if (relLabels.length) {
       const rs = scoreRelations(goldRel, predRel);
-      relations = { ...labelScore(rs), per_label: Object.fromEntries(relLabels.map((l) => [l, labelScore(rs.per_label[l] ?? NONE)])) };
+      const perRel = Object.fromEntries(relLabels.map((l) => [l, labelScore(rs.per_label[l] ?? NONE)]));
+      relations = { ...labelScore(rs), per_label: perRel };
     }
-    return { task: 'ner', precision: s.precision, recall: s.recall, f1: s.f1, sample_count: s.sample_count, per_label, ...(relations ? { relations } : {}) };
+    return {
+      task: 'ner', precision: s.precision, recall: s.recall, f1: s.f1, sample_count: s.sample_count, per_label,
+      ...(relations ? { relations } : {}),
+    };
   }
   const labelRows = rows.map(goldLabels);
   const keep = rows.map((r, i) => ({ r, g: labelRows[i] })).filter((x) => x.g !== null) as Array<{ r: Row; g: string[] }>;

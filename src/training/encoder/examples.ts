@@ -43,7 +43,9 @@ const strings = (v: unknown): string[] => [v].flat().filter((x): x is string => 
 function addStructures(ex: EncoderExample, items: unknown, descriptions: unknown): void {
   const groups = new Map<string, Record<string, unknown>[]>();
   for (const item of Array.isArray(items) ? items : [])
-    if (isObj(item)) for (const [parent, fields] of Object.entries(item)) if (isObj(fields)) groups.set(parent, [...(groups.get(parent) ?? []), fields]);
+    if (isObj(item))
+      for (const [parent, fields] of Object.entries(item))
+        if (isObj(fields)) groups.set(parent, [...(groups.get(parent) ?? []), fields]);
   const descs = isObj(descriptions) ? descriptions : {};
   for (const [parent, occurrences] of groups) {
     const names: string[] = [];
@@ -72,7 +74,8 @@ function addStructures(ex: EncoderExample, items: unknown, descriptions: unknown
       const inst = new Map<string, FieldValue>();
       for (const name of names) {
         const v = occ[name];
-        const value: FieldValue = isObj(v) && 'value' in v ? { choices: strings(v.value) } : { mentions: strings(v) };
+        const value: FieldValue =
+          isObj(v) && 'value' in v ? { choices: strings(v.value) } : { mentions: strings(v) };
         if ('choices' in value ? value.choices.length : value.mentions.length) inst.set(name, value);
       }
       const key = JSON.stringify(names.map((n) => inst.get(n) ?? null));
@@ -175,7 +178,8 @@ export function recordsToExamples(records: DataRecord[], labels: string[], class
         }
       }
       addStructures(ex, o.json_structures, o.json_descriptions);
-      if (!ex.schema.entities && !ex.schema.classifications.length && !ex.schema.relations.length && !ex.schema.structures.length) continue;
+      const sc = ex.schema;
+      if (!sc.entities && !sc.classifications.length && !sc.relations.length && !sc.structures.length) continue;
     } else {
       continue;
     }
