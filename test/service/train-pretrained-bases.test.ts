@@ -217,3 +217,36 @@ t.test('a job on json_structures records: the trained model extracts the field t
   t.comment(`customer field right on ${before} → ${after} of ${held.length} held-out texts`);
   t.ok(before <= 2 && after >= 8, 'learned');
 });
+
+t.test('a job on relation data reports the validation split relation scores', async (t) => {
+  const conll04 = readFileSync(join(import.meta.dirname, '../../../shared/data/conll04/train.jsonl'), 'utf8');
+  const rows = conll04.split('\n').filter(Boolean).slice(0, 24).join('\n');
+  t.equal((await uploadDataset(ts.url, u.key, 'rel', 'ner', 'rel.jsonl', rows)).body.status, 'ready');
+  const created = await call(ts.url, 'POST', '/felix/training-jobs', {
+    key: u.key,
+    body: {
+      base_model: 'gliner2-tiny-span',
+      datasets: [{ name: 'rel' }],
+      training_type: 'full',
+      nr_epochs: 1,
+      max_steps: 2,
+      batch_size: 4,
+      validation_data_percentage: 25,
+      seed: 1,
+    },
+  });
+  const id = created.body.id;
+  const done = await poll(
+    () => call(ts.url, 'GET', `/felix/training-jobs/${id}`, { key: u.key }),
+    (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status),
+    120_000,
+    200,
+  );
+  t.match(done.body, {
+    status: 'complete',
+    metrics: { f1: Number, relation_f1: Number, relation_precision: Number, relation_recall: Number, sample_count: 6 },
+  });
+  const m = done.body.metrics;
+  for (const k of ['relation_f1', 'relation_precision', 'relation_recall'])
+    t.ok(m[k] >= 0 && m[k] <= 1, `${k} ${m[k]}`);
+});
