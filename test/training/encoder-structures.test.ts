@@ -2,7 +2,8 @@
 // span targets under the structure prompt, instance count in the count loss): the repository's tiny
 // GLiNER2 checkpoint (count_lstm_v2) starts out extracting the wrong "customer" of an order and, after
 // a short full fine-tuning on structure records, extracts the right one on held-out texts. Also the
-// targets themselves: fields, instances, choice fields in the prefix.
+// targets themselves: fields, instances, choice fields in the prefix; and relation records asking for
+// every relation type of the data.
 import t from 'tap';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -142,4 +143,40 @@ t.test('a structure field the base gets wrong is learned', async (t) => {
   );
   t.ok(before <= 0.25, `the base gets it wrong (${before.toFixed(3)})`);
   t.ok(after >= 0.8, `trained: ${after.toFixed(3)} >= 0.8`);
+});
+
+t.test('relation records ask for every relation type of the data; absent types are count-0 tasks', async (t) => {
+  const tok = new EncoderTokenizer(join(BASE, 'tokenizer.json'));
+  const ents = [
+    { start: 0, end: 3, label: 'person', text: 'Ann' },
+    { start: 13, end: 17, label: 'organization', text: 'Acme' },
+    { start: 21, end: 25, label: 'location', text: 'Oslo' },
+  ];
+  const recs: DataRecord[] = [
+    {
+      kind: 'relations',
+      text: 'Ann works at Acme in Oslo .',
+      entities: ents,
+      relations: [{ head: 0, tail: 1, label: 'works_for' }],
+    },
+    {
+      kind: 'relations',
+      text: 'Ann works at Acme in Oslo .',
+      entities: ents,
+      relations: [{ head: 1, tail: 2, label: 'based_in' }],
+    },
+  ];
+  const exs = recordsToExamples(recs, ['location', 'organization', 'person']);
+  t.same(
+    exs[0].schema.relations.map((r) => r.name),
+    ['based_in', 'works_for'],
+  );
+  const f = await featurize(tok, exs[0], 8);
+  const rel = f.f.segments
+    .map((s, i) => [s.kind, s.name, f.segs[i].count, f.segs[i].countLoss])
+    .filter((x) => x[0] === 'relation');
+  t.same(rel, [
+    ['relation', 'based_in', 0, true],
+    ['relation', 'works_for', 1, true],
+  ]);
 });

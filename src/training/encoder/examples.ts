@@ -111,6 +111,13 @@ export function entityLabels(records: DataRecord[]): string[] {
   return [...s].sort();
 }
 
+/** Relation types of the relation records (sorted, stable). */
+export function relationLabelsOf(records: DataRecord[]): string[] {
+  const s = new Set<string>();
+  for (const r of records) if (r.kind === 'relations') for (const x of r.relations) s.add(x.label);
+  return [...s].sort();
+}
+
 export function classLabels(records: DataRecord[]): string[] {
   const s = new Set<string>();
   for (const r of records) if (r.kind === 'classification') for (const l of r.labels) s.add(l);
@@ -121,9 +128,18 @@ const entitySpecs = (labels: string[]) => labels.map((name) => ({ name, dtype: '
 
 /**
  * Converts records to examples. `labels` fixes the entity label set (so every example asks for
- * every label and unlabeled mentions are negatives), `classes` the classification label set.
+ * every label and unlabeled mentions are negatives), `classes` the classification label set,
+ * `relationLabels` the relation types every relation record asks for (default: those of `records`;
+ * a type without a relation in the record is a count-0 task, which trains the count head to 0 as
+ * spec §5.4 recommends; the library asks only for the types present, so its count head never sees 0).
  */
-export function recordsToExamples(records: DataRecord[], labels: string[], classes: string[] = [], task = 'category'): EncoderExample[] {
+export function recordsToExamples(
+  records: DataRecord[],
+  labels: string[],
+  classes: string[] = [],
+  task = 'category',
+  relationLabels: string[] = relationLabelsOf(records),
+): EncoderExample[] {
   const out: EncoderExample[] = [];
   for (const r of records) {
     const ex: EncoderExample = {
@@ -136,8 +152,8 @@ export function recordsToExamples(records: DataRecord[], labels: string[], class
       for (const l of labels) ex.entities.set(l, []);
       for (const e of r.entities) ex.entities.get(e.label)?.push({ start: e.start, end: e.end });
       if (r.kind === 'relations') {
-        const names = [...new Set(r.relations.map((x) => x.label))].sort();
-        ex.schema.relations = names.map((name) => ({ name }));
+        // every relation type of the data, like the entity labels: absent types are count-0 tasks
+        ex.schema.relations = relationLabels.map((name) => ({ name }));
         for (const x of r.relations) {
           const h = r.entities[x.head];
           const t = r.entities[x.tail];
