@@ -1,11 +1,13 @@
 // Training bindings (native/train): one async call per micro-batch, one per optimizer step.
 //
 //   encTrainCreate(cfg, tensors, lora|null) → handle
-//       cfg: {D, L, H, F, V, positionBuckets, maxRelativePositions, maxPositionEmbeddings, eps, c2p, p2c, K, relLn}
-//       tensors: {checkpoint name → Float32Array} (a count_lstm GLiNER2 checkpoint)
+//       cfg: {D, L, H, F, V, positionBuckets, maxRelativePositions, maxPositionEmbeddings, eps, c2p, p2c, K, relLn,
+//             counting ('count_lstm' | 'count_lstm_v2'), countHidden, countFF (v2 widths),
+//             pooling ('first' | 'mean' | 'max')}
+//       tensors: {checkpoint name → Float32Array} (a count_lstm or count_lstm_v2 GLiNER2 checkpoint)
 //       lora: {r, alpha, dropout, targets: string[] (full module names), seed}
 //   encTrainStep(handle, batch) → Promise<{loss, span, count, cls}>
-//       batch: {B, N, ids Int32Array, mask Uint8Array, woff Int32Array (B+1), wordRows Int32Array,
+//       batch: {B, N, ids Int32Array, mask Uint8Array, woff Int32Array (B+1), wordRows Int32Array, wordEnd? Int32Array,
 //               segSample/segKind/segM/segCount Int32Array, segCountLoss Uint8Array, segRows Int32Array (Σ(1+M)),
 //               pos Int32Array (5-tuples seg,t,m,i,k), clsY Float32Array, backward, dropNeg, gradScale, seed}
 //   llamaTrainCreate(cfg, tensors, loras) → handle
@@ -109,6 +111,18 @@ Napi::Value EncTrainCreate(const Napi::CallbackInfo& info) {
   cfg.deb.p2c = get_bool(c, "p2c", true);
   cfg.K = get_int(c, "K", 8);
   cfg.rel_ln = get_bool(c, "relLn", true);
+  {
+    Napi::Value cv = c.Get("counting"), pv = c.Get("pooling");
+    const std::string counting = cv.IsString() ? cv.As<Napi::String>().Utf8Value() : "count_lstm";
+    const std::string pooling = pv.IsString() ? pv.As<Napi::String>().Utf8Value() : "first";
+    if (counting == "count_lstm_v2") cfg.counting = encoder::Counting::LstmV2;
+    else if (counting != "count_lstm") throw_range(env, "counting must be count_lstm or count_lstm_v2");
+    if (pooling == "mean") cfg.pooling = encoder::Pooling::Mean;
+    else if (pooling == "max") cfg.pooling = encoder::Pooling::Max;
+    else if (pooling != "first") throw_range(env, "pooling must be first, mean or max");
+    cfg.count_T = get_int(c, "countHidden", 128);
+    cfg.count_FF = get_int(c, "countFF", 2 * cfg.count_T);
+  }
   Napi::Object t = obj(info[1], "tensors");
   std::vector<std::pair<std::string, const float*>> tensors;
   std::vector<ArrayArg<float>> keep;
@@ -155,6 +169,7 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   check_len(env, mask->size(), size_t(in->B * in->N), "mask");
   for (int32_t v : get_vec<int32_t>(b, "woff")) in->woff.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordRows")) in->word_rows.push_back(v);
+  for (int32_t v : get_vec<int32_t>(b, "wordEnd", true)) in->word_end.push_back(v);
   auto ss = get_vec<int32_t>(b, "segSample"), sk = get_vec<int32_t>(b, "segKind"), sm = get_vec<int32_t>(b, "segM"),
        sc = get_vec<int32_t>(b, "segCount"), sr = get_vec<int32_t>(b, "segRows");
   auto scl = get_vec<uint8_t>(b, "segCountLoss");

@@ -9,6 +9,8 @@ namespace loom::train::encoder {
 
 using deberta::rel_index;
 
+constexpr int64_t kCountHeads = 4;  // count_lstm_v2 attention heads (fixed by the reference module)
+
 // ---------------------------------------------------------------------------------------------
 // Construction
 // ---------------------------------------------------------------------------------------------
@@ -87,7 +89,32 @@ std::unique_ptr<Model> model_create(const Config& cfg, const std::vector<std::pa
   m->gru_ih.b = param("count_embed.gru.bias_ih_l0", {3 * D});
   m->gru_hh.W = param("count_embed.gru.weight_hh_l0", {3 * D, D});
   m->gru_hh.b = param("count_embed.gru.bias_hh_l0", {3 * D});
-  mlp(m->projector, "count_embed.projector", 2 * D, 4 * D, D, 0, 2);
+  if (cfg.counting == Counting::Lstm) {
+    mlp(m->projector, "count_embed.projector", 2 * D, 4 * D, D, 0, 2);
+    return m;
+  }
+  const int64_t T = cfg.count_T, FF = cfg.count_FF;
+  if (T <= 0 || T % kCountHeads != 0 || FF <= 0) throw std::invalid_argument("encoder train: bad count_lstm_v2 widths");
+  const std::string tp = "count_embed.transformer.";
+  linear(m->cin, tp + "in_projector", T, D);
+  for (int i = 0; i < 2; i++) {
+    const std::string p = tp + "transformer.layers." + std::to_string(i) + ".";
+    CountTLayer& L = m->ct[i];
+    L.attn_in.N = 3 * T;  // MultiheadAttention's packed in-projection is a Parameter, not a Linear (no LoRA)
+    L.attn_in.K = T;
+    L.attn_in.W = param(p + "self_attn.in_proj_weight", {3 * T, T});
+    L.attn_in.b = param(p + "self_attn.in_proj_bias", {3 * T});
+    linear(L.attn_out, p + "self_attn.out_proj", T, T);
+    linear(L.lin1, p + "linear1", FF, T);
+    linear(L.lin2, p + "linear2", T, FF);
+    L.n1_w = param(p + "norm1.weight", {T});
+    L.n1_b = param(p + "norm1.bias", {T});
+    L.n2_w = param(p + "norm2.weight", {T});
+    L.n2_b = param(p + "norm2.bias", {T});
+  }
+  linear(m->co0, tp + "out_projector.0", D, T + D);
+  linear(m->co2, tp + "out_projector.2", D, D);
+  linear(m->co4, tp + "out_projector.4", D, D);
   return m;
 }
 
@@ -330,21 +357,21 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
 }
 
 // ---------------------------------------------------------------------------------------------
-// count_embed (count_lstm): GRU over c steps from h0 = F, then projector(concat(G, F))
+// count_embed: GRU over c steps from h0 = F (count_gru), then the count_lstm projector
+// (count_proj) or the count_lstm_v2 transformer (count_tf). Rows are (t, m): R = c·M.
 // ---------------------------------------------------------------------------------------------
-struct CountActs {
+struct GruActs {
   int64_t c = 0, M = 0;
-  std::vector<float> F, gi, hprev, r, z, n, ghn, cat;  // per step (c, M, D) for hprev/r/z/n/ghn
+  std::vector<float> gi, hprev, r, z, n, ghn;  // gi (c, 3D); the rest (c, M, D)
   LinActs lih;
   std::vector<LinActs> lhh;
-  Mlp2::Acts proj;
 };
 
-void count_embed_fwd(const Model& m, int64_t M, const float* F, int64_t c, float* Fc, CountActs& A, Rng* rng) {
+// F (M, D), c steps → G (c, M, D): h0 = F; x_t = pos_emb[t]; G[t] = h_t.
+void count_gru_fwd(const Model& m, int64_t M, const float* F, int64_t c, float* G, GruActs& A, Rng* rng) {
   const int64_t D = m.cfg.deb.D;
   A.c = c;
   A.M = M;
-  A.F.assign(F, F + M * D);
   A.gi.resize(size_t(c * 3 * D));
   m.gru_ih.fwd(c, m.pos_emb->w.data(), A.gi.data(), &A.lih, rng);  // (c, 3D)
   A.hprev.resize(size_t(c * M * D));
@@ -353,7 +380,7 @@ void count_embed_fwd(const Model& m, int64_t M, const float* F, int64_t c, float
   A.n.resize(size_t(c * M * D));
   A.ghn.resize(size_t(c * M * D));
   A.lhh.resize(static_cast<size_t>(c));
-  std::vector<float> h(F, F + M * D), gh(size_t(M * 3 * D)), G(size_t(c * M * D));
+  std::vector<float> h(F, F + M * D), gh(size_t(M * 3 * D));
   for (int64_t t = 0; t < c; t++) {
     std::memcpy(A.hprev.data() + t * M * D, h.data(), size_t(M * D) * 4);
     m.gru_hh.fwd(M, h.data(), gh.data(), &A.lhh[size_t(t)], rng);
@@ -374,28 +401,15 @@ void count_embed_fwd(const Model& m, int64_t M, const float* F, int64_t c, float
         G[at] = hv;
       }
   }
-  A.cat.resize(size_t(c * M * 2 * D));
-  for (int64_t t = 0; t < c; t++)
-    for (int64_t mm = 0; mm < M; mm++) {
-      float* row = A.cat.data() + (t * M + mm) * 2 * D;
-      std::memcpy(row, G.data() + (t * M + mm) * D, size_t(D) * 4);
-      std::memcpy(row + D, F + mm * D, size_t(D) * 4);
-    }
-  m.projector.fwd(c * M, A.cat.data(), Fc, &A.proj, rng);
 }
 
-// dFc (c, M, D) → dF (M, D) accumulated.
-void count_embed_bwd(const Model& m, CountActs& A, const float* dFc, float* dF) {
+// dG (c, M, D) → dF (M, D) accumulated; GRU and position-embedding gradients accumulated.
+void count_gru_bwd(const Model& m, GruActs& A, const float* dG, float* dF) {
   const int64_t D = m.cfg.deb.D, c = A.c, M = A.M;
-  std::vector<float> dcat(size_t(c * M * 2 * D));
-  m.projector.bwd(c * M, dFc, dcat.data(), A.proj, false);
   std::vector<float> dh(size_t(M * D), 0.0f), dgh(size_t(M * 3 * D)), dgi(size_t(c * 3 * D), 0.0f),
       dhp(size_t(M * D));
-  for (int64_t t = 0; t < c; t++)
-    for (int64_t mm = 0; mm < M; mm++)
-      axpy(D, 1.0f, dcat.data() + (t * M + mm) * 2 * D + D, dF + mm * D);  // F half of concat
   for (int64_t t = c - 1; t >= 0; t--) {
-    for (int64_t mm = 0; mm < M; mm++) axpy(D, 1.0f, dcat.data() + (t * M + mm) * 2 * D, dh.data() + mm * D);
+    axpy(M * D, 1.0f, dG + t * M * D, dh.data());
     float* dgit = dgi.data() + t * 3 * D;
     for (int64_t mm = 0; mm < M; mm++)
       for (int64_t u = 0; u < D; u++) {
@@ -426,6 +440,293 @@ void count_embed_bwd(const Model& m, CountActs& A, const float* dFc, float* dF) 
   if (m.pos_emb->trainable) axpy(c * D, 1.0f, dpos.data(), m.pos_emb->g.data());
 }
 
+// count_lstm: Fc (c, M, D) = projector(concat(G[t,m], F[m])) (2D → 4D → D, ReLU)
+struct ProjActs {
+  std::vector<float> cat;  // (c, M, 2D)
+  Mlp2::Acts mlp;
+};
+
+void count_proj_fwd(const Model& m, int64_t M, const float* F, int64_t c, const float* G, float* Fc, ProjActs& A,
+                    Rng* rng) {
+  const int64_t D = m.cfg.deb.D;
+  A.cat.resize(size_t(c * M * 2 * D));
+  for (int64_t t = 0; t < c; t++)
+    for (int64_t mm = 0; mm < M; mm++) {
+      float* row = A.cat.data() + (t * M + mm) * 2 * D;
+      std::memcpy(row, G + (t * M + mm) * D, size_t(D) * 4);
+      std::memcpy(row + D, F + mm * D, size_t(D) * 4);
+    }
+  m.projector.fwd(c * M, A.cat.data(), Fc, &A.mlp, rng);
+}
+
+// dFc (c, M, D) → dG (c, M, D) written, dF (M, D) accumulated.
+void count_proj_bwd(const Model& m, int64_t M, int64_t c, ProjActs& A, const float* dFc, float* dG, float* dF) {
+  const int64_t D = m.cfg.deb.D;
+  std::vector<float> dcat(size_t(c * M * 2 * D));
+  m.projector.bwd(c * M, dFc, dcat.data(), A.mlp, false);
+  for (int64_t t = 0; t < c; t++)
+    for (int64_t mm = 0; mm < M; mm++) {
+      const float* row = dcat.data() + (t * M + mm) * 2 * D;
+      std::memcpy(dG + (t * M + mm) * D, row, size_t(D) * 4);
+      axpy(D, 1.0f, row + D, dF + mm * D);
+    }
+}
+
+// count_lstm_v2: X (R, D) = G + F ; Y = in_projector(X) (R, T) ; 2 × [Y = LN1(Y + MHA(Y)) ;
+// Y = LN2(Y + lin2(ReLU(lin1(Y))))] with attention over the M rows of each step t (4 heads, no mask) ;
+// Fc = o4(ReLU(o2(ReLU(o0(concat(Y, X)))))).
+struct TfLayerActs {
+  std::vector<float> y_in, qkv, probs, ctx, a_pre, m1, r1, y1, f, f_pre, m2, r2;  // probs (c, 4, M, M)
+  LinActs lin, lout, l1, l2;
+};
+struct TfActs {
+  std::vector<float> X, cat, h1, h2;  // X (R, D), cat (R, T+D), h1/h2 (R, D) after ReLU
+  LinActs lcin, lo0, lo2, lo4;
+  TfLayerActs layers[2];
+};
+
+// Multi-head attention over the M rows of each of the c groups. qkv (R, 3T) → ctx (R, T); probs kept.
+void count_attn_fwd(int64_t c, int64_t M, int64_t T, const float* qkv, float* probs, float* ctx) {
+  const int64_t dh = T / kCountHeads;
+  const float scale = 1.0f / std::sqrt(float(dh));
+  for (int64_t t = 0; t < c; t++)
+    for (int64_t hh = 0; hh < kCountHeads; hh++) {
+      float* P = probs + (t * kCountHeads + hh) * M * M;
+      for (int64_t i = 0; i < M; i++) {
+        const float* q = qkv + (t * M + i) * 3 * T + hh * dh;
+        float* row = P + i * M;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < M; j++) {
+          const float* k = qkv + (t * M + j) * 3 * T + T + hh * dh;
+          float s = 0.0f;
+          for (int64_t e = 0; e < dh; e++) s += q[e] * k[e];
+          row[j] = s * scale;
+          mx = std::max(mx, row[j]);
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < M; j++) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        for (int64_t j = 0; j < M; j++) row[j] /= sum;
+        float* o = ctx + (t * M + i) * T + hh * dh;
+        std::fill(o, o + dh, 0.0f);
+        for (int64_t j = 0; j < M; j++) {
+          const float* v = qkv + (t * M + j) * 3 * T + 2 * T + hh * dh;
+          for (int64_t e = 0; e < dh; e++) o[e] += row[j] * v[e];
+        }
+      }
+    }
+}
+
+// dctx (R, T) → dqkv (R, 3T) written.
+void count_attn_bwd(int64_t c, int64_t M, int64_t T, const float* qkv, const float* probs, const float* dctx,
+                    float* dqkv) {
+  const int64_t dh = T / kCountHeads;
+  const float scale = 1.0f / std::sqrt(float(dh));
+  std::fill(dqkv, dqkv + c * M * 3 * T, 0.0f);
+  std::vector<float> dS(static_cast<size_t>(M));
+  for (int64_t t = 0; t < c; t++)
+    for (int64_t hh = 0; hh < kCountHeads; hh++) {
+      const float* P = probs + (t * kCountHeads + hh) * M * M;
+      for (int64_t i = 0; i < M; i++) {
+        const float* row = P + i * M;
+        const float* go = dctx + (t * M + i) * T + hh * dh;
+        // dP[j] = go·v_j ; dv_j += P[i,j]·go ; dS = P ⊙ (dP − Σ dP⊙P)
+        float s = 0.0f;
+        for (int64_t j = 0; j < M; j++) {
+          const float* v = qkv + (t * M + j) * 3 * T + 2 * T + hh * dh;
+          float* dv = dqkv + (t * M + j) * 3 * T + 2 * T + hh * dh;
+          float dp = 0.0f;
+          for (int64_t e = 0; e < dh; e++) {
+            dp += go[e] * v[e];
+            dv[e] += row[j] * go[e];
+          }
+          dS[size_t(j)] = dp;
+          s += dp * row[j];
+        }
+        const float* q = qkv + (t * M + i) * 3 * T + hh * dh;
+        float* dq = dqkv + (t * M + i) * 3 * T + hh * dh;
+        for (int64_t j = 0; j < M; j++) {
+          const float ds = row[j] * (dS[size_t(j)] - s) * scale;
+          const float* k = qkv + (t * M + j) * 3 * T + T + hh * dh;
+          float* dk = dqkv + (t * M + j) * 3 * T + T + hh * dh;
+          for (int64_t e = 0; e < dh; e++) {
+            dq[e] += ds * k[e];
+            dk[e] += ds * q[e];
+          }
+        }
+      }
+    }
+}
+
+void relu_inplace(int64_t n, float* x) {
+  for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+// dy ← dy ⊙ [y > 0] (y: the ReLU output)
+void relu_bwd_inplace(int64_t n, const float* y, float* dy) {
+  for (int64_t i = 0; i < n; i++)
+    if (y[i] <= 0.0f) dy[i] = 0.0f;
+}
+
+void count_tf_fwd(const Model& m, int64_t M, const float* F, int64_t c, const float* G, float* Fc, TfActs& A,
+                  Rng* rng) {
+  const int64_t D = m.cfg.deb.D, T = m.cfg.count_T, FF = m.cfg.count_FF, R = c * M;
+  A.X.resize(size_t(R * D));
+  for (int64_t t = 0; t < c; t++)
+    for (int64_t mm = 0; mm < M; mm++)
+      for (int64_t u = 0; u < D; u++) A.X[size_t((t * M + mm) * D + u)] = G[(t * M + mm) * D + u] + F[mm * D + u];
+  std::vector<float> Y(size_t(R * T));
+  m.cin.fwd(R, A.X.data(), Y.data(), &A.lcin, rng);
+  for (int li = 0; li < 2; li++) {
+    const CountTLayer& L = m.ct[li];
+    TfLayerActs& a = A.layers[li];
+    a.y_in = Y;
+    a.qkv.resize(size_t(R * 3 * T));
+    L.attn_in.fwd(R, Y.data(), a.qkv.data(), &a.lin, rng);
+    a.probs.resize(size_t(c * kCountHeads * M * M));
+    a.ctx.resize(size_t(R * T));
+    count_attn_fwd(c, M, T, a.qkv.data(), a.probs.data(), a.ctx.data());
+    a.a_pre.resize(size_t(R * T));
+    L.attn_out.fwd(R, a.ctx.data(), a.a_pre.data(), &a.lout, rng);
+    add_fwd(R * T, a.a_pre.data(), Y.data(), a.a_pre.data());
+    a.m1.resize(static_cast<size_t>(R));
+    a.r1.resize(static_cast<size_t>(R));
+    a.y1.resize(size_t(R * T));
+    layernorm_fwd(R, T, a.a_pre.data(), L.n1_w->w.data(), L.n1_b->w.data(), 1e-5f, a.y1.data(), a.m1.data(),
+                  a.r1.data());
+    a.f.resize(size_t(R * FF));
+    L.lin1.fwd(R, a.y1.data(), a.f.data(), &a.l1, rng);
+    relu_inplace(R * FF, a.f.data());
+    a.f_pre.resize(size_t(R * T));
+    L.lin2.fwd(R, a.f.data(), a.f_pre.data(), &a.l2, rng);
+    add_fwd(R * T, a.f_pre.data(), a.y1.data(), a.f_pre.data());
+    a.m2.resize(static_cast<size_t>(R));
+    a.r2.resize(static_cast<size_t>(R));
+    layernorm_fwd(R, T, a.f_pre.data(), L.n2_w->w.data(), L.n2_b->w.data(), 1e-5f, Y.data(), a.m2.data(),
+                  a.r2.data());
+  }
+  A.cat.resize(size_t(R * (T + D)));
+  for (int64_t r = 0; r < R; r++) {
+    std::memcpy(A.cat.data() + r * (T + D), Y.data() + r * T, size_t(T) * 4);
+    std::memcpy(A.cat.data() + r * (T + D) + T, A.X.data() + r * D, size_t(D) * 4);
+  }
+  A.h1.resize(size_t(R * D));
+  A.h2.resize(size_t(R * D));
+  m.co0.fwd(R, A.cat.data(), A.h1.data(), &A.lo0, rng);
+  relu_inplace(R * D, A.h1.data());
+  m.co2.fwd(R, A.h1.data(), A.h2.data(), &A.lo2, rng);
+  relu_inplace(R * D, A.h2.data());
+  m.co4.fwd(R, A.h2.data(), Fc, &A.lo4, rng);
+}
+
+// dFc (c, M, D) → dG (c, M, D) written, dF (M, D) accumulated.
+void count_tf_bwd(const Model& m, int64_t M, int64_t c, TfActs& A, const float* dFc, float* dG, float* dF) {
+  const int64_t D = m.cfg.deb.D, T = m.cfg.count_T, FF = m.cfg.count_FF, R = c * M;
+  std::vector<float> dh2(size_t(R * D)), dh1(size_t(R * D)), dcat(size_t(R * (T + D)));
+  m.co4.bwd(R, A.h2.data(), dFc, dh2.data(), &A.lo4, false);
+  relu_bwd_inplace(R * D, A.h2.data(), dh2.data());
+  m.co2.bwd(R, A.h1.data(), dh2.data(), dh1.data(), &A.lo2, false);
+  relu_bwd_inplace(R * D, A.h1.data(), dh1.data());
+  m.co0.bwd(R, A.cat.data(), dh1.data(), dcat.data(), &A.lo0, false);
+  std::vector<float> dY(size_t(R * T)), dX(size_t(R * D)), dtmp(size_t(R * T)), df(size_t(R * FF)),
+      dqkv(size_t(R * 3 * T)), dctx(size_t(R * T));
+  for (int64_t r = 0; r < R; r++) {
+    std::memcpy(dY.data() + r * T, dcat.data() + r * (T + D), size_t(T) * 4);
+    std::memcpy(dX.data() + r * D, dcat.data() + r * (T + D) + T, size_t(D) * 4);
+  }
+  for (int li = 1; li >= 0; li--) {
+    const CountTLayer& L = m.ct[li];
+    TfLayerActs& a = A.layers[li];
+    // Y = LN2(f_pre), f_pre = lin2(f) + y1
+    layernorm_bwd(R, T, a.f_pre.data(), L.n2_w->w.data(), a.m2.data(), a.r2.data(), dY.data(), dtmp.data(),
+                  L.n2_w->g.data(), L.n2_b->g.data());
+    L.lin2.bwd(R, a.f.data(), dtmp.data(), df.data(), &a.l2, false);
+    relu_bwd_inplace(R * FF, a.f.data(), df.data());
+    L.lin1.bwd(R, a.y1.data(), df.data(), dtmp.data(), &a.l1, true);  // d(y1) = residual + FFN path
+    // y1 = LN1(a_pre), a_pre = attn_out(ctx) + y_in
+    layernorm_bwd(R, T, a.a_pre.data(), L.n1_w->w.data(), a.m1.data(), a.r1.data(), dtmp.data(), dY.data(),
+                  L.n1_w->g.data(), L.n1_b->g.data());  // dY = d(a_pre) = residual part of d(y_in)
+    L.attn_out.bwd(R, a.ctx.data(), dY.data(), dctx.data(), &a.lout, false);
+    count_attn_bwd(c, M, T, a.qkv.data(), a.probs.data(), dctx.data(), dqkv.data());
+    L.attn_in.bwd(R, a.y_in.data(), dqkv.data(), dY.data(), &a.lin, true);
+    a = TfLayerActs();
+  }
+  m.cin.bwd(R, A.X.data(), dY.data(), dX.data(), &A.lcin, true);
+  // X = G + F (broadcast over t)
+  std::memcpy(dG, dX.data(), size_t(R * D) * 4);
+  for (int64_t t = 0; t < c; t++) axpy(M * D, 1.0f, dX.data() + t * M * D, dF);
+}
+
+struct CountActs {
+  int64_t c = 0, M = 0;
+  GruActs gru;
+  ProjActs proj;
+  TfActs tf;
+};
+
+// F (M, D) marker rows, c ≥ 1 → Fc (c, M, D).
+void count_embed_fwd(const Model& m, int64_t M, const float* F, int64_t c, float* Fc, CountActs& A, Rng* rng) {
+  const int64_t D = m.cfg.deb.D;
+  A.c = c;
+  A.M = M;
+  std::vector<float> G(size_t(c * M * D));
+  count_gru_fwd(m, M, F, c, G.data(), A.gru, rng);
+  if (m.cfg.counting == Counting::LstmV2) count_tf_fwd(m, M, F, c, G.data(), Fc, A.tf, rng);
+  else count_proj_fwd(m, M, F, c, G.data(), Fc, A.proj, rng);
+}
+
+// dFc (c, M, D) → dF (M, D) accumulated.
+void count_embed_bwd(const Model& m, CountActs& A, const float* dFc, float* dF) {
+  const int64_t D = m.cfg.deb.D, c = A.c, M = A.M;
+  std::vector<float> dG(size_t(c * M * D));
+  if (m.cfg.counting == Counting::LstmV2) count_tf_bwd(m, M, c, A.tf, dFc, dG.data(), dF);
+  else count_proj_bwd(m, M, c, A.proj, dFc, dG.data(), dF);
+  count_gru_bwd(m, A.gru, dG.data(), dF);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Word pooling (token_pooling): words (ΣW, D) from the hidden rows [r0[w], r1[w]) of each word
+// ---------------------------------------------------------------------------------------------
+// first: the row r0 ; mean: the mean of the rows ; max: elementwise max (argmax (ΣW, D) keeps the
+// first winning row, as torch.max does, for backward).
+void word_pool_fwd(Pooling pool, int64_t TW, int64_t D, const float* hidden, const int64_t* r0, const int64_t* r1,
+                   float* words, int32_t* argmax) {
+  for (int64_t w = 0; w < TW; w++) {
+    float* o = words + w * D;
+    std::memcpy(o, hidden + r0[w] * D, size_t(D) * 4);
+    if (pool == Pooling::Max)
+      for (int64_t u = 0; u < D; u++) argmax[w * D + u] = int32_t(r0[w]);
+    if (pool == Pooling::First) continue;
+    for (int64_t r = r0[w] + 1; r < r1[w]; r++) {
+      const float* h = hidden + r * D;
+      if (pool == Pooling::Mean) {
+        for (int64_t u = 0; u < D; u++) o[u] += h[u];
+      } else {
+        for (int64_t u = 0; u < D; u++)
+          if (h[u] > o[u]) o[u] = h[u], argmax[w * D + u] = int32_t(r);
+      }
+    }
+    if (pool == Pooling::Mean) scale_fwd(D, o, 1.0f / float(r1[w] - r0[w]), o);
+  }
+}
+
+// dwords (ΣW, D) → dhidden (B*N, D) accumulated.
+void word_pool_bwd(Pooling pool, int64_t TW, int64_t D, const int64_t* r0, const int64_t* r1, const int32_t* argmax,
+                   const float* dwords, float* dhidden) {
+  for (int64_t w = 0; w < TW; w++) {
+    const float* g = dwords + w * D;
+    if (pool == Pooling::First) {
+      axpy(D, 1.0f, g, dhidden + r0[w] * D);
+    } else if (pool == Pooling::Mean) {
+      const float s = 1.0f / float(r1[w] - r0[w]);
+      for (int64_t r = r0[w]; r < r1[w]; r++) axpy(D, s, g, dhidden + r * D);
+    } else {
+      for (int64_t u = 0; u < D; u++) dhidden[int64_t(argmax[w * D + u]) * D + u] += g[u];
+    }
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -439,6 +740,19 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     throw std::invalid_argument("encoder train: word offsets do not match the word rows");
   for (int64_t r : in.word_rows)
     if (r < 0 || r >= BN) throw std::out_of_range("encoder train: word row out of range");
+  const Pooling pool = m.cfg.pooling;
+  const int64_t TW = in.woff[B];
+  // each word's pieces [r0, r1): at least its first piece, never past its sample
+  std::vector<int64_t> wend(static_cast<size_t>(TW));
+  if (pool != Pooling::First && int64_t(in.word_end.size()) != TW)
+    throw std::invalid_argument("encoder train: mean / max pooling needs the end row of every word");
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t w = in.woff[b]; w < in.woff[b + 1]; w++) {
+      const int64_t r0 = in.word_rows[size_t(w)];
+      int64_t r1 = pool == Pooling::First ? r0 + 1 : std::max(in.word_end[size_t(w)], r0 + 1);
+      if (r0 < b * N || r1 > (b + 1) * N) throw std::out_of_range("encoder train: word pieces outside their sample");
+      wend[size_t(w)] = r1;
+    }
   for (const Seg& s : in.segs) {
     if (s.sample < 0 || s.sample >= B || int64_t(s.rows.size()) != 1 + s.M)
       throw std::invalid_argument("encoder train: bad segment");
@@ -456,10 +770,10 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   out = StepOut();
 
   // ---- span heads: word representations ----
-  const int64_t TW = in.woff[B];
   std::vector<float> words(size_t(TW * D)), S(size_t(TW * D)), E(size_t(TW * D)), PS(size_t(TW * D4)),
       PE(size_t(TW * D4));
-  for (int64_t w = 0; w < TW; w++) std::memcpy(words.data() + w * D, hidden.data() + in.word_rows[size_t(w)] * D, size_t(D) * 4);
+  std::vector<int32_t> argmax(pool == Pooling::Max ? size_t(TW * D) : 0);
+  word_pool_fwd(pool, TW, D, hidden.data(), in.word_rows.data(), wend.data(), words.data(), argmax.data());
   Mlp2::Acts as, ae;
   m.proj_start.fwd(TW, words.data(), S.data(), &as, rp);
   m.proj_end.fwd(TW, words.data(), E.data(), &ae, rp);
@@ -642,7 +956,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     std::vector<float> dwords(size_t(TW * D));
     m.proj_start.bwd(TW, dSr.data(), dwords.data(), as, false);
     m.proj_end.bwd(TW, dEr.data(), dwords.data(), ae, true);
-    for (int64_t w = 0; w < TW; w++) axpy(D, 1.0f, dwords.data() + w * D, dhidden.data() + in.word_rows[size_t(w)] * D);
+    word_pool_bwd(pool, TW, D, in.word_rows.data(), wend.data(), argmax.data(), dwords.data(), dhidden.data());
   }
 
   // ---- count head and classifier ----

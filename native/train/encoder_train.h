@@ -8,10 +8,13 @@
 //   per layer: q,k,v = lin(x) ; PQ, PK (2·span, D) = lin_q(R), lin_k(R) with R = LN(rel_emb)
 //     A[b,h,i,j] = (q_i·k_j + q_i·PK[δ(i,j)] + k_j·PQ[δ(i,j)]) / sqrt(3d), softmax over keys j
 //     a = LN(softmax(A)·V·Woᵀ + bo + x) ; x' = LN(GELU(a·Wiᵀ + bi)·Woutᵀ + bout + a)
-//   heads: words (ΣW, D) = x[first sub-word of each word]
+//   heads: words (ΣW, D) = pool(x[pieces of each word]): first piece, mean or elementwise max (token_pooling)
 //     S = ReLU(MLP_s(words)), E = ReLU(MLP_e(words)) ; PS = S·W1aᵀ + b1, PE = E·W1bᵀ   (ΣW, 4D)
 //     hid[i,k] = ReLU(PS[i] + PE[i+k]) ; span_rep[i,k] = hid[i,k]·W2ᵀ + b2            (W, K, D)
-//     Fc (c, M, D) = projector(concat(GRU_c(F), F)) over the segment's marker rows F (count_lstm)
+//     G (c, M, D) = GRU_c(F) over the segment's marker rows F
+//     Fc (c, M, D) = projector(concat(G, F))                                          (count_lstm)
+//     Fc (c, M, D) = out_projector(concat(TF(in_projector(X)), X)), X = G + F          (count_lstm_v2)
+//       TF: 2 post-norm transformer layers (4 heads, ReLU FFN) attending across the M fields of each step t
 //     logit[t,m,i,k] = span_rep[i,k]·Fc[t,m] = hid[i,k]·(Fc[t,m]·W2) + b2·Fc[t,m]
 //   losses (summed, §5.4): span BCE over valid spans (negatives dropped with p = 0.5 when drop_neg),
 //     count CE on count_pred([P] row) for tasks with count_loss, classification BCE on classifier(markers).
@@ -25,10 +28,24 @@
 
 namespace loom::train::encoder {
 
+enum class Counting : int { Lstm = 0, LstmV2 = 1 };
+enum class Pooling : int { First = 0, Mean = 1, Max = 2 };
+
 struct Config {
   deberta::Config deb;
   int64_t K = 8;
   bool rel_ln = true;  // norm_rel_ebd == "layer_norm"
+  Counting counting = Counting::Lstm;
+  Pooling pooling = Pooling::First;
+  int64_t count_T = 128, count_FF = 256;  // count_lstm_v2 transformer width and FFN width
+};
+
+// count_lstm_v2 transformer layer (torch.nn.TransformerEncoderLayer, post-norm, ReLU, eps 1e-5)
+struct CountTLayer {
+  TLinear attn_in;   // self_attn.in_proj (3T, T): rows q, k, v
+  TLinear attn_out;  // self_attn.out_proj (T, T)
+  TLinear lin1, lin2;  // (FF, T), (T, FF)
+  Param *n1_w = nullptr, *n1_b = nullptr, *n2_w = nullptr, *n2_b = nullptr;
 };
 
 struct LoraCfg {
@@ -50,14 +67,18 @@ struct Model {
   Param *word_emb = nullptr, *emb_ln_w = nullptr, *emb_ln_b = nullptr;
   Param *rel_emb = nullptr, *rel_ln_w = nullptr, *rel_ln_b = nullptr;
   std::vector<Layer> layers;
-  Mlp2 proj_start, proj_end, classifier, count_pred, projector;
+  Mlp2 proj_start, proj_end, classifier, count_pred, projector;  // projector: count_lstm only
   TLinear out0;   // span_rep out_project.0 (4D, 2D), applied split over [S | E]
   TLinear out3;   // span_rep out_project.3 (D, 4D)
   TLinear gru_ih, gru_hh;  // (3D, D), rows r, z, n
   Param* pos_emb = nullptr;  // (20, D)
+  // count_lstm_v2
+  TLinear cin;                // transformer.in_projector (T, D)
+  CountTLayer ct[2];
+  TLinear co0, co2, co4;      // transformer.out_projector: (D, T+D), (D, D), (D, D)
 };
 
-// tensors: every tensor of a count_lstm GLiNER2 checkpoint (fp32), by its checkpoint name.
+// tensors: every tensor of a count_lstm / count_lstm_v2 GLiNER2 checkpoint (fp32), by its checkpoint name.
 std::unique_ptr<Model> model_create(const Config& cfg, const std::vector<std::pair<std::string, const float*>>& tensors,
                                     const LoraCfg& lora);
 
@@ -75,7 +96,8 @@ struct StepIn {
   const int32_t* ids = nullptr;   // (B*N)
   const uint8_t* mask = nullptr;  // (B*N)
   std::vector<int64_t> woff;      // (B+1) word offsets
-  std::vector<int64_t> word_rows; // (ΣW) rows into the hidden states
+  std::vector<int64_t> word_rows; // (ΣW) rows into the hidden states: each word's first piece
+  std::vector<int64_t> word_end;  // (ΣW) exclusive end row of each word's pieces (mean / max pooling)
   std::vector<Seg> segs;
   std::vector<int32_t> pos;       // positives: 5-tuples (seg, t, m, i, k)
   std::vector<float> cls_y;       // concatenated multi-hot targets of the classification segments

@@ -2,13 +2,14 @@
 // in the worker pool (src/service/jobs/evaluate-task.ts), one at a time in a FIFO queue.
 // States: queued → running → complete | failed. Results: f1_score, precision_score,
 // recall_score, sample_count, completed_at; per-label scores for entity tasks (strict spans,
-// micro-averaged); accuracy and macro_f1 for classification.
+// micro-averaged) and, on relation data, `relations` (strict head/tail/label triples, micro and per
+// relation label); accuracy and macro_f1 for classification.
 // Baselines (GET /felix/baseline-models) are real models Loom runs: the base models on disk and a
 // fresh-initialized small GLiNER2 encoder (its tokenizer built from the evaluated text), so a
 // trained model is compared with an honest starting point.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import type { EvaluationRecord, Store } from '../store/index.ts';
+import type { EvaluationRecord, LabelScores, Store } from '../store/index.ts';
 import type { Principal } from './auth.ts';
 import type { Catalog } from './catalog.ts';
 import type { ServiceConfig } from './config.ts';
@@ -36,6 +37,7 @@ export function evaluationView(e: EvaluationRecord) {
       f1_score: e.f1_score, precision_score: e.precision_score, recall_score: e.recall_score,
       ...(e.accuracy !== undefined ? { accuracy: e.accuracy, macro_f1: e.macro_f1 } : {}),
       ...(e.per_label && Object.keys(e.per_label).length ? { per_label: e.per_label } : {}),
+      ...(e.relations ? { relations: e.relations } : {}),
     } : {}),
     sample_count: e.sample_count, threshold: e.threshold, error: e.error, created_at: e.created_at, started_at: e.started_at, completed_at: e.completed_at,
   };
@@ -113,12 +115,22 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
       }
       const { result } = pool.run<EvaluateResult>({ op: 'evaluate', kind: m.kind, model_dir: dir!, adapter_dir: m.adapter, data_file: datasets.dataFile(v), threshold: e.threshold });
       const r = await result;
+      const rounded = (x: LabelScores): LabelScores => ({
+        precision: r6(x.precision), recall: r6(x.recall), f1: r6(x.f1), support: x.support, tp: x.tp, fp: x.fp, fn: x.fn,
+      });
       const per_label: EvaluationRecord['per_label'] = {};
-      for (const [l, x] of Object.entries(r.per_label)) per_label[l] = { precision: r6(x.precision), recall: r6(x.recall), f1: r6(x.f1), support: x.support, tp: x.tp, fp: x.fp, fn: x.fn };
+      for (const [l, x] of Object.entries(r.per_label)) per_label[l] = rounded(x);
+      const relations = r.relations
+        ? {
+          ...rounded(r.relations),
+          per_label: Object.fromEntries(Object.entries(r.relations.per_label).map(([l, x]) => [l, rounded(x)])),
+        }
+        : undefined;
       await patch(id, {
         status: 'complete', task: r.task, f1_score: r6(r.f1), precision_score: r6(r.precision), recall_score: r6(r.recall), sample_count: r.sample_count,
         ...(r.accuracy !== undefined ? { accuracy: r6(r.accuracy), macro_f1: r6(r.macro_f1 ?? r.f1) } : {}),
-        per_label: r.task === 'ner' ? per_label : r.task === 'classification' ? per_label : undefined, completed_at: nowIso(), error: null,
+        per_label: r.task === 'ner' ? per_label : r.task === 'classification' ? per_label : undefined,
+        relations, completed_at: nowIso(), error: null,
       });
     } catch (err) {
       if (closing) return;

@@ -83,6 +83,11 @@ export interface CheckpointRecord {
   created_at: string;
 }
 
+/** strict-match scores of one label (or all, micro-averaged) */
+export interface LabelScores {
+  precision: number; recall: number; f1: number; support: number; tp: number; fp: number; fn: number;
+}
+
 export interface EvaluationRecord {
   id: string;
   team_id: string;
@@ -102,7 +107,9 @@ export interface EvaluationRecord {
   accuracy?: number;
   macro_f1?: number;
   sample_count: number;
-  per_label?: Record<string, { precision: number; recall: number; f1: number; support: number; tp: number; fp: number; fn: number }>;
+  per_label?: Record<string, LabelScores>;
+  /** relation datasets: strict (head span, tail span, label) triples, micro-averaged and per relation label */
+  relations?: LabelScores & { per_label: Record<string, LabelScores> };
   error: string | null;
   created_at: string;
   started_at: string | null;

@@ -72,12 +72,17 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> 
   const encRaw = JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8'));
   const enc = parseDebertaConfig(encRaw, `${dir}/encoder_config/config.json`);
   const maxWidth = Number(g2.span_head?.max_width ?? g2.max_width ?? 8);
-  if (g2.token_pooling === 'mean' || g2.token_pooling === 'max')
-    throw new TrainingConfigError(`base_model ${dir}: token_pooling "${g2.token_pooling}" checkpoints can be served but not trained yet (the trainer pools the first piece of each word)`);
+  // token_pooling as the library reads it: anything but mean / max pools the first piece
+  const pooling = g2.token_pooling === 'mean' || g2.token_pooling === 'max' ? g2.token_pooling : 'first';
   const ckpt = SafetensorsCheckpoint.open(dir);
   const names = ckpt.names();
-  if (!names.some((n) => n.startsWith('count_embed.projector.')))
-    throw new TrainingConfigError(`base_model ${dir}: only count_lstm GLiNER2 checkpoints can be trained (count_lstm_v2 training is not implemented)`);
+  const counting = names.some((n) => n.startsWith('count_embed.projector.')) ? 'count_lstm'
+    : names.some((n) => n.startsWith('count_embed.transformer.')) ? 'count_lstm_v2' : null;
+  if (!counting)
+    throw new TrainingConfigError(
+      `base_model ${dir}: only count_lstm and count_lstm_v2 GLiNER2 checkpoints can be trained ` +
+        '(count_lstm_moe training is not implemented)',
+    );
   const tensors: Record<string, Float32Array> = {};
   const shapes = new Map<string, number[]>();
   for (const n of names) {
@@ -95,7 +100,12 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> 
     lora = { r: positiveInt(cfg.lora_r, 'lora_r', 16), alpha: positiveNum(cfg.lora_alpha, 'lora_alpha', 32), dropout: positiveNum(cfg.lora_dropout, 'lora_dropout', 0, true), targets };
     if (lora.dropout >= 1) throw new TrainingConfigError('lora_dropout must be < 1');
   }
-  const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null);
+  const heads = {
+    counting, pooling,
+    countHidden: shapes.get('count_embed.transformer.in_projector.weight')?.[0],
+    countFF: shapes.get('count_embed.transformer.transformer.layers.0.linear1.weight')?.[0],
+  } as const;
+  const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null, heads);
   const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
   return { graph, tok, maxWidth, params: graph.params(), shapes, lora };
 }

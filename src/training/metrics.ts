@@ -3,6 +3,9 @@
 // Entities: strict span matching as CoNLL scores it — a prediction is a true positive only if a
 // gold entity has exactly the same start, end and label. Micro-averaged precision/recall/F1 over
 // all entities, plus the same per label. Duplicated predictions count once.
+// Relations: strict triples — a predicted relation is a true positive only if a gold relation has
+// the same head span, the same tail span (start and end) and the same relation label (the
+// arguments' entity types are not part of the triple). Micro-averaged and per relation label.
 // Classification: accuracy and macro-F1 over the labels seen in gold or predictions
 // (multi-label: micro-averaged P/R/F1 over (example, label) pairs, plus exact-match accuracy).
 
@@ -34,11 +37,31 @@ function prf(tp: number, fp: number, fn: number): PRF {
   return { precision, recall, f1, tp, fp, fn, support: tp + fn };
 }
 
+export interface RelationLike {
+  head: { start: number; end: number };
+  tail: { start: number; end: number };
+  label: string;
+}
+
 const key = (s: SpanLike) => `${s.start}\u0000${s.end}\u0000${s.label}`;
+const relKey = (r: RelationLike) =>
+  `${r.head.start}\u0000${r.head.end}\u0000${r.tail.start}\u0000${r.tail.end}\u0000${r.label}`;
 
 /** Strict span P/R/F1 over paired (gold, predicted) examples. */
 export function scoreSpans(gold: SpanLike[][], pred: SpanLike[][]): SpanScores {
-  if (gold.length !== pred.length) throw new Error(`scoreSpans: ${gold.length} gold examples but ${pred.length} predictions`);
+  return scoreStrict('scoreSpans', gold, pred, key);
+}
+
+/** Strict (head span, tail span, label) P/R/F1 over paired (gold, predicted) examples. */
+export function scoreRelations(gold: RelationLike[][], pred: RelationLike[][]): SpanScores {
+  return scoreStrict('scoreRelations', gold, pred, relKey);
+}
+
+function scoreStrict<T extends { label: string }>(
+  what: string, gold: T[][], pred: T[][], key: (x: T) => string,
+): SpanScores {
+  if (gold.length !== pred.length)
+    throw new Error(`${what}: ${gold.length} gold examples but ${pred.length} predictions`);
   const counts = new Map<string, { tp: number; fp: number; fn: number }>();
   const at = (label: string) => {
     let c = counts.get(label);

@@ -131,7 +131,10 @@ export interface EncoderBatch {
   ids: Int32Array;
   mask: Uint8Array;
   woff: Int32Array;
+  /** first piece of each word (rows into the B·N hidden states) */
   wordRows: Int32Array;
+  /** exclusive end row of each word's pieces (required by mean / max token pooling) */
+  wordEnd?: Int32Array;
   segSample: Int32Array;
   segKind: Int32Array;
   segM: Int32Array;
@@ -149,6 +152,16 @@ export interface EncoderLoss {
   cls: number;
 }
 
+/** GLiNER2 head variants the training graph runs (the checkpoint's count_embed layer and token_pooling). */
+export interface EncoderHeadOptions {
+  counting?: 'count_lstm' | 'count_lstm_v2';
+  pooling?: 'first' | 'mean' | 'max';
+  /** count_lstm_v2 transformer width (rows of count_embed.transformer.in_projector.weight; 128 in the library) */
+  countHidden?: number;
+  /** count_lstm_v2 feed-forward width (rows of …layers.0.linear1.weight; 2 × countHidden) */
+  countFF?: number;
+}
+
 export class EncoderTrainGraph extends TrainGraph {
   static create(
     config: DebertaConfig,
@@ -156,6 +169,7 @@ export class EncoderTrainGraph extends TrainGraph {
     relLayerNorm: boolean,
     tensors: Record<string, Float32Array>,
     lora: { r: number; alpha: number; dropout: number; targets: string[]; seed: number } | null,
+    heads: EncoderHeadOptions = {},
   ): EncoderTrainGraph {
     const cfg = {
       D: config.hiddenSize,
@@ -171,6 +185,10 @@ export class EncoderTrainGraph extends TrainGraph {
       p2c: config.posAttType.includes('p2c'),
       K: maxWidth,
       relLn: relLayerNorm,
+      counting: heads.counting ?? 'count_lstm',
+      pooling: heads.pooling ?? 'first',
+      countHidden: heads.countHidden ?? 128,
+      countFF: heads.countFF ?? 2 * (heads.countHidden ?? 128),
     };
     return new EncoderTrainGraph(addon.encTrainCreate(cfg, tensors, lora));
   }

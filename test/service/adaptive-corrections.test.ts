@@ -115,7 +115,7 @@ t.test('classifications, relations, structures: the GLiNER2 training format', as
         { task: 'topics', labels: ['work', 'travel'], true_label: ['work', 'travel'], multi_label: true },
       ],
       relations: [{ works_for: { head: 'Alice', tail: 'Acme' } }],
-      json_structures: [{ move: { who: 'Alice', where: 'Paris', kind: 'hire' } }],
+      json_structures: [{ move: { who: 'Alice', where: 'Paris', kind: { value: 'hire', choices: ['hire', 'quit'] } } }],
     },
   });
   t.match(toRecord(rec, 1), { kind: 'gliner2' });

@@ -153,7 +153,8 @@ function encoderRecord(text: string, schema: Schema, c: Obj): Obj {
       });
     }
   }
-  const structures: Array<Record<string, Record<string, string | string[]>>> = [];
+  type FieldValue = string | string[] | { value: string | string[]; choices: string[] };
+  const structures: Array<Record<string, Record<string, FieldValue>>> = [];
   if (c.structures !== undefined) {
     const at = ptr(ROOT, 'structures');
     if (!isObj(c.structures)) bad(at, 'must be an object mapping structure names to instances');
@@ -167,7 +168,7 @@ function encoderRecord(text: string, schema: Schema, c: Obj): Obj {
       many(v).forEach((inst, i) => {
         const p = ptr(ptr(at, name), i);
         if (!isObj(inst)) bad(p, 'must be an object of field values');
-        const fields: Record<string, string | string[]> = {};
+        const fields: Record<string, FieldValue> = {};
         for (const [f, fv] of Object.entries(inst)) {
           const fs = spec.fields.find((x) => x.name === f);
           if (!fs) bad(ptr(p, f), `is not a field of structure ${name} (${spec.fields.map((x) => x.name).join(', ')})`);
@@ -185,7 +186,9 @@ function encoderRecord(text: string, schema: Schema, c: Obj): Obj {
             }
             return s;
           });
-          fields[f] = fs.dtype === 'list' ? vals : (vals[0] ?? '');
+          const value = fs.dtype === 'list' ? vals : (vals[0] ?? '');
+          // a choice field in the GLiNER2 training format ({value, choices}: trained on the choice prefix)
+          fields[f] = fs.choices ? { value, choices: fs.choices.slice() } : value;
         }
         structures.push({ [name]: fields });
       });

@@ -2,12 +2,17 @@
 // example and is scored against the labels.
 //   entities (ner, relations, gliner2 with spans): strict span matching (exact start, end and
 //     label), micro-averaged P/R/F1 plus per label (src/training/metrics.ts scoreSpans)
+//   relations (relations records, gliner2 records with relations): also strict (head span, tail span,
+//     relation label) triples, micro-averaged and per relation label (scoreRelations), in `relations`;
+//     the model is asked for the dataset's entity labels and relation labels in one call
 //   classification: accuracy and macro-F1 (scoreClassification); f1 = macro-F1
 //   decoder (chat): the model's reply to each conversation (greedy) against the reference
 //     assistant turn, token-overlap P/R/F1 (bag of lower-cased words), micro-averaged
 import { readFileSync } from 'node:fs';
 import type { MessagePort } from 'node:worker_threads';
-import { type SpanLike, scoreClassification, scoreSpans } from '../../training/metrics.ts';
+import {
+  type RelationLike, type SpanLike, scoreClassification, scoreRelations, scoreSpans,
+} from '../../training/metrics.ts';
 
 export interface EvaluateTask {
   op: 'evaluate';
@@ -25,6 +30,8 @@ export interface EvaluateTask {
 }
 
 export interface LabelScore { precision: number; recall: number; f1: number; support: number; tp: number; fp: number; fn: number }
+/** strict relation triples: micro-averaged scores and the same per relation label */
+export interface RelationScore extends LabelScore { per_label: Record<string, LabelScore> }
 export interface EvaluateResult {
   task: 'ner' | 'classification' | 'decoder';
   precision: number;
@@ -34,6 +41,8 @@ export interface EvaluateResult {
   macro_f1?: number;
   sample_count: number;
   per_label: Record<string, LabelScore>;
+  /** relation datasets: strict (head, tail, label) triples */
+  relations?: RelationScore;
 }
 
 type Row = Record<string, any>;
@@ -59,6 +68,39 @@ function goldSpans(r: Row): SpanLike[] | null {
   }
   return null;
 }
+
+/** Gold relations with their arguments' character spans, or null for a record without relations. */
+function goldRelations(r: Row): RelationLike[] | null {
+  if (Array.isArray(r.relations) && Array.isArray(r.entities) && typeof r.text === 'string') {
+    const ents = r.entities as Row[];
+    return (r.relations as Row[]).filter((x) => ents[x.head] && ents[x.tail]).map((x) => ({
+      head: { start: ents[x.head].start, end: ents[x.head].end },
+      tail: { start: ents[x.tail].start, end: ents[x.tail].end },
+      label: x.label,
+    }));
+  }
+  if (typeof r.input === 'string' && r.output && Array.isArray(r.output.relations)) {
+    // GLiNER2 training format: argument texts without offsets; each located at its first occurrence
+    const out: RelationLike[] = [];
+    const at = (m: unknown) => {
+      const i = typeof m === 'string' && m ? r.input.indexOf(m) : -1;
+      return i < 0 ? null : { start: i, end: i + (m as string).length };
+    };
+    for (const item of r.output.relations as Row[])
+      for (const [label, v] of Object.entries(item ?? {})) {
+        const head = at((v as Row)?.head);
+        const tail = at((v as Row)?.tail);
+        if (head && tail) out.push({ head, tail, label });
+      }
+    return out;
+  }
+  return null;
+}
+
+const labelScore = (x: LabelScore): LabelScore => ({
+  precision: x.precision, recall: x.recall, f1: x.f1, support: x.support, tp: x.tp, fp: x.fp, fn: x.fn,
+});
+const NONE: LabelScore = { precision: 0, recall: 0, f1: 0, tp: 0, fp: 0, fn: 0, support: 0 };
 
 function goldLabels(r: Row): string[] | null {
   if (typeof r.text === 'string' && typeof r.label === 'string') return [r.label];
@@ -115,29 +157,51 @@ export async function evaluate(t: EvaluateTask): Promise<EvaluateResult> {
   const threshold = t.threshold ?? 0.5;
   const spanRows = rows.map(goldSpans);
   if (spanRows.some((s) => s !== null)) {
-    const keep = rows.map((r, i) => ({ r, g: spanRows[i] })).filter((x) => x.g !== null) as Array<{ r: Row; g: SpanLike[] }>;
+    type Kept = { r: Row; g: SpanLike[]; rel: RelationLike[] | null };
+    const keep = rows
+      .map((r, i) => ({ r, g: spanRows[i], rel: goldRelations(r) }))
+      .filter((x) => x.g !== null) as Kept[];
     const labels = [...new Set(keep.flatMap((x) => x.g.map((s) => s.label)))].sort();
     if (labels.length === 0) throw new Error('the dataset has no entity labels to evaluate');
+    const relLabels = [...new Set(keep.flatMap((x) => (x.rel ?? []).map((r) => r.label)))].sort();
+    const schema = relLabels.length ? { entities: labels, relations: relLabels } : { entities: labels };
     const gold: SpanLike[][] = [], pred: SpanLike[][] = [];
+    const goldRel: RelationLike[][] = [], predRel: RelationLike[][] = [];
+    const span = (e: { start?: number; end?: number } | null | undefined) =>
+      e && e.start !== undefined && e.end !== undefined ? { start: e.start, end: e.end } : null;
     for (let i = 0; i < keep.length; i += BATCH) {
       const batch = keep.slice(i, i + BATCH);
       const texts = batch.map((x) => (typeof x.r.text === 'string' ? x.r.text : x.r.input) as string);
-      const res = await enc.extract(texts, { entities: labels }, { threshold, include_spans: true, include_confidence: false });
+      const res = await enc.extract(texts, schema, { threshold, include_spans: true, include_confidence: false });
       res.forEach((r, j) => {
         gold.push(batch[j].g);
         const p: SpanLike[] = [];
-        for (const [label, ents] of Object.entries(r.entities ?? {})) for (const e of [ents].flat()) if (e && e.start !== undefined && e.end !== undefined) p.push({ start: e.start, end: e.end, label });
+        for (const [label, ents] of Object.entries(r.entities ?? {}))
+          for (const e of [ents].flat()) if (span(e)) p.push({ ...span(e)!, label });
         pred.push(p);
+        if (!relLabels.length) return;
+        goldRel.push(batch[j].rel ?? []);
+        const pr: RelationLike[] = [];
+        for (const [label, list] of Object.entries(r.relations ?? {}))
+          for (const x of list)
+            if (span(x.head) && span(x.tail)) pr.push({ head: span(x.head)!, tail: span(x.tail)!, label });
+        predRel.push(pr);
       });
       progress(Math.min(keep.length, i + BATCH));
     }
     const s = scoreSpans(gold, pred);
     const per_label: Record<string, LabelScore> = {};
-    for (const l of labels) {
-      const x = s.per_label[l] ?? { precision: 0, recall: 0, f1: 0, tp: 0, fp: 0, fn: 0, support: 0 };
-      per_label[l] = { precision: x.precision, recall: x.recall, f1: x.f1, support: x.support, tp: x.tp, fp: x.fp, fn: x.fn };
+    for (const l of labels) per_label[l] = labelScore(s.per_label[l] ?? NONE);
+    let relations: RelationScore | undefined;
+    if (relLabels.length) {
+      const rs = scoreRelations(goldRel, predRel);
+      const perRel = Object.fromEntries(relLabels.map((l) => [l, labelScore(rs.per_label[l] ?? NONE)]));
+      relations = { ...labelScore(rs), per_label: perRel };
     }
-    return { task: 'ner', precision: s.precision, recall: s.recall, f1: s.f1, sample_count: s.sample_count, per_label };
+    return {
+      task: 'ner', precision: s.precision, recall: s.recall, f1: s.f1, sample_count: s.sample_count, per_label,
+      ...(relations ? { relations } : {}),
+    };
   }
   const labelRows = rows.map(goldLabels);
   const keep = rows.map((r, i) => ({ r, g: labelRows[i] })).filter((x) => x.g !== null) as Array<{ r: Row; g: string[] }>;

@@ -26,7 +26,11 @@ export interface TrainTask {
 export interface TrainTaskResult {
   stopped: boolean;
   result: Record<string, unknown>;
-  metrics: { f1: number; precision: number; recall: number; accuracy?: number; sample_count: number } | null;
+  metrics: {
+    f1: number; precision: number; recall: number; accuracy?: number; sample_count: number;
+    /** relation data: strict (head, tail, label) triples on the validation split */
+    relation_f1?: number; relation_precision?: number; relation_recall?: number;
+  } | null;
   metrics_error?: string;
 }
 
@@ -133,6 +137,10 @@ export async function train(t: TrainTask): Promise<TrainTaskResult> {
       if (t.kind === 'decoder') ev = await evaluate({ op: 'evaluate', kind: 'decoder', model_dir: String(t.config.base_model), adapter_dir: t.config.training_type === 'lora' ? serveDir : undefined, data_file: t.score.data_file, indices: t.score.indices, max_new_tokens: 64 });
       else ev = await evaluate({ op: 'evaluate', kind: 'encoder', model_dir: serveDir, data_file: t.score.data_file, indices: t.score.indices, threshold: t.score.threshold });
       metrics = { f1: ev.f1, precision: ev.precision, recall: ev.recall, ...(ev.accuracy !== undefined ? { accuracy: ev.accuracy } : {}), sample_count: ev.sample_count };
+      if (ev.relations) {
+        const r = ev.relations;
+        Object.assign(metrics, { relation_f1: r.f1, relation_precision: r.precision, relation_recall: r.recall });
+      }
     } catch (e) {
       metrics_error = (e as Error).message;
     }

@@ -5,8 +5,13 @@
 // spans exactly (first and last word overlapping the offsets); GLiNER2-format records give mention
 // strings, matched as lower-cased word sub-sequences (all occurrences, spec §5.2). Spans wider than
 // K words cannot be represented and are dropped. Entities: one task, count 1 (instance 0 holds every
-// mention). Relations: instances = unique (head, tail) pairs, count = #instances. Classification:
-// multi-hot over the label list.
+// mention). Relations: instances = unique (head, tail) pairs, count = #instances. Structures
+// (json_structures, the library's _process_json_structures / _build_outputs): one segment per parent,
+// its fields (union over the parent's items, first-seen order) as the [C] markers; instances = the
+// unique field-value tuples, count = #instances (0 when every value is empty); instance t's field m
+// is positive on every occurrence of each of its values, a choice field ({value, choices}) on its
+// choice word in the choice prefix (case-insensitive, width 0). Classification: multi-hot over the
+// label list.
 import type { DataRecord } from '../data/formats.ts';
 import type { Schema } from '../../models/encoder/schema.ts';
 import { formatInput, type Formatted } from '../../models/encoder/format.ts';
@@ -15,6 +20,8 @@ import { splitWords } from '../../models/encoder/words.ts';
 import type { EncoderBatch } from '../native.ts';
 
 type Mention = { start: number; end: number } | string;
+/** one field value of a structure instance: mentions in the text, or choices (matched in the prefix) */
+type FieldValue = { mentions: string[] } | { choices: string[] };
 
 export interface EncoderExample {
   text: string;
@@ -22,6 +29,62 @@ export interface EncoderExample {
   entities: Map<string, Mention[]>;
   relations: Map<string, { head: Mention; tail: Mention }[]>;
   classes: Map<string, string[]>;
+  /** parent → unique instances, each a field → value map (fields absent or empty have no positives) */
+  structures: Map<string, Map<string, FieldValue>[]>;
+}
+
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const strings = (v: unknown): string[] => [v].flat().filter((x): x is string => typeof x === 'string' && x !== '');
+
+/**
+ * json_structures items ([{parent: {field: value}}], value a string, a list of strings or
+ * {value, choices}) → structure specs in the schema and unique instances per parent.
+ */
+function addStructures(ex: EncoderExample, items: unknown, descriptions: unknown): void {
+  const groups = new Map<string, Record<string, unknown>[]>();
+  for (const item of Array.isArray(items) ? items : [])
+    if (isObj(item))
+      for (const [parent, fields] of Object.entries(item))
+        if (isObj(fields)) groups.set(parent, [...(groups.get(parent) ?? []), fields]);
+  const descs = isObj(descriptions) ? descriptions : {};
+  for (const [parent, occurrences] of groups) {
+    const names: string[] = [];
+    const choices = new Map<string, string[]>();
+    const lists = new Set<string>();
+    for (const occ of occurrences)
+      for (const [f, v] of Object.entries(occ)) {
+        if (!names.includes(f)) names.push(f);
+        if (isObj(v) && Array.isArray(v.choices)) choices.set(f, strings(v.choices));
+        if (Array.isArray(v) || (isObj(v) && Array.isArray(v.value))) lists.add(f);
+      }
+    if (!names.length) continue;
+    const pd = isObj(descs[parent]) ? (descs[parent] as Record<string, unknown>) : {};
+    ex.schema.structures.push({
+      name: parent,
+      fields: names.map((name) => ({
+        name,
+        dtype: lists.has(name) ? ('list' as const) : ('str' as const),
+        ...(typeof pd[name] === 'string' && pd[name] ? { description: pd[name] as string } : {}),
+        ...(choices.get(name)?.length ? { choices: choices.get(name) } : {}),
+      })),
+    });
+    const seen = new Set<string>();
+    const instances: Map<string, FieldValue>[] = [];
+    for (const occ of occurrences) {
+      const inst = new Map<string, FieldValue>();
+      for (const name of names) {
+        const v = occ[name];
+        const value: FieldValue =
+          isObj(v) && 'value' in v ? { choices: strings(v.value) } : { mentions: strings(v) };
+        if ('choices' in value ? value.choices.length : value.mentions.length) inst.set(name, value);
+      }
+      const key = JSON.stringify(names.map((n) => inst.get(n) ?? null));
+      if (!inst.size || seen.has(key)) continue; // empty instances do not count (count 0 when all are)
+      seen.add(key);
+      instances.push(inst);
+    }
+    ex.structures.set(parent, instances);
+  }
 }
 
 export interface SegTarget {
@@ -48,6 +111,13 @@ export function entityLabels(records: DataRecord[]): string[] {
   return [...s].sort();
 }
 
+/** Relation types of the relation records (sorted, stable). */
+export function relationLabelsOf(records: DataRecord[]): string[] {
+  const s = new Set<string>();
+  for (const r of records) if (r.kind === 'relations') for (const x of r.relations) s.add(x.label);
+  return [...s].sort();
+}
+
 export function classLabels(records: DataRecord[]): string[] {
   const s = new Set<string>();
   for (const r of records) if (r.kind === 'classification') for (const l of r.labels) s.add(l);
@@ -58,20 +128,32 @@ const entitySpecs = (labels: string[]) => labels.map((name) => ({ name, dtype: '
 
 /**
  * Converts records to examples. `labels` fixes the entity label set (so every example asks for
- * every label and unlabeled mentions are negatives), `classes` the classification label set.
+ * every label and unlabeled mentions are negatives), `classes` the classification label set,
+ * `relationLabels` the relation types every relation record asks for (default: those of `records`;
+ * a type without a relation in the record is a count-0 task, which trains the count head to 0 as
+ * spec §5.4 recommends; the library asks only for the types present, so its count head never sees 0).
  */
-export function recordsToExamples(records: DataRecord[], labels: string[], classes: string[] = [], task = 'category'): EncoderExample[] {
+export function recordsToExamples(
+  records: DataRecord[],
+  labels: string[],
+  classes: string[] = [],
+  task = 'category',
+  relationLabels: string[] = relationLabelsOf(records),
+): EncoderExample[] {
   const out: EncoderExample[] = [];
   for (const r of records) {
-    const ex: EncoderExample = { text: '', schema: { structures: [], relations: [], classifications: [] }, entities: new Map(), relations: new Map(), classes: new Map() };
+    const ex: EncoderExample = {
+      text: '', schema: { structures: [], relations: [], classifications: [] },
+      entities: new Map(), relations: new Map(), classes: new Map(), structures: new Map(),
+    };
     if (r.kind === 'ner' || r.kind === 'relations') {
       ex.text = r.text;
       ex.schema.entities = entitySpecs(labels);
       for (const l of labels) ex.entities.set(l, []);
       for (const e of r.entities) ex.entities.get(e.label)?.push({ start: e.start, end: e.end });
       if (r.kind === 'relations') {
-        const names = [...new Set(r.relations.map((x) => x.label))].sort();
-        ex.schema.relations = names.map((name) => ({ name }));
+        // every relation type of the data, like the entity labels: absent types are count-0 tasks
+        ex.schema.relations = relationLabels.map((name) => ({ name }));
         for (const x of r.relations) {
           const h = r.entities[x.head];
           const t = r.entities[x.tail];
@@ -111,7 +193,9 @@ export function recordsToExamples(records: DataRecord[], labels: string[], class
           ex.relations.get(name)!.push({ head: v.head, tail: v.tail });
         }
       }
-      if (!ex.schema.entities && !ex.schema.classifications.length && !ex.schema.relations.length) continue;
+      addStructures(ex, o.json_structures, o.json_descriptions);
+      const sc = ex.schema;
+      if (!sc.entities && !sc.classifications.length && !sc.relations.length && !sc.structures.length) continue;
     } else {
       continue;
     }
@@ -179,6 +263,23 @@ export async function featurize(tok: EncoderTokenizer, ex: EncoderExample, K: nu
       }
       return { kind: 0, M, count: t, countLoss: true, rows, pos };
     }
+    if (s.kind === 'structure') {
+      const instances = (ex.structures.get(s.name) ?? []).slice(0, 19); // counts above 19 are capped (spec §5.4)
+      const P = f.prefix.length;
+      instances.forEach((inst, t) => {
+        s.names.forEach((field, m) => {
+          const v = inst.get(field);
+          if (!v) return;
+          if ('mentions' in v) {
+            for (const mention of v.mentions) for (const [i, k] of matchMention(f, mention, K)) pos.push(t, m, i, k);
+            return;
+          }
+          for (const c of v.choices)
+            for (let i = 0; i < P; i++) if (f.prefix[i].toLowerCase() === c.toLowerCase()) pos.push(t, m, i, 0);
+        });
+      });
+      return { kind: 0, M, count: instances.length, countLoss: true, rows, pos };
+    }
     return { kind: 0, M, count: 0, countLoss: true, rows, pos };
   });
   return { f, segs };
@@ -192,6 +293,7 @@ export function collate(items: Featurized[]): EncoderBatch {
   const mask = new Uint8Array(B * N);
   const woff = new Int32Array(B + 1);
   const wordRows: number[] = [];
+  const wordEnd: number[] = [];
   const segSample: number[] = [];
   const segKind: number[] = [];
   const segM: number[] = [];
@@ -204,6 +306,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     ids.set(it.f.ids, b * N);
     mask.fill(1, b * N, b * N + it.f.ids.length);
     for (const p of it.f.wordPos) wordRows.push(b * N + p);
+    for (const e of it.f.wordEnd) wordEnd.push(b * N + e);
     woff[b + 1] = wordRows.length;
     for (const s of it.segs) {
       const si = segSample.length;
@@ -224,6 +327,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     mask,
     woff,
     wordRows: Int32Array.from(wordRows),
+    wordEnd: Int32Array.from(wordEnd),
     segSample: Int32Array.from(segSample),
     segKind: Int32Array.from(segKind),
     segM: Int32Array.from(segM),
