@@ -10,17 +10,28 @@ export interface LoraBaseShape {
   num_attention_heads: number; num_key_value_heads?: number; head_dim?: number;
 }
 
-/** Writes the adapter into `dir` (created) and returns `dir`. `std`: spread of the A and B entries. */
-export function writeRandomLora(dir: string, base: LoraBaseShape, o: { r?: number; seed?: number; std?: number } = {}): string {
+/** Loom's decoder training default (src/training/decoder-trainer.ts) and every module the graph adapts. */
+export const ATTENTION_MODULES = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+export const ALL_MODULES = [...ATTENTION_MODULES, 'gate_proj', 'up_proj', 'down_proj'];
+
+/**
+ * Writes the adapter into `dir` (created) and returns `dir`. `std`: spread of the A and B entries; `targets`:
+ * module names (default: all seven).
+ */
+export function writeRandomLora(
+  dir: string, base: LoraBaseShape, o: { r?: number; seed?: number; std?: number; targets?: string[] } = {},
+): string {
   const r = o.r ?? 8, std = o.std ?? 0.1;
   mkdirSync(dir, { recursive: true });
   const D = base.hidden_size, F = base.intermediate_size;
   const Dh = base.head_dim ?? D / base.num_attention_heads;
   const Nq = base.num_attention_heads * Dh, Nkv = (base.num_key_value_heads ?? base.num_attention_heads) * Dh;
-  const shapes: Record<string, [number, number]> = {
+  const all: Record<string, [number, number]> = {
     'self_attn.q_proj': [D, Nq], 'self_attn.k_proj': [D, Nkv], 'self_attn.v_proj': [D, Nkv], 'self_attn.o_proj': [Nq, D],
     'mlp.gate_proj': [D, F], 'mlp.up_proj': [D, F], 'mlp.down_proj': [F, D],
   };
+  const targets = o.targets ?? ALL_MODULES;
+  const shapes = Object.fromEntries(Object.entries(all).filter(([k]) => targets.includes(k.split('.')[1])));
   let s = (o.seed ?? 1) >>> 0 || 1;
   const rand = () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return (s / 4294967296 - 0.5) * 2 * std * Math.sqrt(3); };
   const t = (rows: number, cols: number): TensorToWrite => {
