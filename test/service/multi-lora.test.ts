@@ -167,4 +167,23 @@ t.test('fine-tuned models through HTTP: listed for their team only, callable by 
   t.ok(after.adapters.some((x: { id: string }) => x.id === ids.a2), 'the other job\'s adapter stays');
   const gone = await call(ts.url, 'GET', '/base-models', { key: a.key });
   t.notOk(gone.body.models.some((m: { id: string }) => m.id === ids.a1), 'and it left the catalog');
+
+  // a deployed job: its project's first call loads its adapter into the base; deleting the project unloads it
+  const adapterIds = async () => ((await call(ts.url, 'GET', '/health')).body.models_memory
+    .find((m: { id: string }) => m.id === BASE).adapters as { id: string }[]).map((x) => x.id);
+  runtime.unload!({ id: ids.a2, kind: 'decoder' });
+  t.notOk((await adapterIds()).includes(ids.a2));
+  const pr = await call(ts.url, 'POST', '/projects', { key: a.key, body: { name: 'stories' } });
+  t.equal(pr.status, 200, pr.text);
+  const dep = await call(ts.url, 'POST', `/projects/${pr.body.id}/deployments`, { key: a.key, body: { training_job_id: ids.a2 } });
+  t.equal(dep.status, 200, dep.text);
+  t.equal(dep.body.status, 'active', 'its base is loaded: active at once');
+  const viaProject = await call(ts.url, 'POST', `/projects/${pr.body.id}/inference`, {
+    key: a.key, body: { text: PROMPT, task: 'generate', max_tokens: 12, temperature: 0 },
+  });
+  t.equal(viaProject.status, 200, viaProject.text);
+  t.equal(viaProject.body.result.content, want[1], 'the project serves job A2\'s adapter');
+  t.ok((await adapterIds()).includes(ids.a2), 'the deployed job\'s adapter is loaded');
+  t.equal((await call(ts.url, 'DELETE', `/projects/${pr.body.id}`, { key: a.key })).status, 204);
+  t.notOk((await adapterIds()).includes(ids.a2), 'deleting the project unloaded it');
 });
