@@ -4,7 +4,8 @@
 // Many adapters, one base: aggregate decode tokens/s of `--streams` concurrent greedy streams spread round-robin
 // over `--adapters` random LoRA adapters on ONE loaded base, against the same streams on the base alone. The
 // adapters are shaped as Loom's decoder training makes them by default (rank 8 on q, k, v, o; `--targets all`
-// adds gate, up, down); PEFT files written by test/decoder/random-lora.ts, read by the runtime's own reader. Rounds alternate base / adapters so a loaded machine slows both alike; the median of each is
+// adds gate, up, down); PEFT files written by test/decoder/random-lora.ts, read by the runtime's own reader.
+// Rounds alternate base / adapters so a loaded machine slows both alike; the median of each is
 // reported. Aggregate = tokens after each stream's first token over the time from the last first token to the end
 // (prompt processing not counted), as `bench -- decode` counts it. Memory: the base's resident weight bytes, the
 // adapters' bytes (f32 A and B), and what one base per adapter would take instead.
@@ -28,7 +29,8 @@ CONFIGS['lora-bench-31m'] ??= {
   architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: 512, intermediate_size: 1408,
   num_hidden_layers: 8, num_attention_heads: 8, num_key_value_heads: 4, vocab_size: 16384,
   max_position_embeddings: 2048, rms_norm_eps: 1e-5, rope_theta: 10000, rope_scaling: null,
-  tie_word_embeddings: true, attention_bias: false, hidden_act: 'silu', bos_token_id: 1, eos_token_id: 2, torch_dtype: 'bfloat16',
+  tie_word_embeddings: true, attention_bias: false, hidden_act: 'silu', bos_token_id: 1, eos_token_id: 2,
+  torch_dtype: 'bfloat16',
 };
 
 function flag(argv: string[], name: string): string | undefined {
@@ -48,7 +50,9 @@ function prompts(n: number, len: number, V: number): number[][] {
  * Runs the streams concurrently (greedy); returns the steady aggregate decode tokens/s (wall clock) and the
  * tokens per CPU-second of this process over the whole run (steadier on a shared, loaded machine).
  */
-function aggregate(sched: Scheduler, cfg: DecoderConfig, ps: number[][], adapters: number[], maxTokens: number): Promise<{ wall: number; cpu: number }> {
+function aggregate(
+  sched: Scheduler, cfg: DecoderConfig, ps: number[][], adapters: number[], maxTokens: number,
+): Promise<{ wall: number; cpu: number }> {
   const V = cfg.vocabSize;
   const t0 = performance.now();
   const c0 = process.cpuUsage();
@@ -73,7 +77,8 @@ function aggregate(sched: Scheduler, cfg: DecoderConfig, ps: number[][], adapter
     const start = Math.max(...rs.map((x) => x.ttft));
     const end = Math.max(...rs.map((x) => x.end));
     const total = rs.reduce((a, x) => a + x.n, 0);
-    return { wall: rs.reduce((a, x) => a + x.n - 1, 0) / ((end - start) / 1000), cpu: total / ((c.user + c.system) / 1e6) };
+    const wall = rs.reduce((a, x) => a + x.n - 1, 0) / ((end - start) / 1000);
+    return { wall, cpu: total / ((c.user + c.system) / 1e6) };
   });
 }
 
@@ -96,12 +101,14 @@ export async function run(argv: string[]): Promise<void> {
   setThreads(threads);
   const dir = ensureRandomCheckpoint(name);
   const cfg = loadDecoderConfig(dir);
-  const model: NativeDecoder = await buildNativeDecoder(cfg, SafetensorsCheckpoint.open(dir) as unknown as TensorSource, { dtype: 'bf16' });
+  const src = SafetensorsCheckpoint.open(dir) as unknown as TensorSource;
+  const model: NativeDecoder = await buildNativeDecoder(cfg, src, { dtype: 'bf16' });
   const adDir = join(CACHE, `${name}-lora-r${rank}-${targetsName}`);
   rmSync(adDir, { recursive: true, force: true });
   let adapterBytes = 0;
   for (let a = 0; a < nAdapters; a++) {
-    const d = writeRandomLora(join(adDir, String(a)), CONFIGS[name] as never, { r: rank, seed: 1000 + a, std: 0.02, targets });
+    const shape = CONFIGS[name] as never;
+    const d = writeRandomLora(join(adDir, String(a)), shape, { r: rank, seed: 1000 + a, std: 0.02, targets });
     const { modules } = readPeftAdapter(d, cfg);
     model.loadAdapter(a + 1, modules);
     adapterBytes += modules.reduce((n, m) => n + (m.A.length + m.B.length) * 4, 0);
@@ -112,9 +119,11 @@ export async function run(argv: string[]): Promise<void> {
   const none = ps.map(() => -1);
   const spread = ps.map((_, i) => 1 + (i % nAdapters));
   const load0 = loadavg()[0];
-  console.log(`lora bench: ${name}, ${streams} streams, ${nAdapters} adapters of rank ${rank} on ${targets.join(', ')}, ` +
+  console.log(`lora bench: ${name}, ${streams} streams, ${nAdapters} adapters of rank ${rank} on ` +
+    `${targets.join(', ')}, ` +
     `${tokens} tokens each, ` +
-    `${threads} threads, ${rounds} rounds; load average ${load0.toFixed(1)} on ${cpus().length} CPUs (${cpus()[0]?.model})`);
+    `${threads} threads, ${rounds} rounds; load average ${load0.toFixed(1)} on ${cpus().length} CPUs ` +
+    `(${cpus()[0]?.model})`);
   await aggregate(sched, cfg, ps.slice(0, 4), none.slice(0, 4), 4); // warm-up
   const base: { wall: number; cpu: number }[] = [];
   const lora: { wall: number; cpu: number }[] = [];
@@ -128,10 +137,12 @@ export async function run(argv: string[]): Promise<void> {
   }
   const med = (xs: { wall: number; cpu: number }[], k: 'wall' | 'cpu') => median(xs.map((x) => x[k]));
   const row = {
-    model: name, streams, adapters: nAdapters, rank, targets: targetsName, threads, base_tok_s: med(base, 'wall'), lora_tok_s: med(lora, 'wall'),
-    ratio: med(lora, 'wall') / med(base, 'wall'), base_tok_per_cpu_s: med(base, 'cpu'), lora_tok_per_cpu_s: med(lora, 'cpu'),
+    model: name, streams, adapters: nAdapters, rank, targets: targetsName, threads,
+    base_tok_s: med(base, 'wall'), lora_tok_s: med(lora, 'wall'), ratio: med(lora, 'wall') / med(base, 'wall'),
+    base_tok_per_cpu_s: med(base, 'cpu'), lora_tok_per_cpu_s: med(lora, 'cpu'),
     cpu_ratio: med(lora, 'cpu') / med(base, 'cpu'),
-    weight_bytes: model.weightBytes, adapter_bytes: adapterBytes, kv_bytes: kv.bytes, load_average: [load0, loadavg()[0]],
+    weight_bytes: model.weightBytes, adapter_bytes: adapterBytes, kv_bytes: kv.bytes,
+    load_average: [load0, loadavg()[0]],
   };
   if (json) { console.log(JSON.stringify(row)); return; }
   const mb = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
@@ -139,7 +150,8 @@ export async function run(argv: string[]): Promise<void> {
   console.log('\n| model | threads | streams | adapters (rank) | base alone tok/s | over adapters tok/s | ratio | ' +
     'tok per CPU-s base / adapters | ratio | base weights | adapters | one base per adapter |');
   console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
-  console.log(`| ${name} | ${threads} | ${streams} | ${nAdapters} (r=${rank}, ${targetsName}) | ${row.base_tok_s.toFixed(1)} | ` +
+  console.log(`| ${name} | ${threads} | ${streams} | ${nAdapters} (r=${rank}, ${targetsName}) | ` +
+    `${row.base_tok_s.toFixed(1)} | ` +
     `${row.lora_tok_s.toFixed(1)} | ${pct(row.ratio)} | ${row.base_tok_per_cpu_s.toFixed(1)} / ` +
     `${row.lora_tok_per_cpu_s.toFixed(1)} | ${pct(row.cpu_ratio)} | ${mb(row.weight_bytes)} | ${mb(adapterBytes)} | ` +
     `${mb(nAdapters * row.weight_bytes)} |`);

@@ -57,7 +57,8 @@ export function compatRoutes(): RouteDef[] {
     {
       // model ids contain '/', sent percent-encoded by the SDKs
       method: 'GET', path: '/v1/models/*', auth: 'key', errors: 'openai', name: '/v1/models/:id',
-      handler: (ctx) => ctx.services.compat.model(ctx.principal!, decodeURIComponent(ctx.url.slice('/v1/models/'.length))),
+      handler: (ctx) =>
+        ctx.services.compat.model(ctx.principal!, decodeURIComponent(ctx.url.slice('/v1/models/'.length))),
     },
   ];
 }

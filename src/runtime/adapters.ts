@@ -87,7 +87,9 @@ export class AdapterRegistry {
     this.model.loadAdapter(id, a.modules); // validates shapes natively
     const old = this.byName.get(name);
     const bytes = a.modules.reduce((n, m) => n + (m.A.length + m.B.length) * 4, 0);
-    const info: AdapterInfo = { name, id, dir, r: a.r, alpha: a.alpha, scale: a.scale, targetModules: a.targetModules, bytes };
+    const info: AdapterInfo = {
+      name, id, dir, r: a.r, alpha: a.alpha, scale: a.scale, targetModules: a.targetModules, bytes,
+    };
     this.byName.set(name, info);
     if (old) this.model.unloadAdapter(old.id);
     return info;

@@ -9,7 +9,9 @@ const UNITS: Record<string, number> = {
 /** Parses "512MiB", "2 GiB", "1.5GB", "1048576" into bytes. Throws on anything else. */
 export function parseMemorySize(s: string | number): number {
   if (typeof s === 'number') {
-    if (!(s > 0) || !Number.isFinite(s)) throw new RangeError(`memory size must be a positive number of bytes (got ${s})`);
+    if (!(s > 0) || !Number.isFinite(s)) {
+      throw new RangeError(`memory size must be a positive number of bytes (got ${s})`);
+    }
     return Math.floor(s);
   }
   const m = /^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$/.exec(s);

@@ -175,7 +175,8 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
       const jobs = opts.store?.trainingJobs.listByTeam(teamId) ?? [];
       const out: CatalogEntry[] = [];
       for (const j of jobs) {
-        const e = fineTunedEntry(j, entries.get((j.base as { catalog_id?: string } | undefined)?.catalog_id ?? j.base_model));
+        const baseId = (j.base as { catalog_id?: string } | undefined)?.catalog_id ?? j.base_model;
+        const e = fineTunedEntry(j, entries.get(baseId));
         if (e && matches(e, filter)) out.push(e);
       }
       return out.sort((a, b) => a.created_at!.localeCompare(b.created_at!));

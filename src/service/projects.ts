@@ -82,7 +82,9 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
     /** removes the project, its deployment history and its inference endpoint at once */
     async remove(p: Principal, id: string): Promise<void> {
       const pr = own(p, id);
-      const deployed = pr.active_deployment_id ? store.deployments.get(pr.active_deployment_id)?.training_job_id : undefined;
+      const jobOf = (depId: string | null | undefined) =>
+        (depId ? store.deployments.get(depId)?.training_job_id : undefined);
+      const deployed = jobOf(pr.active_deployment_id);
       await store.tx(() => {
         store.deployments.removeByProject(id);
         // its adaptive runs go with it (a retraining job already created stays, an ordinary job)
@@ -92,7 +94,7 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
       // its model leaves memory unless another project serves it (a later call by job id loads it again)
       const job = deployed ? store.trainingJobs.get(deployed) : undefined;
       const elsewhere = store.projects.listByTeam(p.team_id)
-        .some((o) => o.active_deployment_id && store.deployments.get(o.active_deployment_id)?.training_job_id === deployed);
+        .some((o) => jobOf(o.active_deployment_id) === deployed);
       if (job && !elsewhere) runtime.unload?.(refOf(job));
     },
 

@@ -145,7 +145,8 @@ export interface LocalRuntimeOptions {
 export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
   const maxLoaded = Math.max(1, opts.maxLoaded ?? 4);
   const retryAfter = opts.retryAfterS ?? 5;
-  const adapterBudget = parseMemorySize(opts.adapterMemory ?? (process.env.LOOM_ADAPTER_MEMORY || DEFAULT_ADAPTER_MEMORY));
+  const adapterBudget = parseMemorySize(
+    opts.adapterMemory ?? (process.env.LOOM_ADAPTER_MEMORY || DEFAULT_ADAPTER_MEMORY));
   /** loaded models by base key (the canonical folder of the weights) */
   const loaded = new Map<string, Loaded>();
   /** loads under way by base key, with the id they load */
@@ -250,7 +251,8 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     if (!p) {
       p = (async (): Promise<Loaded> => {
         if (!b.dir) {
-          throw new Error(isAdapter(ref) ? `base model ${b.id} of ${ref.id} is not on disk` : `model ${ref.id} is not on disk`);
+          throw new Error(isAdapter(ref) ? `base model ${b.id} of ${ref.id} is not on disk`
+            : `model ${ref.id} is not on disk`);
         }
         const base = { id: b.id, lastUsed: Date.now(), users: 0, adapters: new Map<string, LoadedAdapter>() };
         let l: Loaded;
@@ -406,7 +408,9 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
         const l = lease.l;
         if (!l.dec) throw new Error(`${ref.id} is not a decoder`);
         const { messages, prompt, signal, ...rest } = p;
-        const stream = l.dec.generate({ ...(rest as object), messages: messages as never, prompt, signal, adapter: lease.adapter });
+        const stream = l.dec.generate({
+          ...(rest as object), messages: messages as never, prompt, signal, adapter: lease.adapter,
+        });
         try {
           for await (const ev of stream) {
             if (ev.type === 'delta') {

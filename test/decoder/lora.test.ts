@@ -24,7 +24,7 @@ t.test('adapter logits match PEFT; base logits unchanged; mixed batch', async (t
   t.same(Array.from(again), Array.from(withA), 'second sequence with the adapter agrees');
 });
 
-t.test('sequences sharing an adapter side by side (one run of rows: decode-sized and prefill-sized) match PEFT', async (t) => {
+t.test('sequences sharing an adapter side by side (a decode-sized and a prefill-sized run) match PEFT', async (t) => {
   const info = model.loadAdapter('tuned', join(dir, cases.adapter.dir));
   const V = model.config.vocabSize;
   const wantA = expected.float32(cases.expected.logits_key);
@@ -34,7 +34,8 @@ t.test('sequences sharing an adapter side by side (one run of rows: decode-sized
     seqs.forEach((s, i) => {
       const ref = (adapters[i] >= 0 ? wantA : want0).subarray(0, s.length * V);
       const d = maxAbs(got[i], ref);
-      t.ok(d <= 1e-4, `${what}, sequence ${i} (${adapters[i] >= 0 ? 'adapter' : 'base'}): max abs ${d.toExponential(2)}`);
+      const kind = adapters[i] >= 0 ? 'adapter' : 'base';
+      t.ok(d <= 1e-4, `${what}, sequence ${i} (${kind}): max abs ${d.toExponential(2)}`);
     });
   };
   const small = [ids.slice(0, 4), ids.slice(0, 4), ids.slice(0, 4), ids.slice(0, 6)];

@@ -27,13 +27,18 @@ export function writeRandomLora(
   const Dh = base.head_dim ?? D / base.num_attention_heads;
   const Nq = base.num_attention_heads * Dh, Nkv = (base.num_key_value_heads ?? base.num_attention_heads) * Dh;
   const all: Record<string, [number, number]> = {
-    'self_attn.q_proj': [D, Nq], 'self_attn.k_proj': [D, Nkv], 'self_attn.v_proj': [D, Nkv], 'self_attn.o_proj': [Nq, D],
+    'self_attn.q_proj': [D, Nq], 'self_attn.k_proj': [D, Nkv], 'self_attn.v_proj': [D, Nkv],
+    'self_attn.o_proj': [Nq, D],
     'mlp.gate_proj': [D, F], 'mlp.up_proj': [D, F], 'mlp.down_proj': [F, D],
   };
   const targets = o.targets ?? ALL_MODULES;
   const shapes = Object.fromEntries(Object.entries(all).filter(([k]) => targets.includes(k.split('.')[1])));
   let s = (o.seed ?? 1) >>> 0 || 1;
-  const rand = () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return (s / 4294967296 - 0.5) * 2 * std * Math.sqrt(3); };
+  // uniform with standard deviation `std`
+  const rand = () => {
+    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    return (s / 4294967296 - 0.5) * 2 * std * Math.sqrt(3);
+  };
   const t = (rows: number, cols: number): TensorToWrite => {
     const data = new Float32Array(rows * cols);
     for (let i = 0; i < data.length; i++) data[i] = rand();
@@ -50,7 +55,8 @@ export function writeRandomLora(
   writeSafetensors(join(dir, 'adapter_model.safetensors'), tensors);
   const target = Object.keys(shapes).map((k) => k.split('.')[1]);
   writeFileSync(join(dir, 'adapter_config.json'), JSON.stringify({
-    peft_type: 'LORA', r, lora_alpha: 2 * r, target_modules: target, lora_dropout: 0, bias: 'none', task_type: 'CAUSAL_LM',
+    peft_type: 'LORA', r, lora_alpha: 2 * r, target_modules: target, lora_dropout: 0, bias: 'none',
+    task_type: 'CAUSAL_LM',
   }));
   return dir;
 }
