@@ -388,19 +388,49 @@ static void grow(std::vector<float>& v, int64_t n) {
   if (int64_t(v.size()) < n) v.resize(size_t(n));
 }
 
-// y[rows of each sequence with an adapter on `module`] += s·(x·Aᵀ)·Bᵀ
-void Model::apply_lora(const Batch& b, int layer, int module, const float* x, int64_t ldx, float* y, int64_t ldy) {
-  for (const SeqSpec& s : b.seqs) {
-    if (!s.adapter) continue;
-    const LoraPair& p = s.adapter->mods[size_t(layer * kNumModules + module)];
-    if (p.r == 0) continue;
-    const int64_t M = s.n_tokens;
-    const int64_t K = int64_t(p.A.size()) / p.r, N = int64_t(p.B.size()) / p.r;
-    float* xa = lora_.data();  // (M, r)
-    linear_f32(M, p.r, K, x + s.first_row * ldx, ldx, p.A.data(), K, nullptr, xa, p.r, 0.0f);
-    for (int64_t i = 0; i < M * p.r; i++) xa[i] *= p.scale;
-    linear_f32(M, N, p.r, xa, p.r, p.B.data(), p.r, nullptr, y + s.first_row * ldy, ldy, 1.0f);
+// One adapter module over rows [r0, r0 + M): y += s·(x·Aᵀ)·Bᵀ. xa (M, r) scratch. The second product runs as r
+// axpys per row over Bᵀ's contiguous rows (K = r is too short for the dot-product path).
+static void lora_rows_forward(const LoraPair& p, int64_t r0, int64_t M, const float* x, int64_t ldx, float* y,
+                              int64_t ldy, float* xa) {
+  const int64_t K = int64_t(p.A.size()) / p.r, N = int64_t(p.Bt.size()) / p.r;
+  linear_f32(M, p.r, K, x + r0 * ldx, ldx, p.A.data(), K, nullptr, xa, p.r, 0.0f);  // xa (M, r) = x·Aᵀ
+  const auto axpy = ops_active().axpy;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t k = 0; k < p.r; k++) axpy(N, p.scale * xa[m * p.r + k], p.Bt.data() + k * N, y + (r0 + m) * ldy);
+}
+
+// y[rows of each sequence with an adapter] += s·(x·Aᵀ)·Bᵀ for the n_mod modules that read the same x (q, k, v;
+// gate, up), module i writing columns y_off[i]... of y. Consecutive sequences with the same adapter (the
+// scheduler orders a step's sequences by adapter) are one run of rows: one product per run and module, so decode
+// rows sharing an adapter read its A and B once. (run, module) pairs of up to kLoraSmallRows rows (decode) are
+// split over the pool in one pass (each product runs on its task's thread); longer runs (prefill) each use the
+// whole pool. Scratch of module i's run at row r0: lora_[(i·T + r0)·lora_stride_ ...].
+static constexpr int64_t kLoraSmallRows = 16;
+void Model::apply_lora(const Batch& b, int layer, const int* modules, const int64_t* y_off, int n_mod, const float* x,
+                       int64_t ldx, float* y, int64_t ldy) {
+  struct Task { const LoraPair* p; int64_t r0, M; float* y; float* xa; };
+  std::vector<Task> small;
+  for (size_t i = 0; i < b.seqs.size();) {
+    const SeqSpec& s = b.seqs[i];
+    size_t j = i + 1;
+    int64_t M = s.n_tokens;
+    while (j < b.seqs.size() && b.seqs[j].adapter == s.adapter && b.seqs[j].first_row == s.first_row + M)
+      M += b.seqs[j++].n_tokens;
+    for (int mi = 0; s.adapter && mi < n_mod; mi++) {
+      const LoraPair& p = s.adapter->mods[size_t(layer * kNumModules + modules[mi])];
+      if (p.r == 0) continue;
+      const Task t{&p, s.first_row, M, y + y_off[mi], lora_.data() + (mi * b.T + s.first_row) * lora_stride_};
+      if (M <= kLoraSmallRows) small.push_back(t);
+      else lora_rows_forward(*t.p, t.r0, t.M, x, ldx, t.y, ldy, t.xa);
+    }
+    i = j;
   }
+  parallel_for(int64_t(small.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) {
+      const Task& t = small[size_t(i)];
+      lora_rows_forward(*t.p, t.r0, t.M, x, ldx, t.y, ldy, t.xa);
+    }
+  });
 }
 
 void Model::step(KvCache& kv, const Batch& b, float* out) {
@@ -424,7 +454,9 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
   grow(attn_, T * Nq);
   grow(gu_, T * 2 * F);
   grow(act_, T * F);
-  grow(lora_, T * std::max<int64_t>(max_r, 1));
+  lora_stride_ = std::max<int64_t>(max_r, 1);
+  grow(lora_, 3 * T * lora_stride_);  // up to 3 modules (q, k, v) at once
+  const bool any_lora = max_r > 0;
   grow(scratch_, int64_t(threads_get()) * paged_attention_scratch_floats(Hq / Hkv, Dh, max_ctx));
   if (int64_t(b.row_seq.size()) != T) throw std::invalid_argument("llama: batch row map not built");
 
@@ -454,9 +486,11 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     // --- attention block
     rmsnorm_fwd(T, D, x, L.attn_norm.data(), c.eps, xn, nullptr);
     linear_packed(T, xn, D, L.qkv, L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(), qkv, Nqkv);  // (T, Nqkv)
-    apply_lora(b, int(l), kQ, xn, D, qkv, Nqkv);
-    apply_lora(b, int(l), kK, xn, D, qkv + Nq, Nqkv);
-    apply_lora(b, int(l), kV, xn, D, qkv + Nq + Nkv, Nqkv);
+    if (any_lora) {
+      const int m[3] = {kQ, kK, kV};
+      const int64_t off[3] = {0, Nq, Nq + Nkv};
+      apply_lora(b, int(l), m, off, 3, xn, D, qkv, Nqkv);
+    }
     rope_fwd(T, Hq, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
     rope_fwd(T, Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv + Nq);
     // write K, V of the new tokens into their cache slots (rounded to bf16 for a bf16 cache)
@@ -469,18 +503,29 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     }
     paged_attention(kv, l, b, Hq, qkv, Nqkv, attn, scratch_.data(), max_ctx, c.sliding_window);  // attn (T, Nq)
     linear_packed(T, attn, Nq, L.o, nullptr, x, D, 1.0f);                      // x += attn·Woᵀ
-    apply_lora(b, int(l), kO, attn, Nq, x, D);
+    if (any_lora) {
+      const int m[1] = {kO};
+      const int64_t off[1] = {0};
+      apply_lora(b, int(l), m, off, 1, attn, Nq, x, D);
+    }
     // --- MLP block
     rmsnorm_fwd(T, D, x, L.mlp_norm.data(), c.eps, xn, nullptr);
     linear_packed(T, xn, D, L.gate_up, nullptr, gu, 2 * F);  // gu (T, 2F)
-    apply_lora(b, int(l), kGate, xn, D, gu, 2 * F);
-    apply_lora(b, int(l), kUp, xn, D, gu + F, 2 * F);
+    if (any_lora) {
+      const int m[2] = {kGate, kUp};
+      const int64_t off[2] = {0, F};
+      apply_lora(b, int(l), m, off, 2, xn, D, gu, 2 * F);
+    }
     const auto swiglu = ops_active().swiglu_fwd;  // act = silu(gate) · up, rows of gu = [gate | up]
     parallel_for(T, std::max<int64_t>(1, 4096 / F), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; t++) swiglu(F, gu + t * 2 * F, gu + t * 2 * F + F, act + t * F);
     });
     linear_packed(T, act, F, L.down, nullptr, x, D, 1.0f);  // x += act·Wdᵀ
-    apply_lora(b, int(l), kDown, act, F, x, D);
+    if (any_lora) {
+      const int m[1] = {kDown};
+      const int64_t off[1] = {0};
+      apply_lora(b, int(l), m, off, 1, act, F, x, D);
+    }
   }
 
   // --- output rows

@@ -40,7 +40,7 @@ struct LoraPair {
   int64_t r = 0;
   float scale = 0.0f;
   std::vector<float> A;  // (r, in)
-  std::vector<float> B;  // (out, r)
+  std::vector<float> Bt;  // (r, out): PEFT's lora_B (out, r) transposed, rows contiguous for the axpys
 };
 
 struct Adapter {
@@ -160,7 +160,9 @@ class Model {
   std::mutex mu_;
   // step workspace (grown, never shrunk: no per-token allocation in steady state)
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, lora_, rows_, scratch_;
-  void apply_lora(const Batch& b, int layer, int module, const float* x, int64_t ldx, float* y, int64_t ldy);
+  int64_t lora_stride_ = 1;  // floats per row of lora_ (the step's largest adapter rank)
+  void apply_lora(const Batch& b, int layer, const int* modules, const int64_t* y_off, int n_mod, const float* x,
+                  int64_t ldx, float* y, int64_t ldy);
 };
 
 // Paged attention for one layer of a step. q (T, Hq, Dh) with row stride ldq; out (T, Hq, Dh)

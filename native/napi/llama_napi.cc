@@ -245,7 +245,9 @@ Napi::Value LlamaAdapterLoad(const Napi::CallbackInfo& info) {
     p.r = r;
     p.scale = float(scale);
     p.A.assign(A.data, A.data + A.length);
-    p.B.assign(B.data, B.data + B.length);
+    p.Bt.resize(B.length);  // (out, r) -> (r, out)
+    for (int64_t n = 0; n < out; n++)
+      for (int64_t k = 0; k < r; k++) p.Bt[size_t(k * out + n)] = B.data[n * r + k];
     ad->max_r = std::max(ad->max_r, r);
   }
   h->adapters[id] = ad;

@@ -49,15 +49,16 @@ export function compatRoutes(): RouteDef[] {
       method: 'GET', path: '/v1/models', auth: 'key', errors: 'openai',
       query: { limit: { type: 'integer', min: 1 }, before_id: { type: 'string' }, after_id: { type: 'string' } },
       // synchronous while the catalog snapshot is fresh (server/router.ts answers it in uWS's call)
-      handler: ({ services, query }) => {
-        const body = services.compat.models(query as Parameters<typeof services.compat.models>[0]);
+      handler: ({ services, principal, query }) => {
+        const body = services.compat.models(principal!, query as Parameters<typeof services.compat.models>[1]);
         return body instanceof Promise ? body.then(jsonBody) : jsonBody(body);
       },
     },
     {
       // model ids contain '/', sent percent-encoded by the SDKs
       method: 'GET', path: '/v1/models/*', auth: 'key', errors: 'openai', name: '/v1/models/:id',
-      handler: (ctx) => ctx.services.compat.model(decodeURIComponent(ctx.url.slice('/v1/models/'.length))),
+      handler: (ctx) =>
+        ctx.services.compat.model(ctx.principal!, decodeURIComponent(ctx.url.slice('/v1/models/'.length))),
     },
   ];
 }

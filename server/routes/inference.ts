@@ -11,8 +11,8 @@ export function inferenceRoutes(): RouteDef[] {
     {
       method: 'GET', path: '/base-models', auth: 'any',
       query: { supports_inference: { type: 'boolean' }, task_type: { type: 'string', enum: ['encoder', 'decoder'] } },
-      async handler({ services, query }) {
-        const models = await services.catalog.list(query);
+      async handler({ services, principal, query }) {
+        const models = await services.catalog.listForTeam(principal!.team_id, query);
         return { models, count: models.length };
       },
     },

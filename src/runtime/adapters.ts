@@ -21,6 +21,8 @@ export interface AdapterInfo {
   alpha: number;
   scale: number;
   targetModules: string[];
+  /** resident bytes of its A and B matrices (kept as f32 natively) */
+  bytes: number;
 }
 
 const KEY = /(?:^|\.)layers\.(\d+)\.(?:self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.lora_([AB])(?:\.default)?\.weight$/;
@@ -84,7 +86,10 @@ export class AdapterRegistry {
     const id = this.nextId++;
     this.model.loadAdapter(id, a.modules); // validates shapes natively
     const old = this.byName.get(name);
-    const info: AdapterInfo = { name, id, dir, r: a.r, alpha: a.alpha, scale: a.scale, targetModules: a.targetModules };
+    const bytes = a.modules.reduce((n, m) => n + (m.A.length + m.B.length) * 4, 0);
+    const info: AdapterInfo = {
+      name, id, dir, r: a.r, alpha: a.alpha, scale: a.scale, targetModules: a.targetModules, bytes,
+    };
     this.byName.set(name, info);
     if (old) this.model.unloadAdapter(old.id);
     return info;

@@ -399,6 +399,8 @@ export class Scheduler {
       budget -= n;
     }
     if (!plan.length) return false;
+    // sequences with the same adapter next to each other: the graph applies each adapter once per run of rows
+    if (plan.some((p) => p.seq.adapter >= 0)) plan.sort((a, b) => a.seq.adapter - b.seq.adapter);
 
     // build the batch
     const T = plan.reduce((a, p) => a + p.n, 0);

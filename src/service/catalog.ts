@@ -1,7 +1,10 @@
 // The model catalog: models on disk (from the runtime) + a curated list of well-known checkpoints
 // that can be pulled on demand + entries from a catalog file (LOOM_CATALOG_FILE), which may add
 // models or override any field of a curated/local one (pricing, caching family, blocked regions...).
+// A team's own fine-tuned models (complete or deployed training jobs) are listed for that team only
+// (`listForTeam`): id = the job id, pricing, caching family, context and regions of the base they were trained on.
 import { readFileSync } from 'node:fs';
+import type { Store, TrainingJobRecord } from '../store/index.ts';
 import type { CachingFamily, Pricing } from './billing.ts';
 import type { LocalModel, ModelKind, ModelRuntime, ModelStatus } from './runtime.ts';
 import { NotFoundError } from './errors.ts';
@@ -31,8 +34,11 @@ export interface CatalogEntry {
   hf_repo: string | null;
   /** ISO 3166-1 alpha-2 regions where the model may not be served (451) */
   blocked_regions: string[];
-  source: 'local' | 'curated' | 'catalog_file';
+  source: 'local' | 'curated' | 'catalog_file' | 'fine_tuned';
   provider: string;
+  /** fine-tuned models: the catalog model they were trained from, and when the training finished (ISO 8601) */
+  base_model?: string;
+  created_at?: string;
 }
 
 export { ROUTER_MODEL_ID } from './router.ts';
@@ -73,7 +79,31 @@ export function supportsRl(e: Pick<CatalogEntry, 'task_type' | 'supports_trainin
 
 export interface CatalogFilter { supports_inference?: boolean; task_type?: ModelKind }
 
-export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string | null }) {
+const servable = (j: TrainingJobRecord) => j.status === 'complete' || j.status === 'deployed';
+
+/** A complete or deployed training job as its team's catalog entry (null: not servable). */
+export function fineTunedEntry(j: TrainingJobRecord, base: CatalogEntry | undefined): CatalogEntry | null {
+  if (!servable(j)) return null;
+  const baseId = (j.base as { catalog_id?: string } | undefined)?.catalog_id ?? j.base_model;
+  const algo = typeof j.training_algorithm === 'string' ? ` ${j.training_algorithm}` : '';
+  return {
+    id: j.id, name: j.model_name, task_type: j.task_type,
+    description: `${j.model_name}: fine-tuned from ${baseId} (${j.training_type}${algo})`,
+    supports_inference: true, supports_on_demand_inference: true, supports_training: true,
+    supports_rl: j.task_type === 'decoder' && (base?.supports_rl ?? true),
+    caching_family: base?.caching_family ?? (j.task_type === 'decoder' ? 'automatic_half' : 'none'),
+    pricing: base?.pricing ?? DEFAULT_PRICING[j.task_type], context_length: base?.context_length ?? null,
+    local: true, hf_repo: null, blocked_regions: base?.blocked_regions ?? [], source: 'fine_tuned', provider: 'team',
+    base_model: baseId, created_at: String(j.completed_at ?? j.updated_at),
+  };
+}
+
+function matches(e: CatalogEntry, filter: CatalogFilter): boolean {
+  return (filter.supports_inference === undefined || e.supports_inference === filter.supports_inference) &&
+    (filter.task_type === undefined || e.task_type === filter.task_type);
+}
+
+export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string | null; store?: Store }) {
   let fileEntries: Partial<CatalogEntry>[] = [];
   if (opts.catalogFile) {
     const parsed = JSON.parse(readFileSync(opts.catalogFile, 'utf8'));
@@ -138,9 +168,24 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
     async list(filter: CatalogFilter = {}): Promise<CatalogEntry[]> {
       if (Date.now() - refreshedAt > 1000) await refresh();
       if (filter.supports_inference === undefined && filter.task_type === undefined) return listed ??= [...entries.values()];
-      return [...entries.values()].filter((e) =>
-        (filter.supports_inference === undefined || e.supports_inference === filter.supports_inference) &&
-        (filter.task_type === undefined || e.task_type === filter.task_type));
+      return [...entries.values()].filter((e) => matches(e, filter));
+    },
+    /** The team's fine-tuned models (complete or deployed jobs, oldest first); [] without a store. */
+    fineTuned(teamId: string, filter: CatalogFilter = {}): CatalogEntry[] {
+      const jobs = opts.store?.trainingJobs.listByTeam(teamId) ?? [];
+      const out: CatalogEntry[] = [];
+      for (const j of jobs) {
+        const baseId = (j.base as { catalog_id?: string } | undefined)?.catalog_id ?? j.base_model;
+        const e = fineTunedEntry(j, entries.get(baseId));
+        if (e && matches(e, filter)) out.push(e);
+      }
+      return out.sort((a, b) => a.created_at!.localeCompare(b.created_at!));
+    },
+    /** GET /base-models: the catalog, then the caller's team's fine-tuned models (never another team's). */
+    async listForTeam(teamId: string, filter: CatalogFilter = {}): Promise<CatalogEntry[]> {
+      const all = await this.list(filter);
+      const own = this.fineTuned(teamId, filter);
+      return own.length ? [...all, ...own] : all;
     },
     /** the unfiltered listing of list() while it is fresh (scanned under a second ago), else null */
     fresh(): CatalogEntry[] | null {

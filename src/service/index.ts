@@ -42,7 +42,7 @@ export async function createServices(opts: ServicesOptions) {
   const metrics = createMetrics({ defaultMetrics: true, queueDepth: () => runtime.stats().queue_depth });
   const billing = createBillingService(store, config);
   const auth = createAuthService(store, config, billing);
-  const catalog = createCatalog({ runtime, catalogFile: config.catalogFile });
+  const catalog = createCatalog({ runtime, catalogFile: config.catalogFile, store });
   const inference = createInferenceService({ store, config, billing, catalog, runtime, metrics, log });
   // `service/auto`: the documented router policy (src/service/router.ts, LOOM_ROUTER_POLICY), set
   // here once for every endpoint that routes (/inference, /gliner-2/*, /v1/*)

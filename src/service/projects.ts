@@ -81,13 +81,21 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
 
     /** removes the project, its deployment history and its inference endpoint at once */
     async remove(p: Principal, id: string): Promise<void> {
-      own(p, id);
+      const pr = own(p, id);
+      const jobOf = (depId: string | null | undefined) =>
+        (depId ? store.deployments.get(depId)?.training_job_id : undefined);
+      const deployed = jobOf(pr.active_deployment_id);
       await store.tx(() => {
         store.deployments.removeByProject(id);
         // its adaptive runs go with it (a retraining job already created stays, an ordinary job)
         for (const r of store.adaptiveRuns.listByProject(id)) store.adaptiveRuns.remove(r.id);
         store.projects.remove(id);
       });
+      // its model leaves memory unless another project serves it (a later call by job id loads it again)
+      const job = deployed ? store.trainingJobs.get(deployed) : undefined;
+      const elsewhere = store.projects.listByTeam(p.team_id)
+        .some((o) => jobOf(o.active_deployment_id) === deployed);
+      if (job && !elsewhere) runtime.unload?.(refOf(job));
     },
 
     async deploy(p: Principal, projectId: string, trainingJobId: string) {

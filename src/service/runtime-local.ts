@@ -6,19 +6,44 @@
 // answers 503 for a minute. The native modules are imported lazily, so a build without them still
 // serves everything else and answers with the error here.
 //
+// Many adapters, one base (as LoRAX and vLLM serve them): loaded models are keyed by their base's folder, so
+// every decoder LoRA job over one base runs on ONE loaded base, in the same batches (the decoder applies LoRA per
+// sequence). A job's adapter is loaded into its base on first use, under the job id, and unloaded on its own:
+// least recently used first once the adapters' bytes pass `adapterMemory` (LOOM_ADAPTER_MEMORY, default 1GiB), never
+// while a generation holds it (a reference count per adapter; a base with generations running is not evicted
+// either), and when its job is deleted (`unload`). `stats().memory` reports each base's weight and KV bytes and
+// the adapters loaded into it.
+//
 // GGUF files are models too: a `*.gguf` file in the models folder is listed as its file name without
 // `.gguf`, a folder (or a cached Hugging Face snapshot) without config.json that holds exactly one `*.gguf`
 // file as the folder's id; the decoder config comes from the file's metadata (src/formats/gguf.ts, imported
 // lazily as it needs the native addon) and `dir` is the file itself, which loadDecoder opens.
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import type { EncoderModel } from '../models/encoder/index.ts';
 import type { DecoderModel } from '../runtime/generate.ts';
 import { cachedSnapshot, pullModel } from '../runtime/hub.ts';
 import { type DecoderConfig, parseDecoderConfig } from '../formats/hf-config.ts';
+import { parseMemorySize } from '../runtime/memory-size.ts';
 import type { EmbedOutput, EncoderSchema, ExtractOptions, ExtractOutput, GenerateEvent, GenerateParams, LocalModel, ModelKind, ModelRef, ModelRuntime, ModelStatus } from './runtime.ts';
 
-interface Loaded { kind: ModelKind; enc?: EncoderModel; dec?: DecoderModel; adapter?: string; lastUsed: number }
+/** An adapter loaded into a base under its job id; `refs` generations use it now (never evicted while > 0). */
+interface LoadedAdapter { id: string; bytes: number; refs: number; lastUsed: number; drop: boolean }
+
+/**
+ * A loaded model (a base, or a job's full weights) and the adapters loaded into it; `users` calls run on it now.
+ * `drop`: unload once the last user is done (its job was deleted while it ran).
+ */
+interface Loaded {
+  id: string; kind: ModelKind; enc?: EncoderModel; dec?: DecoderModel; lastUsed: number; users: number;
+  adapters: Map<string, LoadedAdapter>; drop?: boolean;
+}
+
+/** One call's hold on a loaded model (and on the adapter it runs with): `release` once the call is done. */
+interface Lease { l: Loaded; adapter?: string; release(): void }
+
+/** The adapter budget when neither the option nor LOOM_ADAPTER_MEMORY sets one. */
+export const DEFAULT_ADAPTER_MEMORY = '1GiB';
 
 type DetectedKind = { kind: ModelKind; architecture: string; context_length?: number };
 
@@ -112,18 +137,24 @@ export interface LocalRuntimeOptions {
   retryAfterS?: number;
   /** bf16 weights for encoders (half the memory traffic) */
   encoderDtype?: 'f32' | 'bf16';
+  /** bytes of LoRA adapters kept loaded over all bases ("512MiB", "2GiB", bytes); default LOOM_ADAPTER_MEMORY, else
+   *  1GiB. Adapters in use stay loaded past it. */
+  adapterMemory?: string | number;
 }
 
 export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
   const maxLoaded = Math.max(1, opts.maxLoaded ?? 4);
   const retryAfter = opts.retryAfterS ?? 5;
+  const adapterBudget = parseMemorySize(
+    opts.adapterMemory ?? (process.env.LOOM_ADAPTER_MEMORY || DEFAULT_ADAPTER_MEMORY));
+  /** loaded models by base key (the canonical folder of the weights) */
   const loaded = new Map<string, Loaded>();
-  const loading = new Map<string, Promise<Loaded>>();
+  /** loads under way by base key, with the id they load */
+  const loading = new Map<string, { id: string; p: Promise<Loaded> }>();
   const pulls = new Map<string, { state: 'pulling' | 'failed'; error?: string; at: number; progress?: number }>();
   let local: LocalModel[] = [];
   let scannedAt = 0;
   let inflight = 0;
-
   function scan(): LocalModel[] {
     if (Date.now() - scannedAt < 1000) return local;
     const out: LocalModel[] = [];
@@ -165,51 +196,126 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     return undefined;
   }
 
-  function evict(): void {
+  const isAdapter = (ref: ModelRef) => ref.weights === 'adapter' && !!ref.base_model;
+  const canonical = (dir: string) => { try { return realpathSync(dir); } catch { return dir; } };
+  /** The model a ref runs on: its base for an adapter, else itself; `key` names it in `loaded`. */
+  function baseOf(ref: ModelRef): { key: string; id: string; dir: string | undefined } {
+    const id = isAdapter(ref) ? ref.base_model! : ref.id;
+    const dir = isAdapter(ref) ? ref.base_dir ?? dirOf(id) : ref.dir ?? dirOf(id);
+    return { key: dir ? canonical(dir) : `id:${id}`, id, dir };
+  }
+
+  function dispose(key: string, l: Loaded): void {
+    loaded.delete(key);
+    const m = (l.enc ?? l.dec) as unknown as { dispose?: () => void; close?: () => void };
+    m?.dispose?.() ?? m?.close?.();
+  }
+
+  /** Least recently used models go past `maxLoaded`, never one a call is running on. */
+  function evictModels(): void {
     while (loaded.size > maxLoaded) {
       let oldest: [string, Loaded] | null = null;
-      for (const e of loaded) if (!oldest || e[1].lastUsed < oldest[1].lastUsed) oldest = e;
+      for (const e of loaded) if (e[1].users === 0 && (!oldest || e[1].lastUsed < oldest[1].lastUsed)) oldest = e;
       if (!oldest) return;
-      loaded.delete(oldest[0]);
-      const m = (oldest[1].enc ?? oldest[1].dec) as unknown as { dispose?: () => void; close?: () => void };
-      m?.dispose?.() ?? m?.close?.();
+      dispose(oldest[0], oldest[1]);
     }
   }
 
-  async function load(ref: ModelRef): Promise<Loaded> {
+  function unloadAdapter(l: Loaded, a: LoadedAdapter): void {
+    l.adapters.delete(a.id);
+    l.dec?.unloadAdapter(a.id);
+  }
+
+  /** Least recently used adapters (over all bases) go while their bytes pass the budget, never one in use. */
+  function evictAdapters(): void {
+    for (;;) {
+      let total = 0;
+      let oldest: [Loaded, LoadedAdapter] | null = null;
+      for (const l of loaded.values()) {
+        for (const a of l.adapters.values()) {
+          total += a.bytes;
+          if (a.refs === 0 && (!oldest || a.lastUsed < oldest[1].lastUsed)) oldest = [l, a];
+        }
+      }
+      if (total <= adapterBudget || !oldest) return;
+      unloadAdapter(oldest[0], oldest[1]);
+    }
+  }
+
+  async function loadModel(ref: ModelRef): Promise<Loaded> {
     await ggufReaderReady;
-    const k = keyOf(ref);
-    const hit = loaded.get(k);
+    const b = baseOf(ref);
+    const hit = loaded.get(b.key);
     if (hit) { hit.lastUsed = Date.now(); return hit; }
-    let p = loading.get(k);
+    let p = loading.get(b.key)?.p;
     if (!p) {
       p = (async (): Promise<Loaded> => {
-        let dir = ref.dir;
-        let adapterDir: string | undefined;
-        if (ref.weights === 'adapter' && ref.base_model) {
-          adapterDir = ref.dir;
-          dir = ref.base_dir ?? dirOf(ref.base_model);
-          if (!dir) throw new Error(`base model ${ref.base_model} of ${ref.id} is not on disk`);
+        if (!b.dir) {
+          throw new Error(isAdapter(ref) ? `base model ${b.id} of ${ref.id} is not on disk`
+            : `model ${ref.id} is not on disk`);
         }
-        dir ??= dirOf(ref.id);
-        if (!dir) throw new Error(`model ${ref.id} is not on disk`);
+        const base = { id: b.id, lastUsed: Date.now(), users: 0, adapters: new Map<string, LoadedAdapter>() };
         let l: Loaded;
         if (ref.kind === 'encoder') {
           const { loadEncoder } = await import('../models/encoder/index.ts');
-          l = { kind: 'encoder', enc: await loadEncoder(dir, { dtype: opts.encoderDtype }), lastUsed: Date.now() };
+          l = { ...base, kind: 'encoder', enc: await loadEncoder(b.dir, { dtype: opts.encoderDtype }) };
         } else {
           const { loadDecoder } = await import('../runtime/generate.ts');
-          const dec = await loadDecoder(dir, { id: ref.id });
-          if (adapterDir) dec.loadAdapter(ref.id, adapterDir);
-          l = { kind: 'decoder', dec, adapter: adapterDir ? ref.id : undefined, lastUsed: Date.now() };
+          l = { ...base, kind: 'decoder', dec: await loadDecoder(b.dir, { id: b.id }) };
         }
-        loaded.set(k, l);
-        evict();
+        loaded.set(b.key, l);
+        evictModels();
         return l;
-      })().finally(() => loading.delete(k));
-      loading.set(k, p);
+      })().finally(() => loading.delete(b.key));
+      loading.set(b.key, { id: b.id, p });
     }
     return p;
+  }
+
+  /**
+   * The model `ref` runs on, held for one call: with `withAdapter`, an adapter ref's adapter is loaded into its
+   * base (first use) and held too. Release the lease when the call is done.
+   */
+  async function acquire(ref: ModelRef, withAdapter: boolean): Promise<Lease> {
+    const l = await loadModel(ref);
+    l.users++;
+    l.lastUsed = Date.now();
+    let a: LoadedAdapter | undefined;
+    if (withAdapter && isAdapter(ref)) {
+      try {
+        if (!l.dec) throw new Error(`${ref.id}: an adapter needs a decoder base`);
+        a = l.adapters.get(ref.id);
+        if (!a) {
+          const info = l.dec.loadAdapter(ref.id, ref.dir ?? '');
+          a = { id: ref.id, bytes: info.bytes, refs: 0, lastUsed: 0, drop: false };
+          l.adapters.set(ref.id, a);
+        }
+        a.refs++;
+        a.lastUsed = Date.now();
+        evictAdapters();
+      } catch (e) {
+        l.users--;
+        throw e;
+      }
+    }
+    let released = false;
+    return {
+      l, adapter: a?.id,
+      release() {
+        if (released) return;
+        released = true;
+        l.users--;
+        if (a) {
+          a.refs--;
+          if (a.drop && a.refs === 0 && l.adapters.get(a.id) === a) unloadAdapter(l, a);
+        }
+        if (l.drop && l.users === 0) {
+          for (const [k, v] of loaded) if (v === l) dispose(k, l);
+        }
+        evictAdapters();
+        evictModels();
+      },
+    };
   }
 
   async function pull(ref: ModelRef): Promise<void> {
@@ -220,7 +326,7 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     try {
       const snap = await pullModel(ref.id, { onProgress: (p) => { const s = pulls.get(k); if (s && p.total) s.progress = p.bytes / p.total; } });
       snapshots.set(ref.id, snap);
-      await load(ref);
+      await loadModel(ref);
       pulls.delete(k);
     } catch (e) {
       pulls.set(k, { state: 'failed', error: (e as Error).message, at: Date.now() });
@@ -228,9 +334,17 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     }
   }
 
+  /** Runs `fn` on the model `ref` runs on (its base for an adapter: tokens and embeddings are the base's). */
   async function use<T>(ref: ModelRef, fn: (l: Loaded) => Promise<T>): Promise<T> {
     inflight++;
-    try { return await fn(await load(ref)); } finally { inflight--; }
+    let lease: Lease | undefined;
+    try {
+      lease = await acquire(ref, false);
+      return await fn(lease.l);
+    } finally {
+      lease?.release();
+      inflight--;
+    }
   }
 
   return {
@@ -246,19 +360,35 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
 
     status(ref: ModelRef): ModelStatus {
       const k = keyOf(ref);
-      if (loaded.has(k)) return { state: 'ready' };
+      if (ref.dir && !existsSync(ref.dir)) return { state: 'not_found' };
+      // an adapter whose base is loaded loads inside the request
+      if (loaded.has(baseOf(ref).key)) return { state: 'ready' };
       const p = pulls.get(k);
       if (p?.state === 'pulling') return { state: 'warming', retry_after_s: retryAfter, progress: p.progress };
       if (p?.state === 'failed' && Date.now() - p.at < 60_000) return { state: 'unavailable', reason: `pull of ${ref.id} failed: ${p.error}` };
-      if (ref.dir) return existsSync(ref.dir) ? { state: 'ready' } : { state: 'not_found' };
+      if (ref.dir) return { state: 'ready' };
       // on disk: loads inside the request (concurrent callers share the load)
       if (dirOf(ref.id)) return { state: 'ready' };
       return { state: 'pullable' };
     },
 
     async warm(ref: ModelRef): Promise<void> {
-      if (ref.dir || dirOf(ref.id)) { await load(ref); return; }
+      if (ref.dir || dirOf(ref.id)) { (await acquire(ref, true)).release(); return; }
       await pull(ref);
+    },
+
+    unload(ref: ModelRef): void {
+      for (const [key, l] of loaded) {
+        const a = l.adapters.get(ref.id);
+        if (a) {
+          if (a.refs === 0) unloadAdapter(l, a);
+          else a.drop = true;
+        }
+        if (!isAdapter(ref) && ref.dir && key === canonical(ref.dir)) {
+          if (l.users === 0) dispose(key, l);
+          else l.drop = true;
+        }
+      }
     },
 
     extract(ref: ModelRef, texts: string[], schema: EncoderSchema, o: ExtractOptions): Promise<ExtractOutput> {
@@ -272,11 +402,15 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
 
     async *generate(ref: ModelRef, p: GenerateParams): AsyncIterable<GenerateEvent> {
       inflight++;
+      let lease: Lease | undefined;
       try {
-        const l = await load(ref);
+        lease = await acquire(ref, true);
+        const l = lease.l;
         if (!l.dec) throw new Error(`${ref.id} is not a decoder`);
         const { messages, prompt, signal, ...rest } = p;
-        const stream = l.dec.generate({ ...(rest as object), messages: messages as never, prompt, signal, adapter: l.adapter });
+        const stream = l.dec.generate({
+          ...(rest as object), messages: messages as never, prompt, signal, adapter: lease.adapter,
+        });
         try {
           for await (const ev of stream) {
             if (ev.type === 'delta') {
@@ -296,7 +430,10 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
           }
           throw e;
         }
-      } finally { inflight--; }
+      } finally {
+        lease?.release();
+        inflight--;
+      }
     },
 
     countTokens(ref: ModelRef, p: GenerateParams): Promise<number> {
@@ -307,9 +444,8 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
       });
     },
 
-    async templateSupportsTools(ref: ModelRef): Promise<boolean> {
-      const l = await load(ref);
-      return !!l.dec && chatTemplateUsesTools(l.dec.tokenizer.chatTemplate);
+    templateSupportsTools(ref: ModelRef): Promise<boolean> {
+      return use(ref, async (l) => !!l.dec && chatTemplateUsesTools(l.dec.tokenizer.chatTemplate));
     },
 
     embed(ref: ModelRef, texts: string[], o?: { dimensions?: number }): Promise<EmbedOutput> {
@@ -325,11 +461,17 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     },
 
     stats() {
-      const memory = [...loaded].map(([id, l]) => ({
-        id, weight_bytes: l.dec?.info.weightBytes ?? 0, kv_bytes: l.dec?.info.kvCacheBytes ?? 0,
-      }));
+      const memory = [...loaded.values()].map((l) => {
+        const adapters = [...l.adapters.values()].map((a) => ({ id: a.id, bytes: a.bytes, in_use: a.refs }));
+        return {
+          id: l.id, weight_bytes: l.dec?.info.weightBytes ?? 0, kv_bytes: l.dec?.info.kvCacheBytes ?? 0,
+          adapter_bytes: adapters.reduce((n, a) => n + a.bytes, 0), adapters,
+          ...(l.dec ? { steps: l.dec.scheduler.stats().steps } : {}),
+        };
+      });
       const pulling = [...pulls].filter(([, s]) => s.state === 'pulling').map(([k]) => k);
-      return { loaded: [...loaded.keys()], memory, warming: [...loading.keys(), ...pulling], queue_depth: inflight };
+      const warming = [...[...loading.values()].map((x) => x.id), ...pulling];
+      return { loaded: [...loaded.values()].map((l) => l.id), memory, warming, queue_depth: inflight };
     },
 
     async close() {

@@ -40,7 +40,16 @@ export type ModelStatus =
   /** the runtime or the model source is down (503) */
   | { state: 'unavailable'; reason: string };
 
-export interface ModelMemory { id: string; weight_bytes: number; kv_bytes: number }
+export interface ModelMemory {
+  id: string;
+  weight_bytes: number;
+  kv_bytes: number;
+  /** decoder bases: the LoRA adapters (job ids) loaded into it, their bytes, and how many calls hold each now */
+  adapter_bytes?: number;
+  adapters?: { id: string; bytes: number; in_use: number }[];
+  /** decoders: batched forward steps run so far (sequences running together share each step) */
+  steps?: number;
+}
 
 export interface LocalModel {
   id: string;
@@ -140,11 +149,16 @@ export interface ModelRuntime {
    * applied, or the raw `prompt`; encoder: `prompt` as one text). Absent: counting is unavailable.
    */
   countTokens?(ref: ModelRef, params: GenerateParams): Promise<number>;
+  /**
+   * Forget a trained model whose job was deleted or undeployed: its adapter (or full weights) is unloaded now, or
+   * once the calls running on it are done. A later call loads it again. Absent: nothing is kept per job.
+   */
+  unload?(ref: ModelRef): void;
   /** mean-pooled embeddings */
   embed(ref: ModelRef, texts: string[], opts?: { dimensions?: number }): Promise<EmbedOutput>;
   /** queue depth and loaded models, for /metrics and /health */
-  /** `memory`: per loaded decoder, its resident weight bytes (as kept: block-quantized GGUF weights count their blocks)
-   * and its KV cache bytes (0 for encoders). */
+  /** `memory`: per loaded model (a base: LoRA jobs run on their base), its resident weight bytes (as kept:
+   * block-quantized GGUF weights count their blocks), its KV cache bytes (0 for encoders) and its adapters. */
   stats(): { loaded: string[]; warming: string[]; queue_depth: number; memory?: ModelMemory[] };
   close(): Promise<void>;
 }

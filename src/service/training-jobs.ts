@@ -21,7 +21,7 @@ import type { Logger } from './index.ts';
 import { writeTarGz } from './jobs/archive.ts';
 import type { JobPool } from './jobs/pool.ts';
 import type { TrainTaskResult } from './jobs/train-task.ts';
-import type { ModelRef, ModelRuntime } from './runtime.ts';
+import { jobModelRef, type ModelRef, type ModelRuntime } from './runtime.ts';
 import type { SignedUrls } from './signed-urls.ts';
 import { adapterConflict } from '../training/adapter-shape.ts';
 import { checkDatasetShape, checkJudge, checkRlBase, rlConfigOrThrow, type RewardJudge } from './training/rl-jobs.ts';
@@ -594,6 +594,7 @@ export function createTrainingJobsService(deps: {
       if (active) throw new ConflictError(`Training job ${id} is deployed to project ${active.name}; deploy another model there or delete the project first`);
       running.get(id)?.stop();
       await store.tx(() => { store.trainingArtifacts.removeJob(id); store.trainingJobs.remove(id); });
+      runtime.unload?.(jobModelRef(j)); // its adapter (or weights) leaves memory with the job
       if (!running.has(id)) rmSync(jobDir(id), { recursive: true, force: true });
       return { success: true, message: `Training job ${id} and its checkpoints, logs and weights were deleted` };
     },

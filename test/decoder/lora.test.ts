@@ -24,6 +24,28 @@ t.test('adapter logits match PEFT; base logits unchanged; mixed batch', async (t
   t.same(Array.from(again), Array.from(withA), 'second sequence with the adapter agrees');
 });
 
+t.test('sequences sharing an adapter side by side (a decode-sized and a prefill-sized run) match PEFT', async (t) => {
+  const info = model.loadAdapter('tuned', join(dir, cases.adapter.dir));
+  const V = model.config.vocabSize;
+  const wantA = expected.float32(cases.expected.logits_key);
+  const want0 = expected.float32(cases.expected.logits_without_adapter_key);
+  // causal: a prefix's logits are the golden's first rows
+  const check = (got: Float32Array[], seqs: number[][], adapters: number[], what: string) => {
+    seqs.forEach((s, i) => {
+      const ref = (adapters[i] >= 0 ? wantA : want0).subarray(0, s.length * V);
+      const d = maxAbs(got[i], ref);
+      const kind = adapters[i] >= 0 ? 'adapter' : 'base';
+      t.ok(d <= 1e-4, `${what}, sequence ${i} (${kind}): max abs ${d.toExponential(2)}`);
+    });
+  };
+  const small = [ids.slice(0, 4), ids.slice(0, 4), ids.slice(0, 4), ids.slice(0, 6)];
+  const smallA = [info.id, info.id, info.id, -1];
+  check(await forwardAll(model.native, model.config, small, smallA), small, smallA, 'a 12-row run');
+  const large = [ids.slice(0, 5), ids, ids.slice(0, 7), ids];
+  const largeA = [-1, info.id, info.id, info.id];
+  check(await forwardAll(model.native, model.config, large, largeA), large, largeA, 'a 29-row run');
+});
+
 t.test('two adapters and the base in concurrent generate() calls', async (t) => {
   model.loadAdapter('tuned', join(dir, cases.adapter.dir));
   model.loadAdapter('tuned2', join(dir, cases.adapter.dir));

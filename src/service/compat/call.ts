@@ -443,18 +443,26 @@ export function createCompatService(deps: CompatDeps) {
    * catalog's snapshot is fresh (the request is then answered within the server's handler call);
    * a promise when the catalog must rescan its folders first (at most once a second).
    */
-  function models(q: ModelsPage): Buffer | string | Promise<Buffer | string> {
+  function models(p: Principal, q: ModelsPage): Buffer | string | Promise<Buffer | string> {
     if (q.before_id !== undefined && q.after_id !== undefined) {
       const msg = "Use at most one of 'before_id' and 'after_id'.";
       throw new CompatError(422, msg, { param: 'before_id', code: 'invalid_value' });
     }
+    // the caller's team's fine-tuned models follow the catalog (the shared listing stays cached when it has none)
+    const own = catalog.fineTuned(p.team_id).map((e) => ({ ...e, display_name: e.name, owned_by: e.provider }));
+    const limit = q.limit === undefined ? undefined : Math.min(q.limit, MAX_MODELS_LIMIT);
+    const body = (all: CatalogModelLike[]) => (own.length
+      ? JSON.stringify(listModels([...all, ...own], { ...q, limit }))
+      : modelsBody(all, q));
     const fresh = catalog.fresh();
-    if (fresh !== null) return modelsBody(modelsOf(fresh), q);
-    return catalogModels().then((all) => modelsBody(all, q));
+    if (fresh !== null) return body(modelsOf(fresh));
+    return catalogModels().then(body);
   }
 
-  /** GET /v1/models/:id */
-  async function model(id: string) {
+  /** GET /v1/models/:id (the catalog's, or one of the caller's team's fine-tuned models) */
+  async function model(p: Principal, id: string) {
+    const own = catalog.fineTuned(p.team_id).find((e) => e.id === id);
+    if (own) return modelEntry({ ...own, display_name: own.name, owned_by: own.provider });
     const m = (await catalogModels()).find((e) => e.id === id);
     if (!m) {
       throw new CompatError(404, `The model '${id}' does not exist.`, { param: 'model', code: 'model_not_found' });
