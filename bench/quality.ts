@@ -41,8 +41,14 @@ export async function run(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
     options: {
-      quick: { type: 'boolean' }, json: { type: 'boolean' }, tasks: { type: 'string' }, preset: { type: 'string', default: 'small' },
-      minutes: { type: 'string' }, threads: { type: 'string', default: '2' }, 'dev-limit': { type: 'string' }, keep: { type: 'boolean' },
+      quick: { type: 'boolean' },
+      json: { type: 'boolean' },
+      tasks: { type: 'string' },
+      preset: { type: 'string', default: 'small' },
+      minutes: { type: 'string' },
+      threads: { type: 'string', default: '2' },
+      'dev-limit': { type: 'string' },
+      keep: { type: 'boolean' },
     },
   });
   const preset = ENCODER_PRESETS[values.preset!];
@@ -63,28 +69,62 @@ export async function run(argv: string[]): Promise<void> {
     const devRecs: DataRecord[] = shuffled(parseJsonl(readFileSync(dev, 'utf8')), new InitRng(17)).slice(0, devLimit);
     const work = mkdtempSync(join(tmpdir(), `loom-quality-${name}-`));
     const t0 = Date.now();
-    initEncoder(join(work, 'base'), { ...preset }, records.map((r) => ('text' in r ? String(r.text) : '')), { seed: 42 });
-    const res = await trainEncoder({
-      base_model: join(work, 'base'), output_dir: join(work, 'run'), train_data: records, training_type: 'full',
-      nr_epochs: 100, batch_size: 8, ...rates, ...FRESH_RECIPE, max_minutes: minutes, seed: 42, threads: Number(values.threads),
-      validation_data_percentage: 2, metric_samples: 300,
-    }, { onLog: (e) => values.json || console.error(`  [${name}] ${e.message}`) });
+    initEncoder(
+      join(work, 'base'),
+      { ...preset },
+      records.map((r) => ('text' in r ? String(r.text) : '')),
+      { seed: 42 },
+    );
+    const res = await trainEncoder(
+      {
+        base_model: join(work, 'base'),
+        output_dir: join(work, 'run'),
+        train_data: records,
+        training_type: 'full',
+        nr_epochs: 100,
+        batch_size: 8,
+        ...rates,
+        ...FRESH_RECIPE,
+        max_minutes: minutes,
+        seed: 42,
+        threads: Number(values.threads),
+        validation_data_percentage: 2,
+        metric_samples: 300,
+      },
+      { onLog: (e) => values.json || console.error(`  [${name}] ${e.message}`) },
+    );
     const trained = (Date.now() - t0) / 1000;
     const dir = res.best_checkpoint ?? res.final_checkpoint;
-    const score = task.metric === 'f1' ? (await evaluateNer(dir, devRecs)).f1 : (await evaluateClassification(dir, devRecs)).accuracy;
+    const score =
+      task.metric === 'f1'
+        ? (await evaluateNer(dir, devRecs)).f1
+        : (await evaluateClassification(dir, devRecs)).accuracy;
     const row = {
-      task: name, budget_min: minutes, metric: task.metric, loom: score, spacy: task.spacy, target: task.target, steps: res.steps,
-      stopped: res.stopped, train_s: trained, dev_records: devRecs.length, preset: values.preset, threads: Number(values.threads),
+      task: name,
+      budget_min: minutes,
+      metric: task.metric,
+      loom: score,
+      spacy: task.spacy,
+      target: task.target,
+      steps: res.steps,
+      stopped: res.stopped,
+      train_s: trained,
+      dev_records: devRecs.length,
+      preset: values.preset,
+      threads: Number(values.threads),
     };
     rows.push(row);
     if (values.json) console.log(JSON.stringify(row));
     if (!values.keep) rmSync(work, { recursive: true, force: true });
   }
   if (values.json) return;
-  console.log(`\nfresh ${values.preset} encoder, ${values.threads} thread(s)${values.quick ? ', --quick (2-minute budgets, 300 dev records)' : ''}`);
+  const quick = values.quick ? ', --quick (2-minute budgets, 300 dev records)' : '';
+  console.log(`\nfresh ${values.preset} encoder, ${values.threads} thread(s)${quick}`);
   console.log('| task | budget | metric | Loom | spaCy | target | steps | stopped |');
   console.log('|---|---|---|---|---|---|---|---|');
   const f = (x: unknown) => (typeof x === 'number' ? x.toFixed(3) : '-');
-  for (const r of rows)
-    console.log(`| ${r.task} | ${r.budget_min} min | ${r.metric} | ${f(r.loom)} | ${f(r.spacy)} | ${f(r.target)} | ${r.steps} | ${r.stopped} |`);
+  for (const r of rows) {
+    const scores = `${f(r.loom)} | ${f(r.spacy)} | ${f(r.target)}`;
+    console.log(`| ${r.task} | ${r.budget_min} min | ${r.metric} | ${scores} | ${r.steps} | ${r.stopped} |`);
+  }
 }

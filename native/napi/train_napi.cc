@@ -181,7 +181,9 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   in->grad_scale = float(get_num(b, "gradScale", 1.0));
   in->hidden_dropout = float(get_num(b, "hiddenDropout", 0.0));
   in->attention_dropout = float(get_num(b, "attentionDropout", 0.0));
-  if (!(in->hidden_dropout >= 0 && in->hidden_dropout < 1) || !(in->attention_dropout >= 0 && in->attention_dropout < 1))
+  const bool ok_h = in->hidden_dropout >= 0 && in->hidden_dropout < 1;
+  const bool ok_a = in->attention_dropout >= 0 && in->attention_dropout < 1;
+  if (!ok_h || !ok_a)
     throw_range(env, "hiddenDropout and attentionDropout must be in [0, 1)");
   in->seed = uint64_t(get_num(b, "seed", 0));
   in->ids = ids->data();

@@ -18,8 +18,11 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--selection task|loss] [--metric-samples N] [--warmup-ratio R] [--max-words N] [--eval-steps N]`;
 
 export async function main(argv: string[]): Promise<number> {
-  const names = ['dataset', 'base-model', 'out', 'type', 'epochs', 'lr', 'encoder-lr', 'batch-size', 'grad-accum', 'seed', 'val-pct', 'patience', 'scheduler', 'max-steps', 'max-minutes', 'lora-r', 'lora-alpha', 'lora-dropout', 'targets', 'eval', 'threads', 'eval-steps', 'max-words',
-    'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'selection', 'metric-samples', 'warmup-ratio'];
+  const names = ['dataset', 'base-model', 'out', 'type', 'epochs', 'lr', 'encoder-lr', 'batch-size', 'grad-accum',
+    'seed', 'val-pct', 'patience', 'scheduler', 'max-steps', 'max-minutes', 'lora-r', 'lora-alpha', 'lora-dropout',
+    'targets', 'eval', 'threads', 'eval-steps', 'max-words',
+    'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'selection', 'metric-samples',
+    'warmup-ratio'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   const v = parseArgs({ args: argv, options }).values as Record<string, string | boolean | undefined>;
@@ -57,22 +60,26 @@ export async function main(argv: string[]): Promise<number> {
     threads: num('threads'), eval_steps: num('eval-steps'), warmup_ratio: num('warmup-ratio'),
   };
   const encoderOnly = {
-    encoder_learning_rate: num('encoder-lr'), max_words: num('max-words'), max_minutes: maxMin, hidden_dropout: num('hidden-dropout'),
-    attention_dropout: num('attention-dropout'), word_dropout: num('word-dropout'), negative_labels: num('negative-labels'),
+    encoder_learning_rate: num('encoder-lr'), max_words: num('max-words'), max_minutes: maxMin,
+    hidden_dropout: num('hidden-dropout'), attention_dropout: num('attention-dropout'),
+    word_dropout: num('word-dropout'), negative_labels: num('negative-labels'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),
   };
   const res = isDecoder ? await trainDecoder(common, hooks) : await trainEncoder({ ...common, ...encoderOnly }, hooks);
   if (timer) clearTimeout(timer);
   if (started) bar.stop();
   const metric = res.best_val_metric != null ? `, best val_metric ${res.best_val_metric.toFixed(4)}` : '';
-  console.log(`${res.stopped}: ${res.steps} steps, train_loss ${res.train_loss.toFixed(4)}, val_loss ${res.val_loss?.toFixed(4) ?? '-'}${metric}, ${res.tokens_per_s.toFixed(0)} tokens/s, ${res.duration_s.toFixed(0)} s`);
+  console.log(`${res.stopped}: ${res.steps} steps, train_loss ${res.train_loss.toFixed(4)}, `
+    + `val_loss ${res.val_loss?.toFixed(4) ?? '-'}${metric}, ${res.tokens_per_s.toFixed(0)} tokens/s, `
+    + `${res.duration_s.toFixed(0)} s`);
   console.log(`final: ${res.final_checkpoint}${res.best_checkpoint ? `\nbest: ${res.best_checkpoint}` : ''}`);
   if (v.eval && !isDecoder) {
     for (const f of String(v.eval).split(',')) {
       const recs = loadRecords(f);
       if (recs.some((r) => r.kind === 'classification')) {
         const c = await evaluateClassification(res.best_checkpoint ?? res.final_checkpoint, recs);
-        console.log(`eval ${f}: accuracy ${c.accuracy.toFixed(4)} macro-F1 ${c.macro_f1.toFixed(4)} (${c.sample_count} texts)`);
+        const acc = `accuracy ${c.accuracy.toFixed(4)} macro-F1 ${c.macro_f1.toFixed(4)}`;
+        console.log(`eval ${f}: ${acc} (${c.sample_count} texts)`);
         continue;
       }
       const s = await evaluateNer(res.best_checkpoint ?? res.final_checkpoint, recs);

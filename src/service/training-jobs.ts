@@ -254,9 +254,11 @@ export function createTrainingJobsService(deps: {
     if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
     if (fresh) {
       const r = FRESH_RATES[fresh] ?? FRESH_RATES.small!;
-      return { nr_epochs: 10, learning_rate: r.learning_rate, encoder_learning_rate: r.encoder_learning_rate, batch_size: 8, ...FRESH_RECIPE };
+      const lr = { learning_rate: r.learning_rate, encoder_learning_rate: r.encoder_learning_rate };
+      return { nr_epochs: 10, ...lr, batch_size: 8, ...FRESH_RECIPE };
     }
-    return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: type === 'lora' ? 2e-4 : 1e-5, batch_size: 8, ...ENCODER_RECIPE };
+    const encoderLr = type === 'lora' ? 2e-4 : 1e-5;
+    return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: encoderLr, batch_size: 8, ...ENCODER_RECIPE };
   }
 
   // ---- the queue -------------------------------------------------------------------------------
@@ -515,7 +517,8 @@ export function createTrainingJobsService(deps: {
         nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate,
         ...(base.task_type === 'encoder' && 'encoder_learning_rate' in d ? {
           encoder_learning_rate: body.encoder_learning_rate ?? d.encoder_learning_rate,
-          hidden_dropout: body.hidden_dropout ?? d.hidden_dropout, attention_dropout: body.attention_dropout ?? d.attention_dropout,
+          hidden_dropout: body.hidden_dropout ?? d.hidden_dropout,
+          attention_dropout: body.attention_dropout ?? d.attention_dropout,
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
         } : {}),

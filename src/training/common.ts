@@ -198,7 +198,9 @@ export class CheckpointBook {
     // by the task metric when one is scored (higher is better), else by the validation loss
     const metric = e.val_metric ?? null;
     const betterLoss = e.val_loss !== null && (this.bestLoss === null || e.val_loss < this.bestLoss);
-    const isBest = metric !== null ? this.bestMetric === null || metric > this.bestMetric : this.bestMetric === null && betterLoss;
+    const isBest = metric !== null
+      ? this.bestMetric === null || metric > this.bestMetric
+      : this.bestMetric === null && betterLoss;
     const id = dir.split('/').pop()!;
     if (betterLoss) this.bestLoss = e.val_loss;
     if (isBest) {
@@ -293,7 +295,8 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
     const dir = join(p.outputDir, `checkpoint-${step}`);
     writeDirAtomic(dir, (tmp) => p.writeCheckpoint(tmp));
     lastMetric = p.score ? await p.score(dir) : null;
-    return book.add({ epoch, step, train_loss: lastTrain, val_loss: lastVal, val_metric: lastMetric, is_final: isFinal }, dir);
+    const e = { epoch, step, train_loss: lastTrain, val_loss: lastVal, val_metric: lastMetric, is_final: isFinal };
+    return book.add(e, dir);
   };
   const maxMs = p.maxMs ?? 0;
   const elapsed = () => Date.now() - p.t0;
@@ -332,7 +335,8 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
         log(hooks, 'info', `time budget of ${(maxMs / 60_000).toFixed(1)} min reached at step ${step}`);
         break outer;
       }
-      if (step % p.evalEvery === 0 || step === totalSteps || (p.evalEveryMs && Date.now() - lastEvalAt >= p.evalEveryMs)) {
+      const timeToEval = p.evalEveryMs && Date.now() - lastEvalAt >= p.evalEveryMs;
+      if (step % p.evalEvery === 0 || step === totalSteps || timeToEval) {
         const te = Date.now();
         lastTrain = windowLoss / Math.max(windowN, 1);
         windowLoss = windowN = 0;
@@ -341,7 +345,10 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
         const prevMetric = book.bestMetric;
         const isLast = step === totalSteps;
         await save(isLast);
-        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : ''}${lastMetric !== null ? ` val_metric ${(lastMetric as number).toFixed(4)}` : ''} (${tps.toFixed(0)} tokens/s)`);
+        const vl = lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : '';
+        const vm = lastMetric !== null ? ` val_metric ${(lastMetric as number).toFixed(4)}` : '';
+        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${vl}${vm} `
+          + `(${tps.toFixed(0)} tokens/s)`);
         lastEvalAt = Date.now();
         evalMs = lastEvalAt - te;
         if (isLast) break outer;

@@ -208,18 +208,25 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const negK = positiveInt(config.negative_labels, 'negative_labels', DEFAULT_NEGATIVE_LABELS, 0);
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, { uniform: () => 0 });
   const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords);
-  const trainF: TrainItem[] = await Promise.all(recordsToExamples(trainRecs, labels, classes).map(async (ex) => ({ ex, f: sampled(ex) ? null : await feat(ex) })));
+  const trainEx = recordsToExamples(trainRecs, labels, classes);
+  const trainF: TrainItem[] = await Promise.all(
+    trainEx.map(async (ex) => ({ ex, f: sampled(ex) ? null : await feat(ex) })),
+  );
   // validation loss over the same sampled prompts every time (a fixed seed), so evaluations compare
   const valRng = new InitRng(seed ^ 0x7a1);
-  const valF = await Promise.all(recordsToExamples(valRecs, labels, classes).map((ex) => feat(negK > 0 ? sampleNegativeLabels(ex, negK, valRng) : ex)));
-  log(hooks, 'info', `${trainF.length} training / ${valF.length} validation examples; entity labels: ${labels.join(', ') || '(none)'}${classes.length ? `; ${classes.length} classes${negK > 0 && classes.length > negK + 1 ? ` (true + ${negK} sampled negative labels per example)` : ''}` : ''}`);
+  const valEx = recordsToExamples(valRecs, labels, classes);
+  const valF = await Promise.all(valEx.map((ex) => feat(negK > 0 ? sampleNegativeLabels(ex, negK, valRng) : ex)));
+  const sampling = negK > 0 && classes.length > negK + 1 ? ` (true + ${negK} sampled negative labels per example)` : '';
+  log(hooks, 'info', `${trainF.length} training / ${valF.length} validation examples; entity labels: `
+    + `${labels.join(', ') || '(none)'}${classes.length ? `; ${classes.length} classes${sampling}` : ''}`);
   const dropH = dropoutRate(config.hidden_dropout, 'hidden_dropout');
   const dropA = dropoutRate(config.attention_dropout, 'attention_dropout');
   const dropW = dropoutRate(config.word_dropout, 'word_dropout');
   const unk = L.tok.tokenToId('[UNK]');
   if (dropW > 0 && unk === null) throw new TrainingConfigError('word_dropout needs a tokenizer with an [UNK] token');
   const selection = config.selection_metric ?? 'task';
-  if (selection !== 'task' && selection !== 'loss') throw new TrainingConfigError('selection_metric must be task or loss');
+  if (selection !== 'task' && selection !== 'loss')
+    throw new TrainingConfigError('selection_metric must be task or loss');
   const metricN = positiveInt(config.metric_samples, 'metric_samples', 500);
   const maxMinutes = positiveNum(config.max_minutes, 'max_minutes', 0, true);
 
@@ -231,12 +238,17 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const warmup = config.warmup_steps ?? Math.round(warmupRatio * totalSteps);
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
-    totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA, word_dropout: dropW,
-    negative_labels: negK, selection_metric: selection, max_minutes: maxMinutes,
+    totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
+    word_dropout: dropW, negative_labels: negK, selection_metric: selection, max_minutes: maxMinutes,
   };
-  log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}; negative labels ${negK || 'all'}; selection by ${selection === 'task' ? 'validation task metric' : 'validation loss'}; schedule ${sched}${maxMinutes ? ` over ${maxMinutes} min` : ` over ${totalSteps} steps`}`);
+  const by = selection === 'task' ? 'validation task metric' : 'validation loss';
+  const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
+  log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}; `
+    + `negative labels ${negK || 'all'}; selection by ${by}; schedule ${sched} over ${over}`);
   mkdirSync(config.output_dir, { recursive: true });
-  writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify({ ...config, train_data: typeof config.train_data === 'string' ? config.train_data : `${all.length} records`, validation_data: undefined, resolved }, null, 2));
+  const trainData = typeof config.train_data === 'string' ? config.train_data : `${all.length} records`;
+  const saved = { ...config, train_data: trainData, validation_data: undefined, resolved };
+  writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify(saved, null, 2));
   const book = new CheckpointBook(config.output_dir, positiveInt(config.save_total_limit, 'save_total_limit', 3), hooks);
 
   const evaluate = async (): Promise<number | null> => {
@@ -247,14 +259,16 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   };
 
   const metricRecs = valRecs.slice(0, metricN);
+  const metricOpts = { entityLabels: labels, classLabels: classes, limit: metricN };
   const score = selection === 'task' && metricRecs.length
-    ? (dir: string) => validationMetric(dir, metricRecs, { entityLabels: labels, classLabels: classes, limit: metricN })
+    ? (dir: string) => validationMetric(dir, metricRecs, metricOpts)
     : undefined;
 
   return runTrainingLoop<TrainItem>({
     outputDir: config.output_dir, hooks, t0, items: trainF, batchSize: bs, accum, epochs, perEpoch: perEpochBatches, totalSteps,
     evalEvery, patience, maxSteps, seed, scheduler: sched, warmup, book, evalUntrainedOnAbort: false,
-    maxMs: maxMinutes * 60_000, warmupFrac: warmupRatio, evalEveryMs: maxMinutes && config.eval_steps === undefined ? (maxMinutes * 60_000) / 8 : 0,
+    maxMs: maxMinutes * 60_000, warmupFrac: warmupRatio,
+    evalEveryMs: maxMinutes && config.eval_steps === undefined ? (maxMinutes * 60_000) / 8 : 0,
     score,
     zeroGrad: () => L.graph.zeroGrad(),
     microStep: async (items, o) => {
@@ -264,7 +278,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
         const f = it.f ?? (await feat(sampleNegativeLabels(it.ex, negK, rng)));
         return dropW > 0 ? dropWords(f, dropW, unk!, rng) : f;
       }));
-      const r = await L.graph.step(collate(batch), { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o });
+      const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };
+      const r = await L.graph.step(collate(batch), opts);
       return { loss: r.loss, weight: items.length, tokens: batch.reduce((n, it) => n + it.f.ids.length, 0) };
     },
     optimizerStep: (step, f) => L.graph.optimizerStep({ lr: [encLr * f, taskLr * f], weightDecay: wd, maxGradNorm: maxNorm, step }),

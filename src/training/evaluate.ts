@@ -2,7 +2,9 @@
 // accuracy / macro-F1 (src/training/metrics.ts), from the model's extraction output with the full label set.
 import { loadEncoder } from '../models/encoder/index.ts';
 import type { NerRecord, DataRecord, ClassificationRecord } from './data/formats.ts';
-import { scoreClassification, scoreSpans, type ClassificationScores, type SpanLike, type SpanScores } from './metrics.ts';
+import {
+  scoreClassification, scoreSpans, type ClassificationScores, type SpanLike, type SpanScores,
+} from './metrics.ts';
 import { classLabels, entityLabels } from './encoder/examples.ts';
 
 export interface NerEvalOptions {
@@ -39,8 +41,11 @@ export interface ClassificationEvalOptions {
 }
 
 /** Runs the encoder in `dir` over the classification records with the full label set; accuracy and macro-F1. */
-export async function evaluateClassification(dir: string, records: DataRecord[], opts: ClassificationEvalOptions = {}): Promise<ClassificationScores> {
-  const cls = records.filter((r): r is ClassificationRecord => r.kind === 'classification').slice(0, opts.limit ?? Infinity);
+export async function evaluateClassification(
+  dir: string, records: DataRecord[], opts: ClassificationEvalOptions = {},
+): Promise<ClassificationScores> {
+  const isCls = (r: DataRecord): r is ClassificationRecord => r.kind === 'classification';
+  const cls = records.filter(isCls).slice(0, opts.limit ?? Infinity);
   const labels = opts.labels ?? classLabels(cls);
   const multi = cls.some((r) => r.multiLabel);
   const model = await loadEncoder(dir);
@@ -48,8 +53,12 @@ export async function evaluateClassification(dir: string, records: DataRecord[],
   const pred: string[][] = [];
   for (let i = 0; i < cls.length; i += bs) {
     const batch = cls.slice(i, i + bs);
-    const res = await model.extract(batch.map((r) => r.text), { classifications: [{ task: 'label', labels, multi_label: multi }] }, { include_confidence: false });
-    for (const r of res) pred.push([r.classifications?.label].flat().filter(Boolean).map((o) => (o as { label: string }).label));
+    const schema = { classifications: [{ task: 'label', labels, multi_label: multi }] };
+    const res = await model.extract(batch.map((r) => r.text), schema, { include_confidence: false });
+    for (const r of res) {
+      const out = [r.classifications?.label].flat().filter(Boolean);
+      pred.push(out.map((o) => (o as { label: string }).label));
+    }
   }
   return scoreClassification(cls.map((r) => r.labels), pred);
 }
@@ -58,10 +67,14 @@ export async function evaluateClassification(dir: string, records: DataRecord[],
  * The validation task metric of a checkpoint (higher is better): micro span F1 when the records hold entities,
  * accuracy when they are classification records, null otherwise (the trainer then selects by loss).
  */
-export async function validationMetric(dir: string, records: DataRecord[], o: { entityLabels: string[]; classLabels: string[]; limit: number }): Promise<number | null> {
+export async function validationMetric(
+  dir: string, records: DataRecord[], o: { entityLabels: string[]; classLabels: string[]; limit: number },
+): Promise<number | null> {
   const ner = records.filter((r) => r.kind === 'ner' || r.kind === 'relations');
-  if (ner.length && o.entityLabels.length) return (await evaluateNer(dir, ner, { labels: o.entityLabels, limit: o.limit })).f1;
+  if (ner.length && o.entityLabels.length)
+    return (await evaluateNer(dir, ner, { labels: o.entityLabels, limit: o.limit })).f1;
   const cls = records.filter((r) => r.kind === 'classification');
-  if (cls.length && o.classLabels.length > 1) return (await evaluateClassification(dir, cls, { labels: o.classLabels, limit: o.limit })).accuracy;
+  if (cls.length && o.classLabels.length > 1)
+    return (await evaluateClassification(dir, cls, { labels: o.classLabels, limit: o.limit })).accuracy;
   return null;
 }

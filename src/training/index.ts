@@ -31,7 +31,8 @@
 //   val_loss, best_val_loss, best_val_metric, stopped: 'completed'|'early_stopping'|'max_steps'|'time_limit'|'aborted',
 //   tokens_per_s, duration_s}.
 // Output layout (spec §5.7): output_dir/training_config.json, checkpoint-<step>/ (rotated), best/ (highest
-//   validation task metric when scored, else lowest val loss), final/. Encoder checkpoint = full model (config.json, encoder_config/config.json,
+//   validation task metric when scored, else lowest val loss), final/.
+//   Encoder checkpoint = full model (config.json, encoder_config/config.json,
 //   model.safetensors, tokenizer files; LoRA: merged weights + lora_config.json + adapter_config.json +
 //   adapter_model.safetensors) → loadEncoder(dir). Decoder checkpoint = PEFT adapter (adapter_config.json +
 //   adapter_model.safetensors) → AdapterRegistry.load(name, dir).

@@ -188,7 +188,8 @@ export class EncoderTrainGraph extends TrainGraph {
   }
   step(b: EncoderBatch, opts: EncoderStepOptions = {}): Promise<EncoderLoss> {
     return addon.encTrainStep(this.handle, {
-      ...b, backward: opts.backward ?? true, dropNeg: opts.dropNeg ?? true, gradScale: opts.gradScale ?? 1, seed: opts.seed ?? 0,
+      ...b, backward: opts.backward ?? true, dropNeg: opts.dropNeg ?? true, gradScale: opts.gradScale ?? 1,
+      seed: opts.seed ?? 0,
       hiddenDropout: opts.hiddenDropout ?? 0, attentionDropout: opts.attentionDropout ?? 0,
     });
   }

@@ -16,10 +16,55 @@ import { EncoderTokenizer } from '../../src/models/encoder/tokenizer.ts';
 
 const tmp = mkdtempSync(join(tmpdir(), 'loom-recipe-'));
 // 30 intents, each named by a word that its texts contain (among filler words)
-const WORDS = ['apple', 'river', 'stone', 'cloud', 'tiger', 'piano', 'lemon', 'candle', 'rocket', 'garden', 'silver', 'window',
-  'forest', 'bridge', 'pepper', 'violin', 'castle', 'ocean', 'marble', 'falcon', 'desert', 'coffee', 'ladder', 'planet', 'copper',
-  'mirror', 'button', 'island', 'feather', 'tunnel'];
-const FILL = ['please', 'help', 'me', 'with', 'my', 'the', 'today', 'now', 'about', 'question', 'i', 'need', 'a', 'quick', 'answer'];
+const WORDS = [
+  'apple',
+  'river',
+  'stone',
+  'cloud',
+  'tiger',
+  'piano',
+  'lemon',
+  'candle',
+  'rocket',
+  'garden',
+  'silver',
+  'window',
+  'forest',
+  'bridge',
+  'pepper',
+  'violin',
+  'castle',
+  'ocean',
+  'marble',
+  'falcon',
+  'desert',
+  'coffee',
+  'ladder',
+  'planet',
+  'copper',
+  'mirror',
+  'button',
+  'island',
+  'feather',
+  'tunnel',
+];
+const FILL = [
+  'please',
+  'help',
+  'me',
+  'with',
+  'my',
+  'the',
+  'today',
+  'now',
+  'about',
+  'question',
+  'i',
+  'need',
+  'a',
+  'quick',
+  'answer',
+];
 function make(n: number, seed: number): DataRecord[] {
   const r = new InitRng(seed);
   const pick = <T>(xs: T[]) => xs[Math.floor(r.uniform() * xs.length)];
@@ -33,8 +78,12 @@ function make(n: number, seed: number): DataRecord[] {
 const train = make(600, 1);
 const held = make(90, 2);
 const base = join(tmp, 'base');
-initEncoder(base, { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 128, vocab_size: 1000 },
-  [...train, ...held].map((x) => (x as { text: string }).text).concat(WORDS), { seed: 1 });
+initEncoder(
+  base,
+  { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 128, vocab_size: 1000 },
+  [...train, ...held].map((x) => (x as { text: string }).text).concat(WORDS),
+  { seed: 1 },
+);
 
 t.test('negative label sampling: true labels + k others in a random order', async (t) => {
   const [ex] = recordsToExamples([train[3]], [], WORDS);
@@ -80,7 +129,12 @@ t.test('the best checkpoint is the one with the best task metric, not the lowest
   const book = new CheckpointBook(join(tmp, 'book'), 10, {});
   const dir = (n: number) => {
     const d = join(tmp, 'book', `checkpoint-${n}`);
-    initEncoder(d, { hidden_size: 8, num_hidden_layers: 1, num_attention_heads: 1, intermediate_size: 8, vocab_size: 200 }, ['a b'], { seed: n });
+    initEncoder(
+      d,
+      { hidden_size: 8, num_hidden_layers: 1, num_attention_heads: 1, intermediate_size: 8, vocab_size: 200 },
+      ['a b'],
+      { seed: n },
+    );
     return d;
   };
   const a = book.add({ epoch: 1, step: 1, train_loss: 1, val_loss: 1.0, val_metric: 0.5, is_final: false }, dir(1));
@@ -94,8 +148,18 @@ t.test('the best checkpoint is the one with the best task metric, not the lowest
 t.test('many labels: a step carries true + k labels, the trained model serves all 30', async (t) => {
   for (const k of [0, 4]) {
     const res = await trainEncoder({
-      base_model: base, output_dir: join(tmp, `run-${k}`), train_data: train.slice(0, 64), validation_data: held.slice(0, 10), nr_epochs: 1,
-      batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 3, threads: 1, negative_labels: k, metric_samples: 10,
+      base_model: base,
+      output_dir: join(tmp, `run-${k}`),
+      train_data: train.slice(0, 64),
+      validation_data: held.slice(0, 10),
+      nr_epochs: 1,
+      batch_size: 8,
+      learning_rate: 5e-3,
+      encoder_learning_rate: 1e-3,
+      seed: 3,
+      threads: 1,
+      negative_labels: k,
+      metric_samples: 10,
     });
     t.equal(res.stopped, 'completed');
     t.ok(typeof res.best_val_metric === 'number', 'the validation accuracy picked the checkpoint');
@@ -109,15 +173,31 @@ t.test('many labels: a step carries true + k labels, the trained model serves al
   const cut = await featurize(tok, sampleNegativeLabels(ex, 4, new InitRng(1)), 8);
   t.equal(cut.segs[0].M, 5, 'true + 4 label markers');
   t.equal(full.segs[0].M, 30);
-  t.ok(cut.f.ids.length * 2 < full.f.ids.length, `a sampled example is ${cut.f.ids.length} pieces, the full one ${full.f.ids.length}`);
+  t.ok(
+    cut.f.ids.length * 2 < full.f.ids.length,
+    `a sampled example is ${cut.f.ids.length} pieces, the full one ${full.f.ids.length}`,
+  );
 });
 
 t.test('max_minutes stops the run and keeps a scored final checkpoint', async (t) => {
   const res = await trainEncoder({
-    base_model: base, output_dir: join(tmp, 'timed'), train_data: train, validation_data: held.slice(0, 10), nr_epochs: 1000,
-    batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 3, threads: 1, max_minutes: 0.1, metric_samples: 10,
+    base_model: base,
+    output_dir: join(tmp, 'timed'),
+    train_data: train,
+    validation_data: held.slice(0, 10),
+    nr_epochs: 1000,
+    batch_size: 8,
+    learning_rate: 5e-3,
+    encoder_learning_rate: 1e-3,
+    seed: 3,
+    threads: 1,
+    max_minutes: 0.1,
+    metric_samples: 10,
   });
   t.equal(res.stopped, 'time_limit');
   t.ok(res.duration_s < 20, `stopped in ${res.duration_s.toFixed(1)} s`);
-  t.ok(res.checkpoints.some((c) => c.is_final && typeof c.val_metric === 'number'), 'final checkpoint with its metric');
+  t.ok(
+    res.checkpoints.some((c) => c.is_final && typeof c.val_metric === 'number'),
+    'final checkpoint with its metric',
+  );
 });

@@ -14,7 +14,13 @@ export const FRESH_RATES: Record<string, { learning_rate: number; encoder_learni
 };
 
 /** What every encoder job gets unless it says otherwise: sampled negative labels, selection by the task metric. */
-export const ENCODER_RECIPE = { hidden_dropout: 0, attention_dropout: 0, word_dropout: 0, negative_labels: DEFAULT_NEGATIVE_LABELS, selection_metric: 'task' as const };
+export const ENCODER_RECIPE = {
+  hidden_dropout: 0,
+  attention_dropout: 0,
+  word_dropout: 0,
+  negative_labels: DEFAULT_NEGATIVE_LABELS,
+  selection_metric: 'task' as const,
+};
 
 /** A fresh encoder: the same. Dropout (0.1 / 0.1 / 0.05) lowered dev F1 in a budget the model underfits (CoNLL-2003,
  * docs/training.md), so it stays off by default; jobs may set it for long budgets where the model overfits. */
