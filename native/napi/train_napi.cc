@@ -9,7 +9,8 @@
 //   encTrainStep(handle, batch) → Promise<{loss, span, count, cls}>
 //       batch: {B, N, ids Int32Array, mask Uint8Array, woff Int32Array (B+1), wordRows Int32Array, wordEnd? Int32Array,
 //               segSample/segKind/segM/segCount Int32Array, segCountLoss Uint8Array, segRows Int32Array (Σ(1+M)),
-//               pos Int32Array (5-tuples seg,t,m,i,k), clsY Float32Array, backward, dropNeg, gradScale, seed}
+//               pos Int32Array (5-tuples seg,t,m,i,k), clsY Float32Array, backward, dropNeg, gradScale, seed,
+//               hiddenDropout, attentionDropout}
 //   llamaTrainCreate(cfg, tensors, loras) → handle
 //       cfg: {vocab, hidden, inter, layers, heads, kvHeads, headDim, eps, ropeTheta, rope?, qkvBias}
 //       tensors: {HF name → Float32Array | Uint16Array (bf16 bits)}
@@ -193,6 +194,12 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   in->backward = get_bool(b, "backward", true);
   in->drop_neg = get_bool(b, "dropNeg", true);
   in->grad_scale = float(get_num(b, "gradScale", 1.0));
+  in->hidden_dropout = float(get_num(b, "hiddenDropout", 0.0));
+  in->attention_dropout = float(get_num(b, "attentionDropout", 0.0));
+  const bool ok_h = in->hidden_dropout >= 0 && in->hidden_dropout < 1;
+  const bool ok_a = in->attention_dropout >= 0 && in->attention_dropout < 1;
+  if (!ok_h || !ok_a)
+    throw_range(env, "hiddenDropout and attentionDropout must be in [0, 1)");
   in->seed = uint64_t(get_num(b, "seed", 0));
   in->ids = ids->data();
   in->mask = mask->data();

@@ -126,15 +126,43 @@ namespace {
 struct LayerActs {
   std::vector<float> x_in, q, k, v, PQ, PK, probs, ctx, a_pre, ln1_mean, ln1_rstd, a, h_pre, h, f_pre, ln2_mean,
       ln2_rstd;
+  std::vector<uint8_t> keep_p, keep_o, keep_f;  // dropout masks: probs (B*H*N*N), attention / FFN outputs (B*N*D)
   LinActs lq, lk, lv, lpq, lpk, lo, li, lout;
 };
 struct EncActs {
   std::vector<float> emb, emb_mean, emb_rstd, R, rel_mean, rel_rstd;
+  std::vector<uint8_t> keep_emb;  // dropout mask of the embedding output (B*N*D)
   std::vector<LayerActs> layers;
   std::vector<int32_t> dtab;
   int64_t lo = 0, ncol = 0;
   float inv_scale = 1.0f;
 };
+
+// Inverted dropout: x (n) *= keep / (1 - p), keep ~ Bernoulli(1 - p) from `rng`; the mask is kept for backward.
+void dropout_fwd(int64_t n, float p, Rng& rng, float* x, std::vector<uint8_t>& keep) {
+  keep.resize(size_t(n));
+  const float s = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; i++) {
+    keep[size_t(i)] = rng.uniform() >= p;
+    x[i] = keep[size_t(i)] ? x[i] * s : 0.0f;
+  }
+}
+
+// dx (n) = dy ⊙ keep / (1 - p) (in place when dx == dy); a no-op when the forward kept no mask.
+void dropout_bwd(int64_t n, float p, const std::vector<uint8_t>& keep, const float* dy, float* dx) {
+  if (keep.empty()) {
+    if (dx != dy) std::memcpy(dx, dy, size_t(n) * 4);
+    return;
+  }
+  const float s = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; i++) dx[i] = keep[size_t(i)] ? dy[i] * s : 0.0f;
+}
+
+// Stream `what` of layer `l` for head `bh` (0 when not per head): masks depend on the step seed only.
+uint64_t drop_seed(uint64_t seed, int64_t l, int what, int64_t bh) {
+  return seed * 0x2545F4914F6CDD1Dull + uint64_t(l) * 0x9E3779B97F4A7C15ull + uint64_t(what) * 0xD1B54A32D192ED03ull +
+         uint64_t(bh) * 0x8CB92BA72F3D8DD7ull + 0xD0D0ull;
+}
 
 void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng* rng) {
   const deberta::Config& c = m.cfg.deb;
@@ -165,6 +193,11 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
                 A.emb_rstd.data());
   for (int64_t t = 0; t < BN; t++)
     if (!in.mask[t]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
+  const float ph = in.hidden_dropout, pa = in.attention_dropout;
+  if (ph > 0) {
+    Rng r(drop_seed(in.seed, -1, 0, 0));
+    dropout_fwd(BN * D, ph, r, x.data(), A.keep_emb);
+  }
   A.layers.resize(size_t(c.L));
   const int64_t lo = A.lo, ncol = A.ncol;
   for (int64_t l = 0; l < c.L; l++) {
@@ -182,9 +215,10 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     L.q.fwd(S2, A.R.data(), a.PQ.data(), &a.lpq, rng);
     L.k.fwd(S2, A.R.data(), a.PK.data(), &a.lpk, rng);
     a.probs.assign(size_t(B * H * N * N), 0.0f);
+    if (pa > 0) a.keep_p.resize(size_t(B * H * N * N));
     a.ctx.resize(size_t(BN * D));
     pool_run(threads_get(), [&](int tid, int nt) {
-      std::vector<float> c2p(size_t(N * ncol)), p2c(size_t(N * ncol));
+      std::vector<float> c2p(size_t(N * ncol)), p2c(size_t(N * ncol)), Pd(pa > 0 ? size_t(N * N) : 0);
       for (int64_t bh = tid; bh < B * H; bh += nt) {
         const int64_t b = bh / H, hh = bh % H;
         const float* q = a.q.data() + b * N * D + hh * d;
@@ -225,11 +259,26 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
           float inv = 1.0f / sum;
           for (int64_t j = 0; j < N; j++) row[j] *= inv;
         }
-        sgemm(false, false, N, d, N, 1.0f, P, N, v, D, 0.0f, a.ctx.data() + b * N * D + hh * d, D);
+        if (pa > 0) {
+          // ctx = drop(P)·V with P kept undropped (softmax backward) and the mask beside it
+          Rng r(drop_seed(in.seed, l, 1, bh));
+          const float s = 1.0f / (1.0f - pa);
+          uint8_t* kp = a.keep_p.data() + bh * N * N;
+          for (int64_t i = 0; i < N * N; i++) {
+            kp[i] = r.uniform() >= pa;
+            Pd[size_t(i)] = kp[i] ? P[i] * s : 0.0f;
+          }
+        }
+        sgemm(false, false, N, d, N, 1.0f, pa > 0 ? Pd.data() : P, N, v, D, 0.0f, a.ctx.data() + b * N * D + hh * d,
+              D);
       }
     });
     a.a_pre.resize(size_t(BN * D));
     L.o.fwd(BN, a.ctx.data(), a.a_pre.data(), &a.lo, rng);
+    if (ph > 0) {
+      Rng r(drop_seed(in.seed, l, 2, 0));
+      dropout_fwd(BN * D, ph, r, a.a_pre.data(), a.keep_o);
+    }
     add_fwd(BN * D, a.a_pre.data(), x.data(), a.a_pre.data());
     a.ln1_mean.resize(static_cast<size_t>(BN));
     a.ln1_rstd.resize(static_cast<size_t>(BN));
@@ -242,6 +291,10 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     gelu_fwd(BN * F, a.h_pre.data(), a.h.data(), false);
     a.f_pre.resize(size_t(BN * D));
     L.out.fwd(BN, a.h.data(), a.f_pre.data(), &a.lout, rng);
+    if (ph > 0) {
+      Rng r(drop_seed(in.seed, l, 3, 0));
+      dropout_fwd(BN * D, ph, r, a.f_pre.data(), a.keep_f);
+    }
     add_fwd(BN * D, a.f_pre.data(), a.a.data(), a.f_pre.data());
     a.ln2_mean.resize(static_cast<size_t>(BN));
     a.ln2_rstd.resize(static_cast<size_t>(BN));
@@ -258,7 +311,8 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
   const int64_t lo = A.lo, ncol = A.ncol;
   std::vector<float> dR(size_t(S2 * D), 0.0f), dtmp(size_t(BN * D)), dh(size_t(BN * F)), dhp(size_t(BN * F)),
       dctx(size_t(BN * D)), dq(size_t(BN * D)), dk(size_t(BN * D)), dv(size_t(BN * D)), dPQ(size_t(S2 * D)),
-      dPK(size_t(S2 * D));
+      dPK(size_t(S2 * D)), ddrop(size_t(BN * D));
+  const float ph = in.hidden_dropout, pa = in.attention_dropout;
   const int nth = std::max(1, threads_get());
   std::vector<std::vector<float>> tPQ(static_cast<size_t>(nth)), tPK(static_cast<size_t>(nth));
   for (int64_t l = c.L - 1; l >= 0; l--) {
@@ -267,26 +321,37 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
     // x = LN2(f_pre), f_pre = out(h) + a
     layernorm_bwd(BN, D, a.f_pre.data(), L.ln2_w->w.data(), a.ln2_mean.data(), a.ln2_rstd.data(), dx.data(),
                   dtmp.data(), L.ln2_w->g.data(), L.ln2_b->g.data());
-    L.out.bwd(BN, a.h.data(), dtmp.data(), dh.data(), &a.lout, false);
+    dropout_bwd(BN * D, ph, a.keep_f, dtmp.data(), ddrop.data());  // f_pre = drop(out(h)) + a
+    L.out.bwd(BN, a.h.data(), ddrop.data(), dh.data(), &a.lout, false);
     gelu_bwd(BN * F, a.h_pre.data(), dh.data(), dhp.data(), false);
     L.inter.bwd(BN, a.a.data(), dhp.data(), dtmp.data(), &a.li, true);  // d(a) = dtmp (residual) + inter path
     // a = LN1(a_pre), a_pre = o(ctx) + x_in
     layernorm_bwd(BN, D, a.a_pre.data(), L.ln1_w->w.data(), a.ln1_mean.data(), a.ln1_rstd.data(), dtmp.data(),
                   dx.data(), L.ln1_w->g.data(), L.ln1_b->g.data());  // dx = d(a_pre) (residual to x_in below)
-    L.o.bwd(BN, a.ctx.data(), dx.data(), dctx.data(), &a.lo, false);
+    dropout_bwd(BN * D, ph, a.keep_o, dx.data(), ddrop.data());  // a_pre = drop(o(ctx)) + x_in
+    L.o.bwd(BN, a.ctx.data(), ddrop.data(), dctx.data(), &a.lo, false);
     // attention, per (sample, head)
     for (int t = 0; t < nth; t++) {
       tPQ[size_t(t)].assign(size_t(ncol * D), 0.0f);
       tPK[size_t(t)].assign(size_t(ncol * D), 0.0f);
     }
     pool_run(nth, [&](int tid, int nt) {
-      std::vector<float> dP(size_t(N * N)), dC(size_t(N * ncol)), dPc(size_t(N * ncol));
+      std::vector<float> dP(size_t(N * N)), dC(size_t(N * ncol)), dPc(size_t(N * ncol)), Pd(pa > 0 ? size_t(N * N) : 0);
       for (int64_t bh = tid; bh < B * H; bh += nt) {
         const int64_t b = bh / H, hh = bh % H, off = b * N * D + hh * d;
         const float* P = a.probs.data() + bh * N * N;
-        // dV = Pᵀ·dctx ; dP = dctx·Vᵀ
-        sgemm(true, false, N, d, N, 1.0f, P, N, dctx.data() + off, D, 0.0f, dv.data() + off, D);
+        const float* PV = P;  // what multiplied V: P, or drop(P)
+        const float s_keep = pa > 0 ? 1.0f / (1.0f - pa) : 1.0f;
+        const uint8_t* kp = pa > 0 ? a.keep_p.data() + bh * N * N : nullptr;
+        if (kp) {
+          for (int64_t i = 0; i < N * N; i++) Pd[size_t(i)] = kp[i] ? P[i] * s_keep : 0.0f;
+          PV = Pd.data();
+        }
+        // dV = PVᵀ·dctx ; dP = (dctx·Vᵀ) ⊙ keep / (1 − pa)
+        sgemm(true, false, N, d, N, 1.0f, PV, N, dctx.data() + off, D, 0.0f, dv.data() + off, D);
         sgemm(false, true, N, N, d, 1.0f, dctx.data() + off, D, a.v.data() + off, D, 0.0f, dP.data(), N);
+        if (kp)
+          for (int64_t i = 0; i < N * N; i++) dP[size_t(i)] = kp[i] ? dP[size_t(i)] * s_keep : 0.0f;
         // dS = P ⊙ (dP − rowsum(dP ⊙ P)) · inv_scale
         for (int64_t i = 0; i < N; i++) {
           float* r = dP.data() + i * N;
@@ -338,7 +403,8 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
     L.v.bwd(BN, a.x_in.data(), dv.data(), dx.data(), &a.lv, true);
     a = LayerActs();
   }
-  // x0 = LN(emb)·mask
+  // x0 = drop(LN(emb)·mask)
+  dropout_bwd(BN * D, ph, A.keep_emb, dx.data(), dx.data());
   for (int64_t t = 0; t < BN; t++)
     if (!in.mask[t]) std::memset(dx.data() + t * D, 0, size_t(D) * 4);
   layernorm_bwd(BN, D, A.emb.data(), m.emb_ln_w->w.data(), A.emb_mean.data(), A.emb_rstd.data(), dx.data(),

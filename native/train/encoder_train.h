@@ -16,6 +16,9 @@
 //     Fc (c, M, D) = out_projector(concat(TF(in_projector(X)), X)), X = G + F          (count_lstm_v2)
 //       TF: 2 post-norm transformer layers (4 heads, ReLU FFN) attending across the M fields of each step t
 //     logit[t,m,i,k] = span_rep[i,k]·Fc[t,m] = hid[i,k]·(Fc[t,m]·W2) + b2·Fc[t,m]
+//   dropout (DeBERTa's StableDropout, inverted, only when p > 0): x0 = drop_h(x0); probs = drop_a(softmax(A));
+//     a_pre = drop_h(ctx·Woᵀ + bo) + x ; f_pre = drop_h(GELU(..)·Woutᵀ + bout) + a. Masks come from
+//     StepIn::seed alone (an Rng per use), so a forward without backward reproduces a training forward.
 //   losses (summed, §5.4): span BCE over valid spans (negatives dropped with p = 0.5 when drop_neg),
 //     count CE on count_pred([P] row) for tasks with count_loss, classification BCE on classifier(markers).
 #pragma once
@@ -103,6 +106,8 @@ struct StepIn {
   std::vector<float> cls_y;       // concatenated multi-hot targets of the classification segments
   bool backward = true, drop_neg = true;
   float grad_scale = 1.0f;
+  float hidden_dropout = 0.0f;     // DeBERTa hidden_dropout_prob (embeddings, attention output, FFN output)
+  float attention_dropout = 0.0f;  // DeBERTa attention_probs_dropout_prob (softmax probabilities)
   uint64_t seed = 0;
 };
 struct StepOut {

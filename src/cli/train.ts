@@ -1,20 +1,28 @@
 // `loom train --dataset <jsonl | name in ../shared/data> --base-model <dir> --out <dir> [options]`
 // Encoder (GLiNER2) or decoder (LoRA SFT) training with a progress bar; the same trainers the
-// service's training jobs run. `--eval <jsonl>` scores the final model (strict span F1) after NER training.
+// service's training jobs run. `--eval <jsonl>` scores the best model after training (strict span F1 for
+// NER, accuracy for classification). `--max-minutes` is the encoder's time budget (its LR schedule's
+// length and a stop, src/training/common.ts); for the decoder it is a hard stop.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import cliProgress from 'cli-progress';
-import { trainDecoder, trainEncoder, evaluateNer } from '../training/index.ts';
+import { trainDecoder, trainEncoder, evaluateNer, evaluateClassification } from '../training/index.ts';
 import { loadRecords } from '../training/common.ts';
 
 const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> --out <dir>
   [--type full|lora] [--epochs N] [--lr X] [--encoder-lr X] [--batch-size N] [--grad-accum N] [--seed N]
   [--val-pct P] [--patience N] [--scheduler linear|cosine|constant] [--max-steps N] [--max-minutes M]
-  [--lora-r N] [--lora-alpha X] [--lora-dropout X] [--targets a,b] [--eval file.jsonl] [--threads N]`;
+  [--lora-r N] [--lora-alpha X] [--lora-dropout X] [--targets a,b] [--eval file.jsonl] [--threads N]
+  encoder: [--hidden-dropout P] [--attention-dropout P] [--word-dropout P] [--negative-labels K]
+  [--selection task|loss] [--metric-samples N] [--warmup-ratio R] [--max-words N] [--eval-steps N]`;
 
 export async function main(argv: string[]): Promise<number> {
-  const names = ['dataset', 'base-model', 'out', 'type', 'epochs', 'lr', 'encoder-lr', 'batch-size', 'grad-accum', 'seed', 'val-pct', 'patience', 'scheduler', 'max-steps', 'max-minutes', 'lora-r', 'lora-alpha', 'lora-dropout', 'targets', 'eval', 'threads', 'eval-steps', 'max-words'];
+  const names = ['dataset', 'base-model', 'out', 'type', 'epochs', 'lr', 'encoder-lr', 'batch-size', 'grad-accum',
+    'seed', 'val-pct', 'patience', 'scheduler', 'max-steps', 'max-minutes', 'lora-r', 'lora-alpha', 'lora-dropout',
+    'targets', 'eval', 'threads', 'eval-steps', 'max-words',
+    'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'selection', 'metric-samples',
+    'warmup-ratio'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   const v = parseArgs({ args: argv, options }).values as Record<string, string | boolean | undefined>;
@@ -32,7 +40,7 @@ export async function main(argv: string[]): Promise<number> {
   const ctl = new AbortController();
   process.once('SIGINT', () => ctl.abort());
   const maxMin = num('max-minutes');
-  const timer = maxMin ? setTimeout(() => ctl.abort(), maxMin * 60_000) : undefined;
+  const timer = maxMin && isDecoder ? setTimeout(() => ctl.abort(), maxMin * 60_000) : undefined;
   const bar = new cliProgress.SingleBar({ format: 'train |{bar}| {percentage}% | step {value}/{total} | epoch {epoch} | loss {loss} | {tps} tok/s', hideCursor: true }, cliProgress.Presets.shades_classic);
   let started = false;
   const hooks = {
@@ -49,16 +57,32 @@ export async function main(argv: string[]): Promise<number> {
     nr_epochs: num('epochs'), learning_rate: num('lr'), batch_size: num('batch-size'), gradient_accumulation_steps: num('grad-accum'), seed: num('seed'),
     validation_data_percentage: num('val-pct'), early_stopping_patience: num('patience'), scheduler: v.scheduler as 'linear' | undefined, max_steps: num('max-steps'),
     lora_r: num('lora-r'), lora_alpha: num('lora-alpha'), lora_dropout: num('lora-dropout'), lora_target_modules: v.targets ? String(v.targets).split(',') : undefined,
-    threads: num('threads'), eval_steps: num('eval-steps'),
+    threads: num('threads'), eval_steps: num('eval-steps'), warmup_ratio: num('warmup-ratio'),
   };
-  const res = isDecoder ? await trainDecoder(common, hooks) : await trainEncoder({ ...common, encoder_learning_rate: num('encoder-lr'), max_words: num('max-words') }, hooks);
+  const encoderOnly = {
+    encoder_learning_rate: num('encoder-lr'), max_words: num('max-words'), max_minutes: maxMin,
+    hidden_dropout: num('hidden-dropout'), attention_dropout: num('attention-dropout'),
+    word_dropout: num('word-dropout'), negative_labels: num('negative-labels'),
+    selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),
+  };
+  const res = isDecoder ? await trainDecoder(common, hooks) : await trainEncoder({ ...common, ...encoderOnly }, hooks);
   if (timer) clearTimeout(timer);
   if (started) bar.stop();
-  console.log(`${res.stopped}: ${res.steps} steps, train_loss ${res.train_loss.toFixed(4)}, val_loss ${res.val_loss?.toFixed(4) ?? '-'}, ${res.tokens_per_s.toFixed(0)} tokens/s, ${res.duration_s.toFixed(0)} s`);
+  const metric = res.best_val_metric != null ? `, best val_metric ${res.best_val_metric.toFixed(4)}` : '';
+  console.log(`${res.stopped}: ${res.steps} steps, train_loss ${res.train_loss.toFixed(4)}, `
+    + `val_loss ${res.val_loss?.toFixed(4) ?? '-'}${metric}, ${res.tokens_per_s.toFixed(0)} tokens/s, `
+    + `${res.duration_s.toFixed(0)} s`);
   console.log(`final: ${res.final_checkpoint}${res.best_checkpoint ? `\nbest: ${res.best_checkpoint}` : ''}`);
   if (v.eval && !isDecoder) {
     for (const f of String(v.eval).split(',')) {
-      const s = await evaluateNer(res.best_checkpoint ?? res.final_checkpoint, loadRecords(f));
+      const recs = loadRecords(f);
+      if (recs.some((r) => r.kind === 'classification')) {
+        const c = await evaluateClassification(res.best_checkpoint ?? res.final_checkpoint, recs);
+        const acc = `accuracy ${c.accuracy.toFixed(4)} macro-F1 ${c.macro_f1.toFixed(4)}`;
+        console.log(`eval ${f}: ${acc} (${c.sample_count} texts)`);
+        continue;
+      }
+      const s = await evaluateNer(res.best_checkpoint ?? res.final_checkpoint, recs);
       console.log(`eval ${f}: F1 ${s.f1.toFixed(4)} P ${s.precision.toFixed(4)} R ${s.recall.toFixed(4)} (${s.sample_count} texts)`);
       for (const [l, p] of Object.entries(s.per_label)) console.log(`  ${l}: F1 ${p.f1.toFixed(4)} P ${p.precision.toFixed(4)} R ${p.recall.toFixed(4)} (${p.support})`);
     }

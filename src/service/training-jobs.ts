@@ -29,15 +29,8 @@ import { checkDatasetShape, checkJudge, checkRlBase, rlConfigOrThrow, type Rewar
 // the training-only fresh bases are catalog entries (listed by GET /base-models)
 import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
 export { FRESH_ENCODER_ID, FRESH_ENCODERS };
-/**
- * Default learning rates of a fresh encoder by preset (heads, backbone). Measured on a 60-record NER
- * set, 20 held-out: tiny at 5e-4/1e-4 reaches held-out F1 0.17 in 8 epochs, at 5e-3/1e-3 0.45 (both
- * about 0.45 after 10); small at 5e-3/1e-3 stays at F1 0, at 5e-4/1e-4 reaches 0.40-0.43.
- */
-const FRESH_RATES: Record<string, { learning_rate: number; encoder_learning_rate: number }> = {
-  tiny: { learning_rate: 5e-3, encoder_learning_rate: 1e-3 },
-  small: { learning_rate: 5e-4, encoder_learning_rate: 1e-4 },
-};
+// fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
+import { ENCODER_RECIPE, FRESH_RATES, FRESH_RECIPE } from '../training/encoder/recipe.ts';
 const MAX_RESTARTS = 2;
 const DECODER_SCORE_MAX = 100;
 const ACTIVE = new Set(['requested', 'running']);
@@ -68,6 +61,12 @@ export interface TrainingJobRequest {
   lr_scheduler?: 'cosine' | 'linear' | 'constant';
   gradient_accumulation_steps?: number;
   project_id?: string;
+  hidden_dropout?: number;
+  attention_dropout?: number;
+  word_dropout?: number;
+  negative_labels?: number;
+  selection_metric?: 'task' | 'loss';
+  max_minutes?: number;
 }
 
 /** ajv schema of POST /felix/training-jobs */
@@ -98,6 +97,13 @@ export const trainingJobRequestSchema = {
     lr_scheduler: { enum: ['cosine', 'linear', 'constant'] },
     gradient_accumulation_steps: { type: 'integer', minimum: 1, maximum: 1024 },
     project_id: { type: 'string', minLength: 1 },
+    // encoder training (service extension): dropout, negative labels, checkpoint selection, time budget
+    hidden_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
+    attention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
+    word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
+    negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
+    selection_metric: { enum: ['task', 'loss'] },
+    max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
   },
 };
 
@@ -248,9 +254,11 @@ export function createTrainingJobsService(deps: {
     if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
     if (fresh) {
       const r = FRESH_RATES[fresh] ?? FRESH_RATES.small!;
-      return { nr_epochs: 10, learning_rate: r.learning_rate, encoder_learning_rate: r.encoder_learning_rate, batch_size: 8 };
+      const lr = { learning_rate: r.learning_rate, encoder_learning_rate: r.encoder_learning_rate };
+      return { nr_epochs: 10, ...lr, batch_size: 8, ...FRESH_RECIPE };
     }
-    return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: type === 'lora' ? 2e-4 : 1e-5, batch_size: 8 };
+    const encoderLr = type === 'lora' ? 2e-4 : 1e-5;
+    return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: encoderLr, batch_size: 8, ...ENCODER_RECIPE };
   }
 
   // ---- the queue -------------------------------------------------------------------------------
@@ -350,6 +358,8 @@ export function createTrainingJobsService(deps: {
         lora_r: c.lora_r, lora_alpha: c.lora_alpha, lora_dropout: c.lora_dropout, lora_target_modules: c.target_modules ?? undefined,
         max_steps: c.max_steps ?? undefined, warmup_ratio: c.warmup_ratio ?? undefined, scheduler: c.lr_scheduler ?? undefined,
         gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
+        hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
+        negative_labels: c.negative_labels, selection_metric: c.selection_metric, max_minutes: c.max_minutes,
         // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
         save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
@@ -505,7 +515,13 @@ export function createTrainingJobsService(deps: {
       const d = defaults(base.task_type, base.source === 'fresh' ? FRESH_ENCODERS[base.catalog_id] ?? null : null, type);
       const configuration = {
         nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate,
-        ...(base.task_type === 'encoder' ? { encoder_learning_rate: body.encoder_learning_rate ?? d.encoder_learning_rate } : {}),
+        ...(base.task_type === 'encoder' && 'encoder_learning_rate' in d ? {
+          encoder_learning_rate: body.encoder_learning_rate ?? d.encoder_learning_rate,
+          hidden_dropout: body.hidden_dropout ?? d.hidden_dropout,
+          attention_dropout: body.attention_dropout ?? d.attention_dropout,
+          word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
+          selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
+        } : {}),
         batch_size: body.batch_size ?? d.batch_size,
         seed: body.seed ?? 42, validation_data_percentage: body.validation_data_percentage ?? 10,
         early_stopping: body.early_stopping ?? body.early_stopping_patience !== undefined, early_stopping_patience: body.early_stopping_patience ?? (body.early_stopping ? 3 : null),

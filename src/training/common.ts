@@ -25,6 +25,8 @@ export interface CheckpointEvent {
   step: number;
   train_loss: number;
   val_loss: number | null;
+  /** the validation task metric (F1 / accuracy, higher is better) when the trainer scores one */
+  val_metric?: number | null;
   is_best: boolean;
   is_final: boolean;
   dir: string;
@@ -56,7 +58,7 @@ export interface CommonTrainConfig {
   gradient_accumulation_steps?: number;
   seed?: number;
   validation_data_percentage?: number;
-  /** evaluations without improvement of the validation loss before stopping; 0 = off */
+  /** evaluations without improvement of the validation loss (or task metric, when scored) before stopping; 0 = off */
   early_stopping_patience?: number;
   scheduler?: 'linear' | 'cosine' | 'constant';
   warmup_ratio?: number;
@@ -87,7 +89,9 @@ export interface TrainResult {
   train_loss: number;
   val_loss: number | null;
   best_val_loss: number | null;
-  stopped: 'completed' | 'early_stopping' | 'max_steps' | 'aborted';
+  /** best validation task metric (F1 / accuracy) when the trainer scores one; it then picks the best checkpoint */
+  best_val_metric?: number | null;
+  stopped: 'completed' | 'early_stopping' | 'max_steps' | 'time_limit' | 'aborted';
   tokens_per_s: number;
   duration_s: number;
 }
@@ -125,6 +129,17 @@ export function splitValidation<T>(xs: T[], pct: number, seed: number): { train:
   const s = shuffled(xs, new InitRng(seed ^ 0x5eed));
   const n = Math.min(xs.length - 1, Math.max(1, Math.round((xs.length * pct) / 100)));
   return { val: s.slice(0, n), train: s.slice(n) };
+}
+
+/**
+ * Learning-rate multiplier at `progress` (0..1) of a run whose warm-up is its first `warmupFrac`:
+ * linear warm-up, then linear or cosine decay to 0 at progress 1 (a time budget's schedule).
+ */
+export function lrFactorAt(kind: 'linear' | 'cosine' | 'constant', progress: number, warmupFrac: number): number {
+  if (warmupFrac > 0 && progress < warmupFrac) return Math.max(progress / warmupFrac, 1e-3);
+  if (kind === 'constant') return 1;
+  const p = Math.min(1, (progress - warmupFrac) / Math.max(1e-9, 1 - warmupFrac));
+  return kind === 'cosine' ? 0.5 * (1 + Math.cos(Math.PI * p)) : Math.max(0, 1 - p);
 }
 
 /** Learning-rate multiplier at optimizer step `step` (1-based) of `total`. */
@@ -170,6 +185,7 @@ export class CheckpointBook {
   readonly events: CheckpointEvent[] = [];
   private rotating: string[] = [];
   bestLoss: number | null = null;
+  bestMetric: number | null = null;
   bestDir: string | null = null;
   constructor(
     readonly outputDir: string,
@@ -179,10 +195,16 @@ export class CheckpointBook {
 
   /** Records a checkpoint written to output_dir/checkpoint-<step>; maintains best/ and final/. */
   add(e: Omit<CheckpointEvent, 'is_best' | 'dir' | 'id'>, dir: string): CheckpointEvent {
-    const isBest = e.val_loss !== null && (this.bestLoss === null || e.val_loss < this.bestLoss);
+    // by the task metric when one is scored (higher is better), else by the validation loss
+    const metric = e.val_metric ?? null;
+    const betterLoss = e.val_loss !== null && (this.bestLoss === null || e.val_loss < this.bestLoss);
+    const isBest = metric !== null
+      ? this.bestMetric === null || metric > this.bestMetric
+      : this.bestMetric === null && betterLoss;
     const id = dir.split('/').pop()!;
+    if (betterLoss) this.bestLoss = e.val_loss;
     if (isBest) {
-      this.bestLoss = e.val_loss;
+      if (metric !== null) this.bestMetric = metric;
       const best = join(this.outputDir, 'best');
       writeDirAtomic(best, (tmp) => cpSync(dir, tmp, { recursive: true }));
       this.bestDir = best;
@@ -236,6 +258,16 @@ export interface TrainingLoop<T> {
   /** After each optimizer step (an algorithm's own metrics log, a generation engine's weights refresh). */
   afterStep?(step: number): Promise<void>;
   evaluate(): Promise<number | null>;
+  /** Scores a written checkpoint on the validation task (F1 / accuracy, higher is better): when present, it picks
+   *  the best checkpoint and drives early stopping instead of the loss. */
+  score?(dir: string): Promise<number | null>;
+  /** Wall-clock budget from t0 (ms): the LR schedule runs over it (progress = max(step share, time share)) and
+   *  training stops when it is spent, leaving time for the last evaluation. 0 / undefined = none. */
+  maxMs?: number;
+  /** warm-up share of a time budget's schedule (the step schedule uses `warmup`) */
+  warmupFrac?: number;
+  /** also evaluate every this many ms (a time budget with fewer steps than an epoch) */
+  evalEveryMs?: number;
   /** Writes the current weights to `dir`. */
   writeCheckpoint(dir: string): void;
   /** Whether a run aborted before its first step still scores the validation split for the final checkpoint. */
@@ -253,14 +285,21 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
   let windowN = 0;
   let lastTrain = NaN;
   let lastVal: number | null = null;
+  let lastMetric: number | null = null;
   let tokens = 0;
   let busy = 0;
+  let lastEvalAt = Date.now();
+  let evalMs = 0; // duration of the last evaluation + checkpoint (kept in reserve at the end of a time budget)
   const rng = new InitRng(seed);
-  const save = (isFinal: boolean) => {
+  const save = async (isFinal: boolean) => {
     const dir = join(p.outputDir, `checkpoint-${step}`);
     writeDirAtomic(dir, (tmp) => p.writeCheckpoint(tmp));
-    return book.add({ epoch, step, train_loss: lastTrain, val_loss: lastVal, is_final: isFinal }, dir);
+    lastMetric = p.score ? await p.score(dir) : null;
+    const e = { epoch, step, train_loss: lastTrain, val_loss: lastVal, val_metric: lastMetric, is_final: isFinal };
+    return book.add(e, dir);
   };
+  const maxMs = p.maxMs ?? 0;
+  const elapsed = () => Date.now() - p.t0;
   outer: for (epoch = 1; epoch <= epochs; epoch++) {
     const order = shuffled(p.items, rng);
     for (let b0 = 0; b0 + accum <= p.perEpoch; b0 += accum) {
@@ -282,21 +321,45 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
         tokens += r.tokens;
       }
       step++;
-      await p.optimizerStep(step, lrFactor(p.scheduler, step, totalSteps, p.warmup));
+      const f = maxMs
+        ? lrFactorAt(p.scheduler, Math.max(step / totalSteps, elapsed() / maxMs), p.warmupFrac ?? 0.1)
+        : lrFactor(p.scheduler, step, totalSteps, p.warmup);
+      await p.optimizerStep(step, f);
       await p.afterStep?.(step);
       busy += Date.now() - ts;
       const tps = tokens / Math.max(busy / 1000, 1e-9);
       hooks.onProgress?.({ epoch, step, totalSteps, progress_percent: (100 * step) / totalSteps, loss: windowLoss / Math.max(windowN, 1), tokens_per_s: tps });
-      if (step % p.evalEvery === 0 || step === totalSteps) {
+      const outOfTime = maxMs > 0 && elapsed() + evalMs >= maxMs;
+      if (outOfTime) {
+        stopped = 'time_limit';
+        log(hooks, 'info', `time budget of ${(maxMs / 60_000).toFixed(1)} min reached at step ${step}`);
+        break outer;
+      }
+      const timeToEval = p.evalEveryMs && Date.now() - lastEvalAt >= p.evalEveryMs;
+      if (step % p.evalEvery === 0 || step === totalSteps || timeToEval) {
+        const te = Date.now();
         lastTrain = windowLoss / Math.max(windowN, 1);
         windowLoss = windowN = 0;
         lastVal = await p.evaluate();
-        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : ''} (${tps.toFixed(0)} tokens/s)`);
         const prevBest = book.bestLoss;
+        const prevMetric = book.bestMetric;
         const isLast = step === totalSteps;
-        save(isLast);
+        await save(isLast);
+        const vl = lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : '';
+        const vm = lastMetric !== null ? ` val_metric ${(lastMetric as number).toFixed(4)}` : '';
+        log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${vl}${vm} `
+          + `(${tps.toFixed(0)} tokens/s)`);
+        lastEvalAt = Date.now();
+        evalMs = lastEvalAt - te;
         if (isLast) break outer;
-        if (patience > 0 && lastVal !== null) {
+        if (patience > 0 && lastMetric !== null) {
+          bad = prevMetric !== null && lastMetric <= prevMetric ? bad + 1 : 0;
+          if (bad >= patience) {
+            stopped = 'early_stopping';
+            log(hooks, 'info', `early stopping: no validation improvement in ${patience} evaluations`);
+            break outer;
+          }
+        } else if (patience > 0 && lastVal !== null) {
           bad = prevBest !== null && lastVal >= prevBest ? bad + 1 : 0;
           if (bad >= patience) {
             stopped = 'early_stopping';
@@ -315,7 +378,7 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
   if (!book.events.some((e) => e.is_final)) {
     if (windowN) lastTrain = windowLoss / windowN;
     if (p.evalUntrainedOnAbort || stopped !== 'aborted' || step > 0) lastVal = await p.evaluate();
-    save(true);
+    await save(true);
   }
   const fin = book.events[book.events.length - 1];
   return {
@@ -328,6 +391,7 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
     train_loss: lastTrain,
     val_loss: lastVal,
     best_val_loss: book.bestLoss,
+    best_val_metric: book.bestMetric,
     stopped,
     tokens_per_s: tokens / Math.max(busy / 1000, 1e-9),
     duration_s: (Date.now() - p.t0) / 1000,

@@ -7,7 +7,13 @@ import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite 
 import { parseDebertaConfig } from '../models/encoder/deberta.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
-import { classLabels, collate, entityLabels, featurize, recordsToExamples, type Featurized } from './encoder/examples.ts';
+import {
+  classLabels, collate, dropWords, entityLabels, featurize, recordsToExamples, sampleNegativeLabels,
+  type EncoderExample, type Featurized,
+} from './encoder/examples.ts';
+import { InitRng } from './encoder/init.ts';
+import { DEFAULT_NEGATIVE_LABELS } from './encoder/recipe.ts';
+import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
 import { setThreads } from '../native/cpu.ts';
 import {
@@ -24,6 +30,29 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   entity_labels?: string[];
   /** drop each negative span with probability 0.5 during training (spec §5.4); default true */
   negative_dropping?: boolean;
+  /** DeBERTa hidden dropout inside the encoder during training (embeddings, attention and FFN outputs); default 0 */
+  hidden_dropout?: number;
+  /** dropout of the attention probabilities during training; default 0 */
+  attention_dropout?: number;
+  /** probability that a text word's pieces are replaced by [UNK] during training; default 0 */
+  word_dropout?: number;
+  /** classification: negative labels sampled per example and step (all true labels + k); 0 = every label.
+   *  Default 16 (DEFAULT_NEGATIVE_LABELS). Served models are asked with the full label set. */
+  negative_labels?: number;
+  /** pick the best checkpoint and stop early on the validation task metric ('task': span F1 / accuracy) or
+   *  the validation loss ('loss'); default 'task' */
+  selection_metric?: 'task' | 'loss';
+  /** validation records scored for the task metric at each evaluation (the first n of the split); default 500 */
+  metric_samples?: number;
+  /** wall-clock budget in minutes: the LR schedule's length (warm-up + decay over it) and a stop; 0 = none */
+  max_minutes?: number;
+}
+
+
+/** A training example; classification examples with more labels than the sample are featurized per step. */
+interface TrainItem {
+  ex: EncoderExample;
+  f: Featurized | null;
 }
 
 const LINEAR_GROUPS = ['span_rep', 'classifier', 'count_embed', 'count_pred'];
@@ -186,19 +215,50 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const L = await loadBase(config, seed);
   log(hooks, 'info', `loaded ${config.base_model}: ${L.params.length} tensors, ${L.params.filter((p) => p.trainable).reduce((a, p) => a + p.shape.reduce((x, y) => x * y, 1), 0)} trainable parameters (${type})`);
   const maxWords = positiveInt(config.max_words, 'max_words', 256);
-  const feat = async (recs: DataRecord[]) => Promise.all(recordsToExamples(recs, labels, classes).map((e) => featurize(L.tok, e, L.maxWidth, maxWords)));
-  const trainF = await feat(trainRecs);
-  const valF = await feat(valRecs);
-  log(hooks, 'info', `${trainF.length} training / ${valF.length} validation examples; entity labels: ${labels.join(', ') || '(none)'}`);
+  const negK = positiveInt(config.negative_labels, 'negative_labels', DEFAULT_NEGATIVE_LABELS, 0);
+  const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, { uniform: () => 0 });
+  const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords);
+  const trainEx = recordsToExamples(trainRecs, labels, classes);
+  const trainF: TrainItem[] = await Promise.all(
+    trainEx.map(async (ex) => ({ ex, f: sampled(ex) ? null : await feat(ex) })),
+  );
+  // validation loss over the same sampled prompts every time (a fixed seed), so evaluations compare
+  const valRng = new InitRng(seed ^ 0x7a1);
+  const valEx = recordsToExamples(valRecs, labels, classes);
+  const valF = await Promise.all(valEx.map((ex) => feat(negK > 0 ? sampleNegativeLabels(ex, negK, valRng) : ex)));
+  const sampling = negK > 0 && classes.length > negK + 1 ? ` (true + ${negK} sampled negative labels per example)` : '';
+  log(hooks, 'info', `${trainF.length} training / ${valF.length} validation examples; entity labels: `
+    + `${labels.join(', ') || '(none)'}${classes.length ? `; ${classes.length} classes${sampling}` : ''}`);
+  const dropH = dropoutRate(config.hidden_dropout, 'hidden_dropout');
+  const dropA = dropoutRate(config.attention_dropout, 'attention_dropout');
+  const dropW = dropoutRate(config.word_dropout, 'word_dropout');
+  const unk = L.tok.tokenToId('[UNK]');
+  if (dropW > 0 && unk === null) throw new TrainingConfigError('word_dropout needs a tokenizer with an [UNK] token');
+  const selection = config.selection_metric ?? 'task';
+  if (selection !== 'task' && selection !== 'loss')
+    throw new TrainingConfigError('selection_metric must be task or loss');
+  const metricN = positiveInt(config.metric_samples, 'metric_samples', 500);
+  const maxMinutes = positiveNum(config.max_minutes, 'max_minutes', 0, true);
 
   const perEpochBatches = trainF.length > bs ? Math.floor(trainF.length / bs) : 1; // drop_last
   const stepsPerEpoch = Math.max(1, Math.floor(perEpochBatches / accum));
   let totalSteps = stepsPerEpoch * epochs;
   if (maxSteps) totalSteps = Math.min(totalSteps, maxSteps);
-  const warmup = config.warmup_steps ?? Math.round((config.warmup_ratio ?? 0.1) * totalSteps);
+  const warmupRatio = positiveNum(config.warmup_ratio, 'warmup_ratio', 0.1, true);
+  const warmup = config.warmup_steps ?? Math.round(warmupRatio * totalSteps);
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
+  const resolved = {
+    totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
+    word_dropout: dropW, negative_labels: negK, selection_metric: selection, max_minutes: maxMinutes,
+  };
+  const by = selection === 'task' ? 'validation task metric' : 'validation loss';
+  const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
+  log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}; `
+    + `negative labels ${negK || 'all'}; selection by ${by}; schedule ${sched} over ${over}`);
   mkdirSync(config.output_dir, { recursive: true });
-  writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify({ ...config, train_data: typeof config.train_data === 'string' ? config.train_data : `${all.length} records`, validation_data: undefined, resolved: { totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora } }, null, 2));
+  const trainData = typeof config.train_data === 'string' ? config.train_data : `${all.length} records`;
+  const saved = { ...config, train_data: trainData, validation_data: undefined, resolved };
+  writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify(saved, null, 2));
   const book = new CheckpointBook(config.output_dir, positiveInt(config.save_total_limit, 'save_total_limit', 3), hooks);
 
   const evaluate = async (): Promise<number | null> => {
@@ -208,16 +268,38 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     return s / valF.length;
   };
 
-  return runTrainingLoop({
+  const metricRecs = valRecs.slice(0, metricN);
+  const metricOpts = { entityLabels: labels, classLabels: classes, limit: metricN };
+  const score = selection === 'task' && metricRecs.length
+    ? (dir: string) => validationMetric(dir, metricRecs, metricOpts)
+    : undefined;
+
+  return runTrainingLoop<TrainItem>({
     outputDir: config.output_dir, hooks, t0, items: trainF, batchSize: bs, accum, epochs, perEpoch: perEpochBatches, totalSteps,
     evalEvery, patience, maxSteps, seed, scheduler: sched, warmup, book, evalUntrainedOnAbort: false,
+    maxMs: maxMinutes * 60_000, warmupFrac: warmupRatio,
+    evalEveryMs: maxMinutes && config.eval_steps === undefined ? (maxMinutes * 60_000) / 8 : 0,
+    score,
     zeroGrad: () => L.graph.zeroGrad(),
     microStep: async (items, o) => {
-      const r = await L.graph.step(collate(items), { dropNeg: config.negative_dropping ?? true, ...o });
-      return { loss: r.loss, weight: items.length, tokens: items.reduce((n, it) => n + it.f.ids.length, 0) };
+      // per-step randomness (sampled labels, dropped words) from the step's seed: a run is reproducible
+      const rng = new InitRng(o.seed ^ 0x51ed);
+      const batch = await Promise.all(items.map(async (it) => {
+        const f = it.f ?? (await feat(sampleNegativeLabels(it.ex, negK, rng)));
+        return dropW > 0 ? dropWords(f, dropW, unk!, rng) : f;
+      }));
+      const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };
+      const r = await L.graph.step(collate(batch), opts);
+      return { loss: r.loss, weight: items.length, tokens: batch.reduce((n, it) => n + it.f.ids.length, 0) };
     },
     optimizerStep: (step, f) => L.graph.optimizerStep({ lr: [encLr * f, taskLr * f], weightDecay: wd, maxGradNorm: maxNorm, step }),
     evaluate,
     writeCheckpoint: (dir) => saveCheckpoint(config.base_model, dir, L),
   });
+}
+
+function dropoutRate(v: unknown, name: string): number {
+  const p = positiveNum(v, name, 0, true);
+  if (p >= 1) throw new TrainingConfigError(`${name} must be below 1`);
+  return p;
 }

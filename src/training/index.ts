@@ -21,14 +21,18 @@
 //   dec: ['q_proj','k_proj','v_proj','o_proj']), max_steps (0), eval_steps (default: once per epoch),
 //   save_total_limit (3), threads (native pool size for the process).
 //   Encoder only: encoder_learning_rate (1e-5 for pretrained encoders; ~1e-3 for fresh ones),
-//   max_words (256), entity_labels, negative_dropping (true). Decoder only: max_seq_len (1024), base_dtype.
+//   max_words (256), entity_labels, negative_dropping (true), hidden_dropout / attention_dropout / word_dropout (0),
+//   negative_labels (16; 0 = every label), selection_metric ('task' | 'loss'; 'task'), metric_samples (500),
+//   max_minutes (0; the LR schedule's length and a stop). Decoder only: max_seq_len (1024), base_dtype.
 // Hooks: onProgress({epoch, step, totalSteps, progress_percent, loss, tokens_per_s}) after every optimizer
 //   step; onLog({level, message}); onCheckpoint({id, epoch, step, train_loss, val_loss, is_best, is_final, dir});
 //   signal: AbortSignal — stops after the current step and saves the current weights as final/.
 // Result: {output_dir, best_checkpoint, final_checkpoint, checkpoints, steps, epochs_completed, train_loss,
-//   val_loss, best_val_loss, stopped: 'completed'|'early_stopping'|'max_steps'|'aborted', tokens_per_s, duration_s}.
-// Output layout (spec §5.7): output_dir/training_config.json, checkpoint-<step>/ (rotated), best/ (lowest
-//   val loss), final/. Encoder checkpoint = full model (config.json, encoder_config/config.json,
+//   val_loss, best_val_loss, best_val_metric, stopped: 'completed'|'early_stopping'|'max_steps'|'time_limit'|'aborted',
+//   tokens_per_s, duration_s}.
+// Output layout (spec §5.7): output_dir/training_config.json, checkpoint-<step>/ (rotated), best/ (highest
+//   validation task metric when scored, else lowest val loss), final/.
+//   Encoder checkpoint = full model (config.json, encoder_config/config.json,
 //   model.safetensors, tokenizer files; LoRA: merged weights + lora_config.json + adapter_config.json +
 //   adapter_model.safetensors) → loadEncoder(dir). Decoder checkpoint = PEFT adapter (adapter_config.json +
 //   adapter_model.safetensors) → AdapterRegistry.load(name, dir).
@@ -36,6 +40,6 @@
 export { trainEncoder, resolveEncoderLoraTargets, type EncoderTrainConfig } from './encoder-trainer.ts';
 export { trainDecoder, chatToSequence, packSequences, savePeftAdapter, type DecoderTrainConfig } from './decoder-trainer.ts';
 export { initEncoder, ENCODER_PRESETS, type EncoderInitConfig } from './encoder/init.ts';
-export { evaluateNer } from './evaluate.ts';
+export { evaluateNer, evaluateClassification, validationMetric } from './evaluate.ts';
 export { TrainingConfigError, type TrainHooks, type TrainResult, type ProgressEvent, type LogEvent, type CheckpointEvent, type CommonTrainConfig } from './common.ts';
 export { EncoderTrainGraph, DecoderTrainGraph } from './native.ts';

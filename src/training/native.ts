@@ -145,6 +145,18 @@ export interface EncoderBatch {
   clsY: Float32Array;
 }
 
+export interface EncoderStepOptions {
+  backward?: boolean;
+  dropNeg?: boolean;
+  gradScale?: number;
+  /** negative dropping and dropout masks derive from it: the same seed gives the same masks */
+  seed?: number;
+  /** DeBERTa hidden dropout (embeddings, attention output, FFN output); applied whenever > 0 */
+  hiddenDropout?: number;
+  /** dropout of the attention probabilities; applied whenever > 0 */
+  attentionDropout?: number;
+}
+
 export interface EncoderLoss {
   loss: number;
   span: number;
@@ -192,7 +204,11 @@ export class EncoderTrainGraph extends TrainGraph {
     };
     return new EncoderTrainGraph(addon.encTrainCreate(cfg, tensors, lora));
   }
-  step(b: EncoderBatch, opts: { backward?: boolean; dropNeg?: boolean; gradScale?: number; seed?: number } = {}): Promise<EncoderLoss> {
-    return addon.encTrainStep(this.handle, { ...b, backward: opts.backward ?? true, dropNeg: opts.dropNeg ?? true, gradScale: opts.gradScale ?? 1, seed: opts.seed ?? 0 });
+  step(b: EncoderBatch, opts: EncoderStepOptions = {}): Promise<EncoderLoss> {
+    return addon.encTrainStep(this.handle, {
+      ...b, backward: opts.backward ?? true, dropNeg: opts.dropNeg ?? true, gradScale: opts.gradScale ?? 1,
+      seed: opts.seed ?? 0,
+      hiddenDropout: opts.hiddenDropout ?? 0, attentionDropout: opts.attentionDropout ?? 0,
+    });
   }
 }

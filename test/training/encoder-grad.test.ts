@@ -9,7 +9,7 @@ import { EncoderTokenizer } from '../../src/models/encoder/tokenizer.ts';
 import { buildWordPieceVocab, wordPieceTokenizerJson } from '../../src/training/encoder/wordpiece.ts';
 import { initEncoderTensors, InitRng } from '../../src/training/encoder/init.ts';
 import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
-import { EncoderTrainGraph } from '../../src/training/native.ts';
+import { EncoderTrainGraph, type EncoderStepOptions } from '../../src/training/native.ts';
 import type { DataRecord } from '../../src/training/data/formats.ts';
 import type { DebertaConfig } from '../../src/models/encoder/deberta.ts';
 
@@ -39,9 +39,9 @@ const batch = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8))));
 // Small steps (ReLU kinks in the span head make larger ones unreliable); the float32 rounding of
 // the summed loss sets the noise floor of the finite difference.
 const H = 1e-3;
-async function check(t: Test, g: EncoderTrainGraph, names: string[], perTensor: number) {
+async function check(t: Test, g: EncoderTrainGraph, names: string[], perTensor: number, opts: EncoderStepOptions = {}) {
   g.zeroGrad();
-  const base = await g.step(batch, { dropNeg: false });
+  const base = await g.step(batch, { dropNeg: false, ...opts });
   t.ok(base.span > 0 && base.count > 0 && base.cls > 0, `all three losses present (${base.span.toFixed(3)}, ${base.count.toFixed(3)}, ${base.cls.toFixed(3)})`);
   const r = new InitRng(11);
   let worst = 0;
@@ -59,10 +59,10 @@ async function check(t: Test, g: EncoderTrainGraph, names: string[], perTensor: 
       const orig = w[i];
       w[i] = orig + h;
       g.set(name, w);
-      const lp = (await g.step(batch, { backward: false, dropNeg: false })).loss;
+      const lp = (await g.step(batch, { backward: false, dropNeg: false, ...opts })).loss;
       w[i] = orig - h;
       g.set(name, w);
-      const lm = (await g.step(batch, { backward: false, dropNeg: false })).loss;
+      const lm = (await g.step(batch, { backward: false, dropNeg: false, ...opts })).loss;
       w[i] = orig;
       g.set(name, w);
       const fd = (lp - lm) / (2 * h);
@@ -93,4 +93,28 @@ t.test('LoRA: adapter tensors only (encoder and head Linear layers)', async (t) 
   const r = new InitRng(9);
   for (const p of lora) if (p.name.endsWith('lora_B.weight')) g.set(p.name, Float32Array.from({ length: p.shape[0] * p.shape[1] }, () => 0.3 * r.normal()));
   await check(t, g, lora.map((p) => p.name), 3);
+});
+
+// Dropout (DeBERTa's hidden and attention dropout): masks come from the step seed alone, so the
+// finite differences run the same masked network as the analytic backward.
+t.test('dropout: off is the plain graph; on passes the same gradient check with a fixed seed', async (t) => {
+  const g = EncoderTrainGraph.create(cfg, 8, true, tensors, null);
+  const names = g.params().filter((p) => p.trainable).map((p) => p.name);
+  const grads = async (o: EncoderStepOptions) => {
+    g.zeroGrad();
+    const r = await g.step(batch, { dropNeg: false, seed: 5, ...o });
+    return { loss: r.loss, g: names.map((n) => g.grad(n)) };
+  };
+  const plain = await grads({});
+  const off = await grads({ hiddenDropout: 0, attentionDropout: 0 });
+  t.equal(off.loss, plain.loss, 'p = 0: the same loss');
+  t.ok(off.g.every((x, i) => x.every((v, j) => v === plain.g[i][j])), 'p = 0: the same gradients, bit for bit');
+  const on = { hiddenDropout: 0.2, attentionDropout: 0.2, seed: 5 };
+  const a = await g.step(batch, { backward: false, dropNeg: false, ...on });
+  const b = await g.step(batch, { backward: false, dropNeg: false, ...on });
+  const c = await g.step(batch, { backward: false, dropNeg: false, ...on, seed: 6 });
+  t.equal(a.loss, b.loss, 'same seed, same masks');
+  t.not(a.loss, plain.loss, 'dropout changes the loss');
+  t.not(c.loss, a.loss, 'another seed, other masks');
+  await check(t, g, names, 2, on);
 });

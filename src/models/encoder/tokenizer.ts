@@ -47,6 +47,11 @@ export class EncoderTokenizer {
     return encs.map((e) => Int32Array.from(e.getIds()));
   }
 
+  /** Id of a vocabulary token (e.g. "[UNK]"), or null. */
+  tokenToId(token: string): number | null {
+    return this.tok.tokenToId(token) ?? null;
+  }
+
   idToToken(id: number): string | null {
     return this.tok.idToToken(id);
   }

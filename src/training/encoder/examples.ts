@@ -338,3 +338,47 @@ export function collate(items: Featurized[]): EncoderBatch {
     clsY: Float32Array.from(clsY),
   };
 }
+
+/** Uniform [0, 1) source (InitRng.uniform). */
+export interface Uniform {
+  uniform(): number;
+}
+
+/**
+ * Negative label sampling for many-label classification: each classification task keeps its true
+ * labels plus `k` labels drawn at random from the others, in a random order (so a label's place in
+ * the prompt says nothing about it). Tasks with at most (positives + k) labels are left as they are.
+ * The prompt, and so the step's cost, shrinks from every label to (positives + k); the model is
+ * served with the full label set.
+ */
+export function sampleNegativeLabels(ex: EncoderExample, k: number, rng: Uniform): EncoderExample {
+  if (!ex.schema.classifications.some((c) => c.labels.length > (ex.classes.get(c.task)?.length ?? 0) + k)) return ex;
+  const classifications = ex.schema.classifications.map((c) => {
+    const truth = new Set(ex.classes.get(c.task) ?? []);
+    if (c.labels.length <= truth.size + k) return c;
+    const neg = c.labels.filter((l) => !truth.has(l));
+    for (let i = 0; i < k; i++) {
+      const j = i + Math.floor(rng.uniform() * (neg.length - i));
+      [neg[i], neg[j]] = [neg[j], neg[i]];
+    }
+    const labels = [...c.labels.filter((l) => truth.has(l)), ...neg.slice(0, k)];
+    for (let i = labels.length - 1; i > 0; i--) {
+      const j = Math.floor(rng.uniform() * (i + 1));
+      [labels[i], labels[j]] = [labels[j], labels[i]];
+    }
+    return { ...c, labels };
+  });
+  return { ...ex, schema: { ...ex.schema, classifications } };
+}
+
+/**
+ * Word dropout: each word of the text (not the prompt, not the choice prefix) has all its pieces
+ * replaced by `unkId` with probability p. Returns a copy; the targets are unchanged.
+ */
+export function dropWords(it: Featurized, p: number, unkId: number, rng: Uniform): Featurized {
+  if (p <= 0) return it;
+  const ids = it.f.ids.slice();
+  for (let w = it.f.prefix.length; w < it.f.wordPos.length; w++)
+    if (rng.uniform() < p) ids.fill(unkId, it.f.wordPos[w], it.f.wordEnd[w]);
+  return { f: { ...it.f, ids }, segs: it.segs };
+}
