@@ -153,8 +153,8 @@ export interface AppState {
   draining: boolean;
   inflight: number;
   idle: Array<() => void>;
-  /** uWS is reached only through server/guard.ts, which sends each client's address (X-Loom-Peer) */
-  guarded?: boolean;
+  /** uWS is reached only through server/guard.ts's proxy, which sends each client's address (X-Loom-Peer) */
+  proxied?: boolean;
 }
 
 /** What every request of one route shares: compiled once at registration. */
@@ -259,9 +259,9 @@ class Run {
   get ip(): string {
     if (this.ipValue === null) {
       const { headers, rt } = this;
-      // behind the guard the TCP peer is the guard, which sends the client's address in X-Loom-Peer
-      // (trusted only then; the guard drops the header from clients)
-      const peer = rt.state.guarded
+      // behind the proxy guard the TCP peer is the proxy, which sends the client's address in
+      // X-Loom-Peer (trusted only then; the proxy drops the header from clients)
+      const peer = rt.state.proxied
         ? headers[PEER_HEADER] ?? ''
         : Buffer.from(this.ex.res.getRemoteAddressAsText()).toString();
       this.ipValue = (rt.services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
