@@ -144,7 +144,8 @@ export function checkHead(text: string, localHost: string, peer?: string): Check
 function refusalBytes(r: Refusal): Buffer {
   const body = JSON.stringify({ detail: r.detail });
   return Buffer.from(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status] ?? 'Bad Request'}\r\n`
-    + `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    + `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`
+    + `Connection: close\r\n\r\n${body}`);
 }
 const CHUNK_SIZE_REFUSAL = refusalBytes(new Refusal(400, 'Malformed chunk size'));
 const CHUNK_BODY_REFUSAL = refusalBytes(new Refusal(400, 'Malformed chunked body'));
@@ -162,7 +163,9 @@ export function examineHead(buf: Buffer, end: number, localHost: string, peer?: 
     if (end > MAX_HEAD_BYTES || (end < 0 && buf.length > MAX_HEAD_BYTES)) {
       throw new Refusal(431, `Request head larger than ${MAX_HEAD_BYTES} bytes`);
     }
-    if (bareLf(buf, end < 0 ? buf.length : end)) throw new Refusal(400, 'Malformed request head: lines must end in CRLF');
+    if (bareLf(buf, end < 0 ? buf.length : end)) {
+      throw new Refusal(400, 'Malformed request head: lines must end in CRLF');
+    }
     if (end < 0) return null;
     const c = checkHead(buf.subarray(0, end).toString('latin1'), localHost, peer);
     const body = c.body.kind === 'chunked' ? -1 : c.body.kind === 'length' ? c.body.bytes : 0;

@@ -127,7 +127,8 @@ export async function createServer(opts: {
   const port = proxy ? proxy.port : uws.us_socket_local_port(listenSocket);
   // the native guard checks the connections uWS accepts on this port from here on (before the loop
   // runs again, so before the first accept)
-  const unguard = guard === true && !proxied ? guardPort(port, `${host.includes(':') ? `[${host}]` : host}:${port}`) : null;
+  const localHost = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const unguard = guard === true && !proxied ? guardPort(port, localHost) : null;
   let closing: Promise<void> | null = null;
   return {
     port, url: `http://${host}:${port}`, services, log,

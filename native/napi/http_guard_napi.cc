@@ -44,7 +44,8 @@ std::string bytes_arg(const Napi::Value& v) {
   return std::string(b.Data(), b.Length());
 }
 
-// httpGuardInstall(examine, maxHeaders, maxHeadBytes, chunkSizeRefusal, chunkBodyRefusal, errorRefusal): null, or why not
+// httpGuardInstall(examine, maxHeaders, maxHeadBytes, chunkSizeRefusal, chunkBodyRefusal, errorRefusal):
+// null, or why not
 Napi::Value Install(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 6 || !info[0].IsFunction() || !info[3].IsBuffer() || !info[4].IsBuffer() || !info[5].IsBuffer()) {
