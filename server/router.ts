@@ -19,7 +19,7 @@ import { PEER_HEADER } from './guard.ts';
 export { MAX_JSON_DEPTH };
 import { errorResponse, type ErrorStyle } from './errors.ts';
 import { createAccessLog, type AccessLog } from './log.ts';
-import { Exchange, readBody, type ResponseStream } from './http.ts';
+import { Exchange, hasName, readBody, type ResponseStream } from './http.ts';
 
 const addFormats = ((addFormatsMod as unknown as { default?: typeof addFormatsMod }).default ?? addFormatsMod) as unknown as (a: Ajv) => void;
 export const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false });
@@ -352,7 +352,8 @@ class Run {
     const ex = this.ex;
     if (ex.done || ex.aborted) return;
     if (out instanceof Reply) {
-      if ((typeof out.body === 'string' || out.body instanceof Uint8Array) && Object.keys(out.headers).some((h) => h.toLowerCase() === 'content-type')) ex.send(out.status, out.body, out.headers);
+      const raw = typeof out.body === 'string' || out.body instanceof Uint8Array;
+      if (raw && hasName(out.headers, 'content-type')) ex.send(out.status, out.body, out.headers);
       else ex.json(out.status, out.body ?? null, out.headers);
     }
     else if (out !== undefined) ex.json(200, out);
@@ -378,7 +379,7 @@ class Run {
     const status = ex.status || 499;
     rt.observe(status, ms / 1000);
     rt.accessLog.line(rt.logFields, status, Math.round(ms * 100) / 100, this.principal?.team_id, this.principal?.key_id);
-    if (rt.state.inflight === 0) for (const f of rt.state.idle.splice(0)) f();
+    if (rt.state.inflight === 0 && rt.state.idle.length) for (const f of rt.state.idle.splice(0)) f();
   }
 }
 
