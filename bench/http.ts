@@ -11,6 +11,8 @@
 // request over Loom's (every thread of the server process, /proc/<pid>/task/*/schedstat, read
 // before and after each run; both processes pinned to the same CPU), which is what the req/s ratio
 // would be on a dedicated core and does not depend on how much of CPU 0 other processes took.
+// `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s before the runs) per
+// request at the row's rate, the part of cpu_us_per_req that is background work.
 // --also adds the same rows for more Loom servers with other LOOM_HTTP_GUARD settings (0: no guard;
 // proxy: server/guard.ts's proxy, whose CPU time is in the same process). --pipeline instead runs
 // bench/http-pipeline.mts: the CPU time of Loom's own code per request, in process, with stub uWS
@@ -199,6 +201,15 @@ export async function run(argv: string[]) {
       }
     }
     for (const t of targets) await load(loadCpu, t, 1, connections); // warm-up (JIT), untimed
+    // what each server spends with no requests (timers, metrics sampling): cpu_us_per_req includes
+    // it, spread over the run's requests; `idle_us_per_req` says how much of it that is
+    const idleMsPerS = new Map<number, number>();
+    for (const s of looms) {
+      const a = cpuNs(s.proc.pid!);
+      await new Promise((r) => setTimeout(r, 2000));
+      const b = cpuNs(s.proc.pid!);
+      idleMsPerS.set(s.proc.pid!, a === null || b === null ? NaN : (b - a) / 1e6 / 2);
+    }
     const samples: Sample[] = [];
     for (let r = 0; r < rounds; r++) {
       for (const t of targets) {
@@ -216,6 +227,7 @@ export async function run(argv: string[]) {
       return {
         target: t.name, rps: Math.round(rps), ratio: +(rps / median(bs.map((s) => s.rps))).toFixed(3),
         cpu_us_per_req: +cpuUs.toFixed(2), cpu_ratio: +(median(bs.map((s) => s.cpuUs)) / cpuUs).toFixed(3),
+        idle_us_per_req: +((idleMsPerS.get(t.pid()) ?? NaN) * 1000 / rps).toFixed(2),
         p50_ms: median(ss.map((s) => s.p50)), p99_ms: median(ss.map((s) => s.p99)),
         non2xx: ss.reduce((a, s) => a + s.non2xx, 0), errors: ss.reduce((a, s) => a + s.errors, 0),
         runs: ss.map((s) => Math.round(s.rps)).join(' '),
