@@ -1,6 +1,5 @@
 // HTTP/1.x framing guard, on by default (LOOM_HTTP_GUARD=0 or createServer({guard: false}) turn it
-// off): a plain TCP front on the public address that checks each request head before
-// uWebSockets.js sees it.
+// off): it checks each request head before uWebSockets.js sees it.
 //
 // Why it exists: the uWS build Loom runs (@trufflesuite/uws-js-unofficial 20.30) calls no handler
 // for a request its parser does not take, so Loom cannot answer one. Measured with raw sockets:
@@ -20,8 +19,9 @@
 // (installNativeGuard, guardPort). Where it cannot be installed (not Linux, no addon, a worker
 // thread) or with LOOM_HTTP_GUARD=proxy, the proxy below serves instead.
 //
-// The proxy's cost: every byte crosses one more socket pair and the JS heap, which costs about as much per
-// request as uWS itself (figures in the README, `npm run bench -- http --guard`). To keep it low,
+// The proxy's cost: every byte crosses one more socket pair and the JS heap, which costs about as
+// much per request as uWS itself (figures in the README, `npm run bench -- http --also proxy`). To
+// keep it low,
 // uWS listens on a unix socket in a private folder (no loopback TCP stack on the inner hop, and no
 // other local user can reach uWS around the guard), and a plain head is checked in one pass over
 // its bytes and passed on with one write (plainHeadBodyLength); only other heads are parsed as
@@ -30,10 +30,10 @@
 //
 // Behind the proxy, the client's address reaches uWS in an `X-Loom-Peer` header the proxy adds (and
 // drops from clients), trusted by the router only in that mode (the native guard leaves uWS the
-// client's own socket). Not a PROXY v2 header: uWS 20.30 drops, with
-// no answer, the first request of a connection whose head is over about 4 KiB after one.
+// client's own socket). Not a PROXY v2 header: uWS 20.30 drops, with no answer, the first request
+// of a connection whose head is over about 4 KiB after one.
 //
-// Framing: a head is read whole (up to MAX_HEAD_BYTES), checked, rewritten when needed and passed
+// Framing (both guards): a head is read whole (up to MAX_HEAD_BYTES), checked, rewritten when needed and passed
 // on; then the body is passed through by Content-Length or by chunk framing, so the next head of a
 // keep-alive connection is found. Responses flow back unchanged.
 import net from 'node:net';
