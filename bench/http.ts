@@ -1,21 +1,28 @@
-// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N] [--guard | --pipeline]`:
-// per-request cost of Loom's HTTP pipeline against a bare uWebSockets.js handler from the same
-// package, loaded side by side with autocannon on loopback. Both servers run in their own
-// processes pinned to CPU 0 (taskset, when there are 2+ CPUs), autocannon pinned to CPU 1. Each
-// round loads the bare handler, GET /health and an authenticated GET /v1/models in turn (an
-// untimed warm-up first), so drift on a shared machine hits all three alike. Two ratios per Loom
-// route: `ratio` is its median req/s over the bare handler's; `cpu_ratio` is the bare handler's
-// server CPU time per request over Loom's (all threads of the server process, from
-// /proc/<pid>/task/*/schedstat), which is what the req/s ratio would be on a dedicated core and
-// does not depend on how much of CPU 0 other processes took during the run. --guard adds GET /health
-// through a second Loom server with the framing guard in front (server/guard.ts), to measure its
-// cost; its CPU time counts both (they are one process). --pipeline instead runs
+// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N] [--also 0,proxy]
+// | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare uWebSockets.js handler from
+// the same package, loaded side by side with autocannon on loopback. Loom (bench/http-server.mts,
+// the default configuration: the native framing guard on, or as LOOM_HTTP_GUARD says) and the bare
+// handler (bench/http-bare.mjs) run in their own processes pinned to CPU 0 (taskset, when there are
+// 2+ CPUs), autocannon pinned to CPU 1. The bare handler answers GET /health and GET /v1/models with
+// the status line, header lines and body bytes Loom answered them with (recorded first), so each
+// Loom row is compared with a bare row that writes as much. Each round loads every target in turn
+// (an untimed warm-up first), so drift on a shared machine hits all alike. Two ratios per Loom row:
+// `ratio` is its median req/s over the bare row's; `cpu_ratio` is the bare row's server CPU time per
+// request over Loom's (every thread of the server process, /proc/<pid>/task/*/schedstat, read
+// before and after each run; both processes pinned to the same CPU), which is what the req/s ratio
+// would be on a dedicated core and does not depend on how much of CPU 0 other processes took.
+// `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s before the runs) per
+// request at the row's rate, the part of cpu_us_per_req that is background work.
+// --also adds the same rows for more Loom servers with other LOOM_HTTP_GUARD settings (0: no guard;
+// proxy: server/guard.ts's proxy, whose CPU time is in the same process). --pipeline instead runs
 // bench/http-pipeline.mts: the CPU time of Loom's own code per request, in process, with stub uWS
 // objects (no sockets), a figure a shared CPU hardly moves.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 interface Target { name: string; port: () => number; pid: () => number; path: string; headers: Record<string, string> }
@@ -111,6 +118,32 @@ function pipeline(quick: boolean, json: boolean): void {
   }
 }
 
+/** Loom's answer to GET `path`, as the bare handler should repeat it: status, header lines (but those
+ * uWS writes itself: Date, uWebSockets, Content-Length) and body */
+function record(port: number, path: string, headers: Record<string, string>): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    s.on('data', (d) => chunks.push(d));
+    s.on('error', reject);
+    s.on('close', () => {
+      const all = Buffer.concat(chunks);
+      const end = all.indexOf('\r\n\r\n');
+      const [statusLine, ...lines] = all.subarray(0, end).toString('latin1').split('\r\n');
+      const own = new Set(['date', 'uwebsockets', 'content-length']);
+      resolve({
+        status: statusLine!.replace(/^HTTP\/1\.1 /, ''),
+        headers: lines.map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1).trim()] as [string, string])
+          .filter(([k]) => !own.has(k.toLowerCase())),
+        body: all.subarray(end + 4).toString('base64'),
+      });
+    });
+    const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+    s.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n${extra}Connection: close\r\n\r\n`);
+  });
+}
+interface Answer { status: string; headers: Array<[string, string]>; body: string }
+
 export async function run(argv: string[]) {
   const quick = argv.includes('--quick');
   if (argv.includes('--pipeline')) return pipeline(quick, argv.includes('--json'));
@@ -118,37 +151,65 @@ export async function run(argv: string[]) {
   const seconds = arg(argv, '--duration', quick ? 2 : 5);
   const rounds = arg(argv, '--rounds', quick ? 1 : 3);
   const connections = arg(argv, '--connections', 64);
+  // --also 0,proxy: more Loom servers, with those LOOM_HTTP_GUARD settings
+  const also = argv.includes('--also') ? argv[argv.indexOf('--also') + 1]!.split(',') : [];
   const ncpu = availableParallelism();
   const hasTaskset = spawnSync('taskset', ['-V']).status === 0;
   const [serverCpu, loadCpu] = ncpu >= 2 && hasTaskset ? [0, 1] : [null, null];
-  const bare = await startServer(serverCpu, [join(here, 'http-bare.mjs')]);
   const loomArgs = ['--import', 'tsx', join(here, 'http-server.mts')];
-  const loom = await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: '0' });
-  const guarded = argv.includes('--guard') ? await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: '1' }) : null;
-  const stop = () => { for (const s of [bare, loom, guarded]) s?.proc.kill('SIGKILL'); };
+  const env = process.env.LOOM_HTTP_GUARD;
+  const configs = [env === undefined ? 'default' : `LOOM_HTTP_GUARD=${env}`];
+  for (const g of also) configs.push(`LOOM_HTTP_GUARD=${g}`);
+  const looms: Array<{ proc: ChildProcess; info: any }> = [];
+  const stop = () => { for (const s of looms) s.proc.kill('SIGKILL'); };
   process.on('exit', stop);
+  looms.push(await startServer(serverCpu, loomArgs));
+  for (const g of also) looms.push(await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: g }));
+  // each server has its own store and key; a request to the bare handler carries the first one's
+  const routes: Array<[string, (key: string) => Record<string, string>]> = [
+    ['/health', () => ({})], ['/v1/models', (key) => ({ 'X-API-Key': key })],
+  ];
+  const key = looms[0]!.info.key;
+  // the bare handler answers each path with the bytes Loom answers it with
+  const answers: Record<string, Answer> = {};
+  for (const [path, headers] of routes) answers[path] = await record(looms[0]!.info.port, path, headers(key));
+  const answersFile = join(mkdtempSync(join(tmpdir(), 'loom-bench-http-')), 'answers.json');
+  writeFileSync(answersFile, JSON.stringify(answers));
+  const bare = await startServer(serverCpu, [join(here, 'http-bare.mjs'), answersFile]);
+  looms.push(bare);
   try {
-    const targets: Target[] = [
-      { name: 'bare uWS', port: () => bare.info.port, pid: () => bare.proc.pid!, path: '/health', headers: {} },
-      { name: 'GET /health', port: () => loom.info.port, pid: () => loom.proc.pid!, path: '/health', headers: {} },
-      {
-        name: 'GET /v1/models', port: () => loom.info.port, pid: () => loom.proc.pid!,
-        path: '/v1/models', headers: { 'X-API-Key': loom.info.key },
-      },
-    ];
-    if (guarded) {
-      const g = guarded;
+    const targets: Target[] = [];
+    for (const [path, headers] of routes) {
       targets.push({
-        name: 'GET /health, guard', port: () => g.info.port, pid: () => g.proc.pid!, path: '/health', headers: {},
+        name: `bare uWS ${path}`, port: () => bare.info.port, pid: () => bare.proc.pid!, path, headers: headers(key),
+      });
+      looms.slice(0, -1).forEach((l, i) => {
+        const name = `GET ${path}${configs.length > 1 || i > 0 ? `, ${configs[i]}` : ''}`;
+        targets.push({ name, port: () => l.info.port, pid: () => l.proc.pid!, path, headers: headers(l.info.key) });
       });
     }
+    // the bare row a target compares with
+    const bareOf = (t: Target) => `bare uWS ${t.path}`;
     if (!json) {
       const cpu = cpus()[0]?.model;
       console.log(`http: ${connections} connections, ${seconds} s x ${rounds} rounds per target, CPU ${cpu}`);
       const pins = `servers on CPU ${serverCpu}, autocannon on CPU ${loadCpu}`;
       console.log(serverCpu === null ? 'not pinned (1 CPU or no taskset)' : pins);
+      for (const p of Object.keys(answers)) {
+        const a = answers[p]!;
+        console.log(`bare ${p}: ${a.headers.length} header lines, ${Buffer.from(a.body, 'base64').length} body bytes`);
+      }
     }
     for (const t of targets) await load(loadCpu, t, 1, connections); // warm-up (JIT), untimed
+    // what each server spends with no requests (timers, metrics sampling): cpu_us_per_req includes
+    // it, spread over the run's requests; `idle_us_per_req` says how much of it that is
+    const idleMsPerS = new Map<number, number>();
+    for (const s of looms) {
+      const a = cpuNs(s.proc.pid!);
+      await new Promise((r) => setTimeout(r, 2000));
+      const b = cpuNs(s.proc.pid!);
+      idleMsPerS.set(s.proc.pid!, a === null || b === null ? NaN : (b - a) / 1e6 / 2);
+    }
     const samples: Sample[] = [];
     for (let r = 0; r < rounds; r++) {
       for (const t of targets) {
@@ -158,18 +219,19 @@ export async function run(argv: string[]) {
       }
     }
     const by = (n: string) => samples.filter((s) => s.name === n);
-    const bareRps = median(by('bare uWS').map((s) => s.rps));
-    const bareCpu = median(by('bare uWS').map((s) => s.cpuUs));
     const rows = targets.map((t) => {
       const ss = by(t.name);
+      const bs = by(bareOf(t));
       const rps = median(ss.map((s) => s.rps));
+      const cpuUs = median(ss.map((s) => s.cpuUs));
       return {
-        target: t.name, rps: Math.round(rps), ratio: +(rps / bareRps).toFixed(3),
-        cpu_us_per_req: +median(ss.map((s) => s.cpuUs)).toFixed(2),
-        cpu_ratio: +(bareCpu / median(ss.map((s) => s.cpuUs))).toFixed(3),
+        target: t.name, rps: Math.round(rps), ratio: +(rps / median(bs.map((s) => s.rps))).toFixed(3),
+        cpu_us_per_req: +cpuUs.toFixed(2), cpu_ratio: +(median(bs.map((s) => s.cpuUs)) / cpuUs).toFixed(3),
+        idle_us_per_req: +((idleMsPerS.get(t.pid()) ?? NaN) * 1000 / rps).toFixed(2),
         p50_ms: median(ss.map((s) => s.p50)), p99_ms: median(ss.map((s) => s.p99)),
         non2xx: ss.reduce((a, s) => a + s.non2xx, 0), errors: ss.reduce((a, s) => a + s.errors, 0),
         runs: ss.map((s) => Math.round(s.rps)).join(' '),
+        cpu_runs: ss.map((s) => s.cpuUs.toFixed(1)).join(' '),
       };
     });
     if (json) console.log(JSON.stringify({ bench: 'http', summary: rows }));

@@ -1,6 +1,5 @@
 // HTTP/1.x framing guard, on by default (LOOM_HTTP_GUARD=0 or createServer({guard: false}) turn it
-// off): a plain TCP front on the public address that checks each request head before
-// uWebSockets.js sees it.
+// off): it checks each request head before uWebSockets.js sees it.
 //
 // Why it exists: the uWS build Loom runs (@trufflesuite/uws-js-unofficial 20.30) calls no handler
 // for a request its parser does not take, so Loom cannot answer one. Measured with raw sockets:
@@ -14,23 +13,32 @@
 // (and the local address as Host when there is none), and absolute-form targets in origin form.
 // Line ends must be CRLF: a head with a bare LF is a 400 (uWS takes none).
 //
-// Cost: every byte crosses one more socket pair and the JS heap, which costs about as much per
-// request as uWS itself (figures in the README, `npm run bench -- http --guard`). To keep it low,
+// Two guards apply these rules. The default is native (native/net/http_guard.cc): it runs inside
+// uWS's own reads of the public socket, in the buffer uWS reads into, scanning plain heads in C++
+// and calling examineHead (below) for the others, so a well-formed request costs no extra hop
+// (installNativeGuard, guardPort). Where it cannot be installed (not Linux, no addon, a worker
+// thread) or with LOOM_HTTP_GUARD=proxy, the proxy below serves instead.
+//
+// The proxy's cost: every byte crosses one more socket pair and the JS heap, which costs about as
+// much per request as uWS itself (figures in the README, `npm run bench -- http --also proxy`). To
+// keep it low,
 // uWS listens on a unix socket in a private folder (no loopback TCP stack on the inner hop, and no
 // other local user can reach uWS around the guard), and a plain head is checked in one pass over
 // its bytes and passed on with one write (plainHeadBodyLength); only other heads are parsed as
 // strings (checkHead), which also words the refusals. Behind a reverse proxy that answers
 // malformed requests itself (nginx, HAProxy, a cloud load balancer), LOOM_HTTP_GUARD=0 saves it.
 //
-// The client's address reaches uWS in an `X-Loom-Peer` header the guard adds (and drops from
-// clients), trusted by the router only in this mode. Not a PROXY v2 header: uWS 20.30 drops, with
-// no answer, the first request of a connection whose head is over about 4 KiB after one.
+// Behind the proxy, the client's address reaches uWS in an `X-Loom-Peer` header the proxy adds (and
+// drops from clients), trusted by the router only in that mode (the native guard leaves uWS the
+// client's own socket). Not a PROXY v2 header: uWS 20.30 drops, with no answer, the first request
+// of a connection whose head is over about 4 KiB after one.
 //
-// Framing: a head is read whole (up to MAX_HEAD_BYTES), checked, rewritten when needed and passed
+// Framing (both guards): a head is read whole (up to MAX_HEAD_BYTES), checked, rewritten when needed and passed
 // on; then the body is passed through by Content-Length or by chunk framing, so the next head of a
 // keep-alive connection is found. Responses flow back unchanged.
 import net from 'node:net';
 import { STATUS_CODES } from 'node:http';
+import { isMainThread } from 'node:worker_threads';
 
 /**
  * Header lines a client may send: uWS 20.30 passes at most 48 (49 or more get no answer at all),
@@ -133,10 +141,39 @@ export function checkHead(text: string, localHost: string, peer?: string): Check
   return { head, body, last: minor === '0' };
 }
 
-function refusalBytes(r: Refusal): string {
+function refusalBytes(r: Refusal): Buffer {
   const body = JSON.stringify({ detail: r.detail });
-  return `HTTP/1.1 ${r.status} ${STATUS_CODES[r.status] ?? 'Bad Request'}\r\nContent-Type: application/json\r\n`
-    + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+  return Buffer.from(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status] ?? 'Bad Request'}\r\n`
+    + `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`
+    + `Connection: close\r\n\r\n${body}`);
+}
+const CHUNK_SIZE_REFUSAL = refusalBytes(new Refusal(400, 'Malformed chunk size'));
+const CHUNK_BODY_REFUSAL = refusalBytes(new Refusal(400, 'Malformed chunked body'));
+
+/**
+ * What becomes of a request head that plainHeadBodyLength did not take: `buf` holds it from its
+ * first byte, `end` is the offset of its CRLF CRLF or -1 when that has not arrived. null: wait for
+ * more bytes; a Buffer: the refusal to send (then close); else the head to pass on, its body
+ * length (-1: chunked) and whether it is the connection's last request (HTTP/1.0). Both guards
+ * (the proxy below and the native one in uWS's reads) decide with this.
+ */
+export type HeadDecision = null | Buffer | { head: Buffer; body: number; last: boolean };
+export function examineHead(buf: Buffer, end: number, localHost: string, peer?: string): HeadDecision {
+  try {
+    if (end > MAX_HEAD_BYTES || (end < 0 && buf.length > MAX_HEAD_BYTES)) {
+      throw new Refusal(431, `Request head larger than ${MAX_HEAD_BYTES} bytes`);
+    }
+    if (bareLf(buf, end < 0 ? buf.length : end)) {
+      throw new Refusal(400, 'Malformed request head: lines must end in CRLF');
+    }
+    if (end < 0) return null;
+    const c = checkHead(buf.subarray(0, end).toString('latin1'), localHost, peer);
+    const body = c.body.kind === 'chunked' ? -1 : c.body.kind === 'length' ? c.body.bytes : 0;
+    return { head: Buffer.from(c.head, 'latin1'), body, last: c.last };
+  } catch (e) {
+    if (e instanceof Refusal) return refusalBytes(e);
+    throw e;
+  }
 }
 
 /** true when buf[0, end) holds a LF not preceded by CR */
@@ -300,10 +337,10 @@ class GuardedConnection {
     if (!this.up && this.state === 'head' && !this.client.destroyed) this.client.end();
   }
 
-  private refuse(r: Refusal): void {
+  private refuse(answer: Buffer): void {
     this.state = 'closed';
     this.up?.destroy();
-    this.client.end(refusalBytes(r));
+    this.client.end(answer);
   }
 
   private feed(d: Buffer): void {
@@ -313,10 +350,7 @@ class GuardedConnection {
       if (this.state === 'head' && this.lastRequest) { this.state = 'closed'; return; }
       if (this.state === 'head') {
         const end = this.buf.indexOf(CRLF2);
-        if (end > MAX_HEAD_BYTES || (end < 0 && this.buf.length > MAX_HEAD_BYTES)) {
-          return this.refuse(new Refusal(431, `Request head larger than ${MAX_HEAD_BYTES} bytes`));
-        }
-        if (end >= 0) {
+        if (end >= 0 && end <= MAX_HEAD_BYTES) {
           // the common case: checked in one pass and passed on with the client's address added
           const bodyBytes = plainHeadBodyLength(this.buf, end);
           if (bodyBytes >= 0) {
@@ -327,21 +361,15 @@ class GuardedConnection {
             continue;
           }
         }
-        if (bareLf(this.buf, end < 0 ? this.buf.length : end)) {
-          return this.refuse(new Refusal(400, 'Malformed request head: lines must end in CRLF'));
-        }
-        if (end < 0) return;
-        let checked: CheckedHead;
-        try { checked = checkHead(this.buf.subarray(0, end).toString('latin1'), this.localHost, this.peer); } catch (e) {
-          if (e instanceof Refusal) return this.refuse(e);
-          throw e;
-        }
+        const d = examineHead(this.buf, end, this.localHost, this.peer);
+        if (d === null) return;
+        if (Buffer.isBuffer(d)) return this.refuse(d);
         this.answered = false;
-        this.upstream().write(Buffer.from(checked.head, 'latin1'));
+        this.upstream().write(d.head);
         this.buf = this.buf.subarray(end + 4);
-        this.lastRequest = checked.last;
-        if (checked.body.kind === 'length') { this.state = 'length'; this.left = checked.body.bytes; }
-        else if (checked.body.kind === 'chunked') this.state = 'chunk-size';
+        this.lastRequest = d.last;
+        if (d.body > 0) { this.state = 'length'; this.left = d.body; }
+        else if (d.body < 0) this.state = 'chunk-size';
       } else if (this.state === 'length' || this.state === 'chunk-data') {
         const n = Math.min(this.left, this.buf.length);
         this.upstream().write(this.buf.subarray(0, n));
@@ -352,7 +380,7 @@ class GuardedConnection {
         // chunk-size line or a trailer line: passed on whole
         const end = this.buf.indexOf(CRLF);
         if (end < 0) {
-          if (this.buf.length > MAX_HEAD_BYTES) return this.refuse(new Refusal(400, 'Malformed chunked body'));
+          if (this.buf.length > MAX_HEAD_BYTES) return this.refuse(CHUNK_BODY_REFUSAL);
           return;
         }
         const line = this.buf.subarray(0, end).toString('latin1');
@@ -360,7 +388,7 @@ class GuardedConnection {
         this.buf = this.buf.subarray(end + 2);
         if (this.state === 'trailer') { if (line === '') this.state = 'head'; continue; }
         const size = /^([0-9a-fA-F]{1,8})(;.*)?$/.exec(line);
-        if (!size) return this.refuse(new Refusal(400, 'Malformed chunk size'));
+        if (!size) return this.refuse(CHUNK_SIZE_REFUSAL);
         const n = parseInt(size[1]!, 16);
         if (n === 0) this.state = 'trailer';
         else { this.state = 'chunk-data'; this.left = n + 2; }
@@ -389,4 +417,46 @@ export function startGuard(host: string, port: number, upstreamPath: string): Pr
       resolve({ port: (server.address() as net.AddressInfo).port, close });
     });
   });
+}
+
+// ---- the native guard: the same checks inside uWS's own reads (native/net/http_guard.cc) -------------
+
+/** local ports served by the native guard, with the Host an HTTP/1.0 request without one gets */
+const nativePorts = new Map<number, string>();
+let nativeInstalled: string | null | undefined;
+let nativeAddon: Record<string, (...args: unknown[]) => unknown> | null = null;
+
+/**
+ * Installs the native guard in this process (once; uWS must be loaded): null when it is in place,
+ * else why not (then the proxy above serves). It checks uWS's reads of the connections accepted on
+ * the ports given to guardPort, with plainHeadBodyLength's scan in C++ and examineHead for the rest.
+ */
+export async function installNativeGuard(): Promise<string | null> {
+  if (nativeInstalled !== undefined) return nativeInstalled;
+  if (!isMainThread) return (nativeInstalled = 'not on the main thread (uWS and the guard share its loop)');
+  try {
+    const { addon } = await import('../src/native/addon.ts');
+    const examine = (buf: Buffer, end: number, port: number) =>
+      examineHead(buf, end, nativePorts.get(port) ?? `127.0.0.1:${port}`);
+    const error = refusalBytes(new Refusal(400, 'Malformed request'));
+    nativeInstalled = addon.httpGuardInstall(
+      examine, MAX_HEADERS, MAX_HEAD_BYTES, CHUNK_SIZE_REFUSAL, CHUNK_BODY_REFUSAL, error,
+    ) as string | null;
+    if (nativeInstalled === null) nativeAddon = addon;
+  } catch (e) {
+    nativeInstalled = `native addon unavailable: ${(e as Error).message}`;
+  }
+  return nativeInstalled;
+}
+
+/**
+ * The native guard (installed) checks the connections uWS accepts on `port` from now on (at once:
+ * call it before the event loop turns, so before the first accept); the function returned stops it.
+ */
+export function guardPort(port: number, localHost: string): () => void {
+  const addon = nativeAddon;
+  if (!addon) throw new Error('the native HTTP guard is not installed');
+  nativePorts.set(port, localHost);
+  addon.httpGuardPortAdd!(port);
+  return () => { addon.httpGuardPortRemove!(port); nativePorts.delete(port); };
 }

@@ -19,10 +19,9 @@ export function statusLine(code: number): string {
 
 const JSON_HEADERS: Record<string, string> = { 'Content-Type': 'application/json' };
 
-/** `h` has a header `name`, whatever its case */
-function hasName(h: Record<string, string>, name: string): boolean {
-  const lower = name.toLowerCase();
-  for (const k in h) if (k.toLowerCase() === lower) return true;
+/** `h` has a header `name`, whatever its case (names of another length are not lower-cased to compare) */
+export function hasName(h: Record<string, string>, name: string): boolean {
+  for (const k in h) if (k.length === name.length && (k === name || k.toLowerCase() === name.toLowerCase())) return true;
   return false;
 }
 
@@ -95,16 +94,16 @@ export class Exchange {
       for (const k in headers) res.writeHeader(k, headers[k]!);
     } else {
       // one value per header name; the response's own headers override the exchange's
-      const own = headers === JSON_HEADERS ? null : Object.keys(headers).map((k) => k.toLowerCase());
+      const own = headers === JSON_HEADERS ? null : headers;
       if (rate !== null) {
         const values = rateHeaderValues(rate);
         for (let i = 0; i < RATE_HEADER_NAMES.length; i++) {
           const name = RATE_HEADER_NAMES[i]!;
-          if (own?.includes(name.toLowerCase()) || (extra !== null && hasName(extra, name))) continue;
+          if ((own !== null && hasName(own, name)) || (extra !== null && hasName(extra, name))) continue;
           res.writeHeader(name, values[i]!);
         }
       }
-      if (extra !== null) for (const k in extra) if (!own?.includes(k.toLowerCase())) res.writeHeader(k, extra[k]!);
+      if (extra !== null) for (const k in extra) if (own === null || !hasName(own, k)) res.writeHeader(k, extra[k]!);
       for (const k in headers) res.writeHeader(k, headers[k]!);
     }
     if (this.cookies) for (const c of this.cookies) res.writeHeader('Set-Cookie', c);

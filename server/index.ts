@@ -10,7 +10,7 @@ import type { Services } from '../src/service/index.ts';
 import { NotFoundError } from '../src/service/errors.ts';
 import { wantsMessagesErrors } from '../src/service/compat/errors.ts';
 import { errorResponse } from './errors.ts';
-import { type Guard, startGuard } from './guard.ts';
+import { type Guard, guardPort, installNativeGuard, startGuard } from './guard.ts';
 import { Exchange } from './http.ts';
 import { createLogger } from './log.ts';
 import { type AppState, type RouteDef, registerRoutes } from './router.ts';
@@ -63,15 +63,24 @@ export interface LoomServer {
 export async function createServer(opts: {
   services: Services; host?: string; port?: number; log?: Logger; routes?: RouteDef[];
   /**
-   * put server/guard.ts in front (answers malformed HTTP/1.x that uWS drops); default on, off with
-   * LOOM_HTTP_GUARD=0 (behind a reverse proxy that already answers malformed requests)
+   * the framing guard of server/guard.ts (answers malformed HTTP/1.x that uWS drops): true (the
+   * default) the native one inside uWS's reads, or the proxy where that cannot be installed;
+   * 'proxy' the proxy; false none. LOOM_HTTP_GUARD=0 / proxy set the default (0 behind a reverse
+   * proxy that already answers malformed requests).
    */
-  guard?: boolean;
+  guard?: boolean | 'proxy';
 }): Promise<LoomServer> {
   const { services } = opts;
   const log = opts.log ?? createLogger();
-  const guarded = opts.guard ?? process.env.LOOM_HTTP_GUARD !== '0';
-  const state: AppState = { draining: false, inflight: 0, idle: [], guarded };
+  const env = process.env.LOOM_HTTP_GUARD;
+  const guard = opts.guard ?? (env === '0' ? false : env === 'proxy' ? 'proxy' : true);
+  let proxied = guard === 'proxy';
+  if (guard === true) {
+    const why = await installNativeGuard();
+    if (why !== null) log.warn({ reason: why }, 'native HTTP guard unavailable; using the proxy guard');
+    proxied = why !== null;
+  }
+  const state: AppState = { draining: false, inflight: 0, idle: [], proxied };
   const app = uws.App();
   const routes = [...ROUTE_MODULES.flatMap((m) => m(state)), ...(opts.routes ?? [])];
   const accessLog = registerRoutes(app, routes, services, log, state);
@@ -94,10 +103,10 @@ export async function createServer(opts: {
     services.metrics.observeRequest('unmatched', method, ex.status, 0);
   });
   const host = opts.host ?? '127.0.0.1';
-  // behind the guard, uWS listens on a unix socket in a private folder that only the guard connects
-  // to: a local hop without TCP (cheaper per request than loopback TCP) that no other user can
-  // reach, so none can bypass the guard or forge its X-Loom-Peer header
-  const socketDir = guarded ? mkdtempSync(join(tmpdir(), 'loom-uws-')) : null;
+  // behind the proxy guard, uWS listens on a unix socket in a private folder that only the guard
+  // connects to: a local hop without TCP (cheaper per request than loopback TCP) that no other user
+  // can reach, so none can bypass the guard or forge its X-Loom-Peer header
+  const socketDir = proxied ? mkdtempSync(join(tmpdir(), 'loom-uws-')) : null;
   const socketPath = socketDir && join(socketDir, 'uws.sock');
   const listenSocket = await new Promise<uws.us_listen_socket>((resolve, reject) => {
     const where = socketPath ?? `${host}:${opts.port ?? 0}`;
@@ -106,24 +115,29 @@ export async function createServer(opts: {
     if (socketPath) app.listen_unix(done, socketPath);
     else app.listen(host, opts.port ?? 0, done);
   });
-  let guard: Guard | null = null;
+  let proxy: Guard | null = null;
   if (socketDir && socketPath) {
     chmodSync(socketDir, 0o700);
-    guard = await startGuard(host, opts.port ?? 0, socketPath).catch((e) => {
+    proxy = await startGuard(host, opts.port ?? 0, socketPath).catch((e) => {
       uws.us_listen_socket_close(listenSocket);
       rmSync(socketDir, { recursive: true, force: true });
       throw e;
     });
   }
-  const port = guard ? guard.port : uws.us_socket_local_port(listenSocket);
+  const port = proxy ? proxy.port : uws.us_socket_local_port(listenSocket);
+  // the native guard checks the connections uWS accepts on this port from here on (before the loop
+  // runs again, so before the first accept)
+  const localHost = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const unguard = guard === true && !proxied ? guardPort(port, localHost) : null;
   let closing: Promise<void> | null = null;
   return {
     port, url: `http://${host}:${port}`, services, log,
     close(copts = {}) {
       closing ??= (async () => {
         state.draining = true;
-        guard?.close();
+        proxy?.close();
         uws.us_listen_socket_close(listenSocket);
+        unguard?.();
         if (state.inflight > 0) {
           await Promise.race([
             new Promise<void>((r) => state.idle.push(r)),

@@ -19,7 +19,7 @@ import { PEER_HEADER } from './guard.ts';
 export { MAX_JSON_DEPTH };
 import { errorResponse, type ErrorStyle } from './errors.ts';
 import { createAccessLog, type AccessLog } from './log.ts';
-import { Exchange, readBody, type ResponseStream } from './http.ts';
+import { Exchange, hasName, readBody, type ResponseStream } from './http.ts';
 
 const addFormats = ((addFormatsMod as unknown as { default?: typeof addFormatsMod }).default ?? addFormatsMod) as unknown as (a: Ajv) => void;
 export const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false });
@@ -153,8 +153,8 @@ export interface AppState {
   draining: boolean;
   inflight: number;
   idle: Array<() => void>;
-  /** uWS is reached only through server/guard.ts, which sends each client's address (X-Loom-Peer) */
-  guarded?: boolean;
+  /** uWS is reached only through server/guard.ts's proxy, which sends each client's address (X-Loom-Peer) */
+  proxied?: boolean;
 }
 
 /** What every request of one route shares: compiled once at registration. */
@@ -259,9 +259,9 @@ class Run {
   get ip(): string {
     if (this.ipValue === null) {
       const { headers, rt } = this;
-      // behind the guard the TCP peer is the guard, which sends the client's address in X-Loom-Peer
-      // (trusted only then; the guard drops the header from clients)
-      const peer = rt.state.guarded
+      // behind the proxy guard the TCP peer is the proxy, which sends the client's address in
+      // X-Loom-Peer (trusted only then; the proxy drops the header from clients)
+      const peer = rt.state.proxied
         ? headers[PEER_HEADER] ?? ''
         : Buffer.from(this.ex.res.getRemoteAddressAsText()).toString();
       this.ipValue = (rt.services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
@@ -352,7 +352,8 @@ class Run {
     const ex = this.ex;
     if (ex.done || ex.aborted) return;
     if (out instanceof Reply) {
-      if ((typeof out.body === 'string' || out.body instanceof Uint8Array) && Object.keys(out.headers).some((h) => h.toLowerCase() === 'content-type')) ex.send(out.status, out.body, out.headers);
+      const raw = typeof out.body === 'string' || out.body instanceof Uint8Array;
+      if (raw && hasName(out.headers, 'content-type')) ex.send(out.status, out.body, out.headers);
       else ex.json(out.status, out.body ?? null, out.headers);
     }
     else if (out !== undefined) ex.json(200, out);
@@ -378,7 +379,7 @@ class Run {
     const status = ex.status || 499;
     rt.observe(status, ms / 1000);
     rt.accessLog.line(rt.logFields, status, Math.round(ms * 100) / 100, this.principal?.team_id, this.principal?.key_id);
-    if (rt.state.inflight === 0) for (const f of rt.state.idle.splice(0)) f();
+    if (rt.state.inflight === 0 && rt.state.idle.length) for (const f of rt.state.idle.splice(0)) f();
   }
 }
 
