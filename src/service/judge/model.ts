@@ -17,11 +17,16 @@ export async function checkJudgeModel(
   };
   const job = d.store.trainingJobs.get(model);
   if (job && job.team_id === teamId) {
-    if (job.task_type !== 'decoder') bad(`Judge model ${model} is an ${job.task_type}; a judge must be a decoder`, 'judge_not_decoder');
+    if (job.task_type !== 'decoder')
+      bad(`Judge model ${model} is an ${job.task_type}; a judge must be a decoder`, 'judge_not_decoder');
     return;
   }
   const e = await d.catalog.get(model);
-  if (!e) throw new NotFoundError(`Judge model ${model} not found: a judge is a decoder from GET /base-models or a trained decoder`);
-  if (e.task_type !== 'decoder') bad(`Judge model ${model} is an ${e.task_type}; a judge must be a decoder`, 'judge_not_decoder');
+  if (!e)
+    throw new NotFoundError(
+      `Judge model ${model} not found: a judge is a decoder from GET /base-models or a trained decoder`,
+    );
+  if (e.task_type !== 'decoder')
+    bad(`Judge model ${model} is an ${e.task_type}; a judge must be a decoder`, 'judge_not_decoder');
   if (!e.supports_inference) bad(`Judge model ${model} cannot serve inference`, 'judge_not_servable');
 }
