@@ -85,3 +85,15 @@ t.test('a stop mid-generation frees the KV blocks at once', async (t) => {
   t.equal(res.stopped, 'aborted');
   t.equal(kvBudget.stats().used, 0);
 });
+
+t.test('validation prompts are sampled in micro-batches that fit the pool', async (t) => {
+  kvBudget.setCapacity(512 << 20);
+  const logs: string[] = [];
+  const more = [...rows, ...rows.map((r) => ({ ...r, prompt: `${(r as { prompt: string }).prompt} dog` }))];
+  const res = await trainDecoder(
+    grpo({ train_data: more, batch_size: 1, max_steps: 1, validation_data_percentage: 50 }, { group_size: 2 }),
+    { onLog: (l) => logs.push(l.message) },
+  );
+  t.equal(res.steps, 1);
+  t.match(logs.join('\n'), /validation: reward mean [\d.]+ over 4 prompts/);
+});

@@ -221,7 +221,6 @@ export const grpo: DecoderAlgorithm = {
       );
     // the serving engine with the policy's adapter; its KV pool holds one micro-batch of groups and the
     // blocks it holds come out of the process-wide KV budget the serving models draw from too
-    const dc = run.dc;
     const maxPrompt = Math.max(...train.map((p) => p.ids.length), ...val.map((p) => p.ids.length));
     const need = run.batchSize * groupBlocks(DEFAULT_BLOCK_SIZE, maxPrompt, rl.max_completion_length, run.maxLen, G);
     const engine: DecoderModel = await loadDecoder(run.baseDir, {
@@ -277,6 +276,8 @@ export const grpo: DecoderAlgorithm = {
 
     /** Reserves a micro-batch's KV from the process budget, waiting while others hold it (false: stopped). */
     const reserve = async (blocks: number): Promise<boolean> => {
+      if (blocks > engine.kv.numBlocks)
+        throw new Error(`grpo: ${blocks} KV blocks asked of a ${engine.kv.numBlocks}-block pool`);
       let logged = false;
       while (!engine.kv.hold(blocks)) {
         if (run.hooks.signal?.aborted) return false;
@@ -370,13 +371,19 @@ export const grpo: DecoderAlgorithm = {
       },
       async evaluate() {
         if (!val.length) return null;
-        const gen = await sample(val, 1, run.seed + 0x51ed);
-        if (!gen) return null;
-        const { rewards } = await rewardsOf(
-          val,
-          gen.map((x) => x.text),
-          1,
-        );
+        // batch_size prompts at a time: one sample each fits the pool sized for batch_size groups
+        const rewards: number[] = [];
+        for (let i = 0; i < val.length; i += run.batchSize) {
+          const part = val.slice(i, i + run.batchSize);
+          const gen = await sample(part, 1, run.seed + 0x51ed + i);
+          if (!gen) return null;
+          const r = await rewardsOf(
+            part,
+            gen.map((x) => x.text),
+            1,
+          );
+          rewards.push(...r.rewards);
+        }
         log(
           run.hooks,
           'info',
