@@ -21,7 +21,7 @@ import { loadDecoder } from '../src/runtime/generate.ts';
 import { baseTensors, initLoras, savePeftAdapter } from '../src/training/decoder-trainer.ts';
 import { DecoderTrainGraph } from '../src/training/native.ts';
 import { dpoStep } from '../src/training/algorithms/dpo.ts';
-import { grpoAdvantages, grpoStep } from '../src/training/algorithms/grpo.ts';
+import { grpoAdvantages, grpoStep, sampleGroup } from '../src/training/algorithms/grpo.ts';
 import { ensureRandomCheckpoint, CONFIGS } from './decode/models.ts';
 
 export async function run(argv: string[]): Promise<void> {
@@ -97,20 +97,14 @@ export async function run(argv: string[]): Promise<void> {
   const grpoOne = async (step: number) => {
     const prompts = Array.from({ length: Bp }, () => ids(P));
     const tg = performance.now();
+    // as the GRPO trainer samples (sampleGroup: the prompt prefilled once per group, shared by its completions)
     const finals = await Promise.all(
       prompts.flatMap((p, i) =>
-        Array.from(
-          { length: G },
-          (_, k) =>
-            engine.generate({
-              prompt_ids: p,
-              max_tokens: N,
-              temperature: 1,
-              seed: step * 1000 + i * 31 + k,
-              adapter: 'policy',
-              stop_at_eos: false,
-              cache: { mode: 'none' },
-            }).result,
+        sampleGroup(
+          engine,
+          { prompt_ids: p, max_tokens: N, temperature: 1, adapter: 'policy', stop_at_eos: false },
+          G,
+          (k) => step * 1000 + i * 31 + k,
         ),
       ),
     );

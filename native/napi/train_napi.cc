@@ -293,22 +293,35 @@ Napi::Value LlamaTrainCreate(const Napi::CallbackInfo& info) {
   return wrap(env, h);
 }
 
+// A packed batch's rows as LlamaTrainStep and LlamaTrainForward take them: {tokens, positions, labels, seqOff}
+// (R rows each, S+1 offsets). Fills in's row pointers (into the returned arrays, which the async work keeps
+// alive) and seq_off.
+struct BatchRows {
+  std::vector<int32_t> tokens, positions, labels;
+};
+template <typename In>
+std::shared_ptr<BatchRows> batch_rows(Napi::Env env, Napi::Object b, In& in) {
+  auto r = std::make_shared<BatchRows>();
+  r->tokens = get_vec<int32_t>(b, "tokens");
+  r->positions = get_vec<int32_t>(b, "positions");
+  r->labels = get_vec<int32_t>(b, "labels");
+  if (r->positions.size() != r->tokens.size() || r->labels.size() != r->tokens.size())
+    throw_range(env, "tokens, positions and labels must have the same length");
+  in.R = int64_t(r->tokens.size());
+  in.tokens = r->tokens.data();
+  in.positions = r->positions.data();
+  in.labels = r->labels.data();
+  for (int32_t v : get_vec<int32_t>(b, "seqOff")) in.seq_off.push_back(v);
+  return r;
+}
+
 Napi::Value LlamaTrainStep(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto h = unwrap(info[0]);
   if (!h->dec) throw_type(env, "not a decoder training handle");
   Napi::Object b = obj(info[1], "batch");
-  auto tokens = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "tokens"));
-  auto positions = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "positions"));
-  auto labels = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "labels"));
-  if (positions->size() != tokens->size() || labels->size() != tokens->size())
-    throw_range(env, "tokens, positions and labels must have the same length");
   auto in = std::make_shared<llama::StepIn>();
-  in->R = int64_t(tokens->size());
-  in->tokens = tokens->data();
-  in->positions = positions->data();
-  in->labels = labels->data();
-  for (int32_t v : get_vec<int32_t>(b, "seqOff")) in->seq_off.push_back(v);
+  auto rows = batch_rows(env, b, *in);
   in->backward = get_bool(b, "backward", true);
   in->grad_scale = float(get_num(b, "gradScale", 1));
   in->seed = uint64_t(get_num(b, "seed", 0));
@@ -316,7 +329,7 @@ Napi::Value LlamaTrainStep(const Napi::CallbackInfo& info) {
   auto out = std::make_shared<llama::StepOut>();
   return run_async(
       env,
-      [h, in, out, tokens, positions, labels, want]() {
+      [h, in, out, rows, want]() {
         std::lock_guard<std::mutex> lk(h->mu);
         llama::step(*h->dec, *in, *out, want);
       },
@@ -419,17 +432,8 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
   auto h = unwrap(info[0]);
   if (!h->dec) throw_type(env, "not a decoder training handle");
   Napi::Object b = obj(info[1], "batch");
-  auto tokens = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "tokens"));
-  auto positions = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "positions"));
-  auto labels = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "labels"));
-  if (positions->size() != tokens->size() || labels->size() != tokens->size())
-    throw_range(env, "tokens, positions and labels must have the same length");
   auto in = std::make_shared<llama::FwdIn>();
-  in->R = int64_t(tokens->size());
-  in->tokens = tokens->data();
-  in->positions = positions->data();
-  in->labels = labels->data();
-  for (int32_t v : get_vec<int32_t>(b, "seqOff")) in->seq_off.push_back(v);
+  auto rows = batch_rows(env, b, *in);
   if (b.Has("seqParent") && !b.Get("seqParent").IsUndefined())
     for (int32_t v : get_vec<int32_t>(b, "seqParent")) in->seq_parent.push_back(v);
   in->keep = get_bool(b, "keep", true);
@@ -444,7 +448,7 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
   auto logits = std::make_shared<std::vector<float>>();
   return run_async(
       env,
-      [h, in, tokens, positions, labels, want, logp, logits, scale]() {
+      [h, in, rows, want, logp, logits, scale]() {
         std::lock_guard<std::mutex> lk(h->mu);
         llama::Acts local;
         llama::Acts& a = in->keep ? h->dec_acts : local;

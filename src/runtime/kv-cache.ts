@@ -4,7 +4,11 @@
 //
 // Memory budget: LOOM_KV_MEMORY ("512MiB", "2GiB", "1.5GB", plain bytes) or the `memory` option;
 // the number of blocks is budget / bytes-per-block. Allocation never throws for lack of space: it
-// returns null and the scheduler queues (back-pressure).
+// returns null and the scheduler queues (back-pressure). Every pool in the process also draws the blocks
+// it holds (referenced by a sequence or a cache entry; cached-but-unreferenced blocks are free to take)
+// from the process-wide budget of src/runtime/kv-budget.ts, so all decoder engines together (serving
+// models, a GRPO job's generation engine) never hold more than LOOM_KV_MEMORY; `hold(n)` reserves n blocks
+// ahead (a GRPO micro-batch) and `unhold()` gives back what is not in use.
 //
 // Storage dtype: LOOM_KV_DTYPE or the `dtype` option, 'f32' | 'bf16' | 'auto' (default 'auto': bf16
 // when the model keeps its weights in bf16, else f32). A bf16 block takes half the bytes of an f32
@@ -12,14 +16,12 @@
 // attention math stays fp32.
 import type { DecoderConfig } from '../formats/hf-config.ts';
 import { NativeKvCache, type KvDtype } from '../models/decoder/native-model.ts';
-import { parseMemorySize } from './memory-size.ts';
-
-export { parseMemorySize };
+import { DEFAULT_KV_MEMORY, kvBudget, parseMemorySize } from './kv-budget.ts';
 
 export type { KvDtype };
 export type KvDtypeOption = KvDtype | 'auto';
 
-export const DEFAULT_KV_MEMORY = 512 * 1024 ** 2;
+export { DEFAULT_KV_MEMORY, parseMemorySize };
 export const DEFAULT_BLOCK_SIZE = 16;
 
 /**
@@ -63,6 +65,12 @@ export class KvCacheManager {
   onEvict: ((block: number) => void) | null = null;
   /** Called when allocation falls short: may release blocks (e.g. expired/LRU explicit entries); returns how many it freed. */
   reclaim: ((needed: number) => number) | null = null;
+  /** bytes of one block */
+  readonly blockBytes: number;
+  /** blocks' worth of the process budget this pool holds (≥ the referenced blocks, ≥ floor) */
+  private held = 0;
+  /** blocks kept reserved even when unreferenced (hold()) */
+  private floor = 0;
 
   constructor(config: DecoderConfig, opts: KvCacheOptions = {}) {
     this.blockSize = opts.blockSize ?? DEFAULT_BLOCK_SIZE;
@@ -74,6 +82,7 @@ export class KvCacheManager {
     if (opts.maxBlocks !== undefined) n = Math.min(n, opts.maxBlocks);
     if (n < 1) throw new RangeError(`KV memory budget ${budget} bytes is smaller than one block (${per} bytes, ${this.dtype})`);
     this.numBlocks = n;
+    this.blockBytes = per;
     this.native = new NativeKvCache(config, n, this.blockSize, this.dtype);
     this.refs = new Int32Array(n);
     this.cachedFlag = new Uint8Array(n);
@@ -109,6 +118,7 @@ export class KvCacheManager {
     if (n <= 0) return [];
     if (this.available() < n && this.reclaim) this.reclaim(n - this.available());
     if (this.available() < n) return null;
+    if (!this.grant(this.used() + n)) return null;
     const out: number[] = [];
     for (let i = 0; i < n; i++) {
       let b = this.free.pop();
@@ -126,9 +136,55 @@ export class KvCacheManager {
     return out;
   }
 
-  retain(b: number): void {
-    if (this.refs[b] === 0) this.evictable.delete(b);
+  /** One more reference to `b`; false (nothing taken) when an unreferenced block cannot be had from the budget. */
+  retain(b: number): boolean {
+    if (this.refs[b] === 0) {
+      if (!this.grant(this.used() + 1)) return false;
+      this.evictable.delete(b);
+    }
     this.refs[b]++;
+    return true;
+  }
+
+  /** Raises what this pool holds of the process budget to `blocks` (false: the budget cannot grant it now). */
+  private grant(blocks: number): boolean {
+    if (blocks <= this.held) return true;
+    if (!kvBudget.reserve((blocks - this.held) * this.blockBytes)) return false;
+    this.held = blocks;
+    return true;
+  }
+
+  /** Gives back to the process budget what is neither referenced nor held by hold(). */
+  private trim(): void {
+    const keep = Math.max(this.used(), this.floor);
+    if (this.held > keep) {
+      kvBudget.release((this.held - keep) * this.blockBytes);
+      this.held = keep;
+    }
+  }
+
+  /** Reserves `blocks` from the process budget ahead of use (kept until unhold()); false when it cannot now. */
+  hold(blocks: number): boolean {
+    if (blocks > this.numBlocks) return false;
+    if (!this.grant(blocks)) return false;
+    this.floor = blocks;
+    return true;
+  }
+
+  /** Ends hold(): gives back the reserved blocks not in use. */
+  unhold(): void {
+    this.floor = 0;
+    this.trim();
+  }
+
+  /** Blocks the whole process budget could ever grant this pool. */
+  budgetBlocks(): number {
+    return Math.floor(kvBudget.capacity() / this.blockBytes);
+  }
+
+  /** Bytes of the process budget this pool holds now. */
+  get heldBytes(): number {
+    return this.held * this.blockBytes;
   }
 
   release(b: number): void {
@@ -136,6 +192,7 @@ export class KvCacheManager {
     if (--this.refs[b] === 0) {
       if (this.cachedFlag[b]) this.evictable.set(b, true);
       else this.free.push(b);
+      this.trim();
     }
   }
 

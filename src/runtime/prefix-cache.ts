@@ -155,8 +155,7 @@ export class PrefixCache {
     const blocks: number[] = [];
     for (let i = 0; i < n; i++) {
       const b = this.byHash.get(hasher.get(tokens, i));
-      if (b === undefined) break;
-      this.kv.retain(b);
+      if (b === undefined || !this.kv.retain(b)) break; // not cached, or the process KV budget is spent
       blocks.push(b);
     }
     return blocks.length ? { blocks, copy: null, tokens: blocks.length * bs } : EMPTY;

@@ -150,7 +150,7 @@ export class Scheduler {
     const ctx = this.config.maxPositionEmbeddings;
     if (o.prompt.length === 0) throw new RequestTooLargeError('prompt is empty');
     if (o.prompt.length >= ctx) throw new RequestTooLargeError(`prompt has ${o.prompt.length} tokens; the model's context is ${ctx}`);
-    if (this.kv.blocksFor(o.prompt.length + 1) > this.kv.numBlocks)
+    if (this.kv.blocksFor(o.prompt.length + 1) > Math.min(this.kv.numBlocks, this.kv.budgetBlocks()))
       throw new RequestTooLargeError(`prompt of ${o.prompt.length} tokens does not fit the KV cache (${this.kv.capacityTokens} tokens in ${this.kv.dtype}; raise LOOM_KV_MEMORY${this.kv.dtype === 'f32' ? ' or set LOOM_KV_DTYPE=bf16' : ''})`);
     if (this.waiting.length >= this.maxQueue) throw new OverloadedError(`decoder queue is full (${this.maxQueue} waiting)`);
     if (o.signal?.aborted) throw new AbortError('request aborted');
@@ -225,19 +225,24 @@ export class Scheduler {
     if (this.looping) return;
     this.looping = true;
     setImmediate(() => {
-      this.loop().catch((e) => this.failAll(e as Error)).finally(() => {
+      this.loop().catch((e) => { this.failAll(e as Error); return true; }).then((stalled) => {
         this.looping = false;
-        if (this.waiting.length || this.running.length || this.exclusive.length) this.kick();
+        if (!(this.waiting.length || this.running.length || this.exclusive.length)) return;
+        // stalled: blocks come back when another engine of the process frees them (the shared KV budget)
+        // or a cache entry expires; look again shortly instead of spinning
+        if (stalled) setTimeout(() => this.kick(), 5);
+        else this.kick();
       });
     });
   }
 
-  private async loop(): Promise<void> {
+  /** Runs steps while there is work; true when it stopped because nothing could be scheduled. */
+  private async loop(): Promise<boolean> {
     for (;;) {
       while (this.exclusive.length) await this.exclusive.shift()!();
-      if (!this.waiting.length && !this.running.length) return;
+      if (!this.waiting.length && !this.running.length) return false;
       const progressed = await this.stepOnce();
-      if (!progressed) return; // nothing could be scheduled (waits for blocks freed by an abort/expiry)
+      if (!progressed) return true; // nothing could be scheduled (waits for blocks freed by an abort/expiry)
     }
   }
 

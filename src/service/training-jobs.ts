@@ -494,7 +494,7 @@ export function createTrainingJobsService(deps: {
       const base = await resolveBase(p, body.base_model);
       const type = body.training_type ?? 'lora';
       if (algo !== 'sft') checkRlBase(algo, base, body.base_model);
-      if (rl) await checkJudge(rl, catalog, !!deps.judge);
+      if (rl) await checkJudge(rl, { store, catalog }, p.team_id, !!deps.judge);
       if (base.task_type === 'decoder' && type === 'full') invalid('/training_type', 'decoder models are LoRA-only: full fine-tuning is reserved for encoder models', 'full_on_decoder');
       // continuing a decoder adapter: its rank, alpha and targets; options that differ are refused
       const adapter = base.init_adapter ? continuedLora(base.init_adapter, body) : null;

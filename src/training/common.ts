@@ -256,7 +256,7 @@ export interface TrainingLoop<T> {
   microStep(items: T[], opts: { gradScale: number; seed: number }): Promise<{ loss: number; weight: number; tokens: number; aborted?: boolean }>;
   optimizerStep(step: number, lrFactor: number): Promise<unknown>;
   /** After each optimizer step (an algorithm's own metrics log, a generation engine's weights refresh). */
-  afterStep?(step: number): Promise<void>;
+  afterStep?(step: number, last: boolean): Promise<void>;
   evaluate(): Promise<number | null>;
   /** Scores a written checkpoint on the validation task (F1 / accuracy, higher is better): when present, it picks
    *  the best checkpoint and drives early stopping instead of the loss. */
@@ -325,7 +325,7 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
         ? lrFactorAt(p.scheduler, Math.max(step / totalSteps, elapsed() / maxMs), p.warmupFrac ?? 0.1)
         : lrFactor(p.scheduler, step, totalSteps, p.warmup);
       await p.optimizerStep(step, f);
-      await p.afterStep?.(step);
+      await p.afterStep?.(step, step === totalSteps || (maxSteps > 0 && step >= maxSteps));
       busy += Date.now() - ts;
       const tps = tokens / Math.max(busy / 1000, 1e-9);
       hooks.onProgress?.({ epoch, step, totalSteps, progress_percent: (100 * step) / totalSteps, loss: windowLoss / Math.max(windowN, 1), tokens_per_s: tps });

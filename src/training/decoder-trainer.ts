@@ -179,7 +179,7 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
       zeroGrad: () => graph.zeroGrad(),
       microStep: (items, o) => run.microStep(items, o),
       optimizerStep: (step, f) => graph.optimizerStep({ lr: [lr * f], weightDecay: wd, maxGradNorm: maxNorm, step }),
-      afterStep: run.afterStep ? (step) => run.afterStep!(step) : undefined,
+      afterStep: run.afterStep ? (step, last) => run.afterStep!(step, last) : undefined,
       evaluate: () => run.evaluate(),
       writeCheckpoint: saveAdapter,
     });

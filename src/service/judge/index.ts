@@ -25,6 +25,7 @@ import type { InferenceService } from '../inference.ts';
 import type { ModelRuntime } from '../runtime.ts';
 import type { JudgeRewardOptions, RewardItem } from '../../rl/rewards/index.ts';
 import { JUDGE_ENDPOINT, type JudgeOutcome, type JudgeSpec, judgeWithRetries, Semaphore } from './core.ts';
+import { checkJudgeModel } from './model.ts';
 import { inferenceMessages, rewardMessages, unjudgeable } from './prompt.ts';
 
 export { JUDGE_ENDPOINT } from './core.ts';
@@ -156,18 +157,9 @@ export function createJudgeService(deps: JudgeServiceDeps) {
   const cfgKey = (c: JudgeConfigRecord) => `${c.scope}:${c.scope === 'team' ? c.team_id : c.project_id}`;
 
   /** 404 when the model is unknown to the team, 422 when it is not a decoder; `path` names the field */
-  async function checkModel(teamId: string, model: string, path = '/model'): Promise<void> {
-    const job = store.trainingJobs.get(model);
-    let kind: string | undefined;
-    if (job && job.team_id === teamId) kind = job.task_type;
-    else kind = (await catalog.get(model))?.task_type;
-    if (!kind) throw new NotFoundError(`Judge model ${model} not found`);
-    if (kind !== 'decoder') {
-      throw new ValidationError(`Judge model ${model} is an ${kind}; a judge must be a decoder`, [
-        { path, message: `model ${model} is an ${kind} model; a judge must be a decoder`, keyword: 'judge_model' },
-      ]);
-    }
-  }
+  /** 404 / 422 unless `model` can judge (src/service/judge/model.ts) */
+  const checkModel = (teamId: string, model: string, path = '/model') =>
+    checkJudgeModel({ store, catalog }, teamId, model, path);
 
   function validate(
     body: JudgeConfigInput,

@@ -2,13 +2,16 @@
 // (src/training/algorithms/rl-config.ts: every key, default and range; 422 with the key's path), the base
 // (a decoder the runtime serves; encoders and fresh encoders are refused with the reason), the dataset's
 // record shape (422 naming the first row of another shape) and, for llm_as_judge, the judge model
-// (404 when the catalog lacks it, 422 when it is an encoder). Training itself runs in the worker.
+// (src/service/judge/model.ts, the check PUT /judge makes: 404 when unknown, 422 when it is an encoder).
+// Training itself runs in the worker.
 import { readFileSync } from 'node:fs';
 import { detectKind, type RecordKind } from '../../training/data/formats.ts';
 import { parseRlConfig, type RlAlgorithm, type RlConfig } from '../../training/algorithms/rl-config.ts';
 import type { JudgeRewardOptions, RewardItem } from '../../rl/rewards/index.ts';
 import type { Catalog } from '../catalog.ts';
-import { NotFoundError, ValidationError } from '../errors.ts';
+import { ValidationError } from '../errors.ts';
+import { checkJudgeModel } from '../judge/model.ts';
+import type { Store } from '../../store/index.ts';
 
 export type TrainingAlgorithm = 'sft' | RlAlgorithm;
 
@@ -51,23 +54,19 @@ export function checkRlBase(
   throw new ValidationError(message, [{ path: '/training_algorithm', message, keyword: 'rl_not_supported' }]);
 }
 
-/** llm_as_judge: the judge must be a decoder in the catalog, and the server must have a judge. */
-export async function checkJudge(rl: RlConfig, catalog: Catalog, judgeAvailable: boolean): Promise<void> {
+/** llm_as_judge: the judge must be a model that can judge (src/service/judge/model.ts), and the server must have a judge. */
+export async function checkJudge(
+  rl: RlConfig,
+  d: { store: Store; catalog: Catalog },
+  teamId: string,
+  judgeAvailable: boolean,
+): Promise<void> {
   if (rl.reward_type !== 'llm_as_judge') return;
-  const id = rl.llm_judge_model!;
-  const e = await catalog.get(id);
-  if (!e)
-    throw new NotFoundError(
-      `Judge model ${id} not found: rl_config.llm_judge_model must be a decoder from GET /base-models`,
-    );
-  const bad = (message: string, keyword: string) => {
-    throw new ValidationError(message, [{ path: '/rl_config/llm_judge_model', message, keyword }]);
-  };
-  if (e.task_type !== 'decoder')
-    bad(`judge model ${id} is an encoder; llm_as_judge needs a decoder that writes a score`, 'judge_not_decoder');
-  if (!e.supports_inference) bad(`judge model ${id} cannot serve inference`, 'judge_not_servable');
-  if (!judgeAvailable)
-    bad('llm_as_judge rewards are not available on this server (no judge service)', 'judge_unavailable');
+  await checkJudgeModel(d, teamId, rl.llm_judge_model!, '/rl_config/llm_judge_model');
+  if (!judgeAvailable) {
+    const message = 'llm_as_judge rewards are not available on this server (no judge service)';
+    throw new ValidationError(message, [{ path: '/rl_config/llm_judge_model', message, keyword: 'judge_unavailable' }]);
+  }
 }
 
 /**

@@ -174,6 +174,20 @@ export const dpo: DecoderAlgorithm = {
     const skipped = train.skipped + val.skipped;
     const g = run.graph;
     let win = emptyWindow();
+    let lastStep = 0;
+    const flush = (step: number) => {
+      if (!win.n) return;
+      const n = win.n;
+      log(
+        run.hooks,
+        'info',
+        `step ${step}: loss ${(win.loss / n).toFixed(4)}, rewards/chosen ${(win.chosen / n).toFixed(4)}, ` +
+          `rewards/rejected ${(win.rejected / n).toFixed(4)}, ` +
+          `rewards/margin ${((win.chosen - win.rejected) / n).toFixed(4)}, ` +
+          `rewards/accuracy ${(win.acc / n).toFixed(3)}`,
+      );
+      win = emptyWindow();
+    };
     return {
       items: train.pairs,
       describe:
@@ -216,19 +230,13 @@ export const dpo: DecoderAlgorithm = {
         );
         return loss / n;
       },
-      async afterStep(step) {
+      async afterStep(step, last) {
         win.steps++;
-        if (step % rl.logging_steps !== 0 || !win.n) return;
-        const n = win.n;
-        log(
-          run.hooks,
-          'info',
-          `step ${step}: loss ${(win.loss / n).toFixed(4)}, rewards/chosen ${(win.chosen / n).toFixed(4)}, ` +
-            `rewards/rejected ${(win.rejected / n).toFixed(4)}, ` +
-            `rewards/margin ${((win.chosen - win.rejected) / n).toFixed(4)}, ` +
-            `rewards/accuracy ${(win.acc / n).toFixed(3)}`,
-        );
-        win = emptyWindow();
+        lastStep = step;
+        if (step % rl.logging_steps === 0 || last) flush(step);
+      },
+      async close() {
+        flush(lastStep); // a run stopped early: the steps since the last log line
       },
     };
   },

@@ -15,7 +15,14 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadDecoder, type DecoderModel } from '../../runtime/generate.ts';
+import {
+  loadDecoder,
+  type DecoderModel,
+  type GenerateFinal,
+  type GenerateRequest,
+} from '../../runtime/generate.ts';
+import { kvBudget } from '../../runtime/kv-budget.ts';
+import { DEFAULT_BLOCK_SIZE } from '../../runtime/kv-cache.ts';
 import { computeRewards, type RewardItem } from '../../rl/rewards/index.ts';
 import type { DataRecord, GrpoRecord } from '../data/formats.ts';
 import { log, TrainingConfigError } from '../common.ts';
@@ -34,6 +41,46 @@ export function grpoAdvantages(rewards: number[], g: number): number[] {
     for (const r of grp) out.push((r - mean) / (std + 1e-4));
   }
   return out;
+}
+
+/**
+ * KV blocks one group of `n` samples of a `promptLen`-token prompt can hold at most: the first sample's
+ * prompt and completion, and each other sample's completion plus the prompt's tail past the full blocks
+ * it shares with the first through the prefix cache (sampleGroup).
+ */
+export function groupBlocks(bs: number, promptLen: number, maxNew: number, maxLen: number, n: number): number {
+  const total = Math.min(promptLen + maxNew, maxLen) + 1;
+  const shared = Math.floor((promptLen - 1) / bs);
+  return Math.ceil(total / bs) + (n - 1) * (Math.ceil(total / bs) - shared);
+}
+
+/**
+ * `n` samples of one prompt from a serving engine (seed(k) for the k-th). The first prefills the prompt with
+ * automatic prefix caching; the others are submitted once its prompt is in the cache (its first token), so
+ * they share the prompt's KV blocks and compute only its last partial block: the prompt is computed once
+ * per group, not n times (transformers' generate with num_return_sequences repeats it n times).
+ */
+export function sampleGroup(
+  engine: DecoderModel,
+  req: GenerateRequest,
+  n: number,
+  seed: (k: number) => number,
+): Promise<GenerateFinal>[] {
+  const one = (k: number) => engine.generate({ ...req, seed: seed(k), cache: { mode: 'automatic' } });
+  const lead = one(0);
+  let started!: () => void;
+  const prefilled = new Promise<void>((r) => (started = r));
+  // read the lead to its end (leaving the loop early would cancel it); its first event means its prompt is cached
+  void (async () => {
+    try {
+      for await (const _ of lead) started();
+    } catch {
+      // the lead failed or was stopped: the others start anyway and meet the same fate
+    } finally {
+      started();
+    }
+  })();
+  return [lead.result, ...Array.from({ length: n - 1 }, (_, k) => prefilled.then(() => one(k + 1).result))];
 }
 
 export interface GrpoTokenInput {
@@ -172,15 +219,31 @@ export const grpo: DecoderAlgorithm = {
       throw new TrainingConfigError(
         `no usable grpo row: ${skipped} prompt(s) longer than the ${run.maxLen}-token context, none left to train on`,
       );
-    // the serving engine with the policy's adapter; its KV budget holds one micro-batch of groups
-    const dc = run.dc;
-    const perToken = 2 * dc.numLayers * dc.numKvHeads * dc.headDim * 4;
-    const kvBytes = Math.ceil(1.5 * run.batchSize * G * run.maxLen * perToken) + (4 << 20);
+    // the serving engine with the policy's adapter; its KV pool holds one micro-batch of groups and the
+    // blocks it holds come out of the process-wide KV budget the serving models draw from too
+    const maxPrompt = Math.max(...train.map((p) => p.ids.length), ...val.map((p) => p.ids.length));
+    const need = run.batchSize * groupBlocks(DEFAULT_BLOCK_SIZE, maxPrompt, rl.max_completion_length, run.maxLen, G);
     const engine: DecoderModel = await loadDecoder(run.baseDir, {
-      kv: { memory: kvBytes, dtype: 'f32' },
+      kv: { memory: kvBudget.capacity(), maxBlocks: need, blockSize: DEFAULT_BLOCK_SIZE },
       maxRunning: Math.max(1, run.batchSize * G),
       caching: 'automatic',
     });
+    const mib = (b: number) => (b < 2 ** 20 ? `${Math.ceil(b / 1024)} KiB` : `${(b / 2 ** 20).toFixed(1)} MiB`);
+    if (engine.kv.numBlocks < need) {
+      engine.close();
+      throw new TrainingConfigError(
+        `GRPO generation needs ${mib(need * engine.kv.blockBytes)} of KV cache for a micro-batch ` +
+          `(${run.batchSize} prompt(s) of up to ${maxPrompt} tokens × group_size ${G} × up to ` +
+          `${rl.max_completion_length} new tokens, ${engine.kv.dtype}); the process KV budget (LOOM_KV_MEMORY) is ` +
+          `${mib(kvBudget.capacity())}: lower batch_size, group_size or max_completion_length, or raise LOOM_KV_MEMORY`,
+      );
+    }
+    log(
+      run.hooks,
+      'info',
+      `generation engine: KV pool of ${need} blocks (${mib(need * engine.kv.blockBytes)}, ${engine.kv.dtype}) ` +
+        `reserved from the process KV budget (${mib(kvBudget.capacity())}) while a micro-batch generates`,
+    );
     const adapterDir = mkdtempSync(join(tmpdir(), 'loom-grpo-policy-'));
     const refresh = () => {
       rmSync(adapterDir, { recursive: true, force: true });
@@ -191,27 +254,78 @@ export const grpo: DecoderAlgorithm = {
     const g = run.graph;
     let win = emptyWindow();
     let round = 0;
+    let lastStep = 0;
+    // a stop gives the reserved KV back at once (the scheduler frees the sequences' blocks on the same signal)
+    const onAbort = () => engine.kv.unhold();
+    run.hooks.signal?.addEventListener('abort', onAbort, { once: true });
+
+    const flush = (step: number) => {
+      if (!win.n) return;
+      const mean = win.rewardSum / win.n;
+      const std = Math.sqrt(Math.max(0, win.rewardSq / win.n - mean * mean));
+      log(
+        run.hooks,
+        'info',
+        `step ${step}: loss ${(win.loss / win.micro).toFixed(4)}, reward mean ${mean.toFixed(4)}, ` +
+          `reward std ${std.toFixed(4)}, kl ${(win.kl / win.micro).toFixed(5)}, ` +
+          `completion length ${(win.len / win.micro).toFixed(1)}` +
+          (win.errors ? `, ${win.errors} reward error(s) (scored 0)` : ''),
+      );
+      win = emptyWindow();
+    };
+
+    /** Reserves a micro-batch's KV from the process budget, waiting while others hold it (false: stopped). */
+    const reserve = async (blocks: number): Promise<boolean> => {
+      if (blocks > engine.kv.numBlocks)
+        throw new Error(`grpo: ${blocks} KV blocks asked of a ${engine.kv.numBlocks}-block pool`);
+      let logged = false;
+      while (!engine.kv.hold(blocks)) {
+        if (run.hooks.signal?.aborted) return false;
+        if (!logged) {
+          const st = kvBudget.stats();
+          log(
+            run.hooks,
+            'info',
+            `generation waits for ${mib(blocks * engine.kv.blockBytes)} of KV memory ` +
+              `(process budget: ${mib(st.used)} of ${mib(st.capacity)} in use)`,
+          );
+          logged = true;
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      return !run.hooks.signal?.aborted;
+    };
 
     /** n samples per prompt from the engine (null when the run was stopped meanwhile) */
     const sample = async (prompts: Prompt[], n: number, seed: number) => {
-      const streams = prompts.flatMap((p, i) =>
-        Array.from({ length: n }, (_, k) =>
-          engine.generate({
-            prompt_ids: p.ids,
-            max_tokens: Math.min(rl.max_completion_length, run.maxLen - p.ids.length),
-            temperature: rl.sampling_temperature,
-            seed: (seed * 7919 + i * 131 + k) >>> 0,
-            adapter: 'policy',
-            cache: { mode: 'none' },
-            signal: run.hooks.signal,
-          }),
-        ),
+      const blocks = prompts.reduce(
+        (s, p) => s + groupBlocks(engine.kv.blockSize, p.ids.length, rl.max_completion_length, run.maxLen, n),
+        0,
       );
-      const finals = await Promise.allSettled(streams.map((s) => s.result));
-      if (run.hooks.signal?.aborted) return null; // every sequence was cancelled: their KV blocks are free
-      const bad = finals.find((f) => f.status === 'rejected');
-      if (bad) throw (bad as PromiseRejectedResult).reason;
-      return finals.map((f) => (f as PromiseFulfilledResult<{ tokenIds: number[]; text: string }>).value);
+      if (!(await reserve(blocks))) return null;
+      try {
+        const streams = prompts.flatMap((p, i) =>
+          sampleGroup(
+            engine,
+            {
+              prompt_ids: p.ids,
+              max_tokens: Math.min(rl.max_completion_length, run.maxLen - p.ids.length),
+              temperature: rl.sampling_temperature,
+              adapter: 'policy',
+              signal: run.hooks.signal,
+            },
+            n,
+            (k) => (seed * 7919 + i * 131 + k) >>> 0,
+          ),
+        );
+        const finals = await Promise.allSettled(streams);
+        if (run.hooks.signal?.aborted) return null; // every sequence was cancelled: their KV blocks are free
+        const bad = finals.find((f) => f.status === 'rejected');
+        if (bad) throw (bad as PromiseRejectedResult).reason;
+        return finals.map((f) => (f as PromiseFulfilledResult<GenerateFinal>).value);
+      } finally {
+        engine.kv.unhold();
+      }
     };
     const rewardsOf = async (prompts: Prompt[], texts: string[], n: number) => {
       const items: RewardItem[] = texts.map((completion, j) => ({
@@ -257,13 +371,19 @@ export const grpo: DecoderAlgorithm = {
       },
       async evaluate() {
         if (!val.length) return null;
-        const gen = await sample(val, 1, run.seed + 0x51ed);
-        if (!gen) return null;
-        const { rewards } = await rewardsOf(
-          val,
-          gen.map((x) => x.text),
-          1,
-        );
+        // batch_size prompts at a time: one sample each fits the pool sized for batch_size groups
+        const rewards: number[] = [];
+        for (let i = 0; i < val.length; i += run.batchSize) {
+          const part = val.slice(i, i + run.batchSize);
+          const gen = await sample(part, 1, run.seed + 0x51ed + i);
+          if (!gen) return null;
+          const r = await rewardsOf(
+            part,
+            gen.map((x) => x.text),
+            1,
+          );
+          rewards.push(...r.rewards);
+        }
         log(
           run.hooks,
           'info',
@@ -272,24 +392,17 @@ export const grpo: DecoderAlgorithm = {
         );
         return null;
       },
-      async afterStep(step) {
+      async afterStep(step, last) {
         refresh();
-        if (step % rl.logging_steps !== 0 || !win.n) return;
-        const mean = win.rewardSum / win.n;
-        const std = Math.sqrt(Math.max(0, win.rewardSq / win.n - mean * mean));
-        log(
-          run.hooks,
-          'info',
-          `step ${step}: loss ${(win.loss / win.micro).toFixed(4)}, reward mean ${mean.toFixed(4)}, ` +
-            `reward std ${std.toFixed(4)}, kl ${(win.kl / win.micro).toFixed(5)}, ` +
-            `completion length ${(win.len / win.micro).toFixed(1)}` +
-            (win.errors ? `, ${win.errors} reward error(s) (scored 0)` : ''),
-        );
-        win = emptyWindow();
+        lastStep = step;
+        if (step % rl.logging_steps === 0 || last) flush(step);
       },
       async close() {
+        flush(lastStep); // a run stopped early: the steps since the last log line
+        run.hooks.signal?.removeEventListener('abort', onAbort);
         engine.close(); // fails what is queued or running (a stopped run's generations), freeing their KV blocks
         await engine.scheduler.runExclusive(async () => {}); // and lets a native step still in flight finish
+        engine.kv.unhold();
         rmSync(adapterDir, { recursive: true, force: true });
       },
     };

@@ -47,9 +47,10 @@ export interface AlgorithmRun<T> {
   microStep(items: T[], o: { gradScale: number; seed: number }): Promise<MicroResult>;
   /** validation loss (null: none) */
   evaluate(): Promise<number | null>;
-  /** after each optimizer step (metrics logging every logging_steps, policy refresh for generation) */
-  afterStep?(step: number): Promise<void>;
-  /** frees what the run holds (a generation engine) */
+  /** after each optimizer step (metrics logging every logging_steps and at the last planned step, policy
+   *  refresh for generation); `last`: the run's final planned step (total or max_steps) */
+  afterStep?(step: number, last: boolean): Promise<void>;
+  /** frees what the run holds (a generation engine); logs metrics of steps not logged yet (a run stopped early) */
   close?(): Promise<void>;
 }
 
