@@ -62,8 +62,10 @@ t.test('setup: a cat-story adapter, deployed', async (t) => {
   projectId = (await api('POST', '/projects', { name: 'pet stories' })).body.id;
   t.equal((await api('POST', `/projects/${projectId}/deployments`, { training_job_id: firstJob })).status, 200);
   await ts.services.projects.settle();
+  // which corrections are held out follows the (random) ids, so the held-out F1s vary from run to run: gains of
+  // +0.05 to +0.15 seen for the corrected replies, -0.02 to -0.07 for junk; min_gain 0.02 separates them
   const p = await api('PATCH', `/projects/${projectId}`, {
-    adaptive: { eval_dataset: 'dog-eval', min_gain: 0.05, nr_epochs: 20, learning_rate: 1e-2 },
+    adaptive: { eval_dataset: 'dog-eval', min_gain: 0.02, nr_epochs: 20, learning_rate: 1e-2 },
   });
   t.equal(p.status, 200);
 });
@@ -108,7 +110,7 @@ t.test('corrected replies retrain the adapter, which is promoted', async (t) => 
   const done = await adaptiveRunDone(ts.url, u.key, projectId, run.body.id, 90_000);
   t.equal(done.status, 'promoted', JSON.stringify(done));
   t.comment(`held-out reply F1: deployed ${done.scores.deployed}, retrained ${done.scores.candidate}`);
-  t.ok(done.scores.gain >= 0.05);
+  t.ok(done.scores.gain >= 0.02, "better than the deployed adapter by at least min_gain");
   const job = (await api('GET', `/felix/training-jobs/${done.training_job_id}`)).body;
   t.match(job, {
     status: 'deployed',
