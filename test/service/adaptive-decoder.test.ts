@@ -62,10 +62,8 @@ t.test('setup: a cat-story adapter, deployed', async (t) => {
   projectId = (await api('POST', '/projects', { name: 'pet stories' })).body.id;
   t.equal((await api('POST', `/projects/${projectId}/deployments`, { training_job_id: firstJob })).status, 200);
   await ts.services.projects.settle();
-  // which corrections are held out follows the (random) ids, so the held-out F1s vary from run to run: gains of
-  // +0.05 to +0.15 seen for the corrected replies, -0.02 to -0.07 for junk; min_gain 0.02 separates them
   const p = await api('PATCH', `/projects/${projectId}`, {
-    adaptive: { eval_dataset: 'dog-eval', min_gain: 0.02, nr_epochs: 20, learning_rate: 1e-2 },
+    adaptive: { eval_dataset: 'dog-eval', min_gain: 0.05, nr_epochs: 20, learning_rate: 1e-2 },
   });
   t.equal(p.status, 200);
 });
@@ -91,15 +89,7 @@ async function correct(t: Test, from: number, n: number, reply: string) {
   return ids;
 }
 
-// KNOWN BUG (found 2026-11-26, open): a decoder adapter retrained on the corrections reaches train loss ~0.002 on
-// them, yet served it does not answer the corrected reply, even to the very prompt it was trained on (it answers
-// ", dog." + newlines where "The dog ran to the park." was trained); the held-out gain then follows the random
-// held-out split (+0.145 to -0.04 over eight runs) and the promotion with it. Suspected: the tokenisation at the
-// chat-template boundary differs between training (the whole rendered conversation) and serving (the prompt with
-// the generation prompt). Until it is fixed this subtest is a todo, not a coin flip in CI.
-t.test('corrected replies retrain the adapter, which is promoted', {
-  todo: 'a retrained decoder adapter does not reproduce its corrections when served (see the comment above)',
-}, async (t) => {
+t.test('corrected replies retrain the adapter, which is promoted', async (t) => {
   const inf = await api('POST', `/projects/${projectId}/inference`, {
     text: 'What did the dog do 1?',
     task: 'generate',
@@ -118,7 +108,10 @@ t.test('corrected replies retrain the adapter, which is promoted', {
   const done = await adaptiveRunDone(ts.url, u.key, projectId, run.body.id, 90_000);
   t.equal(done.status, 'promoted', JSON.stringify(done));
   t.comment(`held-out reply F1: deployed ${done.scores.deployed}, retrained ${done.scores.candidate}`);
-  t.ok(done.scores.gain >= 0.02, "better than the deployed adapter by at least min_gain");
+  // the retrained adapter answers the held-out dog questions with the corrected reply (F1 1.0 in every run since
+  // SFT tokenizes the prompt apart from the reply; before, 0.09-0.72 and promotion was a coin flip)
+  t.ok(done.scores.candidate >= 0.9, `held-out F1 ${done.scores.candidate}`);
+  t.ok(done.scores.gain >= 0.05);
   const job = (await api('GET', `/felix/training-jobs/${done.training_job_id}`)).body;
   t.match(job, {
     status: 'deployed',

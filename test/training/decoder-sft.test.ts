@@ -9,6 +9,7 @@ import { loadDecoderConfig } from '../../src/formats/hf-config.ts';
 import { SafetensorsCheckpoint, toFloat32 } from '../../src/formats/safetensors.ts';
 import { readPeftAdapter } from '../../src/runtime/adapters.ts';
 import { Tokenizer } from '../../src/tokenize/tokenizer.ts';
+import { encodeChat } from '../../src/tokenize/chat-template.ts';
 import { chatToSequence, packSequences, trainDecoder } from '../../src/training/decoder-trainer.ts';
 import { DecoderTrainGraph } from '../../src/training/native.ts';
 import type { DataRecord } from '../../src/training/data/formats.ts';
@@ -30,6 +31,21 @@ t.test('assistant tokens only carry labels', async (t) => {
   t.notMatch(tok.decode(trained), /Hi there/);
   const b = packSequences([s, s]);
   t.equal(b.seqOff[2], 2 * s.ids.length);
+});
+
+t.test('the tokens before a reply are the tokens the server prompts with', async (t) => {
+  // tinystories' template ends the prompt with "Assistant:"; tokenized whole, ": The" is one token, so a model
+  // trained on the whole text never sees the served prompt's last token (":") followed by its reply
+  const tok = Tokenizer.fromDirSync(base);
+  const chat = [
+    { role: 'user' as const, content: 'What did the dog do?' },
+    { role: 'assistant' as const, content: 'The dog ran to the park.' },
+  ];
+  const s = chatToSequence(tok, chat, 512)!;
+  const first = s.train.indexOf(1);
+  const served = encodeChat(tok, chat.slice(0, 1), { addGenerationPrompt: true }).ids;
+  t.same(s.ids.slice(0, first), served, 'the untrained prefix is the served prompt, token for token');
+  t.equal(tok.decode(s.ids.slice(first).filter((_, i) => s.train[first + i])).trim().startsWith('The dog ran'), true);
 });
 
 t.test('LoRA SFT lowers the loss and exports a PEFT adapter the runtime loads', async (t) => {

@@ -14,25 +14,48 @@ export interface SftSequence {
   train: Uint8Array;
 }
 
-/** Renders a chat record and marks its assistant tokens (each assistant turn as the template renders it). */
+/**
+ * Renders a chat record and marks its assistant tokens (each assistant turn as the template renders it).
+ * The text before each assistant turn and the turn itself are tokenized apart, as the server tokenizes a
+ * prompt (the conversation up to the generation prompt) and then generates: tokenizing the whole rendered
+ * text would let the template's last prompt characters merge with the reply's first (tinystories' template
+ * ends the prompt with "Assistant:", and ": The" is one token there), so the model would be trained after a
+ * token the served prompt never ends with.
+ */
 export function chatToSequence(tok: Tokenizer, messages: ChatMessage[], maxLen: number): SftSequence | null {
   const full = renderChat(tok, messages, { addGenerationPrompt: false });
   const addSpecial = !(tok.bosToken && full.startsWith(tok.bosToken));
-  const ids = tok.encode(full, { addSpecialTokens: addSpecial });
-  const train = new Uint8Array(ids.length);
-  let any = false;
+  // character ranges of the assistant turns in `full`
+  const turns: Array<[number, number]> = [];
   messages.forEach((m, i) => {
     if (m.role !== 'assistant') return;
     const before = renderChat(tok, messages.slice(0, i), { addGenerationPrompt: true });
     const upto = renderChat(tok, messages.slice(0, i + 1), { addGenerationPrompt: false });
-    if (!full.startsWith(before) || !full.startsWith(upto)) return; // template not prefix-stable: skip this turn
-    const a = tok.tokenCountAt(full, before.length, { addSpecialTokens: addSpecial }, ids);
-    const b = tok.tokenCountAt(full, upto.length, { addSpecialTokens: addSpecial }, ids);
-    for (let t = a; t < b; t++) ((train[t] = 1), (any = true));
+    if (!full.startsWith(before) || !full.startsWith(upto) || upto.length <= before.length) return; // not prefix-stable
+    const last = turns[turns.length - 1];
+    if (!last || before.length >= last[1]) turns.push([before.length, upto.length]);
   });
-  if (!any) return null;
+  if (!turns.length) return null;
+  const ids: number[] = [];
+  const marks: number[] = [];
+  const add = (text: string, trained: number) => {
+    if (!text) return;
+    for (const id of tok.encode(text, { addSpecialTokens: ids.length === 0 && addSpecial })) {
+      ids.push(id);
+      marks.push(trained);
+    }
+  };
+  let at = 0;
+  for (const [from, to] of turns) {
+    add(full.slice(at, from), 0);
+    add(full.slice(from, to), 1);
+    at = to;
+  }
+  add(full.slice(at), 0);
   const n = Math.min(ids.length, maxLen);
-  return { ids: ids.slice(0, n), train: train.slice(0, n) };
+  const train = Uint8Array.from(marks.slice(0, n));
+  if (!train.some((x) => x === 1)) return null;
+  return { ids: ids.slice(0, n), train };
 }
 
 /** Packs sequences into one micro-batch; labels[t] = ids[t+1] when token t+1 is trained on. */
