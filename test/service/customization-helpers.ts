@@ -10,6 +10,13 @@ export async function poll(fn: () => Promise<Res>, done: (r: Res) => boolean, ti
   }
 }
 
+/** polls a training job until it is complete, failed or cancelled; returns the job's last GET */
+export function trainingJobEnded(url: string, key: string, id: string, timeoutMs = 120_000): Promise<Res> {
+  const ended = ['complete', 'failed', 'cancelled'];
+  const job = () => call(url, 'GET', `/felix/training-jobs/${id}`, { key });
+  return poll(job, (r) => ended.includes(r.body.status), timeoutMs, 200);
+}
+
 /** polls a project's adaptive state until run `runId` has left preparing/training/evaluating; returns the run */
 export async function adaptiveRunDone(url: string, key: string, projectId: string, runId: string, timeoutMs = 90_000) {
   const busy = ['preparing', 'training', 'evaluating'];

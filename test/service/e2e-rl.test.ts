@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { call, makeUser, startServer, type Res } from './helpers.ts';
-import { poll, uploadDataset } from './customization-helpers.ts';
+import { poll, trainingJobEnded, uploadDataset } from './customization-helpers.ts';
 
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-models-'));
 symlinkSync(join(import.meta.dirname, '../../../shared/models/tinystories-656k'), join(modelsDir, 'tinystories-656k'));
@@ -41,12 +41,7 @@ const logsOf = async (id: string) =>
     }[]
   ).map((l) => l.message);
 async function finished(t: { fail(m: string): unknown }, id: string, timeoutMs = 60_000): Promise<Res | null> {
-  const done = await poll(
-    () => job(id),
-    (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status),
-    timeoutMs,
-    200,
-  );
+  const done = await trainingJobEnded(ts.url, u.key, id, timeoutMs);
   if (done.body.status === 'complete') return done;
   t.fail(`job ended ${done.body.status}: ${done.body.error}\n${(await logsOf(id)).join('\n')}`);
   return null;

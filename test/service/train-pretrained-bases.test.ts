@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { call, makeUser, startServer } from './helpers.ts';
-import { nerLine, poll, uploadDataset } from './customization-helpers.ts';
+import { nerLine, poll, trainingJobEnded, uploadDataset } from './customization-helpers.ts';
 
 const SRC = join(import.meta.dirname, '../../../shared/goldens/gliner2-tiny-span');
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-bases-'));
@@ -109,12 +109,7 @@ t.test('count_lstm_v2 + mean pooling base: the job completes and the model gets 
   });
   t.equal(created.status, 200, JSON.stringify(created.body));
   const id = created.body.id;
-  const done = await poll(
-    () => call(ts.url, 'GET', `/felix/training-jobs/${id}`, { key: u.key }),
-    (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status),
-    120_000,
-    200,
-  );
+  const done = await trainingJobEnded(ts.url, u.key, id);
   if (done.body.status !== 'complete')
     t.comment(
       JSON.stringify((await call(ts.url, 'GET', `/felix/training-jobs/${id}/logs`, { key: u.key })).body).slice(-1500),
@@ -191,12 +186,7 @@ t.test('a job on json_structures records: the trained model extracts the field t
   });
   t.equal(created.status, 200, JSON.stringify(created.body));
   const id = created.body.id;
-  const done = await poll(
-    () => call(ts.url, 'GET', `/felix/training-jobs/${id}`, { key: u.key }),
-    (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status),
-    120_000,
-    200,
-  );
+  const done = await trainingJobEnded(ts.url, u.key, id);
   t.equal(done.body.status, 'complete', done.body.error ?? '');
   const held = Array.from({ length: 10 }, (_, i) => order(301 + 5 * i));
   const correct = async (model: string) => {
@@ -236,12 +226,7 @@ t.test('a job on relation data reports the validation split relation scores', as
     },
   });
   const id = created.body.id;
-  const done = await poll(
-    () => call(ts.url, 'GET', `/felix/training-jobs/${id}`, { key: u.key }),
-    (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status),
-    120_000,
-    200,
-  );
+  const done = await trainingJobEnded(ts.url, u.key, id);
   t.match(done.body, {
     status: 'complete',
     metrics: { f1: Number, relation_f1: Number, relation_precision: Number, relation_recall: Number, sample_count: 6 },
