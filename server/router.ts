@@ -201,6 +201,9 @@ class RequestCtx implements Ctx {
   }
 }
 
+/** a request's path and query parameters, parsed by the front of the pipeline */
+interface Front { params: Record<string, string>; query: Record<string, unknown> }
+
 const isThenable = (v: unknown): v is PromiseLike<unknown> =>
   typeof v === 'object' && v !== null && typeof (v as { then?: unknown }).then === 'function';
 
@@ -243,7 +246,9 @@ class Run {
       return;
     }
     try {
-      const out = route.handler(this.ctx(this.front(), undefined));
+      const f = this.front();
+      // a shared (Redis) rate limit makes the front asynchronous; the in-memory one keeps it synchronous
+      const out = f instanceof Promise ? f.then((fr) => route.handler(this.ctx(fr, undefined))) : route.handler(this.ctx(f, undefined));
       if (isThenable(out)) {
         this.detach();
         Promise.resolve(out).then((o) => this.reply(o)).catch((err) => this.fail(err)).finally(() => this.finish());
@@ -275,13 +280,25 @@ class Run {
     this.ex.armAbort();
   }
 
-  /** the pipeline up to the body: limits, key-in-query, path and query params, authentication */
-  front(): { params: Record<string, string>; query: Record<string, unknown> } {
-    const { rt, ex, url, rawQuery } = this;
-    const { route, services } = rt;
+  /**
+   * the pipeline up to the body: limits, key-in-query, path and query params, authentication. A
+   * value with the in-memory rate limiter; a promise with the Redis one (each limit check is awaited
+   * where it stands, so the order of checks and refusals is the same).
+   */
+  front(): Front | Promise<Front> {
+    const { rt } = this;
     if (rt.state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
     // the edge limit's headers only on refusal: the binding limit is reported below
-    if (rt.limited) services.rateLimiter.edge(this.ip);
+    if (rt.limited) {
+      const edge = rt.services.rateLimiter.edge(this.ip);
+      if (edge instanceof Promise) return edge.then(() => this.afterEdge());
+    }
+    return this.afterEdge();
+  }
+
+  afterEdge(): Front | Promise<Front> {
+    const { rt, ex, url, rawQuery } = this;
+    const { route, services } = rt;
     if (rawQuery !== '') {
       for (const [k, v] of new URLSearchParams(rawQuery)) {
         if (KEY_QUERY_NAMES.has(k.toLowerCase()) || v.startsWith('loom_sk_')) throw new BadRequestError('API keys must not be passed as query parameters; send the X-API-Key header', k);
@@ -298,21 +315,35 @@ class Run {
     }
     const query = route.query ? parseQuery(rawQuery, route.query) : {};
     const group = rt.fixedGroup !== undefined ? rt.fixedGroup : services.rateLimiter.endpointGroup(route.method, url);
-    if (!group && rt.limited) ex.rate = services.rateLimiter.ipDefault(this.ip);
-    const principal = authenticate(route, this.headers, services);
+    const front: Front = { params, query };
+    if (!group && rt.limited) {
+      const rate = services.rateLimiter.ipDefault(this.ip);
+      if (rate instanceof Promise) return rate.then((r) => { ex.rate = r; return this.authorize(group, front); });
+      ex.rate = rate;
+    }
+    return this.authorize(group, front);
+  }
+
+  /** authentication, then the endpoint group's limit (scoped by the principal) */
+  authorize(group: string | null, front: Front): Front | Promise<Front> {
+    const { rt, ex } = this;
+    const principal = authenticate(rt.route, this.headers, rt.services);
     this.principal = principal;
     if (group) {
       const p = principal;
       const subject = { ip: this.ip, team_id: p?.team_id, key_id: p?.key_id, user_id: p?.user_id };
-      ex.rate = services.rateLimiter.endpoint(group, subject);
+      const rate = rt.services.rateLimiter.endpoint(group, subject);
+      if (rate instanceof Promise) return rate.then((r) => { ex.rate = r; return front; });
+      ex.rate = rate;
     }
-    return { params, query };
+    return front;
   }
 
   async withBody(bodyP: Promise<Uint8Array>): Promise<unknown> {
     const { rt } = this;
     const { route, services } = rt;
-    const front = this.front();
+    const f = this.front();
+    const front = f instanceof Promise ? await f : f;
     let body: unknown = undefined;
     const raw = await bodyP;
     if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
@@ -341,7 +372,7 @@ class Run {
     return route.handler(this.ctx(front, body));
   }
 
-  ctx(front: { params: Record<string, string>; query: Record<string, unknown> }, body: unknown): RequestCtx {
+  ctx(front: Front, body: unknown): RequestCtx {
     const { rt, ex } = this;
     const { query, params } = front;
     const principal = this.principal as Principal;

@@ -16,8 +16,8 @@ export function usageRoutes(): RouteDef[] {
     },
     {
       method: 'GET', path: '/rate-limits', auth: 'any',
-      handler: ({ services, principal, ip }) => ({
-        limits: services.rateLimiter.table({
+      handler: async ({ services, principal, ip }) => ({
+        limits: await services.rateLimiter.table({
           ip, team_id: principal.team_id, key_id: principal.key_id, user_id: principal.user_id,
         }),
       }),

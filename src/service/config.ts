@@ -27,7 +27,15 @@ export interface RateLimitConfig {
 
 export interface ServiceConfig {
   dataDir: string;
+  /**
+   * datasets (and their uploads), training jobs (checkpoints, weights), evaluations: a folder every
+   * node reads (LOOM_ARTIFACTS_DIR, e.g. a shared mount); default the data dir. See artifactDir().
+   */
+  artifactsDir: string;
+  /** default <artifactsDir>/models */
   modelsDir: string;
+  /** Redis for request-rate limits shared by every process (LOOM_REDIS_URL); null: counted in this process */
+  redisUrl: string | null;
   /** JSON catalog file that adds to / overrides the curated catalog */
   catalogFile: string | null;
   /** public base URL used in resolution_url links */
@@ -88,9 +96,12 @@ export const DEFAULT_PLANS: Record<string, PlanConfig> = {
 
 export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig {
   const dataDir = resolve(over.dataDir ?? './data');
+  const artifactsDir = resolve(over.artifactsDir ?? dataDir);
   return {
     dataDir,
-    modelsDir: resolve(over.modelsDir ?? join(dataDir, 'models')),
+    artifactsDir,
+    modelsDir: resolve(over.modelsDir ?? join(artifactsDir, 'models')),
+    redisUrl: over.redisUrl ?? null,
     catalogFile: over.catalogFile ?? null,
     publicUrl: over.publicUrl ?? 'http://127.0.0.1:8080',
     maxBodyBytes: over.maxBodyBytes ?? 10 * 1024 * 1024,
@@ -113,13 +124,27 @@ export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig 
   };
 }
 
+/** the kinds of artifact that live under the artifacts dir, one folder each */
+export type ArtifactKind = 'datasets' | 'jobs' | 'evaluations' | 'models';
+
+/**
+ * The folder of one kind of artifact: <artifactsDir>/<kind>, the one place these paths are derived
+ * (datasets and uploads: datasets/<team>/<dataset>/<version>; training jobs with their checkpoints
+ * and weights: jobs/<id>; evaluations: evaluations/<id>; models, unless LOOM_MODELS_DIR moves them).
+ */
+export function artifactDir(config: Pick<ServiceConfig, 'artifactsDir' | 'modelsDir'>, kind: ArtifactKind): string {
+  return kind === 'models' ? config.modelsDir : join(config.artifactsDir, kind);
+}
+
 /** Configuration from LOOM_* environment variables (see README). */
 export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConfig {
   const num = (v: string | undefined) => (v !== undefined && v !== '' && Number.isFinite(Number(v)) ? Number(v) : undefined);
   const port = num(env.LOOM_PORT) ?? 8080;
   return defaultConfig({
     dataDir: env.LOOM_DATA_DIR || './data',
+    artifactsDir: env.LOOM_ARTIFACTS_DIR || undefined,
     modelsDir: env.LOOM_MODELS_DIR || undefined,
+    redisUrl: env.LOOM_REDIS_URL || null,
     catalogFile: env.LOOM_CATALOG_FILE || null,
     publicUrl: env.LOOM_PUBLIC_URL || `http://${env.LOOM_HOST || '127.0.0.1'}:${port}`,
     maxBodyBytes: num(env.LOOM_MAX_BODY_BYTES),

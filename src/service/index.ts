@@ -10,7 +10,8 @@ import { createInferenceService } from './inference.ts';
 import { createCompatService } from './compat/call.ts';
 import { createMetrics } from './metrics.ts';
 import { createProjectsService } from './projects.ts';
-import { createRateLimiter } from './ratelimit.ts';
+import { createRateLimiter, type RateLimiter } from './ratelimit.ts';
+import { createRedisRateLimiter } from './ratelimit-redis.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { createRoutePolicy, loadRouterPolicy, type RouterPolicy } from './router.ts';
 import { createWorkerPool } from './workers.ts';
@@ -55,7 +56,13 @@ export async function createServices(opts: ServicesOptions) {
   let adaptive: AdaptiveService | null = null;
   const history = createHistoryService(store, { corrected: (e) => adaptive?.corrected(e) });
   const projects = createProjectsService({ store, runtime, inference, log });
-  const rateLimiter = createRateLimiter(config.rateLimits);
+  // LOOM_REDIS_URL: windows shared by every process (fail-open on an outage); else in this process
+  let rateLimiter: RateLimiter;
+  if (config.redisUrl) {
+    const shared = createRedisRateLimiter(config.rateLimits, { url: config.redisUrl, log });
+    await shared.ready();
+    rateLimiter = shared;
+  } else rateLimiter = createRateLimiter(config.rateLimits);
   const workers = createWorkerPool({ threads: config.workerThreads });
   projects.resumePending();
   judge.resumePending();
@@ -83,7 +90,7 @@ export async function createServices(opts: ServicesOptions) {
       await workers.close();
       await runtime.close();
       await auth.close();
-      rateLimiter.close();
+      await rateLimiter.close();
       await store.close();
     },
   };

@@ -5,6 +5,8 @@
 // Synchronous on purpose: a check is a Map lookup and two additions on the request path (no
 // promise, no timer per key, no header strings until the response is written); expired windows
 // are swept once per `sweepMs`.
+// With LOOM_REDIS_URL the same limits are counted in Redis instead (src/service/ratelimit-redis.ts),
+// shared by every process; both implement `RateLimiter` below.
 import type { RateLimitConfig, RateLimitRule } from './config.ts';
 import { RateLimitError, type RateLimitScope } from './errors.ts';
 
@@ -69,7 +71,7 @@ class FixedWindow {
   }
 }
 
-function matches(pattern: string, path: string): boolean {
+export function matches(pattern: string, path: string): boolean {
   if (pattern.endsWith('/*')) return path.startsWith(pattern.slice(0, -1)) && path.length > pattern.length - 1;
   return path === pattern;
 }
@@ -81,11 +83,41 @@ export interface RateLimitRow {
 }
 
 /** the scope an endpoint override counts a request under: team → key → user → IP */
-function subjectScope(s: RateLimitSubject): [RateLimitScope, string] {
+export function subjectScope(s: RateLimitSubject): [RateLimitScope, string] {
   if (s.team_id) return ['team', s.team_id];
   if (s.key_id) return ['key', s.key_id];
   if (s.user_id) return ['user', s.user_id];
   return ['ip', s.ip];
+}
+
+/** the endpoint group of a request (the first override that matches), or null when the IP default applies */
+export function endpointGroupOf(cfg: RateLimitConfig, method: string, path: string): string | null {
+  for (const e of cfg.endpoints) if (e.method === method && matches(e.pattern, path)) return e.group;
+  return null;
+}
+
+/** the endpoints of each override group, as GET /rate-limits lists them */
+export function groupEndpoints(cfg: RateLimitConfig, group: string): string[] {
+  return cfg.endpoints.filter((e) => e.group === group).map((e) => `${e.method} ${e.pattern}`);
+}
+
+/**
+ * The request path's view of a limiter. The in-memory one answers synchronously (the request path
+ * stays promise-free); the Redis one returns promises, which the request path awaits only then.
+ * A refusal is a RateLimitError (429): thrown, or the promise's rejection.
+ */
+export interface RateLimiter {
+  /** the endpoint group of a request, or null when the IP default applies */
+  endpointGroup(method: string, path: string): string | null;
+  /** every request, before anything else (its headers are sent only with a refusal) */
+  edge(ip: string): void | Promise<void>;
+  /** endpoints without an override: all default rules per IP; the most restrictive one is reported */
+  ipDefault(ip: string): RateVerdict | null | Promise<RateVerdict | null>;
+  /** an endpoint override, scoped team → key → user → IP */
+  endpoint(group: string, s: RateLimitSubject): RateVerdict | null | Promise<RateVerdict | null>;
+  /** GET /rate-limits: every limit as it applies to `s` now, without counting a request */
+  table(s: RateLimitSubject): RateLimitRow[] | Promise<RateLimitRow[]>;
+  close(): void | Promise<void>;
 }
 
 export function createRateLimiter(cfg: RateLimitConfig, opts: { sweepMs?: number } = {}) {
@@ -99,10 +131,7 @@ export function createRateLimiter(cfg: RateLimitConfig, opts: { sweepMs?: number
 
   return {
     /** the endpoint group of a request, or null when the IP default applies */
-    endpointGroup(method: string, path: string): string | null {
-      for (const e of cfg.endpoints) if (e.method === method && matches(e.pattern, path)) return e.group;
-      return null;
-    },
+    endpointGroup(method: string, path: string): string | null { return endpointGroupOf(cfg, method, path); },
     /** every request, before anything else (its headers are sent only with a refusal) */
     edge(ip: string): void { edge.take(ip, 'ip', Date.now()); },
     /** endpoints without an override: all default rules per IP; the most restrictive one is reported */
@@ -139,8 +168,7 @@ export function createRateLimiter(cfg: RateLimitConfig, opts: { sweepMs?: number
       const rows: RateLimitRow[] = [row(edge, 'edge', ['every request'], 'ip', s.ip)];
       for (const d of defaults) rows.push(row(d, 'default', ['endpoints without an override'], 'ip', s.ip));
       for (const [group, l] of groups) {
-        const endpoints = cfg.endpoints.filter((e) => e.group === group).map((e) => `${e.method} ${e.pattern}`);
-        rows.push(row(l, group, endpoints, scope, `${scope}:${id}`));
+        rows.push(row(l, group, groupEndpoints(cfg, group), scope, `${scope}:${id}`));
       }
       return rows;
     },
@@ -149,4 +177,4 @@ export function createRateLimiter(cfg: RateLimitConfig, opts: { sweepMs?: number
     close(): void { clearInterval(sweeper); },
   };
 }
-export type RateLimiter = ReturnType<typeof createRateLimiter>;
+export type MemoryRateLimiter = ReturnType<typeof createRateLimiter>;
