@@ -61,12 +61,17 @@ export class RedisServer {
     return this;
   }
 
+  /** freezes it (SIGSTOP): connections stay open, nothing is answered; resume() thaws it */
+  pause(): void { this.proc?.kill('SIGSTOP'); }
+  resume(): void { this.proc?.kill('SIGCONT'); }
+
   /** kills it (SIGKILL: an outage, not a shutdown) and waits until the process is gone */
   async stop(): Promise<void> {
     const proc = this.proc;
     if (!proc) return;
     const gone = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
     proc.kill('SIGKILL');
+    proc.kill('SIGCONT');
     await gone;
     this.proc = null;
   }
