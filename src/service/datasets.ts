@@ -9,13 +9,13 @@
 //   3. POST /felix/datasets/upload/process → `converting` → `validating` → `ready` | `failed`
 //      in the worker pool; `processing_error` names the line and the problem.
 // Uploading or generating into an existing name adds a version. Files live under
-// <LOOM_DATA_DIR>/datasets/<team>/<dataset id>/<version id>/.
+// <artifacts dir>/datasets/<team>/<dataset id>/<version id>/ (LOOM_ARTIFACTS_DIR, default LOOM_DATA_DIR).
 import { createReadStream, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import type { DatasetRecord, DatasetType, DatasetVersionRecord, Store, UploadRecord } from '../store/index.ts';
 import type { Principal } from './auth.ts';
-import type { ServiceConfig } from './config.ts';
+import { artifactDir, type ServiceConfig } from './config.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import type { JobPool } from './jobs/pool.ts';
@@ -36,7 +36,7 @@ export const versionView = (v: DatasetVersionRecord) => ({
 
 export function createDatasetsService(deps: { store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; log?: Logger }) {
   const { store, config, pool, urls } = deps;
-  const root = join(config.dataDir, 'datasets');
+  const root = artifactDir(config, 'datasets');
   const pending = new Set<Promise<void>>();
   /** uploads whose PUT is being written now (a second PUT to the same URL meanwhile is a 409) */
   const receiving = new Set<string>();

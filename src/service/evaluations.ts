@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import type { EvaluationRecord, LabelScores, Store } from '../store/index.ts';
 import type { Principal } from './auth.ts';
 import type { Catalog } from './catalog.ts';
-import type { ServiceConfig } from './config.ts';
+import { artifactDir, type ServiceConfig } from './config.ts';
 import type { DatasetsService } from './datasets.ts';
 import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
@@ -96,7 +96,7 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
     const e = store.evaluations.get(id);
     if (!e || e.status !== 'queued') return;
     await patch(id, { status: 'running', started_at: nowIso() });
-    const work = join(config.dataDir, 'evaluations', id);
+    const work = join(artifactDir(config, 'evaluations'), id);
     try {
       const v = store.datasets.getVersion(e.dataset_version_id);
       if (!v || v.status !== 'ready') throw new Error(`dataset ${e.dataset_name} version ${e.dataset_version} is no longer available`);

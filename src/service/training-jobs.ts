@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import type { CheckpointRecord, Store, TrainingJobRecord, TrainingLogRecord } from '../store/index.ts';
 import type { Principal } from './auth.ts';
 import type { Catalog } from './catalog.ts';
-import type { ServiceConfig } from './config.ts';
+import { artifactDir, type ServiceConfig } from './config.ts';
 import type { DatasetsService } from './datasets.ts';
 import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
@@ -167,7 +167,7 @@ export function createTrainingJobsService(deps: {
   judge?: RewardJudge;
 }) {
   const { store, config, pool, datasets, catalog, runtime } = deps;
-  const root = join(config.dataDir, 'jobs');
+  const root = artifactDir(config, 'jobs');
   const running = new Map<string, { stop(): void; done: Promise<void> }>();
   let closing = false;
 
