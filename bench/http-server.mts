@@ -2,7 +2,8 @@
 // local runtime over an empty models folder, the default logger at LOOM_LOG_LEVEL or info) on a
 // temp store, with one user and API key. Rate limits keep their full pipeline but get budgets no
 // run can exhaust (the spec's 100,000 per minute per IP would refuse a single loopback client
-// within a second). Prints {"port", "key"} on stderr; serves until killed.
+// within a second). With LOOM_REDIS_URL set they are counted in that Redis. Prints {"port", "key"}
+// on stderr; serves until killed.
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,7 +25,9 @@ const rateLimits = {
 };
 const log = createLogger();
 const runtime = createLocalRuntime({ modelsDir, maxLoaded: 1, retryAfterS: 5 });
-const services = await createServices({ config: { dataDir, modelsDir, rateLimits }, runtime, log });
+// LOOM_REDIS_URL: the same limits counted in Redis (the shared limiter's cost per request)
+const redisUrl = process.env.LOOM_REDIS_URL || null;
+const services = await createServices({ config: { dataDir, modelsDir, rateLimits, redisUrl }, runtime, log });
 const { user } = await services.auth.createUser({ email: 'bench@example.com', password: 'bench-password-1' });
 const { secret_key: key } = await services.auth.createKeyForUser(user.id, 'bench');
 const server = await createServer({ services, log });
