@@ -37,9 +37,17 @@ export interface ServicesOptions {
 
 export async function createServices(opts: ServicesOptions) {
   const config = defaultConfig(opts.config ?? {});
+  const log = opts.log;
+  // LOOM_REDIS_URL: windows shared by every process (fail-open on an outage); else in this process.
+  // First, so that a malformed URL fails the start before anything is opened.
+  let rateLimiter: RateLimiter;
+  if (config.redisUrl) {
+    const shared = createRedisRateLimiter(config.rateLimits, { url: config.redisUrl, log });
+    await shared.ready();
+    rateLimiter = shared;
+  } else rateLimiter = createRateLimiter(config.rateLimits);
   const store = opts.store ?? (await openStore(config.dataDir));
   const runtime = opts.runtime;
-  const log = opts.log;
   const metrics = createMetrics({ defaultMetrics: true, queueDepth: () => runtime.stats().queue_depth });
   const billing = createBillingService(store, config);
   const auth = createAuthService(store, config, billing);
@@ -56,13 +64,6 @@ export async function createServices(opts: ServicesOptions) {
   let adaptive: AdaptiveService | null = null;
   const history = createHistoryService(store, { corrected: (e) => adaptive?.corrected(e) });
   const projects = createProjectsService({ store, runtime, inference, log });
-  // LOOM_REDIS_URL: windows shared by every process (fail-open on an outage); else in this process
-  let rateLimiter: RateLimiter;
-  if (config.redisUrl) {
-    const shared = createRedisRateLimiter(config.rateLimits, { url: config.redisUrl, log });
-    await shared.ready();
-    rateLimiter = shared;
-  } else rateLimiter = createRateLimiter(config.rateLimits);
   const workers = createWorkerPool({ threads: config.workerThreads });
   projects.resumePending();
   judge.resumePending();

@@ -87,6 +87,10 @@ export interface RedisRateLimiter extends RateLimiter {
 
 export function createRedisRateLimiter(cfg: RateLimitConfig, opts: { url: string; log?: Logger }): RedisRateLimiter {
   const { log } = opts;
+  // ioredis would take anything else for a socket path and retry it forever: a typo fails at start
+  if (!/^rediss?:\/\/[^/]/.test(opts.url)) {
+    throw new Error(`LOOM_REDIS_URL must be a redis:// or rediss:// URL (redis://[:password@]host:port/db), got ${JSON.stringify(redactUrl(opts.url))}`);
+  }
   const client = new Redis(opts.url, {
     connectTimeout: CONNECT_TIMEOUT_MS,
     commandTimeout: COMMAND_TIMEOUT_MS,
@@ -172,5 +176,5 @@ function redactUrl(url: string): string {
     const u = new URL(url);
     if (u.password) u.password = '***';
     return u.toString();
-  } catch { return 'redis (unparsable URL)'; }
+  } catch { return url.length > 80 ? `${url.slice(0, 80)}...` : url.replace(/:[^:@/]*@/, ':***@'); }
 }

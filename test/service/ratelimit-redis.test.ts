@@ -3,7 +3,7 @@
 // (served, counted in the process, one warning, no hang) and the shared counts resume once Redis
 // is back. The limiter's own semantics run against both limiters in ratelimit.test.ts.
 import { Writable } from 'node:stream';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -12,11 +12,26 @@ import { createServer } from '../../server/index.ts';
 import { createLogger } from '../../server/log.ts';
 import { DEFAULT_RATE_LIMITS, type RateLimitConfig } from '../../src/service/config.ts';
 import { createServices } from '../../src/service/index.ts';
-import { COMMAND_TIMEOUT_MS, type RedisRateLimiter } from '../../src/service/ratelimit-redis.ts';
+import { COMMAND_TIMEOUT_MS, createRedisRateLimiter, type RedisRateLimiter } from '../../src/service/ratelimit-redis.ts';
 import { REDIS_SKIP, startRedis } from '../helpers/redis.ts';
 import { ServerProcess, sleep } from '../reliability/helpers.ts';
 import { FakeRuntime } from './fake-runtime.ts';
 import { call } from './helpers.ts';
+
+t.test('LOOM_REDIS_URL that is not a redis URL: a clear error at start, the password not repeated', async (t) => {
+  for (const url of ['localhost:6379', 'http://127.0.0.1:6379', 'redis://', ':pw@host']) {
+    t.throws(() => createRedisRateLimiter(DEFAULT_RATE_LIMITS, { url }), /LOOM_REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/, url);
+  }
+  let msg = '';
+  try { createRedisRateLimiter(DEFAULT_RATE_LIMITS, { url: 'http://u:hunter2@h' }); } catch (e) { msg = (e as Error).message; }
+  t.ok(msg && !msg.includes('hunter2'), `the password is not in the message: ${msg}`);
+  const dataDir = mkdtempSync(join(tmpdir(), 'loom-rlu-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const err = await createServices({ runtime: new FakeRuntime(), config: { dataDir, redisUrl: 'redis-host:6379' } })
+    .then(() => null, (e: Error) => e);
+  t.match(err?.message, /LOOM_REDIS_URL must be/, 'createServices refuses to start');
+  t.notOk(existsSync(join(dataDir, 'store')), 'before opening anything');
+});
 
 t.test('two server processes on one Redis: a limit of N allows exactly N across both', { skip: REDIS_SKIP }, async (t) => {
   const N = 12;
