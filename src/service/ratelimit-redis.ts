@@ -4,11 +4,12 @@
 // (one atomic Lua INCR + PTTL per check: a fixed window per key that the first request opens).
 //
 // A Redis outage fails OPEN: a check that cannot reach Redis (not connected, or no reply within
-// COMMAND_TIMEOUT_MS) is counted by a per-process in-memory limiter with the same rules
-// (rate-limiter-flexible's insurance limiter), one warning is logged per outage, and requests keep
-// being served; while Redis is down each process enforces the limits on its own (N processes let
-// through up to N times a limit). ioredis reconnects in the background; once Redis answers again
-// the shared counts apply again (the outage's local counts are not carried over). Rate limits guard
+// COMMAND_TIMEOUT_MS, after which the connection is dropped so later checks do not wait too) is
+// counted by rate-limiter-flexible's in-memory limiter with the same rule in this process, one
+// warning is logged per outage, and requests keep being served; while Redis is down each process
+// enforces the limits on its own (N processes let through up to N times a limit). ioredis
+// reconnects in the background; once Redis answers again the shared counts apply again (the
+// outage's local counts are not carried over). Rate limits guard
 // against abuse, not billing (credits are exact in the store), so an outage of the limiter's store
 // should not take the API down: hence fail-open rather than the spec's 503.
 import { Redis } from 'ioredis';
@@ -29,39 +30,32 @@ const MAX_RECONNECT_MS = 2000;
 /** every key Loom writes in Redis starts with this */
 export const KEY_PREFIX = 'loom:rl';
 
-/** rate-limiter-flexible's in-memory limiter, noting each check it takes over (Redis unreachable) */
-class LocalFallback extends RateLimiterMemory {
-  constructor(rule: RateLimitRule, keyPrefix: string, private readonly onUse: () => void) {
-    super({ points: rule.points, duration: rule.duration_s, keyPrefix });
-  }
-  override consume(key: string | number, points?: number, options?: { [key: string]: unknown }) {
-    this.onUse();
-    return super.consume(key, points, options);
-  }
-  override get(key: string | number, options?: { [key: string]: unknown }) {
-    this.onUse();
-    return super.get(key, options);
-  }
-}
-
-/** one rule's fixed windows in Redis (a key per IP / scope), with the local fallback */
+/** one rule's fixed windows in Redis (a key per IP / scope), and the same rule in memory for outages */
 class SharedWindow {
-  readonly limiter: RateLimiterRedis;
-  constructor(readonly rule: RateLimitRule, private readonly code: string, name: string, client: Redis, onFallback: () => void) {
+  readonly shared: RateLimiterRedis;
+  readonly local: RateLimiterMemory;
+  constructor(
+    readonly rule: RateLimitRule, private readonly code: string, name: string, client: Redis,
+    private readonly onFailure: (err: unknown) => void,
+  ) {
     const keyPrefix = `${KEY_PREFIX}:${name}`;
-    this.limiter = new RateLimiterRedis({
-      storeClient: client, keyPrefix, points: rule.points, duration: rule.duration_s,
-      // not connected: straight to the fallback (no queue of commands waiting for a reconnect)
-      rejectIfRedisNotReady: true,
-      insuranceLimiter: new LocalFallback(rule, keyPrefix, onFallback),
-    });
+    const opts = { keyPrefix, points: rule.points, duration: rule.duration_s };
+    // not connected: rejected at once (no queue of commands waiting for a reconnect)
+    this.shared = new RateLimiterRedis({ ...opts, storeClient: client, rejectIfRedisNotReady: true });
+    this.local = new RateLimiterMemory(opts);
   }
 
   /** counts one request for `key`: the points left and the window's end, or rejects with a 429 */
   async consume(key: string, scope: RateLimitScope): Promise<RateVerdict> {
     let r: RateLimiterRes;
     try {
-      r = await this.limiter.consume(key);
+      try {
+        r = await this.shared.consume(key);
+      } catch (e) {
+        if (e instanceof RateLimiterRes) throw e;
+        this.onFailure(e);
+        r = await this.local.consume(key);
+      }
     } catch (e) {
       if (!(e instanceof RateLimiterRes)) throw e;
       throw new RateLimitError(this.code, scope, e.msBeforeNext / 1000, this.rule.points, this.rule.duration_s);
@@ -71,7 +65,13 @@ class SharedWindow {
 
   /** the state of `key`'s window without counting a request */
   async peek(key: string): Promise<{ remaining: number; reset_s: number | null }> {
-    const r = await this.limiter.get(key);
+    let r: RateLimiterRes | null;
+    try {
+      r = await this.shared.get(key);
+    } catch (e) {
+      this.onFailure(e);
+      r = await this.local.get(key);
+    }
     if (r === null || r.msBeforeNext <= 0) return { remaining: this.rule.points, reset_s: null };
     return { remaining: Math.max(0, this.rule.points - r.consumedPoints), reset_s: Math.ceil(r.msBeforeNext / 1000) };
   }
@@ -105,10 +105,16 @@ export function createRedisRateLimiter(cfg: RateLimitConfig, opts: { url: string
   });
   let degraded = false;
   let lastError = '';
-  const fallback = () => {
+  /** a check could not reach Redis: it was counted locally; say so once per outage */
+  const failure = (err: unknown) => {
+    const message = err instanceof Error ? err.message : String(err);
+    // connected but silent (a stalled server, a network partition without resets): drop the
+    // connection so that the next checks fail at once while ioredis reconnects, instead of each
+    // waiting COMMAND_TIMEOUT_MS
+    if (/timed out/i.test(message) && client.status === 'ready') client.disconnect(true);
     if (degraded) return;
     degraded = true;
-    log?.warn({ redis: redactUrl(opts.url), err: lastError || client.status },
+    log?.warn({ redis: redactUrl(opts.url), err: lastError || message },
       'Redis unreachable: rate limits are counted in this process until it is back (fail-open)');
   };
   // an 'error' without a listener would be thrown: ioredis reports each failed (re)connect here
@@ -119,11 +125,11 @@ export function createRedisRateLimiter(cfg: RateLimitConfig, opts: { url: string
     lastError = '';
   });
 
-  const edge = new SharedWindow(cfg.edge, 'edge_rate_limit', 'edge', client, fallback);
-  const defaults = cfg.default.map((r, i) => new SharedWindow(r, 'ip_rate_limit', `default${i}`, client, fallback));
+  const edge = new SharedWindow(cfg.edge, 'edge_rate_limit', 'edge', client, failure);
+  const defaults = cfg.default.map((r, i) => new SharedWindow(r, 'ip_rate_limit', `default${i}`, client, failure));
   const groups = new Map<string, SharedWindow>();
   for (const e of cfg.endpoints) {
-    if (!groups.has(e.group)) groups.set(e.group, new SharedWindow(e, 'endpoint_rate_limit', `ep:${e.group}`, client, fallback));
+    if (!groups.has(e.group)) groups.set(e.group, new SharedWindow(e, 'endpoint_rate_limit', `ep:${e.group}`, client, failure));
   }
 
   return {
