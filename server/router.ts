@@ -248,7 +248,9 @@ class Run {
     try {
       const f = this.front();
       // a shared (Redis) rate limit makes the front asynchronous; the in-memory one keeps it synchronous
-      const out = f instanceof Promise ? f.then((fr) => route.handler(this.ctx(fr, undefined))) : route.handler(this.ctx(f, undefined));
+      const out = f instanceof Promise
+        ? f.then((fr) => route.handler(this.ctx(fr, undefined)))
+        : route.handler(this.ctx(f, undefined));
       if (isThenable(out)) {
         this.detach();
         Promise.resolve(out).then((o) => this.reply(o)).catch((err) => this.fail(err)).finally(() => this.finish());

@@ -18,7 +18,8 @@ import type { RateLimitConfig, RateLimitRule } from './config.ts';
 import { RateLimitError, type RateLimitScope } from './errors.ts';
 import type { Logger } from './index.ts';
 import {
-  endpointGroupOf, groupEndpoints, type RateLimiter, type RateLimitRow, type RateLimitSubject, RateVerdict, subjectScope,
+  endpointGroupOf, groupEndpoints, type RateLimiter, type RateLimitRow, type RateLimitSubject, RateVerdict,
+  subjectScope,
 } from './ratelimit.ts';
 
 /** a check waits at most this long for Redis before it is counted locally */
@@ -89,7 +90,8 @@ export function createRedisRateLimiter(cfg: RateLimitConfig, opts: { url: string
   const { log } = opts;
   // ioredis would take anything else for a socket path and retry it forever: a typo fails at start
   if (!/^rediss?:\/\/[^/]/.test(opts.url)) {
-    throw new Error(`LOOM_REDIS_URL must be a redis:// or rediss:// URL (redis://[:password@]host:port/db), got ${JSON.stringify(redactUrl(opts.url))}`);
+    throw new Error('LOOM_REDIS_URL must be a redis:// or rediss:// URL (redis://[:password@]host:port/db), '
+      + `got ${JSON.stringify(redactUrl(opts.url))}`);
   }
   const client = new Redis(opts.url, {
     connectTimeout: CONNECT_TIMEOUT_MS,
@@ -129,7 +131,8 @@ export function createRedisRateLimiter(cfg: RateLimitConfig, opts: { url: string
   const defaults = cfg.default.map((r, i) => new SharedWindow(r, 'ip_rate_limit', `default${i}`, client, failure));
   const groups = new Map<string, SharedWindow>();
   for (const e of cfg.endpoints) {
-    if (!groups.has(e.group)) groups.set(e.group, new SharedWindow(e, 'endpoint_rate_limit', `ep:${e.group}`, client, failure));
+    if (groups.has(e.group)) continue;
+    groups.set(e.group, new SharedWindow(e, 'endpoint_rate_limit', `ep:${e.group}`, client, failure));
   }
 
   return {

@@ -20,7 +20,8 @@ t.test('the artifact folders: under the data dir by default, under LOOM_ARTIFACT
   t.equal(artifactDir(shared, 'datasets'), '/mnt/shared/loom/datasets');
   t.equal(artifactDir(shared, 'jobs'), '/mnt/shared/loom/jobs');
   t.equal(shared.modelsDir, '/mnt/shared/loom/models', 'models follow the artifacts');
-  t.equal(configFromEnv({ LOOM_ARTIFACTS_DIR: '/a', LOOM_MODELS_DIR: '/m' }).modelsDir, '/m', 'LOOM_MODELS_DIR still wins');
+  const both = configFromEnv({ LOOM_ARTIFACTS_DIR: '/a', LOOM_MODELS_DIR: '/m' });
+  t.equal(both.modelsDir, '/m', 'LOOM_MODELS_DIR still wins');
   t.equal(defaultConfig({ dataDir: '/d' }).artifactsDir, '/d');
 });
 
@@ -45,7 +46,10 @@ t.test('a dataset and a training job land under the artifacts dir and are served
   t.equal(dl.status, 200);
   t.equal(dl.text.trim().split('\n').length, 24, 'served back from the artifacts dir');
 
-  const body = { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full', nr_epochs: 2, batch_size: 8, seed: 1 };
+  const body = {
+    base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full',
+    nr_epochs: 2, batch_size: 8, seed: 1,
+  };
   const created = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body });
   t.equal(created.status, 200);
   const id = created.body.id;
@@ -68,17 +72,20 @@ t.test('a dataset and a training job land under the artifacts dir and are served
   t.equal(link.status, 200);
   const tar = gunzipSync(Buffer.from(await (await fetch(link.body.download_url)).arrayBuffer())).toString('latin1');
   t.match(tar, /model\.safetensors/);
-  const inf = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: id, text: 'Carol visited Rome today .', schema: ['person', 'city'] } });
+  const infBody = { model_id: id, text: 'Carol visited Rome today .', schema: ['person', 'city'] };
+  const inf = await call(ts.url, 'POST', '/inference', { key: u.key, body: infBody });
   t.equal(inf.status, 200, JSON.stringify(inf.body));
   t.equal(inf.body.model_id, id);
   // a checkpoint (on the shared folder) as the base of a new job
   const best = cks.checkpoints.find((c: { is_best: boolean }) => c.is_best);
-  const cont = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: { ...body, base_model: best.id, nr_epochs: 1, max_steps: 1 } });
+  const contBody = { ...body, base_model: best.id, nr_epochs: 1, max_steps: 1 };
+  const cont = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body: contBody });
   t.equal(cont.status, 200);
   const contDone = await poll(() => call(ts.url, 'GET', `/felix/training-jobs/${cont.body.id}`, { key: u.key }),
     (r) => ['complete', 'failed', 'cancelled'].includes(r.body.status), 60_000, 200);
   t.equal(contDone.body.status, 'complete', contDone.body.error ?? 'complete');
   t.ok(existsSync(join(artifactsDir, 'jobs', cont.body.id)), 'its folder too');
-  t.ok(readFileSync(join(artifactsDir, 'datasets', u.team_id, readdirSync(teamDir)[0]!,
-    readdirSync(join(teamDir, readdirSync(teamDir)[0]!))[0]!, 'data.jsonl'), 'utf8').includes('Carol'), 'the stored data file');
+  const datasetDir = join(teamDir, readdirSync(teamDir)[0]!);
+  const versionDir = join(datasetDir, readdirSync(datasetDir)[0]!);
+  t.ok(readFileSync(join(versionDir, 'data.jsonl'), 'utf8').includes('Carol'), 'the stored data file');
 });

@@ -12,7 +12,9 @@ import { createServer } from '../../server/index.ts';
 import { createLogger } from '../../server/log.ts';
 import { DEFAULT_RATE_LIMITS, type RateLimitConfig } from '../../src/service/config.ts';
 import { createServices } from '../../src/service/index.ts';
-import { COMMAND_TIMEOUT_MS, createRedisRateLimiter, type RedisRateLimiter } from '../../src/service/ratelimit-redis.ts';
+import {
+  COMMAND_TIMEOUT_MS, createRedisRateLimiter, type RedisRateLimiter,
+} from '../../src/service/ratelimit-redis.ts';
 import { REDIS_SKIP, startRedis } from '../helpers/redis.ts';
 import { ServerProcess, sleep } from '../reliability/helpers.ts';
 import { FakeRuntime } from './fake-runtime.ts';
@@ -20,10 +22,13 @@ import { call } from './helpers.ts';
 
 t.test('LOOM_REDIS_URL that is not a redis URL: a clear error at start, the password not repeated', async (t) => {
   for (const url of ['localhost:6379', 'http://127.0.0.1:6379', 'redis://', ':pw@host']) {
-    t.throws(() => createRedisRateLimiter(DEFAULT_RATE_LIMITS, { url }), /LOOM_REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/, url);
+    t.throws(() => createRedisRateLimiter(DEFAULT_RATE_LIMITS, { url }),
+      /LOOM_REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/, url);
   }
   let msg = '';
-  try { createRedisRateLimiter(DEFAULT_RATE_LIMITS, { url: 'http://u:hunter2@h' }); } catch (e) { msg = (e as Error).message; }
+  try {
+    createRedisRateLimiter(DEFAULT_RATE_LIMITS, { url: 'http://u:hunter2@h' });
+  } catch (e) { msg = (e as Error).message; }
   t.ok(msg && !msg.includes('hunter2'), `the password is not in the message: ${msg}`);
   const dataDir = mkdtempSync(join(tmpdir(), 'loom-rlu-'));
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
@@ -33,7 +38,8 @@ t.test('LOOM_REDIS_URL that is not a redis URL: a clear error at start, the pass
   t.notOk(existsSync(join(dataDir, 'store')), 'before opening anything');
 });
 
-t.test('two server processes on one Redis: a limit of N allows exactly N across both', { skip: REDIS_SKIP }, async (t) => {
+const across = 'two server processes on one Redis: a limit of N allows exactly N across both';
+t.test(across, { skip: REDIS_SKIP }, async (t) => {
   const N = 12;
   const redis = await startRedis(t);
   const dataDir = mkdtempSync(join(tmpdir(), 'loom-rl2-'));
@@ -76,7 +82,8 @@ t.test('two server processes on one Redis: a limit of N allows exactly N across 
   for (const s of servers) t.notMatch(s.output, /Redis unreachable/, 'no process fell back to local counts');
 });
 
-t.test('a Redis outage fails open: served and counted locally, no hang, shared again once it is back', { skip: REDIS_SKIP }, async (t) => {
+const outage = 'a Redis outage fails open: served and counted locally, no hang, shared again once it is back';
+t.test(outage, { skip: REDIS_SKIP }, async (t) => {
   const redis = await startRedis(t);
   const lines: Array<{ level: number; msg: string }> = [];
   const sink = new Writable({ write(chunk, _enc, cb) {
@@ -85,12 +92,17 @@ t.test('a Redis outage fails open: served and counted locally, no hang, shared a
   } });
   const log = createLogger({ level: 'info', destination: sink });
   const dataDir = mkdtempSync(join(tmpdir(), 'loom-rlo-'));
-  const limits: RateLimitConfig = { ...DEFAULT_RATE_LIMITS, edge: { points: 1000, duration_s: 60 }, default: [{ points: 4, duration_s: 60 }] };
+  const limits: RateLimitConfig = {
+    ...DEFAULT_RATE_LIMITS, edge: { points: 1000, duration_s: 60 }, default: [{ points: 4, duration_s: 60 }],
+  };
   const services = await createServices({
     runtime: new FakeRuntime(), log, config: { dataDir, workerThreads: 1, rateLimits: limits, redisUrl: redis.url },
   });
   const server = await createServer({ services, log });
-  t.teardown(async () => { await server.close({ timeoutMs: 2000 }); rmSync(dataDir, { recursive: true, force: true }); });
+  t.teardown(async () => {
+    await server.close({ timeoutMs: 2000 });
+    rmSync(dataDir, { recursive: true, force: true });
+  });
   const limiter = services.rateLimiter as RedisRateLimiter;
   const client = new Redis(redis.url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 });
   client.on('error', () => {});
@@ -116,7 +128,8 @@ t.test('a Redis outage fails open: served and counted locally, no hang, shared a
   t.same(during.map((r) => r.status), [200, 200, 200, 200, 429, 429],
     'Redis down: served, and the limit still holds, counted in this process (a fresh window)');
   t.same(during.slice(0, 4).map((r) => r.remaining), ['3', '2', '1', '0']);
-  t.ok(during.every((r) => r.ms < 1500), `no request waited on Redis (slowest ${Math.max(...during.map((r) => r.ms)).toFixed(0)} ms)`);
+  const slowest = Math.max(...during.map((r) => r.ms)).toFixed(0);
+  t.ok(during.every((r) => r.ms < 1500), `no request waited on Redis (slowest ${slowest} ms)`);
   t.ok(limiter.degraded, 'the limiter reports the outage');
   const warnings = lines.filter((l) => /Redis unreachable/.test(l.msg));
   t.equal(warnings.length, 1, 'one warning per outage');
@@ -141,7 +154,8 @@ t.test('a Redis outage fails open: served and counted locally, no hang, shared a
   t.same(stalled.map((r) => r.status), [429, 429, 429, 429],
     'a stalled Redis: answered from the local counts (whose window the outage above used up)');
   const ms = stalled.map((r) => r.ms.toFixed(0)).join(', ');
-  t.ok(stalled[0].ms >= COMMAND_TIMEOUT_MS && stalled[0].ms < COMMAND_TIMEOUT_MS + 1000, `one command timeout (${ms} ms)`);
+  t.ok(stalled[0].ms >= COMMAND_TIMEOUT_MS && stalled[0].ms < COMMAND_TIMEOUT_MS + 1000,
+    `one command timeout (${ms} ms)`);
   t.ok(stalled.slice(1).every((r) => r.ms < COMMAND_TIMEOUT_MS), `then no more waiting (${ms} ms)`);
   t.equal(lines.filter((l) => /Redis unreachable/.test(l.msg)).length, warned + 1, 'one warning for this outage');
   redis.resume();

@@ -74,9 +74,13 @@ for (const limiter of ['memory', 'redis'] as const) {
     });
 
     t.test('edge limit per IP on every request, before authentication', async (t) => {
-      const ts = await startServer(t, { edge: { points: 3, duration_s: 60 }, default: [{ points: 100, duration_s: 60 }], endpoints: [] });
+      const ts = await startServer(t, {
+        edge: { points: 3, duration_s: 60 }, default: [{ points: 100, duration_s: 60 }], endpoints: [],
+      });
       const statuses = [];
-      for (let i = 0; i < 4; i++) statuses.push((await call(ts.url, 'GET', '/list-api-keys', { key: 'loom_sk_bogus' })).status);
+      for (let i = 0; i < 4; i++) {
+        statuses.push((await call(ts.url, 'GET', '/list-api-keys', { key: 'loom_sk_bogus' })).status);
+      }
       t.same(statuses, [401, 401, 401, 429], 'even unauthenticated calls are counted and refused');
       const r = await call(ts.url, 'GET', '/list-api-keys', { key: 'loom_sk_bogus' });
       t.equal(r.status, 429);
@@ -85,7 +89,9 @@ for (const limiter of ['memory', 'redis'] as const) {
     });
 
     t.test('GET /health is exempt from the edge and per-IP limits (probes behind a proxy share one IP)', async (t) => {
-      const ts = await startServer(t, { edge: { points: 3, duration_s: 60 }, default: [{ points: 2, duration_s: 60 }], endpoints: [] });
+      const ts = await startServer(t, {
+        edge: { points: 3, duration_s: 60 }, default: [{ points: 2, duration_s: 60 }], endpoints: [],
+      });
       const statuses = [];
       for (let i = 0; i < 20; i++) statuses.push((await call(ts.url, 'GET', '/health')).status);
       t.same(statuses, Array(20).fill(200));
@@ -105,7 +111,8 @@ for (const limiter of ['memory', 'redis'] as const) {
       });
       const u = await makeUser(ts, { credits: 10 });
       const body = { model_id: 'test/encoder', text: 'Alice', schema: ['person'] };
-      const res = await Promise.all(Array.from({ length: 50 }, () => call(ts.url, 'POST', '/inference', { key: u.key, body })));
+      const res = await Promise.all(
+        Array.from({ length: 50 }, () => call(ts.url, 'POST', '/inference', { key: u.key, body })));
       const ok = res.filter((r) => r.status === 200);
       t.equal(ok.length, 20);
       t.equal(res.filter((r) => r.status === 429).length, 30);
@@ -123,7 +130,8 @@ for (const limiter of ['memory', 'redis'] as const) {
 
     t.test('GET /rate-limits reads the windows without counting', async (t) => {
       const ts = await startServer(t, {
-        edge: { points: 1000, duration_s: 60 }, default: [{ points: 500, duration_s: 60 }, { points: 900, duration_s: 3600 }],
+        edge: { points: 1000, duration_s: 60 },
+        default: [{ points: 500, duration_s: 60 }, { points: 900, duration_s: 3600 }],
         endpoints: [{ method: 'POST', pattern: '/inference', group: 'inference', points: 10, duration_s: 60 }],
       });
       const u = await makeUser(ts, { credits: 10 });
@@ -132,7 +140,8 @@ for (const limiter of ['memory', 'redis'] as const) {
       const r = await call(ts.url, 'GET', '/rate-limits', { key: u.key });
       t.equal(r.status, 200);
       t.same(r.body.limits.map((l: any) => [l.family, l.scope, l.limit, l.window_s]), [
-        ['edge', 'ip', 1000, 60], ['default', 'ip', 500, 60], ['default', 'ip', 900, 3600], ['inference', 'team', 10, 60],
+        ['edge', 'ip', 1000, 60], ['default', 'ip', 500, 60], ['default', 'ip', 900, 3600],
+        ['inference', 'team', 10, 60],
       ]);
       const inf = r.body.limits[3];
       t.equal(inf.remaining, 7);
@@ -142,10 +151,12 @@ for (const limiter of ['memory', 'redis'] as const) {
       t.equal(r.body.limits[1].remaining, 497);
       const again = await call(ts.url, 'GET', '/rate-limits', { key: u.key });
       t.equal(again.body.limits[3].remaining, 7, 'reading the table counted nothing');
-      const other = await ts.services.auth.createUser({ email: `rl-t-${limiter}@example.com`, password: 'password-123' });
+      const email = `rl-t-${limiter}@example.com`;
+      const other = await ts.services.auth.createUser({ email, password: 'password-123' });
       const ok = await ts.services.auth.createKeyForUser(other.user.id, 'o');
       const fresh = await call(ts.url, 'GET', '/rate-limits', { key: ok.secret_key });
-      t.same([fresh.body.limits[3].remaining, fresh.body.limits[3].reset_s], [10, null], 'another team: no window open');
+      const row = fresh.body.limits[3];
+      t.same([row.remaining, row.reset_s], [10, null], 'another team: no window open');
     });
   });
 }
