@@ -298,6 +298,7 @@ class Run {
     return this.afterEdge();
   }
 
+  /** key-in-query, path and query params, the IP default limit, then `authenticated` */
   afterEdge(): Front | Promise<Front> {
     const { rt, ex, url, rawQuery } = this;
     const { route, services } = rt;
@@ -320,23 +321,27 @@ class Run {
     const front: Front = { params, query };
     if (!group && rt.limited) {
       const rate = services.rateLimiter.ipDefault(this.ip);
-      if (rate instanceof Promise) return rate.then((r) => { ex.rate = r; return this.authorize(group, front); });
+      if (rate instanceof Promise) return rate.then((r) => { ex.rate = r; return this.authenticated(group, front); });
       ex.rate = rate;
     }
-    return this.authorize(group, front);
+    return this.authenticated(group, front);
   }
 
-  /** authentication, then the endpoint group's limit (scoped by the principal) */
-  authorize(group: string | null, front: Front): Front | Promise<Front> {
-    const { rt, ex } = this;
-    const principal = authenticate(rt.route, this.headers, rt.services);
+  /** the caller, then `admitted` */
+  authenticated(group: string | null, front: Front): Front | Promise<Front> {
+    const principal = authenticate(this.rt.route, this.headers, this.rt.services);
+    return this.admitted(principal, group, front);
+  }
+
+  /** the rest of `front` once the caller is known: its endpoint rate limit (scoped by the principal) */
+  private admitted(principal: Principal | null, group: string | null, front: Front): Front | Promise<Front> {
     this.principal = principal;
     if (group) {
       const p = principal;
       const subject = { ip: this.ip, team_id: p?.team_id, key_id: p?.key_id, user_id: p?.user_id };
-      const rate = rt.services.rateLimiter.endpoint(group, subject);
-      if (rate instanceof Promise) return rate.then((r) => { ex.rate = r; return front; });
-      ex.rate = rate;
+      const rate = this.rt.services.rateLimiter.endpoint(group, subject);
+      if (rate instanceof Promise) return rate.then((r) => { this.ex.rate = r; return front; });
+      this.ex.rate = rate;
     }
     return front;
   }
