@@ -6,6 +6,7 @@ import { configFromEnv } from '../src/service/config.ts';
 import { createServices } from '../src/service/index.ts';
 import { createLocalRuntime } from '../src/service/runtime-local.ts';
 import { storePath } from '../src/store/index.ts';
+import { redactUrl } from '../src/service/ratelimit-redis.ts';
 
 const config = configFromEnv();
 const log = createLogger();
@@ -22,6 +23,8 @@ const admin = `LOOM_DATA_DIR=${config.dataDir} npx loom admin`;
 console.log(`Loom listening on ${server.url}
   data:   ${config.dataDir} (store ${storePath(config.dataDir)})
   models: ${config.modelsDir} (${models.length} on disk${models.length ? `: ${models.map((m) => m.id).join(', ')}` : ''})
+  artifacts: ${config.artifactsDir === config.dataDir ? 'in the data folder' : `${config.artifactsDir} (LOOM_ARTIFACTS_DIR)`}
+  rate limits: ${config.redisUrl ? `shared in Redis ${redactUrl(config.redisUrl)}` : 'counted in this process'}
   admin:  ${admin} <command>   (the CLI must use this data folder: keys made in another store get 401)
 ${users ? '' : `
 No accounts yet. Create a user and an API key:

@@ -180,7 +180,7 @@ export function createRedisRateLimiter(cfg: RateLimitConfig, opts: { url: string
 }
 
 /** the URL without its password, for logs */
-function redactUrl(url: string): string {
+export function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
