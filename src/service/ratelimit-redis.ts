@@ -81,7 +81,10 @@ class SharedWindow {
 export interface RedisRateLimiter extends RateLimiter {
   /** true while Redis is unreachable and the limits are counted in this process */
   readonly degraded: boolean;
-  /** resolves once connected, or after CONNECT_TIMEOUT_MS (then the checks fail open until it is) */
+  /**
+   * resolves once connected, or after CONNECT_TIMEOUT_MS (logging the outage's warning: the checks
+   * fail open until it is)
+   */
   ready(): Promise<void>;
   close(): Promise<void>;
 }
@@ -141,7 +144,9 @@ export function createRedisRateLimiter(cfg: RateLimitConfig, opts: { url: string
       if (client.status === 'ready') return Promise.resolve();
       return new Promise<void>((resolve) => {
         const done = () => { clearTimeout(timer); client.off('ready', done); resolve(); };
-        const timer = setTimeout(done, CONNECT_TIMEOUT_MS);
+        // not reachable at start: said now, not at the first request (then "Redis is back" on connect)
+        const timer = setTimeout(() => { failure(new Error(lastError || `not connected (${client.status})`)); done(); },
+          CONNECT_TIMEOUT_MS);
         client.on('ready', done);
       });
     },

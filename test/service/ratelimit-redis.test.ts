@@ -13,9 +13,9 @@ import { createLogger } from '../../server/log.ts';
 import { DEFAULT_RATE_LIMITS, type RateLimitConfig } from '../../src/service/config.ts';
 import { createServices } from '../../src/service/index.ts';
 import {
-  COMMAND_TIMEOUT_MS, createRedisRateLimiter, type RedisRateLimiter,
+  COMMAND_TIMEOUT_MS, CONNECT_TIMEOUT_MS, createRedisRateLimiter, type RedisRateLimiter,
 } from '../../src/service/ratelimit-redis.ts';
-import { REDIS_SKIP, startRedis } from '../helpers/redis.ts';
+import { freePort, REDIS_SKIP, RedisServer, startRedis } from '../helpers/redis.ts';
 import { ServerProcess, sleep } from '../reliability/helpers.ts';
 import { FakeRuntime } from './fake-runtime.ts';
 import { call } from './helpers.ts';
@@ -37,6 +37,30 @@ t.test('LOOM_REDIS_URL that is not a redis URL: a clear error at start, the pass
   t.match(err?.message, /LOOM_REDIS_URL must be/, 'createServices refuses to start');
   t.notOk(existsSync(join(dataDir, 'store')), 'before opening anything');
 });
+
+t.test('Redis down at start: the server starts, says so once, and joins Redis when it comes up', { skip: REDIS_SKIP },
+  async (t) => {
+    const redis = new RedisServer(await freePort());
+    t.teardown(() => redis.stop());
+    const lines: Array<{ level: number; msg: string }> = [];
+    const log = { info: (_: object, msg = '') => lines.push({ level: 30, msg }),
+      warn: (_: object, msg = '') => lines.push({ level: 40, msg }), error: () => {} };
+    const limiter = createRedisRateLimiter(DEFAULT_RATE_LIMITS, { url: redis.url, log });
+    t.teardown(() => limiter.close());
+    const t0 = Date.now();
+    await limiter.ready();
+    t.ok(Date.now() - t0 < CONNECT_TIMEOUT_MS + 500, 'ready() gives up after the connect timeout');
+    t.ok(limiter.degraded);
+    t.same(lines.map((l) => [l.level, l.msg.split(':')[0]]), [[40, 'Redis unreachable']], 'one warning at start');
+    t.equal((await limiter.edge('10.1.1.1'), lines.length), 1, 'checks are counted locally, no second warning');
+    await redis.start();
+    const t1 = Date.now();
+    while (limiter.degraded && Date.now() - t1 < 10_000) await sleep(50);
+    t.notOk(limiter.degraded, 'connected once Redis is up');
+    t.match(lines.at(-1)?.msg, /Redis is back/);
+    const v = await limiter.ipDefault('10.1.1.1');
+    t.equal(v?.remaining, 19_999, 'counted in Redis (a new window)');
+  });
 
 const across = 'two server processes on one Redis: a limit of N allows exactly N across both';
 t.test(across, { skip: REDIS_SKIP }, async (t) => {
