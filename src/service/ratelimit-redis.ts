@@ -190,5 +190,8 @@ export function redactUrl(url: string): string {
     const u = new URL(url);
     if (u.password) u.password = '***';
     return u.toString();
-  } catch { return url.length > 80 ? `${url.slice(0, 80)}...` : url.replace(/:[^:@/]*@/, ':***@'); }
+  } catch {
+    const safe = url.replace(/:[^:@/]*@/, ':***@');
+    return safe.length > 80 ? `${safe.slice(0, 80)}...` : safe;
+  }
 }
