@@ -201,7 +201,9 @@ class RequestCtx implements Ctx {
   }
 }
 
-const isThenable = (v: unknown): v is PromiseLike<unknown> =>
+interface Front { params: Record<string, string>; query: Record<string, unknown> }
+
+const isThenable = <T>(v: T | PromiseLike<T>): v is PromiseLike<T> =>
   typeof v === 'object' && v !== null && typeof (v as { then?: unknown }).then === 'function';
 
 /**
@@ -243,7 +245,10 @@ class Run {
       return;
     }
     try {
-      const out = route.handler(this.ctx(this.front(), undefined));
+      const front = this.front();
+      const out = isThenable(front)
+        ? front.then((f) => route.handler(this.ctx(f, undefined)))
+        : route.handler(this.ctx(front, undefined));
       if (isThenable(out)) {
         this.detach();
         Promise.resolve(out).then((o) => this.reply(o)).catch((err) => this.fail(err)).finally(() => this.finish());
@@ -276,7 +281,7 @@ class Run {
   }
 
   /** the pipeline up to the body: limits, key-in-query, path and query params, authentication */
-  front(): { params: Record<string, string>; query: Record<string, unknown> } {
+  front(): Front | Promise<Front> {
     const { rt, ex, url, rawQuery } = this;
     const { route, services } = rt;
     if (rt.state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
@@ -300,19 +305,28 @@ class Run {
     const group = rt.fixedGroup !== undefined ? rt.fixedGroup : services.rateLimiter.endpointGroup(route.method, url);
     if (!group && rt.limited) ex.rate = services.rateLimiter.ipDefault(this.ip);
     const principal = authenticate(route, this.headers, services);
+    if (isThenable(principal)) {
+      void this.ip; // read from the live request before the first await
+      return principal.then((p) => this.admitted(p, group, { params, query }));
+    }
+    return this.admitted(principal, group, { params, query });
+  }
+
+  /** the rest of `front` once the caller is known: its endpoint rate limit */
+  private admitted(principal: Principal | null, group: string | null | undefined, front: Front): Front {
     this.principal = principal;
     if (group) {
       const p = principal;
       const subject = { ip: this.ip, team_id: p?.team_id, key_id: p?.key_id, user_id: p?.user_id };
-      ex.rate = services.rateLimiter.endpoint(group, subject);
+      this.ex.rate = this.rt.services.rateLimiter.endpoint(group, subject);
     }
-    return { params, query };
+    return front;
   }
 
   async withBody(bodyP: Promise<Uint8Array>): Promise<unknown> {
     const { rt } = this;
     const { route, services } = rt;
-    const front = this.front();
+    const front = await this.front();
     let body: unknown = undefined;
     const raw = await bodyP;
     if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
@@ -341,7 +355,7 @@ class Run {
     return route.handler(this.ctx(front, body));
   }
 
-  ctx(front: { params: Record<string, string>; query: Record<string, unknown> }, body: unknown): RequestCtx {
+  ctx(front: Front, body: unknown): RequestCtx {
     const { rt, ex } = this;
     const { query, params } = front;
     const principal = this.principal as Principal;
@@ -428,23 +442,33 @@ function sessionToken(h: Record<string, string>): string | null {
 
 export const SESSION_COOKIE = 'loom_session';
 
-function authenticate(route: RouteDef, h: Record<string, string>, services: Services): Principal | null {
+/** the caller: synchronous for a cached API key (see AuthService.authenticateKey), else a promise */
+function authenticate(
+  route: RouteDef, h: Record<string, string>, services: Services,
+): Principal | null | Promise<Principal | null> {
   if (route.auth === 'none') return null;
   const key = bearer(h);
-  if (route.auth === 'session') {
-    if (key) {
-      services.auth.authenticateKey(key); // 401 for a bad key, else:
+  if (key || route.auth === 'key') {
+    if (route.auth !== 'session') return services.auth.authenticateKey(key);
+    const refuse = () => {
       throw new ForbiddenError('This endpoint requires a dashboard session; API-key-authenticated calls cannot create API keys');
-    }
-    const p = services.auth.fromSession(sessionToken(h));
+    };
+    const p = services.auth.authenticateKey(key); // 401 for a bad key, else:
+    return isThenable(p) ? p.then(refuse) : refuse();
+  }
+  return sessionPrincipal(route, h, services);
+}
+
+async function sessionPrincipal(route: RouteDef, h: Record<string, string>, services: Services): Promise<Principal | null> {
+  if (route.auth === 'session') {
+    const p = await services.auth.fromSession(sessionToken(h));
     if (!p) throw new UnauthorizedError('Dashboard session required: log in with POST /auth/login');
     // CSRF guards state changes; a safe method (GET /auth/session, which returns the token) needs none
     if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
     return p;
   }
-  if (key || route.auth === 'key') return services.auth.authenticateKey(key);
   // 'any': a dashboard session works too (CSRF on state changes)
-  const p = services.auth.fromSession(sessionToken(h));
+  const p = await services.auth.fromSession(sessionToken(h));
   if (!p) throw new UnauthorizedError('Missing API key: send it in the X-API-Key header');
   if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
   return p;

@@ -27,6 +27,10 @@ export interface RateLimitConfig {
 
 export interface ServiceConfig {
   dataDir: string;
+  /** postgres://... : the store on PostgreSQL (LOOM_DATABASE_URL); null: LMDB under dataDir */
+  databaseUrl: string | null;
+  /** PostgreSQL connections per process (LOOM_DATABASE_POOL) */
+  databasePoolSize: number;
   modelsDir: string;
   /** JSON catalog file that adds to / overrides the curated catalog */
   catalogFile: string | null;
@@ -90,6 +94,8 @@ export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig 
   const dataDir = resolve(over.dataDir ?? './data');
   return {
     dataDir,
+    databaseUrl: over.databaseUrl ?? null,
+    databasePoolSize: over.databasePoolSize ?? 10,
     modelsDir: resolve(over.modelsDir ?? join(dataDir, 'models')),
     catalogFile: over.catalogFile ?? null,
     publicUrl: over.publicUrl ?? 'http://127.0.0.1:8080',
@@ -119,6 +125,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConf
   const port = num(env.LOOM_PORT) ?? 8080;
   return defaultConfig({
     dataDir: env.LOOM_DATA_DIR || './data',
+    databaseUrl: env.LOOM_DATABASE_URL || null,
+    databasePoolSize: num(env.LOOM_DATABASE_POOL),
     modelsDir: env.LOOM_MODELS_DIR || undefined,
     catalogFile: env.LOOM_CATALOG_FILE || null,
     publicUrl: env.LOOM_PUBLIC_URL || `http://${env.LOOM_HOST || '127.0.0.1'}:${port}`,

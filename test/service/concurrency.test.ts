@@ -25,11 +25,11 @@ t.test(`${N} concurrent billed requests against a limit of ${LIMIT}`, async (t) 
 
   const costMicro = ok.reduce((n, r) => n + Math.round(r.body.cost * 1e6), 0);
   const tokens = ok.reduce((n, r) => n + r.body.usage.total_tokens, 0);
-  const usage = ts.services.store.usage.listByTeam(u.team_id);
+  const usage = (await ts.services.store.usage.listByTeam(u.team_id));
   t.equal(usage.length, LIMIT, 'one usage record per served call');
   t.equal(usage.reduce((n, r) => n + r.cost_micro, 0), costMicro, 'usage records add up to the responses');
   t.same(new Set(usage.map((r) => r.inference_id)), new Set(ok.map((r) => r.body.inference_id)));
-  const acct = ts.services.billing.view(u.team_id);
+  const acct = (await ts.services.billing.view(u.team_id));
   t.equal(Math.round(acct.credits.total_spent * 1e6), costMicro);
   t.equal(Math.round((100 + 10 - acct.credits.available) * 1e6), costMicro, 'free allowance + granted credits − spent = available');
   const hist = await call(ts.url, 'GET', '/inferences?limit=1000', { key: u.key });
