@@ -5,15 +5,18 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { call, makeUser, startServer } from './helpers.ts';
+import { eachStore } from '../helpers/stores.ts';
 
 const N = 120;
 const LIMIT = 100;
 const catalogFile = join(tmpdir(), `loom-catalog-conc-${process.pid}.json`);
 writeFileSync(catalogFile, JSON.stringify({ models: [{ id: 'test/encoder', pricing: { input: 3333, output: 0 } }] }));
-const ts = await startServer({ config: { catalogFile, rateLimits: { edge: { points: 100_000, duration_s: 60 }, default: [{ points: 20_000, duration_s: 60 }], endpoints: [{ method: 'POST', pattern: '/inference', group: 'inference', points: LIMIT, duration_s: 60 }] } } });
-t.teardown(() => ts.close());
+const rateLimits = { edge: { points: 100_000, duration_s: 60 }, default: [{ points: 20_000, duration_s: 60 }], endpoints: [{ method: 'POST', pattern: '/inference', group: 'inference', points: LIMIT, duration_s: 60 }] };
 
-t.test(`${N} concurrent billed requests against a limit of ${LIMIT}`, async (t) => {
+// on both store implementations (test/helpers/stores.ts)
+eachStore(t, `${N} concurrent billed requests against a limit of ${LIMIT}`, async (t, fresh) => {
+  const ts = await startServer({ config: { catalogFile, rateLimits, databaseUrl: (await fresh()).databaseUrl } });
+  t.teardown(() => ts.close());
   const u = await makeUser(ts, { credits: 10 });
   const texts = Array.from({ length: N }, (_, i) => Array.from({ length: 1 + (i % 7) }, () => 'Alice').join(' '));
   const res = await Promise.all(texts.map((text) => call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'test/encoder', text, schema: ['person'] } })));
