@@ -36,12 +36,17 @@ export function storeExists(dataDir: string): boolean {
 function rangeOf(d: Database<any, string>, r: KvRange = {}): KvEntry[] {
   if ((r.gte !== undefined && !keyFits(r.gte)) || (r.lt !== undefined && !keyFits(r.lt))) return [];
   const out: KvEntry[] = [];
-  // lmdb's reverse range starts at `start` inclusive: skip a key equal to `lt`
+  // lmdb's reverse range starts at `start` inclusive (skip a key equal to `lt`) ...
   const opts = r.reverse ? { start: r.lt, end: r.gte, reverse: true } : { start: r.gte, end: r.lt };
   for (const e of d.getRange(opts) as Iterable<KvEntry>) {
     if (r.reverse && e.key === r.lt) continue;
     out.push({ key: e.key, value: e.value });
-    if (r.limit !== undefined && out.length >= r.limit) break;
+    if (r.limit !== undefined && out.length >= r.limit) return out;
+  }
+  // ... and ends before `end` (exclusive): a key equal to `gte` comes last
+  if (r.reverse && r.gte !== undefined) {
+    const v = d.get(r.gte);
+    if (v !== undefined) out.push({ key: r.gte, value: v });
   }
   return out;
 }

@@ -70,6 +70,9 @@ eachStore(t, 'index scans: newest first, time ranges, filters and paging', async
 
 eachStore(t, 'logs in sequence order, unique names, removal with the index entries', async (t, fresh) => {
   const s = await open(t, await fresh());
+  await s.tx((x) => x.trainingArtifacts.appendLog('one', 'info', 'first'));
+  await s.tx((x) => x.trainingArtifacts.appendLog('one', 'info', 'second'));
+  t.same((await s.trainingArtifacts.listLogs('one')).map((l) => `${l.seq} ${l.message}`), ['0 first', '1 second'], 'appends in separate transactions');
   await s.tx(async (x) => {
     for (let i = 0; i < 12; i++) await x.trainingArtifacts.appendLog('job', 'info', `line ${i}`);
   });
