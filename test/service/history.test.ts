@@ -17,8 +17,8 @@ ids.push((await enc('Bob two', { classifications: [{ task: 'sentiment', labels: 
 ids.push((await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'test/decoder', messages: [{ role: 'user', content: 'hi there' }] } })).body.inference_id);
 await call(ts.url, 'POST', '/inference', { key: other.key, body: { model_id: 'test/encoder', text: 'Alice', schema: ['person'] } });
 // a training-job inference and judge scores, written through the store as their producers would
-await ts.services.store.inferences.setJudgeScore(ids[0], 0.9);
-await ts.services.store.inferences.setJudgeScore(ids[1], 0.2);
+await ts.services.store.tx((t) => t.inferences.setJudgeScore(ids[0], 0.9));
+await ts.services.store.tx((t) => t.inferences.setJudgeScore(ids[1], 0.2));
 const jobRec = { ...(await ts.services.store.inferences.get(ids[1]))!, id: '00000000-0000-4000-8000-000000000001', training_job_id: 'job-1', model_id: 'job-1', routed_model: 'job-1', project_id: 'p-1', latency_ms: 500, task: 'extraction', llmaj_score: null, created_at: new Date(Date.now() + 5).toISOString() };
 await ts.services.store.tx(async (t) => t.inferences.put(jobRec));
 
