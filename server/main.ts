@@ -15,7 +15,7 @@ const services = await createServices({ config, runtime, log });
 const host = process.env.LOOM_HOST || '127.0.0.1';
 const port = Number(process.env.LOOM_PORT || 8080);
 const server = await createServer({ services, host, port, log });
-const users = services.store.teams.list().length;
+const users = (await services.store.teams.list()).length;
 const models = await services.runtime.listLocal();
 
 // `loom admin` works on the store of LOOM_DATA_DIR: it must name this server's data folder

@@ -204,7 +204,7 @@ class RequestCtx implements Ctx {
 /** a request's path and query parameters, parsed by the front of the pipeline */
 interface Front { params: Record<string, string>; query: Record<string, unknown> }
 
-const isThenable = (v: unknown): v is PromiseLike<unknown> =>
+const isThenable = <T>(v: T | PromiseLike<T>): v is PromiseLike<T> =>
   typeof v === 'object' && v !== null && typeof (v as { then?: unknown }).then === 'function';
 
 /**
@@ -246,11 +246,11 @@ class Run {
       return;
     }
     try {
-      const f = this.front();
-      // a shared (Redis) rate limit makes the front asynchronous; the in-memory one keeps it synchronous
-      const out = f instanceof Promise
-        ? f.then((fr) => route.handler(this.ctx(fr, undefined)))
-        : route.handler(this.ctx(f, undefined));
+      const front = this.front();
+      // a shared (Redis) rate limit or an asynchronous store makes the front asynchronous
+      const out = isThenable(front)
+        ? front.then((f) => route.handler(this.ctx(f, undefined)))
+        : route.handler(this.ctx(front, undefined));
       if (isThenable(out)) {
         this.detach();
         Promise.resolve(out).then((o) => this.reply(o)).catch((err) => this.fail(err)).finally(() => this.finish());
@@ -293,7 +293,7 @@ class Run {
     // the edge limit's headers only on refusal: the binding limit is reported below
     if (rt.limited) {
       const edge = rt.services.rateLimiter.edge(this.ip);
-      if (edge instanceof Promise) return edge.then(() => this.afterEdge());
+      if (isThenable(edge)) return edge.then(() => this.afterEdge());
     }
     return this.afterEdge();
   }
@@ -321,7 +321,7 @@ class Run {
     const front: Front = { params, query };
     if (!group && rt.limited) {
       const rate = services.rateLimiter.ipDefault(this.ip);
-      if (rate instanceof Promise) return rate.then((r) => { ex.rate = r; return this.authenticated(group, front); });
+      if (isThenable(rate)) return rate.then((r) => { ex.rate = r; return this.authenticated(group, front); });
       ex.rate = rate;
     }
     return this.authenticated(group, front);
@@ -330,6 +330,10 @@ class Run {
   /** the caller, then `admitted` */
   authenticated(group: string | null, front: Front): Front | Promise<Front> {
     const principal = authenticate(this.rt.route, this.headers, this.rt.services);
+    if (isThenable(principal)) {
+      void this.ip; // read from the live request before the first await
+      return principal.then((p) => this.admitted(p, group, front));
+    }
     return this.admitted(principal, group, front);
   }
 
@@ -340,7 +344,7 @@ class Run {
       const p = principal;
       const subject = { ip: this.ip, team_id: p?.team_id, key_id: p?.key_id, user_id: p?.user_id };
       const rate = this.rt.services.rateLimiter.endpoint(group, subject);
-      if (rate instanceof Promise) return rate.then((r) => { this.ex.rate = r; return front; });
+      if (isThenable(rate)) return rate.then((r) => { this.ex.rate = r; return front; });
       this.ex.rate = rate;
     }
     return front;
@@ -349,8 +353,7 @@ class Run {
   async withBody(bodyP: Promise<Uint8Array>): Promise<unknown> {
     const { rt } = this;
     const { route, services } = rt;
-    const f = this.front();
-    const front = f instanceof Promise ? await f : f;
+    const front = await this.front();
     let body: unknown = undefined;
     const raw = await bodyP;
     if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
@@ -466,23 +469,33 @@ function sessionToken(h: Record<string, string>): string | null {
 
 export const SESSION_COOKIE = 'loom_session';
 
-function authenticate(route: RouteDef, h: Record<string, string>, services: Services): Principal | null {
+/** the caller: synchronous for a cached API key (see AuthService.authenticateKey), else a promise */
+function authenticate(
+  route: RouteDef, h: Record<string, string>, services: Services,
+): Principal | null | Promise<Principal | null> {
   if (route.auth === 'none') return null;
   const key = bearer(h);
-  if (route.auth === 'session') {
-    if (key) {
-      services.auth.authenticateKey(key); // 401 for a bad key, else:
+  if (key || route.auth === 'key') {
+    if (route.auth !== 'session') return services.auth.authenticateKey(key);
+    const refuse = () => {
       throw new ForbiddenError('This endpoint requires a dashboard session; API-key-authenticated calls cannot create API keys');
-    }
-    const p = services.auth.fromSession(sessionToken(h));
+    };
+    const p = services.auth.authenticateKey(key); // 401 for a bad key, else:
+    return isThenable(p) ? p.then(refuse) : refuse();
+  }
+  return sessionPrincipal(route, h, services);
+}
+
+async function sessionPrincipal(route: RouteDef, h: Record<string, string>, services: Services): Promise<Principal | null> {
+  if (route.auth === 'session') {
+    const p = await services.auth.fromSession(sessionToken(h));
     if (!p) throw new UnauthorizedError('Dashboard session required: log in with POST /auth/login');
     // CSRF guards state changes; a safe method (GET /auth/session, which returns the token) needs none
     if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
     return p;
   }
-  if (key || route.auth === 'key') return services.auth.authenticateKey(key);
   // 'any': a dashboard session works too (CSRF on state changes)
-  const p = services.auth.fromSession(sessionToken(h));
+  const p = await services.auth.fromSession(sessionToken(h));
   if (!p) throw new UnauthorizedError('Missing API key: send it in the X-API-Key header');
   if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
   return p;

@@ -8,7 +8,7 @@ export function authRoutes(): RouteDef[] {
   return [
     {
       method: 'GET', path: '/auth/setup', auth: 'none',
-      handler: ({ services }) => ({ needs_setup: services.auth.needsSetup() }),
+      handler: async ({ services }) => ({ needs_setup: await services.auth.needsSetup() }),
     },
     {
       // the first user of an empty store (403 once any user exists), signed in at once
@@ -55,7 +55,12 @@ export function authRoutes(): RouteDef[] {
       body: { type: 'object', required: ['key_id'], properties: { key_id: { type: 'string', minLength: 1 } } },
       handler: ({ services, principal, body }) => services.auth.revokeKey(principal, body.key_id),
     },
-    { method: 'GET', path: '/account', auth: 'any', handler: ({ services, principal }) => ({ team_name: principal.team.name, region: principal.team.region, ...services.billing.view(principal.team_id) }) },
+    {
+      method: 'GET', path: '/account', auth: 'any',
+      handler: async ({ services, principal }) => ({
+        team_name: principal.team.name, region: principal.team.region, ...(await services.billing.view(principal.team_id)),
+      }),
+    },
   ];
 }
 

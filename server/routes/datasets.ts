@@ -58,7 +58,7 @@ export function datasetRoutes(): RouteDef[] {
     {
       method: 'GET', path: '/felix/datasets/:name/:version/download', auth: 'any', params: { name: 'string', version: 'string' },
       async handler({ services, principal, params, stream }) {
-        const f = services.datasets.download(principal, params.name, params.version);
+        const f = await services.datasets.download(principal, params.name, params.version);
         await sendFile(stream, f.path, { 'Content-Type': 'application/x-ndjson; charset=utf-8', 'Content-Disposition': `attachment; filename="${f.filename}"` });
       },
     },

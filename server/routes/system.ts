@@ -18,7 +18,8 @@ export function systemRoutes(state: { draining: boolean }): RouteDef[] {
         const now = performance.now();
         if (now - storeCheckedAt >= STORE_CHECK_MS) {
           storeCheckedAt = now;
-          try { services.store.db.dbs.meta.get('schema_version'); storeOk = true; } catch { storeOk = false; }
+          // the answer of the last probe: this handler stays synchronous (a probe may need a round trip)
+          services.store.db.ping().then(() => { storeOk = true; }, () => { storeOk = false; });
         }
         const ok = storeOk && !state.draining;
         const body = {

@@ -33,14 +33,14 @@ export function trainingJobRoutes(): RouteDef[] {
       async handler({ services, principal, params, query, stream, signal }) {
         if (!query.stream) return services.trainingJobs.logs(principal, params.id, query);
         let after: number | undefined = query.after;
-        services.trainingJobs.get(principal, params.id); // 404 before the stream starts
+        await services.trainingJobs.get(principal, params.id); // 404 before the stream starts
         const s = stream(200, SSE_HEADERS);
         while (!signal.aborted) {
-          const batch = services.trainingJobs.logs(principal, params.id, { after, limit: 1000 }).logs;
+          const batch = (await services.trainingJobs.logs(principal, params.id, { after, limit: 1000 })).logs;
           for (const l of batch) { await s.sse(l, 'log'); after = l.seq; }
           if (batch.length) continue;
           let status: string;
-          try { status = services.trainingJobs.get(principal, params.id).status; } catch { status = 'deleted'; }
+          try { status = (await services.trainingJobs.get(principal, params.id)).status; } catch { status = 'deleted'; }
           if (!['requested', 'running'].includes(status)) { await s.sse({ status }, 'end'); break; }
           await new Promise((r) => setTimeout(r, 500));
         }
@@ -61,7 +61,7 @@ export function trainingJobRoutes(): RouteDef[] {
       query: { expires: { type: 'integer' }, signature: { type: 'string' } },
       async handler({ services, params, query, url, stream }) {
         services.signedUrls.verify('GET', url, query);
-        const a = services.trainingJobs.archive(params.id);
+        const a = await services.trainingJobs.archive(params.id);
         await sendFile(stream, a.path, { 'Content-Type': 'application/gzip', 'Content-Disposition': `attachment; filename="${a.filename.replace(/"/g, '')}"` });
       },
     },

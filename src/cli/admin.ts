@@ -29,10 +29,10 @@ const OPTIONS = {
   json: { type: 'boolean' }, 'create-store': { type: 'boolean' },
 } as const;
 
-function teamOf(store: Store, v: { email?: string; 'team-id'?: string }): string {
+async function teamOf(store: Store, v: { email?: string; 'team-id'?: string }): Promise<string> {
   if (v['team-id']) return v['team-id'];
   if (!v.email) throw new Error('--email or --team-id is required');
-  const u = store.users.byEmail(v.email);
+  const u = await store.users.byEmail(v.email);
   if (!u) throw new Error(`no user ${v.email}`);
   return u.team_id;
 }
@@ -43,9 +43,11 @@ export async function main(argv: string[]): Promise<number> {
   const { values: v } = parseArgs({ args: rest, options: OPTIONS, allowPositionals: false });
   if (v.help) { console.log(USAGE); return 0; }
   const config = configFromEnv();
-  const where = storePath(config.dataDir);
-  const source = process.env.LOOM_DATA_DIR ? 'LOOM_DATA_DIR' : 'default ./data: LOOM_DATA_DIR is not set';
-  if (!storeExists(config.dataDir) && !v['create-store']) {
+  const pgUrl = config.databaseUrl;
+  const where = pgUrl ? `PostgreSQL ${new URL(pgUrl).host}${new URL(pgUrl).pathname}` : storePath(config.dataDir);
+  const source = pgUrl ? 'LOOM_DATABASE_URL'
+    : process.env.LOOM_DATA_DIR ? 'LOOM_DATA_DIR' : 'default ./data: LOOM_DATA_DIR is not set';
+  if (!pgUrl && !storeExists(config.dataDir) && !v['create-store']) {
     console.error(`loom admin: no store at ${where} (${source}).
   Point LOOM_DATA_DIR at the server's data folder (\`npm start\` prints it as "data:"), e.g.
     LOOM_DATA_DIR=/path/to/data npx loom admin ${sub} ...
@@ -53,7 +55,7 @@ export async function main(argv: string[]): Promise<number> {
     return 1;
   }
   console.error(`loom admin: store ${where} (${source})`);
-  const store = await openStore(config.dataDir);
+  const store = await openStore(config.dataDir, { databaseUrl: pgUrl, poolSize: 2 });
   const billing = createBillingService(store, config);
   const auth = createAuthService(store, config, billing);
   const out = (o: unknown) => console.log(JSON.stringify(o, null, 2));
@@ -62,7 +64,7 @@ export async function main(argv: string[]): Promise<number> {
       case 'create-user': {
         if (!v.email || !v.password) throw new Error('--email and --password are required');
         const { user, team } = await auth.createUser({ email: v.email, password: v.password, team_id: v['team-id'], team_name: v['team-name'], plan: v.plan, region: v.region });
-        const res: Record<string, unknown> = { user_id: user.id, email: user.email, team_id: team.id, plan: billing.view(team.id).plan };
+        const res: Record<string, unknown> = { user_id: user.id, email: user.email, team_id: team.id, plan: (await billing.view(team.id)).plan };
         if (v.key) {
           const k = await auth.createKeyForUser(user.id, v.key);
           res.api_key = k.secret_key;
@@ -73,7 +75,7 @@ export async function main(argv: string[]): Promise<number> {
       }
       case 'create-key': {
         if (!v.email) throw new Error('--email is required');
-        const u = store.users.byEmail(v.email);
+        const u = await store.users.byEmail(v.email);
         if (!u) throw new Error(`no user ${v.email}`);
         const k = await auth.createKeyForUser(u.id, v.name ?? 'cli');
         out({ id: k.id, name: k.name, secret_key: k.secret_key, api_key_last_digits: k.api_key_last_digits, team_id: k.team_id, note: 'the key is shown only once' });
@@ -82,34 +84,34 @@ export async function main(argv: string[]): Promise<number> {
       case 'grant-credits': {
         const credits = Number(v.credits);
         if (!v.credits || !Number.isFinite(credits)) throw new Error('--credits N is required');
-        out(await billing.grant(teamOf(store, v), credits));
+        out(await billing.grant(await teamOf(store, v), credits));
         break;
       }
       case 'set-plan': {
         if (!v.plan) throw new Error('--plan is required');
         const card = v.card ? true : v['no-card'] ? false : undefined;
         const overage = v.overage === undefined ? undefined : v.overage === 'on';
-        out(await billing.setPlan(teamOf(store, v), v.plan, { card_on_file: card, overage_enabled: overage }));
+        out(await billing.setPlan(await teamOf(store, v), v.plan, { card_on_file: card, overage_enabled: overage }));
         break;
       }
       case 'block': case 'unblock': {
-        const t = teamOf(store, v);
+        const t = await teamOf(store, v);
         await auth.setTeamBlocked(t, sub === 'block');
         out({ team_id: t, blocked: sub === 'block' });
         break;
       }
       case 'set-region': {
         if (!v.region) throw new Error('--region is required');
-        const t = teamOf(store, v);
+        const t = await teamOf(store, v);
         await auth.setTeamRegion(t, v.region === 'none' ? null : v.region);
-        out({ team_id: t, region: store.teams.get(t)?.region ?? null });
+        out({ team_id: t, region: (await store.teams.get(t))?.region ?? null });
         break;
       }
       case 'show': {
-        const t = teamOf(store, v);
-        const team = store.teams.get(t);
+        const t = await teamOf(store, v);
+        const team = await store.teams.get(t);
         if (!team) throw new Error(`no team ${t}`);
-        out({ team, account: billing.view(t), keys: store.keys.listByTeam(t).map((k) => ({ id: k.id, name: k.name, api_key_last_digits: k.last_digits, revoked_at: k.revoked_at, request_count: k.request_count, usage_cost: k.usage_cost_micro / 1e6 })) });
+        out({ team, account: await billing.view(t), keys: (await store.keys.listByTeam(t)).map((k) => ({ id: k.id, name: k.name, api_key_last_digits: k.last_digits, revoked_at: k.revoked_at, request_count: k.request_count, usage_cost: k.usage_cost_micro / 1e6 })) });
         break;
       }
       default:

@@ -3,7 +3,7 @@
 // store's auth generation is unchanged: every write of a key or team record, from any process,
 // changes it (src/store/db.ts), so revocation and blocking apply on the very next request.
 import {
-  authGeneration, type Store, type ApiKeyRecord, type TeamRecord, type UserRecord, type SessionRecord,
+  type Store, type ApiKeyRecord, type TeamRecord, type UserRecord, type SessionRecord,
 } from '../store/index.ts';
 import type { ServiceConfig } from './config.ts';
 import type { BillingService } from './billing.ts';
@@ -97,7 +97,7 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     if (pendingUse.size === 0) return flushing ?? Promise.resolve();
     const batch = [...pendingUse].map(([id, u]) => ({ id, requests: u.requests, at: new Date(u.atMs).toISOString() }));
     pendingUse.clear();
-    const p = store.tx(() => { for (const u of batch) store.keys.bump(u.id, u); }).then(() => {}, () => {});
+    const p = store.tx(async (t) => { for (const u of batch) await t.keys.bump(u.id, u); }).then(() => {}, () => {});
     flushing = p.finally(() => { if (flushing === p) flushing = null; });
     return p;
   }
@@ -108,13 +108,13 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
   const keyCache = new Map<string, CachedKey>();
 
   /** the store's answer for a secret: its principal, or the 401 that says why not */
-  function lookupKey(secret: string, generation: number): CachedKey {
-    const k = store.keys.byHash(sha256(secret));
+  async function lookupKey(secret: string, generation: number): Promise<CachedKey> {
+    const k = await store.keys.byHash(sha256(secret));
     if (!k) throw new UnauthorizedError('Invalid API key');
     if (k.revoked_at) throw new UnauthorizedError('API key has been revoked');
     const expiresMs = k.expires_at ? Date.parse(k.expires_at) : Infinity;
     if (expiresMs <= Date.now()) throw new UnauthorizedError('API key has expired');
-    const team = store.teams.get(k.team_id);
+    const team = await store.teams.get(k.team_id);
     if (!team) throw new UnauthorizedError('Invalid API key');
     if (team.blocked) throw new UnauthorizedError('Account blocked for billing or fraud review');
     const principal: Principal = {
@@ -122,11 +122,30 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     };
     return { generation, expiresMs, principal };
   }
+  /** the principal of `secret` as of auth generation `generation`: cached, else looked up */
+  function authenticateAt(secret: string, generation: number): Principal | Promise<Principal> {
+    const c = keyCache.get(secret);
+    if (c !== undefined && c.generation === generation) return admit(c);
+    return lookupKey(secret, generation).then((fresh) => {
+      if (keyCache.size >= MAX_CACHED_KEYS) keyCache.clear();
+      keyCache.set(secret, fresh);
+      return admit(fresh);
+    });
+  }
+  function admit(c: CachedKey): Principal {
+    const now = Date.now();
+    if (c.expiresMs <= now) throw new UnauthorizedError('API key has expired');
+    const p = c.principal;
+    const use = pendingUse.get(p.key_id!);
+    if (use) { use.requests++; use.atMs = now; } else pendingUse.set(p.key_id!, { requests: 1, atMs: now });
+    // a copy: a caller may not change what the next request gets
+    return { kind: 'key', team_id: p.team_id, user_id: p.user_id, key_id: p.key_id, team: p.team, session: null };
+  }
   async function createTeam(name: string, opts: { plan?: string; region?: string | null } = {}): Promise<TeamRecord> {
     const team: TeamRecord = { id: newId(), name, region: opts.region ?? null, blocked: false, created_at: nowIso() };
-    await store.tx(() => {
-      store.teams.put(team);
-      billing.openAccountTx(team.id, opts.plan ?? config.defaultPlan);
+    await store.tx((t) => {
+      t.teams.put(team);
+      billing.openAccountTx(t, team.id, opts.plan ?? config.defaultPlan);
     });
     return team;
   }
@@ -141,32 +160,37 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
       const email = input.email.trim().toLowerCase();
       if (!/^[^@\s]+@[^@\s]+$/.test(email)) throw new ValidationError('Invalid email', [{ path: '/email', message: 'must be an email address' }]);
       if (input.password.length < 8) throw new ValidationError('Password too short', [{ path: '/password', message: 'must be at least 8 characters' }]);
-      if (store.users.byEmail(email)) throw new ValidationError(`User ${email} already exists`, [{ path: '/email', message: 'already exists' }]);
+      if (await store.users.byEmail(email)) throw new ValidationError(`User ${email} already exists`, [{ path: '/email', message: 'already exists' }]);
       let team: TeamRecord;
       if (input.team_id) {
-        const t = store.teams.get(input.team_id);
+        const t = await store.teams.get(input.team_id);
         if (!t) throw new NotFoundError(`Team ${input.team_id} not found`);
         team = t;
       } else {
         team = await createTeam(input.team_name ?? email, { plan: input.plan, region: input.region });
       }
       const user: UserRecord = { id: newId(), email, password_hash: await hashPassword(input.password), team_id: team.id, created_at: nowIso() };
-      await store.tx(() => store.users.put(user));
+      const taken = await store.tx(async (t) => {
+        if (await t.users.byEmail(email)) return true;
+        t.users.put(user);
+        return false;
+      });
+      if (taken) throw new ValidationError(`User ${email} already exists`, [{ path: '/email', message: 'already exists' }]);
       return { user, team };
     },
 
     /** GET /auth/setup: true while the store has no user (the dashboard then offers to create the first) */
-    needsSetup(): boolean { return !store.users.any(); },
+    async needsSetup(): Promise<boolean> { return !(await store.users.any()); },
 
     /** POST /auth/setup: the first user of an empty store, in a new team; later users come from an admin */
     async setupFirstUser(input: { email: string; password: string; team_name?: string }) {
-      if (store.users.any() || setupRunning) {
-        throw new ForbiddenError(
-          'This server already has users: sign in, or ask an admin to create your account (loom admin create-user)',
-        );
-      }
+      const refuse = () => new ForbiddenError(
+        'This server already has users: sign in, or ask an admin to create your account (loom admin create-user)',
+      );
+      if (setupRunning) throw refuse();
       setupRunning = true;
       try {
+        if (await store.users.any()) throw refuse();
         return await this.createUser(input);
       } finally { setupRunning = false; }
     },
@@ -179,7 +203,7 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
       const norm = email.trim().toLowerCase();
       const throttleKeys = [`ip:${ip}`, `email:${norm}`];
       loginThrottle.check(throttleKeys);
-      const user = store.users.byEmail(norm);
+      const user = await store.users.byEmail(norm);
       // verify against a dummy hash when the user is unknown, so timing does not reveal accounts
       const ok = await verifyPassword(password, user?.password_hash ?? 'scrypt$16384$8$1$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=');
       if (!user || !ok) {
@@ -187,7 +211,7 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
         throw new UnauthorizedError('Invalid email or password');
       }
       loginThrottle.clear(`email:${norm}`);
-      const team = store.teams.get(user.team_id);
+      const team = await store.teams.get(user.team_id);
       if (!team || team.blocked) throw new UnauthorizedError('Account blocked');
       const token = randomToken(32);
       const now = Date.now();
@@ -195,28 +219,28 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
         id: sha256(token), user_id: user.id, team_id: user.team_id, csrf_token: randomToken(24),
         created_at: new Date(now).toISOString(), expires_at: new Date(now + config.sessionTtlS * 1000).toISOString(),
       };
-      await store.tx(() => store.sessions.put(session));
+      await store.tx((t) => t.sessions.put(session));
       return { token, session, user };
     },
 
     async logout(token: string): Promise<void> {
-      await store.tx(() => store.sessions.remove(sha256(token)));
+      await store.tx((t) => t.sessions.remove(sha256(token)));
     },
 
     /** the principal of a session cookie, or null when absent/expired */
-    fromSession(token: string | null): Principal | null {
+    async fromSession(token: string | null): Promise<Principal | null> {
       if (!token) return null;
-      const s = store.sessions.get(sha256(token));
+      const s = await store.sessions.get(sha256(token));
       if (!s || Date.parse(s.expires_at) <= Date.now()) return null;
-      const team = store.teams.get(s.team_id);
+      const team = await store.teams.get(s.team_id);
       if (!team || team.blocked) return null;
       return { kind: 'session', team_id: s.team_id, user_id: s.user_id, key_id: null, team, session: s };
     },
 
     /** GET /auth/session: who is signed in, the CSRF token (a reloaded page gets it again here) and the expiry */
-    sessionView(p: Principal) {
+    async sessionView(p: Principal) {
       return {
-        user_id: p.user_id, team_id: p.team_id, email: store.users.get(p.user_id)?.email ?? null,
+        user_id: p.user_id, team_id: p.team_id, email: (await store.users.get(p.user_id))?.email ?? null,
         csrf_token: p.session!.csrf_token, expires_at: p.session!.expires_at,
       };
     },
@@ -227,24 +251,17 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
       if (!header || !safeEqual(header, p.session.csrf_token)) throw new ForbiddenError('Missing or invalid CSRF token (send the X-CSRF-Token header from the login response)');
     },
 
-    /** X-API-Key / Bearer: 401 for unknown, revoked, expired keys and blocked accounts */
-    authenticateKey(secret: string | null): Principal {
+    /**
+     * X-API-Key / Bearer: 401 for unknown, revoked, expired keys and blocked accounts. Synchronous
+     * on a cache hit where the store reads the auth generation synchronously (LMDB); a promise when
+     * the key must be looked up or the generation read from the database (PostgreSQL).
+     */
+    authenticateKey(secret: string | null): Principal | Promise<Principal> {
       if (!secret) throw new UnauthorizedError('Missing API key: send it in the X-API-Key header');
       if (!secret.startsWith(KEY_PREFIX)) throw new UnauthorizedError('Invalid API key');
-      const generation = authGeneration(store.db);
-      let c = keyCache.get(secret);
-      if (c === undefined || c.generation !== generation) {
-        c = lookupKey(secret, generation);
-        if (keyCache.size >= MAX_CACHED_KEYS) keyCache.clear();
-        keyCache.set(secret, c);
-      }
-      const now = Date.now();
-      if (c.expiresMs <= now) throw new UnauthorizedError('API key has expired');
-      const p = c.principal;
-      const use = pendingUse.get(p.key_id!);
-      if (use) { use.requests++; use.atMs = now; } else pendingUse.set(p.key_id!, { requests: 1, atMs: now });
-      // a copy: a caller may not change what the next request gets
-      return { kind: 'key', team_id: p.team_id, user_id: p.user_id, key_id: p.key_id, team: p.team, session: null };
+      const generation = store.db.authGeneration();
+      if (typeof generation !== 'number') return generation.then((g) => authenticateAt(secret, g));
+      return authenticateAt(secret, generation);
     },
 
     /** POST /create-api-key: dashboard session only (403 for key-authenticated calls) */
@@ -261,25 +278,25 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
         id: newId(), name: input.name, hash: sha256(secret), last_digits: secret.slice(-LAST_DIGITS), team_id: p.team_id, user_id: p.user_id,
         created_at: nowIso(), expires_at: expires, revoked_at: null, last_used_at: null, request_count: 0, usage_tokens: 0, usage_cost_micro: 0,
       };
-      const created = await store.tx(() => {
-        store.keys.put(rec);
-        return billing.ensureCustomerTx(p.team_id);
+      const created = await store.tx((t) => {
+        t.keys.put(rec);
+        return billing.ensureCustomerTx(t, p.team_id);
       });
       return { ...keyView(rec), secret_key: secret, billing_customer_created: created };
     },
 
     /** for the CLI: a key for a user without a browser session */
     async createKeyForUser(userId: string, name: string): Promise<KeyView & { secret_key: string; billing_customer_created: boolean }> {
-      const user = store.users.get(userId);
+      const user = await store.users.get(userId);
       if (!user) throw new NotFoundError(`User ${userId} not found`);
-      const team = store.teams.get(user.team_id)!;
+      const team = (await store.teams.get(user.team_id))!;
       return this.createKey({ kind: 'session', team_id: team.id, user_id: user.id, key_id: null, team, session: null }, { name });
     },
 
     async listKeys(p: Principal) {
       await flushUsage(); // request counters of earlier requests
-      await store.db.root.committed;
-      const keys = store.keys.listByTeam(p.team_id).filter((k) => !k.revoked_at).map((k) => ({
+      await store.settled();
+      const keys = (await store.keys.listByTeam(p.team_id)).filter((k) => !k.revoked_at).map((k) => ({
         ...keyView(k),
         last_used_at: k.last_used_at,
         usage_tokens: k.usage_tokens,
@@ -291,11 +308,11 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
 
     /** DELETE /delete-api-key: immediate and irreversible */
     async revokeKey(p: Principal, keyId: string): Promise<{ success: boolean; message: string | null }> {
-      const k = store.keys.get(keyId);
+      const k = await store.keys.get(keyId);
       if (!k || k.team_id !== p.team_id || k.revoked_at) throw new NotFoundError(`API key ${keyId} not found`);
-      await store.tx(() => {
-        const cur = store.keys.get(keyId)!;
-        store.keys.put({ ...cur, revoked_at: nowIso() });
+      await store.tx(async (t) => {
+        const cur = (await t.keys.get(keyId))!;
+        t.keys.put({ ...cur, revoked_at: nowIso() });
       });
       return { success: true, message: `API key ${k.name} revoked` };
     },
@@ -304,15 +321,19 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     async close(): Promise<void> { clearInterval(flusher); await flushUsage(); },
 
     async setTeamBlocked(teamId: string, blocked: boolean): Promise<void> {
-      const t = store.teams.get(teamId);
-      if (!t) throw new NotFoundError(`Team ${teamId} not found`);
-      await store.tx(() => store.teams.put({ ...store.teams.get(teamId)!, blocked }));
+      await store.tx(async (t) => {
+        const team = await t.teams.get(teamId);
+        if (!team) throw new NotFoundError(`Team ${teamId} not found`);
+        t.teams.put({ ...team, blocked });
+      });
     },
 
     async setTeamRegion(teamId: string, region: string | null): Promise<void> {
-      const t = store.teams.get(teamId);
-      if (!t) throw new NotFoundError(`Team ${teamId} not found`);
-      await store.tx(() => store.teams.put({ ...store.teams.get(teamId)!, region: region ? region.toUpperCase() : null }));
+      await store.tx(async (t) => {
+        const team = await t.teams.get(teamId);
+        if (!team) throw new NotFoundError(`Team ${teamId} not found`);
+        t.teams.put({ ...team, region: region ? region.toUpperCase() : null });
+      });
     },
   };
 }

@@ -12,7 +12,7 @@
 // of being refused on credit that may turn out unspent. Holds live in this process's memory only:
 // they exist while a call runs here, so a crash ends them with the calls they covered, and no
 // write transaction is spent per call on them. (One server process owns a data directory.)
-import type { BillingAccount, Store, TokenUsage, UsageRecord } from '../store/index.ts';
+import type { BillingAccount, Store, TokenUsage, Tx, UsageRecord } from '../store/index.ts';
 import {
   SESSION_GROUP, USAGE_INTERVALS, type UsageGroupBy, type UsageInterval, usageSeries,
 } from './usage/series.ts';
@@ -96,8 +96,8 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     return { ...a, period_start: ms, overage_micro: 0, included_micro: plan.kind === 'paid' ? plan.credits * MICRO : 0 };
   }
 
-  function getAccount(teamId: string): BillingAccount {
-    const a = store.accounts.get(teamId);
+  async function getAccount(teamId: string): Promise<BillingAccount> {
+    const a = await store.accounts.get(teamId);
     if (!a) throw new NotFoundError(`No billing account for team ${teamId}`);
     return current(a);
   }
@@ -192,13 +192,13 @@ export function createBillingService(store: Store, config: ServiceConfig) {
   }
 
   return {
-    view: (teamId: string) => view(getAccount(teamId)),
+    view: async (teamId: string) => view(await getAccount(teamId)),
 
     /** inside a transaction: the account of a new team */
-    openAccountTx(teamId: string, planId: string): void {
+    openAccountTx(t: Tx, teamId: string, planId: string): void {
       const plan = config.plans[planId];
       if (!plan) throw new ValidationError(`Unknown plan ${planId}`, [{ path: '/plan', message: `must be one of ${Object.keys(config.plans).join(', ')}` }]);
-      store.accounts.put({
+      t.accounts.put({
         team_id: teamId, plan: planId,
         free_allowance_micro: plan.kind === 'free' ? plan.credits * MICRO : 0,
         included_micro: plan.kind === 'paid' ? plan.credits * MICRO : 0,
@@ -208,10 +208,10 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     },
 
     /** inside a transaction: create the billing customer on first key creation; true when created */
-    ensureCustomerTx(teamId: string): boolean {
-      const a = store.accounts.get(teamId);
+    async ensureCustomerTx(t: Tx, teamId: string): Promise<boolean> {
+      const a = await t.accounts.get(teamId);
       if (!a || a.billing_customer_id) return false;
-      store.accounts.put({ ...a, billing_customer_id: 'cus_' + randomToken(12), updated_at: nowIso() });
+      t.accounts.put({ ...a, billing_customer_id: 'cus_' + randomToken(12), updated_at: nowIso() });
       return true;
     },
 
@@ -224,7 +224,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     async reserve(p: Principal, opts: { viaRouter: boolean; estimate_micro: number }): Promise<Hold> {
       const deadline = Date.now() + config.creditHoldWaitMs;
       for (let woken = false; ; woken = true) {
-        const a = getAccount(p.team_id);
+        const a = await getAccount(p.team_id);
         const t = holds.get(p.team_id);
         const held = t?.micro ?? 0;
         const denial = denialOf(a, opts.viaRouter, held);
@@ -254,13 +254,13 @@ export function createBillingService(store: Store, config: ServiceConfig) {
      */
     async charge(input: {
       principal: Principal; model_id: string; endpoint: string; inference_id: string | null; usage: TokenUsage;
-      pricing: Pricing; caching_family: CachingFamily; alsoWrite?: () => void; hold?: Hold;
+      pricing: Pricing; caching_family: CachingFamily; alsoWrite?: (t: Tx) => void | Promise<void>; hold?: Hold;
     }): Promise<UsageRecord> {
       const cost = costMicro(input.pricing, input.caching_family, input.usage);
       const p = input.principal;
       try {
-        return await store.tx(() => {
-          const a = current(store.accounts.get(p.team_id)!);
+        return await store.tx(async (tx) => {
+          const a = current((await tx.accounts.get(p.team_id))!);
           const plan = planOf(a);
           let left = cost;
           const take = (avail: number) => { const t = Math.max(0, Math.min(avail, left)); left -= t; return t; };
@@ -272,7 +272,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
           if (left > 0 && plan.kind === 'paid' && a.overage_enabled) { overage_micro = left; left = 0; }
           if (left > 0) { paid_extra = left; left = 0; }
           const now = nowIso();
-          store.accounts.put({
+          tx.accounts.put({
             ...a,
             free_allowance_micro: a.free_allowance_micro - free_micro,
             included_micro: a.included_micro - included_micro,
@@ -286,9 +286,9 @@ export function createBillingService(store: Store, config: ServiceConfig) {
             endpoint: input.endpoint, inference_id: input.inference_id, usage: input.usage, cost_micro: cost,
             drawn: { free_micro, included_micro, paid_micro: paid_micro + paid_extra, overage_micro }, created_at: now,
           };
-          store.usage.put(rec);
-          if (p.key_id) store.keys.bump(p.key_id, { tokens: input.usage.total_tokens, cost_micro: cost });
-          input.alsoWrite?.();
+          tx.usage.put(rec);
+          if (p.key_id) await tx.keys.bump(p.key_id, { tokens: input.usage.total_tokens, cost_micro: cost });
+          await input.alsoWrite?.(tx);
           return rec;
         });
       } finally {
@@ -299,23 +299,23 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     /** admin: add paid credits */
     async grant(teamId: string, credits: number): Promise<AccountView> {
       if (!Number.isFinite(credits) || credits === 0) throw new ValidationError('credits must be a non-zero number', [{ path: '/credits', message: 'must be a non-zero number' }]);
-      getAccount(teamId);
-      await store.tx(() => {
-        const a = current(store.accounts.get(teamId)!);
-        store.accounts.put({ ...a, paid_balance_micro: a.paid_balance_micro + Math.round(credits * MICRO), updated_at: nowIso() });
+      await getAccount(teamId);
+      await store.tx(async (t) => {
+        const a = current((await t.accounts.get(teamId))!);
+        t.accounts.put({ ...a, paid_balance_micro: a.paid_balance_micro + Math.round(credits * MICRO), updated_at: nowIso() });
       });
-      return view(getAccount(teamId));
+      return view(await getAccount(teamId));
     },
 
     /** admin: change plan (and card/overage flags). Moving to a paid plan starts its included credits. */
     async setPlan(teamId: string, planId: string, opts: { card_on_file?: boolean; overage_enabled?: boolean } = {}): Promise<AccountView> {
       const plan = config.plans[planId];
       if (!plan) throw new ValidationError(`Unknown plan ${planId}`, [{ path: '/plan', message: `must be one of ${Object.keys(config.plans).join(', ')}` }]);
-      getAccount(teamId);
-      await store.tx(() => {
-        const a = current(store.accounts.get(teamId)!);
+      await getAccount(teamId);
+      await store.tx(async (t) => {
+        const a = current((await t.accounts.get(teamId))!);
         const changed = a.plan !== planId;
-        store.accounts.put({
+        t.accounts.put({
           ...a, plan: planId,
           included_micro: changed ? (plan.kind === 'paid' ? plan.credits * MICRO : 0) : a.included_micro,
           overage_enabled: opts.overage_enabled ?? (changed ? plan.kind === 'paid' : a.overage_enabled),
@@ -323,20 +323,21 @@ export function createBillingService(store: Store, config: ServiceConfig) {
           updated_at: nowIso(),
         });
       });
-      return view(getAccount(teamId));
+      return view(await getAccount(teamId));
     },
 
     usageOf(teamId: string) { return store.usage.listByTeam(teamId); },
 
     /** GET /usage: requests, tokens and cost per hour or day and per key or model (default: last 30 days / 48 hours) */
-    series(teamId: string, q: { group_by?: UsageGroupBy; interval?: UsageInterval; since?: number; until?: number }) {
+    async series(teamId: string, q: { group_by?: UsageGroupBy; interval?: UsageInterval; since?: number; until?: number }) {
       const until = q.until ?? Date.now() + 1;
       const since = q.since ?? until - (q.interval === 'hour' ? 2 : 30) * USAGE_INTERVALS.day;
-      const records = since < until ? store.usage.listByTeam(teamId, { since, until }) : [];
+      const records = since < until ? await store.usage.listByTeam(teamId, { since, until }) : [];
+      const keys = new Map((await store.keys.listByTeam(teamId)).map((k) => [k.id, k]));
       const nameOf = (group: string) => {
         if (q.group_by === 'model') return group;
         if (group === SESSION_GROUP) return 'dashboard session';
-        const k = store.keys.get(group);
+        const k = keys.get(group);
         if (!k) return group;
         return `${k.name} (…${k.last_digits})${k.revoked_at ? ' revoked' : ''}`;
       };

@@ -171,8 +171,8 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
       return [...entries.values()].filter((e) => matches(e, filter));
     },
     /** The team's fine-tuned models (complete or deployed jobs, oldest first); [] without a store. */
-    fineTuned(teamId: string, filter: CatalogFilter = {}): CatalogEntry[] {
-      const jobs = opts.store?.trainingJobs.listByTeam(teamId) ?? [];
+    async fineTuned(teamId: string, filter: CatalogFilter = {}): Promise<CatalogEntry[]> {
+      const jobs = (await opts.store?.trainingJobs.listByTeam(teamId)) ?? [];
       const out: CatalogEntry[] = [];
       for (const j of jobs) {
         const baseId = (j.base as { catalog_id?: string } | undefined)?.catalog_id ?? j.base_model;
@@ -184,7 +184,7 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
     /** GET /base-models: the catalog, then the caller's team's fine-tuned models (never another team's). */
     async listForTeam(teamId: string, filter: CatalogFilter = {}): Promise<CatalogEntry[]> {
       const all = await this.list(filter);
-      const own = this.fineTuned(teamId, filter);
+      const own = await this.fineTuned(teamId, filter);
       return own.length ? [...all, ...own] : all;
     },
     /** the unfiltered listing of list() while it is fresh (scanned under a second ago), else null */

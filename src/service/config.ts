@@ -32,6 +32,10 @@ export interface ServiceConfig {
    * node reads (LOOM_ARTIFACTS_DIR, e.g. a shared mount); default the data dir. See artifactDir().
    */
   artifactsDir: string;
+  /** postgres://... : the store on PostgreSQL (LOOM_DATABASE_URL); null: LMDB under dataDir */
+  databaseUrl: string | null;
+  /** PostgreSQL connections per process (LOOM_DATABASE_POOL) */
+  databasePoolSize: number;
   /** default <artifactsDir>/models */
   modelsDir: string;
   /** Redis for request-rate limits shared by every process (LOOM_REDIS_URL); null: counted in this process */
@@ -100,6 +104,8 @@ export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig 
   return {
     dataDir,
     artifactsDir,
+    databaseUrl: over.databaseUrl ?? null,
+    databasePoolSize: over.databasePoolSize ?? 10,
     modelsDir: resolve(over.modelsDir ?? join(artifactsDir, 'models')),
     redisUrl: over.redisUrl ?? null,
     catalogFile: over.catalogFile ?? null,
@@ -143,6 +149,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConf
   return defaultConfig({
     dataDir: env.LOOM_DATA_DIR || './data',
     artifactsDir: env.LOOM_ARTIFACTS_DIR || undefined,
+    databaseUrl: env.LOOM_DATABASE_URL || null,
+    databasePoolSize: num(env.LOOM_DATABASE_POOL),
     modelsDir: env.LOOM_MODELS_DIR || undefined,
     redisUrl: env.LOOM_REDIS_URL || null,
     catalogFile: env.LOOM_CATALOG_FILE || null,

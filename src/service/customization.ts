@@ -28,10 +28,10 @@ export async function createCustomization(deps: {
   const trainingJobs = createTrainingJobsService({ store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log, judge });
   const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log });
   const generation = createGenerationService({ store, config, inference, datasets, log });
-  datasets.resumePending();
+  await datasets.resumePending();
   await generation.resumePending();
-  trainingJobs.resumePending();
-  evaluations.resumePending();
+  await trainingJobs.resumePending();
+  await evaluations.resumePending();
   return {
     services: { jobPool, signedUrls, datasets, trainingJobs, evaluations, generation },
     async close() {

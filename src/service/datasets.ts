@@ -41,19 +41,19 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
   /** uploads whose PUT is being written now (a second PUT to the same URL meanwhile is a 409) */
   const receiving = new Set<string>();
   /** jobs/evaluations using a dataset right now (set by the training and evaluation services) */
-  const users: Array<(teamId: string, name: string) => string | null> = [];
+  const users: Array<(teamId: string, name: string) => Promise<string | null> | string | null> = [];
 
   const versionDir = (v: DatasetVersionRecord) => join(root, v.team_id, v.dataset_id, v.id);
   const dataFile = (v: DatasetVersionRecord) => join(versionDir(v), 'data.jsonl');
 
-  function own(p: Principal, name: string): DatasetRecord {
-    const d = store.datasets.byName(p.team_id, name);
+  async function own(p: Principal, name: string): Promise<DatasetRecord> {
+    const d = await store.datasets.byName(p.team_id, name);
     if (!d) throw new NotFoundError(`Dataset ${name} not found`);
     return d;
   }
 
-  function resolveVersion(d: DatasetRecord, version: string): DatasetVersionRecord {
-    const all = store.datasets.listVersions(d.id);
+  async function resolveVersion(d: DatasetRecord, version: string): Promise<DatasetVersionRecord> {
+    const all = await store.datasets.listVersions(d.id);
     const v = version === 'latest' ? all[0] : all.find((x) => x.version_number === version || x.id === version);
     if (!v) throw new NotFoundError(`Dataset ${d.dataset_name} has no version ${version}`);
     return v;
@@ -61,27 +61,27 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
 
   /** `update`, only while the version is still in state `from` */
   async function advance(id: string, from: DatasetVersionRecord['status'], patch: Partial<DatasetVersionRecord>): Promise<void> {
-    await store.tx(() => {
-      const v = store.datasets.getVersion(id);
-      if (v?.status === from) store.datasets.putVersion({ ...v, ...patch, updated_at: nowIso() });
+    await store.tx(async (t) => {
+      const v = await t.datasets.getVersion(id);
+      if (v?.status === from) t.datasets.putVersion({ ...v, ...patch, updated_at: nowIso() });
     });
   }
 
   async function update(id: string, patch: Partial<DatasetVersionRecord>): Promise<DatasetVersionRecord | undefined> {
-    return store.tx(() => {
-      const v = store.datasets.getVersion(id);
+    return store.tx(async (t) => {
+      const v = await t.datasets.getVersion(id);
       if (!v) return undefined;
       const nv = { ...v, ...patch, updated_at: nowIso() };
-      store.datasets.putVersion(nv);
+      t.datasets.putVersion(nv);
       return nv;
     });
   }
 
   /** a new version of `name` (created when missing); inside one transaction */
   async function newVersion(teamId: string, name: string, type: DatasetType, fields: Partial<DatasetVersionRecord>): Promise<DatasetVersionRecord> {
-    return store.tx(() => {
+    return store.tx(async (t) => {
       const now = nowIso();
-      let d = store.datasets.byName(teamId, name);
+      let d = await t.datasets.byName(teamId, name);
       if (d && d.dataset_type !== type) {
         throw new ValidationError(`Dataset ${name} holds ${d.dataset_type} data; a ${type} version cannot be added to it`, [{ path: '/dataset_type', message: `must be ${d.dataset_type} for dataset ${name}` }]);
       }
@@ -91,8 +91,8 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
         status: 'initialized', processing_error: null, source: 'upload', filename: null, format: null, bytes: 0, kinds: {}, labels: {},
         created_at: now, updated_at: now, ready_at: null, ...fields,
       };
-      store.datasets.put({ ...d, next_version: d.next_version + 1, latest_version_id: v.id, updated_at: now });
-      store.datasets.putVersion(v);
+      t.datasets.put({ ...d, next_version: d.next_version + 1, latest_version_id: v.id, updated_at: now });
+      t.datasets.putVersion(v);
       return v;
     });
   }
@@ -105,11 +105,11 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       setTimeout(() => watchExpiry(u), Math.min(left + 1000, 2 ** 31 - 1)).unref();
       return;
     }
-    void store.tx(() => {
-      const cur = store.datasets.getUpload(u.id);
-      const v = cur && !cur.used_at ? store.datasets.getVersion(cur.version_id) : undefined;
+    void store.tx(async (t) => {
+      const cur = await t.datasets.getUpload(u.id);
+      const v = cur && !cur.used_at ? await t.datasets.getVersion(cur.version_id) : undefined;
       if (v?.status !== 'initialized') return;
-      store.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
+      t.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
     }).catch((e) => deps.log?.error({ err: String(e) }, 'upload expiry failed'));
   }
 
@@ -134,34 +134,34 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     root,
     dataFile,
     /** register a check "is this dataset in use?" (returns what uses it, or null) */
-    addUsageCheck(fn: (teamId: string, name: string) => string | null) { users.push(fn); },
+    addUsageCheck(fn: (teamId: string, name: string) => Promise<string | null> | string | null) { users.push(fn); },
 
-    list(p: Principal) {
-      const datasets = store.datasets.listByTeam(p.team_id).map((d) => {
-        const latest = d.latest_version_id ? store.datasets.getVersion(d.latest_version_id) : undefined;
+    async list(p: Principal) {
+      const datasets = await Promise.all((await store.datasets.listByTeam(p.team_id)).map(async (d) => {
+        const latest = d.latest_version_id ? await store.datasets.getVersion(d.latest_version_id) : undefined;
         return {
           dataset_name: d.dataset_name, status: latest?.status ?? 'initialized', created_at: d.created_at, version_number: latest?.version_number ?? '0',
           dataset_type: d.dataset_type, size: latest?.size ?? 0, version_count: d.next_version - 1, updated_at: d.updated_at,
         };
-      });
+      }));
       return { success: true, count: datasets.length, datasets };
     },
 
-    versions(p: Principal, name: string) {
-      const d = own(p, name);
-      const versions = store.datasets.listVersions(d.id).map(versionView);
+    async versions(p: Principal, name: string) {
+      const d = await own(p, name);
+      const versions = (await store.datasets.listVersions(d.id)).map(versionView);
       return { success: true, dataset_name: d.dataset_name, dataset_type: d.dataset_type, count: versions.length, versions };
     },
 
-    version(p: Principal, name: string, version: string) {
-      return { success: true, ...versionView(resolveVersion(own(p, name), version)) };
+    async version(p: Principal, name: string, version: string) {
+      return { success: true, ...versionView(await resolveVersion(await own(p, name), version)) };
     },
 
     /** the version a job or evaluation would use (must be ready) */
-    readyVersion(teamId: string, name: string, version = 'latest'): DatasetVersionRecord {
-      const d = store.datasets.byName(teamId, name);
+    async readyVersion(teamId: string, name: string, version = 'latest'): Promise<DatasetVersionRecord> {
+      const d = await store.datasets.byName(teamId, name);
       if (!d) throw new NotFoundError(`Dataset ${name} not found`);
-      const v = resolveVersion(d, version);
+      const v = await resolveVersion(d, version);
       if (v.status !== 'ready') {
         throw new ValidationError(`Dataset ${name} (version ${v.version_number}) is ${v.status}; it must be ready`, [{ path: '/datasets', message: `dataset ${name} is ${v.status}, not ready`, keyword: 'dataset_not_ready' }]);
       }
@@ -170,7 +170,7 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
 
     /** canonical records `offset .. offset+limit` of a version (read line by line, never the whole file) */
     async preview(p: Principal, name: string, version: string, limit: number, offset: number) {
-      const v = resolveVersion(own(p, name), version);
+      const v = await resolveVersion(await own(p, name), version);
       if (v.status !== 'ready') throw new ConflictError(`Dataset ${name} version ${v.version_number} is ${v.status}; preview is available once it is ready`);
       const records: unknown[] = [];
       const rl = createInterface({ input: createReadStream(dataFile(v), 'utf8'), crlfDelay: Infinity });
@@ -187,19 +187,19 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     },
 
     /** the canonical JSONL file of a ready version (the route streams it) */
-    download(p: Principal, name: string, version: string): { path: string; filename: string } {
-      const v = resolveVersion(own(p, name), version);
+    async download(p: Principal, name: string, version: string): Promise<{ path: string; filename: string }> {
+      const v = await resolveVersion(await own(p, name), version);
       if (v.status !== 'ready') throw new ConflictError(`Dataset ${name} version ${v.version_number} is ${v.status}; download is available once it is ready`);
       return { path: dataFile(v), filename: `${v.dataset_name}-v${v.version_number}.jsonl` };
     },
 
     async remove(p: Principal, name: string): Promise<void> {
-      const d = own(p, name);
+      const d = await own(p, name);
       for (const check of users) {
-        const user = check(p.team_id, d.dataset_name);
+        const user = await check(p.team_id, d.dataset_name);
         if (user) throw new ConflictError(`Dataset ${name} is in use by ${user}; stop or delete it first`);
       }
-      await store.tx(() => store.datasets.remove(d.id));
+      await store.tx((t) => t.datasets.remove(d.id));
       rmSync(join(root, d.team_id, d.id), { recursive: true, force: true });
     },
 
@@ -219,7 +219,7 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
         id: uploadId, team_id: p.team_id, version_id: v.id, dataset_name: v.dataset_name, filename: v.filename!, max_bytes: config.maxUploadBytes,
         expires_at: signed.expires_at, used_at: null, created_at: nowIso(),
       };
-      await store.tx(() => store.datasets.putUpload(upload));
+      await store.tx((t) => t.datasets.putUpload(upload));
       watchExpiry(upload);
       return {
         success: true, upload_url: signed.url, method: 'PUT', expires_at: signed.expires_at, max_bytes: config.maxUploadBytes, upload_id: uploadId,
@@ -229,12 +229,12 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
 
     /** step 2: the PUT to the presigned URL (already signature-checked) */
     async receiveUpload(uploadId: string, data: Buffer) {
-      const u = store.datasets.getUpload(uploadId);
+      const u = await store.datasets.getUpload(uploadId);
       if (!u) throw new NotFoundError('Upload not found (the dataset may have been deleted)');
       if (u.used_at) throw new ConflictError('This upload URL has already been used: request a new one');
       if (data.byteLength > u.max_bytes) throw new PayloadTooLargeError(u.max_bytes);
       if (data.byteLength === 0) throw new ValidationError('The uploaded file is empty', [{ path: '', message: 'empty body' }]);
-      const v = store.datasets.getVersion(u.version_id);
+      const v = await store.datasets.getVersion(u.version_id);
       if (!v) throw new NotFoundError('Upload not found (the dataset may have been deleted)');
       if (receiving.has(uploadId)) throw new ConflictError('This upload URL is receiving a file right now: wait for it');
       receiving.add(uploadId);
@@ -242,15 +242,15 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
         // the whole file on disk first (temp, fsync, rename), then the upload used + the version uploading together
         mkdirSync(versionDir(v), { recursive: true });
         await writeFileDurable(join(versionDir(v), 'raw'), data);
-        const outcome = await store.tx(() => {
-          const cur = store.datasets.getUpload(uploadId);
-          const cv = store.datasets.getVersion(u.version_id);
+        const outcome = await store.tx(async (t) => {
+          const cur = await t.datasets.getUpload(uploadId);
+          const cv = await t.datasets.getVersion(u.version_id);
           if (!cur || !cv) return 'gone';
           if (cur.used_at) return 'used';
           if (cv.status !== 'initialized') return 'expired'; // failed by watchExpiry while this PUT was written
           const now = nowIso();
-          store.datasets.putUpload({ ...cur, used_at: now });
-          store.datasets.putVersion({ ...cv, status: 'uploading', bytes: data.byteLength, updated_at: now });
+          t.datasets.putUpload({ ...cur, used_at: now });
+          t.datasets.putVersion({ ...cv, status: 'uploading', bytes: data.byteLength, updated_at: now });
           return 'ok';
         });
         if (outcome === 'gone') throw new NotFoundError('Upload not found (the dataset may have been deleted)');
@@ -264,16 +264,16 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
 
     /** step 3 */
     async process(p: Principal, body: { dataset_name: string; upload_id?: string; version_id?: string; version_number?: string }) {
-      const d = own(p, body.dataset_name);
+      const d = await own(p, body.dataset_name);
       let v: DatasetVersionRecord | undefined;
       if (body.upload_id) {
-        const u = store.datasets.getUpload(body.upload_id);
+        const u = await store.datasets.getUpload(body.upload_id);
         if (!u || u.team_id !== p.team_id || u.dataset_name !== d.dataset_name) throw new NotFoundError(`Upload ${body.upload_id} not found`);
-        v = store.datasets.getVersion(u.version_id);
+        v = await store.datasets.getVersion(u.version_id);
       } else if (body.version_id || body.version_number) {
-        v = store.datasets.listVersions(d.id).find((x) => x.id === body.version_id || x.version_number === body.version_number);
+        v = (await store.datasets.listVersions(d.id)).find((x) => x.id === body.version_id || x.version_number === body.version_number);
       } else {
-        v = store.datasets.listVersions(d.id).find((x) => x.source === 'upload' && (x.status === 'uploading' || x.status === 'initialized'));
+        v = (await store.datasets.listVersions(d.id)).find((x) => x.source === 'upload' && (x.status === 'uploading' || x.status === 'initialized'));
       }
       if (!v) throw new NotFoundError(`Dataset ${body.dataset_name} has no such upload`);
       if (v.status === 'initialized') throw new ConflictError(`No file was uploaded for dataset ${v.dataset_name} version ${v.version_number}: PUT the file to the upload URL first`);
@@ -299,17 +299,17 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
      * version when it expires; half-written temporaries are removed; a generated version cut off
      * while its file was written is failed.
      */
-    resumePending(): number {
+    async resumePending(): Promise<number> {
       let n = 0;
-      for (const u of store.datasets.allUploads()) {
-        const v = u.used_at ? undefined : store.datasets.getVersion(u.version_id);
+      for (const u of await store.datasets.allUploads()) {
+        const v = u.used_at ? undefined : await store.datasets.getVersion(u.version_id);
         if (v?.status !== 'initialized') continue;
         const dir = versionDir(v);
         const partial = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith(TMP_SUFFIX)) : [];
         for (const f of partial) rmSync(join(dir, f), { force: true });
         watchExpiry(u);
       }
-      for (const v of store.datasets.allVersions()) {
+      for (const v of await store.datasets.allVersions()) {
         if (v.source === 'generate' && v.status === 'uploading') {
           // cut off while its file was written (the generation job itself is failed by its service)
           rmSync(versionDir(v), { recursive: true, force: true });

@@ -49,13 +49,16 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
   let active: Promise<void> | null = null;
   let closing = false;
 
-  datasets.addUsageCheck((teamId, name) => {
-    for (const e of store.evaluations.listByTeam(teamId)) if ((e.status === 'queued' || e.status === 'running') && e.dataset_name === name) return `evaluation ${e.id} (${e.status})`;
+  datasets.addUsageCheck(async (teamId, name) => {
+    for (const e of await store.evaluations.listByTeam(teamId)) if ((e.status === 'queued' || e.status === 'running') && e.dataset_name === name) return `evaluation ${e.id} (${e.status})`;
     return null;
   });
 
   async function patch(id: string, ch: Partial<EvaluationRecord>): Promise<void> {
-    await store.tx(() => { const e = store.evaluations.get(id); if (e) store.evaluations.put({ ...e, ...ch }); });
+    await store.tx(async (t) => {
+      const e = await t.evaluations.get(id);
+      if (e) t.evaluations.put({ ...e, ...ch });
+    });
   }
 
   async function baselines() {
@@ -71,7 +74,7 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
 
   /** what to run for `base_model` */
   async function resolveModel(p: Principal, id: string): Promise<{ source: string; kind: 'encoder' | 'decoder'; dir: string | null; adapter?: string; fresh?: string }> {
-    const job = trainingJobs.modelOf(p.team_id, id);
+    const job = await trainingJobs.modelOf(p.team_id, id);
     if (job) {
       if (job.status !== 'complete' && job.status !== 'deployed') throw new ConflictError(`Training job ${id} is ${job.status}; evaluate it once it is complete`);
       return { source: 'training_job', kind: job.kind, dir: job.model_dir, adapter: job.adapter_dir };
@@ -93,12 +96,12 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
   }
 
   async function runOne(id: string): Promise<void> {
-    const e = store.evaluations.get(id);
+    const e = await store.evaluations.get(id);
     if (!e || e.status !== 'queued') return;
     await patch(id, { status: 'running', started_at: nowIso() });
     const work = join(artifactDir(config, 'evaluations'), id);
     try {
-      const v = store.datasets.getVersion(e.dataset_version_id);
+      const v = await store.datasets.getVersion(e.dataset_version_id);
       if (!v || v.status !== 'ready') throw new Error(`dataset ${e.dataset_name} version ${e.dataset_version} is no longer available`);
       const m = JSON.parse((e as unknown as { model_json: string }).model_json) as Awaited<ReturnType<typeof resolveModel>>;
       let dir = m.dir;
@@ -144,9 +147,9 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
     baselines: async () => { const models = (await baselines()).map(({ task_type: _t, ...m }) => m); return { models, count: models.length }; },
 
     async create(p: Principal, body: { base_model: string; dataset_name: string; project_id?: string; dataset_version?: string; threshold?: number }) {
-      if (body.project_id && store.projects.get(body.project_id)?.team_id !== p.team_id) throw new NotFoundError(`Project ${body.project_id} not found`);
+      if (body.project_id && (await store.projects.get(body.project_id))?.team_id !== p.team_id) throw new NotFoundError(`Project ${body.project_id} not found`);
       let v;
-      try { v = datasets.readyVersion(p.team_id, body.dataset_name, body.dataset_version ?? 'latest'); } catch (e) {
+      try { v = await datasets.readyVersion(p.team_id, body.dataset_name, body.dataset_version ?? 'latest'); } catch (e) {
         if (e instanceof ValidationError) throw new ValidationError(e.message, [{ path: '/dataset_name', message: e.message, keyword: 'dataset_not_ready' }]);
         throw e;
       }
@@ -161,41 +164,40 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
         dataset_name: v.dataset_name, dataset_version: v.version_number, dataset_version_id: v.id, task, status: 'queued', threshold: body.threshold ?? 0.5,
         sample_count: 0, error: null, created_at: nowIso(), started_at: null, completed_at: null, model_json: JSON.stringify(m),
       };
-      await store.evaluations.save(e);
+      await store.tx((t) => t.evaluations.put(e));
       queue.push(e.id);
       setImmediate(pump);
       return { success: true, count: 1, evaluations: [evaluationView(e)] };
     },
 
-    list(p: Principal, q: { project_id?: string }) {
-      let rows = store.evaluations.listByTeam(p.team_id);
+    async list(p: Principal, q: { project_id?: string }) {
+      let rows = await store.evaluations.listByTeam(p.team_id);
       if (q.project_id) rows = rows.filter((e) => e.project_id === q.project_id);
       const evaluations = rows.map(evaluationView);
       return { success: true, count: evaluations.length, evaluations };
     },
 
-    get(p: Principal, id: string) {
-      const e = store.evaluations.get(id);
+    async get(p: Principal, id: string) {
+      const e = await store.evaluations.get(id);
       if (!e || e.team_id !== p.team_id) throw new NotFoundError(`Evaluation ${id} not found`);
       return evaluationView(e);
     },
 
     async remove(p: Principal, id: string) {
-      const e = store.evaluations.get(id);
+      const e = await store.evaluations.get(id);
       if (!e || e.team_id !== p.team_id) throw new NotFoundError(`Evaluation ${id} not found`);
       const i = queue.indexOf(id);
       if (i >= 0) queue.splice(i, 1);
-      await store.tx(() => store.evaluations.remove(id));
+      await store.tx((t) => t.evaluations.remove(id));
       return { success: true, message: `Evaluation ${id} deleted` };
     },
 
     /** after a restart: queued and running evaluations run again (they have no side effects) */
-    resumePending(): void {
-      const todo = store.evaluations.all().filter((e) => e.status === 'queued' || e.status === 'running').sort((a, b) => a.created_at.localeCompare(b.created_at));
-      void (async () => {
-        for (const e of todo) { if (e.status === 'running') await patch(e.id, { status: 'queued', started_at: null }); queue.push(e.id); }
-        pump();
-      })();
+    async resumePending(): Promise<void> {
+      const todo = (await store.evaluations.all())
+        .filter((e) => e.status === 'queued' || e.status === 'running').sort((a, b) => a.created_at.localeCompare(b.created_at));
+      for (const e of todo) { if (e.status === 'running') await patch(e.id, { status: 'queued', started_at: null }); queue.push(e.id); }
+      pump();
     },
 
     async idle(timeoutMs = 60_000): Promise<void> {

@@ -99,7 +99,10 @@ export function createGenerationService(deps: {
   }
 
   async function patch(id: string, ch: Partial<GenerationJobRecord>): Promise<void> {
-    await store.tx(() => { const j = store.generationJobs.get(id); if (j) store.generationJobs.put({ ...j, ...ch, updated_at: nowIso() }); });
+    await store.tx(async (t) => {
+      const j = await t.generationJobs.get(id);
+      if (j) t.generationJobs.put({ ...j, ...ch, updated_at: nowIso() });
+    });
   }
 
   async function write(p: Principal, req: GenerateRequest, system: string, user: string, seed: number): Promise<string> {
@@ -148,7 +151,7 @@ export function createGenerationService(deps: {
       const v = await datasets.createVersionFromRecords(p.team_id, req.dataset_name, type, lines.join('\n') + '\n', `generated-${id}.jsonl`);
       await patch(id, { version_id: v.id, count: lines.length });
       for (;;) {
-        const cur = store.datasets.getVersion(v.id);
+        const cur = await store.datasets.getVersion(v.id);
         if (!cur) throw new Error('the dataset was deleted while it was generated');
         if (cur.status === 'ready') { await patch(id, { status: 'ready', count: cur.size }); return; }
         if (cur.status === 'failed') throw new Error(`the generated examples did not validate: ${cur.processing_error}`);
@@ -165,7 +168,7 @@ export function createGenerationService(deps: {
       if (!DATASET_NAME.test(req.dataset_name) || req.dataset_name === 'upload') throw new ValidationError('dataset_name must be 1-128 letters, digits, ".", "_" or "-"', [{ path: '/dataset_name', message: 'invalid dataset name' }]);
       if (req.task_type !== 'decoder' && !req.labels?.length) throw new ValidationError(`labels are required for ${req.task_type}`, [{ path: '/labels', message: 'required' }]);
       if (req.task_type === 'classification' && req.labels!.length < 2) throw new ValidationError('classification needs at least two labels', [{ path: '/labels', message: 'must have at least 2 items' }]);
-      const existing = store.datasets.byName(p.team_id, req.dataset_name);
+      const existing = await store.datasets.byName(p.team_id, req.dataset_name);
       const want = req.task_type === 'decoder' ? 'decoder' : req.task_type;
       if (existing && existing.dataset_type !== want && existing.dataset_type !== 'custom') throw new ValidationError(`Dataset ${req.dataset_name} holds ${existing.dataset_type} data`, [{ path: '/dataset_name', message: `holds ${existing.dataset_type} data` }]);
       const now = nowIso();
@@ -173,14 +176,14 @@ export function createGenerationService(deps: {
         job_id: newId(), team_id: p.team_id, status: 'queued', dataset_name: req.dataset_name, task_type: req.task_type, count: 0, num_examples: req.num_examples ?? 20,
         error: null, version_id: null, request: req as unknown as Record<string, unknown>, created_at: now, updated_at: now,
       };
-      await store.generationJobs.save(j);
+      await store.tx((t) => t.generationJobs.put(j));
       waiting.push({ p, id: j.job_id, req });
       pump();
       return { job_id: j.job_id, status: j.status };
     },
 
-    get(p: Principal, id: string) {
-      const j = store.generationJobs.get(id);
+    async get(p: Principal, id: string) {
+      const j = await store.generationJobs.get(id);
       if (!j || j.team_id !== p.team_id) throw new NotFoundError(`Generation job ${id} not found`);
       return jobView(j);
     },
@@ -205,7 +208,7 @@ export function createGenerationService(deps: {
 
     /** after a restart: jobs cut off mid-generation are failed explicitly */
     async resumePending(): Promise<void> {
-      for (const j of store.generationJobs.all()) {
+      for (const j of await store.generationJobs.all()) {
         if (j.status === 'queued' || j.status === 'generating') await patch(j.job_id, { status: 'failed', error: 'the server restarted during generation; start a new generation job' });
       }
     },

@@ -33,8 +33,8 @@ export function inferenceView(r: InferenceRecord, ex?: LabeledExampleRecord) {
 const feedbackView = (f: FeedbackRecord) => ({ inference_id: f.inference_id, human_verdict: f.human_verdict, human_feedback_at: f.human_feedback_at, corrected_output: f.corrected_output, notes: f.notes });
 
 export function createHistoryService(store: Store, hooks: { corrected?: (e: LabeledExampleRecord) => void } = {}) {
-  function own(p: Principal, id: string): InferenceRecord {
-    const r = store.inferences.get(id);
+  async function own(p: Principal, id: string): Promise<InferenceRecord> {
+    const r = await store.inferences.get(id);
     if (!r || r.team_id !== p.team_id) throw new NotFoundError(`Inference ${id} not found`);
     return r;
   }
@@ -45,15 +45,15 @@ export function createHistoryService(store: Store, hooks: { corrected?: (e: Labe
       if (q.llmaj_score_min !== undefined && q.llmaj_score_max !== undefined && q.llmaj_score_min > q.llmaj_score_max) issues.push({ path: '/llmaj_score_min', message: 'must be <= llmaj_score_max', keyword: 'minmax' });
       if (q.since !== undefined && q.until !== undefined && q.since > q.until) issues.push({ path: '/since', message: 'must be <= until', keyword: 'minmax' });
       if (issues.length) throw new ValidationError('A minimum is greater than its maximum', issues);
-      await store.db.root.committed;
-      const { items, total } = store.inferences.query({ ...q, team_id: p.team_id });
-      const inferences = items.map((r) => inferenceView(r, store.examples.byInference(r.id)));
+      await store.settled();
+      const { items, total } = await store.inferences.query({ ...q, team_id: p.team_id });
+      const inferences = await Promise.all(items.map(async (r) => inferenceView(r, await store.examples.byInference(r.id))));
       return { inferences, count: items.length, total, limit: q.limit, offset: q.offset };
     },
-    get(p: Principal, id: string) { return inferenceView(own(p, id), store.examples.byInference(id)); },
+    async get(p: Principal, id: string) { return inferenceView(await own(p, id), await store.examples.byInference(id)); },
 
     async submitFeedback(p: Principal, id: string, body: { verdict: 'correct' | 'incorrect'; corrected_output?: Record<string, unknown> | null; notes?: string | null }) {
-      const r = own(p, id);
+      const r = await own(p, id);
       const corrected = body.corrected_output ?? null;
       if (body.verdict === 'incorrect' && corrected === null) throw new ValidationError('corrected_output is required when verdict is incorrect', [{ path: '/corrected_output', message: 'required when verdict is incorrect', keyword: 'verdict' }]);
       if (body.verdict === 'correct' && corrected !== null) throw new ValidationError('corrected_output must be omitted or null when verdict is correct', [{ path: '/corrected_output', message: 'must be omitted or null when verdict is correct', keyword: 'verdict' }]);
@@ -64,33 +64,33 @@ export function createHistoryService(store: Store, hooks: { corrected?: (e: Labe
       }
       const record = corrected ? correctionRecord(r, corrected) : undefined;
       const f: FeedbackRecord = { inference_id: id, team_id: p.team_id, human_verdict: body.verdict, corrected_output: corrected, notes: body.notes ?? null, human_feedback_at: nowIso() };
-      const ex = await store.tx(() => {
-        const old = store.examples.byInference(id);
+      const ex = await store.tx(async (t) => {
+        const old = await t.examples.byInference(id);
         // a correction a retraining already consumed stays as it was learned (the job and its data)
         if (old?.run_id) return 'consumed' as const;
-        store.feedback.put(f);
+        t.feedback.put(f);
         if (corrected) {
           const e: LabeledExampleRecord = {
             id: old?.id ?? newId(), team_id: p.team_id, inference_id: id, model_id: r.routed_model, project_id: r.project_id,
             task: r.task, input: r.input, schema: r.schema, output: corrected, record, created_at: f.human_feedback_at,
           };
-          store.examples.put(e);
+          await t.examples.put(e);
           return e;
         }
-        if (old) store.examples.remove(old.id);
+        if (old) await t.examples.remove(old.id);
         return old ?? null;
       });
       if (ex === 'consumed') {
-        const job = store.examples.byInference(id)?.training_job_id ?? '(being prepared)';
+        const job = (await store.examples.byInference(id))?.training_job_id ?? '(being prepared)';
         throw new ConflictError(`The correction of inference ${id} was already used by retraining job ${job}; it cannot be changed`);
       }
       if (ex) hooks.corrected?.(ex);
       return feedbackView(f);
     },
 
-    getFeedback(p: Principal, id: string) {
-      own(p, id);
-      const f = store.feedback.get(id);
+    async getFeedback(p: Principal, id: string) {
+      await own(p, id);
+      const f = await store.feedback.get(id);
       if (!f) throw new NotFoundError(`No feedback for inference ${id}`);
       return feedbackView(f);
     },

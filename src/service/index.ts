@@ -46,7 +46,8 @@ export async function createServices(opts: ServicesOptions) {
     await shared.ready();
     rateLimiter = shared;
   } else rateLimiter = createRateLimiter(config.rateLimits);
-  const store = opts.store ?? (await openStore(config.dataDir));
+  const store = opts.store
+    ?? (await openStore(config.dataDir, { databaseUrl: config.databaseUrl, poolSize: config.databasePoolSize }));
   const runtime = opts.runtime;
   const metrics = createMetrics({ defaultMetrics: true, queueDepth: () => runtime.stats().queue_depth });
   const billing = createBillingService(store, config);
@@ -65,15 +66,15 @@ export async function createServices(opts: ServicesOptions) {
   const history = createHistoryService(store, { corrected: (e) => adaptive?.corrected(e) });
   const projects = createProjectsService({ store, runtime, inference, log });
   const workers = createWorkerPool({ threads: config.workerThreads });
-  projects.resumePending();
-  judge.resumePending();
+  await projects.resumePending();
+  await judge.resumePending();
   // datasets, training jobs, evaluations, generation (src/service/customization.ts)
   const customization = await createCustomization({
     store, config, runtime, catalog, inference, log, judge: opts.judge ?? judge.rewardJudge,
   });
   const { datasets, trainingJobs, evaluations } = customization.services;
   adaptive = createAdaptiveService({ store, datasets, trainingJobs, evaluations, projects, log });
-  adaptive.start();
+  await adaptive.start();
   let closed = false;
   return {
     config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,

@@ -4,7 +4,7 @@
 // inference record, the usage record and the debit in ONE transaction and releases the hold;
 // `call.fail` records a failed call (billed only for the work it did) and releases the hold.
 import { performance } from 'node:perf_hooks';
-import type { InferenceRecord, Store, TokenUsage, TrainingJobRecord } from '../store/index.ts';
+import type { InferenceRecord, Store, TokenUsage, TrainingJobRecord, Tx } from '../store/index.ts';
 import type { ServiceConfig } from './config.ts';
 import type { Principal } from './auth.ts';
 import {
@@ -163,7 +163,7 @@ export function usageBound(
  * there is logged and never affects the inference), `after` once that transaction committed.
  */
 export interface StoredHooks {
-  inTx?(rec: InferenceRecord): void;
+  inTx?(t: Tx, rec: InferenceRecord): void | Promise<void>;
   after?(rec: InferenceRecord): void;
 }
 
@@ -171,9 +171,9 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
   const { store, billing, catalog, runtime, config } = deps;
   let routePolicy: RoutePolicy = defaultRoutePolicy;
   let hooks: StoredHooks = {};
-  const observe = (rec: InferenceRecord) => {
+  const observe = async (t: Tx, rec: InferenceRecord) => {
     try {
-      hooks.inTx?.(rec);
+      await hooks.inTx?.(t, rec);
     } catch (err) {
       deps.log?.warn({ inference: rec.id, err: String(err) }, 'stored-inference hook failed');
     }
@@ -215,7 +215,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       if (!routed) throw new DependencyUnavailableError(`No ${kind} model is available to the router`);
       target = routed;
     } else {
-      const job = store.trainingJobs.get(modelId);
+      const job = await store.trainingJobs.get(modelId);
       if (job && job.team_id === p.team_id) return resolveJob(p, job, kind);
     }
     const entry = await catalog.get(target);
@@ -256,9 +256,9 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
     };
     /** the debit, the usage record and `rec` in one transaction; then the hold is released */
     const debit = async (usage: TokenUsage, rec: InferenceRecord, observed = false) => {
-      const alsoWrite = () => {
-        store.inferences.put(rec);
-        if (observed) observe(rec);
+      const alsoWrite = async (t: Tx) => {
+        t.inferences.put(rec);
+        if (observed) await observe(t, rec);
       };
       await billing.charge({
         principal: p, model_id: model.routed_model, endpoint: opts.endpoint, inference_id, usage,
@@ -295,7 +295,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
         }
         hold.release(); // nothing to debit
         const rec = record({ ...f, output: null, usage: completeUsage({}), cost: 0, latency_ms, status: 'error', error });
-        await store.tx(() => store.inferences.put(rec));
+        await store.tx((t) => t.inferences.put(rec));
       },
     };
   }

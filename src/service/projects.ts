@@ -25,40 +25,40 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
 
   const refOf = (job: TrainingJobRecord): ModelRef => jobModelRef(job);
 
-  function own(p: Principal, id: string): ProjectRecord {
-    const pr = store.projects.get(id);
+  async function own(p: Principal, id: string): Promise<ProjectRecord> {
+    const pr = await store.projects.get(id);
     if (!pr || pr.team_id !== p.team_id) throw new NotFoundError(`Project ${id} not found`);
     return pr;
   }
 
   /** one transaction: this deployment active, the previous one inactive, the job deployed */
   async function activate(depId: string): Promise<void> {
-    await store.tx(() => {
-      const d = store.deployments.get(depId);
+    await store.tx(async (t) => {
+      const d = await t.deployments.get(depId);
       if (!d || d.status !== 'deploying') return;
-      const pr = store.projects.get(d.project_id);
+      const pr = await t.projects.get(d.project_id);
       if (!pr) return; // project deleted meanwhile
       const now = nowIso();
       if (pr.active_deployment_id && pr.active_deployment_id !== depId) {
-        const old = store.deployments.get(pr.active_deployment_id);
-        if (old) store.deployments.put({ ...old, status: 'inactive', replaced_at: now });
+        const old = await t.deployments.get(pr.active_deployment_id);
+        if (old) t.deployments.put({ ...old, status: 'inactive', replaced_at: now });
       }
-      store.deployments.put({ ...d, status: 'active', activated_at: now });
-      store.projects.put({ ...pr, active_deployment_id: depId });
-      const job = store.trainingJobs.get(d.training_job_id);
-      if (job && job.status === 'complete') store.trainingJobs.put({ ...job, status: 'deployed', updated_at: now });
+      t.deployments.put({ ...d, status: 'active', activated_at: now });
+      t.projects.put({ ...pr, active_deployment_id: depId });
+      const job = await t.trainingJobs.get(d.training_job_id);
+      if (job && job.status === 'complete') t.trainingJobs.put({ ...job, status: 'deployed', updated_at: now });
     });
   }
 
   async function failDeployment(depId: string, err: unknown): Promise<void> {
-    await store.tx(() => {
-      const d = store.deployments.get(depId);
-      if (d && d.status === 'deploying') store.deployments.put({ ...d, status: 'failed', error: err instanceof Error ? err.message : String(err) });
+    await store.tx(async (t) => {
+      const d = await t.deployments.get(depId);
+      if (d && d.status === 'deploying') t.deployments.put({ ...d, status: 'failed', error: err instanceof Error ? err.message : String(err) });
     });
   }
 
   return {
-    list(p: Principal) { return { projects: store.projects.listByTeam(p.team_id).map(projectView) }; },
+    async list(p: Principal) { return { projects: (await store.projects.listByTeam(p.team_id)).map(projectView) }; },
 
     async create(p: Principal, name: string) {
       const trimmed = name.trim();
@@ -68,46 +68,46 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
         throw new ValidationError(`name ${message}`, [{ path: '/name', message, keyword: 'maxLength' }]);
       }
       const pr: ProjectRecord = { id: newId(), team_id: p.team_id, name: trimmed, active_deployment_id: null, created_at: nowIso() };
-      const ok = await store.tx(() => {
-        if (store.projects.byName(p.team_id, trimmed)) return false;
-        store.projects.put(pr);
+      const ok = await store.tx(async (t) => {
+        if (await t.projects.byName(p.team_id, trimmed)) return false;
+        t.projects.put(pr);
         return true;
       });
       if (!ok) throw new ConflictError(`A project named ${trimmed} already exists`);
       return { id: pr.id, name: pr.name, created_at: pr.created_at };
     },
 
-    get(p: Principal, id: string) { return projectView(own(p, id)); },
+    async get(p: Principal, id: string) { return projectView(await own(p, id)); },
 
     /** removes the project, its deployment history and its inference endpoint at once */
     async remove(p: Principal, id: string): Promise<void> {
-      const pr = own(p, id);
-      const jobOf = (depId: string | null | undefined) =>
-        (depId ? store.deployments.get(depId)?.training_job_id : undefined);
-      const deployed = jobOf(pr.active_deployment_id);
-      await store.tx(() => {
-        store.deployments.removeByProject(id);
+      const pr = await own(p, id);
+      const jobOf = async (depId: string | null | undefined) =>
+        (depId ? (await store.deployments.get(depId))?.training_job_id : undefined);
+      const deployed = await jobOf(pr.active_deployment_id);
+      await store.tx(async (t) => {
+        await t.deployments.removeByProject(id);
         // its adaptive runs go with it (a retraining job already created stays, an ordinary job)
-        for (const r of store.adaptiveRuns.listByProject(id)) store.adaptiveRuns.remove(r.id);
-        store.projects.remove(id);
+        for (const r of await t.adaptiveRuns.listByProject(id)) await t.adaptiveRuns.remove(r.id);
+        await t.projects.remove(id);
       });
       // its model leaves memory unless another project serves it (a later call by job id loads it again)
-      const job = deployed ? store.trainingJobs.get(deployed) : undefined;
-      const elsewhere = store.projects.listByTeam(p.team_id)
-        .some((o) => jobOf(o.active_deployment_id) === deployed);
+      const job = deployed ? await store.trainingJobs.get(deployed) : undefined;
+      let elsewhere = false;
+      for (const o of await store.projects.listByTeam(p.team_id)) if (await jobOf(o.active_deployment_id) === deployed) elsewhere = true;
       if (job && !elsewhere) runtime.unload?.(refOf(job));
     },
 
     async deploy(p: Principal, projectId: string, trainingJobId: string) {
-      own(p, projectId);
-      const job = store.trainingJobs.get(trainingJobId);
+      await own(p, projectId);
+      const job = await store.trainingJobs.get(trainingJobId);
       if (!job || job.team_id !== p.team_id) throw new NotFoundError(`Training job ${trainingJobId} not found`);
       if (job.status !== 'complete' && job.status !== 'deployed') throw new ConflictError(`Training job ${trainingJobId} is ${job.status}; only complete jobs can be deployed`);
       const d: DeploymentRecord = {
         deployment_id: newId(), project_id: projectId, team_id: p.team_id, training_job_id: trainingJobId, status: 'deploying', error: null,
         created_at: nowIso(), activated_at: null, replaced_at: null,
       };
-      await store.tx(() => store.deployments.put(d));
+      await store.tx((t) => t.deployments.put(d));
       const ref = refOf(job);
       if (runtime.status(ref).state === 'ready') {
         await activate(d.deployment_id);
@@ -118,25 +118,25 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
         }).finally(() => pending.delete(w));
         pending.add(w);
       }
-      return deploymentView(store.deployments.get(d.deployment_id) ?? d);
+      return deploymentView((await store.deployments.get(d.deployment_id)) ?? d);
     },
 
-    listDeployments(p: Principal, projectId: string) {
-      own(p, projectId);
-      const deployments = store.deployments.listByProject(projectId).map(deploymentView);
+    async listDeployments(p: Principal, projectId: string) {
+      await own(p, projectId);
+      const deployments = (await store.deployments.listByProject(projectId)).map(deploymentView);
       return { deployments, count: deployments.length };
     },
 
     /** POST /projects/:id/inference: served by the active deployment */
     async infer(p: Principal, projectId: string, body: { text: string; schema?: unknown; task?: string; messages?: GenerateMessage[]; threshold?: number; include_confidence?: boolean; include_spans?: boolean; max_tokens?: number; temperature?: number; store?: boolean }, ctx: { signal?: AbortSignal } = {}) {
-      const pr = own(p, projectId);
+      const pr = await own(p, projectId);
       if (!pr.active_deployment_id) {
-        const deploying = store.deployments.listByProject(projectId).some((d) => d.status === 'deploying');
+        const deploying = (await store.deployments.listByProject(projectId)).some((d) => d.status === 'deploying');
         if (deploying) throw new ConflictError(`Project ${pr.name} has a deployment still provisioning; retry shortly`);
         throw new NotFoundError(`Project ${pr.name} has no active deployment`);
       }
-      const dep = store.deployments.get(pr.active_deployment_id)!;
-      const job = store.trainingJobs.get(dep.training_job_id);
+      const dep = (await store.deployments.get(pr.active_deployment_id))!;
+      const job = await store.trainingJobs.get(dep.training_job_id);
       if (!job) throw new NotFoundError(`The deployed training job ${dep.training_job_id} no longer exists`);
       const c = { endpoint: `/projects/:id/inference`, project_id: projectId, signal: ctx.signal };
       if (job.task_type === 'decoder' || body.task === 'generate') {
@@ -152,13 +152,13 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
     },
 
     /** after a restart: deployments left `deploying` warm again and activate when ready */
-    resumePending(): number {
+    async resumePending(): Promise<number> {
       let n = 0;
-      for (const d of store.db.dbs.deployments.getRange() as Iterable<{ value: DeploymentRecord }>) {
-        if (d.value.status !== 'deploying') continue;
-        const job = store.trainingJobs.get(d.value.training_job_id);
-        if (!job) { void failDeployment(d.value.deployment_id, new Error('training job no longer exists')); continue; }
-        const w: Promise<void> = runtime.warm(refOf(job)).then(() => activate(d.value.deployment_id), (err) => failDeployment(d.value.deployment_id, err)).finally(() => pending.delete(w));
+      for (const d of await store.deployments.all()) {
+        if (d.status !== 'deploying') continue;
+        const job = await store.trainingJobs.get(d.training_job_id);
+        if (!job) { void failDeployment(d.deployment_id, new Error('training job no longer exists')); continue; }
+        const w: Promise<void> = runtime.warm(refOf(job)).then(() => activate(d.deployment_id), (err) => failDeployment(d.deployment_id, err)).finally(() => pending.delete(w));
         pending.add(w);
         n++;
       }

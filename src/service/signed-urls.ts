@@ -17,13 +17,13 @@ export interface SignedUrls {
 }
 
 export async function createSignedUrls(store: Store): Promise<SignedUrls> {
-  let secret = store.db.dbs.meta.get(SECRET_KEY) as string | undefined;
+  let secret = (await store.meta.get(SECRET_KEY)) as string | undefined;
   if (!secret) {
     const fresh = randomBytes(32).toString('base64url');
-    secret = await store.tx(() => {
-      const cur = store.db.dbs.meta.get(SECRET_KEY) as string | undefined;
+    secret = await store.tx(async (t) => {
+      const cur = (await t.meta.get(SECRET_KEY)) as string | undefined;
       if (cur) return cur;
-      store.db.dbs.meta.put(SECRET_KEY, fresh);
+      t.meta.put(SECRET_KEY, fresh);
       return fresh;
     });
   }

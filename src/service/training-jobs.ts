@@ -172,31 +172,33 @@ export function createTrainingJobsService(deps: {
   let closing = false;
 
   const jobDir = (id: string) => join(root, id);
-  const getJob = (id: string) => store.trainingJobs.get(id) as Job | undefined;
+  const getJob = (id: string) => store.trainingJobs.get(id) as Promise<Job | undefined>;
 
-  function own(p: Principal, id: string): Job {
-    const j = getJob(id);
+  async function own(p: Principal, id: string): Promise<Job> {
+    const j = await getJob(id);
     if (!j || j.team_id !== p.team_id) throw new NotFoundError(`Training job ${id} not found`);
     return j;
   }
 
   async function patch(id: string, fn: (j: Job) => Partial<Job> | null, log?: { level: TrainingLogRecord['level']; message: string }): Promise<Job | undefined> {
-    return store.tx(() => {
-      const j = store.trainingJobs.get(id) as Job | undefined;
+    return store.tx(async (t) => {
+      const j = (await t.trainingJobs.get(id)) as Job | undefined;
       if (!j) return undefined;
       const ch = fn(j);
       if (ch === null) return j;
       const nj = { ...j, ...ch, updated_at: nowIso() } as Job;
-      store.trainingJobs.put(nj);
-      if (log) store.trainingArtifacts.appendLog(id, log.level, log.message);
+      t.trainingJobs.put(nj);
+      if (log) await t.trainingArtifacts.appendLog(id, log.level, log.message);
       return nj;
     });
   }
-  const addLog = (id: string, level: TrainingLogRecord['level'], message: string) => store.tx(() => { if (store.trainingJobs.get(id)) store.trainingArtifacts.appendLog(id, level, message); });
+  const addLog = (id: string, level: TrainingLogRecord['level'], message: string) => store.tx(async (t) => {
+    if (await t.trainingJobs.get(id)) await t.trainingArtifacts.appendLog(id, level, message);
+  });
 
   // datasets in use by a queued or running job cannot be deleted
-  datasets.addUsageCheck((teamId, name) => {
-    for (const j of store.trainingJobs.listByTeam(teamId) as Job[]) if (ACTIVE.has(j.status) && j.datasets?.some((d) => d.name === name)) return `training job ${j.id} (${j.status})`;
+  datasets.addUsageCheck(async (teamId, name) => {
+    for (const j of (await store.trainingJobs.listByTeam(teamId)) as Job[]) if (ACTIVE.has(j.status) && j.datasets?.some((d) => d.name === name)) return `training job ${j.id} (${j.status})`;
     return null;
   });
 
@@ -205,7 +207,7 @@ export function createTrainingJobsService(deps: {
   }
 
   async function resolveBase(p: Principal, id: string): Promise<BaseSpec> {
-    const ck = store.trainingArtifacts.getCheckpoint(id);
+    const ck = await store.trainingArtifacts.getCheckpoint(id);
     const fromJob = (j: Job, dir: string, source: BaseSpec['source']): BaseSpec => {
       if (j.training_type === 'lora' && j.task_type === 'decoder') {
         return { task_type: j.task_type, requested: id, source, catalog_id: j.base.catalog_id, dir: j.base.dir, init_adapter: dir };
@@ -213,12 +215,12 @@ export function createTrainingJobsService(deps: {
       return { task_type: j.task_type, requested: id, source, catalog_id: j.base.catalog_id, dir, init_adapter: null };
     };
     if (ck) {
-      const j = getJob(ck.job_id);
+      const j = await getJob(ck.job_id);
       if (!j || j.team_id !== p.team_id) throw new NotFoundError(`Model ${id} not found`);
       if (!existsSync(ck.dir)) invalid('/base_model', `checkpoint ${id} has no weights on disk any more`);
       return fromJob(j, ck.dir, 'checkpoint');
     }
-    const j = getJob(id);
+    const j = await getJob(id);
     if (j && j.team_id === p.team_id) {
       if ((j.status !== 'complete' && j.status !== 'deployed') || !j.weights_dir) invalid('/base_model', `training job ${id} is ${j.status}; only a complete job (or one of its checkpoints) can be a base model`);
       return fromJob(j, j.weights_dir!, 'training_job');
@@ -263,19 +265,28 @@ export function createTrainingJobsService(deps: {
 
   // ---- the queue -------------------------------------------------------------------------------
 
-  function queued(): Job[] {
-    const out: Job[] = [];
-    for (const { value } of store.db.dbs.training_jobs.getRange() as Iterable<{ value: Job }>) if (value.status === 'requested') out.push(value);
+  async function queued(): Promise<Job[]> {
+    const out = ((await store.trainingJobs.all()) as Job[]).filter((j) => j.status === 'requested');
     return out.sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
   }
 
+  // one pass over the queue at a time (a pass reads the store); a call during a pass runs another after it
+  let scheduling = false;
+  let scheduleAgain = false;
   function schedule(): void {
     if (closing) return;
-    for (const j of queued()) {
-      if (running.size >= config.trainingConcurrency) return;
-      if (running.has(j.id)) continue;
-      start(j);
-    }
+    if (scheduling) { scheduleAgain = true; return; }
+    scheduling = true;
+    (async () => {
+      for (const j of await queued()) {
+        if (closing || running.size >= config.trainingConcurrency) return;
+        if (running.has(j.id)) continue;
+        start(j);
+      }
+    })().catch((e) => deps.log?.error({ err: String(e) }, 'training queue')).finally(() => {
+      scheduling = false;
+      if (scheduleAgain) { scheduleAgain = false; schedule(); }
+    });
   }
 
   function start(j: Job): void {
@@ -291,7 +302,7 @@ export function createTrainingJobsService(deps: {
   async function prepareData(j: Job, dir: string): Promise<{ train: string; val: string | null; all: string; trainCount: number; valCount: number }> {
     const lines: string[] = [];
     for (const d of j.datasets) {
-      const v = store.datasets.getVersion(d.version_id);
+      const v = await store.datasets.getVersion(d.version_id);
       if (!v || v.status !== 'ready') throw new Error(`dataset ${d.name} version ${d.version_number} is no longer available`);
       for (const l of readFileSync(datasets.dataFile(v), 'utf8').split('\n')) if (l.trim()) lines.push(l);
     }
@@ -325,9 +336,9 @@ export function createTrainingJobsService(deps: {
     try {
       // a run starts from the beginning in an empty folder: records of an interrupted run's checkpoints go with it
       rmSync(dir, { recursive: true, force: true });
-      const dropped = await store.tx(() => {
-        const old = store.trainingArtifacts.listCheckpoints(id);
-        for (const c of old) store.trainingArtifacts.removeCheckpoint(c);
+      const dropped = await store.tx(async (t) => {
+        const old = await t.trainingArtifacts.listCheckpoints(id);
+        for (const c of old) t.trainingArtifacts.removeCheckpoint(c);
         return old.length;
       });
       if (dropped) await addLog(id, 'info', `${dropped} checkpoint(s) of the interrupted run were discarded with it`);
@@ -413,19 +424,19 @@ export function createTrainingJobsService(deps: {
             // one record per (job, step): a final checkpoint at the step of the last evaluation replaces
             // that step's record (the trainer moved its folder to final/); the event comes after the
             // folder is complete (written as .partial, fsynced, renamed)
-            enqueue(() => store.tx(() => {
-              if (!store.trainingJobs.get(id)) return;
-              const prev = store.trainingArtifacts.listCheckpoints(id).find((o) => o.step === ck.step);
+            enqueue(() => store.tx(async (t) => {
+              if (!(await t.trainingJobs.get(id))) return;
+              const prev = (await t.trainingArtifacts.listCheckpoints(id)).find((o) => o.step === ck.step);
               if (prev) Object.assign(ck, { id: prev.id, created_at: prev.created_at, is_best: ck.is_best || prev.is_best });
               if (ck.is_best) {
-                for (const o of store.trainingArtifacts.listCheckpoints(id)) {
-                  if (o.is_best && o.id !== ck.id) store.trainingArtifacts.putCheckpoint({ ...o, is_best: false });
+                for (const o of await t.trainingArtifacts.listCheckpoints(id)) {
+                  if (o.is_best && o.id !== ck.id) t.trainingArtifacts.putCheckpoint({ ...o, is_best: false });
                 }
               }
-              store.trainingArtifacts.putCheckpoint(ck);
-              store.trainingArtifacts.appendLog(id, 'info', `checkpoint at epoch ${ck.epoch}, step ${ck.step}${ck.val_loss !== null ? `, validation loss ${ck.val_loss.toFixed(4)}` : ''}${ck.is_best ? ' (best so far)' : ''}`);
-              const cur = store.trainingJobs.get(id) as Job;
-              store.trainingJobs.put({ ...cur, val_loss: ck.val_loss ?? cur.val_loss, updated_at: nowIso() });
+              t.trainingArtifacts.putCheckpoint(ck);
+              await t.trainingArtifacts.appendLog(id, 'info', `checkpoint at epoch ${ck.epoch}, step ${ck.step}${ck.val_loss !== null ? `, validation loss ${ck.val_loss.toFixed(4)}` : ''}${ck.is_best ? ' (best so far)' : ''}`);
+              const cur = (await t.trainingJobs.get(id)) as Job;
+              t.trainingJobs.put({ ...cur, val_loss: ck.val_loss ?? cur.val_loss, updated_at: nowIso() });
             }));
           }
         },
@@ -458,7 +469,7 @@ export function createTrainingJobsService(deps: {
     } catch (e) {
       if (closing) return; // the process is shutting down: the restart logic takes over
       const msg = e instanceof Error ? e.message : String(e);
-      const cur = getJob(id);
+      const cur = await getJob(id);
       if (!cur) { rmSync(dir, { recursive: true, force: true }); return; }
       if (cur.status === 'cancelled') { await addLog(id, 'info', `training stopped (${msg})`); return; }
       await fail(msg);
@@ -467,7 +478,7 @@ export function createTrainingJobsService(deps: {
 
   /** drop checkpoint records whose folder is missing, and duplicates of a (job, step) */
   async function reconcileCheckpoints(): Promise<void> {
-    const all = store.trainingArtifacts.allCheckpoints().sort((a, b) => b.created_at.localeCompare(a.created_at));
+    const all = (await store.trainingArtifacts.allCheckpoints()).sort((a, b) => b.created_at.localeCompare(a.created_at));
     const keep = new Set<string>();
     const drop = all.filter((c) => {
       const k = `${c.job_id}|${c.step}`;
@@ -476,7 +487,7 @@ export function createTrainingJobsService(deps: {
       return false;
     });
     if (!drop.length) return;
-    await store.tx(() => { for (const c of drop) store.trainingArtifacts.removeCheckpoint(c); });
+    await store.tx((t) => { for (const c of drop) t.trainingArtifacts.removeCheckpoint(c); });
     deps.log?.warn({ dropped: drop.length }, 'checkpoint records without a folder (or duplicated) were removed');
   }
 
@@ -498,11 +509,11 @@ export function createTrainingJobsService(deps: {
       if (base.task_type === 'decoder' && type === 'full') invalid('/training_type', 'decoder models are LoRA-only: full fine-tuning is reserved for encoder models', 'full_on_decoder');
       // continuing a decoder adapter: its rank, alpha and targets; options that differ are refused
       const adapter = base.init_adapter ? continuedLora(base.init_adapter, body) : null;
-      if (body.project_id && store.projects.get(body.project_id)?.team_id !== p.team_id) throw new NotFoundError(`Project ${body.project_id} not found`);
+      if (body.project_id && (await store.projects.get(body.project_id))?.team_id !== p.team_id) throw new NotFoundError(`Project ${body.project_id} not found`);
       const ds: Job['datasets'] = [];
       for (const [i, d] of body.datasets.entries()) {
         let v;
-        try { v = datasets.readyVersion(p.team_id, d.name, d.version ?? 'latest'); } catch (e) {
+        try { v = await datasets.readyVersion(p.team_id, d.name, d.version ?? 'latest'); } catch (e) {
           if (e instanceof ValidationError) invalid(`/datasets/${i}/name`, e.message, 'dataset_not_ready');
           throw e;
         }
@@ -540,39 +551,43 @@ export function createTrainingJobsService(deps: {
         metrics: null, error: null, started_at: null, completed_at: null, restarts: 0, weights_dir: null, weights_format: null,
         ...(extra.adaptive ? { adaptive: extra.adaptive } : {}),
       };
-      await store.tx(() => {
-        store.trainingJobs.put(job);
-        const ahead = new Set([...queued().map((x) => x.id), ...running.keys()].filter((x) => x !== id)).size;
-        store.trainingArtifacts.appendLog(id, 'info', `job created; ${ahead > 0 ? `queued behind ${ahead} job(s)` : 'queued'}`);
+      const waiting = (await queued()).map((x) => x.id);
+      await store.tx(async (t) => {
+        t.trainingJobs.put(job);
+        const ahead = new Set([...waiting, ...running.keys()].filter((x) => x !== id)).size;
+        await t.trainingArtifacts.appendLog(id, 'info', `job created; ${ahead > 0 ? `queued behind ${ahead} job(s)` : 'queued'}`);
       });
       setImmediate(schedule);
       return { id, status: 'requested' as const };
     },
 
-    list(p: Principal, q: { status?: string; project_id?: string; limit: number; offset: number }) {
-      let jobs = store.trainingJobs.listByTeam(p.team_id) as Job[];
+    async list(p: Principal, q: { status?: string; project_id?: string; limit: number; offset: number }) {
+      let jobs = (await store.trainingJobs.listByTeam(p.team_id)) as Job[];
       if (q.status) jobs = jobs.filter((j) => j.status === q.status);
-      if (q.project_id) jobs = jobs.filter((j) => j.project_id === q.project_id || store.deployments.listByProject(q.project_id!).some((d) => d.training_job_id === j.id && d.team_id === p.team_id));
+      if (q.project_id) {
+        const deps = await store.deployments.listByProject(q.project_id);
+        jobs = jobs.filter((j) => j.project_id === q.project_id || deps.some((d) => d.training_job_id === j.id && d.team_id === p.team_id));
+      }
       const page = jobs.slice(q.offset, q.offset + q.limit).map(jobView);
       return { training_jobs: page, count: page.length, total: jobs.length, limit: q.limit, offset: q.offset };
     },
 
-    get(p: Principal, id: string) { return jobView(own(p, id)); },
+    async get(p: Principal, id: string) { return jobView(await own(p, id)); },
 
-    logs(p: Principal, id: string, q: { after?: number; limit?: number }) {
-      own(p, id);
-      const rows = store.trainingArtifacts.listLogs(id, { after: q.after, limit: q.limit });
+    async logs(p: Principal, id: string, q: { after?: number; limit?: number }) {
+      await own(p, id);
+      const rows = await store.trainingArtifacts.listLogs(id, { after: q.after, limit: q.limit });
       return { success: true, job_id: id, count: rows.length, logs: rows.map((r) => ({ seq: r.seq, timestamp: r.timestamp, level: r.level, message: r.message })) };
     },
 
-    checkpoints(p: Principal, id: string) {
-      own(p, id);
-      const cks = store.trainingArtifacts.listCheckpoints(id).map((c) => ({ id: c.id, epoch: c.epoch, step: c.step, train_loss: round(c.train_loss), val_loss: round(c.val_loss), is_best: c.is_best, is_final: c.is_final, created_at: c.created_at }));
+    async checkpoints(p: Principal, id: string) {
+      await own(p, id);
+      const cks = (await store.trainingArtifacts.listCheckpoints(id)).map((c) => ({ id: c.id, epoch: c.epoch, step: c.step, train_loss: round(c.train_loss), val_loss: round(c.val_loss), is_best: c.is_best, is_final: c.is_final, created_at: c.created_at }));
       return { success: true, job_id: id, count: cks.length, checkpoints: cks };
     },
 
     async download(p: Principal, id: string, baseUrl: string) {
-      const j = own(p, id);
+      const j = await own(p, id);
       if (j.status !== 'complete' && j.status !== 'deployed') throw new ConflictError(`Training job ${id} is ${j.status}; weights can be downloaded once it is complete`);
       if (!j.weights_dir || !existsSync(j.weights_dir)) throw new NotFoundError(`The weights of training job ${id} are missing on disk`);
       const archive = join(jobDir(id), 'weights.tar.gz');
@@ -589,15 +604,15 @@ export function createTrainingJobsService(deps: {
     },
 
     /** the signed archive URL (signature checked by the route) */
-    archive(id: string): { path: string; filename: string } {
-      const j = getJob(id);
+    async archive(id: string): Promise<{ path: string; filename: string }> {
+      const j = await getJob(id);
       const path = join(jobDir(id), 'weights.tar.gz');
       if (!j || !existsSync(path)) throw new NotFoundError('Archive not found');
       return { path, filename: `${j.model_name}.tar.gz` };
     },
 
     async stop(p: Principal, id: string) {
-      const j = own(p, id);
+      const j = await own(p, id);
       if (j.status !== 'running' && j.status !== 'requested') throw new ConflictError(`Training job ${id} is ${j.status}; only a running (or queued) job can be stopped`);
       const nj = await patch(id, (cur) => (ACTIVE.has(cur.status) ? { status: 'cancelled', completed_at: nowIso() } : null), { level: 'info', message: j.status === 'running' ? 'stop requested: finishing the current step and keeping the last checkpoint' : 'cancelled before it started' });
       running.get(id)?.stop();
@@ -605,18 +620,21 @@ export function createTrainingJobsService(deps: {
     },
 
     async remove(p: Principal, id: string) {
-      const j = own(p, id);
-      const active = store.projects.listByTeam(p.team_id).find((pr) => pr.active_deployment_id && store.deployments.get(pr.active_deployment_id)?.training_job_id === id);
+      const j = await own(p, id);
+      let active: { name: string } | undefined;
+      for (const pr of await store.projects.listByTeam(p.team_id)) {
+        if (pr.active_deployment_id && (await store.deployments.get(pr.active_deployment_id))?.training_job_id === id) active = pr;
+      }
       if (active) throw new ConflictError(`Training job ${id} is deployed to project ${active.name}; deploy another model there or delete the project first`);
       running.get(id)?.stop();
-      await store.tx(() => { store.trainingArtifacts.removeJob(id); store.trainingJobs.remove(id); });
+      await store.tx(async (t) => { await t.trainingArtifacts.removeJob(id); await t.trainingJobs.remove(id); });
       runtime.unload?.(jobModelRef(j)); // its adapter (or weights) leaves memory with the job
       if (!running.has(id)) rmSync(jobDir(id), { recursive: true, force: true });
       return { success: true, message: `Training job ${id} and its checkpoints, logs and weights were deleted` };
     },
 
-    trainedModels(p: Principal) {
-      const models = (store.trainingJobs.listByTeam(p.team_id) as Job[]).filter((j) => j.status === 'complete' || j.status === 'deployed').map((j) => ({
+    async trainedModels(p: Principal) {
+      const models = ((await store.trainingJobs.listByTeam(p.team_id)) as Job[]).filter((j) => j.status === 'complete' || j.status === 'deployed').map((j) => ({
         id: j.id, training_job_id: j.id, model_name: j.model_name, base_model: j.base_model, task_type: j.task_type, training_type: j.training_type,
         status: j.status, metrics: j.metrics, weights_format: j.weights_format, project_id: j.project_id, created_at: j.created_at, completed_at: j.completed_at,
       }));
@@ -624,8 +642,8 @@ export function createTrainingJobsService(deps: {
     },
 
     /** evaluations: what to run for a job id (null: not a job of this team) */
-    modelOf(teamId: string, id: string): { kind: 'encoder' | 'decoder'; model_dir: string; adapter_dir?: string; status: string } | null {
-      const j = getJob(id);
+    async modelOf(teamId: string, id: string): Promise<{ kind: 'encoder' | 'decoder'; model_dir: string; adapter_dir?: string; status: string } | null> {
+      const j = await getJob(id);
       if (!j || j.team_id !== teamId) return null;
       const ref = j.model_ref;
       if (!ref) return { kind: j.task_type, model_dir: '', status: j.status };
@@ -637,9 +655,9 @@ export function createTrainingJobsService(deps: {
      * gone is dropped; one record per job and step, the newest); queued jobs stay queued, running
      * jobs are re-queued (or failed).
      */
-    resumePending(): void {
+    async resumePending(): Promise<void> {
       const work: Array<Promise<unknown>> = [reconcileCheckpoints()];
-      for (const { value: j } of store.db.dbs.training_jobs.getRange() as Iterable<{ value: Job }>) {
+      for (const j of (await store.trainingJobs.all()) as Job[]) {
         if (j.status === 'running') {
           if ((j.restarts ?? 0) >= MAX_RESTARTS) {
             work.push(patch(j.id, () => ({ status: 'failed', error: `the server restarted during training ${MAX_RESTARTS + 1} times`, completed_at: nowIso() }), { level: 'error', message: `the server restarted while the job was running (epoch ${j.current_epoch}, step ${j.current_step}); it has been restarted ${MAX_RESTARTS} times already, so it is marked failed` }));
@@ -650,14 +668,15 @@ export function createTrainingJobsService(deps: {
           work.push(addLog(j.id, 'info', 'the server restarted; the job is still queued'));
         }
       }
-      void Promise.all(work).then(() => schedule());
+      await Promise.all(work);
+      schedule();
     },
 
     /** wait until no job is running or queued (tests), at most `timeoutMs` */
     async idle(timeoutMs = 60_000): Promise<void> {
       const until = Date.now() + timeoutMs;
       while (Date.now() < until) {
-        if (running.size === 0 && queued().length === 0) return;
+        if (running.size === 0 && (await queued()).length === 0) return;
         await Promise.race([...[...running.values()].map((r) => r.done), new Promise((r) => setTimeout(r, 100))]);
       }
     },

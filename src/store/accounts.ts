@@ -1,12 +1,12 @@
 // Billing accounts, one per team: plan, balances (integer micro-credits), billing month.
-import type { Db } from './db.ts';
+import type { Kv } from './db.ts';
 import type { BillingAccount } from './types.ts';
 
-export function makeAccountsRepo(db: Db) {
-  const { accounts } = db.dbs;
+export function makeAccountsRepo(h: Kv) {
   return {
-    get: (teamId: string): BillingAccount | undefined => accounts.get(teamId),
-    put: (a: BillingAccount): void => { accounts.put(a.team_id, a); },
+    get: (teamId: string): Promise<BillingAccount | undefined> => h.get('accounts', teamId),
+    /** inside a transaction */
+    put: (a: BillingAccount): void => { h.put('accounts', a.team_id, a); },
   };
 }
 export type AccountsRepo = ReturnType<typeof makeAccountsRepo>;

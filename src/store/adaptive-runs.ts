@@ -1,32 +1,27 @@
 // Adaptive retraining runs (src/service/adaptive), listed per project newest first.
-import { type Db, ikey, scanIndex } from './db.ts';
+import { allRecords, ikey, type Kv, scanRecords } from './db.ts';
 import type { AdaptiveRunRecord } from './types.ts';
 
-export function makeAdaptiveRunsRepo(db: Db) {
-  const { adaptive_runs: runs, idx } = db.dbs;
+export function makeAdaptiveRunsRepo(h: Kv) {
   const keyOf = (r: AdaptiveRunRecord) => ikey('ar_proj', r.project_id, Date.parse(r.created_at), r.id);
   return {
-    get: (id: string): AdaptiveRunRecord | undefined => runs.get(id),
+    get: (id: string): Promise<AdaptiveRunRecord | undefined> => h.get('adaptive_runs', id),
     /** inside a transaction */
     put(r: AdaptiveRunRecord): void {
-      runs.put(r.id, r);
-      idx.put(keyOf(r), null);
+      h.put('adaptive_runs', r.id, r);
+      h.put('idx', keyOf(r), null);
     },
     /** inside a transaction */
-    remove(id: string): void {
-      const r = runs.get(id) as AdaptiveRunRecord | undefined;
+    async remove(id: string): Promise<void> {
+      const r = (await h.get('adaptive_runs', id)) as AdaptiveRunRecord | undefined;
       if (!r) return;
-      idx.remove(keyOf(r));
-      runs.remove(id);
+      h.remove('idx', keyOf(r));
+      h.remove('adaptive_runs', id);
     },
-    listByProject(projectId: string): AdaptiveRunRecord[] {
-      return [...scanIndex(db, ['ar_proj', projectId])].map((id) => runs.get(id)).filter(Boolean);
-    },
-    all(): AdaptiveRunRecord[] {
-      return [...(runs.getRange() as Iterable<{ value: AdaptiveRunRecord }>)].map((x) => x.value);
-    },
-    reindex(): void {
-      for (const { value } of runs.getRange()) idx.put(keyOf(value as AdaptiveRunRecord), null);
+    listByProject: (projectId: string): Promise<AdaptiveRunRecord[]> => scanRecords(h, 'adaptive_runs', ['ar_proj', projectId]),
+    all: (): Promise<AdaptiveRunRecord[]> => allRecords(h, 'adaptive_runs'),
+    async reindex(): Promise<void> {
+      for (const r of await allRecords<AdaptiveRunRecord>(h, 'adaptive_runs')) h.put('idx', keyOf(r), null);
     },
   };
 }

@@ -1,59 +1,49 @@
 // Datasets (one per team and name), their versions (listed newest first) and presigned uploads.
-import { type Db, ikey, scanIndex } from './db.ts';
+import { allRecords, ikey, type Kv, scanRecords } from './db.ts';
 import type { DatasetRecord, DatasetVersionRecord, UploadRecord } from './customization-types.ts';
 
-export function makeDatasetsRepo(db: Db) {
-  const { datasets, dataset_versions: versions, uploads, idx } = db.dbs;
+export function makeDatasetsRepo(h: Kv) {
   const dsKeys = (d: DatasetRecord): [string, string] => [ikey('ds_name', d.team_id, d.dataset_name), ikey('ds_team', d.team_id, Date.parse(d.created_at), d.id)];
   const vKey = (v: DatasetVersionRecord) => ikey('dsv', v.dataset_id, Number(v.version_number), v.id);
-  return {
-    get: (id: string): DatasetRecord | undefined => datasets.get(id),
-    byName(teamId: string, name: string): DatasetRecord | undefined {
-      const id = idx.get(ikey('ds_name', teamId, name));
-      return id ? datasets.get(id) : undefined;
+  const index = (d: DatasetRecord) => { const [a, b] = dsKeys(d); h.put('idx', a, d.id); h.put('idx', b, null); };
+  const repo = {
+    get: (id: string): Promise<DatasetRecord | undefined> => h.get('datasets', id),
+    async byName(teamId: string, name: string): Promise<DatasetRecord | undefined> {
+      const id = await h.get('idx', ikey('ds_name', teamId, name));
+      return id ? h.get('datasets', id) : undefined;
     },
     /** inside a transaction */
-    put(d: DatasetRecord): void {
-      datasets.put(d.id, d);
-      const [a, b] = dsKeys(d);
-      idx.put(a, d.id); idx.put(b, null);
-    },
-    listByTeam(teamId: string): DatasetRecord[] {
-      return [...scanIndex(db, ['ds_team', teamId])].map((id) => datasets.get(id)).filter(Boolean);
-    },
-    getVersion: (id: string): DatasetVersionRecord | undefined => versions.get(id),
+    put(d: DatasetRecord): void { h.put('datasets', d.id, d); index(d); },
+    listByTeam: (teamId: string): Promise<DatasetRecord[]> => scanRecords(h, 'datasets', ['ds_team', teamId]),
+    getVersion: (id: string): Promise<DatasetVersionRecord | undefined> => h.get('dataset_versions', id),
     /** inside a transaction */
-    putVersion(v: DatasetVersionRecord): void { versions.put(v.id, v); idx.put(vKey(v), null); },
+    putVersion(v: DatasetVersionRecord): void { h.put('dataset_versions', v.id, v); h.put('idx', vKey(v), null); },
     /** newest first */
-    listVersions(datasetId: string): DatasetVersionRecord[] {
-      return [...scanIndex(db, ['dsv', datasetId])].map((id) => versions.get(id)).filter(Boolean);
-    },
+    listVersions: (datasetId: string): Promise<DatasetVersionRecord[]> => scanRecords(h, 'dataset_versions', ['dsv', datasetId]),
     /** inside a transaction: the dataset, every version and their uploads */
-    remove(id: string): void {
-      const d = datasets.get(id) as DatasetRecord | undefined;
+    async remove(id: string): Promise<void> {
+      const d = (await h.get('datasets', id)) as DatasetRecord | undefined;
       if (!d) return;
-      for (const v of this.listVersions(id)) { idx.remove(vKey(v)); versions.remove(v.id); }
-      for (const { key, value } of uploads.getRange() as Iterable<{ key: string; value: UploadRecord }>) {
-        if (value.team_id === d.team_id && value.dataset_name === d.dataset_name) uploads.remove(key);
+      for (const v of await repo.listVersions(id)) { h.remove('idx', vKey(v)); h.remove('dataset_versions', v.id); }
+      for (const { key, value } of await h.range('uploads')) {
+        const u = value as UploadRecord;
+        if (u.team_id === d.team_id && u.dataset_name === d.dataset_name) h.remove('uploads', key);
       }
-      for (const k of dsKeys(d)) idx.remove(k);
-      datasets.remove(id);
+      for (const k of dsKeys(d)) h.remove('idx', k);
+      h.remove('datasets', id);
     },
-    getUpload: (id: string): UploadRecord | undefined => uploads.get(id),
+    getUpload: (id: string): Promise<UploadRecord | undefined> => h.get('uploads', id),
     /** inside a transaction */
-    putUpload(u: UploadRecord): void { uploads.put(u.id, u); },
+    putUpload(u: UploadRecord): void { h.put('uploads', u.id, u); },
     /** every presigned upload (restart recovery) */
-    allUploads(): UploadRecord[] {
-      return [...(uploads.getRange() as Iterable<{ value: UploadRecord }>)].map((e) => e.value);
-    },
+    allUploads: (): Promise<UploadRecord[]> => allRecords(h, 'uploads'),
     /** every version (restart recovery) */
-    allVersions(): DatasetVersionRecord[] {
-      return [...(versions.getRange() as Iterable<{ value: DatasetVersionRecord }>)].map((e) => e.value);
-    },
-    reindex(): void {
-      for (const { value } of datasets.getRange()) { const [a, b] = dsKeys(value as DatasetRecord); idx.put(a, (value as DatasetRecord).id); idx.put(b, null); }
-      for (const { value } of versions.getRange()) idx.put(vKey(value as DatasetVersionRecord), null);
+    allVersions: (): Promise<DatasetVersionRecord[]> => allRecords(h, 'dataset_versions'),
+    async reindex(): Promise<void> {
+      for (const d of await allRecords<DatasetRecord>(h, 'datasets')) index(d);
+      for (const v of await allRecords<DatasetVersionRecord>(h, 'dataset_versions')) h.put('idx', vKey(v), null);
     },
   };
+  return repo;
 }
 export type DatasetsRepo = ReturnType<typeof makeDatasetsRepo>;

@@ -1,22 +1,23 @@
 // Deployments of training jobs to projects; history per project, most recent first.
-import { type Db, ikey, scanIndex } from './db.ts';
+import { allRecords, ikey, type Kv, scanRecords } from './db.ts';
 import type { DeploymentRecord } from './types.ts';
 
-export function makeDeploymentsRepo(db: Db) {
-  const { deployments, idx } = db.dbs;
+export function makeDeploymentsRepo(h: Kv) {
   const keyOf = (d: DeploymentRecord) => ikey('dep_proj', d.project_id, Date.parse(d.created_at), d.deployment_id);
-  return {
-    get: (id: string): DeploymentRecord | undefined => deployments.get(id),
+  const repo = {
+    get: (id: string): Promise<DeploymentRecord | undefined> => h.get('deployments', id),
     /** inside a transaction */
-    put(d: DeploymentRecord): void { deployments.put(d.deployment_id, d); idx.put(keyOf(d), null); },
-    listByProject(projectId: string): DeploymentRecord[] {
-      return [...scanIndex(db, ['dep_proj', projectId])].map((id) => deployments.get(id)).filter(Boolean);
-    },
+    put(d: DeploymentRecord): void { h.put('deployments', d.deployment_id, d); h.put('idx', keyOf(d), null); },
+    listByProject: (projectId: string): Promise<DeploymentRecord[]> => scanRecords(h, 'deployments', ['dep_proj', projectId]),
+    all: (): Promise<DeploymentRecord[]> => allRecords(h, 'deployments'),
     /** inside a transaction: drop a project's whole history */
-    removeByProject(projectId: string): void {
-      for (const d of this.listByProject(projectId)) { idx.remove(keyOf(d)); deployments.remove(d.deployment_id); }
+    async removeByProject(projectId: string): Promise<void> {
+      for (const d of await repo.listByProject(projectId)) { h.remove('idx', keyOf(d)); h.remove('deployments', d.deployment_id); }
     },
-    reindex(): void { for (const { value } of deployments.getRange()) idx.put(keyOf(value as DeploymentRecord), null); },
+    async reindex(): Promise<void> {
+      for (const d of await allRecords<DeploymentRecord>(h, 'deployments')) h.put('idx', keyOf(d), null);
+    },
   };
+  return repo;
 }
 export type DeploymentsRepo = ReturnType<typeof makeDeploymentsRepo>;

@@ -1,39 +1,35 @@
 // Evaluations (listed per team newest first, filterable by project) and generation jobs.
-import { type Db, ikey, scanIndex } from './db.ts';
+import { allRecords, ikey, type Kv, scanRecords } from './db.ts';
 import type { EvaluationRecord, GenerationJobRecord } from './customization-types.ts';
 
-export function makeEvaluationsRepo(db: Db) {
-  const { evaluations, idx } = db.dbs;
+export function makeEvaluationsRepo(h: Kv) {
   const keyOf = (e: EvaluationRecord) => ikey('ev_team', e.team_id, Date.parse(e.created_at), e.id);
   return {
-    get: (id: string): EvaluationRecord | undefined => evaluations.get(id),
+    get: (id: string): Promise<EvaluationRecord | undefined> => h.get('evaluations', id),
     /** inside a transaction */
-    put(e: EvaluationRecord): void { evaluations.put(e.id, e); idx.put(keyOf(e), null); },
-    save(e: EvaluationRecord): Promise<void> { return db.tx(() => this.put(e)); },
+    put(e: EvaluationRecord): void { h.put('evaluations', e.id, e); h.put('idx', keyOf(e), null); },
     /** inside a transaction */
-    remove(id: string): void {
-      const e = evaluations.get(id) as EvaluationRecord | undefined;
+    async remove(id: string): Promise<void> {
+      const e = (await h.get('evaluations', id)) as EvaluationRecord | undefined;
       if (!e) return;
-      idx.remove(keyOf(e));
-      evaluations.remove(id);
+      h.remove('idx', keyOf(e));
+      h.remove('evaluations', id);
     },
-    listByTeam(teamId: string): EvaluationRecord[] {
-      return [...scanIndex(db, ['ev_team', teamId])].map((id) => evaluations.get(id)).filter(Boolean);
+    listByTeam: (teamId: string): Promise<EvaluationRecord[]> => scanRecords(h, 'evaluations', ['ev_team', teamId]),
+    all: (): Promise<EvaluationRecord[]> => allRecords(h, 'evaluations'),
+    async reindex(): Promise<void> {
+      for (const e of await allRecords<EvaluationRecord>(h, 'evaluations')) h.put('idx', keyOf(e), null);
     },
-    all(): EvaluationRecord[] { return [...(evaluations.getRange() as Iterable<{ value: EvaluationRecord }>)].map((x) => x.value); },
-    reindex(): void { for (const { value } of evaluations.getRange()) idx.put(keyOf(value as EvaluationRecord), null); },
   };
 }
 export type EvaluationsRepo = ReturnType<typeof makeEvaluationsRepo>;
 
-export function makeGenerationJobsRepo(db: Db) {
-  const { generation_jobs: jobs } = db.dbs;
+export function makeGenerationJobsRepo(h: Kv) {
   return {
-    get: (id: string): GenerationJobRecord | undefined => jobs.get(id),
+    get: (id: string): Promise<GenerationJobRecord | undefined> => h.get('generation_jobs', id),
     /** inside a transaction */
-    put(j: GenerationJobRecord): void { jobs.put(j.job_id, j); },
-    save(j: GenerationJobRecord): Promise<void> { return db.tx(() => this.put(j)); },
-    all(): GenerationJobRecord[] { return [...(jobs.getRange() as Iterable<{ value: GenerationJobRecord }>)].map((x) => x.value); },
+    put(j: GenerationJobRecord): void { h.put('generation_jobs', j.job_id, j); },
+    all: (): Promise<GenerationJobRecord[]> => allRecords(h, 'generation_jobs'),
   };
 }
 export type GenerationJobsRepo = ReturnType<typeof makeGenerationJobsRepo>;

@@ -1,12 +1,12 @@
 // Human feedback on an inference, keyed by inference id (a new submission replaces the old one).
-import type { Db } from './db.ts';
+import type { Kv } from './db.ts';
 import type { FeedbackRecord } from './types.ts';
 
-export function makeFeedbackRepo(db: Db) {
-  const { feedback } = db.dbs;
+export function makeFeedbackRepo(h: Kv) {
   return {
-    get: (inferenceId: string): FeedbackRecord | undefined => feedback.get(inferenceId),
-    put: (f: FeedbackRecord): void => { feedback.put(f.inference_id, f); },
+    get: (inferenceId: string): Promise<FeedbackRecord | undefined> => h.get('feedback', inferenceId),
+    /** inside a transaction */
+    put: (f: FeedbackRecord): void => { h.put('feedback', f.inference_id, f); },
   };
 }
 export type FeedbackRepo = ReturnType<typeof makeFeedbackRepo>;

@@ -1,7 +1,7 @@
 // Inference records with secondary indexes for the history filters of GET /inferences:
 // by team (all), model, project, training job and task, each ordered by created_at, so a query
 // walks the most selective index between `since` (inclusive) and `until` (exclusive).
-import { type Db, ikey, scanIndex } from './db.ts';
+import { allRecords, ikey, type Kv, scanIndex } from './db.ts';
 import type { InferenceRecord, JudgeVerdict } from './types.ts';
 import type { JudgementFields } from './judges.ts';
 
@@ -25,8 +25,7 @@ export interface InferenceQuery {
   until?: number;
 }
 
-export function makeInferencesRepo(db: Db) {
-  const { inferences, idx } = db.dbs;
+export function makeInferencesRepo(h: Kv) {
   const entries = (r: InferenceRecord): string[] => {
     const ts = Date.parse(r.created_at);
     const out = [ikey('inf', r.team_id, ts, r.id), ikey('inf_t', r.team_id, r.task, ts, r.id)];
@@ -37,32 +36,30 @@ export function makeInferencesRepo(db: Db) {
     return out;
   };
   return {
-    get: (id: string): InferenceRecord | undefined => inferences.get(id),
+    get: (id: string): Promise<InferenceRecord | undefined> => h.get('inferences', id),
     /** inside a transaction */
     put(r: InferenceRecord): void {
-      inferences.put(r.id, r);
-      for (const k of entries(r)) idx.put(k, null);
+      h.put('inferences', r.id, r);
+      for (const k of entries(r)) h.put('idx', k, null);
     },
-    /** LLM-as-judge score (0..1) set by a judge after the fact */
+    /** inside a transaction: LLM-as-judge score (0..1) set by a judge after the fact */
     async setJudgeScore(id: string, score: number): Promise<void> {
-      await db.tx(() => {
-        const r = inferences.get(id) as InferenceRecord | undefined;
-        if (r) inferences.put(id, { ...r, llmaj_score: score });
-      });
+      const r = (await h.get('inferences', id)) as InferenceRecord | undefined;
+      if (r) h.put('inferences', id, { ...r, llmaj_score: score });
     },
     /**
      * A judgement on a record (inside a transaction): only the `llmaj_*` fields change. A failed
      * judgement (`llmaj_error` set, no score) keeps the score, verdict and reasoning it had.
      */
-    applyJudgement(id: string, f: JudgementFields): InferenceRecord | undefined {
-      const r = inferences.get(id) as InferenceRecord | undefined;
+    async applyJudgement(id: string, f: JudgementFields): Promise<InferenceRecord | undefined> {
+      const r = (await h.get('inferences', id)) as InferenceRecord | undefined;
       if (!r) return undefined;
       const next = { ...r, ...f };
-      inferences.put(id, next);
+      h.put('inferences', id, next);
       return next;
     },
     /** newest first; `total` counts every match */
-    query(q: InferenceQuery): { items: InferenceRecord[]; total: number } {
+    async query(q: InferenceQuery): Promise<{ items: InferenceRecord[]; total: number }> {
       let prefix: (string | number)[];
       if (q.project_id !== undefined) prefix = ['inf_p', q.team_id, q.project_id];
       else if (q.training_job_id !== undefined) prefix = ['inf_j', q.team_id, q.training_job_id];
@@ -71,12 +68,11 @@ export function makeInferencesRepo(db: Db) {
       else prefix = ['inf', q.team_id];
       const items: InferenceRecord[] = [];
       let total = 0;
-      const seen = new Set<string>();
-      for (const id of scanIndex(db, prefix, { from: q.since !== undefined ? [q.since] : undefined, to: q.until !== undefined ? [q.until] : undefined })) {
-        if (seen.has(id)) continue;
-        seen.add(id);
-        const r = inferences.get(id) as InferenceRecord | undefined;
-        if (!r || r.team_id !== q.team_id) continue;
+      const ids = [...new Set(await scanIndex(h, prefix, {
+        from: q.since !== undefined ? [q.since] : undefined, to: q.until !== undefined ? [q.until] : undefined,
+      }))];
+      for (const r of (await h.getMany('inferences', ids)) as InferenceRecord[]) {
+        if (r.team_id !== q.team_id) continue;
         if (q.model_id !== undefined && r.model_id !== q.model_id && r.routed_model !== q.model_id) continue;
         if (q.task !== undefined && r.task !== q.task) continue;
         if (q.project_id !== undefined && r.project_id !== q.project_id) continue;
@@ -91,9 +87,9 @@ export function makeInferencesRepo(db: Db) {
       }
       return { items, total };
     },
-    /** remove the project link index entries of a deleted project (records stay, keep their project_id) */
-    reindex(): void {
-      for (const { value } of inferences.getRange()) for (const k of entries(value as InferenceRecord)) idx.put(k, null);
+    /** rebuild the index entries of every record (migration) */
+    async reindex(): Promise<void> {
+      for (const r of await allRecords<InferenceRecord>(h, 'inferences')) for (const k of entries(r)) h.put('idx', k, null);
     },
   };
 }

@@ -2,7 +2,7 @@
 // and the queue of inferences waiting for a judgement. A queue entry is written in the same
 // transaction as what causes it (the sampled inference record, a batch request) and removed in the
 // same transaction as the judgement it leads to, so a restart finds exactly the work left.
-import { type Db, ikey } from './db.ts';
+import { ikey, KEY_END, type Kv } from './db.ts';
 import type { JudgeVerdict } from './types.ts';
 
 export interface JudgeConfigRecord {
@@ -49,35 +49,30 @@ const cfgKey = (scope: 'team' | 'project', id: string) => ikey('cfg', scope, id)
 const qKey = (inferenceId: string) => ikey('q', inferenceId);
 const Q_PREFIX = ikey('q') + '|';
 
-export function makeJudgesRepo(db: Db) {
-  const { judges } = db.dbs;
+export function makeJudgesRepo(h: Kv) {
   return {
-    getConfig: (scope: 'team' | 'project', id: string): JudgeConfigRecord | undefined => judges.get(cfgKey(scope, id)),
+    getConfig: (scope: 'team' | 'project', id: string): Promise<JudgeConfigRecord | undefined> => h.get('judges', cfgKey(scope, id)),
     /** inside a transaction */
     putConfig(c: JudgeConfigRecord): void {
-      judges.put(cfgKey(c.scope, c.scope === 'team' ? c.team_id : c.project_id!), c);
+      h.put('judges', cfgKey(c.scope, c.scope === 'team' ? c.team_id : c.project_id!), c);
     },
     /** inside a transaction */
     removeConfig(scope: 'team' | 'project', id: string): void {
-      judges.remove(cfgKey(scope, id));
+      h.remove('judges', cfgKey(scope, id));
     },
     /** inside a transaction */
     enqueue(e: JudgeQueueEntry): void {
-      judges.put(qKey(e.inference_id), e);
+      h.put('judges', qKey(e.inference_id), e);
     },
     /** inside a transaction */
     dequeue(inferenceId: string): void {
-      judges.remove(qKey(inferenceId));
+      h.remove('judges', qKey(inferenceId));
     },
-    queued: (inferenceId: string): JudgeQueueEntry | undefined => judges.get(qKey(inferenceId)),
+    queued: (inferenceId: string): Promise<JudgeQueueEntry | undefined> => h.get('judges', qKey(inferenceId)),
     /** every queued entry (start-up) */
-    *queue(): Generator<JudgeQueueEntry> {
-      for (const { key, value } of judges.getRange({ start: Q_PREFIX, end: Q_PREFIX + '\uffff' }) as Iterable<{
-        key: string;
-        value: JudgeQueueEntry;
-      }>) {
-        if (key.startsWith(Q_PREFIX)) yield value;
-      }
+    async queue(): Promise<JudgeQueueEntry[]> {
+      return (await h.range('judges', { gte: Q_PREFIX, lt: Q_PREFIX + KEY_END }))
+        .filter((e) => e.key.startsWith(Q_PREFIX)).map((e) => e.value as JudgeQueueEntry);
     },
   };
 }

@@ -1,34 +1,31 @@
 // API keys: stored by id, looked up by the sha256 of the secret (the secret is never stored),
 // listed per team in creation order.
-import { bumpAuthGeneration, type Db, ikey, scanIndex } from './db.ts';
+import { allRecords, bumpAuthGeneration, ikey, type Kv, scanRecords } from './db.ts';
 import type { ApiKeyRecord } from './types.ts';
 
-export function makeKeysRepo(db: Db) {
-  const { keys, idx } = db.dbs;
+export function makeKeysRepo(h: Kv) {
   const indexKey = (k: ApiKeyRecord) => {
-    idx.put(ikey('key_hash', k.hash), k.id);
-    idx.put(ikey('key_team', k.team_id, Date.parse(k.created_at), k.id), null);
+    h.put('idx', ikey('key_hash', k.hash), k.id);
+    h.put('idx', ikey('key_team', k.team_id, Date.parse(k.created_at), k.id), null);
   };
   return {
-    get: (id: string): ApiKeyRecord | undefined => keys.get(id),
-    byHash(hash: string): ApiKeyRecord | undefined {
-      const id = idx.get(ikey('key_hash', hash));
-      return id ? keys.get(id) : undefined;
+    get: (id: string): Promise<ApiKeyRecord | undefined> => h.get('keys', id),
+    async byHash(hash: string): Promise<ApiKeyRecord | undefined> {
+      const id = await h.get('idx', ikey('key_hash', hash));
+      return id ? h.get('keys', id) : undefined;
     },
     /** inside a transaction */
     put(k: ApiKeyRecord): void {
-      keys.put(k.id, k);
+      h.put('keys', k.id, k);
       indexKey(k);
-      bumpAuthGeneration(db);
+      bumpAuthGeneration(h);
     },
-    listByTeam(teamId: string): ApiKeyRecord[] {
-      return [...scanIndex(db, ['key_team', teamId], { reverse: false })].map((id) => keys.get(id)).filter(Boolean);
-    },
+    listByTeam: (teamId: string): Promise<ApiKeyRecord[]> => scanRecords(h, 'keys', ['key_team', teamId], { reverse: false }),
     /** atomic read-modify-write of the usage counters (inside a transaction) */
-    bump(id: string, d: { requests?: number; tokens?: number; cost_micro?: number; at?: string }): void {
-      const k = keys.get(id) as ApiKeyRecord | undefined;
+    async bump(id: string, d: { requests?: number; tokens?: number; cost_micro?: number; at?: string }): Promise<void> {
+      const k = (await h.get('keys', id)) as ApiKeyRecord | undefined;
       if (!k) return;
-      keys.put(id, {
+      h.put('keys', id, {
         ...k,
         request_count: k.request_count + (d.requests ?? 0),
         usage_tokens: k.usage_tokens + (d.tokens ?? 0),
@@ -36,8 +33,8 @@ export function makeKeysRepo(db: Db) {
         last_used_at: d.at ?? k.last_used_at,
       });
     },
-    reindex(): void {
-      for (const { value } of keys.getRange()) indexKey(value as ApiKeyRecord);
+    async reindex(): Promise<void> {
+      for (const k of await allRecords<ApiKeyRecord>(h, 'keys')) indexKey(k);
     },
   };
 }

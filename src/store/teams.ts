@@ -1,14 +1,16 @@
 // Teams: the billing and rate-limit scope of keys.
-import { bumpAuthGeneration, type Db } from './db.ts';
+import { allRecords, bumpAuthGeneration, type Kv } from './db.ts';
 import type { TeamRecord } from './types.ts';
 
-export function makeTeamsRepo(db: Db) {
-  const { teams } = db.dbs;
+export function makeTeamsRepo(h: Kv) {
   return {
-    get: (id: string): TeamRecord | undefined => teams.get(id),
+    get: (id: string): Promise<TeamRecord | undefined> => h.get('teams', id),
     /** inside a transaction */
-    put: (t: TeamRecord): void => { teams.put(t.id, t); bumpAuthGeneration(db); },
-    list: (): TeamRecord[] => [...teams.getRange()].map((e) => e.value as TeamRecord),
+    put(t: TeamRecord): void {
+      h.put('teams', t.id, t);
+      bumpAuthGeneration(h);
+    },
+    list: (): Promise<TeamRecord[]> => allRecords(h, 'teams'),
   };
 }
 export type TeamsRepo = ReturnType<typeof makeTeamsRepo>;

@@ -1,27 +1,26 @@
 // Training jobs as stored records (the training service owns their life cycle; the service core
-// reads them to deploy and serve). Listed per team, newest first, with a status index.
-import { type Db, ikey, scanIndex } from './db.ts';
+// reads them to deploy and serve). Listed per team, newest first.
+import { allRecords, ikey, type Kv, scanRecords } from './db.ts';
 import type { TrainingJobRecord } from './types.ts';
 
-export function makeTrainingJobsRepo(db: Db) {
-  const { training_jobs: jobs, idx } = db.dbs;
+export function makeTrainingJobsRepo(h: Kv) {
   const teamKey = (j: TrainingJobRecord) => ikey('job_team', j.team_id, Date.parse(j.created_at), j.id);
   return {
-    get: (id: string): TrainingJobRecord | undefined => jobs.get(id),
-    /** inside a transaction (or use `save`) */
-    put(j: TrainingJobRecord): void { jobs.put(j.id, j); idx.put(teamKey(j), null); },
-    save(j: TrainingJobRecord): Promise<void> { return db.tx(() => this.put(j)); },
+    get: (id: string): Promise<TrainingJobRecord | undefined> => h.get('training_jobs', id),
     /** inside a transaction */
-    remove(id: string): void {
-      const j = jobs.get(id) as TrainingJobRecord | undefined;
+    put(j: TrainingJobRecord): void { h.put('training_jobs', j.id, j); h.put('idx', teamKey(j), null); },
+    /** inside a transaction */
+    async remove(id: string): Promise<void> {
+      const j = (await h.get('training_jobs', id)) as TrainingJobRecord | undefined;
       if (!j) return;
-      idx.remove(teamKey(j));
-      jobs.remove(id);
+      h.remove('idx', teamKey(j));
+      h.remove('training_jobs', id);
     },
-    listByTeam(teamId: string): TrainingJobRecord[] {
-      return [...scanIndex(db, ['job_team', teamId])].map((id) => jobs.get(id)).filter(Boolean);
+    listByTeam: (teamId: string): Promise<TrainingJobRecord[]> => scanRecords(h, 'training_jobs', ['job_team', teamId]),
+    all: (): Promise<TrainingJobRecord[]> => allRecords(h, 'training_jobs'),
+    async reindex(): Promise<void> {
+      for (const j of await allRecords<TrainingJobRecord>(h, 'training_jobs')) h.put('idx', teamKey(j), null);
     },
-    reindex(): void { for (const { value } of jobs.getRange()) idx.put(teamKey(value as TrainingJobRecord), null); },
   };
 }
 export type TrainingJobsRepo = ReturnType<typeof makeTrainingJobsRepo>;

@@ -1,27 +1,26 @@
 // Users (dashboard accounts) with a unique email index.
-import { type Db, ikey } from './db.ts';
+import { allRecords, ikey, type Kv } from './db.ts';
 import type { UserRecord } from './types.ts';
 
-export function makeUsersRepo(db: Db) {
-  const { users, idx } = db.dbs;
+export function makeUsersRepo(h: Kv) {
+  const emailKey = (u: UserRecord) => ikey('user_email', u.email.toLowerCase());
   return {
-    get: (id: string): UserRecord | undefined => users.get(id),
-    byEmail(email: string): UserRecord | undefined {
-      const id = idx.get(ikey('user_email', email.toLowerCase()));
-      return id ? users.get(id) : undefined;
+    get: (id: string): Promise<UserRecord | undefined> => h.get('users', id),
+    async byEmail(email: string): Promise<UserRecord | undefined> {
+      const id = await h.get('idx', ikey('user_email', email.toLowerCase()));
+      return id ? h.get('users', id) : undefined;
     },
     /** whether any user exists */
-    any(): boolean {
-      for (const _ of users.getKeys({ limit: 1 })) return true;
-      return false;
+    async any(): Promise<boolean> {
+      return (await h.range('users', { limit: 1 })).length > 0;
     },
     /** inside a transaction */
     put(u: UserRecord): void {
-      users.put(u.id, u);
-      idx.put(ikey('user_email', u.email.toLowerCase()), u.id);
+      h.put('users', u.id, u);
+      h.put('idx', emailKey(u), u.id);
     },
-    reindex(): void {
-      for (const { value } of users.getRange()) idx.put(ikey('user_email', (value as UserRecord).email.toLowerCase()), (value as UserRecord).id);
+    async reindex(): Promise<void> {
+      for (const u of await allRecords<UserRecord>(h, 'users')) h.put('idx', emailKey(u), u.id);
     },
   };
 }

@@ -82,15 +82,15 @@ t.test('adaptive retraining: the policy, Retrain now, runs and a rejected deploy
   const now = new Date().toISOString();
   const run = newId();
   const reason = 'F1 gain 0.0100 below min_gain 0.05';
-  await ts.services.store.tx(() => {
-    ts.services.store.adaptiveRuns.put({
+  await ts.services.store.tx(async (t) => {
+    t.adaptiveRuns.put({
       id: run, team_id: u.team_id, project_id: project.id, trigger: 'manual', status: 'rejected',
       from_deployment_id: newId(), from_job_id: newId(), train_example_ids: ['a', 'b', 'c'],
       holdout_example_ids: ['d'], corrections_version: null, train_dataset: null, holdout_dataset: null,
       training_job_id: null, evaluation_ids: null, scores: { candidate: 0.61, deployed: 0.6, gain: 0.01, metric: 'f1' },
       decision: 'reject', reason, deployment_id: null, error: null, created_at: now, updated_at: now,
     });
-    ts.services.store.deployments.put({
+    t.deployments.put({
       deployment_id: newId(), project_id: project.id, team_id: u.team_id, training_job_id: newId(),
       status: 'rejected', error: null, created_at: now, activated_at: null, replaced_at: null,
       adaptive: { run_id: run, decision: 'reject', candidate_f1: 0.61, deployed_f1: 0.6, gain: 0.01, reason },

@@ -44,14 +44,14 @@ t.test('a body nested deeper than the limit is a 422 naming it, and nothing runs
       'native',
     ],
   ];
-  const before = ts.services.billing.usageOf(u.team_id).length;
+  const before = (await ts.services.billing.usageOf(u.team_id)).length;
   for (const [path, raw, family] of cases) {
     const r = await call(ts.url, 'POST', path, { key: u.key, raw });
     t.equal(r.status, 422, `${path} (${raw.length} bytes): 422 (${r.text.slice(0, 160)})`);
     t.equal(errorBodyProblem(family, r.status, r.body, r.headers), null, 'documented body');
     t.match(JSON.stringify(r.body), new RegExp(`deeper than ${MAX_JSON_DEPTH}`), 'names the limit');
   }
-  t.equal(ts.services.billing.usageOf(u.team_id).length, before, 'nothing was billed');
+  t.equal((await ts.services.billing.usageOf(u.team_id)).length, before, 'nothing was billed');
 });
 
 t.test('bodies within the limit are served as before', async (t) => {

@@ -41,7 +41,7 @@ t.test(`${N} concurrent billed calls on an account good for a few dozen`, async 
 
   const credits = Math.round(cost * 30.5 * 1e6) / 1e6; // 30 calls and a half
   const u = await makeUser(ts, { credits });
-  t.equal(ts.services.billing.view(u.team_id).credits.available, credits);
+  t.equal((await ts.services.billing.view(u.team_id)).credits.available, credits);
   const res = await Promise.all(
     Array.from({ length: N }, () => call(ts.url, 'POST', '/inference', { key: u.key, body })),
   );
@@ -66,14 +66,14 @@ t.test(`${N} concurrent billed calls on an account good for a few dozen`, async 
     'refusals say out_of_credits or direct_model_requires_credits',
   );
 
-  const acct = ts.services.billing.view(u.team_id);
+  const acct = (await ts.services.billing.view(u.team_id));
   t.ok(
     acct.credits.available >= -cost - 1e-9,
     `balance ${acct.credits.available} stays at or above minus one call's cost (${-cost}) at ${N}-way concurrency`,
   );
   t.ok(ok.length <= 32, `served ${ok.length} calls on credits for 30.5`);
   // the ledger is exact
-  const usage = ts.services.billing.usageOf(u.team_id);
+  const usage = (await ts.services.billing.usageOf(u.team_id));
   t.equal(usage.length, ok.length, 'one usage record per served call');
   const spentMicro = usage.reduce((n, r) => n + r.cost_micro, 0);
   t.equal(Math.round(acct.credits.total_spent * 1e6), spentMicro, 'amount debited = sum of the usage records');

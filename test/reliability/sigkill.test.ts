@@ -344,8 +344,8 @@ t.test('after every kill: credits equal the usage records, nothing in flight', a
   await srv.stop();
   const store = await openStore(dataDir);
   try {
-    const acct = store.accounts.get(sess.team_id)!;
-    const usage = store.usage.listByTeam(sess.team_id);
+    const acct = (await store.accounts.get(sess.team_id))!;
+    const usage = (await store.usage.listByTeam(sess.team_id));
     const spent = usage.reduce((n, u) => n + u.cost_micro, 0);
     // the billed-calls test kills the server once 5 calls are acknowledged; how many more commit first is a race
     t.ok(usage.length >= 5, `${usage.length} usage records (at least the 5 acknowledged before the kill)`);
@@ -353,20 +353,20 @@ t.test('after every kill: credits equal the usage records, nothing in flight', a
     const available = acct.free_allowance_micro + acct.included_micro + acct.paid_balance_micro;
     t.equal(available, (100 + GRANT) * 1e6 - spent, 'free allowance + grant − usage = available');
     for (const u of usage)
-      if (u.inference_id) t.ok(store.inferences.get(u.inference_id), `usage ${u.id} has its inference record`);
-    for (const j of store.trainingJobs.listByTeam(sess.team_id)) {
+      if (u.inference_id) t.ok((await store.inferences.get(u.inference_id)), `usage ${u.id} has its inference record`);
+    for (const j of (await store.trainingJobs.listByTeam(sess.team_id))) {
       t.ok(
         ['complete', 'failed', 'cancelled', 'deployed'].includes(j.status),
         `training job ${j.model_name} ended (${j.status})`,
       );
-      for (const c of store.trainingArtifacts.listCheckpoints(j.id))
+      for (const c of (await store.trainingArtifacts.listCheckpoints(j.id)))
         t.ok(existsSync(c.dir), `checkpoint ${j.model_name}/epoch ${c.epoch} points at a folder that exists`);
     }
-    for (const g of store.generationJobs.all())
+    for (const g of (await store.generationJobs.all()))
       t.ok(['ready', 'failed'].includes(g.status), `generation job ended (${g.status})`);
-    for (const e of store.evaluations.listByTeam(sess.team_id))
+    for (const e of (await store.evaluations.listByTeam(sess.team_id)))
       t.ok(['complete', 'failed'].includes(e.status), `evaluation ended (${e.status})`);
-    for (const v of store.datasets.allVersions())
+    for (const v of (await store.datasets.allVersions()))
       t.notOk(
         ['uploading', 'converting', 'validating'].includes(v.status),
         `dataset ${v.dataset_name} v${v.version_number} not stuck (${v.status})`,

@@ -84,9 +84,9 @@ const seed = await (async () => {
     error: null,
     created_at: now,
   }));
-  await s.store.tx(() => {
-    s.store.trainingJobs.put(job);
-    s.store.deployments.put({
+  await s.store.tx(async (t) => {
+    t.trainingJobs.put(job);
+    t.deployments.put({
       deployment_id: depId,
       project_id: project.id,
       team_id: team.id,
@@ -97,8 +97,8 @@ const seed = await (async () => {
       activated_at: now,
       replaced_at: null,
     });
-    s.store.projects.put({ ...s.store.projects.get(project.id)!, active_deployment_id: depId });
-    for (const r of infs) s.store.inferences.put(r);
+    t.projects.put({ ...(await t.projects.get(project.id))!, active_deployment_id: depId });
+    for (const r of infs) t.inferences.put(r);
   });
   await s.adaptive.setPolicy(p, project.id, { enabled: true, min_new_corrections: 3 });
   await s.close();

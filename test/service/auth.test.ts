@@ -44,7 +44,7 @@ t.test('create-api-key: session + CSRF only; the secret is shown once and stored
   t.equal(r.body.billing_customer_created, false, 'the customer was created with the first key');
   t.equal(r.body.expires_at, null);
   t.equal(r.body.team_id, u.team_id);
-  const rec = ts.services.store.keys.get(r.body.id)!;
+  const rec = (await ts.services.store.keys.get(r.body.id))!;
   t.equal(rec.hash, sha256(r.body.secret_key));
   t.notOk(JSON.stringify(rec).includes(r.body.secret_key), 'the secret is not stored');
 });

@@ -49,7 +49,7 @@ t.test('free plan: router calls draw the one-time allowance, direct calls need p
   t.same(Object.keys(out.body).sort(), ['code', 'message', 'resolution_url']);
   t.equal(out.body.code, 'out_of_credits');
   // usage records add up to what was spent
-  const usage = ts.services.store.usage.listByTeam(u.team_id);
+  const usage = (await ts.services.store.usage.listByTeam(u.team_id));
   t.equal(usage.length, 2);
   t.equal(usage.reduce((n, r) => n + r.cost_micro, 0), 2_500_000);
   // granting credits unblocks direct calls
@@ -74,7 +74,7 @@ t.test('paid plan: card required, included credits, overage up to the ceiling th
   t.equal(last.body.resolution_url, 'http://127.0.0.1:8080/account');
   const acct = await call(ts.url, 'GET', '/account', { key: u.key });
   t.match(acct.body.credits, { included: 0, overage_used: 1, overage_ceiling: 1 });
-  const usage = ts.services.store.usage.listByTeam(u.team_id);
+  const usage = (await ts.services.store.usage.listByTeam(u.team_id));
   t.same(usage.map((r) => r.drawn).reverse(), [
     { free_micro: 0, included_micro: 500_000, paid_micro: 0, overage_micro: 0 },
     { free_micro: 0, included_micro: 500_000, paid_micro: 0, overage_micro: 0 },

@@ -63,7 +63,7 @@ t.test(`a job killed twice mid-run lists ${EPOCHS} checkpoints for ${EPOCHS} epo
   await srv.exited;
   const store = await openStore(dataDir);
   t.teardown(() => store.close());
-  for (const c of store.trainingArtifacts.listCheckpoints(job.id)) {
+  for (const c of (await store.trainingArtifacts.listCheckpoints(job.id))) {
     t.ok(existsSync(join(c.dir, 'config.json')), `checkpoint at step ${c.step} has its folder (${c.dir})`);
   }
   const out = join(dataDir, 'jobs', job.id, 'output');
@@ -89,20 +89,20 @@ t.test('start-up drops records whose folder is gone and duplicates of a (job, st
     id, job_id: 'job-1', team_id: team.id, epoch: step, step, train_loss: 1, val_loss: 1,
     is_best: false, is_final: false, dir, created_at: at(ms),
   });
-  await s.store.tx(() => {
-    s.store.trainingJobs.put({
+  await s.store.tx(async (t) => {
+    t.trainingJobs.put({
       id: 'job-1', team_id: team.id, base_model: 'test/encoder', model_name: 'm', task_type: 'encoder',
       output_dir: null, training_type: 'full', project_id: null, created_at: at(0), updated_at: at(0),
       datasets: [], configuration: {}, status: 'cancelled', restarts: 0,
     } as never);
-    s.store.trainingArtifacts.putCheckpoint(ck('a-old', 1, folder('s1'), 1)); // duplicate of step 1 (older)
-    s.store.trainingArtifacts.putCheckpoint(ck('a-new', 1, folder('s1'), 5));
-    s.store.trainingArtifacts.putCheckpoint(ck('b', 2, folder('s2'), 6));
-    s.store.trainingArtifacts.putCheckpoint(ck('gone', 3, join(dataDir, 'ck', 'missing'), 7)); // folder deleted
+    t.trainingArtifacts.putCheckpoint(ck('a-old', 1, folder('s1'), 1)); // duplicate of step 1 (older)
+    t.trainingArtifacts.putCheckpoint(ck('a-new', 1, folder('s1'), 5));
+    t.trainingArtifacts.putCheckpoint(ck('b', 2, folder('s2'), 6));
+    t.trainingArtifacts.putCheckpoint(ck('gone', 3, join(dataDir, 'ck', 'missing'), 7)); // folder deleted
   });
   await s.close();
   s = await open();
   t.teardown(() => s.close());
   await new Promise((r) => setTimeout(r, 300));
-  t.same(s.store.trainingArtifacts.listCheckpoints('job-1').map((c) => c.id), ['a-new', 'b']);
+  t.same((await s.store.trainingArtifacts.listCheckpoints('job-1')).map((c) => c.id), ['a-new', 'b']);
 });

@@ -34,8 +34,8 @@ const body = { model_id: 'service/auto', text: 'Alice Bob', schema: ['person'] }
 const inferN = (n: number, key: string, b: unknown = body) =>
   Promise.all(Array.from({ length: n }, () => call(ts.url, 'POST', '/inference', { key, body: b })));
 
-function ledger(teamId: string) {
-  const usage = ts.services.store.usage.listByTeam(teamId);
+async function ledger(teamId: string) {
+  const usage = (await ts.services.store.usage.listByTeam(teamId));
   return { count: usage.length, micro: usage.reduce((n, r) => n + r.cost_micro, 0) };
 }
 
@@ -51,10 +51,10 @@ t.test('1,000 concurrent calls on credit for about 300: overdraft below one call
     t.equal(r.body.code, 'out_of_credits');
     t.equal(r.headers.get('retry-after'), null, 'a billing denial, not a rate limit');
   }
-  const acct = ts.services.billing.view(u.team_id);
+  const acct = (await ts.services.billing.view(u.team_id));
   t.ok(acct.credits.available * 1e6 >= -CALL_MICRO, `final balance ${acct.credits.available} >= -(one call's cost)`);
   t.ok(acct.credits.available <= 0, 'the balance is spent before anyone is refused');
-  const l = ledger(u.team_id);
+  const l = (await ledger(u.team_id));
   t.equal(l.count, ok.length, 'one usage record per served call');
   t.equal(l.micro, ok.reduce((n, r) => n + Math.round(r.body.cost * 1e6), 0), 'usage records add up to the responses');
   t.equal(Math.round((3 - acct.credits.available) * 1e6), l.micro, 'balance == initial - sum(usage costs)');
@@ -71,10 +71,10 @@ t.test('paid plan: concurrent calls stop at the overage ceiling plus at most one
   t.equal(ok.length + refused.length, 400);
   t.equal(ok.length, 201, '1 included credit (100.01 calls) + 1 overage credit, the last call crossing the ceiling');
   t.ok(refused.every((r) => r.body.code === 'credit_ceiling_reached' && typeof r.body.resolution_url === 'string'));
-  const acct = ts.services.billing.view(u.team_id);
+  const acct = (await ts.services.billing.view(u.team_id));
   const over = acct.credits.overage_used;
   t.ok(over * 1e6 <= 1e6 + CALL_MICRO, `overage ${over} <= ceiling + one call`);
-  t.equal(Math.round(acct.credits.total_spent * 1e6), ledger(u.team_id).micro, 'spent == sum(usage costs)');
+  t.equal(Math.round(acct.credits.total_spent * 1e6), (await ledger(u.team_id)).micro, 'spent == sum(usage costs)');
   t.equal(ts.services.billing.heldMicro(u.team_id), 0);
 });
 
@@ -84,9 +84,9 @@ t.test('holds larger than the balance make calls wait for each other, not fail',
   const dec = { model_id: 'service/auto', messages: [{ role: 'user', content: 'one two three four' }] };
   const res = await inferN(20, u.key, dec);
   t.same(res.map((r) => r.status), Array(20).fill(200), 'every call the balance pays for is served');
-  const acct = ts.services.billing.view(u.team_id);
-  t.equal(Math.round((3 - acct.credits.available) * 1e6), ledger(u.team_id).micro);
-  t.equal(ledger(u.team_id).count, 20);
+  const acct = (await ts.services.billing.view(u.team_id));
+  t.equal(Math.round((3 - acct.credits.available) * 1e6), (await ledger(u.team_id)).micro);
+  t.equal((await ledger(u.team_id)).count, 20);
 });
 
 t.test('a failed call releases its hold and is not billed', async (t) => {
@@ -96,8 +96,8 @@ t.test('a failed call releases its hold and is not billed', async (t) => {
   const bad = await call(ts.url, 'POST', '/inference', { key: u.key, body });
   t.equal(bad.status, 500);
   t.equal(ts.services.billing.heldMicro(u.team_id), 0, 'the hold is gone');
-  t.equal(ledger(u.team_id).count, 0, 'nothing billed');
-  t.equal(ts.services.billing.view(u.team_id).credits.available, 3);
+  t.equal((await ledger(u.team_id)).count, 0, 'nothing billed');
+  t.equal((await ts.services.billing.view(u.team_id)).credits.available, 3);
   t.equal((await call(ts.url, 'POST', '/inference', { key: u.key, body })).status, 200);
 });
 
@@ -148,8 +148,8 @@ t.test('kill -9 during 1,000 concurrent calls: every answered call is in the led
   t.ok(answered.length >= 100, `${answered.length} calls served before the kill`);
   t.ok(before.length < 1000, `${1000 - before.length} calls cut off by the kill`);
   let store = await openStore(dataDir);
-  const teamId = store.users.byEmail('crash@example.com')!.team_id;
-  const recorded = new Set(store.usage.listByTeam(teamId).map((u) => u.inference_id));
+  const teamId = (await store.users.byEmail('crash@example.com'))!.team_id;
+  const recorded = new Set((await store.usage.listByTeam(teamId)).map((u) => u.inference_id));
   t.ok(answered.every((r) => recorded.has(r.body.inference_id)), 'every answered call has its usage record');
   await store.close();
 
@@ -163,9 +163,9 @@ t.test('kill -9 during 1,000 concurrent calls: every answered call is in the led
   await second.exited;
   store = await openStore(dataDir);
   t.teardown(() => store.close());
-  const usage = store.usage.listByTeam(teamId);
+  const usage = (await store.usage.listByTeam(teamId));
   const spent = usage.reduce((n, u) => n + u.cost_micro, 0);
-  const a = store.accounts.get(teamId)!;
+  const a = (await store.accounts.get(teamId))!;
   const balance = a.free_allowance_micro + a.included_micro + a.paid_balance_micro;
   t.equal(balance, 3_000_000 - spent, 'balance == initial - sum(usage costs)');
   t.equal(a.total_spent_micro, spent);

@@ -179,10 +179,10 @@ t.test('restart: a version cut off while processing is processed again', async (
   const up = await s.datasets.createUpload(p, { dataset_name: 'cut', dataset_type: 'ner', filename: 'c.jsonl' }, 'http://x');
   await s.datasets.receiveUpload(up.upload_id, Buffer.from(NER));
   // the process died right after the status moved to converting
-  await s.store.tx(() => { const v = s.store.datasets.getVersion(up.version_id)!; s.store.datasets.putVersion({ ...v, status: 'converting' }); });
+  await s.store.tx(async (t) => { const v = (await t.datasets.getVersion(up.version_id))!; t.datasets.putVersion({ ...v, status: 'converting' }); });
   await s.close();
   s = await open();
   t.teardown(() => s.close());
   await s.datasets.settle();
-  t.match(s.store.datasets.getVersion(up.version_id), { status: 'ready', size: 3 });
+  t.match((await s.store.datasets.getVersion(up.version_id)), { status: 'ready', size: 3 });
 });

@@ -53,7 +53,7 @@ t.test('POST /projects/:id/inference: the deployed encoder answers with confiden
     task_type: 'encoder',
     output_dir: ENCODER_DIR, training_type: 'full', project_id: null, created_at: nowIso(), updated_at: nowIso(),
   };
-  await ts.services.store.trainingJobs.save(job);
+  await ts.services.store.tx((t) => t.trainingJobs.put(job));
   const deploy = { key: u.key, body: { training_job_id: job.id } };
   const d = await call(ts.url, 'POST', `/projects/${p.id}/deployments`, deploy);
   t.equal(d.status, 200, d.text.slice(0, 200));

@@ -17,10 +17,10 @@ ids.push((await enc('Bob two', { classifications: [{ task: 'sentiment', labels: 
 ids.push((await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'test/decoder', messages: [{ role: 'user', content: 'hi there' }] } })).body.inference_id);
 await call(ts.url, 'POST', '/inference', { key: other.key, body: { model_id: 'test/encoder', text: 'Alice', schema: ['person'] } });
 // a training-job inference and judge scores, written through the store as their producers would
-await ts.services.store.inferences.setJudgeScore(ids[0], 0.9);
-await ts.services.store.inferences.setJudgeScore(ids[1], 0.2);
-const jobRec = { ...ts.services.store.inferences.get(ids[1])!, id: '00000000-0000-4000-8000-000000000001', training_job_id: 'job-1', model_id: 'job-1', routed_model: 'job-1', project_id: 'p-1', latency_ms: 500, task: 'extraction', llmaj_score: null, created_at: new Date(Date.now() + 5).toISOString() };
-await ts.services.store.tx(() => ts.services.store.inferences.put(jobRec));
+await ts.services.store.tx((t) => t.inferences.setJudgeScore(ids[0], 0.9));
+await ts.services.store.tx((t) => t.inferences.setJudgeScore(ids[1], 0.2));
+const jobRec = { ...(await ts.services.store.inferences.get(ids[1]))!, id: '00000000-0000-4000-8000-000000000001', training_job_id: 'job-1', model_id: 'job-1', routed_model: 'job-1', project_id: 'p-1', latency_ms: 500, task: 'extraction', llmaj_score: null, created_at: new Date(Date.now() + 5).toISOString() };
+await ts.services.store.tx(async (t) => t.inferences.put(jobRec));
 
 const list = (q: string) => call(ts.url, 'GET', `/inferences${q}`, { key: u.key });
 const idsOf = (r: { body: { inferences: Array<{ id: string }> } }) => r.body.inferences.map((i) => i.id);
@@ -51,7 +51,7 @@ t.test('filters: model_id, task, project_id, training_job_id, latency, llmaj sco
   t.same(idsOf(await list('?llmaj_score_min=0.2&llmaj_score_max=0.9')), [ids[1], ids[0]]);
   t.same(idsOf(await list(`?since=${tMid}`)), [jobRec.id, ids[2], ids[1]]);
   t.same(idsOf(await list(`?since=${t0}&until=${tMid}`)), [ids[0]]);
-  const rec1 = ts.services.store.inferences.get(ids[1])!;
+  const rec1 = (await ts.services.store.inferences.get(ids[1]))!;
   t.notOk(idsOf(await list(`?until=${rec1.created_at}`)).includes(ids[1]), 'until is exclusive');
   t.ok(idsOf(await list(`?since=${rec1.created_at}`)).includes(ids[1]), 'since is inclusive');
 });
@@ -98,7 +98,7 @@ t.test('feedback: verdict/corrected_output rules, notes limit, 404 before, corre
   t.equal(ok.status, 200);
   t.match(ok.body, { inference_id: ids[0], human_verdict: 'correct' });
   t.type(ok.body.human_feedback_at, 'string');
-  t.equal(ts.services.history.labeledExamples(u.team_id).length, 0);
+  t.equal((await ts.services.history.labeledExamples(u.team_id)).length, 0);
 
   const corrected = { entities: { person: ['Alice', 'One'] } };
   const bad = await fb(ids[0], { verdict: 'incorrect', corrected_output: corrected });
@@ -106,10 +106,10 @@ t.test('feedback: verdict/corrected_output rules, notes limit, 404 before, corre
   const got = await call(ts.url, 'GET', `/inferences/${ids[0]}/feedback`, { key: u.key });
   t.same(got.body, bad.body, 'GET returns the submitted shape');
   t.equal(got.body.human_verdict, 'incorrect');
-  const ex = ts.services.history.labeledExamples(u.team_id, 'test/encoder');
+  const ex = await ts.services.history.labeledExamples(u.team_id, 'test/encoder');
   t.equal(ex.length, 1);
   t.match(ex[0], { inference_id: ids[0], input: { text: 'Alice one' }, schema: ['person'], output: corrected, task: 'ner' });
   // flipping back to correct withdraws the example
   await fb(ids[0], { verdict: 'correct' });
-  t.equal(ts.services.history.labeledExamples(u.team_id).length, 0);
+  t.equal((await ts.services.history.labeledExamples(u.team_id)).length, 0);
 });

@@ -128,7 +128,7 @@ t.test('on demand: an encoder and a decoder inference are judged, deterministica
     'only the llmaj_* fields changed',
   );
   const spent1 = (await api('GET', '/account')).body.credits.total_spent;
-  const usage = ts.services.store.usage.listByTeam(u.team_id).filter((x) => x.endpoint === 'judge');
+  const usage = (await ts.services.store.usage.listByTeam(u.team_id)).filter((x) => x.endpoint === 'judge');
   t.equal(usage.length, 4, 'one usage record per judge call');
   const judgeCalls = await api('GET', '/inferences?task=judge&limit=100');
   t.equal(judgeCalls.body.total, 4);
@@ -160,7 +160,7 @@ t.test('background: sampled inferences are judged after they are stored; filters
   for (const r of recs) t.ok(r.llmaj_score !== null && r.llmaj_error === null, `${r.id} scored ${r.llmaj_score}`);
   t.equal((await get(unstored)).llmaj_judged_at, null, 'a store:false inference is not judged');
   t.equal((await get(embId)).llmaj_judged_at, null, 'an embedding call is not judged');
-  t.equal(ts.services.judge.pending(), 0, 'queue drained');
+  t.equal((await ts.services.judge.pending()), 0, 'queue drained');
 
   const all = (await api('GET', '/inferences?limit=1000')).body.inferences as {
     id: string;
@@ -286,8 +286,8 @@ t.test(
       retryBackoffS: 0,
       teamId: u.team_id,
     };
-    const judgeUsage = () => ts.services.store.usage.listByTeam(u.team_id).filter((x) => x.endpoint === 'judge').length;
-    const n0 = judgeUsage();
+    const judgeUsage = async () => (await ts.services.store.usage.listByTeam(u.team_id)).filter((x) => x.endpoint === 'judge').length;
+    const n0 = await judgeUsage();
     const ctx = { judge: ts.services.judge.rewardJudge, judgeOptions: opts };
     // count the judge generations running at once: maxConcurrent bounds them
     let active = 0,
@@ -313,7 +313,7 @@ t.test(
     const again = await computeRewards('llm_as_judge', items, { ...ctx, judgeOptions: { ...opts, maxConcurrent: 1 } });
     t.same(again.rewards, out.rewards, 'greedy judge: same rewards');
     t.equal(most, 1, 'maxConcurrent 1: one at a time');
-    t.equal(judgeUsage(), n0 + 6, 'every judge call is billed');
+    t.equal(await judgeUsage(), n0 + 6, 'every judge call is billed');
     const slow = await computeRewards('llm_as_judge', items.slice(0, 2), {
       ...ctx,
       judgeOptions: { ...opts, timeoutS: 0.001 },
@@ -336,17 +336,17 @@ t.test('restart: queued judgements are kept in the store and judged by the next 
   t.match(r.body, { queued: 1 });
   await new Promise((res) => setTimeout(res, 200));
   t.equal((await get(id)).llmaj_judged_at, null, 'nothing runs while closed');
-  t.equal(ts.services.judge.pending(), 1, 'the queue entry is in the store');
+  t.equal((await ts.services.judge.pending()), 1, 'the queue entry is in the store');
   const next = createJudgeService({
     store: ts.services.store,
     inference: ts.services.inference,
     runtime,
     catalog: ts.services.catalog,
   });
-  t.equal(next.resumePending(), 1);
+  t.equal(await next.resumePending(), 1);
   const [rec] = await waitJudged([id]);
   t.ok(rec.llmaj_score !== null, `judged after the restart: ${rec.llmaj_score}`);
-  t.equal(next.pending(), 0);
+  t.equal(await next.pending(), 0);
   await next.close();
 });
 

@@ -104,11 +104,11 @@ t.test('fine-tuned models through HTTP: listed for their team only, callable by 
   });
   const uuid = (): string => crypto.randomUUID();
   const ids = { a1: uuid(), a2: uuid(), b1: uuid(), run: uuid() };
-  await ts.services.store.tx(() => {
-    ts.services.store.trainingJobs.put(job(ids.a1, a.team_id, dirs[0]) as never);
-    ts.services.store.trainingJobs.put(job(ids.a2, a.team_id, dirs[1], 'deployed') as never);
-    ts.services.store.trainingJobs.put(job(ids.b1, b.team_id, dirs[0]) as never);
-    ts.services.store.trainingJobs.put(job(ids.run, a.team_id, dirs[1], 'running') as never);
+  await ts.services.store.tx(async (t) => {
+    t.trainingJobs.put(job(ids.a1, a.team_id, dirs[0]) as never);
+    t.trainingJobs.put(job(ids.a2, a.team_id, dirs[1], 'deployed') as never);
+    t.trainingJobs.put(job(ids.b1, b.team_id, dirs[0]) as never);
+    t.trainingJobs.put(job(ids.run, a.team_id, dirs[1], 'running') as never);
   });
 
   const listed = async (key: string) => {

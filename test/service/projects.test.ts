@@ -16,7 +16,7 @@ async function job(status: TrainingJobRecord['status'], opts: Partial<TrainingJo
     id: newId(), team_id: u.team_id, status, base_model: 'test/encoder', model_name: 'm', task_type: 'encoder', output_dir: null,
     training_type: 'full', project_id: null, created_at: nowIso(), updated_at: nowIso(), ...opts,
   };
-  await ts.services.store.trainingJobs.save(j);
+  await ts.services.store.tx((t) => t.trainingJobs.put(j));
   return j;
 }
 
@@ -51,7 +51,7 @@ t.test('deployments: complete jobs only; a new deployment replaces the active on
   t.equal(d1.status, 200);
   t.match(d1.body, { status: 'active', training_job_id: j1.id });
   t.type(d1.body.deployment_id, 'string');
-  t.equal(ts.services.store.trainingJobs.get(j1.id)!.status, 'deployed');
+  t.equal((await ts.services.store.trainingJobs.get(j1.id))!.status, 'deployed');
   const inf = await call(ts.url, 'POST', `/projects/${p.id}/inference`, { key: u.key, body: { text: 'Alice in Paris', schema: { entities: ['person', 'city'] } } });
   t.equal(inf.status, 200);
   t.match(inf.body, { type: 'encoder', model_id: j1.id, result: { entities: { person: [{ text: 'Alice', start: 0 }], city: [{ text: 'Paris', start: 9 }] } } });

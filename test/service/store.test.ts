@@ -15,8 +15,8 @@ t.test('a fresh store records the schema version; a newer one is refused', async
   const d = dir();
   t.teardown(() => rmSync(d, { recursive: true, force: true }));
   const s = await openStore(d);
-  t.equal(s.db.dbs.meta.get('schema_version'), SCHEMA_VERSION);
-  await s.tx(() => s.db.dbs.meta.put('schema_version', SCHEMA_VERSION + 1));
+  t.equal(await s.meta.get('schema_version'), SCHEMA_VERSION);
+  await s.tx((x) => x.meta.put('schema_version', SCHEMA_VERSION + 1));
   await s.close();
   await t.rejects(openStore(d), /newer than this Loom/);
 });
@@ -26,23 +26,25 @@ t.test('opening a v1 store migrates it: every secondary index is rebuilt', async
   t.teardown(() => rmSync(d, { recursive: true, force: true }));
   let s = await openStore(d);
   const now = new Date().toISOString();
-  await s.tx(() => {
-    s.users.put({ id: 'u1', email: 'old@example.com', password_hash: 'x', team_id: 't1', created_at: now });
-    s.projects.put({ id: 'p1', team_id: 't1', name: 'legacy', active_deployment_id: null, created_at: now });
-    s.inferences.put({ id: 'i1', team_id: 't1', key_id: null, project_id: 'p1', model_id: 'm', routed_model: 'm', training_job_id: null, endpoint: '/inference', type: 'encoder', task: 'ner', stored_content: true, input: { text: 'x' }, schema: ['a'], params: {}, output: {}, usage: { prompt_tokens: 1, cache_read_tokens: 0, cache_write_tokens: 0, completion_tokens: 0, total_tokens: 1 }, cost: 0, latency_ms: 1, llmaj_score: null, status: 'success', error: null, created_at: now });
-    // make it look like a v1 store: no index entries, version 1
-    for (const k of [...s.db.dbs.idx.getKeys()]) s.db.dbs.idx.remove(k);
-    s.db.dbs.meta.put('schema_version', 1);
+  await s.tx(async (x) => {
+    x.users.put({ id: 'u1', email: 'old@example.com', password_hash: 'x', team_id: 't1', created_at: now });
+    x.projects.put({ id: 'p1', team_id: 't1', name: 'legacy', active_deployment_id: null, created_at: now });
+    x.inferences.put({ id: 'i1', team_id: 't1', key_id: null, project_id: 'p1', model_id: 'm', routed_model: 'm', training_job_id: null, endpoint: '/inference', type: 'encoder', task: 'ner', stored_content: true, input: { text: 'x' }, schema: ['a'], params: {}, output: {}, usage: { prompt_tokens: 1, cache_read_tokens: 0, cache_write_tokens: 0, completion_tokens: 0, total_tokens: 1 }, cost: 0, latency_ms: 1, llmaj_score: null, status: 'success', error: null, created_at: now });
   });
-  t.equal(s.users.byEmail('old@example.com'), undefined, 'indexes gone before the migration');
+  // make it look like a v1 store: no index entries, version 1
+  await s.db.tx(async (h) => {
+    for (const { key } of await h.range('idx')) h.remove('idx', key);
+    h.put('meta', 'schema_version', 1);
+  });
+  t.equal(await s.users.byEmail('old@example.com'), undefined, 'indexes gone before the migration');
   await s.close();
   s = await openStore(d);
   t.teardown(() => s.close());
-  t.equal(s.db.dbs.meta.get('schema_version'), SCHEMA_VERSION);
-  t.equal(s.users.byEmail('old@example.com')?.id, 'u1');
-  t.equal(s.projects.byName('t1', 'legacy')?.id, 'p1');
-  t.same(s.inferences.query({ team_id: 't1', project_id: 'p1', limit: 10, offset: 0 }).items.map((r) => r.id), ['i1']);
-  t.ok(s.db.dbs.idx.get(ikey('user_email', 'old@example.com')) === 'u1');
+  t.equal(await s.meta.get('schema_version'), SCHEMA_VERSION);
+  t.equal((await s.users.byEmail('old@example.com'))?.id, 'u1');
+  t.equal((await s.projects.byName('t1', 'legacy'))?.id, 'p1');
+  t.same((await s.inferences.query({ team_id: 't1', project_id: 'p1', limit: 10, offset: 0 })).items.map((r) => r.id), ['i1']);
+  t.ok((await s.db.read.get('idx', ikey('user_email', 'old@example.com'))) === 'u1');
 });
 
 t.test('a transaction commits all of its writes or none', async (t) => {
@@ -50,11 +52,11 @@ t.test('a transaction commits all of its writes or none', async (t) => {
   t.teardown(() => rmSync(d, { recursive: true, force: true }));
   const s = await openStore(d);
   t.teardown(() => s.close());
-  await t.rejects(s.tx(() => {
-    s.teams.put({ id: 'a', name: 'a', region: null, blocked: false, created_at: new Date().toISOString() });
+  await t.rejects(s.tx((x) => {
+    x.teams.put({ id: 'a', name: 'a', region: null, blocked: false, created_at: new Date().toISOString() });
     throw new Error('boom');
   }), /boom/);
-  t.equal(s.teams.get('a'), undefined);
+  t.equal(await s.teams.get('a'), undefined);
 });
 
 t.test('reopening after the process holding the store is killed keeps every acknowledged commit', async (t) => {
@@ -78,16 +80,16 @@ t.test('reopening after the process holding the store is killed keeps every ackn
   const s = await openStore(d);
   t.teardown(() => s.close());
   for (const id of acked) {
-    const team = s.teams.get(id);
-    const acct = s.accounts.get(id);
+    const team = await s.teams.get(id);
+    const acct = await s.accounts.get(id);
     if (!team || !acct) { t.fail(`lost acknowledged commit ${id}`); return; }
   }
   t.pass('every acknowledged commit survived');
   // both records of each transaction are present together (never one without the other)
   let teams = 0;
-  for (const { key } of s.db.dbs.teams.getRange()) { teams++; t.ok(s.accounts.get(key as string), `account of ${String(key)}`); }
+  for (const team of await s.teams.list()) { teams++; t.ok(await s.accounts.get(team.id), `account of ${team.id}`); }
   t.ok(teams >= acked.length);
   // the store is writable again
-  await s.tx(() => s.teams.put({ id: 'after', name: 'after', region: null, blocked: false, created_at: new Date().toISOString() }));
-  t.equal(s.teams.get('after')?.name, 'after');
+  await s.tx((x) => x.teams.put({ id: 'after', name: 'after', region: null, blocked: false, created_at: new Date().toISOString() }));
+  t.equal((await s.teams.get('after'))?.name, 'after');
 });

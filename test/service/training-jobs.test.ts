@@ -159,7 +159,7 @@ t.test('GET one / list: shapes, filters, bounds; logs; checkpoints; download 409
   t.equal((await call(ts.url, 'GET', `/felix/training-jobs/${a.id}`, { key: u.key })).status, 404);
   t.equal((await call(ts.url, 'GET', `/felix/training-jobs/${a.id}/logs`, { key: u.key })).status, 404);
   t.equal((await call(ts.url, 'DELETE', `/felix/training-jobs/${a.id}`, { key: u.key })).status, 404);
-  t.equal(ts.services.store.trainingArtifacts.listLogs(a.id).length, 0, 'logs removed');
+  t.equal((await ts.services.store.trainingArtifacts.listLogs(a.id)).length, 0, 'logs removed');
 });
 
 t.test('restart: running jobs are re-queued with a log line; after repeated restarts they fail', async (t) => {
@@ -170,23 +170,23 @@ t.test('restart: running jobs are re-queued with a log line; after repeated rest
   const { team } = await s.auth.createUser({ email: 'r@example.com', password: 'correct horse battery' });
   const now = new Date().toISOString();
   const base = { team_id: team.id, base_model: 'test/encoder', model_name: 'm', task_type: 'encoder' as const, output_dir: null, training_type: 'full', project_id: null, created_at: now, updated_at: now, datasets: [], configuration: {}, current_epoch: 1, current_step: 5 };
-  await s.store.tx(() => {
-    s.store.trainingJobs.put({ ...base, id: 'job-running', status: 'running', restarts: 0 });
-    s.store.trainingJobs.put({ ...base, id: 'job-tired', status: 'running', restarts: 2 });
-    s.store.trainingJobs.put({ ...base, id: 'job-queued', status: 'requested', restarts: 0 });
+  await s.store.tx(async (t) => {
+    t.trainingJobs.put({ ...base, id: 'job-running', status: 'running', restarts: 0 });
+    t.trainingJobs.put({ ...base, id: 'job-tired', status: 'running', restarts: 2 });
+    t.trainingJobs.put({ ...base, id: 'job-queued', status: 'requested', restarts: 0 });
   });
   await s.close();
   s = await open();
   t.teardown(() => s.close());
   await new Promise((r) => setTimeout(r, 300));
-  t.equal(s.store.trainingJobs.get('job-running')!.status, 'requested');
-  t.match(s.store.trainingArtifacts.listLogs('job-running').map((l) => l.message).join('\n'), /server restarted while the job was running \(epoch 1, step 5\); the job is queued again/);
-  const tired = s.store.trainingJobs.get('job-tired')!;
+  t.equal((await s.store.trainingJobs.get('job-running'))!.status, 'requested');
+  t.match((await s.store.trainingArtifacts.listLogs('job-running')).map((l) => l.message).join('\n'), /server restarted while the job was running \(epoch 1, step 5\); the job is queued again/);
+  const tired = (await s.store.trainingJobs.get('job-tired'))!;
   t.equal(tired.status, 'failed');
   t.match(tired.error, /restarted during training 3 times/);
-  t.match(s.store.trainingArtifacts.listLogs('job-tired')[0], { level: 'error' });
-  t.equal(s.store.trainingJobs.get('job-queued')!.status, 'requested');
-  t.match(s.store.trainingArtifacts.listLogs('job-queued')[0].message, /still queued/);
+  t.match((await s.store.trainingArtifacts.listLogs('job-tired'))[0], { level: 'error' });
+  t.equal((await s.store.trainingJobs.get('job-queued'))!.status, 'requested');
+  t.match((await s.store.trainingArtifacts.listLogs('job-queued'))[0].message, /still queued/);
 });
 
 t.test('real runs: one job at a time (the next waits queued); stop keeps the last checkpoint', async (t) => {

@@ -81,12 +81,12 @@ t.test('a generated version cut off while its file was written fails at start-up
   const { team } = await s.auth.createUser({ email: 'g@example.com', password: 'correct horse battery' });
   // what createVersionFromRecords leaves when killed before its raw file is in place
   const now = new Date().toISOString();
-  await s.store.tx(() => {
-    s.store.datasets.put({
+  await s.store.tx(async (t) => {
+    t.datasets.put({
       id: 'ds-1', team_id: team.id, dataset_name: 'gen', dataset_type: 'ner', next_version: 2, latest_version_id: 'v-1',
       created_at: now, updated_at: now,
     });
-    s.store.datasets.putVersion({
+    t.datasets.putVersion({
       id: 'v-1', team_id: team.id, dataset_id: 'ds-1', dataset_name: 'gen', dataset_type: 'ner', version_number: '1',
       size: 0, status: 'uploading', processing_error: null, source: 'generate', filename: 'generated.jsonl', format: null,
       bytes: 0, kinds: {}, labels: {}, created_at: now, updated_at: now, ready_at: null,
@@ -96,6 +96,6 @@ t.test('a generated version cut off while its file was written fails at start-up
   s = await open();
   t.teardown(() => s.close());
   await new Promise((r) => setTimeout(r, 200));
-  const v = s.store.datasets.getVersion('v-1');
+  const v = (await s.store.datasets.getVersion('v-1'));
   t.match(v, { status: 'failed', processing_error: /restarted while the generated examples/ }, 'not left uploading');
 });

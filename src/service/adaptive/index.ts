@@ -29,6 +29,7 @@ import type {
   ProjectRecord,
   Store,
   TrainingJobRecord,
+  Tx,
 } from '../../store/index.ts';
 import type { Principal } from '../auth.ts';
 import type { DatasetsService } from '../datasets.ts';
@@ -106,39 +107,40 @@ export function createAdaptiveService(deps: {
   let timer: NodeJS.Timeout | null = null;
   let closing = false;
 
-  const principalOf = (teamId: string): Principal => ({
+  const principalOf = async (teamId: string): Promise<Principal> => ({
     kind: 'key',
     team_id: teamId,
     user_id: 'adaptive',
     key_id: null,
-    team: store.teams.get(teamId)!,
+    team: (await store.teams.get(teamId))!,
     session: null,
   });
 
-  function own(p: Principal, id: string): ProjectRecord {
-    const pr = store.projects.get(id);
+  async function own(p: Principal, id: string): Promise<ProjectRecord> {
+    const pr = await store.projects.get(id);
     if (!pr || pr.team_id !== p.team_id) throw new NotFoundError(`Project ${id} not found`);
     return pr;
   }
 
   /** the job the active deployment serves, or why there is none */
-  function deployed(pr: ProjectRecord): { depId: string; job: Job } | string {
+  async function deployed(pr: ProjectRecord, t: Tx = store): Promise<{ depId: string; job: Job } | string> {
     if (!pr.active_deployment_id) return `project ${pr.name} has no active deployment: deploy a trained model first`;
-    const dep = store.deployments.get(pr.active_deployment_id);
-    const job = dep ? (store.trainingJobs.get(dep.training_job_id) as Job | undefined) : undefined;
+    const dep = await t.deployments.get(pr.active_deployment_id);
+    const job = dep ? ((await t.trainingJobs.get(dep.training_job_id)) as Job | undefined) : undefined;
     if (!dep || !job) return `the deployed training job of project ${pr.name} no longer exists`;
     return { depId: dep.deployment_id, job };
   }
 
   /** jobs ever deployed in the project: corrections of inferences by job id count for it too */
-  const projectJobs = (projectId: string) =>
-    new Set(store.deployments.listByProject(projectId).map((d) => d.training_job_id));
+  const projectJobs = async (projectId: string, t: Tx = store) =>
+    new Set((await t.deployments.listByProject(projectId)).map((d) => d.training_job_id));
 
   /** the project's corrections no run has consumed, oldest first, fit for a model of `kind` */
-  function pendingExamples(pr: ProjectRecord, kind: 'encoder' | 'decoder'): LabeledExampleRecord[] {
-    const jobs = projectJobs(pr.id);
-    return store.examples
-      .listByTeam(pr.team_id)
+  async function pendingExamples(
+    pr: ProjectRecord, kind: 'encoder' | 'decoder', t: Tx = store,
+  ): Promise<LabeledExampleRecord[]> {
+    const jobs = await projectJobs(pr.id, t);
+    return (await t.examples.listByTeam(pr.team_id))
       .filter(
         (e) =>
           !e.run_id &&
@@ -148,48 +150,47 @@ export function createAdaptiveService(deps: {
       );
   }
 
-  function allExamples(pr: ProjectRecord): LabeledExampleRecord[] {
-    const jobs = projectJobs(pr.id);
-    return store.examples
-      .listByTeam(pr.team_id)
+  async function allExamples(pr: ProjectRecord): Promise<LabeledExampleRecord[]> {
+    const jobs = await projectJobs(pr.id);
+    return (await store.examples.listByTeam(pr.team_id))
       .filter((e) => e.record && (e.project_id === pr.id || (!e.project_id && jobs.has(e.model_id))));
   }
 
-  const activeRun = (projectId: string) =>
-    store.adaptiveRuns.listByProject(projectId).find((r) => ACTIVE.has(r.status));
+  const activeRun = async (projectId: string, t: Tx = store) =>
+    (await t.adaptiveRuns.listByProject(projectId)).find((r) => ACTIVE.has(r.status));
 
   async function patchRun(
     id: string,
     fn: (r: AdaptiveRunRecord) => Partial<AdaptiveRunRecord> | null,
-    also?: (r: AdaptiveRunRecord) => void,
+    also?: (t: Tx, r: AdaptiveRunRecord) => Promise<void>,
   ) {
-    return store.tx(() => {
-      const r = store.adaptiveRuns.get(id);
+    return store.tx(async (t) => {
+      const r = await t.adaptiveRuns.get(id);
       if (!r) return undefined;
       const ch = fn(r);
       if (!ch) return r;
       const nr = { ...r, ...ch, updated_at: nowIso() };
-      store.adaptiveRuns.put(nr);
-      also?.(nr);
+      t.adaptiveRuns.put(nr);
+      await also?.(t, nr);
       return nr;
     });
   }
 
   /** inside a transaction: the run's corrections are free again (a run that ended without a model) */
-  function release(r: AdaptiveRunRecord) {
+  async function release(t: Tx, r: AdaptiveRunRecord) {
     for (const id of [...r.train_example_ids, ...r.holdout_example_ids]) {
-      const e = store.examples.get(id);
-      if (e?.run_id === r.id) store.examples.put({ ...e, run_id: null, training_job_id: null, split: null });
+      const e = await t.examples.get(id);
+      if (e?.run_id === r.id) await t.examples.put({ ...e, run_id: null, training_job_id: null, split: null });
     }
   }
 
   /** inside a transaction: a line in the job's log and its `adaptive` marker updated */
-  function markJob(jobId: string | null, ch: Record<string, unknown>, message?: string) {
+  async function markJob(t: Tx, jobId: string | null, ch: Record<string, unknown>, message?: string) {
     if (!jobId) return;
-    const j = store.trainingJobs.get(jobId);
+    const j = await t.trainingJobs.get(jobId);
     if (!j) return;
-    store.trainingJobs.put({ ...j, adaptive: { ...(j.adaptive as object), ...ch }, updated_at: nowIso() });
-    if (message) store.trainingArtifacts.appendLog(jobId, 'info', message);
+    t.trainingJobs.put({ ...j, adaptive: { ...(j.adaptive as object), ...ch }, updated_at: nowIso() });
+    if (message) await t.trainingArtifacts.appendLog(jobId, 'info', message);
   }
 
   async function end(r: AdaptiveRunRecord, status: 'failed' | 'cancelled', error: string) {
@@ -197,9 +198,9 @@ export function createAdaptiveService(deps: {
     await patchRun(
       r.id,
       (cur) => (ACTIVE.has(cur.status) ? { status, error } : null),
-      (nr) => {
-        release(nr);
-        markJob(nr.training_job_id, { status, error });
+      async (t, nr) => {
+        await release(t, nr);
+        await markJob(t, nr.training_job_id, { status, error });
       },
     );
   }
@@ -213,21 +214,21 @@ export function createAdaptiveService(deps: {
     how: AdaptiveRunRecord['trigger'],
     min: number,
   ): Promise<AdaptiveRunRecord | string> {
-    const out = await store.tx((): AdaptiveRunRecord | string => {
-      const pr = store.projects.get(pr0.id);
+    const out = await store.tx(async (t): Promise<AdaptiveRunRecord | string> => {
+      const pr = await t.projects.get(pr0.id);
       if (!pr) return `project ${pr0.name} no longer exists`;
-      const d = deployed(pr);
+      const d = await deployed(pr, t);
       if (typeof d === 'string') return d;
       if (d.job.status !== 'complete' && d.job.status !== 'deployed')
         return `the deployed training job ${d.job.id} is ${d.job.status}`;
-      const busyRun = activeRun(pr.id);
+      const busyRun = await activeRun(pr.id, t);
       if (busyRun) return `retraining run ${busyRun.id} of project ${pr.name} is still ${busyRun.status}`;
       const policy = policyOf(pr.adaptive);
-      const pending = pendingExamples(pr, d.job.task_type);
+      const pending = await pendingExamples(pr, d.job.task_type, t);
       if (pending.length === 0) return `project ${pr.name} has no new corrections since its last retraining`;
       if (pending.length < min)
         return `project ${pr.name} has ${pending.length} new correction(s); the policy waits for ${min}`;
-      const last = store.adaptiveRuns.listByProject(pr.id)[0];
+      const last = (await t.adaptiveRuns.listByProject(pr.id))[0];
       if (how === 'policy' && last?.status === 'failed' && !pending.some((e) => e.created_at > last.created_at)) {
         // the corrections of a failed run are free again, but the policy does not retry them in a loop
         return (
@@ -272,9 +273,9 @@ export function createAdaptiveService(deps: {
         created_at: now,
         updated_at: now,
       };
-      store.adaptiveRuns.put(run);
-      for (const e of pending) store.examples.put({ ...e, run_id: id, split: hold.has(e.id) ? 'holdout' : 'train' });
-      if (how === 'policy') store.projects.put({ ...pr, adaptive_checked_at: now });
+      t.adaptiveRuns.put(run);
+      for (const e of pending) await t.examples.put({ ...e, run_id: id, split: hold.has(e.id) ? 'holdout' : 'train' });
+      if (how === 'policy') t.projects.put({ ...pr, adaptive_checked_at: now });
       return run;
     });
     if (typeof out !== 'string') {
@@ -305,7 +306,7 @@ export function createAdaptiveService(deps: {
         throw new Error(
           `dataset ${name} version ${v.version_number} was not processed within ${PREPARE_TIMEOUT_MS / 1000} s`,
         );
-      const cur = store.datasets.getVersion(v.id);
+      const cur = await store.datasets.getVersion(v.id);
       if (!cur) throw new Error(`dataset ${name} was deleted while it was prepared`);
       if (cur.status === 'ready') return cur;
       if (cur.status === 'failed')
@@ -319,7 +320,7 @@ export function createAdaptiveService(deps: {
   async function trainedOn(job: Job): Promise<string[]> {
     const lines: string[] = [];
     for (const d of job.datasets ?? []) {
-      const v = store.datasets.getVersion(d.version_id);
+      const v = await store.datasets.getVersion(d.version_id);
       if (!v || v.status !== 'ready') continue;
       for (const l of (await readFile(datasets.dataFile(v), 'utf8')).split('\n')) if (l.trim()) lines.push(l);
     }
@@ -328,29 +329,29 @@ export function createAdaptiveService(deps: {
 
   async function prepare(r0: AdaptiveRunRecord) {
     let r = r0;
-    const pr = store.projects.get(r.project_id);
-    const from = store.trainingJobs.get(r.from_job_id) as Job | undefined;
+    const pr = await store.projects.get(r.project_id);
+    const from = (await store.trainingJobs.get(r.from_job_id)) as Job | undefined;
     if (!pr) return end(r, 'cancelled', 'the project was deleted');
     if (!from) return end(r, 'failed', `the deployed training job ${r.from_job_id} no longer exists`);
     const policy = policyOf(pr.adaptive);
-    const p = principalOf(r.team_id);
+    const p = await principalOf(r.team_id);
     // a job already created for this run (a restart between its creation and the run's update)
-    const existing = (store.trainingJobs.listByTeam(r.team_id) as Job[]).find(
+    const existing = ((await store.trainingJobs.listByTeam(r.team_id)) as Job[]).find(
       (j) => (j.adaptive as { run_id?: string } | undefined)?.run_id === r.id,
     );
     if (existing) return started(r, existing.id);
     const names = datasetNames(pr);
     const type = from.task_type === 'decoder' ? ('decoder' as const) : ('custom' as const);
-    const recordOf = (id: string) => store.examples.get(id)?.record;
-    const train = r.train_example_ids.map(recordOf).filter(Boolean);
-    const hold = r.holdout_example_ids.map(recordOf).filter(Boolean);
+    const recordOf = async (id: string) => (await store.examples.get(id))?.record;
+    const train = (await Promise.all(r.train_example_ids.map(recordOf))).filter(Boolean);
+    const hold = (await Promise.all(r.holdout_example_ids.map(recordOf))).filter(Boolean);
     const pool = await trainedOn(from);
     const replay = hashOrder(pool, (l) => l, r.id)
       .slice(0, Math.round(pool.length * policy.replay_fraction))
       .map((l) => JSON.parse(l));
     let evalRows: unknown[] = [];
     if (policy.eval_dataset) {
-      const v = datasets.readyVersion(r.team_id, policy.eval_dataset);
+      const v = await datasets.readyVersion(r.team_id, policy.eval_dataset);
       evalRows = (await readFile(datasets.dataFile(v), 'utf8'))
         .split('\n')
         .filter((l) => l.trim())
@@ -362,7 +363,7 @@ export function createAdaptiveService(deps: {
         r.team_id,
         names.corrections,
         type,
-        allExamples(pr).map((e) => e.record),
+        (await allExamples(pr)).map((e) => e.record),
         `${names.corrections}.jsonl`,
       );
       r = (await patchRun(r.id, () => ({ corrections_version: cv.version_number })))!;
@@ -382,7 +383,7 @@ export function createAdaptiveService(deps: {
     const tv = r.train_dataset!;
     const c = from.configuration ?? {};
     const pick = (k: string) => (c[k] === null || c[k] === undefined ? {} : { [k]: c[k] });
-    const n = store.adaptiveRuns.listByProject(r.project_id).length;
+    const n = (await store.adaptiveRuns.listByProject(r.project_id)).length;
     const body = {
       base_model: from.id,
       datasets: [{ name: tv.name, version: tv.version }],
@@ -419,14 +420,14 @@ export function createAdaptiveService(deps: {
     await patchRun(
       r.id,
       (cur) => (cur.status === 'preparing' ? { status: 'training', training_job_id: jobId } : null),
-      (nr) => {
+      async (t, nr) => {
         for (const id of [...nr.train_example_ids, ...nr.holdout_example_ids]) {
-          const e = store.examples.get(id);
-          if (e?.run_id === nr.id) store.examples.put({ ...e, training_job_id: jobId });
+          const e = await t.examples.get(id);
+          if (e?.run_id === nr.id) await t.examples.put({ ...e, training_job_id: jobId });
         }
         const d = nr.train_dataset,
           h = nr.holdout_dataset;
-        store.trainingArtifacts.appendLog(
+        await t.trainingArtifacts.appendLog(
           jobId,
           'info',
           `adaptive retraining (${nr.trigger} trigger, run ${nr.id}): ` +
@@ -442,12 +443,12 @@ export function createAdaptiveService(deps: {
   // ---- training → evaluating → decision ---------------------------------------------------------
 
   async function afterTraining(r: AdaptiveRunRecord) {
-    const job = store.trainingJobs.get(r.training_job_id!);
+    const job = await store.trainingJobs.get(r.training_job_id!);
     if (!job) return end(r, 'cancelled', `training job ${r.training_job_id} was deleted`);
     if (job.status === 'failed') return end(r, 'failed', `training job ${job.id} failed: ${String(job.error ?? '')}`);
     if (job.status === 'cancelled') return end(r, 'cancelled', `training job ${job.id} was stopped`);
     if (job.status !== 'complete' && job.status !== 'deployed') return; // still requested / running
-    const p = principalOf(r.team_id);
+    const p = await principalOf(r.team_id);
     const h = r.holdout_dataset!;
     const ev = (model: string) =>
       evaluations.create(p, {
@@ -462,8 +463,9 @@ export function createAdaptiveService(deps: {
       r.id,
       (cur) =>
         cur.status === 'training' ? { status: 'evaluating', evaluation_ids: { candidate: cand, deployed: dep } } : null,
-      (nr) =>
+      (t, nr) =>
         markJob(
+          t,
           nr.training_job_id,
           { status: 'evaluating', evaluation_ids: nr.evaluation_ids },
           'adaptive retraining: training done; evaluating the new model and the deployed one on ' +
@@ -474,13 +476,13 @@ export function createAdaptiveService(deps: {
 
   async function decide(r: AdaptiveRunRecord) {
     const ids = r.evaluation_ids!;
-    const c = store.evaluations.get(ids.candidate),
-      d = store.evaluations.get(ids.deployed);
+    const c = await store.evaluations.get(ids.candidate),
+      d = await store.evaluations.get(ids.deployed);
     if (!c || !d) return end(r, 'failed', 'an evaluation of the run was deleted');
     if (c.status === 'failed' || d.status === 'failed')
       return end(r, 'failed', `evaluation failed: ${c.error ?? d.error}`);
     if (c.status !== 'complete' || d.status !== 'complete') return;
-    const pr = store.projects.get(r.project_id);
+    const pr = await store.projects.get(r.project_id);
     if (!pr) return end(r, 'cancelled', 'the project was deleted');
     const policy = policyOf(pr.adaptive);
     const cf = c.f1_score ?? 0,
@@ -498,17 +500,17 @@ export function createAdaptiveService(deps: {
     const info = { run_id: r.id, decision, candidate_f1: cf, deployed_f1: df, gain, reason };
     let depId: string | null = null;
     if (promote) {
-      const dv = await projects.deploy(principalOf(r.team_id), r.project_id, r.training_job_id!);
+      const dv = await projects.deploy(await principalOf(r.team_id), r.project_id, r.training_job_id!);
       depId = dv.deployment_id;
-      await store.tx(() => {
-        const x = store.deployments.get(dv.deployment_id);
-        if (x) store.deployments.put({ ...x, adaptive: info });
+      await store.tx(async (t) => {
+        const x = await t.deployments.get(dv.deployment_id);
+        if (x) t.deployments.put({ ...x, adaptive: info });
       });
     } else {
       depId = newId();
       const now = nowIso();
-      await store.tx(() =>
-        store.deployments.put({
+      await store.tx((t) =>
+        t.deployments.put({
           deployment_id: depId!,
           project_id: r.project_id,
           team_id: r.team_id,
@@ -525,8 +527,9 @@ export function createAdaptiveService(deps: {
     await patchRun(
       r.id,
       () => ({ status: promote ? 'promoted' : 'rejected', scores, decision, reason, deployment_id: depId }),
-      (nr) =>
+      (t, nr) =>
         markJob(
+          t,
           nr.training_job_id,
           { status: nr.status, scores, decision, reason, deployment_id: depId },
           `adaptive retraining: ${promote ? 'promoted' : 'not promoted'}: ${reason}`,
@@ -544,7 +547,7 @@ export function createAdaptiveService(deps: {
       else if (r.status === 'evaluating') await decide(r);
     } catch (e) {
       if (closing) return;
-      const cur = store.adaptiveRuns.get(r.id);
+      const cur = await store.adaptiveRuns.get(r.id);
       if (cur) await end(cur, 'failed', e instanceof Error ? e.message : String(e));
     } finally {
       busy.delete(r.id);
@@ -553,7 +556,7 @@ export function createAdaptiveService(deps: {
 
   /** the policy of one project: trigger when due */
   async function check(projectId: string) {
-    const pr = store.projects.get(projectId);
+    const pr = await store.projects.get(projectId);
     const policy = pr ? policyOf(pr.adaptive) : null;
     if (!pr || !policy?.enabled) return;
     if (policy.schedule_minutes) {
@@ -563,9 +566,9 @@ export function createAdaptiveService(deps: {
     const out = await trigger(pr, 'policy', policy.min_new_corrections);
     if (typeof out === 'string' && policy.schedule_minutes) {
       // the scheduled check happened: the next one is a period later
-      await store.tx(() => {
-        const cur = store.projects.get(projectId);
-        if (cur) store.projects.put({ ...cur, adaptive_checked_at: nowIso() });
+      await store.tx(async (t) => {
+        const cur = await t.projects.get(projectId);
+        if (cur) t.projects.put({ ...cur, adaptive_checked_at: nowIso() });
       });
     }
   }
@@ -575,7 +578,7 @@ export function createAdaptiveService(deps: {
     if (ticking || closing) return;
     ticking = true;
     try {
-      for (const r of store.adaptiveRuns.all()) if (ACTIVE.has(r.status)) await advance(r);
+      for (const r of await store.adaptiveRuns.all()) if (ACTIVE.has(r.status)) await advance(r);
       const todo = [...dirty];
       dirty.clear();
       for (const id of todo) await check(id);
@@ -591,11 +594,11 @@ export function createAdaptiveService(deps: {
 
   return {
     /** GET /projects/:id/adaptive: the policy, the corrections waiting and the runs (newest first) */
-    status(p: Principal, projectId: string) {
-      const pr = own(p, projectId);
-      const d = deployed(pr);
-      const pending = pendingExamples(pr, typeof d === 'string' ? 'encoder' : d.job.task_type).length;
-      const runs = store.adaptiveRuns.listByProject(pr.id).map(runView);
+    async status(p: Principal, projectId: string) {
+      const pr = await own(p, projectId);
+      const d = await deployed(pr);
+      const pending = (await pendingExamples(pr, typeof d === 'string' ? 'encoder' : d.job.task_type)).length;
+      const runs = (await store.adaptiveRuns.listByProject(pr.id)).map(runView);
       return {
         project_id: pr.id,
         policy: policyOf(pr.adaptive),
@@ -608,10 +611,10 @@ export function createAdaptiveService(deps: {
 
     /** PATCH /projects/:id {adaptive}: merges the patch into the policy */
     async setPolicy(p: Principal, projectId: string, patch: Partial<AdaptivePolicy>) {
-      own(p, projectId);
+      await own(p, projectId);
       if (patch.eval_dataset) {
         try {
-          datasets.readyVersion(p.team_id, patch.eval_dataset);
+          await datasets.readyVersion(p.team_id, patch.eval_dataset);
         } catch (e) {
           if (e instanceof NotFoundError || e instanceof ValidationError) {
             throw new ValidationError(`adaptive.eval_dataset: ${e.message}`, [
@@ -621,10 +624,10 @@ export function createAdaptiveService(deps: {
           throw e;
         }
       }
-      const pr = await store.tx(() => {
-        const cur = store.projects.get(projectId)!;
+      const pr = await store.tx(async (t) => {
+        const cur = (await t.projects.get(projectId))!;
         const np: ProjectRecord = { ...cur, adaptive: { ...policyOf(cur.adaptive), ...patch } };
-        store.projects.put(np);
+        t.projects.put(np);
         return np;
       });
       dirty.add(projectId);
@@ -639,7 +642,7 @@ export function createAdaptiveService(deps: {
 
     /** POST /projects/:id/retrain: 409 with the reason when nothing can be retrained */
     async retrain(p: Principal, projectId: string) {
-      const pr = own(p, projectId);
+      const pr = await own(p, projectId);
       const out = await trigger(pr, 'manual', 1);
       if (typeof out === 'string') throw new ConflictError(`Cannot retrain: ${out}`);
       return runView(out);
@@ -647,20 +650,27 @@ export function createAdaptiveService(deps: {
 
     /** a correction was stored or withdrawn (history): the project's policy is checked */
     corrected(e: { project_id: string | null; model_id: string; team_id: string }) {
-      if (e.project_id) dirty.add(e.project_id);
-      else
-        for (const pr of store.projects.listByTeam(e.team_id)) if (projectJobs(pr.id).has(e.model_id)) dirty.add(pr.id);
-      kick();
+      if (e.project_id) {
+        dirty.add(e.project_id);
+        kick();
+        return;
+      }
+      void (async () => {
+        for (const pr of await store.projects.listByTeam(e.team_id)) {
+          if ((await projectJobs(pr.id)).has(e.model_id)) dirty.add(pr.id);
+        }
+        kick();
+      })().catch((err) => deps.log?.error({ err: String(err) }, 'adaptive: correction not noted'));
     },
 
     /** start the timer; after a restart every policy is checked again and runs resume */
-    start() {
-      for (const { value } of store.db.dbs.projects.getRange() as Iterable<{ value: ProjectRecord }>)
-        if (value.adaptive?.enabled) dirty.add(value.id);
+    async start() {
+      for (const pr of await store.projects.all()) if (pr.adaptive?.enabled) dirty.add(pr.id);
       timer = setInterval(() => {
-        for (const { value } of store.db.dbs.projects.getRange() as Iterable<{ value: ProjectRecord }>)
-          if (value.adaptive?.enabled && value.adaptive.schedule_minutes) dirty.add(value.id);
-        void tick();
+        void (async () => {
+          for (const pr of await store.projects.all()) if (pr.adaptive?.enabled && pr.adaptive.schedule_minutes) dirty.add(pr.id);
+          await tick();
+        })().catch((err) => deps.log?.error({ err: String(err) }, 'adaptive tick failed'));
       }, TICK_MS);
       timer.unref();
       kick();
@@ -669,7 +679,7 @@ export function createAdaptiveService(deps: {
     /** wait until no run is in progress (tests), at most `timeoutMs` */
     async idle(timeoutMs = 60_000) {
       const until = Date.now() + timeoutMs;
-      while (Date.now() < until && store.adaptiveRuns.all().some((r) => ACTIVE.has(r.status)))
+      while (Date.now() < until && (await store.adaptiveRuns.all()).some((r) => ACTIVE.has(r.status)))
         await new Promise((r) => setTimeout(r, 100));
     },
 

@@ -382,7 +382,7 @@ export function createCompatService(deps: CompatDeps) {
     let kind: ModelKind = 'encoder';
     if (req.model !== ROUTER_MODEL_ID) {
       const entry = await catalog.get(req.model);
-      const job = entry ? null : store.trainingJobs.get(req.model);
+      const job = entry ? null : await store.trainingJobs.get(req.model);
       kind = (entry?.task_type ?? job?.task_type ?? 'encoder') as ModelKind;
     }
     const hints = { prompt_chars: req.input.reduce((n, s) => n + s.length, 0) };
@@ -449,19 +449,21 @@ export function createCompatService(deps: CompatDeps) {
       throw new CompatError(422, msg, { param: 'before_id', code: 'invalid_value' });
     }
     // the caller's team's fine-tuned models follow the catalog (the shared listing stays cached when it has none)
-    const own = catalog.fineTuned(p.team_id).map((e) => ({ ...e, display_name: e.name, owned_by: e.provider }));
-    const limit = q.limit === undefined ? undefined : Math.min(q.limit, MAX_MODELS_LIMIT);
-    const body = (all: CatalogModelLike[]) => (own.length
-      ? JSON.stringify(listModels([...all, ...own], { ...q, limit }))
-      : modelsBody(all, q));
-    const fresh = catalog.fresh();
-    if (fresh !== null) return body(modelsOf(fresh));
-    return catalogModels().then(body);
+    return catalog.fineTuned(p.team_id).then((tuned) => {
+      const own = tuned.map((e) => ({ ...e, display_name: e.name, owned_by: e.provider }));
+      const limit = q.limit === undefined ? undefined : Math.min(q.limit, MAX_MODELS_LIMIT);
+      const body = (all: CatalogModelLike[]) => (own.length
+        ? JSON.stringify(listModels([...all, ...own], { ...q, limit }))
+        : modelsBody(all, q));
+      const fresh = catalog.fresh();
+      if (fresh !== null) return body(modelsOf(fresh));
+      return catalogModels().then(body);
+    });
   }
 
   /** GET /v1/models/:id (the catalog's, or one of the caller's team's fine-tuned models) */
   async function model(p: Principal, id: string) {
-    const own = catalog.fineTuned(p.team_id).find((e) => e.id === id);
+    const own = (await catalog.fineTuned(p.team_id)).find((e) => e.id === id);
     if (own) return modelEntry({ ...own, display_name: own.name, owned_by: own.provider });
     const m = (await catalogModels()).find((e) => e.id === id);
     if (!m) {

@@ -15,7 +15,9 @@
 // llmaj_judged_at, llmaj_model and llmaj_inference_id on the inference record; a failure after the
 // retries writes llmaj_error and leaves the rest of the record as it was. Judge calls are ordinary
 // billed inferences (core.ts), made in the name of whoever last set the configuration.
-import type { InferenceRecord, JudgeConfigRecord, JudgeQueueEntry, JudgementFields, Store } from '../../store/index.ts';
+import type {
+  InferenceRecord, JudgeConfigRecord, JudgeQueueEntry, JudgementFields, Store, Tx,
+} from '../../store/index.ts';
 import type { InferenceQuery } from '../../store/inferences.ts';
 import type { Principal } from '../auth.ts';
 import type { Catalog } from '../catalog.ts';
@@ -193,24 +195,26 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     };
   }
 
-  function scopeId(p: Principal, s: Scope): string {
+  async function scopeId(p: Principal, s: Scope): Promise<string> {
     if (s.scope === 'team') return p.team_id;
-    const pr = store.projects.get(s.project_id);
+    const pr = await store.projects.get(s.project_id);
     if (!pr || pr.team_id !== p.team_id) throw new NotFoundError(`Project ${s.project_id} not found`);
     return s.project_id;
   }
 
   /** the judge in effect for a record: its project's, else its team's */
-  function configFor(r: Pick<InferenceRecord, 'team_id' | 'project_id'>): JudgeConfigRecord | undefined {
+  async function configFor(
+    r: Pick<InferenceRecord, 'team_id' | 'project_id'>, t: Pick<Tx, 'projects' | 'judges'> = store,
+  ): Promise<JudgeConfigRecord | undefined> {
     // a deleted project's judge no longer applies to the inferences it served
-    const pc =
-      r.project_id && store.projects.get(r.project_id) ? store.judges.getConfig('project', r.project_id) : undefined;
-    return pc ?? store.judges.getConfig('team', r.team_id);
+    const pc = r.project_id && (await t.projects.get(r.project_id))
+      ? await t.judges.getConfig('project', r.project_id) : undefined;
+    return pc ?? t.judges.getConfig('team', r.team_id);
   }
 
   /** the team's principal for calls made in the background (billed to the team, in the setter's name) */
-  function principalFor(teamId: string, userId: string): Principal | null {
-    const team = store.teams.get(teamId);
+  async function principalFor(teamId: string, userId: string): Promise<Principal | null> {
+    const team = await store.teams.get(teamId);
     return team ? { kind: 'key', team_id: teamId, user_id: userId, key_id: null, team, session: null } : null;
   }
 
@@ -252,19 +256,19 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     }
     if (!out.ok) deps.log?.warn({ inference: r.id, judge: cfg.model, err: out.error }, 'judgement failed');
     const fields = fieldsOf(out, cfg.model);
-    const next = await store.tx(() => {
-      store.judges.dequeue(r.id);
-      return store.inferences.applyJudgement(r.id, fields);
+    const next = await store.tx((t) => {
+      t.judges.dequeue(r.id);
+      return t.inferences.applyJudgement(r.id, fields);
     });
     return next ?? r;
   }
 
   /** drop a queue entry that can no longer be judged, saying why on the record */
   async function drop(e: JudgeQueueEntry, error: string): Promise<void> {
-    await store.tx(() => {
-      store.judges.dequeue(e.inference_id);
-      if (store.inferences.get(e.inference_id)) {
-        store.inferences.applyJudgement(e.inference_id, {
+    await store.tx(async (t) => {
+      t.judges.dequeue(e.inference_id);
+      if (await t.inferences.get(e.inference_id)) {
+        await t.inferences.applyJudgement(e.inference_id, {
           llmaj_judged_at: nowIso(),
           llmaj_model: null,
           llmaj_error: error,
@@ -274,16 +278,27 @@ export function createJudgeService(deps: JudgeServiceDeps) {
   }
 
   /** start queued judgements up to the background concurrency */
+  // one pass over the queue at a time (a pass awaits store reads); a kick during a pass runs another after it
+  let kicking = false;
+  let kickAgain = false;
   function kick(): void {
     if (closing) return;
-    for (const e of store.judges.queue()) {
-      if (inflight.size >= BACKGROUND_CONCURRENCY) return;
+    if (kicking) { kickAgain = true; return; }
+    kicking = true;
+    kickPass().catch((err) => deps.log?.warn({ err: String(err) }, 'judge queue')).finally(() => {
+      kicking = false;
+      if (kickAgain) { kickAgain = false; kick(); }
+    });
+  }
+  async function kickPass(): Promise<void> {
+    for (const e of await store.judges.queue()) {
+      if (closing || inflight.size >= BACKGROUND_CONCURRENCY) return;
       if (inflight.has(e.inference_id) || stuck.has(e.inference_id)) continue;
-      const r = store.inferences.get(e.inference_id);
-      const cfg = r && configFor(r);
-      const p = cfg && principalFor(cfg.team_id, cfg.updated_by);
+      const r = await store.inferences.get(e.inference_id);
+      const cfg = r && (await configFor(r));
+      const p = cfg && (await principalFor(cfg.team_id, cfg.updated_by));
       let work: Promise<unknown>;
-      if (!r) work = store.tx(() => store.judges.dequeue(e.inference_id));
+      if (!r) work = store.tx((t) => t.judges.dequeue(e.inference_id));
       else if (!cfg || !p) work = drop(e, 'no judge is configured for this inference any more');
       else work = judgeRecord(r, cfg, p);
       const w = work
@@ -305,8 +320,8 @@ export function createJudgeService(deps: JudgeServiceDeps) {
   return {
     checkModel,
 
-    getConfig(p: Principal, s: Scope) {
-      const c = store.judges.getConfig(s.scope, scopeId(p, s));
+    async getConfig(p: Principal, s: Scope) {
+      const c = await store.judges.getConfig(s.scope, await scopeId(p, s));
       if (!c)
         throw new NotFoundError(
           s.scope === 'team'
@@ -317,7 +332,7 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     },
 
     async putConfig(p: Principal, s: Scope, body: JudgeConfigInput) {
-      const id = scopeId(p, s);
+      const id = await scopeId(p, s);
       const v = validate(body);
       await checkModel(p.team_id, v.model);
       const c: JudgeConfigRecord = {
@@ -328,25 +343,25 @@ export function createJudgeService(deps: JudgeServiceDeps) {
         updated_at: nowIso(),
         updated_by: p.user_id,
       };
-      await store.tx(() => store.judges.putConfig(c));
+      await store.tx((t) => t.judges.putConfig(c));
       return configView(c);
     },
 
     async removeConfig(p: Principal, s: Scope): Promise<void> {
-      const id = scopeId(p, s);
-      if (!store.judges.getConfig(s.scope, id)) throw new NotFoundError('No judge is configured here');
-      await store.tx(() => store.judges.removeConfig(s.scope, id));
+      const id = await scopeId(p, s);
+      if (!(await store.judges.getConfig(s.scope, id))) throw new NotFoundError('No judge is configured here');
+      await store.tx((t) => t.judges.removeConfig(s.scope, id));
     },
 
     /**
      * Called by the inference service inside the transaction that stores a record: queue it for the
      * background judge when a judge is configured for it and the sample draw says so.
      */
-    sampleInTx(r: InferenceRecord): void {
+    async sampleInTx(t: Tx, r: InferenceRecord): Promise<void> {
       if (!eligible(r)) return;
-      const cfg = configFor(r);
+      const cfg = await configFor(r, t);
       if (!cfg || cfg.sample_rate <= 0 || Math.random() >= cfg.sample_rate) return;
-      store.judges.enqueue({ inference_id: r.id, team_id: r.team_id, reason: 'sample', enqueued_at: nowIso() });
+      t.judges.enqueue({ inference_id: r.id, team_id: r.team_id, reason: 'sample', enqueued_at: nowIso() });
     },
 
     /** after that transaction committed: start the queued work once the inference's reply is on its way */
@@ -356,11 +371,11 @@ export function createJudgeService(deps: JudgeServiceDeps) {
 
     /** POST /inferences/:id/judge: judge now with the judge in effect; answers with the result */
     async judgeNow(p: Principal, id: string) {
-      const r = store.inferences.get(id);
+      const r = await store.inferences.get(id);
       if (!r || r.team_id !== p.team_id) throw new NotFoundError(`Inference ${id} not found`);
       if (r.endpoint === JUDGE_ENDPOINT)
         throw new ConflictError('This inference is a judge call; judges are not judged');
-      const cfg = configFor(r);
+      const cfg = await configFor(r);
       if (!cfg)
         throw new ConflictError('No judge is configured for this inference (PUT /judge or PUT /projects/:id/judge)');
       const why = unjudgeable(r);
@@ -375,20 +390,21 @@ export function createJudgeService(deps: JudgeServiceDeps) {
      */
     async judgeBatch(p: Principal, body: BatchFilters) {
       const q = batchQuery(body);
-      await store.db.root.committed;
-      const { items, total } = store.inferences.query({ ...q, team_id: p.team_id });
-      let queued = 0,
-        skipped = 0;
+      await store.settled();
+      const { items, total } = await store.inferences.query({ ...q, team_id: p.team_id });
       const at = nowIso();
-      await store.tx(() => {
+      const { queued, skipped } = await store.tx(async (t) => {
+        let queued = 0;
+        let skipped = 0;
         for (const r of items) {
-          if (!eligible(r) || !configFor(r) || store.judges.queued(r.id)) {
+          if (!eligible(r) || !(await configFor(r, t)) || (await t.judges.queued(r.id))) {
             skipped++;
             continue;
           }
-          store.judges.enqueue({ inference_id: r.id, team_id: r.team_id, reason: 'request', enqueued_at: at });
+          t.judges.enqueue({ inference_id: r.id, team_id: r.team_id, reason: 'request', enqueued_at: at });
           queued++;
         }
+        return { queued, skipped };
       });
       kick();
       return { queued, skipped, matched: total };
@@ -399,7 +415,7 @@ export function createJudgeService(deps: JudgeServiceDeps) {
       items: RewardItem[],
       opts: JudgeRewardOptions,
     ): Promise<{ scores: number[]; errors: (string | null)[] }> {
-      const team = store.teams.get(opts.teamId);
+      const team = await store.teams.get(opts.teamId);
       const scores = items.map(() => 0);
       const errors: (string | null)[] = items.map(() => null);
       if (!team) return { scores, errors: items.map(() => `team ${opts.teamId} not found`) };
@@ -426,18 +442,15 @@ export function createJudgeService(deps: JudgeServiceDeps) {
     },
 
     /** after a restart: judge what was queued */
-    resumePending(): number {
-      let n = 0;
-      for (const _ of store.judges.queue()) n++;
+    async resumePending(): Promise<number> {
+      const n = (await store.judges.queue()).length;
       kick();
       return n;
     },
 
     /** judgements in progress or queued (tests, /health) */
-    pending(): number {
-      let n = 0;
-      for (const _ of store.judges.queue()) n++;
-      return n;
+    async pending(): Promise<number> {
+      return (await store.judges.queue()).length;
     },
 
     /** stop starting judgements and wait (at most timeoutMs) for those running; the queue stays for the next start */

@@ -15,7 +15,7 @@ export async function checkJudgeModel(
   const bad = (message: string, keyword: string): never => {
     throw new ValidationError(message, [{ path, message, keyword }]);
   };
-  const job = d.store.trainingJobs.get(model);
+  const job = await d.store.trainingJobs.get(model);
   if (job && job.team_id === teamId) {
     if (job.task_type !== 'decoder')
       bad(`Judge model ${model} is an ${job.task_type}; a judge must be a decoder`, 'judge_not_decoder');

@@ -1,0 +1,114 @@
+// The PostgreSQL store (LOOM_DATABASE_URL): migrations run once when processes start together;
+// credits stay exact when two processes debit one team at once; a key revoked through one API
+// process is refused by another on its next request; a database outage answers 503 and the
+// service recovers when the database is back. Needs PostgreSQL's server binaries (skipped without).
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import pg from 'pg';
+import { openStore } from '../../src/store/index.ts';
+import { migrationFiles } from '../../src/store/postgres/index.ts';
+import { postgresMissing, startPostgres, type TestPostgres } from '../helpers/postgres.ts';
+import { call, makeUser, startServer } from '../service/helpers.ts';
+
+const missing = postgresMissing();
+if (missing) {
+  t.test(`PostgreSQL store tests`, { skip: missing }, async () => {});
+} else {
+  const pgs: TestPostgres = await startPostgres();
+  t.teardown(() => pgs.close());
+  const now = () => new Date().toISOString();
+
+  t.test('two processes opening a new database together migrate it once', async (t) => {
+    const url = await pgs.createDb();
+    const stores = await Promise.all([0, 1, 2].map(() => openStore('/nonexistent', { databaseUrl: url, poolSize: 2 })));
+    t.teardown(() => Promise.all(stores.map((s) => s.close())));
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    t.teardown(() => c.end());
+    const rows = (await c.query('SELECT version, name FROM schema_migrations ORDER BY version')).rows;
+    t.same(rows.map((r) => r.name), migrationFiles().map((m) => m.name), 'each migration recorded once');
+    await stores[0].tx((x) => x.teams.put({ id: 't', name: 'n', region: null, blocked: false, created_at: now() }));
+    t.equal((await stores[2].teams.get('t'))?.name, 'n', 'one database behind every opener');
+  });
+
+  t.test('credits are exact after 300 concurrent billed debits from two processes', async (t) => {
+    const url = await pgs.createDb();
+    const s = await openStore('/nonexistent', { databaseUrl: url });
+    t.teardown(() => s.close());
+    const team = 'team-1';
+    await s.tx((x) => {
+      x.teams.put({ id: team, name: 'n', region: null, blocked: false, created_at: now() });
+      x.accounts.put({
+        team_id: team, plan: 'free', free_allowance_micro: 1_000_000, included_micro: 0, paid_balance_micro: 5_000_000,
+        overage_micro: 0, overage_enabled: false, card_on_file: false, period_start: now(), billing_customer_id: null,
+        total_spent_micro: 0, updated_at: now(),
+      });
+      x.keys.put({
+        id: 'key-1', name: 'k', hash: 'h', last_digits: 'abcd', team_id: team, user_id: 'u', created_at: now(),
+        expires_at: null, revoked_at: null, last_used_at: null, request_count: 0, usage_tokens: 0, usage_cost_micro: 0,
+      });
+    });
+    const child = () => new Promise<string>((resolve, reject) => {
+      const p = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'fixtures/pg-biller.ts'), url, team, 'key-1', '150'], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      p.stdout.on('data', (d) => { out += d; });
+      p.on('error', reject);
+      p.on('exit', (code) => (code === 0 ? resolve(out.trim()) : reject(new Error(`biller exited ${code}`))));
+    });
+    t.same(await Promise.all([child(), child()]), ['done 150', 'done 150'], 'both processes committed all their debits');
+    const cost = 7 * 1000;
+    const a = (await s.accounts.get(team))!;
+    t.equal(a.total_spent_micro, 300 * cost, 'total spent: every debit once');
+    t.equal(a.free_allowance_micro + a.paid_balance_micro, 6_000_000 - 300 * cost, 'balance: allowance + paid − spent');
+    const usage = await s.usage.listByTeam(team);
+    t.equal(usage.length, 300, 'one usage record per debit');
+    t.equal(usage.reduce((n, u) => n + u.cost_micro, 0), 300 * cost, 'usage records add up to what was debited');
+    const k = (await s.keys.get('key-1'))!;
+    t.equal(k.usage_cost_micro, 300 * cost, 'key counters exact');
+    t.equal(k.usage_tokens, 300 * 7);
+  });
+
+  t.test('a key revoked through one API process is refused by the other on its next request', async (t) => {
+    const url = await pgs.createDb();
+    const config = { databaseUrl: url, databasePoolSize: 4 };
+    const a = await startServer({ config });
+    const b = await startServer({ config });
+    t.teardown(async () => { await a.close(); await b.close(); });
+    const u = await makeUser(a, { credits: 5 });
+    const body = { model_id: 'test/encoder', text: 'Alice met Bob', schema: ['person'] };
+    t.equal((await call(b.url, 'POST', '/inference', { key: u.key, body })).status, 200, 'the key works on B (now cached there)');
+    t.equal((await call(b.url, 'POST', '/inference', { key: u.key, body })).status, 200);
+    const del = await call(a.url, 'DELETE', '/delete-api-key', { key: u.key, body: { key_id: u.key_id } });
+    t.equal(del.status, 200, 'revoked through A');
+    const r = await call(b.url, 'POST', '/inference', { key: u.key, body });
+    t.equal(r.status, 401, 'B refuses it on the next request');
+    t.match(r.body.detail, /revoked/);
+    const ledger = await a.services.store.usage.listByTeam(u.team_id);
+    t.equal(ledger.length, 2, 'both servers billed into the same ledger');
+  });
+
+  t.test('a database outage answers 503, and the service recovers when it is back', async (t) => {
+    const url = await pgs.createDb();
+    const ts = await startServer({ config: { databaseUrl: url, databasePoolSize: 4 } });
+    t.teardown(() => ts.close());
+    const u = await makeUser(ts, { credits: 5 });
+    const body = { model_id: 'test/encoder', text: 'Alice met Bob', schema: ['person'] };
+    t.equal((await call(ts.url, 'POST', '/inference', { key: u.key, body })).status, 200);
+    pgs.stop();
+    let restarted = false;
+    t.teardown(() => { if (!restarted) pgs.start(); });
+    const down = await call(ts.url, 'POST', '/inference', { key: u.key, body });
+    t.equal(down.status, 503, 'a billed call while the database is down: 503');
+    t.equal(down.body.code ?? 'dependency_unavailable', 'dependency_unavailable');
+    t.ok(Number(down.headers.get('retry-after')) >= 1, 'with Retry-After');
+    const hist = await call(ts.url, 'GET', '/inferences', { key: u.key });
+    t.equal(hist.status, 503, 'a read while the database is down: 503');
+    pgs.start();
+    restarted = true;
+    const back = await call(ts.url, 'POST', '/inference', { key: u.key, body });
+    t.equal(back.status, 200, 'served again once the database is back');
+    const h = await call(ts.url, 'GET', '/inferences', { key: u.key });
+    t.equal(h.body.total, 2, 'the calls before and after the outage are recorded; none during it');
+  });
+}
