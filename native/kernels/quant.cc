@@ -188,6 +188,17 @@ LOOM_DOT4_BY_ROWS(q6_K)
 LOOM_DOT4_BY_ROWS(q8_K)
 #undef LOOM_DOT4_BY_ROWS
 
+// Four rows × M rows of x: the four-row products per row of x
+#define LOOM_GEMM4_BY_ROWS(T)                                                                                     \
+  void gemm4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,         \
+                      const float* ds, float* y, int64_t ldy) {                                                   \
+    const int64_t nb = K / kQ8Block;                                                                              \
+    for (int64_t m = 0; m < M; m++) vec_dot4_##T##_q8(K, w, rb, q + m * K, d + m * nb, ds + m * nb, y + m * ldy); \
+  }
+LOOM_GEMM4_BY_ROWS(q4_0)
+LOOM_GEMM4_BY_ROWS(q5_0)
+#undef LOOM_GEMM4_BY_ROWS
+
 }  // namespace portable
 
 namespace {
@@ -200,15 +211,20 @@ struct QuantType {
   int64_t values, bytes;
   QuantDotFn dot[3];    // portable, avx2, avx512 (Isa order)
   QuantDot4Fn dot4[3];  // the same, four rows per pass
+  QuantGemm4Fn gemm4[3];  // four rows × M rows of x, blocks unpacked once (nullptr: dot4 per row of x)
 };
 
 #define LOOM_QT(T, id, n, bytes, fn)                                                                 \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn}, \
-   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}}
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}}
+#define LOOM_QT_GEMM4(T, id, n, bytes, fn)                                                                         \
+  {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
+   {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn}}
 const QuantType kTypes[] = {
-    LOOM_QT(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
+    LOOM_QT_GEMM4(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
     LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
-    LOOM_QT(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
+    LOOM_QT_GEMM4(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
     LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
     LOOM_QT(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
     LOOM_QT(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
@@ -217,6 +233,7 @@ const QuantType kTypes[] = {
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT
+#undef LOOM_QT_GEMM4
 
 const QuantType* find(DType t) {
   for (const QuantType& e : kTypes)
@@ -300,6 +317,7 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   const QuantActFn act = isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
   const QuantDotFn dot = e.dot[isa];
   const QuantDot4Fn dot4 = e.dot4[isa];
+  const QuantGemm4Fn gemm4 = M > 1 ? e.gemm4[isa] : nullptr;
   const int64_t nb = K / kQ8Block;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, ds;
@@ -321,6 +339,13 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
     int64_t n = 4 * g0;
     for (; n + 4 <= n1; n += 4) {
       const uint8_t* wr = wb + size_t(n) * rb;
+      if (gemm4) {
+        float v[kQuantSmallM * 4];
+        gemm4(K, wr, rb, M, qp, dp, dsp, v, 4);
+        for (int64_t m = 0; m < M; m++)
+          for (int r = 0; r < 4; r++) put(m, n + r, v[m * 4 + r]);
+        continue;
+      }
       for (int64_t m = 0; m < M; m++) {
         float v[4];
         dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, v);

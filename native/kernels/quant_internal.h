@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include "loom/core.h"
+#include "loom/quant.h"
 
 namespace loom {
 
@@ -26,6 +27,10 @@ using QuantDotFn = float (*)(int64_t K, const uint8_t* w, const int8_t* q, const
 // y[r] (r < 4) = the products of the 4 rows at w + r·rb (rb bytes apart) with one quantized row of x
 using QuantDot4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds,
                              float* y);
+// y[m·ldy + r] (r < 4, m < M) = the products of the 4 rows at w + r·rb with M quantized rows of x, each weight
+// block unpacked once for the M rows (kept only for the types whose unpacking outweighs the dot)
+using QuantGemm4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                              const float* ds, float* y, int64_t ldy);
 using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, float* ds);
 
 // One row (vec_dot) and four rows (vec_dot4) per weight type T
@@ -36,7 +41,11 @@ using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, floa
 #define LOOM_QUANT_DECLS                                                                  \
   void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds);           \
   LOOM_QUANT_DOTS(q4_0) LOOM_QUANT_DOTS(q4_1) LOOM_QUANT_DOTS(q5_0) LOOM_QUANT_DOTS(q5_1) \
-  LOOM_QUANT_DOTS(q8_0) LOOM_QUANT_DOTS(q4_K) LOOM_QUANT_DOTS(q5_K) LOOM_QUANT_DOTS(q6_K) LOOM_QUANT_DOTS(q8_K)
+  LOOM_QUANT_DOTS(q8_0) LOOM_QUANT_DOTS(q4_K) LOOM_QUANT_DOTS(q5_K) LOOM_QUANT_DOTS(q6_K) LOOM_QUANT_DOTS(q8_K) \
+  void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy);                                             \
+  void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy);
 
 namespace portable { LOOM_QUANT_DECLS }
 namespace avx2 { LOOM_QUANT_DECLS }
