@@ -197,6 +197,7 @@ LOOM_DOT4_BY_ROWS(q8_K)
   }
 LOOM_GEMM4_BY_ROWS(q4_0)
 LOOM_GEMM4_BY_ROWS(q5_0)
+LOOM_GEMM4_BY_ROWS(q8_0)
 #undef LOOM_GEMM4_BY_ROWS
 
 }  // namespace portable
@@ -226,7 +227,7 @@ const QuantType kTypes[] = {
     LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
     LOOM_QT_GEMM4(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
     LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
-    LOOM_QT(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
+    LOOM_QT_GEMM4(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
     LOOM_QT(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
     LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
     LOOM_QT(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),

@@ -487,3 +487,31 @@ void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
                    float* y, int64_t ldy) {
   gemm4_q40_q50<true>(K, w, rb, M, q, d, ds, y, ldy);
 }
+
+// Q8_0: |w| and the weight scales once per block; per row of x only sign(x, w) and the dot
+void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+                   float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  alignas(32) __m256 acc[kQuantSmallM][4];
+  for (int64_t m = 0; m < M; m++)
+    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t* wb = w + b * kQ8_0Bytes;
+    prefetch4(wb, rb, kQ8_0Bytes);
+    const __m256i w0 = loadu256(wb + 2), w1 = loadu256(wb + rb + 2), w2 = loadu256(wb + 2 * rb + 2),
+                  w3 = loadu256(wb + 3 * rb + 2);
+    const __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1), u2 = _mm256_sign_epi8(w2, w2),
+                  u3 = _mm256_sign_epi8(w3, w3);
+    const __m256 s0 = set1_f16(wb), s1 = set1_f16(wb + rb), s2 = set1_f16(wb + 2 * rb), s3 = set1_f16(wb + 3 * rb);
+    for (int64_t m = 0; m < M; m++) {
+      const __m256i qx = loadu256(q + m * K + b * kQ8Block);
+      const __m256 dx = _mm256_set1_ps(d[m * nb + b]);
+      __m256* a = acc[m];
+      a[0] = _mm256_fmadd_ps(_mm256_mul_ps(s0, dx), _mm256_cvtepi32_ps(dot_u8s8(u0, _mm256_sign_epi8(qx, w0))), a[0]);
+      a[1] = _mm256_fmadd_ps(_mm256_mul_ps(s1, dx), _mm256_cvtepi32_ps(dot_u8s8(u1, _mm256_sign_epi8(qx, w1))), a[1]);
+      a[2] = _mm256_fmadd_ps(_mm256_mul_ps(s2, dx), _mm256_cvtepi32_ps(dot_u8s8(u2, _mm256_sign_epi8(qx, w2))), a[2]);
+      a[3] = _mm256_fmadd_ps(_mm256_mul_ps(s3, dx), _mm256_cvtepi32_ps(dot_u8s8(u3, _mm256_sign_epi8(qx, w3))), a[3]);
+    }
+  }
+  for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+}

@@ -28,7 +28,7 @@ using QuantDotFn = float (*)(int64_t K, const uint8_t* w, const int8_t* q, const
 using QuantDot4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds,
                              float* y);
 // y[m·ldy + r] (r < 4, m < M) = the products of the 4 rows at w + r·rb with M quantized rows of x, each weight
-// block unpacked once for the M rows (kept only for the types whose unpacking outweighs the dot)
+// block unpacked once for the M rows (Q4_0, Q5_0, Q8_0: where the unpacking is a large part of the work)
 using QuantGemm4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
                               const float* ds, float* y, int64_t ldy);
 using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, float* ds);
@@ -45,6 +45,8 @@ using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, floa
   void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
                      const float* ds, float* y, int64_t ldy);                                             \
   void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy);                                             \
+  void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
                      const float* ds, float* y, int64_t ldy);
 
 namespace portable { LOOM_QUANT_DECLS }
