@@ -171,6 +171,35 @@ float vec_dot_q8_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float*
   return acc;
 }
 
+// Four rows: four single-row products (the portable path stays the plain reference)
+#define LOOM_DOT4_BY_ROWS(T)                                                                                  \
+  void vec_dot4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds, \
+                         float* y) {                                                                          \
+    for (int r = 0; r < 4; r++) y[r] = vec_dot_##T##_q8(K, w + r * rb, q, d, ds);                           \
+  }
+LOOM_DOT4_BY_ROWS(q4_0)
+LOOM_DOT4_BY_ROWS(q4_1)
+LOOM_DOT4_BY_ROWS(q5_0)
+LOOM_DOT4_BY_ROWS(q5_1)
+LOOM_DOT4_BY_ROWS(q8_0)
+LOOM_DOT4_BY_ROWS(q4_K)
+LOOM_DOT4_BY_ROWS(q5_K)
+LOOM_DOT4_BY_ROWS(q6_K)
+LOOM_DOT4_BY_ROWS(q8_K)
+#undef LOOM_DOT4_BY_ROWS
+
+// Four rows × M rows of x: the four-row products per row of x
+#define LOOM_GEMM4_BY_ROWS(T)                                                                                     \
+  void gemm4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,         \
+                      const float* ds, float* y, int64_t ldy) {                                                   \
+    const int64_t nb = K / kQ8Block;                                                                              \
+    for (int64_t m = 0; m < M; m++) vec_dot4_##T##_q8(K, w, rb, q + m * K, d + m * nb, ds + m * nb, y + m * ldy); \
+  }
+LOOM_GEMM4_BY_ROWS(q4_0)
+LOOM_GEMM4_BY_ROWS(q5_0)
+LOOM_GEMM4_BY_ROWS(q8_0)
+#undef LOOM_GEMM4_BY_ROWS
+
 }  // namespace portable
 
 namespace {
@@ -181,22 +210,31 @@ struct QuantType {
   const char* name;
   int ggml;
   int64_t values, bytes;
-  QuantDotFn dot[3];  // portable, avx2, avx512 (Isa order)
+  QuantDotFn dot[3];    // portable, avx2, avx512 (Isa order)
+  QuantDot4Fn dot4[3];  // the same, four rows per pass
+  QuantGemm4Fn gemm4[3];  // four rows × M rows of x, blocks unpacked once (nullptr: dot4 per row of x)
 };
 
-#define LOOM_QT(T, id, n, bytes, fn) {DType::T, #T, gguf::id, n, bytes, {portable::fn, avx2::fn, avx512::fn}}
+#define LOOM_QT(T, id, n, bytes, fn)                                                                 \
+  {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn}, \
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}}
+#define LOOM_QT_GEMM4(T, id, n, bytes, fn)                                                                         \
+  {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
+   {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn}}
 const QuantType kTypes[] = {
-    LOOM_QT(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, vec_dot_q4_0_q8),
-    LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, vec_dot_q4_1_q8),
-    LOOM_QT(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, vec_dot_q5_0_q8),
-    LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, vec_dot_q5_1_q8),
-    LOOM_QT(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, vec_dot_q8_0_q8),
-    LOOM_QT(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, vec_dot_q4_K_q8),
-    LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, vec_dot_q5_K_q8),
-    LOOM_QT(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, vec_dot_q6_K_q8),
-    LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, vec_dot_q8_K_q8),
+    LOOM_QT_GEMM4(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
+    LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
+    LOOM_QT_GEMM4(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
+    LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
+    LOOM_QT_GEMM4(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
+    LOOM_QT(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
+    LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
+    LOOM_QT(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
+    LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT
+#undef LOOM_QT_GEMM4
 
 const QuantType* find(DType t) {
   for (const QuantType& e : kTypes)
@@ -279,6 +317,8 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   const int isa = quant_isa();
   const QuantActFn act = isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
   const QuantDotFn dot = e.dot[isa];
+  const QuantDot4Fn dot4 = e.dot4[isa];
+  const QuantGemm4Fn gemm4 = M > 1 ? e.gemm4[isa] : nullptr;
   const int64_t nb = K / kQ8Block;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, ds;
@@ -289,16 +329,32 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   const int8_t* qp = q.data();
   const float* dp = d.data();
   const float* dsp = ds.data();
-  parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; n++) {
+  auto put = [&](int64_t m, int64_t n, float v) {
+    if (bias) v += bias[n];
+    float* yp = y + m * ldy + n;
+    *yp = beta == 0.0f ? v : v + beta * *yp;
+  };
+  // groups of 4 rows of W (each group's blocks stay in L1 while every row of x passes), split over threads
+  parallel_for((N + 3) / 4, 4, [&](int64_t g0, int64_t g1) {
+    const int64_t n1 = std::min(N, 4 * g1);
+    int64_t n = 4 * g0;
+    for (; n + 4 <= n1; n += 4) {
       const uint8_t* wr = wb + size_t(n) * rb;
+      if (gemm4) {
+        float v[kQuantSmallM * 4];
+        gemm4(K, wr, rb, M, qp, dp, dsp, v, 4);
+        for (int64_t m = 0; m < M; m++)
+          for (int r = 0; r < 4; r++) put(m, n + r, v[m * 4 + r]);
+        continue;
+      }
       for (int64_t m = 0; m < M; m++) {
-        float v = dot(K, wr, qp + m * K, dp + m * nb, dsp + m * nb);
-        if (bias) v += bias[n];
-        float* yp = y + m * ldy + n;
-        *yp = beta == 0.0f ? v : v + beta * *yp;
+        float v[4];
+        dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, v);
+        for (int r = 0; r < 4; r++) put(m, n + r, v[r]);
       }
     }
+    for (; n < n1; n++)
+      for (int64_t m = 0; m < M; m++) put(m, n, dot(K, wb + size_t(n) * rb, qp + m * K, dp + m * nb, dsp + m * nb));
   });
 }
 

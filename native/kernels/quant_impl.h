@@ -247,3 +247,271 @@ float vec_dot_q8_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float*
   }
   return hsum(acc);
 }
+
+// ---- Four weight rows per pass (decode and small batches) ------------------------------------------------
+// vec_dot4_<type>_q8 computes y[r] = Σ_k W[r][k]·x̂_k for the 4 rows at w + r·rb: each activation block (its
+// int8 values and scales) is loaded once for the 4 rows, each row keeps its own accumulator register (4
+// independent FMA chains instead of one), and the 4 horizontal sums finish in one pass. Offsets and minimums
+// are folded into the vector accumulators (ds[b]/8 per lane sums to ds[b]), so no scalar chain remains.
+
+static inline void hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3, float* y) {
+  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));  // a0..a3 per 128-bit half
+  _mm_storeu_ps(y, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
+}
+
+// Four rows are four short streams that jump by 4 rows at each group: the hardware prefetcher loses them (a
+// 4-row Q5_0 kernel without this ran slower than the one-row one, its time on the weight loads), so each
+// block's bytes are prefetched kPrefetchGroups groups of 4 rows ahead.
+constexpr int kPrefetchGroups = 2;
+static inline void prefetch4(const uint8_t* wb, size_t rb, int64_t bytes) {
+  const uint8_t* p = wb + kPrefetchGroups * 4 * rb;
+  for (int r = 0; r < 4; r++)
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + r * rb + o), _MM_HINT_T0);
+}
+
+static inline __m256 set1_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm256_cvtph_ps(_mm_set1_epi16(short(h)));
+}
+
+// Q8_0: acc_r += d_w·d_x·Σ q_w·q_x
+void vec_dot4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float*,
+                      float* y) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t b = 0; b < K / kQ8Block; b++) {
+    const __m256i qx = loadu256(q + b * kQ8Block);
+    const __m256 dx = _mm256_set1_ps(d[b]);
+    auto row = [&](const uint8_t* wb, __m256 acc) {
+      const __m256i p = dot_s8s8(loadu256(wb + 2), qx);
+      return _mm256_fmadd_ps(_mm256_mul_ps(set1_f16(wb), dx), _mm256_cvtepi32_ps(p), acc);
+    };
+    const uint8_t* wb = w + b * kQ8_0Bytes;
+    prefetch4(wb, rb, kQ8_0Bytes);
+    a0 = row(wb, a0);
+    a1 = row(wb + rb, a1);
+    a2 = row(wb + 2 * rb, a2);
+    a3 = row(wb + 3 * rb, a3);
+  }
+  hsum4(a0, a1, a2, a3, y);
+}
+
+// Q4_0 / Q5_0: acc_r += d_w·(d_x·Σ q_w·q_x - off·ds/8 per lane), off 8 / 16
+template <bool kFive>
+static inline void vec_dot4_q40_q50(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d,
+                                    const float* ds, float* y) {
+  constexpr int64_t bytes = kFive ? kQ5_0Bytes : kQ4_0Bytes;
+  const __m256 off = _mm256_set1_ps(kFive ? -2.0f : -1.0f);  // -16/8, -8/8
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t b = 0; b < K / kQ8Block; b++) {
+    const __m256i qx = loadu256(q + b * kQ8Block);
+    const __m256 dx = _mm256_set1_ps(d[b]), ox = _mm256_mul_ps(_mm256_set1_ps(ds[b]), off);
+    auto row = [&](const uint8_t* wb, __m256 acc) {
+      const __m256i qw = kFive ? _mm256_or_si256(nibbles_32(wb + 6), bits5_32(wb + 2)) : nibbles_32(wb + 2);
+      const __m256 v = _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(qw, qx)), ox);
+      return _mm256_fmadd_ps(set1_f16(wb), v, acc);
+    };
+    const uint8_t* wb = w + b * bytes;
+    prefetch4(wb, rb, bytes);
+    a0 = row(wb, a0);
+    a1 = row(wb + rb, a1);
+    a2 = row(wb + 2 * rb, a2);
+    a3 = row(wb + 3 * rb, a3);
+  }
+  hsum4(a0, a1, a2, a3, y);
+}
+
+void vec_dot4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds,
+                      float* y) {
+  vec_dot4_q40_q50<false>(K, w, rb, q, d, ds, y);
+}
+
+void vec_dot4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds,
+                      float* y) {
+  vec_dot4_q40_q50<true>(K, w, rb, q, d, ds, y);
+}
+
+// Q4_K super-block: the 8 (scale, min) pairs of each row are unpacked once (llama.cpp's 12-byte → 8 + 8 bytes
+// shuffle), widened to f32 and multiplied by d·d_x (scales) and dmin·ds (minimums, subtracted at once);
+// sub-block j's scale is then broadcast from a small table.
+static inline void q4k_scales(const uint8_t* w, const float* d, const float* ds, float* sf, __m256* acc) {
+  uint32_t u[4];
+  std::memcpy(u, w + 4, 12);
+  constexpr uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);  // mins 4-7
+  const uint32_t mins03 = u[1] & m1;
+  u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);  // scales 4-7
+  u[2] = mins03;
+  u[0] &= m1;  // scales 0-3
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+  const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+  _mm256_store_ps(sf, _mm256_mul_ps(_mm256_mul_ps(set1_f16(w), sc), _mm256_loadu_ps(d)));
+  *acc = _mm256_fnmadd_ps(_mm256_mul_ps(set1_f16(w + 2), mn), _mm256_loadu_ps(ds), *acc);
+}
+
+void vec_dot4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds,
+                      float* y) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  alignas(32) float sf[4][8];
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ4_KBytes;
+    prefetch4(wb, rb, kQ4_KBytes);
+    q4k_scales(wb, d + sb * 8, ds + sb * 8, sf[0], &a0);
+    q4k_scales(wb + rb, d + sb * 8, ds + sb * 8, sf[1], &a1);
+    q4k_scales(wb + 2 * rb, d + sb * 8, ds + sb * 8, sf[2], &a2);
+    q4k_scales(wb + 3 * rb, d + sb * 8, ds + sb * 8, sf[3], &a3);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+      const int8_t* xc = q + (sb * 8 + 2 * c) * kQ8Block;
+      const __m256i x0 = loadu256(xc), x1 = loadu256(xc + kQ8Block);
+      auto row = [&](int r, __m256 acc) {
+        const __m256i qb = loadu256(wb + r * rb + 16 + 32 * c);
+        const __m256i p0 = dot_u8s8(_mm256_and_si256(qb, lo4), x0);
+        const __m256i p1 = dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(qb, 4), lo4), x1);
+        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&sf[r][2 * c]), _mm256_cvtepi32_ps(p0), acc);
+        return _mm256_fmadd_ps(_mm256_broadcast_ss(&sf[r][2 * c + 1]), _mm256_cvtepi32_ps(p1), acc);
+      };
+      a0 = row(0, a0);
+      a1 = row(1, a1);
+      a2 = row(2, a2);
+      a3 = row(3, a3);
+    }
+  }
+  hsum4(a0, a1, a2, a3, y);
+}
+
+// Q6_K super-block: the 16 scales of each row times d·d_x (two per activation block: lanes 0-3 and 4-7),
+// laid out per activation block as 8 lanes once, then one load per block and row.
+void vec_dot4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float*,
+                      float* y) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03), m32 = _mm256_set1_epi8(32);
+  const __m256i lo_idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  alignas(32) float sf[4][8][8];  // row, activation block, lane
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ6_KBytes;
+    prefetch4(wb, rb, kQ6_KBytes);
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* wr = wb + r * rb;
+      const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 192));
+      const __m256 dw = set1_f16(wr + 208);
+      for (int half = 0; half < 2; half++) {  // scales 8·half .. 8·half + 7 = activation blocks 4·half ..
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(half ? _mm_srli_si128(s8, 8) : s8));
+        const __m256 d4 = _mm256_castps128_ps256(_mm_loadu_ps(d + sb * 8 + 4 * half));
+        const __m256 dx = _mm256_permutevar8x32_ps(d4, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+        const __m256 f = _mm256_mul_ps(_mm256_mul_ps(dw, sc), dx);  // scale k·d_x(k/2), k = 8·half ..
+        for (int j = 0; j < 4; j++)
+          _mm256_store_ps(sf[r][4 * half + j],
+                          _mm256_permutevar8x32_ps(f, _mm256_add_epi32(lo_idx, _mm256_set1_epi32(2 * j))));
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; s++) {
+        const int jb = 4 * h + s;
+        const __m256i qx = loadu256(q + (sb * 8 + jb) * kQ8Block);
+        auto row = [&](int r, __m256 acc) {
+          const uint8_t* wr = wb + r * rb;
+          const __m256i ql = loadu256(wr + 64 * h + 32 * (s & 1));
+          const __m256i lo = s < 2 ? _mm256_and_si256(ql, lo4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(loadu256(wr + 128 + 32 * h), 2 * s), lo2);
+          const __m256i qw = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), m32);
+          return _mm256_fmadd_ps(_mm256_load_ps(sf[r][jb]), _mm256_cvtepi32_ps(dot_s8s8(qw, qx)), acc);
+        };
+        a0 = row(0, a0);
+        a1 = row(1, a1);
+        a2 = row(2, a2);
+        a3 = row(3, a3);
+      }
+    }
+  }
+  hsum4(a0, a1, a2, a3, y);
+}
+
+// The other types (rarer in the files people run): four single-row products.
+#define LOOM_DOT4_BY_ROWS(T)                                                                                  \
+  void vec_dot4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds, \
+                         float* y) {                                                                          \
+    for (int r = 0; r < 4; r++) y[r] = vec_dot_##T##_q8(K, w + r * rb, q, d, ds);                           \
+  }
+LOOM_DOT4_BY_ROWS(q4_1)
+LOOM_DOT4_BY_ROWS(q5_1)
+LOOM_DOT4_BY_ROWS(q5_K)
+LOOM_DOT4_BY_ROWS(q8_K)
+#undef LOOM_DOT4_BY_ROWS
+
+// ---- Four weight rows × M rows of x, each weight block unpacked once for all M (small batches) ------------
+// y[m·ldy + r] = Σ_k W[r][k]·x̂_m,k for the 4 rows at w + r·rb and the M quantized rows of x (row m at
+// q + m·K, d + m·K/32, ds + m·K/32), M <= kQuantSmallM. Where unpacking a block costs more than the dot itself
+// (Q4_0 / Q5_0: nibbles, 5th bits), doing it once per step instead of once per row of x roughly halves a small
+// batch's work; the accumulators (M·4 vectors) live in an L1 scratch.
+template <bool kFive>
+static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                                 const float* ds, float* y, int64_t ldy) {
+  constexpr int64_t bytes = kFive ? kQ5_0Bytes : kQ4_0Bytes;
+  const int64_t nb = K / kQ8Block;
+  const __m256 off = _mm256_set1_ps(kFive ? -2.0f : -1.0f);
+  alignas(32) __m256 acc[kQuantSmallM][4];
+  for (int64_t m = 0; m < M; m++)
+    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t* wb = w + b * bytes;
+    prefetch4(wb, rb, bytes);
+    auto unpack = [&](const uint8_t* p) {
+      return kFive ? _mm256_or_si256(nibbles_32(p + 6), bits5_32(p + 2)) : nibbles_32(p + 2);
+    };
+    const __m256i w0 = unpack(wb), w1 = unpack(wb + rb), w2 = unpack(wb + 2 * rb), w3 = unpack(wb + 3 * rb);
+    const __m256 s0 = set1_f16(wb), s1 = set1_f16(wb + rb), s2 = set1_f16(wb + 2 * rb), s3 = set1_f16(wb + 3 * rb);
+    for (int64_t m = 0; m < M; m++) {
+      const __m256i qx = loadu256(q + m * K + b * kQ8Block);
+      const __m256 dx = _mm256_set1_ps(d[m * nb + b]), ox = _mm256_mul_ps(_mm256_set1_ps(ds[m * nb + b]), off);
+      __m256* a = acc[m];
+      a[0] = _mm256_fmadd_ps(s0, _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(w0, qx)), ox), a[0]);
+      a[1] = _mm256_fmadd_ps(s1, _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(w1, qx)), ox), a[1]);
+      a[2] = _mm256_fmadd_ps(s2, _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(w2, qx)), ox), a[2]);
+      a[3] = _mm256_fmadd_ps(s3, _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(w3, qx)), ox), a[3]);
+    }
+  }
+  for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+}
+
+void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm4_q40_q50<false>(K, w, rb, M, q, d, ds, y, ldy);
+}
+
+void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm4_q40_q50<true>(K, w, rb, M, q, d, ds, y, ldy);
+}
+
+// Q8_0: |w| and the weight scales once per block; per row of x only sign(x, w) and the dot
+void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+                   float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  alignas(32) __m256 acc[kQuantSmallM][4];
+  for (int64_t m = 0; m < M; m++)
+    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t* wb = w + b * kQ8_0Bytes;
+    prefetch4(wb, rb, kQ8_0Bytes);
+    const __m256i w0 = loadu256(wb + 2), w1 = loadu256(wb + rb + 2), w2 = loadu256(wb + 2 * rb + 2),
+                  w3 = loadu256(wb + 3 * rb + 2);
+    const __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1), u2 = _mm256_sign_epi8(w2, w2),
+                  u3 = _mm256_sign_epi8(w3, w3);
+    const __m256 s0 = set1_f16(wb), s1 = set1_f16(wb + rb), s2 = set1_f16(wb + 2 * rb), s3 = set1_f16(wb + 3 * rb);
+    for (int64_t m = 0; m < M; m++) {
+      const __m256i qx = loadu256(q + m * K + b * kQ8Block);
+      const __m256 dx = _mm256_set1_ps(d[m * nb + b]);
+      __m256* a = acc[m];
+      a[0] = _mm256_fmadd_ps(_mm256_mul_ps(s0, dx), _mm256_cvtepi32_ps(dot_u8s8(u0, _mm256_sign_epi8(qx, w0))), a[0]);
+      a[1] = _mm256_fmadd_ps(_mm256_mul_ps(s1, dx), _mm256_cvtepi32_ps(dot_u8s8(u1, _mm256_sign_epi8(qx, w1))), a[1]);
+      a[2] = _mm256_fmadd_ps(_mm256_mul_ps(s2, dx), _mm256_cvtepi32_ps(dot_u8s8(u2, _mm256_sign_epi8(qx, w2))), a[2]);
+      a[3] = _mm256_fmadd_ps(_mm256_mul_ps(s3, dx), _mm256_cvtepi32_ps(dot_u8s8(u3, _mm256_sign_epi8(qx, w3))), a[3]);
+    }
+  }
+  for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+}

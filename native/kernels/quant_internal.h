@@ -5,8 +5,10 @@
 // per (weight, activation) type pair, each returning Σ_k w_k·x̂_k for one row of W against one quantized
 // row of x; all share one signature so the dispatcher can keep them in a table.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include "loom/core.h"
+#include "loom/quant.h"
 
 namespace loom {
 
@@ -22,23 +24,35 @@ constexpr int64_t kQ6_KBytes = 210;  // 128 bytes ql, 64 bytes qh, 16 int8 scale
 constexpr int64_t kQ8_KBytes = 292;  // f32 d, int8 q[256], 16 int16 sums
 
 using QuantDotFn = float (*)(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);
+// y[r] (r < 4) = the products of the 4 rows at w + r·rb (rb bytes apart) with one quantized row of x
+using QuantDot4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds,
+                             float* y);
+// y[m·ldy + r] (r < 4, m < M) = the products of the 4 rows at w + r·rb with M quantized rows of x, each weight
+// block unpacked once for the M rows (Q4_0, Q5_0, Q8_0: where the unpacking is a large part of the work)
+using QuantGemm4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                              const float* ds, float* y, int64_t ldy);
 using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, float* ds);
 
-#define LOOM_QUANT_DECLS                                                                            \
-  void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds);                     \
-  float vec_dot_q4_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
-  float vec_dot_q4_1_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
-  float vec_dot_q5_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
-  float vec_dot_q5_1_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
-  float vec_dot_q8_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
-  float vec_dot_q4_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
-  float vec_dot_q5_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
-  float vec_dot_q6_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds); \
-  float vec_dot_q8_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);
+// One row (vec_dot) and four rows (vec_dot4) per weight type T
+#define LOOM_QUANT_DOTS(T)                                                                                  \
+  float vec_dot_##T##_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);     \
+  void vec_dot4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds, \
+                         float* y);
+#define LOOM_QUANT_DECLS                                                                  \
+  void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds);           \
+  LOOM_QUANT_DOTS(q4_0) LOOM_QUANT_DOTS(q4_1) LOOM_QUANT_DOTS(q5_0) LOOM_QUANT_DOTS(q5_1) \
+  LOOM_QUANT_DOTS(q8_0) LOOM_QUANT_DOTS(q4_K) LOOM_QUANT_DOTS(q5_K) LOOM_QUANT_DOTS(q6_K) LOOM_QUANT_DOTS(q8_K) \
+  void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy);                                             \
+  void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy);                                             \
+  void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy);
 
 namespace portable { LOOM_QUANT_DECLS }
 namespace avx2 { LOOM_QUANT_DECLS }
 namespace avx512 { LOOM_QUANT_DECLS }
 #undef LOOM_QUANT_DECLS
+#undef LOOM_QUANT_DOTS
 
 }  // namespace loom

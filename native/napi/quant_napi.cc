@@ -2,8 +2,12 @@
 //   quantLinear(type 'Q8_0'|'Q4_K'|... (quant_type_names), w Uint8Array (N rows of blocks), N, K, x Float32Array (M, K), M)
 //     -> Float32Array (M, N): x · Wᵀ on the active ISA (the int8 path for M <= quantSmallM, else the
 //     dequantized-panel GEMM). Runs inline.
+//   quantizeQ4K(x Float32Array, n a multiple of 256) -> Uint8Array (n/256 · 144 bytes): llama.cpp's Q4_K
+//     quantizer (native/formats/gguf_quantize.h), bit for bit the TypeScript reference. Runs inline, as the
+//     converter that calls it.
 #include <string>
 #include "loom/quant.h"
+#include "../formats/gguf_quantize.h"
 #include "napi_util.h"
 
 namespace loom::napi {
@@ -32,7 +36,17 @@ Napi::Value QuantLinear(const Napi::CallbackInfo& info) {
   return y;
 }
 
+Napi::Value QuantizeQ4K(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto x = array_arg<float>(info[0], "x");
+  if (x.length % 256 != 0) throw_range(env, "quantizeQ4K: the length must be a multiple of 256");
+  Napi::Uint8Array out = Napi::Uint8Array::New(env, x.length / 256 * 144);
+  gguf::quantize_q4_K(x.data, out.Data(), int64_t(x.length));
+  return out;
+}
+
 void Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("quantizeQ4K", Napi::Function::New(env, QuantizeQ4K));
   exports.Set("quantLinear", Napi::Function::New(env, QuantLinear));
   exports.Set("quantSmallM", Napi::Number::New(env, double(kQuantSmallM)));
 }

@@ -3,7 +3,9 @@
 // sub-block, then 6- or 8-bit sub-block scales under one f16 super-block scale) and the type choice of the
 // Q4_K_M / Q6_K / Q8_0 file types (llama-quant.cpp's llama_tensor_get_type). Arithmetic is float32 throughout
 // (every step rounded with Math.fround), in llama.cpp's order, so the blocks match its quantizer's up to
-// the fused multiply-adds a C compiler may form. Block layouts: native/formats/gguf_dequant.cc.
+// the fused multiply-adds a C compiler may form. Block layouts: native/formats/gguf_dequant.cc. The converter
+// writes Q4_K through the native port of quantizeQ4_K (addon.quantizeQ4K, native/formats/gguf_quantize.cc: about
+// 6x faster, the same bytes; test/formats/gguf-quantize.test.ts compares them); this one is its reference.
 import { f16ToF32, f32ToF16 } from './f16.ts';
 
 const QK_K = 256;

@@ -41,7 +41,7 @@ import { SafetensorsCheckpoint, type StDType } from './safetensors.ts';
 import { loadDecoderConfig, parseDecoderConfig, type DecoderConfig } from './hf-config.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
 import { f32ToF16 } from './f16.ts';
-import { ggufQuantType, quantizeQ4_K, quantizeQ5_0, quantizeQ6_K, type QuantFileType } from './gguf-quantize.ts';
+import { ggufQuantType, quantizeQ5_0, quantizeQ6_K, type QuantFileType } from './gguf-quantize.ts';
 
 export class GgufError extends Error {
   override name = 'GgufError';
@@ -744,7 +744,7 @@ export function convertHfToGguf(dir: string, outPath: string, opts: { outType?: 
         addon.convertF32ToBf16(f, h);
         data = new Uint8Array(h.buffer);
       } else if (want === 'Q8_0') { type = GgmlType.Q8_0; data = quantizeQ8_0(f); }
-      else if (want === 'Q4_K') { type = GgmlType.Q4_K; data = quantizeQ4_K(f); }
+      else if (want === 'Q4_K') { type = GgmlType.Q4_K; data = addon.quantizeQ4K(f) as Uint8Array; }  // native port
       else if (want === 'Q6_K') { type = GgmlType.Q6_K; data = quantizeQ6_K(f); }
       else if (want === 'Q5_0') { type = GgmlType.Q5_0; data = quantizeQ5_0(f); }
       else throw new GgufError(`tensor ${src}: cannot write ${t.dtype} as ${want}`);

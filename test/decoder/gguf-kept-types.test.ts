@@ -1,7 +1,7 @@
 // Every block type the native decoder keeps quantized (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K), and a
 // Q4_K_M-style mix whose fused q;k;v and gate;up parts have different types, end to end through the GGUF loader:
 // a small random Llama (D 256, 2 layers, untied output) written with every matrix in the type. Each model's
-// resident weight bytes stay within 10% of the file's tensor bytes, and its logits (a 12-token prefill: the
+// resident weight bytes stay within 10% of the file's tensor bytes, and its logits (a 40-token prefill: the
 // dequantized-panel path, then 4 single-token decode steps: the int8 path) match the same file loaded with every
 // weight dequantized to f32, within what int8 activations allow.
 import t from 'tap';
@@ -13,6 +13,7 @@ import { ggufTensorSource } from '../../src/models/decoder/gguf-source.ts';
 import { buildNativeDecoder } from '../../src/models/decoder/loader.ts';
 import { KEPT_TYPES, randomBlocks, rng, type KeptType } from '../native/random-blocks.ts';
 import { randomIds, runChunks } from './helpers.ts';
+import { addon } from '../../src/native/addon.ts';
 
 const tmp = mkdtempSync(join(tmpdir(), 'loom-kept-'));
 t.teardown(() => rmSync(tmp, { recursive: true, force: true }));
@@ -76,15 +77,17 @@ async function check(t: { ok: (cond: boolean, msg: string) => unknown }, label: 
   t.ok(Math.abs(w - tensorBytes) <= 0.1 * tensorBytes,
     `${label}: resident weights ${w} B vs file tensors ${tensorBytes} B`);
   t.ok(ref.weightBytes > 2.5 * w, `${label}: the dequantized model takes ${ref.weightBytes} B`);
-  const ids = randomIds(16, V, 5);
-  const chunks = [12, 1, 1, 1, 1];
+  // a prompt chunk longer than the int8 path's rows (the dequantized-panel GEMM), then 4 decode steps
+  const P = (addon.quantSmallM as number) + 8;
+  const ids = randomIds(P + 4, V, 5);
+  const chunks = [P, 1, 1, 1, 1];
   const a = await runChunks(kept, ck.config, ids, chunks);
   const b = await runChunks(ref, ck.config, ids, chunks);
   let worstPrefill = 0, worstDecode = 0, scale = 0;
   for (let i = 0; i < b.length; i++) scale = Math.max(scale, Math.abs(b[i]));
   for (let i = 0; i < a.length; i++) {
     const e = Math.abs(a[i] - b[i]) / scale;
-    if (i < 12 * V) worstPrefill = Math.max(worstPrefill, e);
+    if (i < P * V) worstPrefill = Math.max(worstPrefill, e);
     else worstDecode = Math.max(worstDecode, e);
   }
   t.ok(Number.isFinite(scale) && scale > 0, `${label}: finite logits (max |logit| ${scale.toFixed(3)})`);

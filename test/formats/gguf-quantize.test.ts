@@ -6,6 +6,7 @@ import t from 'tap';
 import { dequantize, GgmlType } from '../../src/formats/gguf.ts';
 import { ggufQuantType, quantizeQ4_K, quantizeQ5_0, quantizeQ6_K } from '../../src/formats/gguf-quantize.ts';
 import { quantizeQ4K, quantizeQ6K } from './ggml-quantize.ts';
+import { addon } from '../../src/native/addon.ts';
 
 let seed = 99;
 const rnd = () => {
@@ -39,6 +40,26 @@ t.test('Q4_K: layout read back by the dequantizer, error below the plain min-max
   // all-zero and constant blocks
   const z = back(GgmlType.Q4_K, quantizeQ4_K(new Float32Array(256)), 256);
   t.ok(z.every((v) => v === 0), 'zeros stay zeros');
+});
+
+t.test('Q4_K: the native quantizer (what convertHfToGguf calls) writes the reference\'s bytes', async (t) => {
+  // Gaussian-ish rows with outliers, all-positive and all-negative sub-blocks, zeros, constants, tiny and large
+  // magnitudes, exact halves (round-half-to-even cases)
+  const n = 256 * 48;
+  const x = weights(n);
+  for (let i = 0; i < 256; i++) x[256 + i] = Math.abs(x[256 + i]);
+  for (let i = 0; i < 256; i++) x[512 + i] = -Math.abs(x[512 + i]);
+  x.fill(0, 768, 1024);
+  x.fill(0.25, 1024, 1280);
+  for (let i = 1280; i < 1536; i++) x[i] *= 1e-6;
+  for (let i = 1536; i < 1792; i++) x[i] *= 1e4;
+  for (let i = 1792; i < 2048; i++) x[i] = ((i % 31) - 15) * 0.5;
+  const ref = quantizeQ4_K(x), nat = addon.quantizeQ4K(x) as Uint8Array;
+  t.equal(nat.length, ref.length);
+  let diff = 0;
+  for (let i = 0; i < ref.length; i++) if (ref[i] !== nat[i]) diff++;
+  t.equal(diff, 0, `${diff} of ${ref.length} bytes differ`);
+  t.throws(() => addon.quantizeQ4K(new Float32Array(100)), /multiple of 256/);
 });
 
 t.test('Q6_K: layout read back by the dequantizer, error below the plain max-abs choice', async (t) => {

@@ -1,0 +1,97 @@
+// CPU time per decode step, Loom and llama.cpp (node-llama-cpp) on the same GGUF file: the steadiest figure on a
+// machine shared with other work (wall-clock tok/s there depends on who else holds the cores; the CPU time a
+// step costs much less). `npm run bench -- decode` reports wall-clock figures; this is the A/B for kernel work.
+//   node --import tsx bench/decode-cpu.mts <file.gguf> [--streams 1,8,32] [--tokens 64] [--threads 1] [--reps 2]
+//     [--no-llama]
+// Per row: streams, tok/s (wall), CPU ms per step (process CPU time over the steps after every stream's first
+// token / steps). Set LOOM_ADDON to compare two builds of the addon on the same file.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { buildNativeDecoder } from '../src/models/decoder/loader.ts';
+import { ggufTensorSource } from '../src/models/decoder/gguf-source.ts';
+import { loadGgufCheckpoint } from '../src/formats/gguf.ts';
+import { KvCacheManager } from '../src/runtime/kv-cache.ts';
+import { PrefixCache } from '../src/runtime/prefix-cache.ts';
+import { Scheduler } from '../src/runtime/scheduler.ts';
+import { getIsa, setThreads } from '../src/native/cpu.ts';
+
+const argv = process.argv.slice(2);
+const flag = (name: string, def: string) => (argv.includes(name) ? argv[argv.indexOf(name) + 1] : def);
+const gguf = argv[0];
+if (!gguf || !existsSync(gguf)) throw new Error('usage: decode-cpu.mts <file.gguf> [--streams 1,8,32] [--tokens 64]');
+const streams = flag('--streams', '1,8,32').split(',').map(Number);
+const tokens = Number(flag('--tokens', '64')), threads = Number(flag('--threads', '1'));
+const reps = Number(flag('--reps', '2'));
+const cpuMs = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
+const prompt = (i: number, V: number) => Array.from({ length: 16 }, (_, j) => 300 + ((i * 977 + j * 131) % (V - 300)));
+const report = (engine: string, s: number, steps: number, wallMs: number, cpu: number) =>
+  console.log(`${engine} streams ${s}: ${((steps * s) / (wallMs / 1000)).toFixed(1)} tok/s wall, ` +
+    `${(cpu / steps).toFixed(2)} ms CPU per step`);
+
+setThreads(threads);
+const ck = loadGgufCheckpoint(gguf);
+const V = ck.config.vocabSize;
+console.log(`${gguf}: ${threads} thread(s), ISA ${getIsa()}`);
+{
+  const model = await buildNativeDecoder(ck.config, ggufTensorSource(ck.tensors, ck.tied), { dtype: 'bf16' });
+  const kv = new KvCacheManager(ck.config, { memory: '1GiB', weightDtype: model.weightDtype });
+  const opts = { maxStepTokens: 512, maxRunning: 64, maxQueue: 1024 };
+  const sched = new Scheduler(model, kv, new PrefixCache(kv, { minTokens: 16 }), opts);
+  // every stream generates `n` tokens greedily; returns the wall and CPU time at the last first token
+  const run = (s: number, n: number) => Promise.all(Array.from({ length: s }, (_, i) =>
+    new Promise<{ t: number; c: number }>((resolve, reject) => {
+      let k = 0, t = 0, c = 0;
+      sched.submit({
+        prompt: prompt(i, V), maxTokens: n, cache: { mode: 'none' },
+        handler: {
+          next: (l: Float32Array) => {
+            if (k++ === 0) [t, c] = [performance.now(), cpuMs()];
+            let b = 0;
+            for (let j = 1; j < V; j++) if (l[j] > l[b]) b = j;
+            return b;
+          },
+          done: () => resolve({ t, c }),
+          fail: reject,
+        },
+      });
+    })));
+  await run(1, 4);
+  for (const s of streams)
+    for (let r = 0; r < reps; r++) {
+      const rs = await run(s, tokens);
+      const t = Math.max(...rs.map((x) => x.t)), c = Math.max(...rs.map((x) => x.c));
+      report('loom', s, tokens - 1, performance.now() - t, cpuMs() - c);
+    }
+}
+const lib = join(import.meta.dirname, 'node_modules', 'node-llama-cpp', 'dist', 'index.js');
+if (!argv.includes('--no-llama') && existsSync(lib)) {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const { getLlama } = (await import(pathToFileURL(lib).href)) as any;
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error', maxThreads: threads });
+  const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0, useMmap: false });
+  for (const s of streams) {
+    const ctx = await model.createContext({ sequences: s, contextSize: Math.max(2048, s * 128), batchSize: 512,
+      threads: { ideal: threads, min: threads }, flashAttention: false });
+    const seqs = Array.from({ length: s }, () => ctx.getSequence());
+    for (let r = 0; r < reps; r++) {
+      const rs = await Promise.all(seqs.map(async (seq, i) => {
+        await seq.clearHistory();
+        let k = 0, t = 0, c = 0;
+        for await (const _tok of seq.evaluate(prompt(i, V), { temperature: 0 })) {
+          void _tok;
+          if (k++ === 0) [t, c] = [performance.now(), cpuMs()];
+          if (k >= tokens) break;
+        }
+        return { t, c };
+      }));
+      const t = Math.max(...rs.map((x) => x.t)), c = Math.max(...rs.map((x) => x.c));
+      report('llama.cpp', s, tokens - 1, performance.now() - t, cpuMs() - c);
+    }
+    await ctx.dispose();
+  }
+  await model.dispose();
+}
