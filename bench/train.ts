@@ -78,7 +78,9 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
   let torch: { fp32: Rate; bf16_autocast: Rate } | null = null;
   if (existsSync(PY)) {
     const arg = JSON.stringify({ config: CONFIGS['smollm2-135m'], B, T, r, targets, threads, warmup, iters });
-    const out = execFileSync(PY, [join(import.meta.dirname, 'sft_torch.py'), arg], { encoding: 'utf8' });
+    const out = execFileSync(PY, [join(import.meta.dirname, 'sft_torch.py'), arg], {
+      encoding: 'utf8', stdio: ['ignore', 'pipe', json ? 'ignore' : 'inherit'],
+    });
     torch = JSON.parse(out.trim().split('\n').pop()!);
   }
   const ratio = (x: Rate, y?: Rate) => (y ? x.tokens_per_s / y.tokens_per_s : null);
