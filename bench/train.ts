@@ -136,14 +136,19 @@ async function encoderRow(config: string, quick: boolean, json: boolean): Promis
   let torch: { tokens_per_s: number; step_ms: number } | null = null;
   if (existsSync(PY)) {
     const arg = JSON.stringify({ D: p.hidden_size, L: p.num_hidden_layers, H: p.num_attention_heads, F: p.intermediate_size, V, B, N, W, M, threads, warmup: 1, iters });
-    torch = JSON.parse(execFileSync(PY, [join(import.meta.dirname, 'train_torch.py'), arg], { encoding: 'utf8' }).trim().split('\n').pop()!);
+    const out = execFileSync(PY, [join(import.meta.dirname, 'train_torch.py'), arg], { encoding: 'utf8' });
+    torch = JSON.parse(out.trim().split('\n').pop()!);
   }
-  const row = { bench: 'train', config, threads, batch: `${B}x${N}`, loom, torch, ratio: torch ? loom.tokens_per_s / torch.tokens_per_s : null };
+  const ratio = torch ? loom.tokens_per_s / torch.tokens_per_s : null;
+  const row = { bench: 'train', config, threads, batch: `${B}x${N}`, loom, torch, ratio };
   if (json) console.log(JSON.stringify(row));
   else {
-    console.log(`GLiNER2 span model "${config}" (D=${p.hidden_size}, L=${p.num_hidden_layers}), full fine-tuning step, batch ${B}x${N} tokens, ${threads} threads`);
+    console.log(`GLiNER2 span model "${config}" (D=${p.hidden_size}, L=${p.num_hidden_layers}), full fine-tuning `
+      + `step, batch ${B}x${N} tokens, ${threads} threads`);
     console.log(`  loom     ${loom.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${loom.step_ms.toFixed(1)} ms/step)`);
-    if (torch) console.log(`  pytorch  ${torch.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${torch.step_ms.toFixed(1)} ms/step)   loom/pytorch = ${row.ratio!.toFixed(2)}x`);
+    if (torch)
+      console.log(`  pytorch  ${torch.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${torch.step_ms.toFixed(1)} ms/step)`
+        + `   loom/pytorch = ${row.ratio!.toFixed(2)}x`);
     else console.log('  pytorch  (bench/.venv missing: python3 -m venv bench/.venv && bench/.venv/bin/pip install torch transformers)');
   }
 }

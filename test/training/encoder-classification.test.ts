@@ -24,7 +24,8 @@ const cfg = { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, int
 const base = join(tmp, 'base');
 initEncoder(base, cfg, [...TEXTS, ...LABELS], { seed: 1 });
 const tok = new EncoderTokenizer(join(base, 'tokenizer.json'));
-const rec = (text: string, label: string): DataRecord => ({ kind: 'classification', text, labels: [label], multiLabel: false });
+const rec = (text: string, label: string): DataRecord =>
+  ({ kind: 'classification', text, labels: [label], multiLabel: false });
 
 t.test('a classification example is trained on the prompt the model is asked with', async (t) => {
   const [ex] = recordsToExamples([rec(TEXTS[0], 'card arrival')], [], LABELS);
@@ -55,7 +56,8 @@ t.test('a fresh encoder tells its label markers apart before training', async (t
   t.ok(fresh > 2e-3, `the labels' losses differ by ${fresh.toExponential(2)} at init`);
   // the same model without the local heads (key biases 0, as DeBERTa's init leaves them): 100x closer
   const flat = initEncoderTensors(cfg, V, 1);
-  for (let l = 0; l < cfg.num_hidden_layers; l++) flat[`encoder.encoder.layer.${l}.attention.self.key_proj.bias`].fill(0);
+  for (let l = 0; l < cfg.num_hidden_layers; l++)
+    flat[`encoder.encoder.layer.${l}.attention.self.key_proj.bias`].fill(0);
   const uniform = await spread(flat);
   t.ok(uniform * 20 < fresh, `without local heads they differ by ${uniform.toExponential(2)}`);
 });

@@ -214,7 +214,8 @@ export async function evaluate(t: EvaluateTask): Promise<EvaluateResult> {
   for (let i = 0; i < keep.length; i += BATCH) {
     const batch = keep.slice(i, i + BATCH);
     const schema = { classifications: [{ task: CLASSIFICATION_TASK, labels, multi_label: multi }] };
-    const res = await enc.extract(batch.map((x) => x.r.text as string), schema, { threshold, include_confidence: false });
+    const texts = batch.map((x) => x.r.text as string);
+    const res = await enc.extract(texts, schema, { threshold, include_confidence: false });
     res.forEach((r, j) => {
       gold.push(batch[j].g);
       const out = r.classifications?.[CLASSIFICATION_TASK];
