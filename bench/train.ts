@@ -1,24 +1,111 @@
-// `npm run bench -- train [--quick] [--json] [--config small|base|tiny] [--threads n]`
-// Training throughput (tokens/s) of one GLiNER2 span-model step (forward + backward + AdamW, full
-// fine-tuning) on the native graph, next to PyTorch CPU (bench/train_torch.py, transformers
-// DebertaV2Model + the same heads) on the same configuration and batch shapes. PyTorch runs from
-// bench/.venv (python3 -m venv bench/.venv && bench/.venv/bin/pip install torch transformers).
+// `npm run bench -- train [--quick] [--json] [--config small|base|tiny] [--threads n] [--rows encoder,decoder]`
+// Training throughput (tokens/s), Loom's native graphs next to PyTorch CPU on the same shapes and threads:
+//   encoder: one GLiNER2 span-model step (forward + backward + AdamW, full fine-tuning) against
+//     bench/train_torch.py (transformers DebertaV2Model + the same heads);
+//   decoder: one LoRA SFT step (forward, masked cross-entropy, backward, clipping, AdamW over the adapter) of the
+//     SmolLM2-135M configuration (random weights), batch 4 x 256 tokens, LoRA r=16 on q,k,v,o, against PyTorch +
+//     PEFT (bench/sft_torch.py) in fp32 and under bf16 autocast. Loom runs it with the frozen base in bf16 (as it
+//     loads the bf16 checkpoint: fp32 compute, bf16 weights read in place) and in fp32.
+// PyTorch runs from bench/.venv (python3 -m venv bench/.venv && bench/.venv/bin/pip install torch transformers peft),
+// or from the Python that BENCH_PYTHON names.
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { loadDecoderConfig } from '../src/formats/hf-config.ts';
 import { ENCODER_PRESETS, initEncoderTensors } from '../src/training/encoder/init.ts';
-import { EncoderTrainGraph } from '../src/training/native.ts';
+import { baseTensors, initLoras } from '../src/training/decoder-trainer.ts';
+import { DecoderTrainGraph, EncoderTrainGraph } from '../src/training/native.ts';
 import { setThreads, getThreads } from '../src/native/cpu.ts';
+import { CONFIGS, ensureRandomCheckpoint } from './decode/models.ts';
+
+const PY = process.env.BENCH_PYTHON ?? join(import.meta.dirname, '.venv/bin/python');
+type Rate = { tokens_per_s: number; step_ms: number };
 
 export async function run(argv: string[]): Promise<void> {
-  const { values } = parseArgs({ args: argv, options: { quick: { type: 'boolean' }, json: { type: 'boolean' }, config: { type: 'string', default: 'small' }, threads: { type: 'string' } } });
-  const p = ENCODER_PRESETS[values.config!];
-  if (!p) throw new Error(`unknown config ${values.config}`);
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      quick: { type: 'boolean' }, json: { type: 'boolean' }, config: { type: 'string', default: 'small' },
+      threads: { type: 'string' }, rows: { type: 'string', default: 'encoder,decoder' },
+    },
+  });
   if (values.threads) setThreads(Number(values.threads));
+  const rows = values.rows!.split(',');
+  for (const r of rows) if (r !== 'encoder' && r !== 'decoder') throw new Error(`unknown row ${r} (encoder, decoder)`);
+  if (rows.includes('encoder')) await encoderRow(values.config!, !!values.quick, !!values.json);
+  if (rows.includes('decoder')) await decoderRow(!!values.quick, !!values.json);
+}
+
+/** Decoder LoRA SFT: SmolLM2-135M configuration, B x T random tokens, r=16 on q,k,v,o; Loom (bf16 and fp32 base)
+ * and PyTorch + PEFT (fp32, bf16 autocast). */
+async function decoderRow(quick: boolean, json: boolean): Promise<void> {
+  const threads = getThreads();
+  const B = 4, T = 256, r = 16, targets = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+  const warmup = 1, iters = quick ? 1 : 3;
+  const dir = ensureRandomCheckpoint('smollm2-135m');
+  const dc = loadDecoderConfig(dir);
+  let seed = 7;
+  const next = () => ((seed = (seed * 1103515245 + 12345) >>> 0) % (dc.vocabSize - 3)) + 3;
+  const tokens = Int32Array.from({ length: B * T }, next);
+  const labels = Int32Array.from(tokens, (_, i) => (i % T === T - 1 ? -100 : tokens[i + 1]));
+  const batch = {
+    tokens, labels, positions: Int32Array.from(tokens, (_, i) => i % T),
+    seqOff: Int32Array.from({ length: B + 1 }, (_, s) => s * T),
+  };
+  const loom = async (dtype: 'bf16' | 'f32'): Promise<Rate> => {
+    const graph = DecoderTrainGraph.create(dc, baseTensors(dir, dc, dtype), initLoras(dc, targets, r, 2 * r, 0, 1));
+    const one = async (step: number) => {
+      graph.zeroGrad();
+      await graph.step(batch, { seed: step });
+      await graph.optimizerStep({ lr: [1e-4], weightDecay: 0, maxGradNorm: 1, step });
+    };
+    for (let i = 0; i < warmup; i++) await one(i + 1);
+    const t0 = performance.now();
+    for (let i = 0; i < iters; i++) await one(warmup + i + 1);
+    const ms = (performance.now() - t0) / iters;
+    return { tokens_per_s: (B * T) / (ms / 1000), step_ms: ms };
+  };
+  const loomBf16 = await loom('bf16');
+  const loomF32 = await loom('f32');
+  const f = (x: Rate) => `${x.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${(x.step_ms / 1000).toFixed(2)} s/step)`;
+  if (!json) {
+    console.log(`Decoder LoRA SFT step, SmolLM2-135M configuration (random weights), batch ${B}x${T} tokens, `
+      + `LoRA r=${r} on q,k,v,o, ${threads} threads`);
+    console.log(`  loom, bf16 base                ${f(loomBf16)}`);
+    console.log(`  loom, fp32 base                ${f(loomF32)}`);
+  }
+  let torch: { fp32: Rate; bf16_autocast: Rate } | null = null;
+  if (existsSync(PY)) {
+    const arg = JSON.stringify({ config: CONFIGS['smollm2-135m'], B, T, r, targets, threads, warmup, iters });
+    const out = execFileSync(PY, [join(import.meta.dirname, 'sft_torch.py'), arg], {
+      encoding: 'utf8', stdio: ['ignore', 'pipe', json ? 'ignore' : 'inherit'],
+    });
+    torch = JSON.parse(out.trim().split('\n').pop()!);
+  }
+  const ratio = (x: Rate, y?: Rate) => (y ? x.tokens_per_s / y.tokens_per_s : null);
+  const row = {
+    bench: 'train', row: 'decoder-lora-sft', model: 'smollm2-135m (random weights)', threads, batch: `${B}x${T}`,
+    lora: `r=${r} ${targets.join(',')}`, loom: { bf16_base: loomBf16, fp32_base: loomF32 }, torch,
+    ratio_fp32: ratio(loomBf16, torch?.fp32), ratio_bf16_autocast: ratio(loomBf16, torch?.bf16_autocast),
+  };
+  if (json) return console.log(JSON.stringify(row));
+  if (!torch)
+    return console.log('  pytorch  (bench/.venv missing: python3 -m venv bench/.venv && '
+      + 'bench/.venv/bin/pip install torch transformers peft)');
+  console.log(`  pytorch + peft, fp32           ${f(torch.fp32)}   loom (bf16 base) / pytorch fp32 = `
+    + `${row.ratio_fp32!.toFixed(2)}x`);
+  console.log(`  pytorch + peft, bf16 autocast  ${f(torch.bf16_autocast)}   loom (bf16 base) / autocast = `
+    + `${row.ratio_bf16_autocast!.toFixed(2)}x`);
+}
+
+/** GLiNER2 span model, full fine-tuning step, batch 8 x 96 tokens. */
+async function encoderRow(config: string, quick: boolean, json: boolean): Promise<void> {
+  const p = ENCODER_PRESETS[config];
+  if (!p) throw new Error(`unknown config ${config}`);
   const threads = getThreads();
   const B = 8, N = 96, W = 64, M = 4, V = p.vocab_size;
-  const iters = values.quick ? 3 : 10;
+  const iters = quick ? 3 : 10;
   const cfg = { hiddenSize: p.hidden_size, numLayers: p.num_hidden_layers, numHeads: p.num_attention_heads, intermediateSize: p.intermediate_size, vocabSize: V, positionBuckets: 256, maxRelativePositions: -1, maxPositionEmbeddings: 512, layerNormEps: 1e-7, posAttType: ['p2c', 'c2p'], hiddenAct: 'gelu' };
   const g = EncoderTrainGraph.create(cfg, 8, true, initEncoderTensors(p, V, 1), null);
   // Batch: [P] at 0, M label markers at 1..M, W words at the end (one sub-word each).
@@ -47,17 +134,21 @@ export async function run(argv: string[]): Promise<void> {
   const ms = (performance.now() - t0) / iters;
   const loom = { tokens_per_s: (B * N) / (ms / 1000), step_ms: ms };
   let torch: { tokens_per_s: number; step_ms: number } | null = null;
-  const py = join(import.meta.dirname, '.venv/bin/python');
-  if (existsSync(py)) {
+  if (existsSync(PY)) {
     const arg = JSON.stringify({ D: p.hidden_size, L: p.num_hidden_layers, H: p.num_attention_heads, F: p.intermediate_size, V, B, N, W, M, threads, warmup: 1, iters });
-    torch = JSON.parse(execFileSync(py, [join(import.meta.dirname, 'train_torch.py'), arg], { encoding: 'utf8' }).trim().split('\n').pop()!);
+    const out = execFileSync(PY, [join(import.meta.dirname, 'train_torch.py'), arg], { encoding: 'utf8' });
+    torch = JSON.parse(out.trim().split('\n').pop()!);
   }
-  const row = { bench: 'train', config: values.config, threads, batch: `${B}x${N}`, loom, torch, ratio: torch ? loom.tokens_per_s / torch.tokens_per_s : null };
-  if (values.json) console.log(JSON.stringify(row));
+  const ratio = torch ? loom.tokens_per_s / torch.tokens_per_s : null;
+  const row = { bench: 'train', config, threads, batch: `${B}x${N}`, loom, torch, ratio };
+  if (json) console.log(JSON.stringify(row));
   else {
-    console.log(`GLiNER2 span model "${values.config}" (D=${p.hidden_size}, L=${p.num_hidden_layers}), full fine-tuning step, batch ${B}x${N} tokens, ${threads} threads`);
+    console.log(`GLiNER2 span model "${config}" (D=${p.hidden_size}, L=${p.num_hidden_layers}), full fine-tuning `
+      + `step, batch ${B}x${N} tokens, ${threads} threads`);
     console.log(`  loom     ${loom.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${loom.step_ms.toFixed(1)} ms/step)`);
-    if (torch) console.log(`  pytorch  ${torch.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${torch.step_ms.toFixed(1)} ms/step)   loom/pytorch = ${row.ratio!.toFixed(2)}x`);
+    if (torch)
+      console.log(`  pytorch  ${torch.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${torch.step_ms.toFixed(1)} ms/step)`
+        + `   loom/pytorch = ${row.ratio!.toFixed(2)}x`);
     else console.log('  pytorch  (bench/.venv missing: python3 -m venv bench/.venv && bench/.venv/bin/pip install torch transformers)');
   }
 }

@@ -20,6 +20,7 @@ import { newId, nowIso } from './ids.ts';
 import type { Logger } from './index.ts';
 import type { InferenceService } from './inference.ts';
 import { ROUTER_MODEL_ID } from './router.ts';
+import { CLASSIFICATION_TASK } from '../training/encoder/recipe.ts';
 
 export interface GenerateRequest {
   task_type: 'ner' | 'classification' | 'decoder';
@@ -199,9 +200,19 @@ export function createGenerationService(deps: {
 
     /** one element per input: the predicted label and its confidence */
     async labelClassification(p: Principal, body: { labels: string[]; inputs: string[]; model_id?: string; threshold?: number }) {
-      const r = await inference.runEncoder(p, { model_id: body.model_id ?? ROUTER_MODEL_ID, text: body.inputs, schema: { classifications: [{ task: 'label', labels: body.labels }] }, include_confidence: true, threshold: body.threshold }, { endpoint: '/generate/classification/label-existing' });
+      const schema = { classifications: [{ task: CLASSIFICATION_TASK, labels: body.labels }] };
+      const r = await inference.runEncoder(
+        p,
+        {
+          model_id: body.model_id ?? ROUTER_MODEL_ID, text: body.inputs, schema, include_confidence: true,
+          threshold: body.threshold,
+        },
+        { endpoint: '/generate/classification/label-existing' },
+      );
       return (r.result as Array<{ classifications?: Record<string, { label: string; confidence?: number }> }>).map((res, i) => {
-        const c = res.classifications?.label ?? (res as Record<string, unknown>).label as { label: string; confidence?: number } | undefined;
+        type Out = { label: string; confidence?: number } | undefined;
+        const top = res as Record<string, unknown>;
+        const c = res.classifications?.[CLASSIFICATION_TASK] ?? (top[CLASSIFICATION_TASK] as Out);
         return { text: body.inputs[i], label: c?.label ?? null, confidence: c?.confidence ?? null };
       });
     },

@@ -6,6 +6,7 @@ import {
   scoreClassification, scoreSpans, type ClassificationScores, type SpanLike, type SpanScores,
 } from './metrics.ts';
 import { classLabels, entityLabels } from './encoder/examples.ts';
+import { CLASSIFICATION_TASK } from './encoder/recipe.ts';
 
 export interface NerEvalOptions {
   labels?: string[];
@@ -53,10 +54,10 @@ export async function evaluateClassification(
   const pred: string[][] = [];
   for (let i = 0; i < cls.length; i += bs) {
     const batch = cls.slice(i, i + bs);
-    const schema = { classifications: [{ task: 'label', labels, multi_label: multi }] };
+    const schema = { classifications: [{ task: CLASSIFICATION_TASK, labels, multi_label: multi }] };
     const res = await model.extract(batch.map((r) => r.text), schema, { include_confidence: false });
     for (const r of res) {
-      const out = [r.classifications?.label].flat().filter(Boolean);
+      const out = [r.classifications?.[CLASSIFICATION_TASK]].flat().filter(Boolean);
       pred.push(out.map((o) => (o as { label: string }).label));
     }
   }

@@ -13,6 +13,7 @@ import type { MessagePort } from 'node:worker_threads';
 import {
   type RelationLike, type SpanLike, scoreClassification, scoreRelations, scoreSpans,
 } from '../../training/metrics.ts';
+import { CLASSIFICATION_TASK } from '../../training/encoder/recipe.ts';
 
 export interface EvaluateTask {
   op: 'evaluate';
@@ -212,10 +213,12 @@ export async function evaluate(t: EvaluateTask): Promise<EvaluateResult> {
   const gold: string[][] = [], pred: string[][] = [];
   for (let i = 0; i < keep.length; i += BATCH) {
     const batch = keep.slice(i, i + BATCH);
-    const res = await enc.extract(batch.map((x) => x.r.text as string), { classifications: [{ task: 'label', labels, multi_label: multi }] }, { threshold, include_confidence: false });
+    const schema = { classifications: [{ task: CLASSIFICATION_TASK, labels, multi_label: multi }] };
+    const texts = batch.map((x) => x.r.text as string);
+    const res = await enc.extract(texts, schema, { threshold, include_confidence: false });
     res.forEach((r, j) => {
       gold.push(batch[j].g);
-      const out = r.classifications?.label;
+      const out = r.classifications?.[CLASSIFICATION_TASK];
       pred.push([out].flat().filter(Boolean).map((o) => (o as { label: string }).label));
     });
     progress(Math.min(keep.length, i + BATCH));

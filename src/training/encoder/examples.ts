@@ -18,6 +18,7 @@ import { formatInput, type Formatted } from '../../models/encoder/format.ts';
 import type { EncoderTokenizer } from '../../models/encoder/tokenizer.ts';
 import { splitWords } from '../../models/encoder/words.ts';
 import type { EncoderBatch } from '../native.ts';
+import { CLASSIFICATION_TASK } from './recipe.ts';
 
 type Mention = { start: number; end: number } | string;
 /** one field value of a structure instance: mentions in the text, or choices (matched in the prefix) */
@@ -137,7 +138,7 @@ export function recordsToExamples(
   records: DataRecord[],
   labels: string[],
   classes: string[] = [],
-  task = 'category',
+  task = CLASSIFICATION_TASK,
   relationLabels: string[] = relationLabelsOf(records),
 ): EncoderExample[] {
   const out: EncoderExample[] = [];

@@ -122,7 +122,54 @@ export function initEncoderTensors(cfg: EncoderInitConfig, vocabSize: number, se
   t['count_embed.gru.bias_hh_l0'] = unif(3 * D, gb);
   headLinear('count_embed.projector.0', 4 * D, 2 * D);
   headLinear('count_embed.projector.2', D, 4 * D);
+  initLocalAttention(t, cfg);
   return t;
+}
+
+/** Attention logit (after DeBERTa's 1/√(3d) scaling) that a local head gives its target offset at init. */
+export const LOCAL_ATTENTION_LOGIT = 6;
+
+/**
+ * Local attention at init. With DeBERTa's N(0, 0.02) weights every head starts near-uniform, so all `[L]` (and
+ * `[E]`, `[R]`, `[C]`) markers of a prompt start with the same state: the classifier then sees identical inputs
+ * for every label, the per-label gradients cancel on them, and a fresh model learns many-label classification
+ * only through the labels' positions (a sampled, shuffled label prompt stays at the prior). Here, in every layer,
+ * heads 0 .. H/2-1 start attending to the token h+1 places to their right — a marker to its label's words — through
+ * the key bias alone: b_k = c·v/|v|² with v = W_q·LN(rel_emb[δ = -(h+1)]) (the head's position query of that
+ * offset), so the p2c term K_j·Q_r(δ) gains exactly c at that offset and c·cos(v, v_δ') elsewhere, while in c2c
+ * and c2p the bias adds q_i·b_k, the same for every key of a query, which softmax ignores. c = LOCAL_ATTENTION_LOGIT
+ * ·√(3d). The weights stay trainable; pretrained checkpoints are not touched.
+ */
+export function initLocalAttention(t: Record<string, Float32Array>, cfg: EncoderInitConfig): void {
+  const D = cfg.hidden_size;
+  const H = cfg.num_attention_heads;
+  const d = D / H;
+  const span = cfg.position_buckets ?? 256;
+  const rel = t['encoder.encoder.rel_embeddings.weight'];
+  const lnRow = (r: number): Float64Array => {
+    const x = Float64Array.from(rel.subarray(r * D, (r + 1) * D));
+    const mean = x.reduce((a, b) => a + b, 0) / D;
+    const v = x.reduce((a, b) => a + (b - mean) ** 2, 0) / D;
+    return x.map((y) => (y - mean) / Math.sqrt(v + 1e-7)); // encoder.encoder.LayerNorm at init (1, 0)
+  };
+  const c = LOCAL_ATTENTION_LOGIT * Math.sqrt(3 * d);
+  for (let l = 0; l < cfg.num_hidden_layers; l++) {
+    const p = `encoder.encoder.layer.${l}.attention.self.`;
+    const Wq = t[p + 'query_proj.weight'];
+    const bq = t[p + 'query_proj.bias'];
+    const bk = t[p + 'key_proj.bias'];
+    for (let h = 0; h < Math.max(1, Math.floor(H / 2)); h++) {
+      const r = lnRow(span - (h + 1)); // relative position δ = i - j = -(h + 1): the key h+1 tokens to the right
+      const v = new Float64Array(d);
+      for (let u = 0; u < d; u++) {
+        let a = bq[h * d + u];
+        for (let i = 0; i < D; i++) a += Wq[(h * d + u) * D + i] * r[i];
+        v[u] = a;
+      }
+      const n2 = v.reduce((a, b) => a + b * b, 0);
+      for (let u = 0; u < d; u++) bk[h * d + u] = (c * v[u]) / n2;
+    }
+  }
 }
 
 export function encoderConfigJson(cfg: EncoderInitConfig, vocabSize: number): Record<string, unknown> {

@@ -2,6 +2,11 @@
 // what the service's defaults (src/service/training-jobs.ts), `npm run bench -- quality` and the
 // trainer's own defaults share. A leaf module: no imports.
 
+/** The classification task name a trained classifier is taught with (training prompts), and asked with wherever Loom
+ * scores or serves one (evaluations, label-existing): the task name is part of the prompt, so a fresh model
+ * trained on one name and asked with another sees a prompt it never saw. */
+export const CLASSIFICATION_TASK = 'label';
+
 /** Negative labels sampled per classification example and step (all true labels + this many). */
 export const DEFAULT_NEGATIVE_LABELS = 16;
 

@@ -1,0 +1,63 @@
+// Many-label classification with a fresh encoder (issue 17): what made Banking77 stay at chance.
+// 1. The prompt a classifier is trained on is the prompt it is asked with: the task name is part of the prompt, and
+//    training used 'category' while evaluations and label-existing ask with 'label'.
+// 2. A fresh encoder's label markers start apart: with DeBERTa's N(0, 0.02) init every [L] marker had the same state,
+//    so the classifier gave every label the same logit and a shuffled, sampled label prompt never left the prior.
+import t from 'tap';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { DataRecord } from '../../src/training/data/formats.ts';
+import { initEncoder, initEncoderTensors } from '../../src/training/encoder/init.ts';
+import { CLASSIFICATION_TASK } from '../../src/training/encoder/recipe.ts';
+import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
+import { EncoderTrainGraph } from '../../src/training/native.ts';
+import { EncoderTokenizer } from '../../src/models/encoder/tokenizer.ts';
+import { formatInput } from '../../src/models/encoder/format.ts';
+import { normalizeSchema } from '../../src/models/encoder/schema.ts';
+import { parseDebertaConfig } from '../../src/models/encoder/deberta.ts';
+
+const tmp = mkdtempSync(join(tmpdir(), 'loom-cls-'));
+const LABELS = ['activate my card', 'age limit', 'apple pay', 'atm support', 'card arrival', 'cash withdrawal'];
+const TEXTS = ['I am still waiting on my card?', 'How old do I need to be?', 'Can I top up with apple pay?'];
+const cfg = { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 128, vocab_size: 600 };
+const base = join(tmp, 'base');
+initEncoder(base, cfg, [...TEXTS, ...LABELS], { seed: 1 });
+const tok = new EncoderTokenizer(join(base, 'tokenizer.json'));
+const rec = (text: string, label: string): DataRecord =>
+  ({ kind: 'classification', text, labels: [label], multiLabel: false });
+
+t.test('a classification example is trained on the prompt the model is asked with', async (t) => {
+  const [ex] = recordsToExamples([rec(TEXTS[0], 'card arrival')], [], LABELS);
+  const trained = await featurize(tok, ex, 8);
+  const asked = { classifications: [{ task: CLASSIFICATION_TASK, labels: LABELS, multi_label: false }] };
+  const served = await formatInput(tok, TEXTS[0], normalizeSchema(asked));
+  t.same(trained.f.processorTokens, served.processorTokens);
+  t.same([...trained.f.ids], [...served.ids]);
+  t.same([...trained.f.specialPos[0]], [...served.specialPos[0]], 'the same [L] positions');
+});
+
+t.test('a fresh encoder tells its label markers apart before training', async (t) => {
+  const enc = parseDebertaConfig(JSON.parse(readFileSync(join(base, 'encoder_config', 'config.json'), 'utf8')), 'x');
+  const spread = async (tensors: Record<string, Float32Array>) => {
+    const g = EncoderTrainGraph.create(enc, 8, true, tensors, null);
+    const [ex] = recordsToExamples([rec(TEXTS[0], LABELS[0])], [], LABELS);
+    const f = await featurize(tok, ex, 8);
+    // the classification loss with each label as the true one: equal losses = equal logits for every label
+    const losses: number[] = [];
+    for (let m = 0; m < LABELS.length; m++) {
+      const clsY = Float32Array.from(LABELS, (_, i) => (i === m ? 1 : 0));
+      losses.push((await g.step(collate([{ f: f.f, segs: [{ ...f.segs[0], clsY }] }]), { backward: false })).loss);
+    }
+    return Math.max(...losses) - Math.min(...losses);
+  };
+  const V = tok.vocabSize();
+  const fresh = await spread(initEncoderTensors(cfg, V, 1));
+  t.ok(fresh > 2e-3, `the labels' losses differ by ${fresh.toExponential(2)} at init`);
+  // the same model without the local heads (key biases 0, as DeBERTa's init leaves them): 100x closer
+  const flat = initEncoderTensors(cfg, V, 1);
+  for (let l = 0; l < cfg.num_hidden_layers; l++)
+    flat[`encoder.encoder.layer.${l}.attention.self.key_proj.bias`].fill(0);
+  const uniform = await spread(flat);
+  t.ok(uniform * 20 < fresh, `without local heads they differ by ${uniform.toExponential(2)}`);
+});
