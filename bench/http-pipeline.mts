@@ -17,6 +17,8 @@ import { createServices } from '../src/service/index.ts';
 import { createLocalRuntime } from '../src/service/runtime-local.ts';
 
 const N = Number(process.argv[2] ?? 100_000);
+/** only the targets whose name contains this (for profiling one route: node --cpu-prof ... N health) */
+const only = process.argv[3] ?? '';
 const dataDir = mkdtempSync(join(tmpdir(), 'loom-bench-pipeline-'));
 const modelsDir = join(dataDir, 'models');
 // 1e9: a small integer to V8 (as real limits are; 1e12 made every X-RateLimit-* value a
@@ -60,6 +62,7 @@ const targets: Array<[string, string, Record<string, string>]> = [
 ];
 const turn = () => new Promise((r) => setImmediate(r));
 for (const [name, url, headers] of targets) {
+  if (!name.includes(only)) continue;
   const h = handlers.get(`get ${url}`)!;
   const req = request(url, headers);
   for (let i = 0; i < 20_000; i++) h(res, req); // warm-up (JIT)

@@ -138,3 +138,13 @@ async function migrate(db: Db, migrations: Migration[]): Promise<void> {
     await db.tx(() => db.dbs.meta.put('schema_version', SCHEMA_VERSION));
   }
 }
+
+/**
+ * Calls `fn` after each write transaction of this process commits (lmdb's `aftercommit`). A cache
+ * of store reads that drops itself here, and at the end of each event-loop turn, never answers
+ * differently from a read: lmdb's own read snapshot lasts at least as long (renewed after this
+ * process's commits and at the next timers phase, when other processes' commits become visible).
+ */
+export function onCommit(db: Db, fn: () => void): void {
+  (db.root as unknown as { on(event: 'aftercommit', cb: () => void): void }).on('aftercommit', fn);
+}

@@ -19,7 +19,7 @@ import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
 import { makeAdaptiveRunsRepo } from './adaptive-runs.ts';
 
-export { authGeneration, SCHEMA_VERSION, ikey, scanIndex, storeExists, storePath } from './db.ts';
+export { authGeneration, onCommit, SCHEMA_VERSION, ikey, scanIndex, storeExists, storePath } from './db.ts';
 export type * from './types.ts';
 export type * from './customization-types.ts';
 export type { JudgeConfigRecord, JudgeQueueEntry, JudgementFields } from './judges.ts';

@@ -449,7 +449,8 @@ export function createCompatService(deps: CompatDeps) {
       throw new CompatError(422, msg, { param: 'before_id', code: 'invalid_value' });
     }
     // the caller's team's fine-tuned models follow the catalog (the shared listing stays cached when it has none)
-    const own = catalog.fineTuned(p.team_id).map((e) => ({ ...e, display_name: e.name, owned_by: e.provider }));
+    const tuned = catalog.fineTuned(p.team_id);
+    const own = tuned.length ? tuned.map((e) => ({ ...e, display_name: e.name, owned_by: e.provider })) : [];
     const limit = q.limit === undefined ? undefined : Math.min(q.limit, MAX_MODELS_LIMIT);
     const body = (all: CatalogModelLike[]) => (own.length
       ? JSON.stringify(listModels([...all, ...own], { ...q, limit }))
