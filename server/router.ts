@@ -189,9 +189,10 @@ interface RouteRuntime {
 class RequestCtx implements Ctx {
   constructor(
     readonly services: Services, readonly principal: Principal, readonly body: any, readonly query: any,
-    readonly params: any, readonly headers: Record<string, string>, private readonly run: Run, readonly url: string,
-    readonly log: Logger, private readonly ex: Exchange,
+    readonly params: any, private readonly run: Run, readonly url: string, readonly log: Logger,
+    private readonly ex: Exchange,
   ) {}
+  get headers(): Record<string, string> { return this.run.headers; }
   get ip(): string { return this.run.ip; }
   get signal(): AbortSignal { return this.ex.signal; }
   get setHeader(): (name: string, value: string) => void { return (n, v) => { this.ex.addHeaders({ [n]: v }); }; }
@@ -199,6 +200,23 @@ class RequestCtx implements Ctx {
   get stream(): (status: number, headers: Record<string, string>) => ResponseStream {
     return (status, h) => this.ex.stream(status, h);
   }
+}
+
+// the last client address read and its text: most requests come from the address before them
+let lastPeer = new Uint8Array(0);
+let lastPeerText = '';
+/** the TCP peer's address as text, without a new string when it is the previous request's */
+function peerAddress(res: HttpResponse): string {
+  const b = new Uint8Array(res.getRemoteAddressAsText());
+  const n = b.length;
+  if (n === lastPeer.length) {
+    let i = 0;
+    while (i < n && b[i] === lastPeer[i]) i++;
+    if (i === n) return lastPeerText;
+  }
+  lastPeer = b.slice(); // uWS may reuse the memory behind b
+  lastPeerText = Buffer.from(lastPeer.buffer, 0, n).toString();
+  return lastPeerText;
 }
 
 const isThenable = (v: unknown): v is PromiseLike<unknown> =>
@@ -213,32 +231,33 @@ const isThenable = (v: unknown): v is PromiseLike<unknown> =>
 class Run {
   readonly t0 = performance.now();
   readonly ex: Exchange;
-  readonly headers: Record<string, string> = {};
+  /** the live uWS request: valid only during uWS's handler call (null once the exchange is detached) */
+  private req: HttpRequest | null;
+  /** every request header, copied from `req` when a handler reads `headers` or the exchange detaches */
+  private headerCopy: Record<string, string> | null = null;
   readonly url: string;
   readonly rawQuery: string;
   readonly rawParams: string[];
   /** the client's address, read from uWS when first needed (always before the exchange goes async) */
   private ipValue: string | null = null;
-  readonly style: ErrorStyle;
+  private styleValue: ErrorStyle | null = null;
   principal: Principal | null = null;
 
   constructor(readonly rt: RouteRuntime, res: HttpResponse, req: HttpRequest) {
     // everything from `req` must be read synchronously, before the first await
-    const { route, services } = rt;
-    const headers = this.headers;
+    const { route } = rt;
+    this.req = req;
     const ex = (this.ex = new Exchange(res));
-    req.forEach((k, v) => { headers[k] = v; });
     this.url = req.getUrl();
     this.rawQuery = req.getQuery() ?? '';
     this.rawParams = rt.paramNames.length ? rt.paramNames.map((_, i) => req.getParameter(i) ?? '') : rt.paramNames;
-    this.style = wantsMessagesErrors((n) => headers[n]) ? 'messages' : route.errors ?? 'native';
     rt.state.inflight++;
     if (rt.hasBody) {
       // the body reader must be attached synchronously too
-      const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : null;
-      const bodyP = readBody(ex, rt.limit, declared);
-      bodyP.catch(() => {});
       this.detach();
+      const length = this.header('content-length');
+      const bodyP = readBody(ex, rt.limit, length !== undefined ? Number(length) : null);
+      bodyP.catch(() => {});
       this.withBody(bodyP).then((out) => this.reply(out)).catch((err) => this.fail(err)).finally(() => this.finish());
       return;
     }
@@ -256,22 +275,49 @@ class Run {
     this.finish();
   }
 
+  /** the request's headers (lower-cased names; the first of repeated ones), copied once */
+  get headers(): Record<string, string> {
+    let h = this.headerCopy;
+    if (h === null) {
+      const copy: Record<string, string> = {};
+      this.req!.forEach((k, v) => { if (copy[k] === undefined) copy[k] = v; });
+      h = this.headerCopy = copy;
+    }
+    return h;
+  }
+
+  /** one request header (lower-case name; the first of repeated ones), undefined when absent or empty */
+  header(name: string): string | undefined {
+    const v = this.headerCopy !== null ? this.headerCopy[name] : this.req!.getHeader(name);
+    return v === '' ? undefined : v;
+  }
+
+  /** the error body family: the messages-style one when the client sent its version header */
+  get style(): ErrorStyle {
+    return (this.styleValue ??= wantsMessagesErrors((n) => this.header(n)) ? 'messages' : this.rt.route.errors ?? 'native');
+  }
+
   get ip(): string {
     if (this.ipValue === null) {
-      const { headers, rt } = this;
+      const { rt } = this;
       // behind the proxy guard the TCP peer is the proxy, which sends the client's address in
       // X-Loom-Peer (trusted only then; the proxy drops the header from clients)
-      const peer = rt.state.proxied
-        ? headers[PEER_HEADER] ?? ''
-        : Buffer.from(this.ex.res.getRemoteAddressAsText()).toString();
-      this.ipValue = (rt.services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
+      const peer = rt.state.proxied ? this.header(PEER_HEADER) ?? '' : peerAddress(this.ex.res);
+      this.ipValue = (rt.services.config.trustProxy && this.header('x-forwarded-for')?.split(',')[0]?.trim()) || peer;
     }
     return this.ipValue;
   }
 
-  /** the exchange outlives uWS's handler call: read what only the live request can give, watch for aborts */
+  /**
+   * the exchange outlives uWS's handler call: read what only the live request can give (every
+   * header, the address, the error style), watch for aborts
+   */
   detach(): void {
+    if (this.req === null) return;
+    void this.headers;
     void this.ip;
+    void this.style;
+    this.req = null;
     this.ex.armAbort();
   }
 
@@ -299,7 +345,7 @@ class Run {
     const query = route.query ? parseQuery(rawQuery, route.query) : {};
     const group = rt.fixedGroup !== undefined ? rt.fixedGroup : services.rateLimiter.endpointGroup(route.method, url);
     if (!group && rt.limited) ex.rate = services.rateLimiter.ipDefault(this.ip);
-    const principal = authenticate(route, this.headers, services);
+    const principal = authenticate(route, this, services);
     this.principal = principal;
     if (group) {
       const p = principal;
@@ -345,7 +391,7 @@ class Run {
     const { rt, ex } = this;
     const { query, params } = front;
     const principal = this.principal as Principal;
-    return new RequestCtx(rt.services, principal, body, query, params, this.headers, this, this.url, rt.log, ex);
+    return new RequestCtx(rt.services, principal, body, query, params, this, this.url, rt.log, ex);
   }
 
   reply(out: unknown): void {
@@ -409,15 +455,19 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
   return accessLog;
 }
 
-function bearer(h: Record<string, string>): string | null {
-  if (h['x-api-key']) return h['x-api-key'].trim();
-  const a = h['authorization'];
+/** where the pipeline reads a request header (the live uWS request, or its copy once detached) */
+interface Headers { header(name: string): string | undefined }
+
+function bearer(h: Headers): string | null {
+  const k = h.header('x-api-key');
+  if (k) return k.trim();
+  const a = h.header('authorization');
   if (a && /^bearer\s+/i.test(a)) return a.replace(/^bearer\s+/i, '').trim();
   return null;
 }
 
-function sessionToken(h: Record<string, string>): string | null {
-  const c = h['cookie'];
+function sessionToken(h: Headers): string | null {
+  const c = h.header('cookie');
   if (!c) return null;
   for (const part of c.split(';')) {
     const [k, ...v] = part.trim().split('=');
@@ -428,7 +478,7 @@ function sessionToken(h: Record<string, string>): string | null {
 
 export const SESSION_COOKIE = 'loom_session';
 
-function authenticate(route: RouteDef, h: Record<string, string>, services: Services): Principal | null {
+function authenticate(route: RouteDef, h: Headers, services: Services): Principal | null {
   if (route.auth === 'none') return null;
   const key = bearer(h);
   if (route.auth === 'session') {
@@ -439,13 +489,13 @@ function authenticate(route: RouteDef, h: Record<string, string>, services: Serv
     const p = services.auth.fromSession(sessionToken(h));
     if (!p) throw new UnauthorizedError('Dashboard session required: log in with POST /auth/login');
     // CSRF guards state changes; a safe method (GET /auth/session, which returns the token) needs none
-    if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
+    if (route.method !== 'GET') services.auth.checkCsrf(p, h.header('x-csrf-token') ?? null);
     return p;
   }
   if (key || route.auth === 'key') return services.auth.authenticateKey(key);
   // 'any': a dashboard session works too (CSRF on state changes)
   const p = services.auth.fromSession(sessionToken(h));
   if (!p) throw new UnauthorizedError('Missing API key: send it in the X-API-Key header');
-  if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
+  if (route.method !== 'GET') services.auth.checkCsrf(p, h.header('x-csrf-token') ?? null);
   return p;
 }
