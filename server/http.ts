@@ -46,6 +46,11 @@ export class Exchange {
   /** Set-Cookie values */
   cookies: string[] | null = null;
   status = 0;
+  /**
+   * uWS corks the socket while the route handler's synchronous part runs, so a reply written there
+   * needs no cork call (nor its closure); the router clears this when that part ends
+   */
+  corked = true;
 
   constructor(readonly res: HttpResponse) {}
 
@@ -113,11 +118,14 @@ export class Exchange {
   send(status: number, body: string | Uint8Array | null, headers: Record<string, string> = {}, closeConnection = false): void {
     if (this.aborted || this.done) return;
     this.done = true;
-    this.res.cork(() => {
-      this.writeHead(status, headers);
-      if (body === null) this.res.endWithoutBody(0, closeConnection);
-      else this.res.end(body, closeConnection);
-    });
+    if (this.corked) this.end(status, body, headers, closeConnection);
+    else this.res.cork(() => this.end(status, body, headers, closeConnection));
+  }
+
+  private end(status: number, body: string | Uint8Array | null, headers: Record<string, string>, close: boolean): void {
+    this.writeHead(status, headers);
+    if (body === null) this.res.endWithoutBody(0, close);
+    else this.res.end(body, close);
   }
 
   json(status: number, value: unknown, headers?: Record<string, string>, closeConnection = false): void {

@@ -180,28 +180,6 @@ interface RouteRuntime {
   fixedGroup: string | null | undefined;
 }
 
-/**
- * The Ctx a handler gets. A class with getters rather than an object literal of arrow functions:
- * the functions a handler may destructure (setHeader, setCookie, stream) are created only when it
- * reads them, so a request whose handler reads none allocates none (tsx's keepNames also wraps
- * every named closure in an Object.defineProperty call, per request).
- */
-class RequestCtx implements Ctx {
-  constructor(
-    readonly services: Services, readonly principal: Principal, readonly body: any, readonly query: any,
-    readonly params: any, private readonly run: Run, readonly url: string, readonly log: Logger,
-    private readonly ex: Exchange,
-  ) {}
-  get headers(): Record<string, string> { return this.run.headers; }
-  get ip(): string { return this.run.ip; }
-  get signal(): AbortSignal { return this.ex.signal; }
-  get setHeader(): (name: string, value: string) => void { return (n, v) => { this.ex.addHeaders({ [n]: v }); }; }
-  get setCookie(): (cookie: string) => void { return (c) => { this.ex.addCookie(c); }; }
-  get stream(): (status: number, headers: Record<string, string>) => ResponseStream {
-    return (status, h) => this.ex.stream(status, h);
-  }
-}
-
 // the last client address read and its text: most requests come from the address before them
 let lastPeer = new Uint8Array(0);
 let lastPeerText = '';
@@ -219,6 +197,9 @@ function peerAddress(res: HttpResponse): string {
   return lastPeerText;
 }
 
+/** params / query of a route that declares none (frozen: shared by every request) */
+const NO_PARAMS = Object.freeze({}) as Record<string, any>;
+
 const isThenable = (v: unknown): v is PromiseLike<unknown> =>
   typeof v === 'object' && v !== null && typeof (v as { then?: unknown }).then === 'function';
 
@@ -228,7 +209,7 @@ const isThenable = (v: unknown): v is PromiseLike<unknown> =>
  * plain value (or throws) it is answered there and then, with no promise, no microtask and no abort
  * handler; only a pending handler (or a body to read) makes the exchange asynchronous.
  */
-class Run {
+class Run implements Ctx {
   readonly t0 = performance.now();
   readonly ex: Exchange;
   /** the live uWS request: valid only during uWS's handler call (null once the exchange is detached) */
@@ -241,7 +222,11 @@ class Run {
   /** the client's address, read from uWS when first needed (always before the exchange goes async) */
   private ipValue: string | null = null;
   private styleValue: ErrorStyle | null = null;
-  principal: Principal | null = null;
+  /** null for routes without authentication (auth: 'none') */
+  principal: Principal = null as unknown as Principal;
+  params: Record<string, string> = NO_PARAMS;
+  query: Record<string, unknown> = NO_PARAMS;
+  body: any = undefined;
 
   constructor(readonly rt: RouteRuntime, res: HttpResponse, req: HttpRequest) {
     // everything from `req` must be read synchronously, before the first await
@@ -262,7 +247,8 @@ class Run {
       return;
     }
     try {
-      const out = route.handler(this.ctx(this.front(), undefined));
+      this.front();
+      const out = route.handler(this);
       if (isThenable(out)) {
         this.detach();
         Promise.resolve(out).then((o) => this.reply(o)).catch((err) => this.fail(err)).finally(() => this.finish());
@@ -272,6 +258,7 @@ class Run {
     } catch (err) {
       this.fail(err);
     }
+    ex.corked = false;
     this.finish();
   }
 
@@ -318,11 +305,24 @@ class Run {
     void this.ip;
     void this.style;
     this.req = null;
+    this.ex.corked = false;
     this.ex.armAbort();
   }
 
+  // the Ctx a handler gets is the Run itself: getters, so that the functions a handler may destructure
+  // (setHeader, setCookie, stream) are created only when it reads them (tsx's keepNames also wraps
+  // every named closure in an Object.defineProperty call, per request)
+  get services(): Services { return this.rt.services; }
+  get log(): Logger { return this.rt.log; }
+  get signal(): AbortSignal { return this.ex.signal; }
+  get setHeader(): (name: string, value: string) => void { return (n, v) => { this.ex.addHeaders({ [n]: v }); }; }
+  get setCookie(): (cookie: string) => void { return (c) => { this.ex.addCookie(c); }; }
+  get stream(): (status: number, headers: Record<string, string>) => ResponseStream {
+    return (status, h) => this.ex.stream(status, h);
+  }
+
   /** the pipeline up to the body: limits, key-in-query, path and query params, authentication */
-  front(): { params: Record<string, string>; query: Record<string, unknown> } {
+  front(): void {
     const { rt, ex, url, rawQuery } = this;
     const { route, services } = rt;
     if (rt.state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
@@ -334,7 +334,7 @@ class Run {
       }
     }
     checkPathEncoding(url);
-    const params: Record<string, string> = {};
+    const params: Record<string, string> = rt.paramNames.length ? {} : NO_PARAMS;
     for (let i = 0; i < rt.paramNames.length; i++) {
       const n = rt.paramNames[i];
       const raw = this.rawParams[i];
@@ -342,23 +342,23 @@ class Run {
       if (route.params?.[n] === 'uuid' && !UUID.test(v)) throw new BadRequestError(`Path parameter ${n} must be a UUID`, n);
       params[n] = v;
     }
-    const query = route.query ? parseQuery(rawQuery, route.query) : {};
+    this.params = params;
+    this.query = route.query ? parseQuery(rawQuery, route.query) : NO_PARAMS;
     const group = rt.fixedGroup !== undefined ? rt.fixedGroup : services.rateLimiter.endpointGroup(route.method, url);
     if (!group && rt.limited) ex.rate = services.rateLimiter.ipDefault(this.ip);
     const principal = authenticate(route, this, services);
-    this.principal = principal;
+    this.principal = principal as Principal;
     if (group) {
       const p = principal;
       const subject = { ip: this.ip, team_id: p?.team_id, key_id: p?.key_id, user_id: p?.user_id };
       ex.rate = services.rateLimiter.endpoint(group, subject);
     }
-    return { params, query };
   }
 
   async withBody(bodyP: Promise<Uint8Array>): Promise<unknown> {
     const { rt } = this;
     const { route, services } = rt;
-    const front = this.front();
+    this.front();
     let body: unknown = undefined;
     const raw = await bodyP;
     if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
@@ -384,14 +384,8 @@ class Run {
         throw new ValidationError(describe(issues), issues);
       }
     }
-    return route.handler(this.ctx(front, body));
-  }
-
-  ctx(front: { params: Record<string, string>; query: Record<string, unknown> }, body: unknown): RequestCtx {
-    const { rt, ex } = this;
-    const { query, params } = front;
-    const principal = this.principal as Principal;
-    return new RequestCtx(rt.services, principal, body, query, params, this, this.url, rt.log, ex);
+    this.body = body;
+    return route.handler(this);
   }
 
   reply(out: unknown): void {
