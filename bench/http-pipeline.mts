@@ -9,6 +9,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { HttpRequest, HttpResponse, TemplatedApp } from '@trufflesuite/uws-js-unofficial';
+import { pino } from 'pino';
 import { ROUTE_MODULES } from '../server/index.ts';
 import { createLogger } from '../server/log.ts';
 import { registerRoutes } from '../server/router.ts';
@@ -29,8 +30,12 @@ const rateLimits = {
   default: DEFAULT_RATE_LIMITS.default.map((r) => ({ ...r, points: huge })),
   endpoints: DEFAULT_RATE_LIMITS.endpoints.map((r) => ({ ...r, points: huge })),
 };
-// info level, as the socket bench: the access line is built; it is written nowhere
-const log = createLogger({ level: 'info', destination: { write: () => true } as unknown as NodeJS.WritableStream });
+// info level, as the socket bench, into the destination pino gives a server by default (an
+// asynchronous sonic-boom, here on /dev/null): the access lines are built and written
+const log = createLogger({
+  level: process.env.LOOM_LOG_LEVEL ?? 'info',
+  destination: pino.destination({ dest: '/dev/null', sync: false, minLength: 0 }) as unknown as NodeJS.WritableStream,
+});
 const runtime = createLocalRuntime({ modelsDir, maxLoaded: 1, retryAfterS: 5 });
 const services = await createServices({ config: { dataDir, modelsDir, rateLimits }, runtime, log });
 const { user } = await services.auth.createUser({ email: 'bench@example.com', password: 'bench-password-1' });

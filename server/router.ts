@@ -418,7 +418,7 @@ class Run implements Ctx {
     const ms = performance.now() - this.t0;
     const status = ex.status || 499;
     rt.observe(status, ms / 1000);
-    rt.accessLog.line(rt.logFields, status, Math.round(ms * 100) / 100, this.principal?.team_id, this.principal?.key_id);
+    rt.accessLog.line(rt.logFields, status, Math.round(ms * 100), this.principal?.team_id, this.principal?.key_id);
     if (rt.state.inflight === 0 && rt.state.idle.length) for (const f of rt.state.idle.splice(0)) f();
   }
 }
