@@ -25,6 +25,12 @@ export function hasName(h: Record<string, string>, name: string): boolean {
   return false;
 }
 
+/** `h` has an X-RateLimit-* header, whatever its case */
+function hasRateName(h: Record<string, string>): boolean {
+  for (const k in h) if (k.length > 12 && (k.charCodeAt(0) | 32) === 120 && k.toLowerCase().startsWith('x-ratelimit-')) return true;
+  return false;
+}
+
 /**
  * One in-flight exchange: wraps the uWS response, tracks abort, owns the AbortController. uWS needs
  * an abort handler only on a response that outlives the request handler's call: `armAbort()`
@@ -100,7 +106,13 @@ export class Exchange {
     } else {
       // one value per header name; the response's own headers override the exchange's
       const own = headers === JSON_HEADERS ? null : headers;
-      if (rate !== null) {
+      if (rate !== null && (own === null || !hasRateName(own)) && (extra === null || !hasRateName(extra))) {
+        // nothing overrides them (the usual case): no values array, no per-name search
+        res.writeHeader(RATE_HEADER_NAMES[0], String(rate.limit));
+        res.writeHeader(RATE_HEADER_NAMES[1], String(rate.remaining));
+        res.writeHeader(RATE_HEADER_NAMES[2], String(rate.resetS));
+        res.writeHeader(RATE_HEADER_NAMES[3], rate.scope);
+      } else if (rate !== null) {
         const values = rateHeaderValues(rate);
         for (let i = 0; i < RATE_HEADER_NAMES.length; i++) {
           const name = RATE_HEADER_NAMES[i]!;

@@ -183,7 +183,7 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
      * The team's fine-tuned models (complete or deployed jobs, oldest first); [] without a store.
      * Unfiltered, the same array until the team's jobs or the catalog change (do not mutate).
      */
-    fineTuned(teamId: string, filter: CatalogFilter = {}): CatalogEntry[] {
+    fineTuned(teamId: string, filter?: CatalogFilter): CatalogEntry[] {
       const now = Date.now();
       let c = ownCache.get(teamId);
       if (c === undefined || c.entries !== entries || now - c.at > 1000) {
@@ -198,7 +198,7 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
         if (ownCache.size >= MAX_CACHED_TEAMS) ownCache.clear();
         ownCache.set(teamId, (c = { at: now, entries, list }));
       }
-      if (filter.supports_inference === undefined && filter.task_type === undefined) return c.list;
+      if (filter === undefined || (filter.supports_inference === undefined && filter.task_type === undefined)) return c.list;
       return c.list.filter((e) => matches(e, filter));
     },
     /** GET /base-models: the catalog, then the caller's team's fine-tuned models (never another team's). */
