@@ -2,12 +2,12 @@
 // only as their sha256. Authenticated keys are cached in memory (secret → key, team) while the
 // store's auth generation is unchanged: every write of a key or team record, from any process,
 // changes it (src/store/db.ts), so revocation and blocking apply on the very next request. The
-// generation itself is read once per event-loop turn (src/service/turn-cache.ts).
+// generation itself is read at most once a millisecond (src/service/read-cache.ts).
 import {
   authGeneration, type Store, type ApiKeyRecord, type TeamRecord, type UserRecord, type SessionRecord,
 } from '../store/index.ts';
 import type { ServiceConfig } from './config.ts';
-import { turnCached } from './turn-cache.ts';
+import { cachedRead } from './read-cache.ts';
 import type { BillingService } from './billing.ts';
 import { ForbiddenError, NotFoundError, RateLimitError, UnauthorizedError, ValidationError } from './errors.ts';
 import { hashPassword, KEY_PREFIX, newApiKeySecret, newId, nowIso, randomToken, safeEqual, sha256, verifyPassword } from './ids.ts';
@@ -108,8 +108,8 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
   // secret → its key and team, valid for one auth generation; only keys that authenticated are kept
   // (an unknown secret is looked up every time, so guessing cannot fill the cache)
   const keyCache = new Map<string, CachedKey>();
-  // read once per event-loop turn (and again after this process commits): as fresh as a read
-  const generationNow = turnCached(store, () => authGeneration(store.db));
+  // read at most once a millisecond, and again after this process commits: as fresh as a read
+  const generationNow = cachedRead(store, () => authGeneration(store.db));
 
   /** the store's answer for a secret: its principal, or the 401 that says why not */
   function lookupKey(secret: string, generation: number): CachedKey {

@@ -140,10 +140,8 @@ async function migrate(db: Db, migrations: Migration[]): Promise<void> {
 }
 
 /**
- * Calls `fn` after each write transaction of this process commits (lmdb's `aftercommit`). A cache
- * of store reads that drops itself here, and at the end of each event-loop turn, never answers
- * differently from a read: lmdb's own read snapshot lasts at least as long (renewed after this
- * process's commits and at the next timers phase, when other processes' commits become visible).
+ * Calls `fn` after each write transaction of this process commits (lmdb's `aftercommit`): a cache of
+ * store reads drops itself here, so this process's writes are seen by the very next read of it.
  */
 export function onCommit(db: Db, fn: () => void): void {
   (db.root as unknown as { on(event: 'aftercommit', cb: () => void): void }).on('aftercommit', fn);
