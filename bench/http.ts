@@ -1,8 +1,8 @@
 // `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N]
-// [--also 0,proxy,floor] | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare uWebSockets.js handler from
-// the same package, loaded side by side with autocannon on loopback. Loom (bench/http-server.mts,
-// the default configuration: the native framing guard on, or as LOOM_HTTP_GUARD says) and the bare
-// handler (bench/http-bare.mjs) run in their own processes pinned to CPU 0 (taskset, when there are
+// [--also 0,proxy,floor] | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare
+// uWebSockets.js handler from the same package, loaded side by side with autocannon on loopback.
+// Loom (bench/http-server.mts, the default configuration: the native framing guard on, or as
+// LOOM_HTTP_GUARD says) and the bare handler (bench/http-bare.mjs) run in their own processes pinned to CPU 0 (taskset, when there are
 // 2+ CPUs), autocannon pinned to CPU 1. The bare handler answers GET /health and GET /v1/models with
 // the status line, header lines and body bytes Loom answered them with (recorded first), so each
 // Loom row is compared with a bare row that writes as much. Each round loads every target in turn
@@ -192,7 +192,8 @@ export async function run(argv: string[]) {
       });
       if (floor) {
         targets.push({
-          name: `floor uWS ${path}`, port: () => floor.info.port, pid: () => floor.proc.pid!, path, headers: headers(key),
+          name: `floor uWS ${path}`, port: () => floor.info.port, pid: () => floor.proc.pid!, path,
+          headers: headers(key),
         });
       }
       looms.forEach((l, i) => {

@@ -27,7 +27,9 @@ export function hasName(h: Record<string, string>, name: string): boolean {
 
 /** `h` has an X-RateLimit-* header, whatever its case */
 function hasRateName(h: Record<string, string>): boolean {
-  for (const k in h) if (k.length > 12 && (k.charCodeAt(0) | 32) === 120 && k.toLowerCase().startsWith('x-ratelimit-')) return true;
+  for (const k in h) {
+    if (k.length > 12 && (k.charCodeAt(0) | 32) === 120 && k.toLowerCase().startsWith('x-ratelimit-')) return true;
+  }
   return false;
 }
 

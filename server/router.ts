@@ -281,7 +281,8 @@ class Run implements Ctx {
 
   /** the error body family: the messages-style one when the client sent its version header */
   get style(): ErrorStyle {
-    return (this.styleValue ??= wantsMessagesErrors((n) => this.header(n)) ? 'messages' : this.rt.route.errors ?? 'native');
+    this.styleValue ??= wantsMessagesErrors((n) => this.header(n)) ? 'messages' : this.rt.route.errors ?? 'native';
+    return this.styleValue;
   }
 
   get ip(): string {

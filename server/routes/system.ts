@@ -28,8 +28,9 @@ export function systemRoutes(state: { draining: boolean }): RouteDef[] {
         const ok = storeOk && !state.draining;
         const status = ok ? 'ok' : state.draining ? 'draining' : 'degraded';
         const isIdle = rt.loaded.length === 0 && rt.warming.length === 0 && (rt.memory?.length ?? 0) === 0;
-        if (isIdle && idle !== null && idle.status === status && idle.storeOk === storeOk && idle.queue === rt.queue_depth) {
-          return idle.reply;
+        const last = idle;
+        if (isIdle && last?.status === status && last.storeOk === storeOk && last.queue === rt.queue_depth) {
+          return last.reply;
         }
         const body = {
           status, store: storeOk ? 'ok' : 'error',

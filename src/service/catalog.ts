@@ -198,7 +198,8 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
         if (ownCache.size >= MAX_CACHED_TEAMS) ownCache.clear();
         ownCache.set(teamId, (c = { at: now, entries, list }));
       }
-      if (filter === undefined || (filter.supports_inference === undefined && filter.task_type === undefined)) return c.list;
+      const all = filter === undefined || (filter.supports_inference === undefined && filter.task_type === undefined);
+      if (all) return c.list;
       return c.list.filter((e) => matches(e, filter));
     },
     /** GET /base-models: the catalog, then the caller's team's fine-tuned models (never another team's). */

@@ -64,7 +64,8 @@ t.test('headers: the first of a repeated X-API-Key counts; handlers still see ev
       s.on('data', (d) => { out += d; });
       s.on('error', reject);
       s.on('close', () => resolve(out));
-      s.write(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-API-Key: ${first}\r\nX-API-Key: ${second}\r\nConnection: close\r\n\r\n`);
+      const keys = `X-API-Key: ${first}\r\nX-API-Key: ${second}\r\n`;
+      s.write(`GET /v1/models HTTP/1.1\r\nHost: x\r\n${keys}Connection: close\r\n\r\n`);
     }, reject);
   });
   t.match(await raw(u.key, 'loom_sk_nope'), /^HTTP\/1\.1 200/);
