@@ -9,6 +9,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { HttpRequest, HttpResponse, TemplatedApp } from '@trufflesuite/uws-js-unofficial';
+import { pino } from 'pino';
 import { ROUTE_MODULES } from '../server/index.ts';
 import { createLogger } from '../server/log.ts';
 import { registerRoutes } from '../server/router.ts';
@@ -17,6 +18,8 @@ import { createServices } from '../src/service/index.ts';
 import { createLocalRuntime } from '../src/service/runtime-local.ts';
 
 const N = Number(process.argv[2] ?? 100_000);
+/** only the targets whose name contains this (for profiling one route: node --cpu-prof ... N health) */
+const only = process.argv[3] ?? '';
 const dataDir = mkdtempSync(join(tmpdir(), 'loom-bench-pipeline-'));
 const modelsDir = join(dataDir, 'models');
 // 1e9: a small integer to V8 (as real limits are; 1e12 made every X-RateLimit-* value a
@@ -27,8 +30,12 @@ const rateLimits = {
   default: DEFAULT_RATE_LIMITS.default.map((r) => ({ ...r, points: huge })),
   endpoints: DEFAULT_RATE_LIMITS.endpoints.map((r) => ({ ...r, points: huge })),
 };
-// info level, as the socket bench: the access line is built; it is written nowhere
-const log = createLogger({ level: 'info', destination: { write: () => true } as unknown as NodeJS.WritableStream });
+// info level, as the socket bench, into the destination pino gives a server by default (an
+// asynchronous sonic-boom, here on /dev/null): the access lines are built and written
+const log = createLogger({
+  level: process.env.LOOM_LOG_LEVEL ?? 'info',
+  destination: pino.destination({ dest: '/dev/null', sync: false, minLength: 0 }) as unknown as NodeJS.WritableStream,
+});
 const runtime = createLocalRuntime({ modelsDir, maxLoaded: 1, retryAfterS: 5 });
 const services = await createServices({ config: { dataDir, modelsDir, rateLimits }, runtime, log });
 const { user } = await services.auth.createUser({ email: 'bench@example.com', password: 'bench-password-1' });
@@ -60,6 +67,7 @@ const targets: Array<[string, string, Record<string, string>]> = [
 ];
 const turn = () => new Promise((r) => setImmediate(r));
 for (const [name, url, headers] of targets) {
+  if (!name.includes(only)) continue;
   const h = handlers.get(`get ${url}`)!;
   const req = request(url, headers);
   for (let i = 0; i < 20_000; i++) h(res, req); // warm-up (JIT)

@@ -1,8 +1,8 @@
-// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N] [--also 0,proxy]
-// | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare uWebSockets.js handler from
-// the same package, loaded side by side with autocannon on loopback. Loom (bench/http-server.mts,
-// the default configuration: the native framing guard on, or as LOOM_HTTP_GUARD says) and the bare
-// handler (bench/http-bare.mjs) run in their own processes pinned to CPU 0 (taskset, when there are
+// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N]
+// [--also 0,proxy,floor] | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare
+// uWebSockets.js handler from the same package, loaded side by side with autocannon on loopback.
+// Loom (bench/http-server.mts, the default configuration: the native framing guard on, or as
+// LOOM_HTTP_GUARD says) and the bare handler (bench/http-bare.mjs) run in their own processes pinned to CPU 0 (taskset, when there are
 // 2+ CPUs), autocannon pinned to CPU 1. The bare handler answers GET /health and GET /v1/models with
 // the status line, header lines and body bytes Loom answered them with (recorded first), so each
 // Loom row is compared with a bare row that writes as much. Each round loads every target in turn
@@ -14,7 +14,9 @@
 // `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s before the runs) per
 // request at the row's rate, the part of cpu_us_per_req that is background work.
 // --also adds the same rows for more Loom servers with other LOOM_HTTP_GUARD settings (0: no guard;
-// proxy: server/guard.ts's proxy, whose CPU time is in the same process). --pipeline instead runs
+// proxy: server/guard.ts's proxy, whose CPU time is in the same process); `floor` adds rows for
+// bench/http-floor.mjs, a uWS handler doing only the work any API server must (a key lookup in a
+// Map, a per-address rate window and its headers) for the same bytes. --pipeline instead runs
 // bench/http-pipeline.mts: the CPU time of Loom's own code per request, in process, with stub uWS
 // objects (no sockets), a figure a shared CPU hardly moves.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -151,8 +153,9 @@ export async function run(argv: string[]) {
   const seconds = arg(argv, '--duration', quick ? 2 : 5);
   const rounds = arg(argv, '--rounds', quick ? 1 : 3);
   const connections = arg(argv, '--connections', 64);
-  // --also 0,proxy: more Loom servers, with those LOOM_HTTP_GUARD settings
-  const also = argv.includes('--also') ? argv[argv.indexOf('--also') + 1]!.split(',') : [];
+  // --also 0,proxy: more Loom servers, with those LOOM_HTTP_GUARD settings; floor: the floor handler
+  const alsoArgs = argv.includes('--also') ? argv[argv.indexOf('--also') + 1]!.split(',') : [];
+  const also = alsoArgs.filter((a) => a !== 'floor');
   const ncpu = availableParallelism();
   const hasTaskset = spawnSync('taskset', ['-V']).status === 0;
   const [serverCpu, loadCpu] = ncpu >= 2 && hasTaskset ? [0, 1] : [null, null];
@@ -161,7 +164,8 @@ export async function run(argv: string[]) {
   const configs = [env === undefined ? 'default' : `LOOM_HTTP_GUARD=${env}`];
   for (const g of also) configs.push(`LOOM_HTTP_GUARD=${g}`);
   const looms: Array<{ proc: ChildProcess; info: any }> = [];
-  const stop = () => { for (const s of looms) s.proc.kill('SIGKILL'); };
+  const others: Array<{ proc: ChildProcess; info: any }> = [];
+  const stop = () => { for (const s of [...looms, ...others]) s.proc.kill('SIGKILL'); };
   process.on('exit', stop);
   looms.push(await startServer(serverCpu, loomArgs));
   for (const g of also) looms.push(await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: g }));
@@ -176,14 +180,23 @@ export async function run(argv: string[]) {
   const answersFile = join(mkdtempSync(join(tmpdir(), 'loom-bench-http-')), 'answers.json');
   writeFileSync(answersFile, JSON.stringify(answers));
   const bare = await startServer(serverCpu, [join(here, 'http-bare.mjs'), answersFile]);
-  looms.push(bare);
+  others.push(bare);
+  const floor = alsoArgs.includes('floor')
+    ? await startServer(serverCpu, [join(here, 'http-floor.mjs'), answersFile, key]) : null;
+  if (floor) others.push(floor);
   try {
     const targets: Target[] = [];
     for (const [path, headers] of routes) {
       targets.push({
         name: `bare uWS ${path}`, port: () => bare.info.port, pid: () => bare.proc.pid!, path, headers: headers(key),
       });
-      looms.slice(0, -1).forEach((l, i) => {
+      if (floor) {
+        targets.push({
+          name: `floor uWS ${path}`, port: () => floor.info.port, pid: () => floor.proc.pid!, path,
+          headers: headers(key),
+        });
+      }
+      looms.forEach((l, i) => {
         const name = `GET ${path}${configs.length > 1 || i > 0 ? `, ${configs[i]}` : ''}`;
         targets.push({ name, port: () => l.info.port, pid: () => l.proc.pid!, path, headers: headers(l.info.key) });
       });
@@ -204,7 +217,7 @@ export async function run(argv: string[]) {
     // what each server spends with no requests (timers, metrics sampling): cpu_us_per_req includes
     // it, spread over the run's requests; `idle_us_per_req` says how much of it that is
     const idleMsPerS = new Map<number, number>();
-    for (const s of looms) {
+    for (const s of [...looms, ...others]) {
       const a = cpuNs(s.proc.pid!);
       await new Promise((r) => setTimeout(r, 2000));
       const b = cpuNs(s.proc.pid!);

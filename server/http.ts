@@ -25,6 +25,14 @@ export function hasName(h: Record<string, string>, name: string): boolean {
   return false;
 }
 
+/** `h` has an X-RateLimit-* header, whatever its case */
+function hasRateName(h: Record<string, string>): boolean {
+  for (const k in h) {
+    if (k.length > 12 && (k.charCodeAt(0) | 32) === 120 && k.toLowerCase().startsWith('x-ratelimit-')) return true;
+  }
+  return false;
+}
+
 /**
  * One in-flight exchange: wraps the uWS response, tracks abort, owns the AbortController. uWS needs
  * an abort handler only on a response that outlives the request handler's call: `armAbort()`
@@ -46,6 +54,11 @@ export class Exchange {
   /** Set-Cookie values */
   cookies: string[] | null = null;
   status = 0;
+  /**
+   * uWS corks the socket while the route handler's synchronous part runs, so a reply written there
+   * needs no cork call (nor its closure); the router clears this when that part ends
+   */
+  corked = true;
 
   constructor(readonly res: HttpResponse) {}
 
@@ -95,7 +108,13 @@ export class Exchange {
     } else {
       // one value per header name; the response's own headers override the exchange's
       const own = headers === JSON_HEADERS ? null : headers;
-      if (rate !== null) {
+      if (rate !== null && (own === null || !hasRateName(own)) && (extra === null || !hasRateName(extra))) {
+        // nothing overrides them (the usual case): no values array, no per-name search
+        res.writeHeader(RATE_HEADER_NAMES[0], String(rate.limit));
+        res.writeHeader(RATE_HEADER_NAMES[1], String(rate.remaining));
+        res.writeHeader(RATE_HEADER_NAMES[2], String(rate.resetS));
+        res.writeHeader(RATE_HEADER_NAMES[3], rate.scope);
+      } else if (rate !== null) {
         const values = rateHeaderValues(rate);
         for (let i = 0; i < RATE_HEADER_NAMES.length; i++) {
           const name = RATE_HEADER_NAMES[i]!;
@@ -113,11 +132,14 @@ export class Exchange {
   send(status: number, body: string | Uint8Array | null, headers: Record<string, string> = {}, closeConnection = false): void {
     if (this.aborted || this.done) return;
     this.done = true;
-    this.res.cork(() => {
-      this.writeHead(status, headers);
-      if (body === null) this.res.endWithoutBody(0, closeConnection);
-      else this.res.end(body, closeConnection);
-    });
+    if (this.corked) this.end(status, body, headers, closeConnection);
+    else this.res.cork(() => this.end(status, body, headers, closeConnection));
+  }
+
+  private end(status: number, body: string | Uint8Array | null, headers: Record<string, string>, close: boolean): void {
+    this.writeHead(status, headers);
+    if (body === null) this.res.endWithoutBody(0, close);
+    else this.res.end(body, close);
   }
 
   json(status: number, value: unknown, headers?: Record<string, string>, closeConnection = false): void {

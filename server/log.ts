@@ -22,11 +22,25 @@ export type { Logger };
  * pattern, numbers, ids), so the line is built from strings instead of going through pino's
  * generic serializer and redaction, which cost about as much as the rest of a GET /health. Lines
  * are written in batches, at most FLUSH_MS apart or FLUSH_BYTES long (a write per request cost as
- * much again); `flush()` writes what is pending (the server calls it when it closes), so only a
- * crash can lose the last FLUSH_MS of access lines. Other log lines are pino's, written at once.
+ * much again; pino's asynchronous sonic-boom costs some 30-60 us of CPU per write, little more for
+ * 64 KiB than for 16 KiB); `flush()` writes what is pending (the server calls it when it closes),
+ * so only a crash can lose the last FLUSH_MS of access lines. Other log lines are pino's, written
+ * at once.
  */
 const FLUSH_MS = 25;
-const FLUSH_BYTES = 16 * 1024;
+const FLUSH_BYTES = 64 * 1024;
+
+/**
+ * `hundredths / 100` as JSON.stringify writes that number (1.74, 1.7, 2, 0.05) without converting a
+ * double to a string (V8's slow path): integers only
+ */
+export function hundredthsJson(hundredths: number): string {
+  const int = Math.floor(hundredths / 100);
+  const frac = hundredths - int * 100;
+  if (frac === 0) return `${int}`;
+  if (frac % 10 === 0) return `${int}.${frac / 10}`;
+  return frac < 10 ? `${int}.0${frac}` : `${int}.${frac}`;
+}
 
 export function createAccessLog(log: Logger) {
   const stream = (log as unknown as Record<symbol, { write(s: string): unknown }>)[pino.symbols.streamSym]!;
@@ -48,7 +62,8 @@ export function createAccessLog(log: Logger) {
     /** the constant part of a route's lines */
     routeFields: (method: string, route: string): string =>
       `,"method":${JSON.stringify(method)},"route":${JSON.stringify(route)}`,
-    line(routeFields: string, status: number, ms: number, teamId?: string | null, keyId?: string | null): void {
+    /** one request's line; `ms100`: its duration in hundredths of a millisecond (an integer) */
+    line(routeFields: string, status: number, ms100: number, teamId?: string | null, keyId?: string | null): void {
       if (!log.isLevelEnabled('info')) return;
       let ids = '';
       if (teamId || keyId) {
@@ -61,6 +76,7 @@ export function createAccessLog(log: Logger) {
         }
         ids = lastIds;
       }
+      const ms = hundredthsJson(ms100);
       pending += `{"level":30,"time":${Date.now()}${bindings}${routeFields},"status":${status},"ms":${ms}${ids}`
         + ',"msg":"request"}\n';
       if (pending.length >= FLUSH_BYTES) flush();

@@ -180,29 +180,25 @@ interface RouteRuntime {
   fixedGroup: string | null | undefined;
 }
 
-/**
- * The Ctx a handler gets. A class with getters rather than an object literal of arrow functions:
- * the functions a handler may destructure (setHeader, setCookie, stream) are created only when it
- * reads them, so a request whose handler reads none allocates none (tsx's keepNames also wraps
- * every named closure in an Object.defineProperty call, per request).
- */
-class RequestCtx implements Ctx {
-  constructor(
-    readonly services: Services, readonly principal: Principal, readonly body: any, readonly query: any,
-    readonly params: any, readonly headers: Record<string, string>, private readonly run: Run, readonly url: string,
-    readonly log: Logger, private readonly ex: Exchange,
-  ) {}
-  get ip(): string { return this.run.ip; }
-  get signal(): AbortSignal { return this.ex.signal; }
-  get setHeader(): (name: string, value: string) => void { return (n, v) => { this.ex.addHeaders({ [n]: v }); }; }
-  get setCookie(): (cookie: string) => void { return (c) => { this.ex.addCookie(c); }; }
-  get stream(): (status: number, headers: Record<string, string>) => ResponseStream {
-    return (status, h) => this.ex.stream(status, h);
+// the last client address read and its text: most requests come from the address before them
+let lastPeer = new Uint8Array(0);
+let lastPeerText = '';
+/** the TCP peer's address as text, without a new string when it is the previous request's */
+function peerAddress(res: HttpResponse): string {
+  const b = new Uint8Array(res.getRemoteAddressAsText());
+  const n = b.length;
+  if (n === lastPeer.length) {
+    let i = 0;
+    while (i < n && b[i] === lastPeer[i]) i++;
+    if (i === n) return lastPeerText;
   }
+  lastPeer = b.slice(); // uWS may reuse the memory behind b
+  lastPeerText = Buffer.from(lastPeer.buffer, 0, n).toString();
+  return lastPeerText;
 }
 
-/** a request's path and query parameters, parsed by the front of the pipeline */
-interface Front { params: Record<string, string>; query: Record<string, unknown> }
+/** params / query of a route that declares none (frozen: shared by every request) */
+const NO_PARAMS = Object.freeze({}) as Record<string, any>;
 
 const isThenable = <T>(v: T | PromiseLike<T>): v is PromiseLike<T> =>
   typeof v === 'object' && v !== null && typeof (v as { then?: unknown }).then === 'function';
@@ -213,44 +209,54 @@ const isThenable = <T>(v: T | PromiseLike<T>): v is PromiseLike<T> =>
  * plain value (or throws) it is answered there and then, with no promise, no microtask and no abort
  * handler; only a pending handler (or a body to read) makes the exchange asynchronous.
  */
-class Run {
+class Run implements Ctx {
   readonly t0 = performance.now();
   readonly ex: Exchange;
-  readonly headers: Record<string, string> = {};
+  /** the live uWS request: valid only during uWS's handler call (null once the exchange is detached) */
+  private req: HttpRequest | null;
+  /** every request header, copied from `req` when a handler reads `headers` or the exchange detaches */
+  private headerCopy: Record<string, string> | null = null;
   readonly url: string;
   readonly rawQuery: string;
   readonly rawParams: string[];
   /** the client's address, read from uWS when first needed (always before the exchange goes async) */
   private ipValue: string | null = null;
-  readonly style: ErrorStyle;
-  principal: Principal | null = null;
+  private styleValue: ErrorStyle | null = null;
+  /** null for routes without authentication (auth: 'none') */
+  principal: Principal = null as unknown as Principal;
+  params: Record<string, string> = NO_PARAMS;
+  query: Record<string, unknown> = NO_PARAMS;
+  body: any = undefined;
 
   constructor(readonly rt: RouteRuntime, res: HttpResponse, req: HttpRequest) {
     // everything from `req` must be read synchronously, before the first await
-    const { route, services } = rt;
-    const headers = this.headers;
+    const { route } = rt;
+    this.req = req;
     const ex = (this.ex = new Exchange(res));
-    req.forEach((k, v) => { headers[k] = v; });
     this.url = req.getUrl();
     this.rawQuery = req.getQuery() ?? '';
     this.rawParams = rt.paramNames.length ? rt.paramNames.map((_, i) => req.getParameter(i) ?? '') : rt.paramNames;
-    this.style = wantsMessagesErrors((n) => headers[n]) ? 'messages' : route.errors ?? 'native';
     rt.state.inflight++;
     if (rt.hasBody) {
       // the body reader must be attached synchronously too
-      const declared = headers['content-length'] !== undefined ? Number(headers['content-length']) : null;
-      const bodyP = readBody(ex, rt.limit, declared);
-      bodyP.catch(() => {});
       this.detach();
+      const length = this.header('content-length');
+      const bodyP = readBody(ex, rt.limit, length !== undefined ? Number(length) : null);
+      bodyP.catch(() => {});
       this.withBody(bodyP).then((out) => this.reply(out)).catch((err) => this.fail(err)).finally(() => this.finish());
       return;
     }
     try {
+      // a shared (Redis) rate limit or an asynchronous store read makes the front asynchronous: the
+      // request's headers, address and style are read from the live request before the first await
       const front = this.front();
-      // a shared (Redis) rate limit or an asynchronous store makes the front asynchronous
-      const out = isThenable(front)
-        ? front.then((f) => route.handler(this.ctx(f, undefined)))
-        : route.handler(this.ctx(front, undefined));
+      if (isThenable(front)) {
+        this.detach();
+        front.then(() => route.handler(this)).then((o) => this.reply(o)).catch((err) => this.fail(err))
+          .finally(() => this.finish());
+        return;
+      }
+      const out = route.handler(this);
       if (isThenable(out)) {
         this.detach();
         Promise.resolve(out).then((o) => this.reply(o)).catch((err) => this.fail(err)).finally(() => this.finish());
@@ -260,34 +266,76 @@ class Run {
     } catch (err) {
       this.fail(err);
     }
+    ex.corked = false;
     this.finish();
+  }
+
+  /** the request's headers (lower-cased names; the first of repeated ones), copied once */
+  get headers(): Record<string, string> {
+    let h = this.headerCopy;
+    if (h === null) {
+      const copy: Record<string, string> = {};
+      this.req!.forEach((k, v) => { if (copy[k] === undefined) copy[k] = v; });
+      h = this.headerCopy = copy;
+    }
+    return h;
+  }
+
+  /** one request header (lower-case name; the first of repeated ones), undefined when absent or empty */
+  header(name: string): string | undefined {
+    const v = this.headerCopy !== null ? this.headerCopy[name] : this.req!.getHeader(name);
+    return v === '' ? undefined : v;
+  }
+
+  /** the error body family: the messages-style one when the client sent its version header */
+  get style(): ErrorStyle {
+    this.styleValue ??= wantsMessagesErrors((n) => this.header(n)) ? 'messages' : this.rt.route.errors ?? 'native';
+    return this.styleValue;
   }
 
   get ip(): string {
     if (this.ipValue === null) {
-      const { headers, rt } = this;
+      const { rt } = this;
       // behind the proxy guard the TCP peer is the proxy, which sends the client's address in
       // X-Loom-Peer (trusted only then; the proxy drops the header from clients)
-      const peer = rt.state.proxied
-        ? headers[PEER_HEADER] ?? ''
-        : Buffer.from(this.ex.res.getRemoteAddressAsText()).toString();
-      this.ipValue = (rt.services.config.trustProxy && headers['x-forwarded-for']?.split(',')[0]?.trim()) || peer;
+      const peer = rt.state.proxied ? this.header(PEER_HEADER) ?? '' : peerAddress(this.ex.res);
+      this.ipValue = (rt.services.config.trustProxy && this.header('x-forwarded-for')?.split(',')[0]?.trim()) || peer;
     }
     return this.ipValue;
   }
 
-  /** the exchange outlives uWS's handler call: read what only the live request can give, watch for aborts */
+  /**
+   * the exchange outlives uWS's handler call: read what only the live request can give (every
+   * header, the address, the error style), watch for aborts
+   */
   detach(): void {
+    if (this.req === null) return;
+    void this.headers;
     void this.ip;
+    void this.style;
+    this.req = null;
+    this.ex.corked = false;
     this.ex.armAbort();
   }
 
+  // the Ctx a handler gets is the Run itself: getters, so that the functions a handler may destructure
+  // (setHeader, setCookie, stream) are created only when it reads them (tsx's keepNames also wraps
+  // every named closure in an Object.defineProperty call, per request)
+  get services(): Services { return this.rt.services; }
+  get log(): Logger { return this.rt.log; }
+  get signal(): AbortSignal { return this.ex.signal; }
+  get setHeader(): (name: string, value: string) => void { return (n, v) => { this.ex.addHeaders({ [n]: v }); }; }
+  get setCookie(): (cookie: string) => void { return (c) => { this.ex.addCookie(c); }; }
+  get stream(): (status: number, headers: Record<string, string>) => ResponseStream {
+    return (status, h) => this.ex.stream(status, h);
+  }
+
   /**
-   * the pipeline up to the body: limits, key-in-query, path and query params, authentication. A
-   * value with the in-memory rate limiter; a promise with the Redis one (each limit check is awaited
-   * where it stands, so the order of checks and refusals is the same).
+   * the pipeline up to the body: limits, key-in-query, path and query params, authentication.
+   * Synchronous with the in-memory rate limiter and a cached key (LMDB); a promise with the Redis
+   * limiter or a store read (each step awaited where it stands, so checks and refusals keep their order).
    */
-  front(): Front | Promise<Front> {
+  front(): void | Promise<void> {
     const { rt } = this;
     if (rt.state.draining) throw new DependencyUnavailableError('Server is shutting down', 1);
     // the edge limit's headers only on refusal: the binding limit is reported below
@@ -299,7 +347,7 @@ class Run {
   }
 
   /** key-in-query, path and query params, the IP default limit, then `authenticated` */
-  afterEdge(): Front | Promise<Front> {
+  afterEdge(): void | Promise<void> {
     const { rt, ex, url, rawQuery } = this;
     const { route, services } = rt;
     if (rawQuery !== '') {
@@ -308,7 +356,7 @@ class Run {
       }
     }
     checkPathEncoding(url);
-    const params: Record<string, string> = {};
+    const params: Record<string, string> = rt.paramNames.length ? {} : NO_PARAMS;
     for (let i = 0; i < rt.paramNames.length; i++) {
       const n = rt.paramNames[i];
       const raw = this.rawParams[i];
@@ -316,44 +364,40 @@ class Run {
       if (route.params?.[n] === 'uuid' && !UUID.test(v)) throw new BadRequestError(`Path parameter ${n} must be a UUID`, n);
       params[n] = v;
     }
-    const query = route.query ? parseQuery(rawQuery, route.query) : {};
+    this.params = params;
+    this.query = route.query ? parseQuery(rawQuery, route.query) : NO_PARAMS;
     const group = rt.fixedGroup !== undefined ? rt.fixedGroup : services.rateLimiter.endpointGroup(route.method, url);
-    const front: Front = { params, query };
     if (!group && rt.limited) {
       const rate = services.rateLimiter.ipDefault(this.ip);
-      if (isThenable(rate)) return rate.then((r) => { ex.rate = r; return this.authenticated(group, front); });
+      if (isThenable(rate)) return rate.then((r) => { ex.rate = r; return this.authenticated(group); });
       ex.rate = rate;
     }
-    return this.authenticated(group, front);
+    return this.authenticated(group);
   }
 
   /** the caller, then `admitted` */
-  authenticated(group: string | null, front: Front): Front | Promise<Front> {
-    const principal = authenticate(this.rt.route, this.headers, this.rt.services);
-    if (isThenable(principal)) {
-      void this.ip; // read from the live request before the first await
-      return principal.then((p) => this.admitted(p, group, front));
-    }
-    return this.admitted(principal, group, front);
+  authenticated(group: string | null): void | Promise<void> {
+    const principal = authenticate(this.rt.route, this, this.rt.services);
+    if (isThenable(principal)) return principal.then((p) => this.admitted(p, group));
+    return this.admitted(principal, group);
   }
 
   /** the rest of `front` once the caller is known: its endpoint rate limit (scoped by the principal) */
-  private admitted(principal: Principal | null, group: string | null, front: Front): Front | Promise<Front> {
-    this.principal = principal;
+  private admitted(principal: Principal | null, group: string | null): void | Promise<void> {
+    this.principal = principal as Principal;
     if (group) {
       const p = principal;
       const subject = { ip: this.ip, team_id: p?.team_id, key_id: p?.key_id, user_id: p?.user_id };
       const rate = this.rt.services.rateLimiter.endpoint(group, subject);
-      if (isThenable(rate)) return rate.then((r) => { this.ex.rate = r; return front; });
+      if (isThenable(rate)) return rate.then((r) => { this.ex.rate = r; });
       this.ex.rate = rate;
     }
-    return front;
   }
 
   async withBody(bodyP: Promise<Uint8Array>): Promise<unknown> {
     const { rt } = this;
     const { route, services } = rt;
-    const front = await this.front();
+    await this.front();
     let body: unknown = undefined;
     const raw = await bodyP;
     if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
@@ -379,14 +423,8 @@ class Run {
         throw new ValidationError(describe(issues), issues);
       }
     }
-    return route.handler(this.ctx(front, body));
-  }
-
-  ctx(front: Front, body: unknown): RequestCtx {
-    const { rt, ex } = this;
-    const { query, params } = front;
-    const principal = this.principal as Principal;
-    return new RequestCtx(rt.services, principal, body, query, params, this.headers, this, this.url, rt.log, ex);
+    this.body = body;
+    return route.handler(this);
   }
 
   reply(out: unknown): void {
@@ -419,7 +457,7 @@ class Run {
     const ms = performance.now() - this.t0;
     const status = ex.status || 499;
     rt.observe(status, ms / 1000);
-    rt.accessLog.line(rt.logFields, status, Math.round(ms * 100) / 100, this.principal?.team_id, this.principal?.key_id);
+    rt.accessLog.line(rt.logFields, status, Math.round(ms * 100), this.principal?.team_id, this.principal?.key_id);
     if (rt.state.inflight === 0 && rt.state.idle.length) for (const f of rt.state.idle.splice(0)) f();
   }
 }
@@ -450,15 +488,19 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
   return accessLog;
 }
 
-function bearer(h: Record<string, string>): string | null {
-  if (h['x-api-key']) return h['x-api-key'].trim();
-  const a = h['authorization'];
+/** where the pipeline reads a request header (the live uWS request, or its copy once detached) */
+interface Headers { header(name: string): string | undefined }
+
+function bearer(h: Headers): string | null {
+  const k = h.header('x-api-key');
+  if (k) return k.trim();
+  const a = h.header('authorization');
   if (a && /^bearer\s+/i.test(a)) return a.replace(/^bearer\s+/i, '').trim();
   return null;
 }
 
-function sessionToken(h: Record<string, string>): string | null {
-  const c = h['cookie'];
+function sessionToken(h: Headers): string | null {
+  const c = h.header('cookie');
   if (!c) return null;
   for (const part of c.split(';')) {
     const [k, ...v] = part.trim().split('=');
@@ -470,9 +512,7 @@ function sessionToken(h: Record<string, string>): string | null {
 export const SESSION_COOKIE = 'loom_session';
 
 /** the caller: synchronous for a cached API key (see AuthService.authenticateKey), else a promise */
-function authenticate(
-  route: RouteDef, h: Record<string, string>, services: Services,
-): Principal | null | Promise<Principal | null> {
+function authenticate(route: RouteDef, h: Headers, services: Services): Principal | null | Promise<Principal | null> {
   if (route.auth === 'none') return null;
   const key = bearer(h);
   if (key || route.auth === 'key') {
@@ -486,17 +526,17 @@ function authenticate(
   return sessionPrincipal(route, h, services);
 }
 
-async function sessionPrincipal(route: RouteDef, h: Record<string, string>, services: Services): Promise<Principal | null> {
+async function sessionPrincipal(route: RouteDef, h: Headers, services: Services): Promise<Principal | null> {
   if (route.auth === 'session') {
     const p = await services.auth.fromSession(sessionToken(h));
     if (!p) throw new UnauthorizedError('Dashboard session required: log in with POST /auth/login');
     // CSRF guards state changes; a safe method (GET /auth/session, which returns the token) needs none
-    if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
+    if (route.method !== 'GET') services.auth.checkCsrf(p, h.header('x-csrf-token') ?? null);
     return p;
   }
   // 'any': a dashboard session works too (CSRF on state changes)
   const p = await services.auth.fromSession(sessionToken(h));
   if (!p) throw new UnauthorizedError('Missing API key: send it in the X-API-Key header');
-  if (route.method !== 'GET') services.auth.checkCsrf(p, h['x-csrf-token'] ?? null);
+  if (route.method !== 'GET') services.auth.checkCsrf(p, h.header('x-csrf-token') ?? null);
   return p;
 }

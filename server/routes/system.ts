@@ -1,13 +1,18 @@
 // /health and /metrics (no auth).
 import type { RouteDef } from '../router.ts';
-import { reply } from '../router.ts';
+import { type Reply, reply } from '../router.ts';
 
 /** /health reads the store at most this often (a probe per request would be a store read per request) */
 const STORE_CHECK_MS = 100;
 
+const JSON_TYPE = { 'Content-Type': 'application/json' };
+
 export function systemRoutes(state: { draining: boolean }): RouteDef[] {
   let storeOk = true;
   let storeCheckedAt = -Infinity;
+  // the reply of a server with no model loaded, warming or in memory, serialized once per (status,
+  // queue depth): most probes find it so
+  let idle: { status: string; storeOk: boolean; queue: number; reply: Reply } | null = null;
   return [
     {
       // not rate-limited: a load balancer's probes all come from its one address
@@ -22,11 +27,20 @@ export function systemRoutes(state: { draining: boolean }): RouteDef[] {
           services.store.db.ping().then(() => { storeOk = true; }, () => { storeOk = false; });
         }
         const ok = storeOk && !state.draining;
+        const status = ok ? 'ok' : state.draining ? 'draining' : 'degraded';
+        const isIdle = rt.loaded.length === 0 && rt.warming.length === 0 && (rt.memory?.length ?? 0) === 0;
+        const last = idle;
+        if (isIdle && last?.status === status && last.storeOk === storeOk && last.queue === rt.queue_depth) {
+          return last.reply;
+        }
         const body = {
-          status: ok ? 'ok' : state.draining ? 'draining' : 'degraded', store: storeOk ? 'ok' : 'error',
+          status, store: storeOk ? 'ok' : 'error',
           models_loaded: rt.loaded, models_memory: rt.memory ?? [], models_warming: rt.warming, queue_depth: rt.queue_depth,
         };
-        return ok ? body : reply(503, body);
+        if (!isIdle) return ok ? body : reply(503, body);
+        const r = reply(ok ? 200 : 503, JSON.stringify(body), JSON_TYPE);
+        idle = { status, storeOk, queue: rt.queue_depth, reply: r };
+        return r;
       },
     },
     {

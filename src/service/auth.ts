@@ -1,11 +1,13 @@
 // Accounts, API keys, dashboard sessions and CSRF. Keys are `loom_sk_` + 256 random bits, stored
 // only as their sha256. Authenticated keys are cached in memory (secret → key, team) while the
 // store's auth generation is unchanged: every write of a key or team record, from any process,
-// changes it (src/store/db.ts), so revocation and blocking apply on the very next request.
+// changes it (src/store/db.ts), so revocation and blocking apply on the very next request. The
+// generation itself is read at most once a millisecond (src/service/read-cache.ts).
 import {
   type Store, type ApiKeyRecord, type TeamRecord, type UserRecord, type SessionRecord,
 } from '../store/index.ts';
 import type { ServiceConfig } from './config.ts';
+import { cachedRead } from './read-cache.ts';
 import type { BillingService } from './billing.ts';
 import { ForbiddenError, NotFoundError, RateLimitError, UnauthorizedError, ValidationError } from './errors.ts';
 import { hashPassword, KEY_PREFIX, newApiKeySecret, newId, nowIso, randomToken, safeEqual, sha256, verifyPassword } from './ids.ts';
@@ -106,6 +108,8 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
   // secret → its key and team, valid for one auth generation; only keys that authenticated are kept
   // (an unknown secret is looked up every time, so guessing cannot fill the cache)
   const keyCache = new Map<string, CachedKey>();
+  // read at most once a millisecond, and again after this process commits: as fresh as a read
+  const generationNow = cachedRead(store, () => store.db.authGeneration());
 
   /** the store's answer for a secret: its principal, or the 401 that says why not */
   async function lookupKey(secret: string, generation: number): Promise<CachedKey> {
@@ -259,7 +263,7 @@ export function createAuthService(store: Store, config: ServiceConfig, billing: 
     authenticateKey(secret: string | null): Principal | Promise<Principal> {
       if (!secret) throw new UnauthorizedError('Missing API key: send it in the X-API-Key header');
       if (!secret.startsWith(KEY_PREFIX)) throw new UnauthorizedError('Invalid API key');
-      const generation = store.db.authGeneration();
+      const generation = generationNow();
       if (typeof generation !== 'number') return generation.then((g) => authenticateAt(secret, g));
       return authenticateAt(secret, generation);
     },

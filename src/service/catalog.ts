@@ -4,7 +4,7 @@
 // A team's own fine-tuned models (complete or deployed training jobs) are listed for that team only
 // (`listForTeam`): id = the job id, pricing, caching family, context and regions of the base they were trained on.
 import { readFileSync } from 'node:fs';
-import type { Store, TrainingJobRecord } from '../store/index.ts';
+import { onCommit, type Store, type TrainingJobRecord } from '../store/index.ts';
 import type { CachingFamily, Pricing } from './billing.ts';
 import type { LocalModel, ModelKind, ModelRuntime, ModelStatus } from './runtime.ts';
 import { NotFoundError } from './errors.ts';
@@ -79,6 +79,9 @@ export function supportsRl(e: Pick<CatalogEntry, 'task_type' | 'supports_trainin
 
 export interface CatalogFilter { supports_inference?: boolean; task_type?: ModelKind }
 
+/** teams whose fine-tuned entries are cached at once (past it the cache starts again) */
+const MAX_CACHED_TEAMS = 10_000;
+
 const servable = (j: TrainingJobRecord) => j.status === 'complete' || j.status === 'deployed';
 
 /** A complete or deployed training job as its team's catalog entry (null: not servable). */
@@ -115,6 +118,12 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
   /** every entry, in listing order; the same array until the catalog changes (do not mutate) */
   let listed: CatalogEntry[] | null = null;
   let refreshing: Promise<void> | null = null;
+  // each team's fine-tuned entries (a scan of its training jobs), kept until this process commits a
+  // write (every training job is written by the server process; `loom admin` writes none), the
+  // catalog changes, or a second passes (as the catalog's own rescan): GET /v1/models and
+  // /base-models read them on every call
+  const ownCache = new Map<string, { at: number; entries: Map<string, CatalogEntry>; list: CatalogEntry[] }>();
+  if (opts.store) onCommit(opts.store.db, () => { ownCache.clear(); });
 
   function build(local: LocalModel[]): Map<string, CatalogEntry> {
     const m = new Map<string, CatalogEntry>();
@@ -162,6 +171,27 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
     return refreshing;
   }
 
+  /** the team's fine-tuned entries, read from the store (oldest first) and cached */
+  async function readFineTuned(teamId: string): Promise<CatalogEntry[]> {
+    const at = Date.now();
+    const seen = entries;
+    const jobs = (await opts.store?.trainingJobs.listByTeam(teamId)) ?? [];
+    const list: CatalogEntry[] = [];
+    for (const j of jobs) {
+      const baseId = (j.base as { catalog_id?: string } | undefined)?.catalog_id ?? j.base_model;
+      const e = fineTunedEntry(j, seen.get(baseId));
+      if (e) list.push(e);
+    }
+    list.sort((x, y) => x.created_at!.localeCompare(y.created_at!));
+    if (ownCache.size >= MAX_CACHED_TEAMS) ownCache.clear();
+    ownCache.set(teamId, { at, entries: seen, list });
+    return list;
+  }
+  function pick(list: CatalogEntry[], filter?: CatalogFilter): CatalogEntry[] {
+    const all = filter === undefined || (filter.supports_inference === undefined && filter.task_type === undefined);
+    return all ? list : list.filter((e) => matches(e, filter));
+  }
+
   return {
     refresh,
     /** refreshed at most once a second (directory scan) */
@@ -170,16 +200,17 @@ export function createCatalog(opts: { runtime: ModelRuntime; catalogFile: string
       if (filter.supports_inference === undefined && filter.task_type === undefined) return listed ??= [...entries.values()];
       return [...entries.values()].filter((e) => matches(e, filter));
     },
-    /** The team's fine-tuned models (complete or deployed jobs, oldest first); [] without a store. */
-    async fineTuned(teamId: string, filter: CatalogFilter = {}): Promise<CatalogEntry[]> {
-      const jobs = (await opts.store?.trainingJobs.listByTeam(teamId)) ?? [];
-      const out: CatalogEntry[] = [];
-      for (const j of jobs) {
-        const baseId = (j.base as { catalog_id?: string } | undefined)?.catalog_id ?? j.base_model;
-        const e = fineTunedEntry(j, entries.get(baseId));
-        if (e && matches(e, filter)) out.push(e);
+    /**
+     * The team's fine-tuned models (complete or deployed jobs, oldest first); [] without a store.
+     * Unfiltered, the same array until the team's jobs or the catalog change (do not mutate). A value
+     * while cached (no promise on the request path), else a promise of the store's answer.
+     */
+    fineTuned(teamId: string, filter?: CatalogFilter): CatalogEntry[] | Promise<CatalogEntry[]> {
+      const c = ownCache.get(teamId);
+      if (c === undefined || c.entries !== entries || Date.now() - c.at > 1000) {
+        return (async () => (pick(await readFineTuned(teamId), filter)))();
       }
-      return out.sort((a, b) => a.created_at!.localeCompare(b.created_at!));
+      return pick(c.list, filter);
     },
     /** GET /base-models: the catalog, then the caller's team's fine-tuned models (never another team's). */
     async listForTeam(teamId: string, filter: CatalogFilter = {}): Promise<CatalogEntry[]> {

@@ -27,6 +27,9 @@ import { type DecoderConfig, parseDecoderConfig } from '../formats/hf-config.ts'
 import { parseMemorySize } from '../runtime/memory-size.ts';
 import type { EmbedOutput, EncoderSchema, ExtractOptions, ExtractOutput, GenerateEvent, GenerateParams, LocalModel, ModelKind, ModelRef, ModelRuntime, ModelStatus } from './runtime.ts';
 
+/** stats() of an idle runtime: no model loaded or warming (frozen: shared by every call) */
+const NONE = Object.freeze([]) as unknown as string[];
+
 /** An adapter loaded into a base under its job id; `refs` generations use it now (never evicted while > 0). */
 interface LoadedAdapter { id: string; bytes: number; refs: number; lastUsed: number; drop: boolean }
 
@@ -461,6 +464,10 @@ export function createLocalRuntime(opts: LocalRuntimeOptions): ModelRuntime {
     },
 
     stats() {
+      // nothing loaded, loading or pulling (a probe of an idle server): no arrays to build
+      if (loaded.size === 0 && loading.size === 0 && pulls.size === 0) {
+        return { loaded: NONE, memory: [], warming: NONE, queue_depth: inflight };
+      }
       const memory = [...loaded.values()].map((l) => {
         const adapters = [...l.adapters.values()].map((a) => ({ id: a.id, bytes: a.bytes, in_use: a.refs }));
         return {

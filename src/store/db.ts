@@ -49,6 +49,8 @@ export interface Db {
   tx<T>(fn: (h: Kv) => Promise<T> | T): Promise<T>;
   /** the auth generation (see below): synchronous where reading it costs nothing (LMDB) */
   authGeneration(): number | Promise<number>;
+  /** calls `fn` after each transaction of this process commits (a cache of store reads drops itself there) */
+  onCommit(fn: () => void): void;
   /** resolves once every transaction this process started has committed or failed */
   settled(): Promise<void>;
   /** a cheap round trip to the storage: throws when it is unreachable */
@@ -221,4 +223,12 @@ export function readOnly(read: KvRead): Kv {
     put: (t, k) => { throw new Error(`store: write of ${t}/${k} outside a transaction (use store.tx(async (t) => ...))`); },
     remove: (t, k) => { throw new Error(`store: removal of ${t}/${k} outside a transaction (use store.tx(async (t) => ...))`); },
   };
+}
+
+/**
+ * Calls `fn` after each write transaction of this process commits (lmdb's `aftercommit`; after COMMIT on PostgreSQL): a cache of
+ * store reads drops itself here, so this process's writes are seen by the very next read of it.
+ */
+export function onCommit(db: Db, fn: () => void): void {
+  db.onCommit(fn);
 }

@@ -22,7 +22,7 @@ import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
 import { makeAdaptiveRunsRepo } from './adaptive-runs.ts';
 
-export { SCHEMA_VERSION, ikey, scanIndex } from './db.ts';
+export { onCommit, SCHEMA_VERSION, ikey, scanIndex } from './db.ts';
 export { storeExists, storePath } from './lmdb.ts';
 export type * from './types.ts';
 export type * from './customization-types.ts';

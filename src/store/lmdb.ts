@@ -175,6 +175,7 @@ export async function openLmdb(dataDir: string): Promise<Db> {
     read,
     tx,
     authGeneration: () => (dbs.meta.get(AUTH_GENERATION) as number | undefined) ?? 0,
+    onCommit(fn) { (root as unknown as { on(event: 'aftercommit', cb: () => void): void }).on('aftercommit', fn); },
     async settled() { await Promise.allSettled([...inFlight]); await root.committed; },
     async ping() { dbs.meta.get('schema_version'); },
     async close() {

@@ -164,6 +164,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
   const read = reader(pool);
   const mutex = makeMutex();
   const inFlight = new Set<Promise<unknown>>();
+  const commitListeners: (() => void)[] = [];
 
   /** one attempt: BEGIN, fn, writes + COMMIT in one round trip; { retry } on a serialization failure */
   async function attempt<T>(fn: (h: TxKv) => Promise<T> | T): Promise<{ ok: true; value: T } | { ok: false; err: unknown }> {
@@ -181,6 +182,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
       try { value = await fn(h); } finally { h.sealed = true; }
       const stmts = writeStatements(c, h.writes);
       await c.query(stmts.length ? `${stmts.join(';\n')};\nCOMMIT` : 'COMMIT');
+      for (const l of commitListeners) l();
       return { ok: true, value };
     } catch (err) {
       broken = unavailable(err) || err instanceof DependencyUnavailableError;
@@ -225,6 +227,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     read,
     tx,
     async authGeneration() { return ((await read.get('meta', AUTH_GENERATION)) as number | undefined) ?? 0; },
+    onCommit(fn) { commitListeners.push(fn); },
     async settled() { await Promise.allSettled([...inFlight]); },
     async ping() {
       try { await pool.query('SELECT 1'); } catch (err) { throw asServiceError(err); }
