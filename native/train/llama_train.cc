@@ -346,9 +346,12 @@ void backward(Model& m, Acts& a, const float* dlogits) {
     }
     rope_bwd(R, Hq, Dh, Nq, positions, m.inv_freq.data(), dq.data());
     rope_bwd(R, Hkv, Dh, Nkv, positions, m.inv_freq.data(), dk.data());
-    L.lin[kQ].bwd(R, la.xn1.data(), dq.data(), dxn.data(), &la.la[kQ], false);
-    L.lin[kK].bwd(R, la.xn1.data(), dk.data(), dxn.data(), &la.la[kK], true);
-    L.lin[kV].bwd(R, la.xn1.data(), dv.data(), dxn.data(), &la.la[kV], true);
+    // layer 0's input is the frozen embedding's output: its gradient is never used (LoRA grads only)
+    float* dxq = l > 0 ? dxn.data() : nullptr;
+    L.lin[kQ].bwd(R, la.xn1.data(), dq.data(), dxq, &la.la[kQ], false);
+    L.lin[kK].bwd(R, la.xn1.data(), dk.data(), dxq, &la.la[kK], true);
+    L.lin[kV].bwd(R, la.xn1.data(), dv.data(), dxq, &la.la[kV], true);
+    if (l == 0) break;
     rmsnorm_bwd(R, D, la.x_in.data(), L.attn_norm->w.data(), la.rstd1.data(), dxn.data(), dtmp.data(), nullptr);
     axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x_in)
   }
