@@ -113,6 +113,14 @@ static void pack_a(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t c
       pack_a_rows(mr, kc, a + i0 * rs, rs, d);
       continue;
     }
+    if (!ROUND && rs == 1) {  // transposed operand (sgemm ta: dB = dyᵀ·xa of LoRA): each k's mr values are adjacent
+      for (int64_t k = 0; k < kc; k++) {
+        const float* s = a + i0 + k * cs;
+        float* o = d + k * MR;
+        for (int64_t i = 0; i < MR; i++) o[i] = i < mr ? s[i] : 0.0f;
+      }
+      continue;
+    }
     for (int64_t i = 0; i < MR; i++) {
       if (i >= mr) {
         for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0f;

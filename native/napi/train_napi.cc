@@ -450,9 +450,7 @@ Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
       env,
       [h, in, rows, want, logp, logits, scale]() {
         std::lock_guard<std::mutex> lk(h->mu);
-        llama::Acts local;
-        llama::Acts& a = in->keep ? h->dec_acts : local;
-        if (in->keep) a = llama::Acts();
+        llama::Acts& a = in->keep ? h->dec_acts : llama::spare_acts(*h->dec);
         llama::forward(*h->dec, *in, a);
         if (scale != 1.0f) scale_fwd(int64_t(a.logits.size()), a.logits.data(), scale, a.logits.data());
         a.logit_scale = scale;
@@ -488,10 +486,11 @@ Napi::Value LlamaTrainBackward(const Napi::CallbackInfo& info) {
       [h, dlogp]() {
         std::lock_guard<std::mutex> lk(h->mu);
         llama::Acts& a = h->dec_acts;
-        if (a.layers.empty()) throw std::logic_error("llama train: backward without a forward that kept its activations");
+        if (!a.kept) throw std::logic_error("llama train: backward without a forward that kept its activations");
         if (int64_t(dlogp->size()) != a.R) throw std::invalid_argument("llama train: dlogp must have one value per row");
         const int64_t V = h->dec->cfg.vocab;
-        std::vector<float> dlogits(a.logits.size());
+        std::vector<float>& dlogits = h->dec->work.dlogits;  // reused between steps
+        dlogits.resize(a.logits.size());
         llama::head_logprob_bwd(a, V, dlogp->data(), dlogits.data());
         if (a.logit_scale != 1.0f)  // d/d(raw logits)
           scale_fwd(int64_t(dlogits.size()), dlogits.data(), a.logit_scale, dlogits.data());

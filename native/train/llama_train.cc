@@ -99,6 +99,13 @@ std::unique_ptr<Model> model_create(const Config& c, const std::vector<TensorSrc
   return m;
 }
 
+Model::~Model() = default;
+
+Acts& spare_acts(Model& m) {
+  if (!m.spare) m.spare = std::make_unique<Acts>();
+  return *m.spare;
+}
+
 namespace {
 AttnParams attn_params(const std::vector<int64_t>& off, size_t s, const Config& c) {
   AttnParams p;
@@ -160,8 +167,10 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
     if (in.tokens[t] < 0 || in.tokens[t] >= V) throw std::out_of_range("llama train: token id out of range");
     if (in.labels[t] >= V) throw std::out_of_range("llama train: label id out of range");
   }
-  a = Acts();
+  // a's buffers are reused: every one below is written in full before it is read
   a.R = R;
+  a.kept = false;
+  a.logit_scale = 1.0f;
   a.positions.assign(in.positions, in.positions + R);
   a.labels.assign(in.labels, in.labels + R);
   a.seq_off = in.seq_off;
@@ -169,10 +178,12 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
   Rng rng(in.seed);
   Rng* rp = in.dropout ? &rng : nullptr;
   const bool base_only = !in.lora;
-  a.layers.resize(in.keep ? size_t(c.layers) : 1);
-  std::vector<float> x(size_t(R * D));
+  a.layers.resize(in.keep ? size_t(c.layers) : std::max<size_t>(a.layers.size(), 1));
+  std::vector<float>& x = a.x;  // the residual stream (R, D)
+  x.resize(size_t(R * D));
   embedding_fwd(R, D, in.tokens, m.embed_type, m.embed, x.data());
-  std::vector<float> o(size_t(R * D)), kb, vb;
+  std::vector<float>&o = m.work.o, &kb = m.work.kb, &vb = m.work.vb;
+  o.resize(size_t(R * D));
   for (int64_t l = 0; l < c.layers; l++) {
     LayerW& L = m.layers[size_t(l)];
     LayerActs& la = a.layers[in.keep ? size_t(l) : 0];
@@ -223,7 +234,6 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
     lin(kDown, la.act.data(), o.data());
     add_fwd(R * D, x.data(), o.data(), x.data());
   }
-  if (!in.keep) a.layers.clear();
   a.rstdf.resize(static_cast<size_t>(R));
   a.xnf.resize(size_t(R * D));
   rmsnorm_fwd(R, D, x.data(), m.norm->w.data(), c.eps, a.xnf.data(), a.rstdf.data());
@@ -241,12 +251,13 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
   if (H == R) {
     m.lm_head.fwd(R, a.xnf.data(), a.logits.data(), nullptr, nullptr);
   } else {
-    std::vector<float> xh(size_t(H * D));  // (H, D) the head rows of xnf
+    std::vector<float>& xh = m.work.xh;  // (H, D) the head rows of xnf
+    xh.resize(size_t(H * D));
     for (int64_t h = 0; h < H; h++)
       std::memcpy(xh.data() + h * D, a.xnf.data() + a.head_rows[size_t(h)] * D, size_t(D) * sizeof(float));
     m.lm_head.fwd(H, xh.data(), a.logits.data(), nullptr, nullptr);
   }
-  if (in.keep) a.x = std::move(x);
+  a.kept = in.keep;
 }
 
 void head_logprob_fwd(const Acts& a, int64_t V, float* logp) {
@@ -268,23 +279,31 @@ void backward(Model& m, Acts& a, const float* dlogits) {
   const Config& c = m.cfg;
   const int64_t R = a.R, D = c.hidden, F = c.inter, Hq = c.n_heads, Hkv = c.n_kv_heads, Dh = c.head_dim,
                 Nq = Hq * Dh, Nkv = Hkv * Dh;
-  if (a.layers.size() != size_t(c.layers) || a.x.empty())
+  if (!a.kept || a.layers.size() != size_t(c.layers))
     throw std::logic_error("llama train: backward needs a forward that kept its activations");
   const size_t S = a.seq_off.size() - 1;
-  std::vector<float> dxn(size_t(R * D)), dx(size_t(R * D)), dscratch(size_t(std::max(D, F) * 2));
+  Work& w = m.work;
+  auto sized = [](std::vector<float>& v, int64_t n) -> std::vector<float>& {
+    v.resize(size_t(n));  // reused between calls: contents are stale until written
+    return v;
+  };
+  std::vector<float>&dxn = sized(w.dxn, R * D), &dx = sized(w.dx, R * D);
   const int64_t H = int64_t(a.head_rows.size());
   if (H == R) {
     m.lm_head.bwd(R, a.xnf.data(), dlogits, dxn.data(), nullptr, false);
-  } else {  // rows without logits get no gradient from the head (dxn stays 0 there)
-    std::vector<float> dxh(size_t(H * D));
+  } else {  // rows without logits get no gradient from the head (dxn is 0 there)
+    std::fill(dxn.begin(), dxn.end(), 0.0f);
+    std::vector<float>& dxh = sized(w.dxh, H * D);
     m.lm_head.bwd(H, nullptr, dlogits, dxh.data(), nullptr, false);  // (no dW, no LoRA on the head: x unused)
     for (int64_t h = 0; h < H; h++)
       std::memcpy(dxn.data() + a.head_rows[size_t(h)] * D, dxh.data() + h * D, size_t(D) * sizeof(float));
   }
-  std::vector<float>().swap(a.logits);
-  rmsnorm_bwd(R, D, a.x.data(), m.norm->w.data(), a.rstdf.data(), dxn.data(), dx.data(), dscratch.data());
-  std::vector<float> dact(size_t(R * F)), dg(size_t(R * F)), du(size_t(R * F)), dattn(size_t(R * Nq)),
-      dq(size_t(R * Nq)), dk(size_t(R * Nkv)), dv(size_t(R * Nkv)), dtmp(size_t(R * D)), kb, vb, dkb, dvb;
+  // the norms' weights are frozen: dx only (no dw, whose row reduction is serial)
+  rmsnorm_bwd(R, D, a.x.data(), m.norm->w.data(), a.rstdf.data(), dxn.data(), dx.data(), nullptr);
+  std::vector<float>&dact = sized(w.dact, R * F), &dg = sized(w.dg, R * F), &du = sized(w.du, R * F),
+                     &dattn = sized(w.dattn, R * Nq), &dq = sized(w.dq, R * Nq), &dk = sized(w.dk, R * Nkv),
+                     &dv = sized(w.dv, R * Nkv), &dtmp = sized(w.dtmp, R * D), &kb = w.kb, &vb = w.vb, &dkb = w.dkb,
+                     &dvb = w.dvb;
   const int32_t* positions = a.positions.data();
   for (int64_t l = c.layers - 1; l >= 0; l--) {
     LayerW& L = m.layers[size_t(l)];
@@ -296,7 +315,7 @@ void backward(Model& m, Acts& a, const float* dlogits) {
     swiglu_bwd(R * F, la.g.data(), la.u.data(), dact.data(), dg.data(), du.data());
     L.lin[kGate].bwd(R, la.xn2.data(), dg.data(), dxn.data(), &la.la[kGate], false);
     L.lin[kUp].bwd(R, la.xn2.data(), du.data(), dxn.data(), &la.la[kUp], true);
-    rmsnorm_bwd(R, D, la.x1.data(), L.mlp_norm->w.data(), la.rstd2.data(), dxn.data(), dtmp.data(), dscratch.data());
+    rmsnorm_bwd(R, D, la.x1.data(), L.mlp_norm->w.data(), la.rstd2.data(), dxn.data(), dtmp.data(), nullptr);
     axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x1)
     // attention block: x1 = x_in + o(attn)
     L.lin[kO].bwd(R, la.attn.data(), dx.data(), dattn.data(), &la.la[kO], false);
@@ -327,14 +346,16 @@ void backward(Model& m, Acts& a, const float* dlogits) {
     }
     rope_bwd(R, Hq, Dh, Nq, positions, m.inv_freq.data(), dq.data());
     rope_bwd(R, Hkv, Dh, Nkv, positions, m.inv_freq.data(), dk.data());
-    L.lin[kQ].bwd(R, la.xn1.data(), dq.data(), dxn.data(), &la.la[kQ], false);
-    L.lin[kK].bwd(R, la.xn1.data(), dk.data(), dxn.data(), &la.la[kK], true);
-    L.lin[kV].bwd(R, la.xn1.data(), dv.data(), dxn.data(), &la.la[kV], true);
-    rmsnorm_bwd(R, D, la.x_in.data(), L.attn_norm->w.data(), la.rstd1.data(), dxn.data(), dtmp.data(), dscratch.data());
+    // layer 0's input is the frozen embedding's output: its gradient is never used (LoRA grads only)
+    float* dxq = l > 0 ? dxn.data() : nullptr;
+    L.lin[kQ].bwd(R, la.xn1.data(), dq.data(), dxq, &la.la[kQ], false);
+    L.lin[kK].bwd(R, la.xn1.data(), dk.data(), dxq, &la.la[kK], true);
+    L.lin[kV].bwd(R, la.xn1.data(), dv.data(), dxq, &la.la[kV], true);
+    if (l == 0) break;
+    rmsnorm_bwd(R, D, la.x_in.data(), L.attn_norm->w.data(), la.rstd1.data(), dxn.data(), dtmp.data(), nullptr);
     axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x_in)
-    la = LayerActs();  // this layer's activations are no longer needed
   }
-  a = Acts();
+  a.kept = false;  // used up; the buffers stay for the next forward
 }
 
 void step(Model& m, const StepIn& in, StepOut& out, bool want_logits) {
@@ -347,10 +368,11 @@ void step(Model& m, const StepIn& in, StepOut& out, bool want_logits) {
   f.keep = in.backward;
   f.seed = in.seed;
   f.all_logits = want_logits;
-  Acts a;
+  Acts& a = spare_acts(m);
   forward(m, f, a);
   const int64_t R = in.R, V = m.cfg.vocab, H = int64_t(a.head_rows.size());
-  std::vector<float> dlogits(in.backward ? size_t(H * V) : 0);
+  std::vector<float>& dlogits = m.work.dlogits;
+  dlogits.resize(in.backward ? size_t(H * V) : 0);
   out.loss = cross_entropy_fwd_bwd(H, V, a.logits.data(), a.head_labels.data(), in.backward ? dlogits.data() : nullptr,
                                    nullptr);
   out.counted = 0;

@@ -35,6 +35,16 @@ struct LayerW {
   TLinear lin[kNumModules];
 };
 
+struct Acts;
+
+// Buffers a forward or backward needs only while it runs, kept on the model between calls: a step
+// touches hundreds of MB of activations, and fresh allocations of that size are page faults and zero
+// fills (about a tenth of a GRPO step's CPU time) that the next step would pay again.
+struct Work {
+  std::vector<float> o, kb, vb, xh;                                         // forward
+  std::vector<float> dxn, dx, dact, dg, du, dattn, dq, dk, dv, dtmp, dkb, dvb, dxh, dlogits;  // backward
+};
+
 struct Model {
   Config cfg;
   ParamStore ps;                               // frozen fp32 base tensors + trainable LoRA tensors
@@ -45,6 +55,9 @@ struct Model {
   TLinear lm_head;
   std::vector<LayerW> layers;
   std::vector<float> inv_freq;                 // (Dh/2)
+  Work work;                                   // scratch buffers of forward / backward (see Work)
+  std::unique_ptr<Acts> spare;                 // activations of forwards that keep nothing (reused)
+  ~Model();
 };
 
 // A base tensor handed over by name (HF names: model.embed_tokens.weight, model.layers.i.*, model.norm.weight,
@@ -78,7 +91,8 @@ struct Acts {
   std::vector<int32_t> positions, labels;  // (R)
   std::vector<int64_t> seq_off;            // (S+1)
   std::vector<int64_t> seq_parent;         // (S) or empty (FwdIn::seq_parent)
-  std::vector<LayerActs> layers;           // empty when the forward kept nothing
+  std::vector<LayerActs> layers;           // one per layer when the forward kept its activations
+  bool kept = false;                       // a forward kept its activations and no backward used them yet
   std::vector<float> x, rstdf, xnf;        // final hidden (R, D), its rstd (R), normed (R, D)
   std::vector<int64_t> head_rows;           // (H) rows whose logits were computed, ascending
   std::vector<int32_t> head_labels;        // (H) their labels
@@ -102,9 +116,13 @@ struct FwdIn {
   uint64_t seed = 0;                   // LoRA dropout masks
   bool all_logits = false;             // logits of every row (else only of rows with a label >= 0)
 };
-// Writes a.logits (H, V) of the head rows (a.head_rows); with in.keep, everything backward needs.
+// Writes a.logits (H, V) of the head rows (a.head_rows); with in.keep, everything backward needs. a's buffers
+// are reused (a forward into the same Acts allocates nothing once the batch shape has been seen).
 void forward(Model& m, const FwdIn& in, Acts& a);
-// Given dlogits (H, V) of the loss w.r.t. a's logits: LoRA gradients accumulate. Frees a's activations.
+// m.spare, created on first use: the Acts of a forward whose activations are not kept (reference scoring).
+Acts& spare_acts(Model& m);
+// Given dlogits (H, V) of the loss w.r.t. a's logits: LoRA gradients accumulate. a's activations are used up
+// (a.kept false), their buffers stay for the next forward.
 void backward(Model& m, Acts& a, const float* dlogits);
 // logp (R) = log softmax(a.logits)[label] per row, 0 for rows without a label (logprob_fwd on the head rows).
 void head_logprob_fwd(const Acts& a, int64_t V, float* logp);

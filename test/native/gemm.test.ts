@@ -123,7 +123,8 @@ function refLinear(
 }
 
 // (M, N, K): odd sizes, M=1 (decode), K not a multiple of the vector width, blocks larger than
-// the cache blocking (K > 256 and > 512, M > 144, N > 4096), N with partial panels.
+// the cache blocking (K beyond one or two KC blocks: 256 / 512 on AVX-512, 576 / 1152 on AVX2; M > 144,
+// N > 4096), N with partial panels.
 const SHAPES: [number, number, number][] = [
   [1, 1, 1],
   [1, 37, 19],
@@ -137,6 +138,7 @@ const SHAPES: [number, number, number][] = [
   [33, 40, 17],
   [150, 70, 300],
   [20, 33, 600], // several K blocks in the bf16-pair path too
+  [14, 40, 1300], // several AVX2 K blocks (KC 576), in the bf16-pair path too
   [20, 4100, 9], // N beyond one NC block
 ];
 
@@ -221,7 +223,8 @@ function refSgemm(
 }
 
 t.test('sgemm: every transpose combination, alpha, beta, strides', async (t) => {
-  const shapes: [number, number, number][] = [[1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20]];
+  const shapes: [number, number, number][] = [[1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20],
+    [24, 35, 700]];
   await forEachIsa(async (isa) => {
     for (const [M, N, K] of shapes)
       for (const ta of [false, true])

@@ -40,7 +40,7 @@ const logsOf = async (id: string) =>
       message: string;
     }[]
   ).map((l) => l.message);
-async function finished(t: { fail(m: string): unknown }, id: string, timeoutMs = 60_000): Promise<Res | null> {
+async function finished(t: { fail(m: string): unknown }, id: string, timeoutMs = 240_000): Promise<Res | null> {
   const done = await trainingJobEnded(ts.url, u.key, id, timeoutMs);
   if (done.body.status === 'complete') return done;
   t.fail(`job ended ${done.body.status}: ${done.body.error}\n${(await logsOf(id)).join('\n')}`);
