@@ -11,7 +11,7 @@
 //        P + C tokens, Loom only (the training cost DPO and GRPO share, for comparison with earlier runs).
 // Same shapes, same thread count; random token ids (speed does not depend on them).
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -22,7 +22,7 @@ import { baseTensors, initLoras, savePeftAdapter } from '../src/training/decoder
 import { DecoderTrainGraph } from '../src/training/native.ts';
 import { dpoStep } from '../src/training/algorithms/dpo.ts';
 import { grpoAdvantages, grpoStep, sampleGroup } from '../src/training/algorithms/grpo.ts';
-import { ensureRandomCheckpoint, CONFIGS } from './decode/models.ts';
+import { ensureRandomCheckpoint, CONFIGS, withSmolTokenizer } from './decode/models.ts';
 
 export async function run(argv: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -32,10 +32,7 @@ export async function run(argv: string[]): Promise<void> {
   if (values.threads) setThreads(Number(values.threads));
   const threads = getThreads();
   const quick = !!values.quick;
-  const dir = ensureRandomCheckpoint('smollm2-135m');
-  const tokDir = join(import.meta.dirname, '../test/fixtures/tokenizers/smollm2');
-  for (const f of ['tokenizer.json', 'tokenizer_config.json'])
-    if (!existsSync(join(dir, f)) && existsSync(join(tokDir, f))) copyFileSync(join(tokDir, f), join(dir, f));
+  const dir = withSmolTokenizer(ensureRandomCheckpoint('smollm2-135m'));
   const dc = loadDecoderConfig(dir);
   const V = dc.vocabSize;
   let seed = 7;

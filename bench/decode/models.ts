@@ -1,7 +1,7 @@
 // Random-weight checkpoints with the real SmolLM2-135M and Qwen2.5-0.5B configurations, written in
 // Hugging Face layout (config.json + model.safetensors) under bench/.cache/decode/. Speed does not
 // depend on the weights, so these stand in for the real files.
-import { closeSync, existsSync, mkdirSync, openSync, renameSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, renameSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const CACHE = join(import.meta.dirname, '..', '.cache', 'decode');
@@ -40,6 +40,17 @@ export function tensorShapes(c: Record<string, number | boolean | unknown>): [st
 }
 
 /** Writes (once) a random bf16 checkpoint; returns its directory. */
+/**
+ * A random checkpoint's folder with the SmolLM2 tokenizer files copied in (the fixture's): what the
+ * trainers' data path and the RL benches need besides the weights.
+ */
+export function withSmolTokenizer(dir: string): string {
+  const tokDir = join(import.meta.dirname, '../../test/fixtures/tokenizers/smollm2');
+  for (const f of ['tokenizer.json', 'tokenizer_config.json'])
+    if (!existsSync(join(dir, f)) && existsSync(join(tokDir, f))) copyFileSync(join(tokDir, f), join(dir, f));
+  return dir;
+}
+
 export function ensureRandomCheckpoint(name: string): string {
   const dir = join(CACHE, name);
   const file = join(dir, 'model.safetensors');
