@@ -1,5 +1,5 @@
 // Adaptive retraining runs (src/service/adaptive), listed per project newest first.
-import { allRecords, ikey, type Kv, scanRecords } from './db.ts';
+import { allRecords, ikey, type Kv, removeIndexed, scanRecords } from './db.ts';
 import type { AdaptiveRunRecord } from './types.ts';
 
 export function makeAdaptiveRunsRepo(h: Kv) {
@@ -12,12 +12,7 @@ export function makeAdaptiveRunsRepo(h: Kv) {
       h.put('idx', keyOf(r), null);
     },
     /** inside a transaction */
-    async remove(id: string): Promise<void> {
-      const r = (await h.get('adaptive_runs', id)) as AdaptiveRunRecord | undefined;
-      if (!r) return;
-      h.remove('idx', keyOf(r));
-      h.remove('adaptive_runs', id);
-    },
+    remove: (id: string): Promise<void> => removeIndexed<AdaptiveRunRecord>(h, 'adaptive_runs', id, keyOf),
     listByProject: (projectId: string): Promise<AdaptiveRunRecord[]> => scanRecords(h, 'adaptive_runs', ['ar_proj', projectId]),
     all: (): Promise<AdaptiveRunRecord[]> => allRecords(h, 'adaptive_runs'),
     async reindex(): Promise<void> {

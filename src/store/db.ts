@@ -102,6 +102,14 @@ export async function scanRecords<T>(
   return h.getMany(table, await scanIndex(h, prefix, opts)) as Promise<T[]>;
 }
 
+/** inside a transaction: removes record `id` of `table` and its one index entry (`keyOf`), if it exists */
+export async function removeIndexed<T>(h: Kv, table: DbName, id: string, keyOf: (r: T) => string): Promise<void> {
+  const r = (await h.get(table, id)) as T | undefined;
+  if (!r) return;
+  h.remove('idx', keyOf(r));
+  h.remove(table, id);
+}
+
 /** every record of a table, in key order */
 export async function allRecords<T>(h: KvRead, table: DbName): Promise<T[]> {
   return (await h.range(table)).map((e) => e.value as T);

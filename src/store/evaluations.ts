@@ -1,5 +1,5 @@
 // Evaluations (listed per team newest first, filterable by project) and generation jobs.
-import { allRecords, ikey, type Kv, scanRecords } from './db.ts';
+import { allRecords, ikey, type Kv, removeIndexed, scanRecords } from './db.ts';
 import type { EvaluationRecord, GenerationJobRecord } from './customization-types.ts';
 
 export function makeEvaluationsRepo(h: Kv) {
@@ -9,12 +9,7 @@ export function makeEvaluationsRepo(h: Kv) {
     /** inside a transaction */
     put(e: EvaluationRecord): void { h.put('evaluations', e.id, e); h.put('idx', keyOf(e), null); },
     /** inside a transaction */
-    async remove(id: string): Promise<void> {
-      const e = (await h.get('evaluations', id)) as EvaluationRecord | undefined;
-      if (!e) return;
-      h.remove('idx', keyOf(e));
-      h.remove('evaluations', id);
-    },
+    remove: (id: string): Promise<void> => removeIndexed<EvaluationRecord>(h, 'evaluations', id, keyOf),
     listByTeam: (teamId: string): Promise<EvaluationRecord[]> => scanRecords(h, 'evaluations', ['ev_team', teamId]),
     all: (): Promise<EvaluationRecord[]> => allRecords(h, 'evaluations'),
     async reindex(): Promise<void> {

@@ -1,6 +1,6 @@
 // Training jobs as stored records (the training service owns their life cycle; the service core
 // reads them to deploy and serve). Listed per team, newest first.
-import { allRecords, ikey, type Kv, scanRecords } from './db.ts';
+import { allRecords, ikey, type Kv, removeIndexed, scanRecords } from './db.ts';
 import type { TrainingJobRecord } from './types.ts';
 
 export function makeTrainingJobsRepo(h: Kv) {
@@ -10,12 +10,7 @@ export function makeTrainingJobsRepo(h: Kv) {
     /** inside a transaction */
     put(j: TrainingJobRecord): void { h.put('training_jobs', j.id, j); h.put('idx', teamKey(j), null); },
     /** inside a transaction */
-    async remove(id: string): Promise<void> {
-      const j = (await h.get('training_jobs', id)) as TrainingJobRecord | undefined;
-      if (!j) return;
-      h.remove('idx', teamKey(j));
-      h.remove('training_jobs', id);
-    },
+    remove: (id: string): Promise<void> => removeIndexed<TrainingJobRecord>(h, 'training_jobs', id, teamKey),
     listByTeam: (teamId: string): Promise<TrainingJobRecord[]> => scanRecords(h, 'training_jobs', ['job_team', teamId]),
     all: (): Promise<TrainingJobRecord[]> => allRecords(h, 'training_jobs'),
     async reindex(): Promise<void> {
