@@ -24,6 +24,7 @@ console.log(`Loom listening on ${server.url}
   data:   ${config.dataDir} (store ${storePath(config.dataDir)})
   models: ${config.modelsDir} (${models.length} on disk${models.length ? `: ${models.map((m) => m.id).join(', ')}` : ''})
   artifacts: ${config.artifactsDir === config.dataDir ? 'in the data folder' : `${config.artifactsDir} (LOOM_ARTIFACTS_DIR)`}
+  roles:  ${[...config.roles].join(', ')}${process.env.LOOM_ROLE ? ' (LOOM_ROLE)' : ' (all: LOOM_ROLE or `loom serve --role` to choose)'}
   rate limits: ${config.redisUrl ? `shared in Redis ${redactUrl(config.redisUrl)}` : 'counted in this process'}
   admin:  ${admin} <command>   (the CLI must use this data folder: keys made in another store get 401)
 ${users ? '' : `

@@ -74,6 +74,29 @@ export interface ServiceConfig {
   generationConcurrency: number;
   /** generation jobs that run at once per team; the rest wait `queued` */
   generationConcurrencyPerTeam: number;
+  /**
+   * what this process does (LOOM_ROLE / `loom serve --role`, docs/deploy.md): 'api' serves the HTTP API,
+   * 'worker' runs customization jobs (training, evaluation, datasets, generation), 'inference' holds
+   * models for API processes to route to. Default all three: one process does everything.
+   */
+  roles: ReadonlySet<Role>;
+}
+
+export type Role = 'api' | 'inference' | 'worker';
+export const ROLES: readonly Role[] = ['api', 'inference', 'worker'];
+
+/** 'all', or a comma list of roles ('api,worker'); throws on an unknown role */
+export function parseRoles(spec: string | undefined | null): ReadonlySet<Role> {
+  const text = (spec ?? '').trim();
+  if (text === '' || text === 'all') return new Set(ROLES);
+  const roles = new Set<Role>();
+  for (const part of text.split(',').map((x) => x.trim()).filter(Boolean)) {
+    if (part === 'all') ROLES.forEach((r) => roles.add(r));
+    else if ((ROLES as readonly string[]).includes(part)) roles.add(part as Role);
+    else throw new Error(`unknown role '${part}' (roles: ${ROLES.join(', ')}, all)`);
+  }
+  if (!roles.size) throw new Error(`no role given (roles: ${ROLES.join(', ')}, all)`);
+  return roles;
 }
 
 export const DEFAULT_RATE_LIMITS: RateLimitConfig = {
@@ -127,6 +150,7 @@ export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig 
     creditHoldWaitMs: over.creditHoldWaitMs ?? 60_000,
     generationConcurrency: over.generationConcurrency ?? 8,
     generationConcurrencyPerTeam: over.generationConcurrencyPerTeam ?? 2,
+    roles: over.roles ?? new Set(ROLES),
   };
 }
 
@@ -166,6 +190,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConf
     creditHoldWaitMs: num(env.LOOM_CREDIT_HOLD_WAIT_MS),
     generationConcurrency: num(env.LOOM_GENERATION_CONCURRENCY),
     generationConcurrencyPerTeam: num(env.LOOM_GENERATION_CONCURRENCY_PER_TEAM),
+    roles: parseRoles(env.LOOM_ROLE),
     rateLimits: env.LOOM_RATE_LIMITS ? { ...DEFAULT_RATE_LIMITS, ...JSON.parse(env.LOOM_RATE_LIMITS) } : undefined,
   });
 }
