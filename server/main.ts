@@ -20,7 +20,9 @@ if (config.roles.has('inference') && !config.roles.has('api')) {
 let runtime: ModelRuntime;
 let store;
 if (config.roles.has('inference')) {
-  runtime = createLocalRuntime({ modelsDir: config.modelsDir, maxLoaded: config.maxLoadedModels, retryAfterS: config.warmingRetryAfterS });
+  runtime = createLocalRuntime({
+    modelsDir: config.modelsDir, maxLoaded: config.maxLoadedModels, retryAfterS: config.warmingRetryAfterS,
+  });
 } else {
   const { checkNodeSecret, nodeConfigFromEnv } = await import('../src/service/nodes/config.ts');
   const { createRemoteRuntime } = await import('../src/service/nodes/runtime-remote.ts');

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { createServer } from '../../server/index.ts';
 import { createLogger } from '../../server/log.ts';
 import { createServices } from '../../src/service/index.ts';
+import { normalizeSchema } from '../../src/service/inference.ts';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { createRemoteRuntime } from '../../src/service/nodes/runtime-remote.ts';
 import { NODE_PATHS } from '../../src/service/nodes/protocol.ts';
@@ -86,6 +87,7 @@ const health = async () => (await call(ts.url, 'GET', '/health')).body;
 
 const text = 'Barack Obama was born in Hawaii and served as president of the United States.';
 const schema = { entities: ['person', 'location'] };
+const encoderCall = { model_id: 'gliner2-tiny', text, schema };
 
 t.test('the nodes register with their models; the API lists them', async (t) => {
   const h = await health();
@@ -101,18 +103,19 @@ t.test('the nodes register with their models; the API lists them', async (t) => 
 
 t.test('a billed POST /inference runs on a node and is billed and recorded as a local call', async (t) => {
   const before = await account();
-  const r = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'gliner2-tiny', text, schema } });
+  const r = await call(ts.url, 'POST', '/inference', { key: u.key, body: encoderCall });
   t.equal(r.status, 200, r.text);
   // the same model run locally, in this process: the same result and the same tokens
   const local = createLocalRuntime({ modelsDir });
-  const want = await local.extract({ id: 'gliner2-tiny', kind: 'encoder' }, [text], schema,
+  const want = await local.extract({ id: 'gliner2-tiny', kind: 'encoder' }, [text], normalizeSchema(schema),
     { threshold: 0.5, include_confidence: true, include_spans: true });
   await local.close();
   t.same(r.body.result, want.results[0]);
   t.equal(r.body.usage.prompt_tokens, want.input_tokens);
   t.ok(r.body.cost > 0);
   const after = await account();
-  t.equal(Math.round((after.total_spent - before.total_spent) * 1e6), Math.round(r.body.cost * 1e6), 'debited its cost');
+  const spent = Math.round((after.total_spent - before.total_spent) * 1e6);
+  t.equal(spent, Math.round(r.body.cost * 1e6), 'debited its cost');
   const rec = await call(ts.url, 'GET', `/inferences/${r.body.inference_id}`, { key: u.key });
   t.equal(rec.status, 200);
   t.equal(rec.body.status, 'success');
@@ -168,7 +171,8 @@ t.test('the same cached prefix lands on the same node', async (t) => {
   t.ok(usage.slice(1).every((x) => x.cache_read_tokens >= 128), `the repeats read the prefix from that node's cache: ${
     usage.map((x) => x.cache_read_tokens)}`);
   // other prefixes spread over both nodes
-  for (let i = 0; i < 8; i++) await ask(`Story number ${i}: a ${['dog', 'bird', 'fox', 'owl'][i % 4]} in the woods.`, 'Go');
+  const animals = ['dog', 'bird', 'fox', 'owl'];
+  for (let i = 0; i < 8; i++) await ask(`Story number ${i}: a ${animals[i % 4]} in the woods.`, 'Go');
   const spread = (await generated()).map((n, i) => n - after[i]);
   t.ok(spread.every((n) => n > 0), `different prefixes use both nodes (${spread})`);
 });
@@ -191,13 +195,15 @@ t.test('a client that goes away cancels the generation on the node, billed for w
 });
 
 t.test('the node port refuses customer keys and anything without the node secret', async (t) => {
-  const body = JSON.stringify({ ref: { id: 'tinystories-656k', kind: 'decoder' }, params: { prompt: 'x', max_tokens: 1 } });
-  for (const headers of [{ 'X-API-Key': u.key }, { Authorization: `Bearer ${u.key}` }, {}]) {
+  const ref = { id: 'tinystories-656k', kind: 'decoder' };
+  const body = JSON.stringify({ ref, params: { prompt: 'x', max_tokens: 1 } });
+  const tries: Record<string, string>[] = [{ 'X-API-Key': u.key }, { Authorization: `Bearer ${u.key}` }, {}];
+  for (const headers of tries) {
     const r = await fetch(a.url + NODE_PATHS.generate, { method: 'POST', headers, body });
     t.equal(r.status, 401, JSON.stringify(Object.keys(headers)));
     t.match((await r.json()).detail, /node secret/);
   }
-  const pub = await call(a.url, 'POST', '/inference', { key: u.key, body: { model_id: 'gliner2-tiny', text, schema } });
+  const pub = await call(a.url, 'POST', '/inference', { key: u.key, body: encoderCall });
   t.equal(pub.status, 401, 'the public API is not served on a node');
   t.equal((await fetch(a.url + NODE_PATHS.status, { headers: { Authorization: `Bearer ${SECRET}` } })).status, 200);
 });
@@ -208,15 +214,16 @@ t.test('a node killed with SIGKILL: the other serves, and its registration expir
   dead.child.kill('SIGKILL');
   await dead.exited;
   // right away (its record still looks live): the call is refused by the dead node and retried on the other
-  const r = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'gliner2-tiny', text, schema } });
+  const r = await call(ts.url, 'POST', '/inference', { key: u.key, body: encoderCall });
   t.equal(r.status, 200, r.text);
-  await until('the heartbeat to expire', async () => (await store.inferenceNodes.get(dead.id))!.expires_at < Date.now());
+  const expired = async () => (await store.inferenceNodes.get(dead.id))!.expires_at < Date.now();
+  await until('the heartbeat to expire', expired);
   t.ok(await store.inferenceNodes.get(dead.id), 'expired, not removed (nobody deregistered it)');
   await until('the API to drop it', async () => (await health()).inference_nodes.length === 1);
   t.same((await health()).inference_nodes.map((n: { id: string }) => n.id), [alive.id]);
   const servedBefore = (await nodeStatus(alive)).counters.extract;
   for (let i = 0; i < 3; i++) {
-    const x = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'gliner2-tiny', text, schema } });
+    const x = await call(ts.url, 'POST', '/inference', { key: u.key, body: encoderCall });
     t.equal(x.status, 200);
   }
   t.equal((await nodeStatus(alive)).counters.extract, servedBefore + 3, 'the live node served every call');
@@ -229,7 +236,7 @@ t.test('a node stopped cleanly deregisters; with no node the API answers 503', a
   t.equal(await store.inferenceNodes.get(last.id), undefined, 'its record is gone at once');
   await until('the API to see no node', async () => (await health()).inference_nodes.length === 0);
   await new Promise((r) => setTimeout(r, 1100)); // the catalog's next scan sees no node either
-  const r = await call(ts.url, 'POST', '/inference', { key: u.key, body: { model_id: 'gliner2-tiny', text, schema } });
+  const r = await call(ts.url, 'POST', '/inference', { key: u.key, body: encoderCall });
   t.equal(r.status, 503);
   t.match(r.body, { detail: /no inference node is live/ });
   t.ok(Number(r.headers.get('retry-after')) >= 1, 'Retry-After');

@@ -12,7 +12,9 @@ import { checkNodeSecret, defaultNodeId, nodeConfigFromEnv } from './config.ts';
 import { startNodeServer } from './node-server.ts';
 import { startHeartbeat } from './registry.ts';
 
-export async function serveNode(config: ServiceConfig, log: Logger, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+export async function serveNode(
+  config: ServiceConfig, log: Logger, env: NodeJS.ProcessEnv = process.env,
+): Promise<void> {
   const nc = nodeConfigFromEnv(env);
   checkNodeSecret(nc.secret, 'an inference node');
   const host = env.LOOM_HOST || '127.0.0.1';
@@ -39,9 +41,10 @@ export async function serveNode(config: ServiceConfig, log: Logger, env: NodeJS.
     },
   }, log);
   const models = await runtime.listLocal();
+  const names = models.length ? `: ${models.map((m) => m.id).join(', ')}` : '';
   console.log(`Loom inference node ${id} listening on ${server.url} (registered as ${url})
   store:  ${config.databaseUrl ? 'PostgreSQL (LOOM_DATABASE_URL)' : config.dataDir}
-  models: ${config.modelsDir} (${models.length} on disk${models.length ? `: ${models.map((m) => m.id).join(', ')}` : ''})
+  models: ${config.modelsDir} (${models.length} on disk${names})
   heartbeat every ${nc.heartbeatMs} ms; at most ${nc.maxQueue} calls at once (LOOM_NODE_MAX_QUEUE)`);
 
   let stopping = false;

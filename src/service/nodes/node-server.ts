@@ -21,7 +21,9 @@ export interface NodeServerOptions {
 }
 
 /** calls served, per kind (GET /internal/v1/status) */
-export interface NodeCounters { generate: number; extract: number; embed: number; count_tokens: number; cancelled: number }
+export interface NodeCounters {
+  generate: number; extract: number; embed: number; count_tokens: number; cancelled: number;
+}
 
 export interface NodeServer {
   url: string;

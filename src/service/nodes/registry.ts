@@ -32,7 +32,8 @@ export async function startHeartbeat(
     const r = await opts.record();
     id = r.id;
     const now = Date.now();
-    const rec: InferenceNodeRecord = { ...r, beat: ++beat, beat_at: now, expires_at: now + MISSED_BEATS * opts.intervalMs };
+    const expires_at = now + MISSED_BEATS * opts.intervalMs;
+    const rec: InferenceNodeRecord = { ...r, beat: ++beat, beat_at: now, expires_at };
     if (stopped) return;
     await store.tx((t) => { t.inferenceNodes.put(rec); });
   };

@@ -15,8 +15,10 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { InferenceNodeRecord, Store } from '../../store/index.ts';
 import { DependencyUnavailableError } from '../errors.ts';
-import type { EmbedOutput, ExtractOutput, GenerateEvent, GenerateParams, LocalModel, ModelRef, ModelRuntime, ModelStatus } from '../runtime.ts';
-import { errorFromWire, NODE_PATHS, type WireLine } from './protocol.ts';
+import type {
+  EmbedOutput, ExtractOutput, GenerateEvent, GenerateParams, LocalModel, ModelRef, ModelRuntime, ModelStatus,
+} from '../runtime.ts';
+import { errorFromWire, NODE_PATHS, type WireError, type WireLine } from './protocol.ts';
 import { createNodeDirectory, type NodeDirectory } from './registry.ts';
 
 export interface RemoteRuntimeOptions {
@@ -149,19 +151,21 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
         if (signal?.aborted) throw err;
         const code = (err as { cause?: { code?: string } }).cause?.code ?? '';
         if (UNREACHABLE.has(code)) dir.markDown(node.id);
-        opts.log?.warn({ node: node.id, err: String((err as { cause?: unknown }).cause ?? err) }, 'inference node unreachable');
+        const why = String((err as { cause?: unknown }).cause ?? err);
+        opts.log?.warn({ node: node.id, err: why }, 'inference node unreachable');
         last = new DependencyUnavailableError(`Inference node ${node.id} is unreachable; retry later`, retryAfter);
         continue;
       }
       if (res.ok) return { node, res, done: () => count(node.id, -1) };
       count(node.id, -1);
-      const reply = await res.json().catch(() => ({})) as { error?: Parameters<typeof errorFromWire>[0]; detail?: string };
+      const reply = await res.json().catch(() => ({})) as { error?: WireError; detail?: string };
       if (res.status === 529) { last = overloaded(ref.id); continue; }
       if (res.status === 401) {
         throw new DependencyUnavailableError(`Inference node ${node.id} refused this process's node secret `
           + '(LOOM_NODE_SECRET differs)', retryAfter);
       }
-      throw reply.error ? errorFromWire(reply.error) : new Error(`inference node ${node.id}: ${res.status} ${reply.detail}`);
+      throw reply.error ? errorFromWire(reply.error)
+        : new Error(`inference node ${node.id}: ${res.status} ${reply.detail}`);
     }
     throw last;
   }
@@ -236,15 +240,16 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
       }
       const callId = randomUUID();
       const ac = new AbortController();
-      const { node, res, done } = await send(ref, NODE_PATHS.generate, { call_id: callId, ref, params }, cachedPrefix(p),
-        ac.signal);
+      const body = { call_id: callId, ref, params };
+      const { node, res, done } = await send(ref, NODE_PATHS.generate, body, cachedPrefix(p), ac.signal);
       let finished = false;
       let grace: NodeJS.Timeout | undefined;
       /** asks the node to stop; it answers with `done` (cancelled, usage so far) on the stream */
       const cancel = () => {
         if (!grace) { grace = setTimeout(() => ac.abort(), CANCEL_GRACE_MS); grace.unref(); }
         const ask = (tries: number): void => {
-          fetch(node.url + NODE_PATHS.cancel, { method: 'POST', headers: auth, body: JSON.stringify({ call_id: callId }) })
+          const which = JSON.stringify({ call_id: callId });
+          fetch(node.url + NODE_PATHS.cancel, { method: 'POST', headers: auth, body: which })
             .then((r) => r.json() as Promise<{ cancelled: boolean }>)
             // the cancel overtook the generation on its way in: ask again shortly
             .then((r) => { if (!r.cancelled && !finished && tries > 0) setTimeout(() => ask(tries - 1), 50); })
@@ -257,7 +262,7 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
       try {
         for await (const line of ndjson(res.body!)) {
           if (line.type === 'error') {
-            failure = errorFromWire((line as { error: Parameters<typeof errorFromWire>[0] }).error);
+            failure = errorFromWire((line as { error: WireError }).error);
             break;
           }
           if (line.type === 'done') finished = true;
