@@ -39,11 +39,13 @@ const users = (await services.store.teams.list()).length;
 const models = await services.runtime.listLocal();
 
 // `loom admin` works on the store of LOOM_DATA_DIR: it must name this server's data folder
-const where = config.roles.has('inference') ? `${config.modelsDir}, on disk` : 'on the inference nodes (LOOM_ROLE)';
+const names = models.length ? `: ${models.map((m) => m.id).join(', ')}` : '';
+const modelsLine = config.roles.has('inference') ? `${config.modelsDir} (${models.length} on disk${names})`
+  : `on the inference nodes (${models.length} held${names})`;
 const admin = `LOOM_DATA_DIR=${config.dataDir} npx loom admin`;
 console.log(`Loom listening on ${server.url}
   data:   ${config.dataDir} (store ${storePath(config.dataDir)})
-  models: ${where} (${models.length}${models.length ? `: ${models.map((m) => m.id).join(', ')}` : ''})
+  models: ${modelsLine}
   artifacts: ${config.artifactsDir === config.dataDir ? 'in the data folder' : `${config.artifactsDir} (LOOM_ARTIFACTS_DIR)`}
   roles:  ${[...config.roles].join(', ')}${process.env.LOOM_ROLE ? ' (LOOM_ROLE)' : ' (all: LOOM_ROLE or `loom serve --role` to choose)'}
   rate limits: ${config.redisUrl ? `shared in Redis ${redactUrl(config.redisUrl)}` : 'counted in this process'}

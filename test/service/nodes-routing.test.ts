@@ -2,7 +2,7 @@
 // generations wait until the test releases them, registered in a temp LMDB store. Capacity (a full node
 // is skipped; a node whose registration is stale answers 529 and the next is tried; all full is the
 // runtime's 529, which every endpoint but /v1/messages answers as 503), errors crossing the wire as the
-// services know them, a wrong secret, and the prefix hashing's stability.
+// services know them, a wrong secret, the prefix hashing's stability; and the registry on both stores.
 import t from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { openStore } from '../../src/store/index.ts';
 import { overloadedAsUnavailable } from '../../src/service/errors.ts';
 import { startNodeServer, type NodeServer } from '../../src/service/nodes/node-server.ts';
-import { startHeartbeat } from '../../src/service/nodes/registry.ts';
+import { createNodeDirectory, startHeartbeat } from '../../src/service/nodes/registry.ts';
+import { eachStore } from '../helpers/stores.ts';
 import { cachedPrefix, createRemoteRuntime, prefixNode } from '../../src/service/nodes/runtime-remote.ts';
 import type { GenerateEvent, GenerateParams, ModelRef, ModelRuntime } from '../../src/service/runtime.ts';
 
@@ -152,4 +153,32 @@ t.test('the cached prefix: up to the first marker; rendezvous hashing moves only
   t.ok(counts.every((c) => c > 60), `spread over the nodes: ${counts}`);
   const after = keys.map((k) => prefixNode(k, nodes.filter((n) => n.id !== 'n3'))!.id);
   t.ok(keys.every((_, i) => before[i] === 'n3' || after[i] === before[i]), 'only n3\'s prefixes moved');
+});
+
+eachStore(t, 'the registry: beats, expiry, deregistration', async (t, fresh) => {
+  const target = await fresh();
+  const s = await openStore(target.dataDir, { databaseUrl: target.databaseUrl });
+  t.teardown(() => s.close());
+  const hb = await startHeartbeat(s, {
+    intervalMs: 100,
+    record: async () => ({
+      id: 'x', url: 'http://127.0.0.1:9', models: [], loaded: ['m'], warming: [], queue_depth: 2, max_queue: 4,
+      started_at: new Date().toISOString(),
+    }),
+  });
+  const dir = await createNodeDirectory(s, { refreshMs: 50 });
+  t.teardown(() => dir.close());
+  t.same(dir.live().map((n) => n.id), ['x'], 'registered before startHeartbeat resolves');
+  const r1 = (await s.inferenceNodes.get('x'))!;
+  t.equal(r1.expires_at - r1.beat_at, 300, 'expires three beats after its last');
+  await new Promise((r) => setTimeout(r, 350));
+  const r2 = (await s.inferenceNodes.get('x'))!;
+  t.ok(r2.beat > r1.beat && r2.expires_at > r1.expires_at, `beats go on (${r1.beat} -> ${r2.beat})`);
+  await hb.stop();
+  t.equal(await s.inferenceNodes.get('x'), undefined, 'stop() deregisters');
+  // a node that died: its last record stays, past its expiry
+  await s.tx((tx) => { tx.inferenceNodes.put({ ...r2, expires_at: Date.now() - 1 }); });
+  await dir.refresh(0);
+  t.same(dir.live(), [], 'an expired record is not live');
+  t.equal(dir.all().length, 1);
 });
