@@ -258,6 +258,7 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
         ask(20);
       };
       signal?.addEventListener('abort', cancel, { once: true });
+      if (signal?.aborted) cancel(); // aborted while the node processed the prompt (before its first event)
       let failure: Error | null = null;
       try {
         for await (const line of ndjson(res.body!)) {
@@ -281,8 +282,8 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
       } finally {
         signal?.removeEventListener('abort', cancel);
         done();
-        // the consumer stopped reading: the node stops generating for nobody
-        if (!finished && !failure) { if (!signal?.aborted) cancel(); ac.abort(); }
+        // the consumer stopped reading: the closed connection stops the node generating for nobody
+        if (!finished && !failure) ac.abort();
         if (grace) clearTimeout(grace);
       }
       throw failure;
