@@ -5,7 +5,7 @@ import { createLogger } from './log.ts';
 import { configFromEnv } from '../src/service/config.ts';
 import { createServices } from '../src/service/index.ts';
 import { createLocalRuntime } from '../src/service/runtime-local.ts';
-import { openStore, storePath } from '../src/store/index.ts';
+import { openStore, type Store, storePath } from '../src/store/index.ts';
 import { redactUrl } from '../src/service/ratelimit-redis.ts';
 import type { ModelRuntime } from '../src/service/runtime.ts';
 
@@ -18,7 +18,7 @@ if (config.roles.has('inference') && !config.roles.has('api')) {
 }
 // models held here (the 'inference' role, the default), or on the inference nodes registered in the store
 let runtime: ModelRuntime;
-let store;
+let store: Store | undefined;
 if (config.roles.has('inference')) {
   runtime = createLocalRuntime({
     modelsDir: config.modelsDir, maxLoaded: config.maxLoadedModels, retryAfterS: config.warmingRetryAfterS,
