@@ -20,7 +20,7 @@ import { DECODER_DIR, ENCODER_DIR } from '../compat/tiny-runtime.ts';
 import { call, makeUser, type TestServer } from './helpers.ts';
 
 const SECRET = 'node-secret-for-the-tests-0123456789';
-const BEAT_MS = 200;
+const BEAT_MS = 500;
 const root = join(import.meta.dirname, '../..');
 const dataDir = mkdtempSync(join(tmpdir(), 'loom-nodes-'));
 const modelsDir = mkdtempSync(join(tmpdir(), 'loom-nodes-models-'));
