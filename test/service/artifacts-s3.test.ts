@@ -1,0 +1,148 @@
+// Artifacts on S3-compatible object storage (LOOM_S3_*, src/service/artifacts/s3.ts) against s3rver, an S3
+// server in Node on loopback: the three-step upload with a URL presigned by the bucket (the file is PUT
+// straight to it), `process` finding the object there (none → 409, too large → 413), a training job whose
+// checkpoints and weights land in the bucket and are served by a second instance with an empty local
+// folder on the same store, and an unreachable store answering 503.
+import t from 'tap';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import { HeadObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+import S3rver from 's3rver';
+import { configFromEnv, type S3Config } from '../../src/service/config.ts';
+import { createLocalRuntime } from '../../src/service/runtime-local.ts';
+import { call, makeUser, startServer, type TestServer } from './helpers.ts';
+import { nerLine, poll, trainingJobEnded, uploadDataset } from './customization-helpers.ts';
+
+// the SDK's standard credential chain reads these (s3rver's fixed key pair)
+process.env.AWS_ACCESS_KEY_ID = 'S3RVER';
+process.env.AWS_SECRET_ACCESS_KEY = 'S3RVER';
+
+t.test('LOOM_S3_* configure the store', async (t) => {
+  t.equal(configFromEnv({}).s3, null, 'no bucket: the artifacts folder is the store');
+  const c = configFromEnv({ LOOM_S3_BUCKET: 'b', LOOM_S3_ENDPOINT: 'http://minio:9000', LOOM_S3_PREFIX: 'loom', LOOM_S3_REGION: 'eu-west-1' });
+  t.same(c.s3, { bucket: 'b', endpoint: 'http://minio:9000', region: 'eu-west-1', prefix: 'loom/', forcePathStyle: true });
+  const aws = configFromEnv({ LOOM_S3_BUCKET: 'b', AWS_REGION: 'us-west-2' }).s3!;
+  t.same([aws.endpoint, aws.region, aws.prefix, aws.forcePathStyle], [null, 'us-west-2', '', false], 'AWS S3: virtual-hosted');
+  t.equal(configFromEnv({ LOOM_S3_BUCKET: 'b', LOOM_S3_ENDPOINT: 'http://x', LOOM_S3_FORCE_PATH_STYLE: '0' }).s3!.forcePathStyle, false);
+});
+
+t.test('datasets, checkpoints and weights in the bucket; a second node serves them', async (t) => {
+  const tmp = mkdtempSync(join(tmpdir(), 'loom-s3-'));
+  t.teardown(() => rmSync(tmp, { recursive: true, force: true }));
+  const s3rver = new S3rver({
+    port: 0, address: '127.0.0.1', directory: join(tmp, 's3rver'), silent: true, configureBuckets: [{ name: 'loom', configs: [] }],
+  });
+  const { port } = (await s3rver.run()) as unknown as { port: number };
+  let s3up = true;
+  t.teardown(async () => { if (s3up) await s3rver.close(); });
+  const endpoint = `http://127.0.0.1:${port}`;
+  const s3: S3Config = { bucket: 'loom', endpoint, region: 'us-east-1', prefix: 'inst/', forcePathStyle: true };
+  const bucket = new S3Client({ endpoint, region: 'us-east-1', forcePathStyle: true });
+  t.teardown(() => bucket.destroy());
+  const keys = async (prefix: string) => ((await bucket.send(new ListObjectsV2Command({ Bucket: 'loom', Prefix: `inst/${prefix}` }))).Contents ?? [])
+    .map((o) => o.Key!.slice('inst/'.length));
+  const exists = (key: string) => bucket.send(new HeadObjectCommand({ Bucket: 'loom', Key: `inst/${key}` })).then(() => true, () => false);
+
+  // node A: the store in dataDir, its artifacts cache in artA
+  const dataDir = join(tmp, 'data');
+  const node = (artifactsDir: string) => startServer({
+    runtime: createLocalRuntime({ modelsDir: join(artifactsDir, 'models') }),
+    config: { dataDir, artifactsDir, s3, maxUploadBytes: 4096, signedUrlTtlS: 600 },
+  });
+  let a: TestServer | null = await node(join(tmp, 'artA'));
+  t.teardown(async () => { await a?.close(); });
+  const u = await makeUser(a, { credits: 100 });
+
+  // step 1: the URL is the bucket's own presigned PUT, with the configured lifetime
+  const lines = Array.from({ length: 24 }, (_, i) => {
+    const [who, where] = [['Alice', 'Bob', 'Carol', 'David'][i % 4]!, ['Paris', 'Rome', 'Oslo'][i % 3]!];
+    return nerLine(`${who} visited ${where} today .`, [[who, 'person'], [where, 'city']]);
+  }).join('\n') + '\n';
+  const first = await call(a.url, 'POST', '/felix/datasets/upload/url', { key: u.key, body: { dataset_name: 'probe', dataset_type: 'ner', filename: 'p.jsonl' } });
+  t.equal(first.status, 200);
+  const url = new URL(first.body.upload_url);
+  t.equal(url.origin, endpoint, 'the upload goes to the object store, not to Loom');
+  t.match(url.pathname, new RegExp(`^/loom/inst/datasets/${u.team_id}/`));
+  t.equal(url.searchParams.get('X-Amz-Expires'), '600', 'LOOM_SIGNED_URL_TTL_S');
+  t.ok(url.searchParams.get('X-Amz-Signature'), 'SigV4-presigned');
+  t.ok(Math.abs(Date.parse(first.body.expires_at) - Date.now() - 600_000) < 10_000, 'expires_at matches');
+
+  // no object yet → 409 "no file uploaded"; the version waits
+  const early = await call(a.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'probe', upload_id: first.body.upload_id } });
+  t.equal(early.status, 409);
+  t.match(early.body.detail, /No file was uploaded/);
+  // too large (limit 4096) → 413, the object is deleted, the URL takes another PUT
+  t.equal((await fetch(first.body.upload_url, { method: 'PUT', body: 'x'.repeat(5000) })).status, 200);
+  const big = await call(a.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'probe', upload_id: first.body.upload_id } });
+  t.equal(big.status, 413);
+  t.match(big.body.detail, /4096 bytes/);
+  t.notOk(await exists(`${url.pathname.slice('/loom/inst/'.length)}`), 'the oversized object was deleted');
+  t.equal((await call(a.url, 'GET', '/felix/datasets/probe/1', { key: u.key })).body.status, 'initialized');
+
+  // the three steps, the file PUT straight to the bucket: ready, rows listed
+  const ds = await uploadDataset(a.url, u.key, 'visits', 'ner', 'visits.jsonl', lines);
+  t.equal(ds.body.status, 'ready', ds.body.processing_error ?? '');
+  t.equal(ds.body.size, 24);
+  const rows = await call(a.url, 'GET', '/felix/datasets/visits/1/preview?limit=3', { key: u.key });
+  t.equal(rows.status, 200);
+  t.same(rows.body.records.map((r: { text: string }) => r.text), ['Alice visited Paris today .', 'Bob visited Rome today .', 'Carol visited Oslo today .']);
+  const dsKeys = await keys(`datasets/${u.team_id}/`);
+  t.ok(dsKeys.some((k) => k.endsWith('/raw')) && dsKeys.some((k) => k.endsWith('/data.jsonl')), 'upload and processed version in the bucket');
+
+  // a short training job: its checkpoints and final weights land in the bucket
+  const body = { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full', nr_epochs: 2, batch_size: 8, seed: 1 };
+  const created = await call(a.url, 'POST', '/felix/training-jobs', { key: u.key, body });
+  t.equal(created.status, 200, created.text);
+  const id = created.body.id;
+  const done = await trainingJobEnded(a.url, u.key, id, 120_000);
+  t.equal(done.body.status, 'complete', done.body.error ?? 'complete');
+  const jobKeys = await keys(`jobs/${id}/`);
+  t.ok(jobKeys.includes(`jobs/${id}/output/final/model.safetensors`), 'final weights in the bucket');
+  t.ok(jobKeys.includes(`jobs/${id}/output/final/.loom-manifest.json`), 'with their manifest');
+  const cks = (await call(a.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, { key: u.key })).body;
+  t.equal(cks.count, 2, 'a checkpoint per epoch');
+  t.equal(jobKeys.filter((k) => k.endsWith('/.loom-manifest.json')).length >= 2, true, 'checkpoint folders in the bucket');
+  await a.close();
+  a = null;
+
+  // node B: the same store, an empty local folder
+  const artB = join(tmp, 'artB');
+  const b = await node(artB);
+  t.teardown(() => b.close());
+  t.equal((await call(b.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, { key: u.key })).body.count, 2);
+  // the weights: a GET presigned by the bucket
+  const link = await call(b.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key });
+  t.equal(link.status, 200, link.text);
+  t.equal(new URL(link.body.download_url).origin, endpoint, 'downloaded from the object store');
+  const tgz = await fetch(link.body.download_url);
+  t.equal(tgz.status, 200);
+  t.match(tgz.headers.get('content-disposition') ?? '', /\.tar\.gz"/);
+  const tar = gunzipSync(Buffer.from(await tgz.arrayBuffer())).toString('latin1');
+  t.match(tar, /model\.safetensors/);
+  t.ok(await exists(`jobs/${id}/weights.tar.gz`), 'the archive is kept in the bucket');
+  // served for inference: 425 while the weights are fetched into B's cache, then 200
+  const infBody = { model_id: id, text: 'Carol visited Rome today .', schema: ['person', 'city'] };
+  const cold = await call(b.url, 'POST', '/inference', { key: u.key, body: infBody });
+  t.equal(cold.status, 425, 'warming while the weights are fetched');
+  t.ok(Number(cold.headers.get('retry-after')) >= 1, 'with Retry-After');
+  const inf = await poll(() => call(b.url, 'POST', '/inference', { key: u.key, body: infBody }), (r) => r.status !== 425, 30_000, 100);
+  t.equal(inf.status, 200, inf.text);
+  t.equal(inf.body.model_id, id);
+  t.ok(existsSync(join(artB, 'jobs', id, 'output', 'final', 'model.safetensors')), 'fetched into the local cache');
+  // the dataset too (B had no copy)
+  const rowsB = await call(b.url, 'GET', '/felix/datasets/visits/1/preview?limit=2&offset=22', { key: u.key });
+  t.equal(rowsB.status, 200);
+  t.equal(rowsB.body.count, 2);
+
+  // the store goes away: 503 in the spec's shape, never a crash
+  await s3rver.close();
+  s3up = false;
+  const down = await call(b.url, 'POST', '/felix/datasets/upload/url', { key: u.key, body: { dataset_name: 'late', dataset_type: 'ner', filename: 'l.jsonl' } });
+  t.equal(down.status, 503);
+  t.match(down.body.detail, /Object storage unavailable/);
+  const proc = await call(b.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'probe', upload_id: first.body.upload_id } });
+  t.equal(proc.status, 503);
+  t.equal((await call(b.url, 'GET', '/felix/datasets', { key: u.key })).status, 200, 'the server still serves');
+});
