@@ -112,16 +112,6 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   const b = await node(artB);
   t.teardown(() => b.close());
   t.equal((await call(b.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, { key: u.key })).body.count, 2);
-  // the weights: a GET presigned by the bucket
-  const link = await call(b.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key });
-  t.equal(link.status, 200, link.text);
-  t.equal(new URL(link.body.download_url).origin, endpoint, 'downloaded from the object store');
-  const tgz = await fetch(link.body.download_url);
-  t.equal(tgz.status, 200);
-  t.match(tgz.headers.get('content-disposition') ?? '', /\.tar\.gz"/);
-  const tar = gunzipSync(Buffer.from(await tgz.arrayBuffer())).toString('latin1');
-  t.match(tar, /model\.safetensors/);
-  t.ok(await exists(`jobs/${id}/weights.tar.gz`), 'the archive is kept in the bucket');
   // served for inference: 425 while the weights are fetched into B's cache, then 200
   const infBody = { model_id: id, text: 'Carol visited Rome today .', schema: ['person', 'city'] };
   const cold = await call(b.url, 'POST', '/inference', { key: u.key, body: infBody });
@@ -131,6 +121,16 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   t.equal(inf.status, 200, inf.text);
   t.equal(inf.body.model_id, id);
   t.ok(existsSync(join(artB, 'jobs', id, 'output', 'final', 'model.safetensors')), 'fetched into the local cache');
+  // the weights: a GET presigned by the bucket (the archive built once, kept there)
+  const link = await call(b.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key });
+  t.equal(link.status, 200, link.text);
+  t.equal(new URL(link.body.download_url).origin, endpoint, 'downloaded from the object store');
+  const tgz = await fetch(link.body.download_url);
+  t.equal(tgz.status, 200);
+  t.match(tgz.headers.get('content-disposition') ?? '', /\.tar\.gz"/);
+  const tar = gunzipSync(Buffer.from(await tgz.arrayBuffer())).toString('latin1');
+  t.match(tar, /model\.safetensors/);
+  t.ok(await exists(`jobs/${id}/weights.tar.gz`), 'the archive is kept in the bucket');
   // the dataset too (B had no copy)
   const rowsB = await call(b.url, 'GET', '/felix/datasets/visits/1/preview?limit=2&offset=22', { key: u.key });
   t.equal(rowsB.status, 200);
