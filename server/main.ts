@@ -23,7 +23,8 @@ const admin = `LOOM_DATA_DIR=${config.dataDir} npx loom admin`;
 console.log(`Loom listening on ${server.url}
   data:   ${config.dataDir} (store ${storePath(config.dataDir)})
   models: ${config.modelsDir} (${models.length} on disk${models.length ? `: ${models.map((m) => m.id).join(', ')}` : ''})
-  artifacts: ${config.artifactsDir === config.dataDir ? 'in the data folder' : `${config.artifactsDir} (LOOM_ARTIFACTS_DIR)`}
+  artifacts: ${config.s3 ? `s3://${config.s3.bucket}/${config.s3.prefix}${config.s3.endpoint ? ` at ${config.s3.endpoint}` : ''} (LOOM_S3_BUCKET), cached in ${config.artifactsDir}`
+    : config.artifactsDir === config.dataDir ? 'in the data folder' : `${config.artifactsDir} (LOOM_ARTIFACTS_DIR)`}
   roles:  ${[...config.roles].join(', ')}${process.env.LOOM_ROLE ? ' (LOOM_ROLE)' : ' (all: LOOM_ROLE or `loom serve --role` to choose)'}
   rate limits: ${config.redisUrl ? `shared in Redis ${redactUrl(config.redisUrl)}` : 'counted in this process'}
   admin:  ${admin} <command>   (the CLI must use this data folder: keys made in another store get 401)

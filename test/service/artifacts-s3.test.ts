@@ -121,6 +121,12 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   t.equal(inf.status, 200, inf.text);
   t.equal(inf.body.model_id, id);
   t.ok(existsSync(join(artB, 'jobs', id, 'output', 'final', 'model.safetensors')), 'fetched into the local cache');
+  // an evaluation on B: the job's weights and the dataset, from the bucket
+  const ev = await call(b.url, 'POST', '/felix/evaluations', { key: u.key, body: { base_model: id, dataset_name: 'visits' } });
+  t.equal(ev.status, 200, ev.text);
+  const evDone = await poll(() => call(b.url, 'GET', `/felix/evaluations/${ev.body.evaluations[0].id}`, { key: u.key }),
+    (r) => ['complete', 'failed'].includes(r.body.status), 60_000, 100);
+  t.match(evDone.body, { status: 'complete', sample_count: 24 }, evDone.body.error ?? '');
   // the weights: a GET presigned by the bucket (the archive built once, kept there)
   const link = await call(b.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key });
   t.equal(link.status, 200, link.text);
@@ -131,7 +137,7 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   const tar = gunzipSync(Buffer.from(await tgz.arrayBuffer())).toString('latin1');
   t.match(tar, /model\.safetensors/);
   t.ok(await exists(`jobs/${id}/weights.tar.gz`), 'the archive is kept in the bucket');
-  // the dataset too (B had no copy)
+  // the dataset's rows (fetched into B's cache by the evaluation)
   const rowsB = await call(b.url, 'GET', '/felix/datasets/visits/1/preview?limit=2&offset=22', { key: u.key });
   t.equal(rowsB.status, 200);
   t.equal(rowsB.body.count, 2);
@@ -145,4 +151,30 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   const proc = await call(b.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'probe', upload_id: first.body.upload_id } });
   t.equal(proc.status, 503);
   t.equal((await call(b.url, 'GET', '/felix/datasets', { key: u.key })).status, 200, 'the server still serves');
+});
+
+t.test('an S3 upload URL that expires: a file in the bucket is kept for processing, no file fails the version', async (t) => {
+  const tmp = mkdtempSync(join(tmpdir(), 'loom-s3x-'));
+  t.teardown(() => rmSync(tmp, { recursive: true, force: true }));
+  const s3rver = new S3rver({ port: 0, address: '127.0.0.1', directory: join(tmp, 's3rver'), silent: true, configureBuckets: [{ name: 'loom', configs: [] }] });
+  const { port } = (await s3rver.run()) as unknown as { port: number };
+  t.teardown(() => s3rver.close());
+  const s3: S3Config = { bucket: 'loom', endpoint: `http://127.0.0.1:${port}`, region: 'us-east-1', prefix: '', forcePathStyle: true };
+  const ts = await startServer({ config: { artifactsDir: join(tmp, 'art'), s3, signedUrlTtlS: 1 } });
+  t.teardown(() => ts.close());
+  const u = await makeUser(ts);
+  const mk = (name: string) => call(ts.url, 'POST', '/felix/datasets/upload/url', { key: u.key, body: { dataset_name: name, dataset_type: 'classification', filename: 'd.csv' } });
+  const sent = await mk('sent');
+  const unsent = await mk('unsent');
+  t.equal((await fetch(sent.body.upload_url, { method: 'PUT', body: 'text,label\ngood,pos\nbad,neg\n' })).status, 200);
+  const status = (name: string) => call(ts.url, 'GET', `/felix/datasets/${name}/1`, { key: u.key });
+  const failed = await poll(() => status('unsent'), (r) => r.body.status !== 'initialized', 10_000, 100);
+  t.equal(failed.body.status, 'failed');
+  t.match(failed.body.processing_error, /expired/);
+  const kept = await poll(() => status('sent'), (r) => r.body.status !== 'initialized', 10_000, 100);
+  t.equal(kept.body.status, 'uploading', 'the file reached the bucket in time');
+  const pr = await call(ts.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'sent' } });
+  t.equal(pr.status, 200, pr.text);
+  const ready = await poll(() => status('sent'), (r) => ['ready', 'failed'].includes(r.body.status), 10_000, 100);
+  t.match(ready.body, { status: 'ready', size: 2 }, ready.body.processing_error ?? '');
 });
