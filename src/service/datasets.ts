@@ -149,7 +149,9 @@ export function createDatasetsService(deps: {
       await artifacts.remove(versionDir(v));
       throw new PayloadTooLargeError(max);
     }
-    if (got.size === 0) throw new ValidationError('The uploaded file is empty', [{ path: '', message: 'empty object' }]);
+    if (got.size === 0) {
+      throw new ValidationError('The uploaded file is empty', [{ path: '', message: 'empty object' }]);
+    }
     return (await store.tx(async (t) => {
       const cv = await t.datasets.getVersion(v.id);
       if (!cv || cv.status !== 'initialized') return cv;
@@ -171,11 +173,16 @@ export function createDatasetsService(deps: {
         const raw = await artifacts.getFile(rawPath);
         mkdirSync(versionDir(v), { recursive: true });
         const { result } = pool.run<ProcessDatasetResult>(
-          { op: 'process_dataset', raw_path: raw, out_path: dataFile(v), filename: v.filename ?? 'data.jsonl', dataset_type: v.dataset_type },
+          {
+            op: 'process_dataset', raw_path: raw, out_path: dataFile(v), filename: v.filename ?? 'data.jsonl',
+            dataset_type: v.dataset_type,
+          },
           // progress travels on its own port and may arrive after the result: it only moves `converting` on
           (m) => { if (m?.phase === 'validating') void advance(v.id, 'converting', { status: 'validating' }); },
         );
-        try { r = await result; } catch (e) { r = { ok: false, stage: 'converting', error: `processing crashed: ${(e as Error).message}` }; }
+        try { r = await result; } catch (e) {
+          r = { ok: false, stage: 'converting', error: `processing crashed: ${(e as Error).message}` };
+        }
         if (r.ok) await artifacts.putFile(dataFile(v));
       } catch (e) {
         r = { ok: false, stage: 'converting', error: `the dataset could not be stored: ${(e as Error).message}` };
@@ -258,7 +265,8 @@ export function createDatasetsService(deps: {
         if (user) throw new ConflictError(`Dataset ${name} is in use by ${user}; stop or delete it first`);
       }
       await store.tx((t) => t.datasets.remove(d.id));
-      await artifacts.remove(join(root, d.team_id, d.id)).catch((e) => deps.log?.warn({ dataset: d.id, err: String(e) }, 'dataset files not removed'));
+      await artifacts.remove(join(root, d.team_id, d.id))
+        .catch((e) => deps.log?.warn({ dataset: d.id, err: String(e) }, 'dataset files not removed'));
     },
 
     /** step 1 */
@@ -274,7 +282,8 @@ export function createDatasetsService(deps: {
       const uploadId = newId();
       const path = `/felix/datasets/upload/${uploadId}`;
       // S3: a PUT presigned by the bucket; else a Loom-signed URL served by the route
-      const signed = (await artifacts.presignPut(rawFile(v), config.signedUrlTtlS)) ?? urls.sign('PUT', path, config.signedUrlTtlS, baseUrl);
+      const signed = (await artifacts.presignPut(rawFile(v), config.signedUrlTtlS))
+        ?? urls.sign('PUT', path, config.signedUrlTtlS, baseUrl);
       const upload: UploadRecord = {
         id: uploadId, team_id: p.team_id, version_id: v.id, dataset_name: v.dataset_name, filename: v.filename!, max_bytes: config.maxUploadBytes,
         expires_at: signed.expires_at, used_at: null, created_at: nowIso(),
@@ -381,7 +390,12 @@ export function createDatasetsService(deps: {
         }
         if (v.status !== 'converting' && v.status !== 'validating') continue;
         const raw = rawFile(v);
-        if (artifacts.kind === 'local' && !existsSync(raw)) { void update(v.id, { status: 'failed', processing_error: 'the uploaded file was lost during a server restart; upload it again' }); continue; }
+        // (S3: the object is fetched by the processing, which fails the version with the reason when it is gone)
+        if (artifacts.kind === 'local' && !existsSync(raw)) {
+          const processing_error = 'the uploaded file was lost during a server restart; upload it again';
+          void update(v.id, { status: 'failed', processing_error });
+          continue;
+        }
         startProcessing(v, raw);
         n++;
       }

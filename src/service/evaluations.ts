@@ -45,8 +45,8 @@ export function evaluationView(e: EvaluationRecord) {
 }
 
 export function createEvaluationsService(deps: {
-  store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime;
-  trainingJobs: TrainingJobsService; log?: Logger; artifacts: ArtifactStore;
+  store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog;
+  runtime: ModelRuntime; trainingJobs: TrainingJobsService; log?: Logger; artifacts: ArtifactStore;
 }) {
   const { store, config, pool, datasets, catalog, runtime, trainingJobs, artifacts } = deps;
   const queue: string[] = [];
@@ -124,7 +124,8 @@ export function createEvaluationsService(deps: {
         await pool.run<unknown>({ op: 'init_encoder', dir, preset: m.fresh, texts_from: [dataFile] }).result;
       }
       const { result } = pool.run<EvaluateResult>({
-        op: 'evaluate', kind: m.kind, model_dir: dir!, adapter_dir: adapter, data_file: dataFile, threshold: e.threshold,
+        op: 'evaluate', kind: m.kind, model_dir: dir!, adapter_dir: adapter, data_file: dataFile,
+        threshold: e.threshold,
       });
       const r = await result;
       const rounded = (x: LabelScores): LabelScores => ({

@@ -80,8 +80,8 @@ export async function createServices(opts: ServicesOptions) {
   await adaptive.start();
   let closed = false;
   return {
-    config, store, artifacts, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,
-    judge,
+    config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,
+    judge, artifacts,
     ...customization.services,
     adaptive,
     /** flush and close everything (after the HTTP layer drained) */

@@ -169,8 +169,8 @@ export interface StoredHooks {
 }
 
 export function createInferenceService(deps: {
-  store: Store; config: ServiceConfig; billing: BillingService; catalog: Catalog; runtime: ModelRuntime; metrics?: Metrics;
-  log?: { warn(o: object, m: string): void };
+  store: Store; config: ServiceConfig; billing: BillingService; catalog: Catalog; runtime: ModelRuntime;
+  metrics?: Metrics; log?: { warn(o: object, m: string): void };
   /** trained weights on an S3 artifact store are fetched to this node before they are served */
   artifacts?: ArtifactStore;
 }) {

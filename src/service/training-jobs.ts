@@ -434,7 +434,8 @@ export function createTrainingJobsService(deps: {
               // S3: the folder in the bucket before its record (a record names weights every node can read)
               try { await artifacts.putDir(ck.dir); } catch (e) {
                 // a folder the trainer moved to final/ meanwhile is recorded by the final checkpoint's event
-                if (existsSync(ck.dir)) await addLog(id, 'warn', `checkpoint at step ${ck.step} not stored: ${(e as Error).message}`);
+                const why = (e as Error).message;
+                if (existsSync(ck.dir)) await addLog(id, 'warn', `checkpoint at step ${ck.step} not stored: ${why}`);
                 return;
               }
               await recordCheckpoint(ck);
@@ -508,10 +509,12 @@ export function createTrainingJobsService(deps: {
     deps.log?.warn({ dropped: drop.length }, 'checkpoint records without a folder (or duplicated) were removed');
   }
 
-  /** what a weight archive holds. LoRA: the PEFT adapter (adapter_config.json + adapter_model.safetensors); full: the model */
+  /** what a weight archive holds. LoRA: the PEFT adapter (its config and weights, tokenizer files); full: the model */
+  const PEFT_FILES = new RegExp('^(adapter_config\\.json|adapter_model\\.safetensors|tokenizer[^/]*\\.json'
+    + '|special_tokens_map\\.json|README\\.md)$');
   function archiveFilter(j: Job): (rel: string) => boolean {
     if (j.weights_format !== 'peft_lora') return (rel) => rel !== 'training_config.json';
-    return (rel) => /^(adapter_config\.json|adapter_model\.safetensors|tokenizer[^/]*\.json|special_tokens_map\.json|README\.md)$/.test(rel);
+    return (rel) => PEFT_FILES.test(rel);
   }
 
   // ---- the API ---------------------------------------------------------------------------------
@@ -615,7 +618,9 @@ export function createTrainingJobsService(deps: {
     async download(p: Principal, id: string, baseUrl: string) {
       const j = await own(p, id);
       if (j.status !== 'complete' && j.status !== 'deployed') throw new ConflictError(`Training job ${id} is ${j.status}; weights can be downloaded once it is complete`);
-      if (!j.weights_dir || !(await artifacts.hasDir(j.weights_dir))) throw new NotFoundError(`The weights of training job ${id} are missing on disk`);
+      if (!j.weights_dir || !(await artifacts.hasDir(j.weights_dir))) {
+        throw new NotFoundError(`The weights of training job ${id} are missing on disk`);
+      }
       const archive = join(jobDir(id), 'weights.tar.gz');
       const filename = `${j.model_name}.tar.gz`;
       if (artifacts.kind === 's3') {
@@ -628,7 +633,8 @@ export function createTrainingJobsService(deps: {
         }
         const signed = (await artifacts.presignGet(archive, config.signedUrlTtlS, filename))!;
         return {
-          success: true, download_url: signed.url, expires_at: signed.expires_at, filename, format: j.weights_format, size_bytes: st.size,
+          success: true, download_url: signed.url, expires_at: signed.expires_at, filename, format: j.weights_format,
+          size_bytes: st.size,
         };
       }
       if (!existsSync(archive)) await writeTarGz(j.weights_dir, archive, j.model_name, archiveFilter(j));
@@ -666,7 +672,10 @@ export function createTrainingJobsService(deps: {
       running.get(id)?.stop();
       await store.tx(async (t) => { await t.trainingArtifacts.removeJob(id); await t.trainingJobs.remove(id); });
       runtime.unload?.(jobModelRef(j)); // its adapter (or weights) leaves memory with the job
-      if (!running.has(id)) await artifacts.remove(jobDir(id)).catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'job files not removed'));
+      if (!running.has(id)) {
+        await artifacts.remove(jobDir(id))
+          .catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'job files not removed'));
+      }
       return { success: true, message: `Training job ${id} and its checkpoints, logs and weights were deleted` };
     },
 

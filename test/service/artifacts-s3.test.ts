@@ -19,31 +19,47 @@ import { nerLine, poll, trainingJobEnded, uploadDataset } from './customization-
 process.env.AWS_ACCESS_KEY_ID = 'S3RVER';
 process.env.AWS_SECRET_ACCESS_KEY = 'S3RVER';
 
+/** s3rver on a loopback port with an empty bucket `loom`, in `dir` */
+async function startS3(dir: string): Promise<{ endpoint: string; close(): Promise<void> }> {
+  const configureBuckets = [{ name: 'loom', configs: [] }];
+  const s3rver = new S3rver({ port: 0, address: '127.0.0.1', directory: dir, silent: true, configureBuckets });
+  const { port } = await s3rver.run();
+  return { endpoint: `http://127.0.0.1:${port}`, close: () => s3rver.close() };
+}
+/** step 1 and step 3 of the upload */
+const uploadUrl = (url: string, key: string, name: string, type = 'ner', filename = 'd.jsonl') =>
+  call(url, 'POST', '/felix/datasets/upload/url', { key, body: { dataset_name: name, dataset_type: type, filename } });
+const processUpload = (url: string, key: string, name: string, uploadId?: string) =>
+  call(url, 'POST', '/felix/datasets/upload/process', { key, body: { dataset_name: name, upload_id: uploadId } });
+
 t.test('LOOM_S3_* configure the store', async (t) => {
   t.equal(configFromEnv({}).s3, null, 'no bucket: the artifacts folder is the store');
-  const c = configFromEnv({ LOOM_S3_BUCKET: 'b', LOOM_S3_ENDPOINT: 'http://minio:9000', LOOM_S3_PREFIX: 'loom', LOOM_S3_REGION: 'eu-west-1' });
-  t.same(c.s3, { bucket: 'b', endpoint: 'http://minio:9000', region: 'eu-west-1', prefix: 'loom/', forcePathStyle: true });
+  const endpoint = 'http://minio:9000';
+  const env = { LOOM_S3_BUCKET: 'b', LOOM_S3_ENDPOINT: endpoint, LOOM_S3_PREFIX: 'loom', LOOM_S3_REGION: 'eu-west-1' };
+  const c = configFromEnv(env);
+  t.same(c.s3, { bucket: 'b', endpoint, region: 'eu-west-1', prefix: 'loom/', forcePathStyle: true });
   const aws = configFromEnv({ LOOM_S3_BUCKET: 'b', AWS_REGION: 'us-west-2' }).s3!;
-  t.same([aws.endpoint, aws.region, aws.prefix, aws.forcePathStyle], [null, 'us-west-2', '', false], 'AWS S3: virtual-hosted');
-  t.equal(configFromEnv({ LOOM_S3_BUCKET: 'b', LOOM_S3_ENDPOINT: 'http://x', LOOM_S3_FORCE_PATH_STYLE: '0' }).s3!.forcePathStyle, false);
+  t.same([aws.endpoint, aws.region, aws.prefix, aws.forcePathStyle], [null, 'us-west-2', '', false], 'AWS S3');
+  const hosted = configFromEnv({ LOOM_S3_BUCKET: 'b', LOOM_S3_ENDPOINT: 'http://x', LOOM_S3_FORCE_PATH_STYLE: '0' });
+  t.equal(hosted.s3!.forcePathStyle, false);
 });
 
 t.test('datasets, checkpoints and weights in the bucket; a second node serves them', async (t) => {
   const tmp = mkdtempSync(join(tmpdir(), 'loom-s3-'));
   t.teardown(() => rmSync(tmp, { recursive: true, force: true }));
-  const s3rver = new S3rver({
-    port: 0, address: '127.0.0.1', directory: join(tmp, 's3rver'), silent: true, configureBuckets: [{ name: 'loom', configs: [] }],
-  });
-  const { port } = (await s3rver.run()) as unknown as { port: number };
+  const server = await startS3(join(tmp, 's3rver'));
   let s3up = true;
-  t.teardown(async () => { if (s3up) await s3rver.close(); });
-  const endpoint = `http://127.0.0.1:${port}`;
+  t.teardown(async () => { if (s3up) await server.close(); });
+  const { endpoint } = server;
   const s3: S3Config = { bucket: 'loom', endpoint, region: 'us-east-1', prefix: 'inst/', forcePathStyle: true };
   const bucket = new S3Client({ endpoint, region: 'us-east-1', forcePathStyle: true });
   t.teardown(() => bucket.destroy());
-  const keys = async (prefix: string) => ((await bucket.send(new ListObjectsV2Command({ Bucket: 'loom', Prefix: `inst/${prefix}` }))).Contents ?? [])
-    .map((o) => o.Key!.slice('inst/'.length));
-  const exists = (key: string) => bucket.send(new HeadObjectCommand({ Bucket: 'loom', Key: `inst/${key}` })).then(() => true, () => false);
+  const keys = async (prefix: string) => {
+    const page = await bucket.send(new ListObjectsV2Command({ Bucket: 'loom', Prefix: `inst/${prefix}` }));
+    return (page.Contents ?? []).map((o) => o.Key!.slice('inst/'.length));
+  };
+  const exists = (key: string) =>
+    bucket.send(new HeadObjectCommand({ Bucket: 'loom', Key: `inst/${key}` })).then(() => true, () => false);
 
   // node A: the store in dataDir, its artifacts cache in artA
   const dataDir = join(tmp, 'data');
@@ -60,7 +76,7 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
     const [who, where] = [['Alice', 'Bob', 'Carol', 'David'][i % 4]!, ['Paris', 'Rome', 'Oslo'][i % 3]!];
     return nerLine(`${who} visited ${where} today .`, [[who, 'person'], [where, 'city']]);
   }).join('\n') + '\n';
-  const first = await call(a.url, 'POST', '/felix/datasets/upload/url', { key: u.key, body: { dataset_name: 'probe', dataset_type: 'ner', filename: 'p.jsonl' } });
+  const first = await uploadUrl(a.url, u.key, 'probe');
   t.equal(first.status, 200);
   const url = new URL(first.body.upload_url);
   t.equal(url.origin, endpoint, 'the upload goes to the object store, not to Loom');
@@ -70,12 +86,12 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   t.ok(Math.abs(Date.parse(first.body.expires_at) - Date.now() - 600_000) < 10_000, 'expires_at matches');
 
   // no object yet → 409 "no file uploaded"; the version waits
-  const early = await call(a.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'probe', upload_id: first.body.upload_id } });
+  const early = await processUpload(a.url, u.key, 'probe', first.body.upload_id);
   t.equal(early.status, 409);
   t.match(early.body.detail, /No file was uploaded/);
   // too large (limit 4096) → 413, the object is deleted, the URL takes another PUT
   t.equal((await fetch(first.body.upload_url, { method: 'PUT', body: 'x'.repeat(5000) })).status, 200);
-  const big = await call(a.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'probe', upload_id: first.body.upload_id } });
+  const big = await processUpload(a.url, u.key, 'probe', first.body.upload_id);
   t.equal(big.status, 413);
   t.match(big.body.detail, /4096 bytes/);
   t.notOk(await exists(`${url.pathname.slice('/loom/inst/'.length)}`), 'the oversized object was deleted');
@@ -87,12 +103,17 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   t.equal(ds.body.size, 24);
   const rows = await call(a.url, 'GET', '/felix/datasets/visits/1/preview?limit=3', { key: u.key });
   t.equal(rows.status, 200);
-  t.same(rows.body.records.map((r: { text: string }) => r.text), ['Alice visited Paris today .', 'Bob visited Rome today .', 'Carol visited Oslo today .']);
+  t.same(rows.body.records.map((r: { text: string }) => r.text),
+    ['Alice visited Paris today .', 'Bob visited Rome today .', 'Carol visited Oslo today .']);
   const dsKeys = await keys(`datasets/${u.team_id}/`);
-  t.ok(dsKeys.some((k) => k.endsWith('/raw')) && dsKeys.some((k) => k.endsWith('/data.jsonl')), 'upload and processed version in the bucket');
+  t.ok(dsKeys.some((k) => k.endsWith('/raw')), 'the upload in the bucket');
+  t.ok(dsKeys.some((k) => k.endsWith('/data.jsonl')), 'the processed version in the bucket');
 
   // a short training job: its checkpoints and final weights land in the bucket
-  const body = { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full', nr_epochs: 2, batch_size: 8, seed: 1 };
+  const body = {
+    base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full',
+    nr_epochs: 2, batch_size: 8, seed: 1,
+  };
   const created = await call(a.url, 'POST', '/felix/training-jobs', { key: u.key, body });
   t.equal(created.status, 200, created.text);
   const id = created.body.id;
@@ -103,7 +124,8 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   t.ok(jobKeys.includes(`jobs/${id}/output/final/.loom-manifest.json`), 'with their manifest');
   const cks = (await call(a.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, { key: u.key })).body;
   t.equal(cks.count, 2, 'a checkpoint per epoch');
-  t.equal(jobKeys.filter((k) => k.endsWith('/.loom-manifest.json')).length >= 2, true, 'checkpoint folders in the bucket');
+  const folders = jobKeys.filter((k) => k.endsWith('/.loom-manifest.json'));
+  t.ok(folders.length >= 2, `checkpoint folders in the bucket: ${folders.join(', ')}`);
   await a.close();
   a = null;
 
@@ -117,12 +139,14 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   const cold = await call(b.url, 'POST', '/inference', { key: u.key, body: infBody });
   t.equal(cold.status, 425, 'warming while the weights are fetched');
   t.ok(Number(cold.headers.get('retry-after')) >= 1, 'with Retry-After');
-  const inf = await poll(() => call(b.url, 'POST', '/inference', { key: u.key, body: infBody }), (r) => r.status !== 425, 30_000, 100);
+  const infer = () => call(b.url, 'POST', '/inference', { key: u.key, body: infBody });
+  const inf = await poll(infer, (r) => r.status !== 425, 30_000, 100);
   t.equal(inf.status, 200, inf.text);
   t.equal(inf.body.model_id, id);
   t.ok(existsSync(join(artB, 'jobs', id, 'output', 'final', 'model.safetensors')), 'fetched into the local cache');
   // an evaluation on B: the job's weights and the dataset, from the bucket
-  const ev = await call(b.url, 'POST', '/felix/evaluations', { key: u.key, body: { base_model: id, dataset_name: 'visits' } });
+  const evBody = { base_model: id, dataset_name: 'visits' };
+  const ev = await call(b.url, 'POST', '/felix/evaluations', { key: u.key, body: evBody });
   t.equal(ev.status, 200, ev.text);
   const evDone = await poll(() => call(b.url, 'GET', `/felix/evaluations/${ev.body.evaluations[0].id}`, { key: u.key }),
     (r) => ['complete', 'failed'].includes(r.body.status), 60_000, 100);
@@ -143,27 +167,27 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   t.equal(rowsB.body.count, 2);
 
   // the store goes away: 503 in the spec's shape, never a crash
-  await s3rver.close();
+  await server.close();
   s3up = false;
-  const down = await call(b.url, 'POST', '/felix/datasets/upload/url', { key: u.key, body: { dataset_name: 'late', dataset_type: 'ner', filename: 'l.jsonl' } });
+  const down = await uploadUrl(b.url, u.key, 'late');
   t.equal(down.status, 503);
   t.match(down.body.detail, /Object storage unavailable/);
-  const proc = await call(b.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'probe', upload_id: first.body.upload_id } });
+  const proc = await processUpload(b.url, u.key, 'probe', first.body.upload_id);
   t.equal(proc.status, 503);
   t.equal((await call(b.url, 'GET', '/felix/datasets', { key: u.key })).status, 200, 'the server still serves');
 });
 
-t.test('an S3 upload URL that expires: a file in the bucket is kept for processing, no file fails the version', async (t) => {
+t.test('an S3 upload URL expires: a file in the bucket is kept for processing, none fails the version', async (t) => {
   const tmp = mkdtempSync(join(tmpdir(), 'loom-s3x-'));
   t.teardown(() => rmSync(tmp, { recursive: true, force: true }));
-  const s3rver = new S3rver({ port: 0, address: '127.0.0.1', directory: join(tmp, 's3rver'), silent: true, configureBuckets: [{ name: 'loom', configs: [] }] });
-  const { port } = (await s3rver.run()) as unknown as { port: number };
-  t.teardown(() => s3rver.close());
-  const s3: S3Config = { bucket: 'loom', endpoint: `http://127.0.0.1:${port}`, region: 'us-east-1', prefix: '', forcePathStyle: true };
+  const server = await startS3(join(tmp, 's3rver'));
+  t.teardown(() => server.close());
+  const s3: S3Config = { bucket: 'loom', endpoint: server.endpoint, region: 'us-east-1',
+    prefix: '', forcePathStyle: true };
   const ts = await startServer({ config: { artifactsDir: join(tmp, 'art'), s3, signedUrlTtlS: 1 } });
   t.teardown(() => ts.close());
   const u = await makeUser(ts);
-  const mk = (name: string) => call(ts.url, 'POST', '/felix/datasets/upload/url', { key: u.key, body: { dataset_name: name, dataset_type: 'classification', filename: 'd.csv' } });
+  const mk = (name: string) => uploadUrl(ts.url, u.key, name, 'classification', 'd.csv');
   const sent = await mk('sent');
   const unsent = await mk('unsent');
   t.equal((await fetch(sent.body.upload_url, { method: 'PUT', body: 'text,label\ngood,pos\nbad,neg\n' })).status, 200);
@@ -173,7 +197,7 @@ t.test('an S3 upload URL that expires: a file in the bucket is kept for processi
   t.match(failed.body.processing_error, /expired/);
   const kept = await poll(() => status('sent'), (r) => r.body.status !== 'initialized', 10_000, 100);
   t.equal(kept.body.status, 'uploading', 'the file reached the bucket in time');
-  const pr = await call(ts.url, 'POST', '/felix/datasets/upload/process', { key: u.key, body: { dataset_name: 'sent' } });
+  const pr = await processUpload(ts.url, u.key, 'sent');
   t.equal(pr.status, 200, pr.text);
   const ready = await poll(() => status('sent'), (r) => ['ready', 'failed'].includes(r.body.status), 10_000, 100);
   t.match(ready.body, { status: 'ready', size: 2 }, ready.body.processing_error ?? '');

@@ -322,7 +322,8 @@ export function createAdaptiveService(deps: {
     for (const d of job.datasets ?? []) {
       const v = await store.datasets.getVersion(d.version_id);
       if (!v || v.status !== 'ready') continue;
-      for (const l of (await readFile(await datasets.localDataFile(v), 'utf8')).split('\n')) if (l.trim()) lines.push(l);
+      const text = await readFile(await datasets.localDataFile(v), 'utf8');
+      for (const l of text.split('\n')) if (l.trim()) lines.push(l);
     }
     return lines;
   }

@@ -55,8 +55,10 @@ export function createS3Artifacts(root: string, cfg: S3Config): ArtifactStore {
   /** background folder fetches that failed (dirIfLocal reports each once) */
   const failed = new Map<string, Error>();
 
-  const unavailable = (e: unknown) => new DependencyUnavailableError(
-    `Object storage unavailable (${where}): ${(e as Error)?.message || (e as Error)?.name || String(e)}`, RETRY_AFTER_S);
+  const unavailable = (e: unknown) => {
+    const why = (e as Error)?.message || (e as Error)?.name || String(e);
+    return new DependencyUnavailableError(`Object storage unavailable (${where}): ${why}`, RETRY_AFTER_S);
+  };
   async function send<T>(fn: () => Promise<T>): Promise<T> {
     try { return await fn(); } catch (e) {
       if (e instanceof NotFoundError || e instanceof DependencyUnavailableError) throw e;
@@ -69,7 +71,10 @@ export function createS3Artifacts(root: string, cfg: S3Config): ArtifactStore {
     return key;
   }
   const objectKey = (key: string) => cfg.prefix + key;
-  const localOf = (stored: string) => { const k = artifactKey(root, stored); return k === null ? stored : join(root, k); };
+  const localOf = (stored: string) => {
+    const k = artifactKey(root, stored);
+    return k === null ? stored : join(root, k);
+  };
 
   async function head(key: string): Promise<ArtifactStat | null> {
     try {
@@ -83,7 +88,9 @@ export function createS3Artifacts(root: string, cfg: S3Config): ArtifactStore {
 
   async function put(key: string, file: string): Promise<string | null> {
     const size = statSync(file).size;
-    const r = await send(() => client.send(new PutObjectCommand({ Bucket, Key: objectKey(key), Body: createReadStream(file), ContentLength: size })));
+    const Body = createReadStream(file);
+    const cmd = new PutObjectCommand({ Bucket, Key: objectKey(key), Body, ContentLength: size });
+    const r = await send(() => client.send(cmd));
     return r.ETag ?? null;
   }
 
@@ -184,7 +191,8 @@ export function createS3Artifacts(root: string, cfg: S3Config): ArtifactStore {
         files.push({ path: rel, size: statSync(f).size, etag: await put(`${key}/${rel}`, f) });
       }
       const body = JSON.stringify({ files } satisfies Manifest);
-      await send(() => client.send(new PutObjectCommand({ Bucket, Key: objectKey(`${key}/${MANIFEST}`), Body: body, ContentType: 'application/json' })));
+      const Key = objectKey(`${key}/${MANIFEST}`);
+      await send(() => client.send(new PutObjectCommand({ Bucket, Key, Body: body, ContentType: 'application/json' })));
     },
 
     async getFile(stored) {
@@ -220,23 +228,27 @@ export function createS3Artifacts(root: string, cfg: S3Config): ArtifactStore {
       const prefix = objectKey(keyOf(dir)) + '/';
       let token: string | undefined;
       do {
-        const page = await send(() => client.send(new ListObjectsV2Command({ Bucket, Prefix: prefix, ContinuationToken: token })));
+        const list = new ListObjectsV2Command({ Bucket, Prefix: prefix, ContinuationToken: token });
+        const page = await send(() => client.send(list));
         const keys = (page.Contents ?? []).map((o) => ({ Key: o.Key! }));
-        if (keys.length) await send(() => client.send(new DeleteObjectsCommand({ Bucket, Delete: { Objects: keys, Quiet: true } })));
+        const del = new DeleteObjectsCommand({ Bucket, Delete: { Objects: keys, Quiet: true } });
+        if (keys.length) await send(() => client.send(del));
         token = page.IsTruncated ? page.NextContinuationToken : undefined;
       } while (token);
     },
 
     async presignPut(path, ttlS) {
       const expiresIn = Math.max(1, Math.min(MAX_TTL_S, Math.floor(ttlS)));
-      const url = await getSignedUrl(client, new PutObjectCommand({ Bucket, Key: objectKey(keyOf(path)) }), { expiresIn });
+      const cmd = new PutObjectCommand({ Bucket, Key: objectKey(keyOf(path)) });
+      const url = await getSignedUrl(client, cmd, { expiresIn });
       return { url, expires_at: new Date(Date.now() + expiresIn * 1000).toISOString() };
     },
 
     async presignGet(path, ttlS, filename) {
       const expiresIn = Math.max(1, Math.min(MAX_TTL_S, Math.floor(ttlS)));
       const disposition = `attachment; filename="${basename(filename).replace(/"/g, '')}"`;
-      const cmd = new GetObjectCommand({ Bucket, Key: objectKey(keyOf(path)), ResponseContentDisposition: disposition });
+      const Key = objectKey(keyOf(path));
+      const cmd = new GetObjectCommand({ Bucket, Key, ResponseContentDisposition: disposition });
       const url = await getSignedUrl(client, cmd, { expiresIn });
       return { url, expires_at: new Date(Date.now() + expiresIn * 1000).toISOString() };
     },
