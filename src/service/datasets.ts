@@ -118,12 +118,16 @@ export function createDatasetsService(deps: {
     void (async () => {
       // S3: the PUT went to the bucket; a file there in time is an upload (process takes it), not an expiry
       const v0 = await store.datasets.getVersion(u.version_id);
-      const got = artifacts.kind === 's3' && v0 ? await artifacts.stat(rawFile(v0)) : null;
+      let got = artifacts.kind === 's3' && v0 ? await artifacts.stat(rawFile(v0)) : null;
+      if (got && v0 && (got.size === 0 || got.size > u.max_bytes)) {
+        await artifacts.remove(versionDir(v0)); // an empty or oversized object is not kept
+        got = null;
+      }
       await store.tx(async (t) => {
         const cur = await t.datasets.getUpload(u.id);
         const v = cur && !cur.used_at ? await t.datasets.getVersion(cur.version_id) : undefined;
         if (v?.status !== 'initialized') return;
-        if (got && got.size > 0 && got.size <= cur!.max_bytes) {
+        if (got) {
           t.datasets.putUpload({ ...cur!, used_at: nowIso() });
           t.datasets.putVersion({ ...v, status: 'uploading', bytes: got.size, updated_at: nowIso() });
         } else t.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
