@@ -67,7 +67,7 @@ export async function createServices(opts: ServicesOptions) {
   // corrections → adaptive retraining (created below, with the customization services it drives)
   let adaptive: AdaptiveService | null = null;
   const history = createHistoryService(store, { corrected: (e) => adaptive?.corrected(e) });
-  const projects = createProjectsService({ store, runtime, inference, log });
+  const projects = createProjectsService({ store, runtime, inference, log, artifacts });
   const workers = createWorkerPool({ threads: config.workerThreads });
   await projects.resumePending();
   await judge.resumePending();

@@ -14,7 +14,7 @@ import type { Catalog, CatalogEntry } from './catalog.ts';
 import { ROUTER_MODEL_ID } from './router.ts';
 import { ConflictError, DependencyUnavailableError, NotFoundError, RegionBlockedError, ValidationError, WarmingError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
-import type { ArtifactStore } from './artifacts/types.ts';
+import { type ArtifactStore, localModelRef } from './artifacts/types.ts';
 import { type EncoderSchema, type GenerateMessage, type ModelKind, type ModelRef, type ModelRuntime, generateAll, jobModelRef } from './runtime.ts';
 import type { Metrics } from './metrics.ts';
 import { checkSchemaLimits } from '../models/encoder/schema.ts';
@@ -203,12 +203,11 @@ export function createInferenceService(deps: {
   function localJobRef(ref: ModelRef): ModelRef {
     const a = deps.artifacts;
     if (!a || !ref.dir) return ref;
-    const dir = a.dirIfLocal(ref.dir);
-    if (dir === null) {
+    if (a.dirIfLocal(ref.dir) === null) {
       const msg = `The weights of model ${ref.id} are being fetched from the artifact store; retry later`;
       throw new WarmingError(msg, config.warmingRetryAfterS);
     }
-    return { ...ref, dir, ...(ref.base_dir ? { base_dir: a.localPath(ref.base_dir) } : {}) };
+    return localModelRef(a, ref);
   }
 
   async function resolveJob(p: Principal, job: TrainingJobRecord, kind: ModelKind): Promise<ResolvedModel> {

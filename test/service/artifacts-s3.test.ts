@@ -132,7 +132,8 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   // node B: the same store, an empty local folder
   const artB = join(tmp, 'artB');
   const b = await node(artB);
-  t.teardown(() => b.close());
+  let bOpen = true;
+  t.teardown(async () => { if (bOpen) await b.close(); });
   t.equal((await call(b.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, { key: u.key })).body.count, 2);
   // served for inference: 425 while the weights are fetched into B's cache, then 200
   const infBody = { model_id: id, text: 'Carol visited Rome today .', schema: ['person', 'city'] };
@@ -166,15 +167,38 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   t.equal(rowsB.status, 200);
   t.equal(rowsB.body.count, 2);
 
+  await b.close();
+  bOpen = false;
+
+  // node C, empty too: a deployment fetches the weights before it warms; a checkpoint is the base of a new job
+  const artC = join(tmp, 'artC');
+  const c = await node(artC);
+  t.teardown(() => c.close());
+  const project = (await call(c.url, 'POST', '/projects', { key: u.key, body: { name: 'visits' } })).body;
+  const dep = await call(c.url, 'POST', `/projects/${project.id}/deployments`, { key: u.key, body: { training_job_id: id } });
+  t.equal(dep.status, 200, dep.text);
+  await c.services.projects.settle();
+  const deployments = (await call(c.url, 'GET', `/projects/${project.id}/deployments`, { key: u.key })).body.deployments;
+  t.equal(deployments[0].status, 'active', deployments[0].error ?? '');
+  const viaProject = { text: 'Alice visited Oslo today .', schema: { entities: ['person', 'city'] } };
+  t.equal((await call(c.url, 'POST', `/projects/${project.id}/inference`, { key: u.key, body: viaProject })).status, 200);
+  const best = cks.checkpoints.find((x: { is_best: boolean }) => x.is_best) ?? cks.checkpoints[0];
+  const next = await call(c.url, 'POST', '/felix/training-jobs', { key: u.key, body: { ...body, base_model: best.id } });
+  t.equal(next.status, 200, next.text);
+  const ckDir = (await c.services.store.trainingArtifacts.getCheckpoint(best.id))!.dir;
+  t.ok(existsSync(c.services.artifacts.localPath(ckDir)) && !ckDir.startsWith(artC), 'the checkpoint fetched into C\'s cache');
+  await call(c.url, 'POST', `/felix/training-jobs/${next.body.id}/stop`, { key: u.key });
+
   // the store goes away: 503 in the spec's shape, never a crash
   await server.close();
   s3up = false;
-  const down = await uploadUrl(b.url, u.key, 'late');
+  const down = await uploadUrl(c.url, u.key, 'late');
   t.equal(down.status, 503);
   t.match(down.body.detail, /Object storage unavailable/);
-  const proc = await processUpload(b.url, u.key, 'probe', first.body.upload_id);
+  const proc = await processUpload(c.url, u.key, 'probe', first.body.upload_id);
   t.equal(proc.status, 503);
-  t.equal((await call(b.url, 'GET', '/felix/datasets', { key: u.key })).status, 200, 'the server still serves');
+  t.equal((await call(c.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key })).status, 503, 'download: 503');
+  t.equal((await call(c.url, 'GET', '/felix/datasets', { key: u.key })).status, 200, 'the server still serves');
 });
 
 t.test('an S3 upload URL expires: a file in the bucket is kept for processing, none fails the version', async (t) => {

@@ -15,7 +15,7 @@ import { createS3Artifacts } from './s3.ts';
 import type { ArtifactStore } from './types.ts';
 
 export type { ArtifactStat, ArtifactStore } from './types.ts';
-export { artifactKey } from './types.ts';
+export { artifactKey, localModelRef } from './types.ts';
 
 export function createArtifactStore(config: Pick<ServiceConfig, 'artifactsDir' | 's3'>): ArtifactStore {
   return config.s3 ? createS3Artifacts(config.artifactsDir, config.s3) : createLocalArtifacts(config.artifactsDir);

@@ -1,4 +1,5 @@
 // The artifact store's interface and key rule (a leaf: the implementations import it). See index.ts.
+import type { ModelRef } from '../runtime.ts';
 export interface ArtifactStat { size: number; etag: string | null }
 
 export interface ArtifactStore {
@@ -46,6 +47,14 @@ const KEYED = ['datasets', 'jobs', 'evaluations'];
  * The key of a path: below `root` when it is there, else from the last artifact folder on (a
  * record written by a node with another LOOM_ARTIFACTS_DIR). null: not an artifact path.
  */
+/** a trained model's ref with this node's paths (its folders must be here: getDir / dirIfLocal first) */
+export function localModelRef(store: ArtifactStore | undefined, ref: ModelRef): ModelRef {
+  if (!store) return ref;
+  return {
+    ...ref, ...(ref.dir ? { dir: store.localPath(ref.dir) } : {}), ...(ref.base_dir ? { base_dir: store.localPath(ref.base_dir) } : {}),
+  };
+}
+
 export function artifactKey(root: string, path: string): string | null {
   const norm = path.replace(/\\/g, '/');
   const base = root.replace(/\\/g, '/').replace(/\/+$/, '') + '/';
