@@ -50,7 +50,7 @@ export async function createServices(opts: ServicesOptions) {
   const store = opts.store
     ?? (await openStore(config.dataDir, { databaseUrl: config.databaseUrl, poolSize: config.databasePoolSize }));
   // datasets, checkpoints, weights: the artifacts folder, or an S3 bucket it caches (src/service/artifacts)
-  const artifacts = createArtifactStore(config);
+  const artifacts = await createArtifactStore(config);
   const runtime = opts.runtime;
   const metrics = createMetrics({ defaultMetrics: true, queueDepth: () => runtime.stats().queue_depth });
   const billing = createBillingService(store, config);

@@ -1,8 +1,8 @@
 // Artifacts on S3-compatible object storage (LOOM_S3_*, src/service/artifacts/s3.ts) against s3rver, an S3
 // server in Node on loopback: the three-step upload with a URL presigned by the bucket (the file is PUT
 // straight to it), `process` finding the object there (none → 409, too large → 413), a training job whose
-// checkpoints and weights land in the bucket and are served by a second instance with an empty local
-// folder on the same store, and an unreachable store answering 503.
+// checkpoints and weights land in the bucket and are served by other instances with an empty local
+// folder on the same store, upload URLs that expire, and an unreachable store answering 503.
 import t from 'tap';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { HeadObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import S3rver from 's3rver';
+import { artifactKey, createArtifactStore } from '../../src/service/artifacts/index.ts';
 import { configFromEnv, type S3Config } from '../../src/service/config.ts';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { call, makeUser, startServer, type TestServer } from './helpers.ts';
@@ -32,6 +33,26 @@ const uploadUrl = (url: string, key: string, name: string, type = 'ner', filenam
 const processUpload = (url: string, key: string, name: string, uploadId?: string) =>
   call(url, 'POST', '/felix/datasets/upload/process', { key, body: { dataset_name: name, upload_id: uploadId } });
 
+t.test('a stored path maps to its key, and to this node\'s path, whatever folder wrote it', async (t) => {
+  const root = '/var/cache/loom';
+  t.equal(artifactKey(root, `${root}/jobs/j1/output/final`), 'jobs/j1/output/final', 'under this node\'s folder');
+  t.equal(artifactKey(root, '/mnt/other/jobs/j1/output/final'), 'jobs/j1/output/final', 'written by another node');
+  t.equal(artifactKey(root, '/srv/jobs/x/datasets/t/d/v/raw'), 'datasets/t/d/v/raw', 'the last artifact folder wins');
+  t.equal(artifactKey(root, '/var/cache/loom/models/smollm2'), null, 'models are not artifacts');
+  t.equal(artifactKey(root, '/opt/models/gliner2'), null);
+  const cfg: S3Config = { bucket: 'b', endpoint: 'http://127.0.0.1:1', region: 'us-east-1', prefix: '',
+    forcePathStyle: true };
+  const s3 = await createArtifactStore({ artifactsDir: root, s3: cfg });
+  t.equal(s3.kind, 's3');
+  t.equal(s3.localPath('/mnt/other/jobs/j1/output/final'), '/var/cache/loom/jobs/j1/output/final');
+  t.equal(s3.localPath('/opt/models/gliner2'), '/opt/models/gliner2', 'a base model path is left alone');
+  s3.close();
+  const local = await createArtifactStore({ artifactsDir: root, s3: null });
+  t.equal(local.kind, 'local', 'no bucket: the folder');
+  t.equal(local.localPath('/mnt/other/jobs/j1'), '/mnt/other/jobs/j1', 'a shared folder: the path as written');
+  t.equal(await local.presignPut('/var/cache/loom/datasets/t/d/v/raw', 60), null, 'Loom signs its own URLs');
+});
+
 t.test('LOOM_S3_* configure the store', async (t) => {
   t.equal(configFromEnv({}).s3, null, 'no bucket: the artifacts folder is the store');
   const endpoint = 'http://minio:9000';
@@ -44,7 +65,7 @@ t.test('LOOM_S3_* configure the store', async (t) => {
   t.equal(hosted.s3!.forcePathStyle, false);
 });
 
-t.test('datasets, checkpoints and weights in the bucket; a second node serves them', async (t) => {
+t.test('datasets, checkpoints and weights in the bucket; nodes with an empty folder serve them', async (t) => {
   const tmp = mkdtempSync(join(tmpdir(), 'loom-s3-'));
   t.teardown(() => rmSync(tmp, { recursive: true, force: true }));
   const server = await startS3(join(tmp, 's3rver'));
@@ -63,9 +84,9 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
 
   // node A: the store in dataDir, its artifacts cache in artA
   const dataDir = join(tmp, 'data');
-  const node = (artifactsDir: string) => startServer({
+  const node = (artifactsDir: string, signedUrlTtlS = 600) => startServer({
     runtime: createLocalRuntime({ modelsDir: join(artifactsDir, 'models') }),
-    config: { dataDir, artifactsDir, s3, maxUploadBytes: 4096, signedUrlTtlS: 600 },
+    config: { dataDir, artifactsDir, s3, maxUploadBytes: 4096, signedUrlTtlS },
   });
   let a: TestServer | null = await node(join(tmp, 'artA'));
   t.teardown(async () => { await a?.close(); });
@@ -172,22 +193,39 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
 
   // node C, empty too: a deployment fetches the weights before it warms; a checkpoint is the base of a new job
   const artC = join(tmp, 'artC');
-  const c = await node(artC);
+  const c = await node(artC, 1);
   t.teardown(() => c.close());
   const project = (await call(c.url, 'POST', '/projects', { key: u.key, body: { name: 'visits' } })).body;
-  const dep = await call(c.url, 'POST', `/projects/${project.id}/deployments`, { key: u.key, body: { training_job_id: id } });
+  const pr = `/projects/${project.id}`;
+  const dep = await call(c.url, 'POST', `${pr}/deployments`, { key: u.key, body: { training_job_id: id } });
   t.equal(dep.status, 200, dep.text);
   await c.services.projects.settle();
-  const deployments = (await call(c.url, 'GET', `/projects/${project.id}/deployments`, { key: u.key })).body.deployments;
+  const deployments = (await call(c.url, 'GET', `${pr}/deployments`, { key: u.key })).body.deployments;
   t.equal(deployments[0].status, 'active', deployments[0].error ?? '');
   const viaProject = { text: 'Alice visited Oslo today .', schema: { entities: ['person', 'city'] } };
-  t.equal((await call(c.url, 'POST', `/projects/${project.id}/inference`, { key: u.key, body: viaProject })).status, 200);
+  t.equal((await call(c.url, 'POST', `${pr}/inference`, { key: u.key, body: viaProject })).status, 200);
   const best = cks.checkpoints.find((x: { is_best: boolean }) => x.is_best) ?? cks.checkpoints[0];
-  const next = await call(c.url, 'POST', '/felix/training-jobs', { key: u.key, body: { ...body, base_model: best.id } });
+  const nextBody = { ...body, base_model: best.id };
+  const next = await call(c.url, 'POST', '/felix/training-jobs', { key: u.key, body: nextBody });
   t.equal(next.status, 200, next.text);
   const ckDir = (await c.services.store.trainingArtifacts.getCheckpoint(best.id))!.dir;
-  t.ok(existsSync(c.services.artifacts.localPath(ckDir)) && !ckDir.startsWith(artC), 'the checkpoint fetched into C\'s cache');
+  t.notOk(ckDir.startsWith(artC), 'the record holds A\'s path');
+  t.ok(existsSync(c.services.artifacts.localPath(ckDir)), 'the checkpoint fetched into C\'s cache');
   await call(c.url, 'POST', `/felix/training-jobs/${next.body.id}/stop`, { key: u.key });
+
+  // C's upload URLs live 1 s: one whose file reached the bucket in time is kept for processing, none fails
+  const mk = (name: string) => uploadUrl(c.url, u.key, name, 'classification', 'd.csv');
+  const [sent] = [await mk('sent'), await mk('unsent')];
+  t.equal((await fetch(sent.body.upload_url, { method: 'PUT', body: 'text,label\ngood,pos\nbad,neg\n' })).status, 200);
+  const status = (name: string) => call(c.url, 'GET', `/felix/datasets/${name}/1`, { key: u.key });
+  const failed = await poll(() => status('unsent'), (r) => r.body.status !== 'initialized', 10_000, 100);
+  t.equal(failed.body.status, 'failed');
+  t.match(failed.body.processing_error, /expired/);
+  const kept = await poll(() => status('sent'), (r) => r.body.status !== 'initialized', 10_000, 100);
+  t.equal(kept.body.status, 'uploading', 'the file reached the bucket in time');
+  t.equal((await processUpload(c.url, u.key, 'sent')).status, 200);
+  const ready = await poll(() => status('sent'), (r) => ['ready', 'failed'].includes(r.body.status), 10_000, 100);
+  t.match(ready.body, { status: 'ready', size: 2 }, ready.body.processing_error ?? '');
 
   // the store goes away: 503 in the spec's shape, never a crash
   await server.close();
@@ -197,32 +235,7 @@ t.test('datasets, checkpoints and weights in the bucket; a second node serves th
   t.match(down.body.detail, /Object storage unavailable/);
   const proc = await processUpload(c.url, u.key, 'probe', first.body.upload_id);
   t.equal(proc.status, 503);
-  t.equal((await call(c.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key })).status, 503, 'download: 503');
+  const dl = await call(c.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key });
+  t.equal(dl.status, 503, 'the weight download too');
   t.equal((await call(c.url, 'GET', '/felix/datasets', { key: u.key })).status, 200, 'the server still serves');
-});
-
-t.test('an S3 upload URL expires: a file in the bucket is kept for processing, none fails the version', async (t) => {
-  const tmp = mkdtempSync(join(tmpdir(), 'loom-s3x-'));
-  t.teardown(() => rmSync(tmp, { recursive: true, force: true }));
-  const server = await startS3(join(tmp, 's3rver'));
-  t.teardown(() => server.close());
-  const s3: S3Config = { bucket: 'loom', endpoint: server.endpoint, region: 'us-east-1',
-    prefix: '', forcePathStyle: true };
-  const ts = await startServer({ config: { artifactsDir: join(tmp, 'art'), s3, signedUrlTtlS: 1 } });
-  t.teardown(() => ts.close());
-  const u = await makeUser(ts);
-  const mk = (name: string) => uploadUrl(ts.url, u.key, name, 'classification', 'd.csv');
-  const sent = await mk('sent');
-  const unsent = await mk('unsent');
-  t.equal((await fetch(sent.body.upload_url, { method: 'PUT', body: 'text,label\ngood,pos\nbad,neg\n' })).status, 200);
-  const status = (name: string) => call(ts.url, 'GET', `/felix/datasets/${name}/1`, { key: u.key });
-  const failed = await poll(() => status('unsent'), (r) => r.body.status !== 'initialized', 10_000, 100);
-  t.equal(failed.body.status, 'failed');
-  t.match(failed.body.processing_error, /expired/);
-  const kept = await poll(() => status('sent'), (r) => r.body.status !== 'initialized', 10_000, 100);
-  t.equal(kept.body.status, 'uploading', 'the file reached the bucket in time');
-  const pr = await processUpload(ts.url, u.key, 'sent');
-  t.equal(pr.status, 200, pr.text);
-  const ready = await poll(() => status('sent'), (r) => ['ready', 'failed'].includes(r.body.status), 10_000, 100);
-  t.match(ready.body, { status: 'ready', size: 2 }, ready.body.processing_error ?? '');
 });

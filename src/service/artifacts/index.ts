@@ -11,12 +11,14 @@
 // by size and ETag, renamed into place), so no reader ever sees half an object or half a folder.
 import type { ServiceConfig } from '../config.ts';
 import { createLocalArtifacts } from './local.ts';
-import { createS3Artifacts } from './s3.ts';
 import type { ArtifactStore } from './types.ts';
 
 export type { ArtifactStat, ArtifactStore } from './types.ts';
 export { artifactKey, localModelRef } from './types.ts';
 
-export function createArtifactStore(config: Pick<ServiceConfig, 'artifactsDir' | 's3'>): ArtifactStore {
-  return config.s3 ? createS3Artifacts(config.artifactsDir, config.s3) : createLocalArtifacts(config.artifactsDir);
+/** the AWS SDK is loaded only when a bucket is configured (it takes a while to import: not on every start) */
+export async function createArtifactStore(config: Pick<ServiceConfig, 'artifactsDir' | 's3'>): Promise<ArtifactStore> {
+  if (!config.s3) return createLocalArtifacts(config.artifactsDir);
+  const { createS3Artifacts } = await import('./s3.ts');
+  return createS3Artifacts(config.artifactsDir, config.s3);
 }
