@@ -362,7 +362,12 @@ export function createDatasetsService(deps: {
       const v = await newVersion(teamId, name, type, { filename, source: 'generate', status: 'uploading' });
       mkdirSync(versionDir(v), { recursive: true });
       await writeFileDurable(rawFile(v), jsonl);
-      await artifacts.putFile(rawFile(v)); // S3: so that any node can process it again after a restart
+      // S3: so that any node can process it again after a restart
+      await artifacts.putFile(rawFile(v)).catch(async (e) => {
+        const processing_error = `the generated examples could not be stored: ${(e as Error).message}`;
+        await update(v.id, { status: 'failed', processing_error });
+        throw e;
+      });
       const nv = (await update(v.id, { status: 'converting', bytes: Buffer.byteLength(jsonl) }))!;
       startProcessing(nv, join(versionDir(nv), 'raw'));
       return nv;
