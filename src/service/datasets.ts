@@ -174,7 +174,10 @@ export function createDatasetsService(deps: {
       let r: ProcessDatasetResult;
       try {
         // S3: the uploaded object into the local cache; the processed file back to the bucket before `ready`
-        const raw = await artifacts.getFile(rawPath);
+        let raw: string;
+        try { raw = await artifacts.getFile(rawPath); } catch (e) {
+          throw new Error(`the uploaded file could not be read: ${(e as Error).message}`);
+        }
         mkdirSync(versionDir(v), { recursive: true });
         const { result } = pool.run<ProcessDatasetResult>(
           {
@@ -187,9 +190,13 @@ export function createDatasetsService(deps: {
         try { r = await result; } catch (e) {
           r = { ok: false, stage: 'converting', error: `processing crashed: ${(e as Error).message}` };
         }
-        if (r.ok) await artifacts.putFile(dataFile(v));
+        if (r.ok) {
+          await artifacts.putFile(dataFile(v)).catch((e) => {
+            throw new Error(`the processed dataset could not be stored: ${(e as Error).message}`);
+          });
+        }
       } catch (e) {
-        r = { ok: false, stage: 'converting', error: `the dataset could not be stored: ${(e as Error).message}` };
+        r = { ok: false, stage: 'converting', error: (e as Error).message };
       }
       if (r.ok) await update(v.id, { status: 'ready', size: r.size, kinds: r.kinds, labels: r.labels, format: r.format, processing_error: null, ready_at: nowIso() });
       else await update(v.id, { status: 'failed', processing_error: r.error });

@@ -14,7 +14,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CheckpointRecord, Store, TrainingJobRecord, TrainingLogRecord } from '../store/index.ts';
-import type { ArtifactStore } from './artifacts/types.ts';
+import { type ArtifactStore, localModelRef } from './artifacts/types.ts';
 import type { Principal } from './auth.ts';
 import type { Catalog } from './catalog.ts';
 import { artifactDir, type ServiceConfig } from './config.ts';
@@ -671,7 +671,7 @@ export function createTrainingJobsService(deps: {
       if (active) throw new ConflictError(`Training job ${id} is deployed to project ${active.name}; deploy another model there or delete the project first`);
       running.get(id)?.stop();
       await store.tx(async (t) => { await t.trainingArtifacts.removeJob(id); await t.trainingJobs.remove(id); });
-      runtime.unload?.(jobModelRef(j)); // its adapter (or weights) leaves memory with the job
+      runtime.unload?.(localModelRef(artifacts, jobModelRef(j))); // its adapter (or weights) leaves memory with the job
       if (!running.has(id)) {
         await artifacts.remove(jobDir(id))
           .catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'job files not removed'));
