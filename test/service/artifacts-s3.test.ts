@@ -226,6 +226,12 @@ t.test('datasets, checkpoints and weights in the bucket; nodes with an empty fol
   t.equal((await processUpload(c.url, u.key, 'sent')).status, 200);
   const ready = await poll(() => status('sent'), (r) => ['ready', 'failed'].includes(r.body.status), 10_000, 100);
   t.match(ready.body, { status: 'ready', size: 2 }, ready.body.processing_error ?? '');
+  // deleting a dataset removes its objects
+  const sentKey = (await keys(`datasets/${u.team_id}/`)).find((k) => k.endsWith('/data.jsonl') && !dsKeys.includes(k))!;
+  t.ok(sentKey, 'the new version is in the bucket');
+  t.equal((await call(c.url, 'DELETE', '/felix/datasets/sent', { key: u.key })).status, 200);
+  t.notOk(await exists(sentKey), 'and gone with the dataset');
+  t.ok(await exists(dsKeys.find((k) => k.endsWith('/data.jsonl'))!), 'other datasets stay');
 
   // the store goes away: 503 in the spec's shape, never a crash
   await server.close();
