@@ -38,6 +38,11 @@ const server = await createServer({ services, host, port, log });
 const users = (await services.store.teams.list()).length;
 const models = await services.runtime.listLocal();
 
+const s3 = config.s3;
+const artifactsLine = s3
+  ? `s3://${s3.bucket}/${s3.prefix}${s3.endpoint ? ` at ${s3.endpoint}` : ''} (LOOM_S3_BUCKET), cache ${config.artifactsDir}`
+  : config.artifactsDir === config.dataDir ? 'in the data folder' : `${config.artifactsDir} (LOOM_ARTIFACTS_DIR)`;
+
 // `loom admin` works on the store of LOOM_DATA_DIR: it must name this server's data folder
 const names = models.length ? `: ${models.map((m) => m.id).join(', ')}` : '';
 const modelsLine = config.roles.has('inference') ? `${config.modelsDir} (${models.length} on disk${names})`
@@ -46,7 +51,7 @@ const admin = `LOOM_DATA_DIR=${config.dataDir} npx loom admin`;
 console.log(`Loom listening on ${server.url}
   data:   ${config.dataDir} (store ${storePath(config.dataDir)})
   models: ${modelsLine}
-  artifacts: ${config.artifactsDir === config.dataDir ? 'in the data folder' : `${config.artifactsDir} (LOOM_ARTIFACTS_DIR)`}
+  artifacts: ${artifactsLine}
   roles:  ${[...config.roles].join(', ')}${process.env.LOOM_ROLE ? ' (LOOM_ROLE)' : ' (all: LOOM_ROLE or `loom serve --role` to choose)'}
   rate limits: ${config.redisUrl ? `shared in Redis ${redactUrl(config.redisUrl)}` : 'counted in this process'}
   admin:  ${admin} <command>   (the CLI must use this data folder: keys made in another store get 401)

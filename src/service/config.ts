@@ -36,6 +36,11 @@ export interface ServiceConfig {
   databaseUrl: string | null;
   /** PostgreSQL connections per process (LOOM_DATABASE_POOL) */
   databasePoolSize: number;
+  /**
+   * S3-compatible object storage for the artifacts (LOOM_S3_BUCKET, ...; src/service/artifacts/s3.ts):
+   * the bucket is where they live, `artifactsDir` this node's cache of it. null: the folder is the store.
+   */
+  s3: S3Config | null;
   /** default <artifactsDir>/models */
   modelsDir: string;
   /** Redis for request-rate limits shared by every process (LOOM_REDIS_URL); null: counted in this process */
@@ -80,6 +85,17 @@ export interface ServiceConfig {
    * models for API processes to route to. Default all three: one process does everything.
    */
   roles: ReadonlySet<Role>;
+}
+
+export interface S3Config {
+  bucket: string;
+  /** S3-compatible stores (MinIO, Ceph, R2, ...): their URL; null: AWS S3 of `region` */
+  endpoint: string | null;
+  region: string;
+  /** keys start with this (e.g. 'loom/'), so one bucket can hold several installs */
+  prefix: string;
+  /** bucket in the path (http://host/bucket/key), as most S3-compatible stores want */
+  forcePathStyle: boolean;
 }
 
 export type Role = 'api' | 'inference' | 'worker';
@@ -127,6 +143,7 @@ export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig 
   return {
     dataDir,
     artifactsDir,
+    s3: over.s3 ?? null,
     databaseUrl: over.databaseUrl ?? null,
     databasePoolSize: over.databasePoolSize ?? 10,
     modelsDir: resolve(over.modelsDir ?? join(artifactsDir, 'models')),
@@ -166,6 +183,19 @@ export function artifactDir(config: Pick<ServiceConfig, 'artifactsDir' | 'models
   return kind === 'models' ? config.modelsDir : join(config.artifactsDir, kind);
 }
 
+/** LOOM_S3_* (credentials: the AWS SDK's own chain, e.g. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) */
+export function s3FromEnv(env: NodeJS.ProcessEnv): S3Config | null {
+  if (!env.LOOM_S3_BUCKET) return null;
+  const endpoint = env.LOOM_S3_ENDPOINT || null;
+  const flag = env.LOOM_S3_FORCE_PATH_STYLE;
+  const prefix = (env.LOOM_S3_PREFIX ?? '').replace(/^\/+/, '');
+  return {
+    bucket: env.LOOM_S3_BUCKET, endpoint, region: env.LOOM_S3_REGION || env.AWS_REGION || 'us-east-1',
+    prefix: prefix && !prefix.endsWith('/') ? `${prefix}/` : prefix,
+    forcePathStyle: flag ? flag === '1' || flag === 'true' : endpoint !== null,
+  };
+}
+
 /** Configuration from LOOM_* environment variables (see README). */
 export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConfig {
   const num = (v: string | undefined) => (v !== undefined && v !== '' && Number.isFinite(Number(v)) ? Number(v) : undefined);
@@ -173,6 +203,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConf
   return defaultConfig({
     dataDir: env.LOOM_DATA_DIR || './data',
     artifactsDir: env.LOOM_ARTIFACTS_DIR || undefined,
+    s3: s3FromEnv(env),
     databaseUrl: env.LOOM_DATABASE_URL || null,
     databasePoolSize: num(env.LOOM_DATABASE_POOL),
     modelsDir: env.LOOM_MODELS_DIR || undefined,

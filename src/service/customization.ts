@@ -2,6 +2,7 @@
 // evaluation), signed URLs, datasets, training jobs and evaluations. createServices spreads
 // `services` into the service object and calls `close()` on shutdown.
 import type { Store } from '../store/index.ts';
+import type { ArtifactStore } from './artifacts/types.ts';
 import type { Catalog } from './catalog.ts';
 import type { ServiceConfig } from './config.ts';
 import { createDatasetsService } from './datasets.ts';
@@ -17,16 +18,22 @@ import type { RewardJudge } from './training/rl-jobs.ts';
 
 export async function createCustomization(deps: {
   store: Store; config: ServiceConfig; runtime: ModelRuntime; catalog: Catalog; inference: InferenceService; log?: Logger;
+  /** where datasets, checkpoints and weights live (src/service/artifacts) */
+  artifacts: ArtifactStore;
   /** GRPO llm_as_judge rewards (the service's LLM judge) */
   judge?: RewardJudge;
 }) {
-  const { store, config, runtime, catalog, inference, log, judge } = deps;
+  const { store, config, runtime, catalog, inference, log, judge, artifacts } = deps;
   // training jobs (trainingConcurrency) + one evaluation + one dataset task at a time
   const jobPool = createJobPool({ threads: config.trainingConcurrency + 2 });
   const signedUrls = await createSignedUrls(store);
-  const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, log });
-  const trainingJobs = createTrainingJobsService({ store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log, judge });
-  const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log });
+  const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, artifacts, log });
+  const trainingJobs = createTrainingJobsService({
+    store, config, pool: jobPool, urls: signedUrls, artifacts, datasets, catalog, runtime, log, judge,
+  });
+  const evaluations = createEvaluationsService({
+    store, config, pool: jobPool, artifacts, datasets, catalog, runtime, trainingJobs, log,
+  });
   const generation = createGenerationService({ store, config, inference, datasets, log });
   await datasets.resumePending();
   await generation.resumePending();

@@ -10,10 +10,15 @@
 //      in the worker pool; `processing_error` names the line and the problem.
 // Uploading or generating into an existing name adds a version. Files live under
 // <artifacts dir>/datasets/<team>/<dataset id>/<version id>/ (LOOM_ARTIFACTS_DIR, default LOOM_DATA_DIR).
+// With an S3 artifact store (src/service/artifacts) step 1's URL is a PUT presigned by the bucket
+// itself: the file goes straight to the object store, and step 3 finds it there (HEAD: no object →
+// 409, over LOOM_MAX_UPLOAD_BYTES → 413 and the object is deleted) before the version moves on;
+// processing fetches `raw` into the local cache and uploads `data.jsonl` before the version is ready.
 import { createReadStream, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import type { DatasetRecord, DatasetType, DatasetVersionRecord, Store, UploadRecord } from '../store/index.ts';
+import type { ArtifactStore } from './artifacts/types.ts';
 import type { Principal } from './auth.ts';
 import { artifactDir, type ServiceConfig } from './config.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError, ValidationError } from './errors.ts';
@@ -34,8 +39,10 @@ export const versionView = (v: DatasetVersionRecord) => ({
   bytes: v.bytes, labels: v.labels, kinds: v.kinds, updated_at: v.updated_at, ready_at: v.ready_at,
 });
 
-export function createDatasetsService(deps: { store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; log?: Logger }) {
-  const { store, config, pool, urls } = deps;
+export function createDatasetsService(deps: {
+  store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; artifacts: ArtifactStore; log?: Logger;
+}) {
+  const { store, config, pool, urls, artifacts } = deps;
   const root = artifactDir(config, 'datasets');
   const pending = new Set<Promise<void>>();
   /** uploads whose PUT is being written now (a second PUT to the same URL meanwhile is a 409) */
@@ -45,6 +52,9 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
 
   const versionDir = (v: DatasetVersionRecord) => join(root, v.team_id, v.dataset_id, v.id);
   const dataFile = (v: DatasetVersionRecord) => join(versionDir(v), 'data.jsonl');
+  const rawFile = (v: DatasetVersionRecord) => join(versionDir(v), 'raw');
+  /** a ready version's data on this node (S3: fetched into the cache first) */
+  const localDataFile = (v: DatasetVersionRecord) => artifacts.getFile(dataFile(v));
 
   async function own(p: Principal, name: string): Promise<DatasetRecord> {
     const d = await store.datasets.byName(p.team_id, name);
@@ -105,24 +115,89 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       setTimeout(() => watchExpiry(u), Math.min(left + 1000, 2 ** 31 - 1)).unref();
       return;
     }
-    void store.tx(async (t) => {
-      const cur = await t.datasets.getUpload(u.id);
-      const v = cur && !cur.used_at ? await t.datasets.getVersion(cur.version_id) : undefined;
-      if (v?.status !== 'initialized') return;
-      t.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
-    }).catch((e) => deps.log?.error({ err: String(e) }, 'upload expiry failed'));
+    void (async () => {
+      // S3: the PUT went to the bucket; a file there in time is an upload (process takes it), not an expiry
+      const v0 = await store.datasets.getVersion(u.version_id);
+      let got = artifacts.kind === 's3' && v0 ? await artifacts.stat(rawFile(v0)) : null;
+      if (got && v0 && (got.size === 0 || got.size > u.max_bytes)) {
+        await artifacts.remove(versionDir(v0)); // an empty or oversized object is not kept
+        got = null;
+      }
+      await store.tx(async (t) => {
+        const cur = await t.datasets.getUpload(u.id);
+        const v = cur && !cur.used_at ? await t.datasets.getVersion(cur.version_id) : undefined;
+        if (v?.status !== 'initialized') return;
+        if (got) {
+          t.datasets.putUpload({ ...cur!, used_at: nowIso() });
+          t.datasets.putVersion({ ...v, status: 'uploading', bytes: got.size, updated_at: nowIso() });
+        } else t.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
+      });
+    })().catch((e) => {
+      // the object store is down: look again later rather than fail a version whose file may be there
+      deps.log?.error({ err: String(e) }, 'upload expiry check failed');
+      setTimeout(() => watchExpiry(u), 30_000).unref();
+    });
+  }
+
+  /**
+   * S3 uploads (step 3 of a version still `initialized`): the object the client PUT to the bucket.
+   * None → the version is returned as it is (409 below); too large → 413, and the object is deleted
+   * (the URL takes another PUT until it expires); else the upload is used and the version `uploading`.
+   */
+  async function receivedInBucket(v: DatasetVersionRecord): Promise<DatasetVersionRecord> {
+    const got = await artifacts.stat(rawFile(v));
+    if (!got) return v;
+    const u = (await store.datasets.allUploads()).find((x) => x.version_id === v.id);
+    const max = u?.max_bytes ?? config.maxUploadBytes;
+    if (got.size > max) {
+      await artifacts.remove(versionDir(v));
+      throw new PayloadTooLargeError(max);
+    }
+    if (got.size === 0) {
+      throw new ValidationError('The uploaded file is empty', [{ path: '', message: 'empty object' }]);
+    }
+    return (await store.tx(async (t) => {
+      const cv = await t.datasets.getVersion(v.id);
+      if (!cv || cv.status !== 'initialized') return cv;
+      const now = nowIso();
+      const cu = u && (await t.datasets.getUpload(u.id));
+      if (cu && !cu.used_at) t.datasets.putUpload({ ...cu, used_at: now });
+      const nv = { ...cv, status: 'uploading' as const, bytes: got.size, updated_at: now };
+      t.datasets.putVersion(nv);
+      return nv;
+    })) ?? v;
   }
 
   /** converting → validating → ready | failed, in the worker pool */
   function startProcessing(v: DatasetVersionRecord, rawPath: string): void {
     const job = (async () => {
-      const { result } = pool.run<ProcessDatasetResult>(
-        { op: 'process_dataset', raw_path: rawPath, out_path: dataFile(v), filename: v.filename ?? 'data.jsonl', dataset_type: v.dataset_type },
-        // progress travels on its own port and may arrive after the result: it only moves `converting` on
-        (m) => { if (m?.phase === 'validating') void advance(v.id, 'converting', { status: 'validating' }); },
-      );
       let r: ProcessDatasetResult;
-      try { r = await result; } catch (e) { r = { ok: false, stage: 'converting', error: `processing crashed: ${(e as Error).message}` }; }
+      try {
+        // S3: the uploaded object into the local cache; the processed file back to the bucket before `ready`
+        let raw: string;
+        try { raw = await artifacts.getFile(rawPath); } catch (e) {
+          throw new Error(`the uploaded file could not be read: ${(e as Error).message}`);
+        }
+        mkdirSync(versionDir(v), { recursive: true });
+        const { result } = pool.run<ProcessDatasetResult>(
+          {
+            op: 'process_dataset', raw_path: raw, out_path: dataFile(v), filename: v.filename ?? 'data.jsonl',
+            dataset_type: v.dataset_type,
+          },
+          // progress travels on its own port and may arrive after the result: it only moves `converting` on
+          (m) => { if (m?.phase === 'validating') void advance(v.id, 'converting', { status: 'validating' }); },
+        );
+        try { r = await result; } catch (e) {
+          r = { ok: false, stage: 'converting', error: `processing crashed: ${(e as Error).message}` };
+        }
+        if (r.ok) {
+          await artifacts.putFile(dataFile(v)).catch((e) => {
+            throw new Error(`the processed dataset could not be stored: ${(e as Error).message}`);
+          });
+        }
+      } catch (e) {
+        r = { ok: false, stage: 'converting', error: (e as Error).message };
+      }
       if (r.ok) await update(v.id, { status: 'ready', size: r.size, kinds: r.kinds, labels: r.labels, format: r.format, processing_error: null, ready_at: nowIso() });
       else await update(v.id, { status: 'failed', processing_error: r.error });
       deps.log?.info({ dataset: v.dataset_name, version: v.version_number, ok: r.ok }, 'dataset processed');
@@ -133,6 +208,7 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
   return {
     root,
     dataFile,
+    localDataFile,
     /** register a check "is this dataset in use?" (returns what uses it, or null) */
     addUsageCheck(fn: (teamId: string, name: string) => Promise<string | null> | string | null) { users.push(fn); },
 
@@ -173,7 +249,7 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       const v = await resolveVersion(await own(p, name), version);
       if (v.status !== 'ready') throw new ConflictError(`Dataset ${name} version ${v.version_number} is ${v.status}; preview is available once it is ready`);
       const records: unknown[] = [];
-      const rl = createInterface({ input: createReadStream(dataFile(v), 'utf8'), crlfDelay: Infinity });
+      const rl = createInterface({ input: createReadStream(await localDataFile(v), 'utf8'), crlfDelay: Infinity });
       let i = 0;
       try {
         for await (const line of rl) {
@@ -190,7 +266,7 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     async download(p: Principal, name: string, version: string): Promise<{ path: string; filename: string }> {
       const v = await resolveVersion(await own(p, name), version);
       if (v.status !== 'ready') throw new ConflictError(`Dataset ${name} version ${v.version_number} is ${v.status}; download is available once it is ready`);
-      return { path: dataFile(v), filename: `${v.dataset_name}-v${v.version_number}.jsonl` };
+      return { path: await localDataFile(v), filename: `${v.dataset_name}-v${v.version_number}.jsonl` };
     },
 
     async remove(p: Principal, name: string): Promise<void> {
@@ -200,7 +276,8 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
         if (user) throw new ConflictError(`Dataset ${name} is in use by ${user}; stop or delete it first`);
       }
       await store.tx((t) => t.datasets.remove(d.id));
-      rmSync(join(root, d.team_id, d.id), { recursive: true, force: true });
+      await artifacts.remove(join(root, d.team_id, d.id))
+        .catch((e) => deps.log?.warn({ dataset: d.id, err: String(e) }, 'dataset files not removed'));
     },
 
     /** step 1 */
@@ -211,10 +288,13 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
       if (!FILE_EXT.test(body.filename)) {
         throw new ValidationError('filename must end in .jsonl, .ndjson, .json or .csv', [{ path: '/filename', message: 'unsupported file type' }]);
       }
+      await artifacts.check(); // S3 down: 503 before a version is made that nobody could upload to
       const v = await newVersion(p.team_id, body.dataset_name, body.dataset_type, { filename: body.filename.split(/[\\/]/).pop()!, source: 'upload' });
       const uploadId = newId();
       const path = `/felix/datasets/upload/${uploadId}`;
-      const signed = urls.sign('PUT', path, config.signedUrlTtlS, baseUrl);
+      // S3: a PUT presigned by the bucket; else a Loom-signed URL served by the route
+      const signed = (await artifacts.presignPut(rawFile(v), config.signedUrlTtlS))
+        ?? urls.sign('PUT', path, config.signedUrlTtlS, baseUrl);
       const upload: UploadRecord = {
         id: uploadId, team_id: p.team_id, version_id: v.id, dataset_name: v.dataset_name, filename: v.filename!, max_bytes: config.maxUploadBytes,
         expires_at: signed.expires_at, used_at: null, created_at: nowIso(),
@@ -276,10 +356,11 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
         v = (await store.datasets.listVersions(d.id)).find((x) => x.source === 'upload' && (x.status === 'uploading' || x.status === 'initialized'));
       }
       if (!v) throw new NotFoundError(`Dataset ${body.dataset_name} has no such upload`);
+      if (v.status === 'initialized' && v.source === 'upload' && artifacts.kind === 's3') v = await receivedInBucket(v);
       if (v.status === 'initialized') throw new ConflictError(`No file was uploaded for dataset ${v.dataset_name} version ${v.version_number}: PUT the file to the upload URL first`);
       if (v.status !== 'uploading') throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already ${v.status}`);
       const nv = (await update(v.id, { status: 'converting' }))!;
-      startProcessing(nv, join(versionDir(nv), 'raw'));
+      startProcessing(nv, rawFile(nv));
       return { success: true, ...versionView(nv) };
     },
 
@@ -287,7 +368,13 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
     async createVersionFromRecords(teamId: string, name: string, type: DatasetType, jsonl: string, filename: string): Promise<DatasetVersionRecord> {
       const v = await newVersion(teamId, name, type, { filename, source: 'generate', status: 'uploading' });
       mkdirSync(versionDir(v), { recursive: true });
-      await writeFileDurable(join(versionDir(v), 'raw'), jsonl);
+      await writeFileDurable(rawFile(v), jsonl);
+      // S3: so that any node can process it again after a restart
+      await artifacts.putFile(rawFile(v)).catch(async (e) => {
+        const processing_error = `the generated examples could not be stored: ${(e as Error).message}`;
+        await update(v.id, { status: 'failed', processing_error });
+        throw e;
+      });
       const nv = (await update(v.id, { status: 'converting', bytes: Buffer.byteLength(jsonl) }))!;
       startProcessing(nv, join(versionDir(nv), 'raw'));
       return nv;
@@ -318,8 +405,13 @@ export function createDatasetsService(deps: { store: Store; config: ServiceConfi
           continue;
         }
         if (v.status !== 'converting' && v.status !== 'validating') continue;
-        const raw = join(versionDir(v), 'raw');
-        if (!existsSync(raw)) { void update(v.id, { status: 'failed', processing_error: 'the uploaded file was lost during a server restart; upload it again' }); continue; }
+        const raw = rawFile(v);
+        // (S3: the object is fetched by the processing, which fails the version with the reason when it is gone)
+        if (artifacts.kind === 'local' && !existsSync(raw)) {
+          const processing_error = 'the uploaded file was lost during a server restart; upload it again';
+          void update(v.id, { status: 'failed', processing_error });
+          continue;
+        }
         startProcessing(v, raw);
         n++;
       }

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import type { EvaluationRecord, LabelScores, Store } from '../store/index.ts';
 import type { Principal } from './auth.ts';
 import type { Catalog } from './catalog.ts';
+import type { ArtifactStore } from './artifacts/types.ts';
 import { artifactDir, type ServiceConfig } from './config.ts';
 import type { DatasetsService } from './datasets.ts';
 import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
@@ -43,8 +44,11 @@ export function evaluationView(e: EvaluationRecord) {
   };
 }
 
-export function createEvaluationsService(deps: { store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime; trainingJobs: TrainingJobsService; log?: Logger }) {
-  const { store, config, pool, datasets, catalog, runtime, trainingJobs } = deps;
+export function createEvaluationsService(deps: {
+  store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog;
+  runtime: ModelRuntime; trainingJobs: TrainingJobsService; log?: Logger; artifacts: ArtifactStore;
+}) {
+  const { store, config, pool, datasets, catalog, runtime, trainingJobs, artifacts } = deps;
   const queue: string[] = [];
   let active: Promise<void> | null = null;
   let closing = false;
@@ -104,7 +108,10 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
       const v = await store.datasets.getVersion(e.dataset_version_id);
       if (!v || v.status !== 'ready') throw new Error(`dataset ${e.dataset_name} version ${e.dataset_version} is no longer available`);
       const m = JSON.parse((e as unknown as { model_json: string }).model_json) as Awaited<ReturnType<typeof resolveModel>>;
-      let dir = m.dir;
+      // a trained model's folders and the data on this node (S3 artifact store: fetched into the cache)
+      let dir = m.dir && m.source === 'training_job' ? await artifacts.getDir(m.dir) : m.dir;
+      const adapter = m.adapter ? await artifacts.getDir(m.adapter) : undefined;
+      const dataFile = await datasets.localDataFile(v);
       if (!dir && !m.fresh) {
         await runtime.warm({ id: e.base_model, kind: m.kind });
         dir = (await runtime.listLocal()).find((x) => x.id === e.base_model)?.dir ?? null;
@@ -114,9 +121,12 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
         // the baseline: a freshly initialized encoder, its tokenizer built from this data
         mkdirSync(work, { recursive: true });
         dir = join(work, 'fresh-encoder');
-        await pool.run<unknown>({ op: 'init_encoder', dir, preset: m.fresh, texts_from: [datasets.dataFile(v)] }).result;
+        await pool.run<unknown>({ op: 'init_encoder', dir, preset: m.fresh, texts_from: [dataFile] }).result;
       }
-      const { result } = pool.run<EvaluateResult>({ op: 'evaluate', kind: m.kind, model_dir: dir!, adapter_dir: m.adapter, data_file: datasets.dataFile(v), threshold: e.threshold });
+      const { result } = pool.run<EvaluateResult>({
+        op: 'evaluate', kind: m.kind, model_dir: dir!, adapter_dir: adapter, data_file: dataFile,
+        threshold: e.threshold,
+      });
       const r = await result;
       const rounded = (x: LabelScores): LabelScores => ({
         precision: r6(x.precision), recall: r6(x.recall), f1: r6(x.f1), support: x.support, tp: x.tp, fp: x.fp, fn: x.fn,

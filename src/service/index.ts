@@ -16,6 +16,7 @@ import type { ModelRuntime } from './runtime.ts';
 import { createRoutePolicy, loadRouterPolicy, type RouterPolicy } from './router.ts';
 import { createWorkerPool } from './workers.ts';
 import { createCustomization } from './customization.ts';
+import { createArtifactStore } from './artifacts/index.ts';
 import { createJudgeService } from './judge/index.ts';
 import { type AdaptiveService, createAdaptiveService } from './adaptive/index.ts';
 import type { RewardJudge } from './training/rl-jobs.ts';
@@ -48,12 +49,14 @@ export async function createServices(opts: ServicesOptions) {
   } else rateLimiter = createRateLimiter(config.rateLimits);
   const store = opts.store
     ?? (await openStore(config.dataDir, { databaseUrl: config.databaseUrl, poolSize: config.databasePoolSize }));
+  // datasets, checkpoints, weights: the artifacts folder, or an S3 bucket it caches (src/service/artifacts)
+  const artifacts = await createArtifactStore(config);
   const runtime = opts.runtime;
   const metrics = createMetrics({ defaultMetrics: true, queueDepth: () => runtime.stats().queue_depth });
   const billing = createBillingService(store, config);
   const auth = createAuthService(store, config, billing);
   const catalog = createCatalog({ runtime, catalogFile: config.catalogFile, store });
-  const inference = createInferenceService({ store, config, billing, catalog, runtime, metrics, log });
+  const inference = createInferenceService({ store, config, billing, catalog, runtime, metrics, log, artifacts });
   // `service/auto`: the documented router policy (src/service/router.ts, LOOM_ROUTER_POLICY), set
   // here once for every endpoint that routes (/inference, /gliner-2/*, /v1/*)
   inference.setRoutePolicy(createRoutePolicy(opts.routerPolicy ?? loadRouterPolicy()));
@@ -64,13 +67,13 @@ export async function createServices(opts: ServicesOptions) {
   // corrections → adaptive retraining (created below, with the customization services it drives)
   let adaptive: AdaptiveService | null = null;
   const history = createHistoryService(store, { corrected: (e) => adaptive?.corrected(e) });
-  const projects = createProjectsService({ store, runtime, inference, log });
+  const projects = createProjectsService({ store, runtime, inference, log, artifacts });
   const workers = createWorkerPool({ threads: config.workerThreads });
   await projects.resumePending();
   await judge.resumePending();
   // datasets, training jobs, evaluations, generation (src/service/customization.ts)
   const customization = await createCustomization({
-    store, config, runtime, catalog, inference, log, judge: opts.judge ?? judge.rewardJudge,
+    store, config, runtime, catalog, inference, log, artifacts, judge: opts.judge ?? judge.rewardJudge,
   });
   const { datasets, trainingJobs, evaluations } = customization.services;
   adaptive = createAdaptiveService({ store, datasets, trainingJobs, evaluations, projects, log });
@@ -78,7 +81,7 @@ export async function createServices(opts: ServicesOptions) {
   let closed = false;
   return {
     config, store, runtime, metrics, billing, auth, catalog, inference, compat, history, projects, rateLimiter, workers,
-    judge,
+    judge, artifacts,
     ...customization.services,
     adaptive,
     /** flush and close everything (after the HTTP layer drained) */
@@ -89,6 +92,7 @@ export async function createServices(opts: ServicesOptions) {
       await projects.settle(2000);
       await judge.close(2000);
       await customization.close();
+      artifacts.close();
       await workers.close();
       await runtime.close();
       await auth.close();

@@ -17,6 +17,7 @@ import {
   WarmingError,
 } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
+import { type ArtifactStore, localModelRef } from './artifacts/types.ts';
 import { type EncoderSchema, type GenerateMessage, type ModelKind, type ModelRef, type ModelRuntime, generateAll, jobModelRef } from './runtime.ts';
 import type { Metrics } from './metrics.ts';
 import { checkSchemaLimits } from '../models/encoder/schema.ts';
@@ -170,7 +171,12 @@ export interface StoredHooks {
   after?(rec: InferenceRecord): void;
 }
 
-export function createInferenceService(deps: { store: Store; config: ServiceConfig; billing: BillingService; catalog: Catalog; runtime: ModelRuntime; metrics?: Metrics; log?: { warn(o: object, m: string): void } }) {
+export function createInferenceService(deps: {
+  store: Store; config: ServiceConfig; billing: BillingService; catalog: Catalog; runtime: ModelRuntime;
+  metrics?: Metrics; log?: { warn(o: object, m: string): void };
+  /** trained weights on an S3 artifact store are fetched to this node before they are served */
+  artifacts?: ArtifactStore;
+}) {
   const { store, billing, catalog, runtime, config } = deps;
   let routePolicy: RoutePolicy = defaultRoutePolicy;
   let hooks: StoredHooks = {};
@@ -196,12 +202,23 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
     }
   }
 
+  /** a trained model's weights on this node: on an S3 artifact store, fetched first (425 meanwhile) */
+  function localJobRef(ref: ModelRef): ModelRef {
+    const a = deps.artifacts;
+    if (!a || !ref.dir) return ref;
+    if (a.dirIfLocal(ref.dir) === null) {
+      const msg = `The weights of model ${ref.id} are being fetched from the artifact store; retry later`;
+      throw new WarmingError(msg, config.warmingRetryAfterS);
+    }
+    return localModelRef(a, ref);
+  }
+
   async function resolveJob(p: Principal, job: TrainingJobRecord, kind: ModelKind): Promise<ResolvedModel> {
     if (job.status !== 'complete' && job.status !== 'deployed') throw new ConflictError(`Training job ${job.id} is ${job.status}; only complete jobs can serve inference`);
     if (job.task_type !== kind) throw new ValidationError(`Model ${job.id} is a ${job.task_type} model`, [{ path: kind === 'decoder' ? '/messages' : '/text', message: `model ${job.id} is a ${job.task_type}` }]);
     const base = await catalog.get(job.base_model);
     if (base && p.team.region && base.blocked_regions.includes(p.team.region)) throw new RegionBlockedError(`Model ${job.base_model} is not available in region ${p.team.region}`);
-    const ref: ModelRef = jobModelRef(job);
+    const ref: ModelRef = localJobRef(jobModelRef(job));
     checkRuntime(ref, null);
     return {
       ref, model_id: job.id, routed_model: job.id, training_job_id: job.id, via_router: false,

@@ -7,6 +7,7 @@ import type { Principal } from './auth.ts';
 import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import type { InferenceService } from './inference.ts';
+import { type ArtifactStore, localModelRef } from './artifacts/types.ts';
 import { type GenerateMessage, type ModelRef, type ModelRuntime, jobModelRef } from './runtime.ts';
 
 const projectView = (p: ProjectRecord) => ({
@@ -19,11 +20,21 @@ const deploymentView = (d: DeploymentRecord) => ({
   ...(d.adaptive ? { adaptive: d.adaptive } : {}),
 });
 
-export function createProjectsService(deps: { store: Store; runtime: ModelRuntime; inference: InferenceService; log?: { warn(o: object, m: string): void } }) {
-  const { store, runtime } = deps;
+export function createProjectsService(deps: {
+  store: Store; runtime: ModelRuntime; inference: InferenceService; log?: { warn(o: object, m: string): void };
+  /** a deployed model's weights on an S3 artifact store are fetched to this node before it warms */
+  artifacts?: ArtifactStore;
+}) {
+  const { store, runtime, artifacts } = deps;
   const pending = new Set<Promise<void>>();
 
-  const refOf = (job: TrainingJobRecord): ModelRef => jobModelRef(job);
+  const refOf = (job: TrainingJobRecord): ModelRef => localModelRef(artifacts, jobModelRef(job));
+  /** fetch the weights (S3 artifact store), then load them */
+  const warmJob = async (job: TrainingJobRecord): Promise<void> => {
+    const dir = jobModelRef(job).dir;
+    if (artifacts && dir) await artifacts.getDir(dir);
+    await runtime.warm(refOf(job));
+  };
 
   async function own(p: Principal, id: string): Promise<ProjectRecord> {
     const pr = await store.projects.get(id);
@@ -112,7 +123,7 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
       if (runtime.status(ref).state === 'ready') {
         await activate(d.deployment_id);
       } else {
-        const w: Promise<void> = runtime.warm(ref).then(() => activate(d.deployment_id), (err) => {
+        const w: Promise<void> = warmJob(job).then(() => activate(d.deployment_id), (err) => {
           deps.log?.warn({ deployment: d.deployment_id, err: String(err) }, 'deployment failed');
           return failDeployment(d.deployment_id, err);
         }).finally(() => pending.delete(w));
@@ -158,7 +169,8 @@ export function createProjectsService(deps: { store: Store; runtime: ModelRuntim
         if (d.status !== 'deploying') continue;
         const job = await store.trainingJobs.get(d.training_job_id);
         if (!job) { void failDeployment(d.deployment_id, new Error('training job no longer exists')); continue; }
-        const w: Promise<void> = runtime.warm(refOf(job)).then(() => activate(d.deployment_id), (err) => failDeployment(d.deployment_id, err)).finally(() => pending.delete(w));
+        const w: Promise<void> = warmJob(job).then(() => activate(d.deployment_id), (err) => failDeployment(d.deployment_id, err))
+          .finally(() => pending.delete(w));
         pending.add(w);
         n++;
       }

@@ -1,7 +1,10 @@
 // Training jobs (spec sections 2-4): validation of a job request, the queue (one job at a time by
 // default, LOOM_TRAINING_CONCURRENCY), the run in a worker thread (src/service/jobs/train-task.ts
 // over src/training), progress / logs / checkpoints in the store, graceful stop, deletion,
-// signed weight downloads, and recovery after a restart.
+// signed weight downloads, and recovery after a restart. With an S3 artifact store (src/service/artifacts)
+// each checkpoint folder is uploaded before its record is written, the final weights before the job is
+// complete, and the weight archive on its first download (then a GET presigned by the bucket); a node
+// that lacks a job's folders fetches them (datasets, base checkpoints, weights) into its cache.
 //
 // States (spec section 3): requested → running → complete | failed | cancelled; complete → deployed
 // (by a deployment, src/service/projects.ts); requested | running → cancelled (POST /stop).
@@ -11,6 +14,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CheckpointRecord, Store, TrainingJobRecord, TrainingLogRecord } from '../store/index.ts';
+import { type ArtifactStore, localModelRef } from './artifacts/types.ts';
 import type { Principal } from './auth.ts';
 import type { Catalog } from './catalog.ts';
 import { artifactDir, type ServiceConfig } from './config.ts';
@@ -163,10 +167,11 @@ export function jobView(j: Job) {
 
 export function createTrainingJobsService(deps: {
   store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime; log?: Logger;
+  artifacts: ArtifactStore;
   /** GRPO llm_as_judge rewards: the service's LLM judge (src/service/judge); absent → such jobs are refused */
   judge?: RewardJudge;
 }) {
-  const { store, config, pool, datasets, catalog, runtime } = deps;
+  const { store, config, pool, datasets, catalog, runtime, artifacts } = deps;
   const root = artifactDir(config, 'jobs');
   const running = new Map<string, { stop(): void; done: Promise<void> }>();
   let closing = false;
@@ -217,13 +222,13 @@ export function createTrainingJobsService(deps: {
     if (ck) {
       const j = await getJob(ck.job_id);
       if (!j || j.team_id !== p.team_id) throw new NotFoundError(`Model ${id} not found`);
-      if (!existsSync(ck.dir)) invalid('/base_model', `checkpoint ${id} has no weights on disk any more`);
-      return fromJob(j, ck.dir, 'checkpoint');
+      if (!(await artifacts.hasDir(ck.dir))) invalid('/base_model', `checkpoint ${id} has no weights on disk any more`);
+      return fromJob(j, await artifacts.getDir(ck.dir), 'checkpoint');
     }
     const j = await getJob(id);
     if (j && j.team_id === p.team_id) {
       if ((j.status !== 'complete' && j.status !== 'deployed') || !j.weights_dir) invalid('/base_model', `training job ${id} is ${j.status}; only a complete job (or one of its checkpoints) can be a base model`);
-      return fromJob(j, j.weights_dir!, 'training_job');
+      return fromJob(j, await artifacts.getDir(j.weights_dir!), 'training_job');
     }
     if (FRESH_ENCODERS[id]) return { task_type: 'encoder', requested: id, source: 'fresh', catalog_id: id, dir: null, init_adapter: null };
     const entry = await catalog.get(id);
@@ -304,7 +309,7 @@ export function createTrainingJobsService(deps: {
     for (const d of j.datasets) {
       const v = await store.datasets.getVersion(d.version_id);
       if (!v || v.status !== 'ready') throw new Error(`dataset ${d.name} version ${d.version_number} is no longer available`);
-      for (const l of readFileSync(datasets.dataFile(v), 'utf8').split('\n')) if (l.trim()) lines.push(l);
+      for (const l of readFileSync(await datasets.localDataFile(v), 'utf8').split('\n')) if (l.trim()) lines.push(l);
     }
     // a seeded shuffle, then the validation split (validation_data_percentage)
     const seed = Number(j.configuration.seed ?? 42);
@@ -346,8 +351,9 @@ export function createTrainingJobsService(deps: {
       const data = await prepareData(j, dir);
       await addLog(id, 'info', `data: ${data.trainCount} training and ${data.valCount} validation examples from ${j.datasets.map((d) => `${d.name} v${d.version_number}`).join(', ')}`);
       // the base weights
-      const base = j.base;
-      let baseDir = base.dir;
+      // the base's folders on this node (S3: fetched; the job may have been created on another node)
+      const base = { ...j.base, init_adapter: j.base.init_adapter && (await artifacts.getDir(j.base.init_adapter)) };
+      let baseDir = base.dir && base.source !== 'catalog' ? await artifacts.getDir(base.dir) : base.dir;
       let initEncoder: { preset: string; texts_from: string[]; seed: number } | undefined;
       if (base.source === 'fresh') {
         baseDir = join(dir, 'base');
@@ -424,7 +430,17 @@ export function createTrainingJobsService(deps: {
             // one record per (job, step): a final checkpoint at the step of the last evaluation replaces
             // that step's record (the trainer moved its folder to final/); the event comes after the
             // folder is complete (written as .partial, fsynced, renamed)
-            enqueue(() => store.tx(async (t) => {
+            enqueue(async () => {
+              // S3: the folder in the bucket before its record (a record names weights every node can read)
+              try { await artifacts.putDir(ck.dir); } catch (e) {
+                // a folder the trainer moved to final/ meanwhile is recorded by the final checkpoint's event
+                const why = (e as Error).message;
+                if (existsSync(ck.dir)) await addLog(id, 'warn', `checkpoint at step ${ck.step} not stored: ${why}`);
+                return;
+              }
+              await recordCheckpoint(ck);
+            });
+            const recordCheckpoint = (ck: CheckpointRecord) => store.tx(async (t) => {
               if (!(await t.trainingJobs.get(id))) return;
               const prev = (await t.trainingArtifacts.listCheckpoints(id)).find((o) => o.step === ck.step);
               if (prev) Object.assign(ck, { id: prev.id, created_at: prev.created_at, is_best: ck.is_best || prev.is_best });
@@ -437,7 +453,7 @@ export function createTrainingJobsService(deps: {
               await t.trainingArtifacts.appendLog(id, 'info', `checkpoint at epoch ${ck.epoch}, step ${ck.step}${ck.val_loss !== null ? `, validation loss ${ck.val_loss.toFixed(4)}` : ''}${ck.is_best ? ' (best so far)' : ''}`);
               const cur = (await t.trainingJobs.get(id)) as Job;
               t.trainingJobs.put({ ...cur, val_loss: ck.val_loss ?? cur.val_loss, updated_at: nowIso() });
-            }));
+            });
           }
         },
       );
@@ -460,17 +476,19 @@ export function createTrainingJobsService(deps: {
         : { id, kind: j.task_type, dir: finalDir, base_model: base.catalog_id, weights: 'full' };
       const finals = { weights_dir: finalDir, weights_format: lora ? 'peft_lora' as const : 'safetensors' as const, output_dir: finalDir, model_ref: modelRef, completed_at: nowIso() };
       if (r.metrics_error) await addLog(id, 'warn', `could not score the validation split: ${r.metrics_error}`);
+      // S3: the final weights in the bucket before the job is complete (throws: the job fails with the reason)
+      if (existsSync(finalDir)) await artifacts.putDir(finalDir);
       j = await patch(id, (cur) => {
         if (cur.status === 'cancelled') return { ...finals, base: { ...cur.base, dir: baseDir } };
         if (cur.status !== 'running') return null;
         return { ...finals, status: 'complete', progress_percent: 100, metrics: r.metrics ? { ...r.metrics } : null, base: { ...cur.base, dir: baseDir } };
       }, r.stopped ? { level: 'info', message: 'training stopped; the last checkpoint is kept' } : { level: 'info', message: `training complete${r.metrics ? `: validation F1 ${r.metrics.f1.toFixed(4)}, precision ${r.metrics.precision.toFixed(4)}, recall ${r.metrics.recall.toFixed(4)} (${r.metrics.sample_count} examples)` : ''}` });
-      if (!j) rmSync(dir, { recursive: true, force: true }); // deleted while it ran
+      if (!j) await artifacts.remove(dir); // deleted while it ran
     } catch (e) {
       if (closing) return; // the process is shutting down: the restart logic takes over
       const msg = e instanceof Error ? e.message : String(e);
       const cur = await getJob(id);
-      if (!cur) { rmSync(dir, { recursive: true, force: true }); return; }
+      if (!cur) { await artifacts.remove(dir).catch(() => {}); return; }
       if (cur.status === 'cancelled') { await addLog(id, 'info', `training stopped (${msg})`); return; }
       await fail(msg);
     }
@@ -489,6 +507,14 @@ export function createTrainingJobsService(deps: {
     if (!drop.length) return;
     await store.tx((t) => { for (const c of drop) t.trainingArtifacts.removeCheckpoint(c); });
     deps.log?.warn({ dropped: drop.length }, 'checkpoint records without a folder (or duplicated) were removed');
+  }
+
+  /** what a weight archive holds. LoRA: the PEFT adapter (its config and weights, tokenizer files); full: the model */
+  const PEFT_FILES = new RegExp('^(adapter_config\\.json|adapter_model\\.safetensors|tokenizer[^/]*\\.json'
+    + '|special_tokens_map\\.json|README\\.md)$');
+  function archiveFilter(j: Job): (rel: string) => boolean {
+    if (j.weights_format !== 'peft_lora') return (rel) => rel !== 'training_config.json';
+    return (rel) => PEFT_FILES.test(rel);
   }
 
   // ---- the API ---------------------------------------------------------------------------------
@@ -520,7 +546,10 @@ export function createTrainingJobsService(deps: {
         const kinds = Object.keys(v.kinds);
         const decoderData = kinds.some((k) => k === 'chat' || k === 'dpo' || k === 'grpo');
         if (base.task_type === 'encoder' && decoderData) invalid(`/datasets/${i}/name`, `dataset ${d.name} holds ${kinds.join('/')} records, which an encoder cannot train on`, 'dataset_type');
-        if (base.task_type === 'decoder') checkDatasetShape(algo, d.name, kinds, () => datasets.dataFile(v), `/datasets/${i}/name`);
+        if (base.task_type === 'decoder') {
+          const file = await datasets.localDataFile(v);
+          checkDatasetShape(algo, d.name, kinds, () => file, `/datasets/${i}/name`);
+        }
         ds.push({ name: v.dataset_name, version_number: v.version_number, version_id: v.id, dataset_type: v.dataset_type, size: v.size });
       }
       const d = defaults(base.task_type, base.source === 'fresh' ? FRESH_ENCODERS[base.catalog_id] ?? null : null, type);
@@ -589,12 +618,26 @@ export function createTrainingJobsService(deps: {
     async download(p: Principal, id: string, baseUrl: string) {
       const j = await own(p, id);
       if (j.status !== 'complete' && j.status !== 'deployed') throw new ConflictError(`Training job ${id} is ${j.status}; weights can be downloaded once it is complete`);
-      if (!j.weights_dir || !existsSync(j.weights_dir)) throw new NotFoundError(`The weights of training job ${id} are missing on disk`);
+      if (!j.weights_dir || !(await artifacts.hasDir(j.weights_dir))) {
+        throw new NotFoundError(`The weights of training job ${id} are missing on disk`);
+      }
       const archive = join(jobDir(id), 'weights.tar.gz');
-      // LoRA: the PEFT adapter (adapter_config.json + adapter_model.safetensors); full: the model
-      const peft = j.weights_format === 'peft_lora';
-      const keep = peft ? (rel: string) => /^(adapter_config\.json|adapter_model\.safetensors|tokenizer[^/]*\.json|special_tokens_map\.json|README\.md)$/.test(rel) : (rel: string) => rel !== 'training_config.json';
-      if (!existsSync(archive)) await writeTarGz(j.weights_dir, archive, j.model_name, keep);
+      const filename = `${j.model_name}.tar.gz`;
+      if (artifacts.kind === 's3') {
+        // built once by any node, then served by the bucket itself (a presigned GET)
+        let st = await artifacts.stat(archive);
+        if (!st) {
+          await writeTarGz(await artifacts.getDir(j.weights_dir), archive, j.model_name, archiveFilter(j));
+          await artifacts.putFile(archive);
+          st = { size: statSync(archive).size, etag: null };
+        }
+        const signed = (await artifacts.presignGet(archive, config.signedUrlTtlS, filename))!;
+        return {
+          success: true, download_url: signed.url, expires_at: signed.expires_at, filename, format: j.weights_format,
+          size_bytes: st.size,
+        };
+      }
+      if (!existsSync(archive)) await writeTarGz(j.weights_dir, archive, j.model_name, archiveFilter(j));
       const path = `/felix/training-jobs/${id}/download/archive`;
       const signed = deps.urls.sign('GET', path, config.signedUrlTtlS, baseUrl);
       return {
@@ -628,8 +671,11 @@ export function createTrainingJobsService(deps: {
       if (active) throw new ConflictError(`Training job ${id} is deployed to project ${active.name}; deploy another model there or delete the project first`);
       running.get(id)?.stop();
       await store.tx(async (t) => { await t.trainingArtifacts.removeJob(id); await t.trainingJobs.remove(id); });
-      runtime.unload?.(jobModelRef(j)); // its adapter (or weights) leaves memory with the job
-      if (!running.has(id)) rmSync(jobDir(id), { recursive: true, force: true });
+      runtime.unload?.(localModelRef(artifacts, jobModelRef(j))); // its adapter (or weights) leaves memory with the job
+      if (!running.has(id)) {
+        await artifacts.remove(jobDir(id))
+          .catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'job files not removed'));
+      }
       return { success: true, message: `Training job ${id} and its checkpoints, logs and weights were deleted` };
     },
 

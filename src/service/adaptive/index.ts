@@ -322,7 +322,8 @@ export function createAdaptiveService(deps: {
     for (const d of job.datasets ?? []) {
       const v = await store.datasets.getVersion(d.version_id);
       if (!v || v.status !== 'ready') continue;
-      for (const l of (await readFile(datasets.dataFile(v), 'utf8')).split('\n')) if (l.trim()) lines.push(l);
+      const text = await readFile(await datasets.localDataFile(v), 'utf8');
+      for (const l of text.split('\n')) if (l.trim()) lines.push(l);
     }
     return lines;
   }
@@ -352,7 +353,7 @@ export function createAdaptiveService(deps: {
     let evalRows: unknown[] = [];
     if (policy.eval_dataset) {
       const v = await datasets.readyVersion(r.team_id, policy.eval_dataset);
-      evalRows = (await readFile(datasets.dataFile(v), 'utf8'))
+      evalRows = (await readFile(await datasets.localDataFile(v), 'utf8'))
         .split('\n')
         .filter((l) => l.trim())
         .map((l) => JSON.parse(l));
