@@ -172,11 +172,6 @@ float vec_dot_q8_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float*
 }
 
 // Four rows: four single-row products (the portable path stays the plain reference)
-#define LOOM_DOT4_BY_ROWS(T)                                                                                  \
-  void vec_dot4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds, \
-                         float* y) {                                                                          \
-    for (int r = 0; r < 4; r++) y[r] = vec_dot_##T##_q8(K, w + r * rb, q, d, ds);                           \
-  }
 LOOM_DOT4_BY_ROWS(q4_0)
 LOOM_DOT4_BY_ROWS(q4_1)
 LOOM_DOT4_BY_ROWS(q5_0)
@@ -186,7 +181,6 @@ LOOM_DOT4_BY_ROWS(q4_K)
 LOOM_DOT4_BY_ROWS(q5_K)
 LOOM_DOT4_BY_ROWS(q6_K)
 LOOM_DOT4_BY_ROWS(q8_K)
-#undef LOOM_DOT4_BY_ROWS
 
 // Four rows × M rows of x: the four-row products per row of x
 #define LOOM_GEMM4_BY_ROWS(T)                                                                                     \
@@ -198,6 +192,8 @@ LOOM_DOT4_BY_ROWS(q8_K)
 LOOM_GEMM4_BY_ROWS(q4_0)
 LOOM_GEMM4_BY_ROWS(q5_0)
 LOOM_GEMM4_BY_ROWS(q8_0)
+LOOM_GEMM4_BY_ROWS(q4_K)
+LOOM_GEMM4_BY_ROWS(q6_K)
 #undef LOOM_GEMM4_BY_ROWS
 
 }  // namespace portable
@@ -228,9 +224,9 @@ const QuantType kTypes[] = {
     LOOM_QT_GEMM4(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
     LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
     LOOM_QT_GEMM4(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
-    LOOM_QT(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
+    LOOM_QT_GEMM4(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
     LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
-    LOOM_QT(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
+    LOOM_QT_GEMM4(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT

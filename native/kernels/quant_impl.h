@@ -431,17 +431,11 @@ void vec_dot4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, c
   hsum4(a0, a1, a2, a3, y);
 }
 
-// The other types (rarer in the files people run): four single-row products.
-#define LOOM_DOT4_BY_ROWS(T)                                                                                  \
-  void vec_dot4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds, \
-                         float* y) {                                                                          \
-    for (int r = 0; r < 4; r++) y[r] = vec_dot_##T##_q8(K, w + r * rb, q, d, ds);                           \
-  }
+// The other types (rarer in the files people run): four single-row products (quant_internal.h).
 LOOM_DOT4_BY_ROWS(q4_1)
 LOOM_DOT4_BY_ROWS(q5_1)
 LOOM_DOT4_BY_ROWS(q5_K)
 LOOM_DOT4_BY_ROWS(q8_K)
-#undef LOOM_DOT4_BY_ROWS
 
 // ---- Four weight rows × M rows of x, each weight block unpacked once for all M (small batches) ------------
 // y[m·ldy + r] = Σ_k W[r][k]·x̂_m,k for the 4 rows at w + r·rb and the M quantized rows of x (row m at
@@ -514,4 +508,115 @@ void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
     }
   }
   for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+}
+
+// ---- Q4_K / Q6_K: each super-block of the 4 rows unpacked once for all M rows of x -----------------------
+// Per 4-row group and super-block, an L1 buffer holds each row's 8 sub-blocks as 32 unsigned int8 values
+// (Q4_K: the nibbles, 0-15; Q6_K: the 6-bit values, 0-63) and each sub-block's integer scale(s) as 16 s16
+// lanes (Q6_K: lanes 0-7 carry the scale of the block's first 16 values, lanes 8-15 the second's). Per row of
+// x a sub-block then costs vpmaddubsw, vpmaddwd by the scales (the scale applied in integers), one convert
+// and one FMA by d_x; the super-block's sum is scaled by d once. Q4_K's minimums are dmin·m_j per lane j times
+// ds (one FMA per super-block); Q6_K's offset of 32 is taken off the s16 pair sums (32·(x_2i + x_2i+1), one
+// vpmaddubsw per block of x shared by the 4 rows).
+struct KQuantGroup {
+  __m256i wq[4][8];  // row, sub-block: 32 unsigned values
+  __m256i sc[4][8];  // row, sub-block: its scale(s) as s16 lanes
+  __m256 dw[4];      // d, broadcast
+  __m256 mins[4];    // Q4_K: dmin·m_j in lane j
+};
+
+static inline void q4k_unpack(const uint8_t* wr, KQuantGroup* g, int r) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; c++) {
+    const __m256i qb = loadu256(wr + 16 + 32 * c);
+    g->wq[r][2 * c] = _mm256_and_si256(qb, lo4);
+    g->wq[r][2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), lo4);
+  }
+  uint32_t u[4];  // the 12-byte (scale, min) pairs → scales 0-7, mins 0-7 (as q4k_scales)
+  std::memcpy(u, wr + 4, 12);
+  constexpr uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+  const uint32_t mins03 = u[1] & m1;
+  u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+  u[2] = mins03;
+  u[0] &= m1;
+  uint8_t b[16];
+  std::memcpy(b, u, 16);
+  for (int j = 0; j < 8; j++) g->sc[r][j] = _mm256_set1_epi16(short(b[j]));
+  const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8))));
+  g->dw[r] = set1_f16(wr);
+  g->mins[r] = _mm256_mul_ps(set1_f16(wr + 2), mn);
+}
+
+static inline void q6k_unpack(const uint8_t* wr, KQuantGroup* g, int r) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
+  const int8_t* sc = reinterpret_cast<const int8_t*>(wr + 192);
+  for (int h = 0; h < 2; h++) {
+    const __m256i qh = loadu256(wr + 128 + 32 * h);
+    for (int s = 0; s < 4; s++) {
+      const __m256i ql = loadu256(wr + 64 * h + 32 * (s & 1));
+      const __m256i lo = s < 2 ? _mm256_and_si256(ql, lo4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), lo2);
+      g->wq[r][4 * h + s] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+      g->sc[r][4 * h + s] = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * s + 1]), _mm_set1_epi16(sc[8 * h + 2 * s]));
+    }
+  }
+  g->dw[r] = set1_f16(wr + 208);
+}
+
+template <bool kSix>
+static inline void gemm4_k(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                           const float* ds, float* y, int64_t ldy) {
+  constexpr int64_t bytes = kSix ? kQ6_KBytes : kQ4_KBytes;
+  const int64_t nb = K / kQ8Block;
+  const __m256i c32 = _mm256_set1_epi8(32);
+  alignas(32) __m256 acc[kQuantSmallM][4];
+  alignas(32) KQuantGroup g;
+  for (int64_t m = 0; m < M; m++)
+    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * bytes;
+    prefetch4(wb, rb, bytes);
+    for (int r = 0; r < 4; r++) kSix ? q6k_unpack(wb + r * rb, &g, r) : q4k_unpack(wb + r * rb, &g, r);
+    for (int64_t m = 0; m < M; m++) {
+      const int8_t* xq = q + m * K + sb * gguf::QK_K;
+      const float* dx = d + m * nb + sb * 8;
+      __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j++) {
+        const __m256i x = loadu256(xq + 32 * j);
+        const __m256 dxv = _mm256_set1_ps(dx[j]);
+        const __m256i bx = kSix ? _mm256_maddubs_epi16(c32, x) : _mm256_setzero_si256();
+        auto row = [&](int r, __m256 t) {
+          __m256i p = _mm256_maddubs_epi16(g.wq[r][j], x);
+          if (kSix) p = _mm256_sub_epi16(p, bx);
+          return _mm256_fmadd_ps(dxv, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, g.sc[r][j])), t);
+        };
+        t0 = row(0, t0);
+        t1 = row(1, t1);
+        t2 = row(2, t2);
+        t3 = row(3, t3);
+      }
+      __m256* a = acc[m];
+      a[0] = _mm256_fmadd_ps(g.dw[0], t0, a[0]);
+      a[1] = _mm256_fmadd_ps(g.dw[1], t1, a[1]);
+      a[2] = _mm256_fmadd_ps(g.dw[2], t2, a[2]);
+      a[3] = _mm256_fmadd_ps(g.dw[3], t3, a[3]);
+      if (!kSix) {
+        const __m256 dsv = _mm256_loadu_ps(ds + m * nb + sb * 8);
+        for (int r = 0; r < 4; r++) a[r] = _mm256_fnmadd_ps(g.mins[r], dsv, a[r]);
+      }
+    }
+  }
+  for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+}
+
+void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm4_k<false>(K, w, rb, M, q, d, ds, y, ldy);
+}
+
+void gemm4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm4_k<true>(K, w, rb, M, q, d, ds, y, ldy);
 }
