@@ -310,21 +310,42 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
     return;
   }
   // decode / small batches: int8 activations, integer dot products per block
+  thread_local QuantActs a;
+  quant_acts(M, K, x, ldx, &a);
+  linear_quant_acts(t, N, a, w, bias, y, ldy, beta);
+}
+
+void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
+  if (M < 0 || M > kQuantSmallM || K <= 0 || K % kQ8Block != 0)
+    throw std::invalid_argument("quant_acts: M = " + std::to_string(M) + ", K = " + std::to_string(K) +
+                                " (M <= " + std::to_string(kQuantSmallM) + ", K a positive multiple of 32)");
   const int isa = quant_isa();
   const QuantActFn act = isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
+  const int64_t nb = K / kQ8Block;
+  a->M = M;
+  a->K = K;
+  a->q.resize(size_t(M * K));
+  a->d.resize(size_t(M * nb));
+  a->ds.resize(size_t(M * nb));
+  for (int64_t m = 0; m < M; m++)
+    act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
+}
+
+void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
+                       int64_t ldy, float beta) {
+  const int64_t M = a.M, K = a.K;
+  const QuantType& e = check(t, K);
+  if (M <= 0 || N <= 0) return;
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const size_t rb = quant_row_bytes(t, K);
+  const int isa = quant_isa();
   const QuantDotFn dot = e.dot[isa];
   const QuantDot4Fn dot4 = e.dot4[isa];
   const QuantGemm4Fn gemm4 = M > 1 ? e.gemm4[isa] : nullptr;
   const int64_t nb = K / kQ8Block;
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> d, ds;
-  q.resize(size_t(M * K));
-  d.resize(size_t(M * nb));
-  ds.resize(size_t(M * nb));
-  for (int64_t m = 0; m < M; m++) act(K, x + m * ldx, q.data() + m * K, d.data() + m * nb, ds.data() + m * nb);
-  const int8_t* qp = q.data();
-  const float* dp = d.data();
-  const float* dsp = ds.data();
+  const int8_t* qp = a.q.data();
+  const float* dp = a.d.data();
+  const float* dsp = a.ds.data();
   auto put = [&](int64_t m, int64_t n, float v) {
     if (bias) v += bias[n];
     float* yp = y + m * ldy + n;
