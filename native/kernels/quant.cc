@@ -357,6 +357,10 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
     int64_t n = 4 * g0;
     for (; n + 4 <= n1; n += 4) {
       const uint8_t* wr = wb + size_t(n) * rb;
+      if (gemm4 && !bias && beta == 0.0f) {  // straight into y
+        gemm4(K, wr, rb, M, qp, dp, dsp, y + n, ldy);
+        continue;
+      }
       if (gemm4) {
         float v[kQuantSmallM * 4];
         gemm4(K, wr, rb, M, qp, dp, dsp, v, 4);

@@ -473,6 +473,23 @@ static inline __m256i dot4_interleaved(const __m256i* v, const int8_t* x) {
   return _mm256_add_epi16(s01, s23);
 }
 
+// the f16 scale at the start of each of the 4 rows' blocks, row r in f32 lanes 2r and 2r + 1
+static inline __m256 scales_by_lane_pairs(const uint8_t* wb, size_t rb) {
+  uint16_t hs[8];
+  for (int r = 0; r < 4; r++) {
+    std::memcpy(&hs[2 * r], wb + r * rb, 2);
+    hs[2 * r + 1] = hs[2 * r];
+  }
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hs)));
+}
+
+// y[r] = lane 2r + lane 2r + 1 of acc (r < 4)
+static inline void store_lane_pairs(__m256 acc, float* y) {
+  const __m256 p = _mm256_hadd_ps(acc, acc);  // lanes 0, 1: rows 0, 1; lanes 4, 5: rows 2, 3
+  _mm_storel_pi(reinterpret_cast<__m64*>(y), _mm256_castps256_ps128(p));
+  _mm_storel_pi(reinterpret_cast<__m64*>(y + 2), _mm256_extractf128_ps(p, 1));
+}
+
 template <bool kFive>
 static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
                                  const float* ds, float* y, int64_t ldy) {
@@ -491,13 +508,7 @@ static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t
     const __m256i w0 = unpack(wb), w1 = unpack(wb + rb), w2 = unpack(wb + 2 * rb), w3 = unpack(wb + 3 * rb);
     __m256i v[4];
     interleave4(w0, w1, w2, w3, v);
-    // weight scale per lane: d of row r in lanes 2r, 2r+1
-    uint16_t hs[8];
-    for (int r = 0; r < 4; r++) {
-      std::memcpy(&hs[2 * r], wb + r * rb, 2);
-      hs[2 * r + 1] = hs[2 * r];
-    }
-    const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hs)));
+    const __m256 sw = scales_by_lane_pairs(wb, rb);  // d of row r: lanes 2r, 2r+1
     for (int64_t m = 0; m < M; m++) {
       const int8_t* xb = q + m * K + b * kQ8Block;
       const __m256i s = dot4_interleaved(v, xb);
@@ -506,15 +517,7 @@ static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t
       acc[m] = _mm256_fmadd_ps(sw, f, acc[m]);
     }
   }
-  for (int64_t m = 0; m < M; m++) {  // row r = lanes 2r + 2r+1
-    const __m256 p = _mm256_hadd_ps(acc[m], acc[m]);  // lanes 0, 1: rows 0, 1; lanes 4, 5: rows 2, 3
-    alignas(32) float f[8];
-    _mm256_store_ps(f, p);
-    y[m * ldy] = f[0];
-    y[m * ldy + 1] = f[1];
-    y[m * ldy + 2] = f[4];
-    y[m * ldy + 3] = f[5];
-  }
+  for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
 }
 
 void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
@@ -527,32 +530,32 @@ void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
   gemm4_q40_q50<true>(K, w, rb, M, q, d, ds, y, ldy);
 }
 
-// Q8_0: |w| and the weight scales once per block; per row of x only sign(x, w) and the dot
+// Q8_0: the 4 rows interleaved as above, |w| and the weight scales once per block; per row of x and chunk of 8
+// values one broadcast, x·sign(w), vpmaddubsw and vpmaddwd (the s16 pair sums reach 2·128·127: no room to sum
+// chunks in s16), one convert and one FMA per block of x for the 4 rows.
 void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
                    float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
-  alignas(32) __m256 acc[kQuantSmallM][4];
-  for (int64_t m = 0; m < M; m++)
-    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) __m256 acc[kQuantSmallM];
+  for (int64_t m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t* wb = w + b * kQ8_0Bytes;
     prefetch4(wb, rb, kQ8_0Bytes);
-    const __m256i w0 = loadu256(wb + 2), w1 = loadu256(wb + rb + 2), w2 = loadu256(wb + 2 * rb + 2),
-                  w3 = loadu256(wb + 3 * rb + 2);
-    const __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1), u2 = _mm256_sign_epi8(w2, w2),
-                  u3 = _mm256_sign_epi8(w3, w3);
-    const __m256 s0 = set1_f16(wb), s1 = set1_f16(wb + rb), s2 = set1_f16(wb + 2 * rb), s3 = set1_f16(wb + 3 * rb);
+    __m256i v[4], u[4];
+    interleave4(loadu256(wb + 2), loadu256(wb + rb + 2), loadu256(wb + 2 * rb + 2), loadu256(wb + 3 * rb + 2), v);
+    for (int c = 0; c < 4; c++) u[c] = _mm256_sign_epi8(v[c], v[c]);
+    const __m256 sw = scales_by_lane_pairs(wb, rb);
     for (int64_t m = 0; m < M; m++) {
-      const __m256i qx = loadu256(q + m * K + b * kQ8Block);
-      const __m256 dx = _mm256_set1_ps(d[m * nb + b]);
-      __m256* a = acc[m];
-      a[0] = _mm256_fmadd_ps(_mm256_mul_ps(s0, dx), _mm256_cvtepi32_ps(dot_u8s8(u0, _mm256_sign_epi8(qx, w0))), a[0]);
-      a[1] = _mm256_fmadd_ps(_mm256_mul_ps(s1, dx), _mm256_cvtepi32_ps(dot_u8s8(u1, _mm256_sign_epi8(qx, w1))), a[1]);
-      a[2] = _mm256_fmadd_ps(_mm256_mul_ps(s2, dx), _mm256_cvtepi32_ps(dot_u8s8(u2, _mm256_sign_epi8(qx, w2))), a[2]);
-      a[3] = _mm256_fmadd_ps(_mm256_mul_ps(s3, dx), _mm256_cvtepi32_ps(dot_u8s8(u3, _mm256_sign_epi8(qx, w3))), a[3]);
+      const int8_t* xb = q + m * K + b * kQ8Block;
+      auto chunk = [&](int c) {
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], _mm256_sign_epi8(bcast8(xb + 8 * c), v[c])), ones);
+      };
+      const __m256i i = _mm256_add_epi32(_mm256_add_epi32(chunk(0), chunk(1)), _mm256_add_epi32(chunk(2), chunk(3)));
+      acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_set1_ps(d[m * nb + b])), _mm256_cvtepi32_ps(i), acc[m]);
     }
   }
-  for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+  for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
 }
 
 // ---- Q4_K / Q6_K: each super-block of the 4 rows unpacked once for all M rows of x -----------------------
@@ -588,16 +591,13 @@ void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
     prefetch4(wb, rb, kQ4_KBytes);
     alignas(16) uint8_t sm[4][16];
     __m256 mins[4];
-    uint16_t hs[8];
     for (int r = 0; r < 4; r++) {
       const uint8_t* wr = wb + r * rb;
       q4k_scales_mins(wr, sm[r]);
-      mins[r] = _mm256_mul_ps(set1_f16(wr + 2),
-                              _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm[r] + 8)))));
-      std::memcpy(&hs[2 * r], wr, 2);
-      hs[2 * r + 1] = hs[2 * r];
+      const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm[r] + 8));
+      mins[r] = _mm256_mul_ps(set1_f16(wr + 2), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8)));
     }
-    const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hs)));  // d of row r: lanes 2r, 2r+1
+    const __m256 sw = scales_by_lane_pairs(wb, rb);  // d of row r: lanes 2r, 2r+1
     for (int c = 0; c < 4; c++) {  // bytes 32c.. hold sub-block 2c (low nibbles) and 2c + 1 (high)
       __m256i lo[4], hi[4];
       for (int r = 0; r < 4; r++) {
