@@ -369,6 +369,10 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
         continue;
       }
       for (int64_t m = 0; m < M; m++) {
+        if (!bias && beta == 0.0f) {
+          dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, y + m * ldy + n);
+          continue;
+        }
         float v[4];
         dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, v);
         for (int r = 0; r < 4; r++) put(m, n + r, v[r]);

@@ -4,6 +4,7 @@
 // quant_internal.h and gguf_dequant.h before), after they define
 //   dot_u8s8(a, b): 32 products u8 a × s8 b as 8 s32 lanes, lane i = Σ of products 4i..4i+3
 //                   (AVX2: vpmaddubsw + vpmaddwd; AVX-512 VNNI: vpdpbusd on ymm)
+// and, for VNNI, LOOM_QUANT_VNNI 1 (the small-batch kernels' interleaved sums then take vpdpbusd directly).
 // Every weight block is unpacked to 32 unsigned (or, for Q8_0 / Q8_K / Q6_K, signed) int8 values per
 // activation block j; the integer dot is scaled by the weight scale and d[j] in f32, offsets and minimums
 // come from ds[j] = d[j]·Σq_x. Lane i of a dot holds values 4i..4i+3, so lanes 0-3 are the first 16
@@ -473,6 +474,19 @@ static inline __m256i dot4_interleaved(const __m256i* v, const int8_t* x) {
   return _mm256_add_epi16(s01, s23);
 }
 
+// the same sums widened to s32 lanes 2r, 2r + 1 for row r: on AVX2 one vpmaddwd of the s16 sums; with VNNI
+// four vpdpbusd accumulating in s32 (the s16 detour would cost more than it saves there)
+static inline __m256i dot4_interleaved_s32(const __m256i* v, const int8_t* x) {
+#if LOOM_QUANT_VNNI
+  __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[0], bcast8(x));
+  s = _mm256_dpbusd_epi32(s, v[1], bcast8(x + 8));
+  s = _mm256_dpbusd_epi32(s, v[2], bcast8(x + 16));
+  return _mm256_dpbusd_epi32(s, v[3], bcast8(x + 24));
+#else
+  return _mm256_madd_epi16(dot4_interleaved(v, x), _mm256_set1_epi16(1));
+#endif
+}
+
 // the f16 scale at the start of each of the 4 rows' blocks, row r in f32 lanes 2r and 2r + 1
 static inline __m256 scales_by_lane_pairs(const uint8_t* wb, size_t rb) {
   uint16_t hs[8];
@@ -496,7 +510,6 @@ static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t
   constexpr int64_t bytes = kFive ? kQ5_0Bytes : kQ4_0Bytes;
   const int64_t nb = K / kQ8Block;
   const __m256 off = _mm256_set1_ps(kFive ? -8.0f : -4.0f);  // -16/2, -8/2 per lane (2 lanes per row)
-  const __m256i ones = _mm256_set1_epi16(1);
   alignas(32) __m256 acc[kQuantSmallM];
   for (int64_t m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
@@ -511,9 +524,9 @@ static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t
     const __m256 sw = scales_by_lane_pairs(wb, rb);  // d of row r: lanes 2r, 2r+1
     for (int64_t m = 0; m < M; m++) {
       const int8_t* xb = q + m * K + b * kQ8Block;
-      const __m256i s = dot4_interleaved(v, xb);
+      const __m256i i = dot4_interleaved_s32(v, xb);
       const __m256 ox = _mm256_mul_ps(_mm256_set1_ps(ds[m * nb + b]), off);
-      const __m256 f = _mm256_fmadd_ps(_mm256_set1_ps(d[m * nb + b]), _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones)), ox);
+      const __m256 f = _mm256_fmadd_ps(_mm256_set1_ps(d[m * nb + b]), _mm256_cvtepi32_ps(i), ox);
       acc[m] = _mm256_fmadd_ps(sw, f, acc[m]);
     }
   }
@@ -531,12 +544,11 @@ void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
 }
 
 // Q8_0: the 4 rows interleaved as above, |w| and the weight scales once per block; per row of x and chunk of 8
-// values one broadcast, x·sign(w), vpmaddubsw and vpmaddwd (the s16 pair sums reach 2·128·127: no room to sum
+// values one broadcast, x·sign(w) and dot_u8s8 (the s16 pair sums reach 2·128·127: no room to sum
 // chunks in s16), one convert and one FMA per block of x for the 4 rows.
 void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
                    float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
-  const __m256i ones = _mm256_set1_epi16(1);
   alignas(32) __m256 acc[kQuantSmallM];
   for (int64_t m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
@@ -548,9 +560,7 @@ void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
     const __m256 sw = scales_by_lane_pairs(wb, rb);
     for (int64_t m = 0; m < M; m++) {
       const int8_t* xb = q + m * K + b * kQ8Block;
-      auto chunk = [&](int c) {
-        return _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], _mm256_sign_epi8(bcast8(xb + 8 * c), v[c])), ones);
-      };
+      auto chunk = [&](int c) { return dot_u8s8(u[c], _mm256_sign_epi8(bcast8(xb + 8 * c), v[c])); };
       const __m256i i = _mm256_add_epi32(_mm256_add_epi32(chunk(0), chunk(1)), _mm256_add_epi32(chunk(2), chunk(3)));
       acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_set1_ps(d[m * nb + b])), _mm256_cvtepi32_ps(i), acc[m]);
     }
