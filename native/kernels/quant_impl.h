@@ -442,7 +442,8 @@ LOOM_DOT4_BY_ROWS(q8_K)
 // y[m·ldy + r] = Σ_k W[r][k]·x̂_m,k for the 4 rows at w + r·rb and the M quantized rows of x (row m at
 // q + m·K, d + m·K/32, ds + m·K/32), M <= kQuantSmallM. Where unpacking a block costs more than the dot itself
 // (Q4_0 / Q5_0: nibbles, 5th bits), doing it once per step instead of once per row of x roughly halves a small
-// batch's work; the accumulators (M·4 vectors) live in an L1 scratch.
+// batch's work; the accumulators (one vector per row of x, row r of W in lanes 2r and 2r + 1; Q6_K: four) live
+// in an L1 scratch.
 //
 // Q4_0 / Q5_0 blocks are unpacked to unsigned values (0-15 / 0-31) and interleaved across the 4 rows: vector c
 // holds values 8c..8c+7 of rows 0, 1, 2, 3, so one vpmaddubsw against 8 bytes of x broadcast does 8 products
@@ -450,6 +451,7 @@ LOOM_DOT4_BY_ROWS(q8_K)
 // (at most 4·2·31·127 = 31496: no overflow), widened once (vpmaddwd by 1: s32 lanes 2r, 2r+1 for row r) and
 // scaled in f32 by d_x and the per-lane weight scale: ~13 operations per block of x for the 4 rows instead of
 // 4 × 5 with one row per register.
+
 // 4×4 transpose of 8-byte chunks: v[c] = bytes 8c..8c+7 of w0, w1, w2, w3 (rows in 64-bit lanes 0-3)
 static inline void interleave4(__m256i w0, __m256i w1, __m256i w2, __m256i w3, __m256i* v) {
   const __m256i a01 = _mm256_unpacklo_epi64(w0, w1), b01 = _mm256_unpackhi_epi64(w0, w1);
@@ -468,7 +470,8 @@ static inline __m256i bcast8(const int8_t* p) {
 // Σ over a block of 32 values of the 4 interleaved rows v[0..3] (unsigned, ≤ 31) × x: s16 lanes 4r..4r+3 for
 // row r, the 4 chunks summed in s16 (≤ 4·2·31·127 = 31496)
 static inline __m256i dot4_interleaved(const __m256i* v, const int8_t* x) {
-  const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], bcast8(x)), _mm256_maddubs_epi16(v[1], bcast8(x + 8)));
+  const __m256i s01 =
+      _mm256_add_epi16(_mm256_maddubs_epi16(v[0], bcast8(x)), _mm256_maddubs_epi16(v[1], bcast8(x + 8)));
   const __m256i s23 =
       _mm256_add_epi16(_mm256_maddubs_epi16(v[2], bcast8(x + 16)), _mm256_maddubs_epi16(v[3], bcast8(x + 24)));
   return _mm256_add_epi16(s01, s23);
