@@ -2,9 +2,12 @@
 // machine shared with other work (wall-clock tok/s there depends on who else holds the cores; the CPU time a
 // step costs much less). `npm run bench -- decode` reports wall-clock figures; this is the A/B for kernel work.
 //   node --import tsx bench/decode-cpu.mts <file.gguf> [--streams 1,8,32] [--tokens 64] [--threads 1] [--reps 2]
-//     [--no-llama]
+//     [--no-llama] [--bound]
 // Per row: streams, tok/s (wall), CPU ms per step (process CPU time over the steps after every stream's first
-// token / steps). Set LOOM_ADDON to compare two builds of the addon on the same file.
+// token / steps). Set LOOM_ADDON to compare two builds of the addon on the same file. --bound adds the read-
+// bandwidth bound in the same unit: the weight bytes a token reads over the bytes a plain read loop streams per
+// CPU-second (addon.benchRead over 256 MiB, far larger than the L3), i.e. the CPU ms a step would take if it did
+// nothing but stream its weights once; measured in CPU time so that it holds on a loaded machine as well.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -15,6 +18,8 @@ import { KvCacheManager } from '../src/runtime/kv-cache.ts';
 import { PrefixCache } from '../src/runtime/prefix-cache.ts';
 import { Scheduler } from '../src/runtime/scheduler.ts';
 import { getIsa, setThreads } from '../src/native/cpu.ts';
+import { addon } from '../src/native/addon.ts';
+import { bytesPerToken } from './decode.ts';
 
 const argv = process.argv.slice(2);
 const flag = (name: string, def: string) => (argv.includes(name) ? argv[argv.indexOf(name) + 1] : def);
@@ -66,6 +71,21 @@ console.log(`${gguf}: ${threads} thread(s), ISA ${getIsa()}`);
       const t = Math.max(...rs.map((x) => x.t)), c = Math.max(...rs.map((x) => x.c));
       report('loom', s, tokens - 1, performance.now() - t, cpuMs() - c);
     }
+}
+if (argv.includes('--bound')) {
+  // CPU ms per GiB read: 48 passes over 256 MiB less 8 (the buffer's setup and first touch cancel out), best of 3
+  let best = Infinity;
+  for (let i = 0; i < 3; i++) {
+    let c = cpuMs();
+    addon.benchRead(threads, 256, 8);
+    const few = cpuMs() - c;
+    c = cpuMs();
+    addon.benchRead(threads, 256, 48);
+    best = Math.min(best, (cpuMs() - c - few) / 10);
+  }
+  const gbPerCpuS = 2 ** 30 / 1e9 / (best / 1000), bytes = bytesPerToken(gguf);
+  console.log(`read bound: ${(bytes / 1e6).toFixed(1)} MB of weights per token at ${gbPerCpuS.toFixed(2)} GB per ` +
+    `CPU-second = ${((bytes / 1e9 / gbPerCpuS) * 1000).toFixed(2)} ms CPU per step`);
 }
 const lib = join(import.meta.dirname, 'node_modules', 'node-llama-cpp', 'dist', 'index.js');
 if (!argv.includes('--no-llama') && existsSync(lib)) {

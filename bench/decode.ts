@@ -92,7 +92,7 @@ function rssBytes(): number {
 
 /** Weight bytes a decode step reads per token: every tensor of the file but the embedding table (one row of it
  * is read), which counts when it is also the output matrix (no output.weight). */
-function bytesPerToken(gguf: string): number {
+export function bytesPerToken(gguf: string): number {
   const f = loadGgufCheckpoint(gguf).file;
   let total = 0;
   for (const [name, t] of f.tensors) if (name !== 'token_embd.weight' || !f.tensors.has('output.weight')) total += t.bytes.byteLength;

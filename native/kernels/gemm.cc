@@ -325,6 +325,18 @@ void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w
   if (M < 0) throw std::invalid_argument("linear_packed: negative M");
   if (M == 0) return;
   if (!w->parts.empty()) {  // stacked row blocks: each writes its columns of y
+    bool quant = M <= kQuantSmallM && w->K % 32 == 0;
+    for (const PackedWeight* p : w->parts) quant = quant && p->parts.empty() && quant_supported(p->stored);
+    if (quant) {  // block-quantized parts (q/k/v, gate/up): x quantized once for all of them
+      thread_local QuantActs a;
+      quant_acts(M, w->K, x, ldx, &a);
+      int64_t n0 = 0;
+      for (const PackedWeight* p : w->parts) {
+        linear_quant_acts(p->stored, p->N, a, p->data, bias ? bias + n0 : nullptr, y + n0, ldy, beta);
+        n0 += p->N;
+      }
+      return;
+    }
     int64_t n0 = 0;
     for (const PackedWeight* p : w->parts) {
       linear_packed(M, x, ldx, p, bias ? bias + n0 : nullptr, y + n0, ldy, beta);

@@ -172,11 +172,6 @@ float vec_dot_q8_K_q8(int64_t K, const uint8_t* w, const int8_t* q, const float*
 }
 
 // Four rows: four single-row products (the portable path stays the plain reference)
-#define LOOM_DOT4_BY_ROWS(T)                                                                                  \
-  void vec_dot4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds, \
-                         float* y) {                                                                          \
-    for (int r = 0; r < 4; r++) y[r] = vec_dot_##T##_q8(K, w + r * rb, q, d, ds);                           \
-  }
 LOOM_DOT4_BY_ROWS(q4_0)
 LOOM_DOT4_BY_ROWS(q4_1)
 LOOM_DOT4_BY_ROWS(q5_0)
@@ -186,7 +181,6 @@ LOOM_DOT4_BY_ROWS(q4_K)
 LOOM_DOT4_BY_ROWS(q5_K)
 LOOM_DOT4_BY_ROWS(q6_K)
 LOOM_DOT4_BY_ROWS(q8_K)
-#undef LOOM_DOT4_BY_ROWS
 
 // Four rows × M rows of x: the four-row products per row of x
 #define LOOM_GEMM4_BY_ROWS(T)                                                                                     \
@@ -198,6 +192,8 @@ LOOM_DOT4_BY_ROWS(q8_K)
 LOOM_GEMM4_BY_ROWS(q4_0)
 LOOM_GEMM4_BY_ROWS(q5_0)
 LOOM_GEMM4_BY_ROWS(q8_0)
+LOOM_GEMM4_BY_ROWS(q4_K)
+LOOM_GEMM4_BY_ROWS(q6_K)
 #undef LOOM_GEMM4_BY_ROWS
 
 }  // namespace portable
@@ -228,9 +224,9 @@ const QuantType kTypes[] = {
     LOOM_QT_GEMM4(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
     LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
     LOOM_QT_GEMM4(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
-    LOOM_QT(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
+    LOOM_QT_GEMM4(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
     LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
-    LOOM_QT(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
+    LOOM_QT_GEMM4(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT
@@ -314,21 +310,42 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
     return;
   }
   // decode / small batches: int8 activations, integer dot products per block
+  thread_local QuantActs a;
+  quant_acts(M, K, x, ldx, &a);
+  linear_quant_acts(t, N, a, w, bias, y, ldy, beta);
+}
+
+void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
+  if (M < 0 || M > kQuantSmallM || K <= 0 || K % kQ8Block != 0)
+    throw std::invalid_argument("quant_acts: M = " + std::to_string(M) + ", K = " + std::to_string(K) +
+                                " (M <= " + std::to_string(kQuantSmallM) + ", K a positive multiple of 32)");
   const int isa = quant_isa();
   const QuantActFn act = isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
+  const int64_t nb = K / kQ8Block;
+  a->M = M;
+  a->K = K;
+  a->q.resize(size_t(M * K));
+  a->d.resize(size_t(M * nb));
+  a->ds.resize(size_t(M * nb));
+  for (int64_t m = 0; m < M; m++)
+    act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
+}
+
+void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
+                       int64_t ldy, float beta) {
+  const int64_t M = a.M, K = a.K;
+  const QuantType& e = check(t, K);
+  if (M <= 0 || N <= 0) return;
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const size_t rb = quant_row_bytes(t, K);
+  const int isa = quant_isa();
   const QuantDotFn dot = e.dot[isa];
   const QuantDot4Fn dot4 = e.dot4[isa];
   const QuantGemm4Fn gemm4 = M > 1 ? e.gemm4[isa] : nullptr;
   const int64_t nb = K / kQ8Block;
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> d, ds;
-  q.resize(size_t(M * K));
-  d.resize(size_t(M * nb));
-  ds.resize(size_t(M * nb));
-  for (int64_t m = 0; m < M; m++) act(K, x + m * ldx, q.data() + m * K, d.data() + m * nb, ds.data() + m * nb);
-  const int8_t* qp = q.data();
-  const float* dp = d.data();
-  const float* dsp = ds.data();
+  const int8_t* qp = a.q.data();
+  const float* dp = a.d.data();
+  const float* dsp = a.ds.data();
   auto put = [&](int64_t m, int64_t n, float v) {
     if (bias) v += bias[n];
     float* yp = y + m * ldy + n;
@@ -340,6 +357,10 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
     int64_t n = 4 * g0;
     for (; n + 4 <= n1; n += 4) {
       const uint8_t* wr = wb + size_t(n) * rb;
+      if (gemm4 && !bias && beta == 0.0f) {  // straight into y
+        gemm4(K, wr, rb, M, qp, dp, dsp, y + n, ldy);
+        continue;
+      }
       if (gemm4) {
         float v[kQuantSmallM * 4];
         gemm4(K, wr, rb, M, qp, dp, dsp, v, 4);
@@ -348,6 +369,10 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
         continue;
       }
       for (int64_t m = 0; m < M; m++) {
+        if (!bias && beta == 0.0f) {
+          dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, y + m * ldy + n);
+          continue;
+        }
         float v[4];
         dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, v);
         for (int r = 0; r < 4; r++) put(m, n + r, v[r]);

@@ -4,6 +4,7 @@
 // quant_internal.h and gguf_dequant.h before), after they define
 //   dot_u8s8(a, b): 32 products u8 a × s8 b as 8 s32 lanes, lane i = Σ of products 4i..4i+3
 //                   (AVX2: vpmaddubsw + vpmaddwd; AVX-512 VNNI: vpdpbusd on ymm)
+// and, for VNNI, LOOM_QUANT_VNNI 1 (the small-batch kernels' interleaved sums then take vpdpbusd directly).
 // Every weight block is unpacked to 32 unsigned (or, for Q8_0 / Q8_K / Q6_K, signed) int8 values per
 // activation block j; the integer dot is scaled by the weight scale and d[j] in f32, offsets and minimums
 // come from ds[j] = d[j]·Σq_x. Lane i of a dot holds values 4i..4i+3, so lanes 0-3 are the first 16
@@ -431,32 +432,89 @@ void vec_dot4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, c
   hsum4(a0, a1, a2, a3, y);
 }
 
-// The other types (rarer in the files people run): four single-row products.
-#define LOOM_DOT4_BY_ROWS(T)                                                                                  \
-  void vec_dot4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds, \
-                         float* y) {                                                                          \
-    for (int r = 0; r < 4; r++) y[r] = vec_dot_##T##_q8(K, w + r * rb, q, d, ds);                           \
-  }
+// The other types (rarer in the files people run): four single-row products (quant_internal.h).
 LOOM_DOT4_BY_ROWS(q4_1)
 LOOM_DOT4_BY_ROWS(q5_1)
 LOOM_DOT4_BY_ROWS(q5_K)
 LOOM_DOT4_BY_ROWS(q8_K)
-#undef LOOM_DOT4_BY_ROWS
 
 // ---- Four weight rows × M rows of x, each weight block unpacked once for all M (small batches) ------------
 // y[m·ldy + r] = Σ_k W[r][k]·x̂_m,k for the 4 rows at w + r·rb and the M quantized rows of x (row m at
 // q + m·K, d + m·K/32, ds + m·K/32), M <= kQuantSmallM. Where unpacking a block costs more than the dot itself
 // (Q4_0 / Q5_0: nibbles, 5th bits), doing it once per step instead of once per row of x roughly halves a small
-// batch's work; the accumulators (M·4 vectors) live in an L1 scratch.
+// batch's work; the accumulators (one vector per row of x, row r of W in lanes 2r and 2r + 1; Q6_K: four) live
+// in an L1 scratch.
+//
+// Q4_0 / Q5_0 blocks are unpacked to unsigned values (0-15 / 0-31) and interleaved across the 4 rows: vector c
+// holds values 8c..8c+7 of rows 0, 1, 2, 3, so one vpmaddubsw against 8 bytes of x broadcast does 8 products
+// for each of the 4 rows at once (s16 lanes 4r..4r+3 for row r). The 4 chunks of a block are summed in s16
+// (at most 4·2·31·127 = 31496: no overflow), widened once (vpmaddwd by 1: s32 lanes 2r, 2r+1 for row r) and
+// scaled in f32 by d_x and the per-lane weight scale: ~13 operations per block of x for the 4 rows instead of
+// 4 × 5 with one row per register.
+
+// 4×4 transpose of 8-byte chunks: v[c] = bytes 8c..8c+7 of w0, w1, w2, w3 (rows in 64-bit lanes 0-3)
+static inline void interleave4(__m256i w0, __m256i w1, __m256i w2, __m256i w3, __m256i* v) {
+  const __m256i a01 = _mm256_unpacklo_epi64(w0, w1), b01 = _mm256_unpackhi_epi64(w0, w1);
+  const __m256i a23 = _mm256_unpacklo_epi64(w2, w3), b23 = _mm256_unpackhi_epi64(w2, w3);
+  v[0] = _mm256_permute2x128_si256(a01, a23, 0x20);
+  v[1] = _mm256_permute2x128_si256(b01, b23, 0x20);
+  v[2] = _mm256_permute2x128_si256(a01, a23, 0x31);
+  v[3] = _mm256_permute2x128_si256(b01, b23, 0x31);
+}
+
+// 8 bytes of x in every 64-bit lane (vpbroadcastq from memory)
+static inline __m256i bcast8(const int8_t* p) {
+  return _mm256_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Σ over a block of 32 values of the 4 interleaved rows v[0..3] (unsigned, ≤ 31) × x: s16 lanes 4r..4r+3 for
+// row r, the 4 chunks summed in s16 (≤ 4·2·31·127 = 31496)
+static inline __m256i dot4_interleaved(const __m256i* v, const int8_t* x) {
+  const __m256i s01 =
+      _mm256_add_epi16(_mm256_maddubs_epi16(v[0], bcast8(x)), _mm256_maddubs_epi16(v[1], bcast8(x + 8)));
+  const __m256i s23 =
+      _mm256_add_epi16(_mm256_maddubs_epi16(v[2], bcast8(x + 16)), _mm256_maddubs_epi16(v[3], bcast8(x + 24)));
+  return _mm256_add_epi16(s01, s23);
+}
+
+// the same sums widened to s32 lanes 2r, 2r + 1 for row r: on AVX2 one vpmaddwd of the s16 sums; with VNNI
+// four vpdpbusd accumulating in s32 (the s16 detour would cost more than it saves there)
+static inline __m256i dot4_interleaved_s32(const __m256i* v, const int8_t* x) {
+#if LOOM_QUANT_VNNI
+  __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[0], bcast8(x));
+  s = _mm256_dpbusd_epi32(s, v[1], bcast8(x + 8));
+  s = _mm256_dpbusd_epi32(s, v[2], bcast8(x + 16));
+  return _mm256_dpbusd_epi32(s, v[3], bcast8(x + 24));
+#else
+  return _mm256_madd_epi16(dot4_interleaved(v, x), _mm256_set1_epi16(1));
+#endif
+}
+
+// the f16 scale at the start of each of the 4 rows' blocks, row r in f32 lanes 2r and 2r + 1
+static inline __m256 scales_by_lane_pairs(const uint8_t* wb, size_t rb) {
+  uint16_t hs[8];
+  for (int r = 0; r < 4; r++) {
+    std::memcpy(&hs[2 * r], wb + r * rb, 2);
+    hs[2 * r + 1] = hs[2 * r];
+  }
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hs)));
+}
+
+// y[r] = lane 2r + lane 2r + 1 of acc (r < 4)
+static inline void store_lane_pairs(__m256 acc, float* y) {
+  const __m256 p = _mm256_hadd_ps(acc, acc);  // lanes 0, 1: rows 0, 1; lanes 4, 5: rows 2, 3
+  _mm_storel_pi(reinterpret_cast<__m64*>(y), _mm256_castps256_ps128(p));
+  _mm_storel_pi(reinterpret_cast<__m64*>(y + 2), _mm256_extractf128_ps(p, 1));
+}
+
 template <bool kFive>
 static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
                                  const float* ds, float* y, int64_t ldy) {
   constexpr int64_t bytes = kFive ? kQ5_0Bytes : kQ4_0Bytes;
   const int64_t nb = K / kQ8Block;
-  const __m256 off = _mm256_set1_ps(kFive ? -2.0f : -1.0f);
-  alignas(32) __m256 acc[kQuantSmallM][4];
-  for (int64_t m = 0; m < M; m++)
-    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  const __m256 off = _mm256_set1_ps(kFive ? -8.0f : -4.0f);  // -16/2, -8/2 per lane (2 lanes per row)
+  alignas(32) __m256 acc[kQuantSmallM];
+  for (int64_t m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t* wb = w + b * bytes;
     prefetch4(wb, rb, bytes);
@@ -464,18 +522,18 @@ static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t
       return kFive ? _mm256_or_si256(nibbles_32(p + 6), bits5_32(p + 2)) : nibbles_32(p + 2);
     };
     const __m256i w0 = unpack(wb), w1 = unpack(wb + rb), w2 = unpack(wb + 2 * rb), w3 = unpack(wb + 3 * rb);
-    const __m256 s0 = set1_f16(wb), s1 = set1_f16(wb + rb), s2 = set1_f16(wb + 2 * rb), s3 = set1_f16(wb + 3 * rb);
+    __m256i v[4];
+    interleave4(w0, w1, w2, w3, v);
+    const __m256 sw = scales_by_lane_pairs(wb, rb);  // d of row r: lanes 2r, 2r+1
     for (int64_t m = 0; m < M; m++) {
-      const __m256i qx = loadu256(q + m * K + b * kQ8Block);
-      const __m256 dx = _mm256_set1_ps(d[m * nb + b]), ox = _mm256_mul_ps(_mm256_set1_ps(ds[m * nb + b]), off);
-      __m256* a = acc[m];
-      a[0] = _mm256_fmadd_ps(s0, _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(w0, qx)), ox), a[0]);
-      a[1] = _mm256_fmadd_ps(s1, _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(w1, qx)), ox), a[1]);
-      a[2] = _mm256_fmadd_ps(s2, _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(w2, qx)), ox), a[2]);
-      a[3] = _mm256_fmadd_ps(s3, _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(dot_u8s8(w3, qx)), ox), a[3]);
+      const int8_t* xb = q + m * K + b * kQ8Block;
+      const __m256i i = dot4_interleaved_s32(v, xb);
+      const __m256 ox = _mm256_mul_ps(_mm256_set1_ps(ds[m * nb + b]), off);
+      const __m256 f = _mm256_fmadd_ps(_mm256_set1_ps(d[m * nb + b]), _mm256_cvtepi32_ps(i), ox);
+      acc[m] = _mm256_fmadd_ps(sw, f, acc[m]);
     }
   }
-  for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+  for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
 }
 
 void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
@@ -488,29 +546,160 @@ void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
   gemm4_q40_q50<true>(K, w, rb, M, q, d, ds, y, ldy);
 }
 
-// Q8_0: |w| and the weight scales once per block; per row of x only sign(x, w) and the dot
+// Q8_0: the 4 rows interleaved as above, |w| and the weight scales once per block; per row of x and chunk of 8
+// values one broadcast, x·sign(w) and dot_u8s8 (the s16 pair sums reach 2·128·127: no room to sum
+// chunks in s16), one convert and one FMA per block of x for the 4 rows.
 void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
                    float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
-  alignas(32) __m256 acc[kQuantSmallM][4];
-  for (int64_t m = 0; m < M; m++)
-    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  alignas(32) __m256 acc[kQuantSmallM];
+  for (int64_t m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t* wb = w + b * kQ8_0Bytes;
     prefetch4(wb, rb, kQ8_0Bytes);
-    const __m256i w0 = loadu256(wb + 2), w1 = loadu256(wb + rb + 2), w2 = loadu256(wb + 2 * rb + 2),
-                  w3 = loadu256(wb + 3 * rb + 2);
-    const __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1), u2 = _mm256_sign_epi8(w2, w2),
-                  u3 = _mm256_sign_epi8(w3, w3);
-    const __m256 s0 = set1_f16(wb), s1 = set1_f16(wb + rb), s2 = set1_f16(wb + 2 * rb), s3 = set1_f16(wb + 3 * rb);
+    __m256i v[4], u[4];
+    interleave4(loadu256(wb + 2), loadu256(wb + rb + 2), loadu256(wb + 2 * rb + 2), loadu256(wb + 3 * rb + 2), v);
+    for (int c = 0; c < 4; c++) u[c] = _mm256_sign_epi8(v[c], v[c]);
+    const __m256 sw = scales_by_lane_pairs(wb, rb);
     for (int64_t m = 0; m < M; m++) {
-      const __m256i qx = loadu256(q + m * K + b * kQ8Block);
-      const __m256 dx = _mm256_set1_ps(d[m * nb + b]);
+      const int8_t* xb = q + m * K + b * kQ8Block;
+      auto chunk = [&](int c) { return dot_u8s8(u[c], _mm256_sign_epi8(bcast8(xb + 8 * c), v[c])); };
+      const __m256i i = _mm256_add_epi32(_mm256_add_epi32(chunk(0), chunk(1)), _mm256_add_epi32(chunk(2), chunk(3)));
+      acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_set1_ps(d[m * nb + b])), _mm256_cvtepi32_ps(i), acc[m]);
+    }
+  }
+  for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
+}
+
+// ---- Q4_K / Q6_K: each super-block of the 4 rows unpacked once for all M rows of x -----------------------
+// Q4_K: the 4 rows' sub-blocks interleaved as Q4_0 / Q5_0's blocks above (values 0-15), the integer scale of row
+// r's sub-block j in s16 lanes 4r..4r+3, so vpmaddwd by it gives sc·Σ in s32 lanes 2r, 2r+1 (the scale applied
+// in integers); one FMA by d_x per sub-block, d once per super-block, and the minimums dmin·m_j·ds_j in a
+// second accumulator per row.
+static inline void q4k_scales_mins(const uint8_t* wr, uint8_t* b) {  // 12 bytes → scales 0-7, mins 0-7
+  uint32_t u[4];
+  std::memcpy(u, wr + 4, 12);
+  constexpr uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+  const uint32_t mins03 = u[1] & m1;
+  u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+  u[2] = mins03;
+  u[0] &= m1;
+  std::memcpy(b, u, 16);
+}
+
+void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  constexpr int64_t kRep = 0x0001000100010001;  // an s16 in 4 lanes
+  alignas(32) __m256 acc[kQuantSmallM], macc[kQuantSmallM][4];
+  alignas(32) __m256i v[8][4], sc[8];
+  for (int64_t m = 0; m < M; m++) {
+    acc[m] = _mm256_setzero_ps();
+    for (int r = 0; r < 4; r++) macc[m][r] = _mm256_setzero_ps();
+  }
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ4_KBytes;
+    prefetch4(wb, rb, kQ4_KBytes);
+    alignas(16) uint8_t sm[4][16];
+    __m256 mins[4];
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* wr = wb + r * rb;
+      q4k_scales_mins(wr, sm[r]);
+      const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm[r] + 8));
+      mins[r] = _mm256_mul_ps(set1_f16(wr + 2), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8)));
+    }
+    const __m256 sw = scales_by_lane_pairs(wb, rb);  // d of row r: lanes 2r, 2r+1
+    for (int c = 0; c < 4; c++) {  // bytes 32c.. hold sub-block 2c (low nibbles) and 2c + 1 (high)
+      __m256i lo[4], hi[4];
+      for (int r = 0; r < 4; r++) {
+        const __m256i qb = loadu256(wb + r * rb + 16 + 32 * c);
+        lo[r] = _mm256_and_si256(qb, lo4);
+        hi[r] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), lo4);
+      }
+      interleave4(lo[0], lo[1], lo[2], lo[3], v[2 * c]);
+      interleave4(hi[0], hi[1], hi[2], hi[3], v[2 * c + 1]);
+    }
+    for (int j = 0; j < 8; j++)
+      sc[j] = _mm256_setr_epi64x(sm[0][j] * kRep, sm[1][j] * kRep, sm[2][j] * kRep, sm[3][j] * kRep);
+    for (int64_t m = 0; m < M; m++) {
+      const int8_t* xq = q + m * K + sb * gguf::QK_K;
+      const float* dx = d + m * nb + sb * 8;
+      __m256 t = _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j++) {
+        const __m256i i = _mm256_madd_epi16(dot4_interleaved(v[j], xq + 32 * j), sc[j]);
+        t = _mm256_fmadd_ps(_mm256_set1_ps(dx[j]), _mm256_cvtepi32_ps(i), t);
+      }
+      acc[m] = _mm256_fmadd_ps(sw, t, acc[m]);
+      const __m256 dsv = _mm256_loadu_ps(ds + m * nb + sb * 8);
+      for (int r = 0; r < 4; r++) macc[m][r] = _mm256_fmadd_ps(mins[r], dsv, macc[m][r]);
+    }
+  }
+  for (int64_t m = 0; m < M; m++) {
+    alignas(32) float f[8];
+    float mn[4];
+    _mm256_store_ps(f, acc[m]);
+    hsum4(macc[m][0], macc[m][1], macc[m][2], macc[m][3], mn);
+    for (int r = 0; r < 4; r++) y[m * ldy + r] = f[2 * r] + f[2 * r + 1] - mn[r];
+  }
+}
+
+// Q6_K: per row, each sub-block's 32 values (0-63) and its two scales as 16 s16 lanes (lanes 0-7 the first 16
+// values' scale, 8-15 the second's) in an L1 buffer; per row of x a sub-block costs vpmaddubsw, the offset of
+// 32 taken off the s16 pair sums (32·(x_2i + x_2i+1), one vpmaddubsw per block of x shared by the 4 rows),
+// vpmaddwd by the scales, one convert and one FMA by d_x; d once per super-block.
+void gemm4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+                   float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  const __m256i c32 = _mm256_set1_epi8(32), lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
+  alignas(32) __m256 acc[kQuantSmallM][4];
+  alignas(32) __m256i wq[4][8], sc[4][8];  // row, sub-block
+  __m256 dw[4];
+  for (int64_t m = 0; m < M; m++)
+    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ6_KBytes;
+    prefetch4(wb, rb, kQ6_KBytes);
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* wr = wb + r * rb;
+      const int8_t* s8 = reinterpret_cast<const int8_t*>(wr + 192);
+      for (int h = 0; h < 2; h++) {
+        const __m256i qh = loadu256(wr + 128 + 32 * h);
+        for (int s = 0; s < 4; s++) {
+          const __m256i ql = loadu256(wr + 64 * h + 32 * (s & 1));
+          const __m256i lo = s < 2 ? _mm256_and_si256(ql, lo4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), lo2);
+          wq[r][4 * h + s] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+          sc[r][4 * h + s] = _mm256_set_m128i(_mm_set1_epi16(s8[8 * h + 2 * s + 1]), _mm_set1_epi16(s8[8 * h + 2 * s]));
+        }
+      }
+      dw[r] = set1_f16(wr + 208);
+    }
+    for (int64_t m = 0; m < M; m++) {
+      const int8_t* xq = q + m * K + sb * gguf::QK_K;
+      const float* dx = d + m * nb + sb * 8;
+      __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j++) {
+        const __m256i x = loadu256(xq + 32 * j);
+        const __m256 dxv = _mm256_set1_ps(dx[j]);
+        const __m256i bx = _mm256_maddubs_epi16(c32, x);
+        auto row = [&](int r, __m256 t) {
+          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wq[r][j], x), bx);
+          return _mm256_fmadd_ps(dxv, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, sc[r][j])), t);
+        };
+        t0 = row(0, t0);
+        t1 = row(1, t1);
+        t2 = row(2, t2);
+        t3 = row(3, t3);
+      }
       __m256* a = acc[m];
-      a[0] = _mm256_fmadd_ps(_mm256_mul_ps(s0, dx), _mm256_cvtepi32_ps(dot_u8s8(u0, _mm256_sign_epi8(qx, w0))), a[0]);
-      a[1] = _mm256_fmadd_ps(_mm256_mul_ps(s1, dx), _mm256_cvtepi32_ps(dot_u8s8(u1, _mm256_sign_epi8(qx, w1))), a[1]);
-      a[2] = _mm256_fmadd_ps(_mm256_mul_ps(s2, dx), _mm256_cvtepi32_ps(dot_u8s8(u2, _mm256_sign_epi8(qx, w2))), a[2]);
-      a[3] = _mm256_fmadd_ps(_mm256_mul_ps(s3, dx), _mm256_cvtepi32_ps(dot_u8s8(u3, _mm256_sign_epi8(qx, w3))), a[3]);
+      a[0] = _mm256_fmadd_ps(dw[0], t0, a[0]);
+      a[1] = _mm256_fmadd_ps(dw[1], t1, a[1]);
+      a[2] = _mm256_fmadd_ps(dw[2], t2, a[2]);
+      a[3] = _mm256_fmadd_ps(dw[3], t3, a[3]);
     }
   }
   for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);

@@ -2,8 +2,8 @@
 // Q4_K_M-style mix whose fused q;k;v and gate;up parts have different types, end to end through the GGUF loader:
 // a small random Llama (D 256, 2 layers, untied output) written with every matrix in the type. Each model's
 // resident weight bytes stay within 10% of the file's tensor bytes, and its logits (a 40-token prefill: the
-// dequantized-panel path, then 4 single-token decode steps: the int8 path) match the same file loaded with every
-// weight dequantized to f32, within what int8 activations allow.
+// dequantized-panel path, then 4 single-token decode steps and a 6-token chunk: the int8 path) match the same file
+// loaded with every weight dequantized to f32, within what int8 activations allow.
 import t from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -77,10 +77,11 @@ async function check(t: { ok: (cond: boolean, msg: string) => unknown }, label: 
   t.ok(Math.abs(w - tensorBytes) <= 0.1 * tensorBytes,
     `${label}: resident weights ${w} B vs file tensors ${tensorBytes} B`);
   t.ok(ref.weightBytes > 2.5 * w, `${label}: the dequantized model takes ${ref.weightBytes} B`);
-  // a prompt chunk longer than the int8 path's rows (the dequantized-panel GEMM), then 4 decode steps
+  // a prompt chunk longer than the int8 path's rows (the dequantized-panel GEMM), 4 decode steps (one row:
+  // vec_dot4), then a chunk of 6 (the small-batch gemm4 kernels, x quantized once for the stacked q;k;v, gate;up)
   const P = (addon.quantSmallM as number) + 8;
-  const ids = randomIds(P + 4, V, 5);
-  const chunks = [P, 1, 1, 1, 1];
+  const ids = randomIds(P + 10, V, 5);
+  const chunks = [P, 1, 1, 1, 1, 6];
   const a = await runChunks(kept, ck.config, ids, chunks);
   const b = await runChunks(ref, ck.config, ids, chunks);
   let worstPrefill = 0, worstDecode = 0, scale = 0;

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include "loom/core.h"
 
 namespace loom {
@@ -39,5 +40,17 @@ void quant_dequantize_rows(DType t, int64_t rows, int64_t K, const void* src, fl
 // y (M, N) = beta·y + x (M, K) · W (N, K)ᵀ (+ bias), W rows of blocks of type t.
 void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w,
                   const float* bias, float* y, int64_t ldy, float beta = 0.0f);
+
+// x (M, K) quantized once, int8 per 32 values (M <= kQuantSmallM, K a multiple of 32): the matrices that
+// share an input (q/k/v, gate/up) take the same blocks instead of each quantizing x again.
+struct QuantActs {
+  int64_t M = 0, K = 0;
+  std::vector<int8_t> q;     // (M, K)
+  std::vector<float> d, ds;  // (M, K/32): scale, scale·Σq
+};
+void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a);
+// y (a.M, N) = beta·y + x·Wᵀ (+ bias) from the quantized x, W (N, a.K) rows of blocks of type t.
+void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
+                       int64_t ldy, float beta = 0.0f);
 
 }  // namespace loom
