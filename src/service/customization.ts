@@ -31,12 +31,12 @@ export async function createCustomization(deps: {
   const leases = createLeases({ store, ttlMs: config.jobLeaseMs, log });
   // the durable queue lives in the PostgreSQL store's database; LMDB keeps the in-process scheduler
   const queue: JobQueue | null = config.databaseUrl ? await openJobQueue({ url: config.databaseUrl, log }) : null;
-  const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, log });
+  const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, log, leases });
   const trainingJobs = createTrainingJobsService({
     store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log, judge, leases, queue,
   });
-  const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log });
-  const generation = createGenerationService({ store, config, inference, datasets, log });
+  const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log, leases });
+  const generation = createGenerationService({ store, config, inference, datasets, log, leases });
   await datasets.resumePending();
   await generation.resumePending();
   await trainingJobs.resumePending();
@@ -48,7 +48,7 @@ export async function createCustomization(deps: {
       await generation.shutdown();
       await trainingJobs.shutdown();
       await evaluations.shutdown();
-      await datasets.settle(2000);
+      await datasets.shutdown(2000);
       await jobPool.close();
       await queue?.close();
       // after the pool: no job of this process runs any more when its lease goes

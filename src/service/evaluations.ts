@@ -18,6 +18,7 @@ import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import type { Logger } from './index.ts';
 import type { EvaluateResult } from './jobs/evaluate-task.ts';
+import type { Leases } from './jobs/leases.ts';
 import type { JobPool } from './jobs/pool.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { FRESH_ENCODERS, type TrainingJobsService } from './training-jobs.ts';
@@ -43,9 +44,24 @@ export function evaluationView(e: EvaluationRecord) {
   };
 }
 
-export function createEvaluationsService(deps: { store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime; trainingJobs: TrainingJobsService; log?: Logger }) {
-  const { store, config, pool, datasets, catalog, runtime, trainingJobs } = deps;
+export function createEvaluationsService(deps: {
+  store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime;
+  trainingJobs: TrainingJobsService; log?: Logger;
+  /**
+   * an evaluation is held (queued in this process's memory, or running here) under a lease taken when
+   * it is created; one whose process is gone is queued again by the supervisor of a live process
+   */
+  leases: Leases;
+}) {
+  const { store, config, pool, datasets, catalog, runtime, trainingJobs, leases } = deps;
   const queue: string[] = [];
+  /** evaluations whose lease this process lost: dropped here, nothing more written */
+  const lost = new Set<string>();
+  const onLost = (id: string) => {
+    lost.add(id);
+    const i = queue.indexOf(id);
+    if (i >= 0) queue.splice(i, 1);
+  };
   let active: Promise<void> | null = null;
   let closing = false;
 
@@ -54,7 +70,7 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
     return null;
   });
 
-  async function patch(id: string, ch: Partial<EvaluationRecord>): Promise<void> {
+  async function patchAny(id: string, ch: Partial<EvaluationRecord>): Promise<void> {
     await store.tx(async (t) => {
       const e = await t.evaluations.get(id);
       if (e) t.evaluations.put({ ...e, ...ch });
@@ -88,6 +104,22 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
     throw new NotFoundError(`Model ${id} not found: use a training job id, a base model id or a baseline id`);
   }
 
+  leases.supervise('evaluation', {
+    async inFlight() {
+      return (await store.evaluations.all())
+        .filter((e) => e.status === 'queued' || e.status === 'running')
+        .sort((a, b) => a.created_at.localeCompare(b.created_at)).map((e) => e.id);
+    },
+    async takeOver(t, id) {
+      const e = await t.evaluations.get(id);
+      if (!e || (e.status !== 'queued' && e.status !== 'running')) return false;
+      if (e.status === 'running') t.evaluations.put({ ...e, status: 'queued', started_at: null });
+      return 'adopt';
+    },
+    after(id) { if (!queue.includes(id)) queue.push(id); pump(); },
+    onLost,
+  });
+
   function pump(): void {
     if (active || closing) return;
     const id = queue.shift();
@@ -96,9 +128,24 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
   }
 
   async function runOne(id: string): Promise<void> {
-    const e = await store.evaluations.get(id);
-    if (!e || e.status !== 'queued') return;
-    await patch(id, { status: 'running', started_at: nowIso() });
+    try {
+      await runHeld(id);
+    } finally {
+      if (!closing) await leases.release('evaluation', id);
+      lost.delete(id);
+    }
+  }
+
+  async function runHeld(id: string): Promise<void> {
+    if (!leases.holds('evaluation', id)) return;
+    const e = await store.tx(async (t) => {
+      const cur = await t.evaluations.get(id);
+      if (!cur || cur.status !== 'queued') return undefined;
+      t.evaluations.put({ ...cur, status: 'running', started_at: nowIso() });
+      return cur;
+    });
+    if (!e) return;
+    const patch = (id: string, ch: Partial<EvaluationRecord>) => (lost.has(id) ? Promise.resolve() : patchAny(id, ch));
     const work = join(artifactDir(config, 'evaluations'), id);
     try {
       const v = await store.datasets.getVersion(e.dataset_version_id);
@@ -164,7 +211,7 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
         dataset_name: v.dataset_name, dataset_version: v.version_number, dataset_version_id: v.id, task, status: 'queued', threshold: body.threshold ?? 0.5,
         sample_count: 0, error: null, created_at: nowIso(), started_at: null, completed_at: null, model_json: JSON.stringify(m),
       };
-      await store.tx((t) => t.evaluations.put(e));
+      await leases.claim('evaluation', e.id, async (t) => { t.evaluations.put(e); return e; }, () => onLost(e.id));
       queue.push(e.id);
       setImmediate(pump);
       return { success: true, count: 1, evaluations: [evaluationView(e)] };
@@ -189,14 +236,16 @@ export function createEvaluationsService(deps: { store: Store; config: ServiceCo
       const i = queue.indexOf(id);
       if (i >= 0) queue.splice(i, 1);
       await store.tx((t) => t.evaluations.remove(id));
+      if (i >= 0) await leases.release('evaluation', id); // a running one releases it when it ends
       return { success: true, message: `Evaluation ${id} deleted` };
     },
 
-    /** after a restart: queued and running evaluations run again (they have no side effects) */
+    /**
+     * at start: queued and running evaluations whose process is gone (lease expired) are queued again
+     * here (they have no side effects); those of a live process are left to it
+     */
     async resumePending(): Promise<void> {
-      const todo = (await store.evaluations.all())
-        .filter((e) => e.status === 'queued' || e.status === 'running').sort((a, b) => a.created_at.localeCompare(b.created_at));
-      for (const e of todo) { if (e.status === 'running') await patch(e.id, { status: 'queued', started_at: null }); queue.push(e.id); }
+      await leases.sweep('evaluation');
       pump();
     },
 

@@ -23,17 +23,14 @@ export interface Supervised {
   inFlight(): Promise<string[]>;
   /**
    * inside the takeover transaction (the orphaned lease already removed): re-check the job and apply
-   * the restart rule; returns whether anything was taken over
+   * the restart rule; returns whether anything was taken over, or 'adopt' when this process runs or
+   * holds the job from now on (its lease is written in the same transaction)
    */
-  takeOver(t: Tx, id: string): Promise<boolean>;
+  takeOver(t: Tx, id: string): Promise<boolean | 'adopt'>;
   /** after the takeover committed (re-queue locally, enqueue, start) */
   after?(id: string): void;
-  /**
-   * kinds whose waiting jobs live in a process's memory (evaluations, generation, dataset processing):
-   * the supervisor that takes a job over holds its lease from then on (written in the takeover
-   * transaction); `onLost` as for claim()
-   */
-  adopt?: { onLost(id: string): void };
+  /** an adopted job's lease was lost later (as for claim()) */
+  onLost?(id: string): void;
 }
 
 function pidNamespace(): string {
@@ -116,10 +113,10 @@ export function createLeases(deps: { store: Store; ttlMs?: number; log?: Logger 
         if (!orphaned(cur, Date.now())) return false;
         if (cur) t.leases.remove(kind, id);
         const ok = await s.takeOver(t, id);
-        if (ok && s.adopt) t.leases.put(record(kind, id, expires));
+        if (ok === 'adopt') t.leases.put(record(kind, id, expires));
         return ok;
       });
-      if (took && s.adopt) held.set(keyOf(kind, id), { kind, id, expires, onLost: () => s.adopt!.onLost(id) });
+      if (took === 'adopt') held.set(keyOf(kind, id), { kind, id, expires, onLost: () => s.onLost?.(id) });
       if (took) {
         log?.info({ kind, id, previous_owner: leases.get(id)?.owner ?? null }, 'orphaned job taken over');
         s.after?.(id);
