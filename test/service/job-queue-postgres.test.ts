@@ -1,0 +1,115 @@
+// The durable job queue on PostgreSQL (pg-boss, src/service/jobs/queue.ts) with `loom worker`
+// processes: an API process (role api: it enqueues, runs no training) and two workers on one
+// throwaway PostgreSQL cluster and one artifacts folder. A training job is run by one worker; a stop
+// sent to the API process reaches it; a worker killed with SIGKILL mid-job loses it to the other
+// worker, which runs it to completion under the restart rules.
+import t from 'tap';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { createServices } from '../../src/service/index.ts';
+import { postgresMissing, startPostgres } from '../helpers/postgres.ts';
+import { FakeRuntime } from './fake-runtime.ts';
+import { call, type Res } from './helpers.ts';
+import { nerLine, poll, uploadDataset } from './customization-helpers.ts';
+import { login, makeDataDir, OPEN_RATE_LIMITS, removeDir, ServerProcess, sleep } from '../reliability/helpers.ts';
+
+const missing = postgresMissing();
+if (missing) {
+  t.test('PostgreSQL job queue', { skip: `skipped: ${missing}` }, async () => {});
+} else {
+  const pg = await startPostgres();
+  const url = await pg.createDb();
+  const dataDir = makeDataDir('loom-queue-');
+  const env = {
+    LOOM_DATABASE_URL: url, LOOM_DATABASE_POOL: '4', LOOM_JOB_LEASE_S: '2', LOOM_TRAINING_CONCURRENCY: '1',
+  };
+  // the account, and the store's and the queue's schemas, before any process starts
+  const seed = await createServices({ runtime: new FakeRuntime(), config: { dataDir, databaseUrl: url, workerThreads: 1 } });
+  const email = `queue-${process.pid}@example.com`;
+  const password = 'correct horse battery';
+  const { user, team } = await seed.auth.createUser({ email, password });
+  await seed.close();
+
+  /** a `loom worker` child process (node itself, so a SIGKILL hits the process holding the job) */
+  class Worker {
+    proc: ChildProcess;
+    output = '';
+    exit: Promise<unknown>;
+    constructor() {
+      this.proc = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, '../../src/cli/index.ts'), 'worker'], {
+        env: {
+          ...process.env, ...env, LOOM_DATA_DIR: dataDir, LOOM_WORKER_THREADS: '1', LOOM_LOG_LEVEL: 'warn',
+          LOOM_RATE_LIMITS: JSON.stringify(OPEN_RATE_LIMITS),
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      const on = (d: Buffer) => { this.output += d.toString(); };
+      this.proc.stdout!.on('data', on);
+      this.proc.stderr!.on('data', on);
+      this.exit = new Promise((r) => this.proc.once('exit', r));
+    }
+    async ready(): Promise<void> {
+      for (let i = 0; i < 600 && !/Loom worker /.test(this.output); i++) await sleep(50);
+      if (!/Loom worker /.test(this.output)) throw new Error(`worker did not start:\n${this.output.slice(-3000)}`);
+    }
+    async kill9(): Promise<void> { if (this.proc.exitCode === null) { this.proc.kill('SIGKILL'); await this.exit; } }
+  }
+
+  const api = new ServerProcess(dataDir, { ...env, LOOM_ROLE: 'api' });
+  const workers = [new Worker(), new Worker()];
+  t.teardown(async () => {
+    await api.kill9();
+    for (const w of workers) await w.kill9();
+    await pg.close();
+    removeDir(dataDir);
+  });
+  await Promise.all([api.start(), ...workers.map((w) => w.ready())]);
+  const { key } = await login(api.url, { email, password, team_id: team.id, user_id: user.id });
+  const K = { key };
+  const job = (id: string) => call(api.url, 'GET', `/felix/training-jobs/${id}`, K);
+  const logs = async (id: string) =>
+    ((await call(api.url, 'GET', `/felix/training-jobs/${id}/logs`, K)).body.logs as Array<{ message: string }>)
+      .map((l) => l.message).join('\n');
+  /** the worker whose lease owner (`host/pid/random`) the job's "training started" log line names */
+  const runner = async (id: string, nth = 1): Promise<Worker | undefined> => {
+    const owners = [...(await logs(id)).matchAll(/training started \(worker [^/]+\/(\d+)\//g)].map((m) => Number(m[1]));
+    return workers.find((w) => w.proc.pid === owners[nth - 1]);
+  };
+
+  const lines = Array.from({ length: 40 }, (_, i) => nerLine(`Person${i % 7} visited City${i % 5} today .`, [[`Person${i % 7}`, 'person'], [`City${i % 5}`, 'city']])).join('\n');
+  t.equal((await uploadDataset(api.url, key, 'visits', 'ner', 'v.jsonl', lines)).body.status, 'ready');
+  const body = { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full', batch_size: 4, eval_steps: 1000 };
+
+  t.test('a worker runs the job; a stop sent to the API process reaches it', async (t) => {
+    const r = await call(api.url, 'POST', '/felix/training-jobs', { ...K, body: { ...body, nr_epochs: 200, model_name: 'stopped' } });
+    t.equal(r.status, 200, r.text);
+    const id = r.body.id as string;
+    const running = await poll(() => job(id), (x: Res) => x.body.status === 'running' && x.body.current_step > 0, 60_000, 100);
+    t.equal(running.body.status, 'running', 'a worker took it from the queue');
+    t.ok(await runner(id), 'one of the two workers runs it (the API process has no worker role)');
+    const stop = await call(api.url, 'POST', `/felix/training-jobs/${id}/stop`, K);
+    t.equal(stop.status, 200, stop.text);
+    let text = '';
+    for (let i = 0; i < 200 && !/last checkpoint is kept/.test(text); i++) { await sleep(100); text = await logs(id); }
+    t.match(text, /training stopped; the last checkpoint is kept/, 'the worker stopped the trainer, which kept its checkpoint');
+    t.equal((await job(id)).body.status, 'cancelled');
+  });
+
+  t.test('SIGKILL the worker mid-job: the other one picks it up and completes it', async (t) => {
+    const r = await call(api.url, 'POST', '/felix/training-jobs', { ...K, body: { ...body, nr_epochs: 8, model_name: 'killed' } });
+    t.equal(r.status, 200, r.text);
+    const id = r.body.id as string;
+    const running = await poll(() => job(id), (x: Res) => x.body.status === 'running' && x.body.current_step >= 3, 60_000, 50);
+    t.equal(running.body.status, 'running');
+    const first = await runner(id);
+    t.ok(first, 'a worker runs it');
+    await first!.kill9();
+    const done = await poll(() => job(id), (x: Res) => ['complete', 'failed', 'cancelled'].includes(x.body.status), 60_000, 200);
+    t.equal(done.body.status, 'complete', `completed (${done.body.error ?? ''})`);
+    const second = await runner(id, 2);
+    t.ok(second && second !== first, 'by the other worker');
+    t.match(await logs(id), /stopped while it was running \(epoch \d+, step \d+\): the server restarted or its worker was lost; the job is queued again/);
+    const cks = (await call(api.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, K)).body;
+    t.ok(cks.count >= 1, `${cks.count} checkpoint(s) of the completed run`);
+  });
+}
