@@ -35,7 +35,9 @@ export async function createCustomization(deps: {
   const trainingJobs = createTrainingJobsService({
     store, config, pool: jobPool, urls: signedUrls, datasets, catalog, runtime, log, judge, leases, queue,
   });
-  const evaluations = createEvaluationsService({ store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log, leases });
+  const evaluations = createEvaluationsService({
+    store, config, pool: jobPool, datasets, catalog, runtime, trainingJobs, log, leases, queue,
+  });
   const generation = createGenerationService({ store, config, inference, datasets, log, leases });
   await datasets.resumePending();
   await generation.resumePending();

@@ -20,6 +20,7 @@ import type { Logger } from './index.ts';
 import type { EvaluateResult } from './jobs/evaluate-task.ts';
 import type { Leases } from './jobs/leases.ts';
 import type { JobPool } from './jobs/pool.ts';
+import type { JobQueue } from './jobs/queue.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { FRESH_ENCODERS, type TrainingJobsService } from './training-jobs.ts';
 
@@ -52,8 +53,18 @@ export function createEvaluationsService(deps: {
    * it is created; one whose process is gone is queued again by the supervisor of a live process
    */
   leases: Leases;
+  /**
+   * the durable queue (PostgreSQL store): evaluations are enqueued and run by processes with the
+   * 'worker' role, which take the lease when they start one; null: the accepting process runs them
+   */
+  queue?: JobQueue | null;
 }) {
   const { store, config, pool, datasets, catalog, runtime, trainingJobs, leases } = deps;
+  const durable = deps.queue ?? null;
+  /** a queued evaluation this old is enqueued again by the supervisor (a lost send) */
+  const RESEND_AFTER_MS = 10_000;
+  const send = (id: string) => durable?.send('evaluation', id)
+    .catch((e) => deps.log?.warn({ evaluation: id, err: String(e) }, 'evaluation not enqueued (the supervisor sends it again)'));
   const queue: string[] = [];
   /** evaluations whose lease this process lost: dropped here, nothing more written */
   const lost = new Set<string>();
@@ -106,17 +117,23 @@ export function createEvaluationsService(deps: {
 
   leases.supervise('evaluation', {
     async inFlight() {
-      return (await store.evaluations.all())
-        .filter((e) => e.status === 'queued' || e.status === 'running')
-        .sort((a, b) => a.created_at.localeCompare(b.created_at)).map((e) => e.id);
+      const all = (await store.evaluations.all()).sort((a, b) => a.created_at.localeCompare(b.created_at));
+      if (!durable) return all.filter((e) => e.status === 'queued' || e.status === 'running').map((e) => e.id);
+      // queue: waiting evaluations belong to no process (the queue holds them); a lost send is sent again
+      for (const e of all) if (e.status === 'queued' && Date.now() - Date.parse(e.created_at) > RESEND_AFTER_MS) void send(e.id);
+      return all.filter((e) => e.status === 'running').map((e) => e.id);
     },
     async takeOver(t, id) {
       const e = await t.evaluations.get(id);
       if (!e || (e.status !== 'queued' && e.status !== 'running')) return false;
       if (e.status === 'running') t.evaluations.put({ ...e, status: 'queued', started_at: null });
-      return 'adopt';
+      return durable ? true : 'adopt';
     },
-    after(id) { if (!queue.includes(id)) queue.push(id); pump(); },
+    after(id) {
+      if (durable) { void send(id); return; }
+      if (!queue.includes(id)) queue.push(id);
+      pump();
+    },
     onLost,
   });
 
@@ -137,13 +154,16 @@ export function createEvaluationsService(deps: {
   }
 
   async function runHeld(id: string): Promise<void> {
-    if (!leases.holds('evaluation', id)) return;
-    const e = await store.tx(async (t) => {
+    const toRunning = async (t: Parameters<Parameters<Store['tx']>[0]>[0]) => {
       const cur = await t.evaluations.get(id);
-      if (!cur || cur.status !== 'queued') return undefined;
+      if (!cur || cur.status !== 'queued') return null;
       t.evaluations.put({ ...cur, status: 'running', started_at: nowIso() });
       return cur;
-    });
+    };
+    // from the queue: queued → running with this process's lease; in process: the lease is ours since create
+    const e = durable
+      ? await leases.claim('evaluation', id, toRunning, () => onLost(id))
+      : leases.holds('evaluation', id) ? await store.tx(toRunning) : null;
     if (!e) return;
     const patch = (id: string, ch: Partial<EvaluationRecord>) => (lost.has(id) ? Promise.resolve() : patchAny(id, ch));
     const work = join(artifactDir(config, 'evaluations'), id);
@@ -211,9 +231,14 @@ export function createEvaluationsService(deps: {
         dataset_name: v.dataset_name, dataset_version: v.version_number, dataset_version_id: v.id, task, status: 'queued', threshold: body.threshold ?? 0.5,
         sample_count: 0, error: null, created_at: nowIso(), started_at: null, completed_at: null, model_json: JSON.stringify(m),
       };
-      await leases.claim('evaluation', e.id, async (t) => { t.evaluations.put(e); return e; }, () => onLost(e.id));
-      queue.push(e.id);
-      setImmediate(pump);
+      if (durable) {
+        await store.tx((t) => t.evaluations.put(e));
+        await send(e.id);
+      } else {
+        await leases.claim('evaluation', e.id, async (t) => { t.evaluations.put(e); return e; }, () => onLost(e.id));
+        queue.push(e.id);
+        setImmediate(pump);
+      }
       return { success: true, count: 1, evaluations: [evaluationView(e)] };
     },
 
@@ -246,6 +271,7 @@ export function createEvaluationsService(deps: {
      */
     async resumePending(): Promise<void> {
       await leases.sweep('evaluation');
+      if (durable && config.roles.has('worker')) await durable.work('evaluation', 1, (id) => (closing ? Promise.resolve() : runOne(id)));
       pump();
     },
 

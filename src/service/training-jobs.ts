@@ -549,6 +549,8 @@ export function createTrainingJobsService(deps: {
       const all = (await store.trainingJobs.all()) as Job[];
       // the queue's safety net: a requested job left waiting without a message is sent again (idempotent)
       if (queue) for (const j of all) if (j.status === 'requested' && Date.now() - Date.parse(j.updated_at) > RESEND_AFTER_MS) dispatch(j.id);
+      // LMDB: a job accepted by a busy process is started by an idle one at its next sweep
+      if (!queue && all.some((j) => j.status === 'requested')) schedule();
       return all.filter((j) => j.status === 'running').map((j) => j.id);
     },
     takeOver: requeueOrFail,

@@ -1,8 +1,8 @@
 // The durable job queue on PostgreSQL (pg-boss, src/service/jobs/queue.ts) with `loom worker`
 // processes: an API process (role api: it enqueues, runs no training) and two workers on one
 // throwaway PostgreSQL cluster and one artifacts folder. A training job is run by one worker; a stop
-// sent to the API process reaches it; a worker killed with SIGKILL mid-job loses it to the other
-// worker, which runs it to completion under the restart rules.
+// sent to the API process reaches it; an evaluation is run by a worker; a worker killed with SIGKILL
+// mid-job loses it to the other worker, which runs it to completion under the restart rules.
 import t from 'tap';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
@@ -93,6 +93,15 @@ if (missing) {
     for (let i = 0; i < 200 && !/last checkpoint is kept/.test(text); i++) { await sleep(100); text = await logs(id); }
     t.match(text, /training stopped; the last checkpoint is kept/, 'the worker stopped the trainer, which kept its checkpoint');
     t.equal((await job(id)).body.status, 'cancelled');
+  });
+
+  t.test('an evaluation goes through the queue to a worker', async (t) => {
+    const r = await call(api.url, 'POST', '/felix/evaluations', { ...K, body: { base_model: 'baseline/gliner2-init-tiny', dataset_name: 'visits' } });
+    t.equal(r.status, 200, r.text);
+    const id = r.body.evaluations[0].id as string;
+    const done = await poll(() => call(api.url, 'GET', `/felix/evaluations/${id}`, K), (x: Res) => ['complete', 'failed'].includes(x.body.status), 60_000, 100);
+    t.equal(done.body.status, 'complete', `evaluated by a worker (the API process runs none): ${done.body.error ?? ''}`);
+    t.equal(done.body.sample_count, 40, 'every example scored');
   });
 
   t.test('SIGKILL the worker mid-job: the other one picks it up and completes it', async (t) => {
