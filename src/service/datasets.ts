@@ -90,7 +90,8 @@ export function createDatasetsService(deps: {
     return store.tx((t) => newVersionIn(t, teamId, name, type, fields));
   }
   async function newVersionIn(
-    t: Parameters<Parameters<Store['tx']>[0]>[0], teamId: string, name: string, type: DatasetType, fields: Partial<DatasetVersionRecord>,
+    t: Parameters<Parameters<Store['tx']>[0]>[0], teamId: string, name: string, type: DatasetType,
+    fields: Partial<DatasetVersionRecord>,
   ): Promise<DatasetVersionRecord> {
     {
       const now = nowIso();
@@ -111,7 +112,9 @@ export function createDatasetsService(deps: {
   }
 
   /** `from` → converting with this process's lease, in one transaction (null: not in `from` any more) */
-  function claimConverting(id: string, from: DatasetVersionRecord['status'], patch: Partial<DatasetVersionRecord> = {}) {
+  function claimConverting(
+    id: string, from: DatasetVersionRecord['status'], patch: Partial<DatasetVersionRecord> = {},
+  ) {
     return leases.claim('dataset', id, async (t) => {
       const v = await t.datasets.getVersion(id);
       if (v?.status !== from) return null;
@@ -135,7 +138,8 @@ export function createDatasetsService(deps: {
       if (v?.status !== 'initialized') return undefined;
       t.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
       return v;
-    }).then((v) => { if (v) removeTemporaries(v); }).catch((e) => deps.log?.error({ err: String(e) }, 'upload expiry failed'));
+    }).then((v) => { if (v) removeTemporaries(v); })
+      .catch((e) => deps.log?.error({ err: String(e) }, 'upload expiry failed'));
   }
 
   /** half-written upload files of a version no PUT can write any more (used, or its URL expired) */
@@ -156,7 +160,8 @@ export function createDatasetsService(deps: {
   leases.supervise('dataset', {
     async inFlight() {
       return (await store.datasets.allVersions())
-        .filter((v) => v.status === 'converting' || v.status === 'validating' || (v.source === 'generate' && v.status === 'uploading'))
+        .filter((v) => v.status === 'converting' || v.status === 'validating'
+          || (v.source === 'generate' && v.status === 'uploading'))
         .map((v) => v.id);
     },
     async takeOver(t, id) {
@@ -185,7 +190,11 @@ export function createDatasetsService(deps: {
       const todo = takeovers.get(id);
       takeovers.delete(id);
       if (todo) startProcessing(todo.v, todo.raw);
-      else void store.datasets.getVersion(id).then((v) => { if (v?.source === 'generate') rmSync(versionDir(v), { recursive: true, force: true }); });
+      else {
+        void store.datasets.getVersion(id).then((v) => {
+          if (v?.source === 'generate') rmSync(versionDir(v), { recursive: true, force: true });
+        });
+      }
     },
     onLost: (id) => lost.add(id),
   });
@@ -205,7 +214,10 @@ export function createDatasetsService(deps: {
       else await update(v.id, { status: 'failed', processing_error: r.error });
       await leases.release('dataset', v.id);
       deps.log?.info({ dataset: v.dataset_name, version: v.version_number, ok: r.ok }, 'dataset processed');
-    })().catch((e) => deps.log?.error({ err: String(e) }, 'dataset processing failed')).finally(() => { pending.delete(job); lost.delete(v.id); });
+    })().catch((e) => deps.log?.error({ err: String(e) }, 'dataset processing failed')).finally(() => {
+      pending.delete(job);
+      lost.delete(v.id);
+    });
     pending.add(job);
   }
 
@@ -359,7 +371,9 @@ export function createDatasetsService(deps: {
       if (v.status === 'initialized') throw new ConflictError(`No file was uploaded for dataset ${v.dataset_name} version ${v.version_number}: PUT the file to the upload URL first`);
       if (v.status !== 'uploading') throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already ${v.status}`);
       const nv = await claimConverting(v.id, 'uploading');
-      if (!nv) throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already being processed`);
+      if (!nv) {
+        throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already being processed`);
+      }
       startProcessing(nv, join(versionDir(nv), 'raw'));
       return { success: true, ...versionView(nv) };
     },
@@ -369,7 +383,9 @@ export function createDatasetsService(deps: {
       // the version and this process's lease together: a process that dies while writing the file
       // leaves an `uploading` version that a supervisor fails with the reason
       const id = newId();
-      const v = (await leases.claim('dataset', id, (t) => newVersionIn(t, teamId, name, type, { id, filename, source: 'generate', status: 'uploading' }), () => lost.add(id)))!;
+      const fields = { id, filename, source: 'generate' as const, status: 'uploading' as const };
+      const create = (t: Parameters<Parameters<Store['tx']>[0]>[0]) => newVersionIn(t, teamId, name, type, fields);
+      const v = (await leases.claim('dataset', id, create, () => lost.add(id)))!;
       mkdirSync(versionDir(v), { recursive: true });
       await writeFileDurable(join(versionDir(v), 'raw'), jsonl);
       const nv = await update(v.id, { status: 'converting', bytes: Buffer.byteLength(jsonl) });

@@ -46,7 +46,8 @@ export function evaluationView(e: EvaluationRecord) {
 }
 
 export function createEvaluationsService(deps: {
-  store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime;
+  store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog;
+  runtime: ModelRuntime;
   trainingJobs: TrainingJobsService; log?: Logger;
   /**
    * an evaluation is held (queued in this process's memory, or running here) under a lease taken when
@@ -64,7 +65,7 @@ export function createEvaluationsService(deps: {
   /** a queued evaluation this old is enqueued again by the supervisor (a lost send) */
   const RESEND_AFTER_MS = 10_000;
   const send = (id: string) => durable?.send('evaluation', id)
-    .catch((e) => deps.log?.warn({ evaluation: id, err: String(e) }, 'evaluation not enqueued (the supervisor sends it again)'));
+    .catch((e) => deps.log?.warn({ evaluation: id, err: String(e) }, 'evaluation not enqueued (sent again later)'));
   const queue: string[] = [];
   /** evaluations whose lease this process lost: dropped here, nothing more written */
   const lost = new Set<string>();
@@ -120,7 +121,8 @@ export function createEvaluationsService(deps: {
       const all = (await store.evaluations.all()).sort((a, b) => a.created_at.localeCompare(b.created_at));
       if (!durable) return all.filter((e) => e.status === 'queued' || e.status === 'running').map((e) => e.id);
       // queue: waiting evaluations belong to no process (the queue holds them); a lost send is sent again
-      for (const e of all) if (e.status === 'queued' && Date.now() - Date.parse(e.created_at) > RESEND_AFTER_MS) void send(e.id);
+      const old = Date.now() - RESEND_AFTER_MS;
+      for (const e of all) if (e.status === 'queued' && Date.parse(e.created_at) < old) void send(e.id);
       return all.filter((e) => e.status === 'running').map((e) => e.id);
     },
     async takeOver(t, id) {
@@ -271,7 +273,9 @@ export function createEvaluationsService(deps: {
      */
     async resumePending(): Promise<void> {
       await leases.sweep('evaluation');
-      if (durable && config.roles.has('worker')) await durable.work('evaluation', 1, (id) => (closing ? Promise.resolve() : runOne(id)));
+      if (durable && config.roles.has('worker')) {
+        await durable.work('evaluation', 1, (id) => (closing ? Promise.resolve() : runOne(id)));
+      }
       pump();
     },
 

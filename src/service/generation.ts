@@ -177,7 +177,8 @@ export function createGenerationService(deps: {
 
   leases.supervise('generation', {
     async inFlight() {
-      return (await store.generationJobs.all()).filter((j) => j.status === 'queued' || j.status === 'generating').map((j) => j.job_id);
+      return (await store.generationJobs.all())
+        .filter((j) => j.status === 'queued' || j.status === 'generating').map((j) => j.job_id);
     },
     async takeOver(t, id) {
       const j = await t.generationJobs.get(id);

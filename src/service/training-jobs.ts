@@ -354,7 +354,10 @@ export function createTrainingJobsService(deps: {
     let j: Job | undefined | null = await leases.claim('training', id, async (t) => {
       const cur = (await t.trainingJobs.get(id)) as Job | undefined;
       if (!cur || cur.status !== 'requested') return null;
-      const nj: Job = { ...cur, status: 'running', started_at: nowIso(), progress_percent: 0, current_epoch: 0, current_step: 0, error: null, updated_at: nowIso() };
+      const nj: Job = {
+        ...cur, status: 'running', started_at: nowIso(), progress_percent: 0, current_epoch: 0, current_step: 0,
+        error: null, updated_at: nowIso(),
+      };
       t.trainingJobs.put(nj);
       await t.trainingArtifacts.appendLog(id, 'info', `training started${queue ? ` (worker ${leases.owner})` : ''}`);
       return nj;
@@ -363,9 +366,13 @@ export function createTrainingJobsService(deps: {
     // a local stop (POST .../stop here, DELETE) or a lost lease (another process took the job over:
     // stop, and write nothing more about it)
     onStop(() => stopNow());
-    const patchOwned: typeof patch = (pid, fn, log) => patch(pid, (cur) => (lost ? null : fn(cur)), lost ? undefined : log);
+    const patchOwned: typeof patch = (pid, fn, log) =>
+      patch(pid, (cur) => (lost ? null : fn(cur)), lost ? undefined : log);
     const fail = async (message: string) => {
-      await patchOwned(id, (cur) => (cur.status === 'running' ? { status: 'failed', error: message, completed_at: nowIso() } : null), { level: 'error', message: `training failed: ${message}` });
+      await patchOwned(
+        id, (cur) => (cur.status === 'running' ? { status: 'failed', error: message, completed_at: nowIso() } : null),
+        { level: 'error', message: `training failed: ${message}` },
+      );
     };
     // a stop request made through another process: seen on the job's record
     const stopPoll = setInterval(() => {
@@ -500,7 +507,9 @@ export function createTrainingJobsService(deps: {
         ? { id, kind: 'decoder', dir: finalDir, base_model: base.catalog_id, weights: 'adapter', base_dir: baseDir! }
         : { id, kind: j.task_type, dir: finalDir, base_model: base.catalog_id, weights: 'full' };
       const finals = { weights_dir: finalDir, weights_format: lora ? 'peft_lora' as const : 'safetensors' as const, output_dir: finalDir, model_ref: modelRef, completed_at: nowIso() };
-      if (r.metrics_error && !lost) await addLog(id, 'warn', `could not score the validation split: ${r.metrics_error}`);
+      if (r.metrics_error && !lost) {
+        await addLog(id, 'warn', `could not score the validation split: ${r.metrics_error}`);
+      }
       if (lost) return;
       j = await patchOwned(id, (cur) => {
         if (cur.status === 'cancelled') return { ...finals, base: { ...cur.base, dir: baseDir } };
@@ -528,19 +537,29 @@ export function createTrainingJobsService(deps: {
     if (!j || j.status !== 'running') return false;
     const where = `epoch ${j.current_epoch}, step ${j.current_step}`;
     const now = nowIso();
+    const what = `the process running the job stopped while it was running (${where}): `
+      + 'the server restarted or its worker was lost';
     if ((j.restarts ?? 0) >= MAX_RESTARTS) {
-      t.trainingJobs.put({ ...j, status: 'failed', error: `the process running the job stopped during training ${MAX_RESTARTS + 1} times (restart, crash or lost worker)`, completed_at: now, updated_at: now });
-      await t.trainingArtifacts.appendLog(id, 'error', `the process running the job stopped while it was running (${where}): the server restarted or its worker was lost; it has been restarted ${MAX_RESTARTS} times already, so it is marked failed`);
+      const error = `the process running the job stopped during training ${MAX_RESTARTS + 1} times`
+        + ' (restart, crash or lost worker)';
+      t.trainingJobs.put({ ...j, status: 'failed', error, completed_at: now, updated_at: now });
+      const msg = `${what}; it has been restarted ${MAX_RESTARTS} times already, so it is marked failed`;
+      await t.trainingArtifacts.appendLog(id, 'error', msg);
     } else {
-      t.trainingJobs.put({ ...j, status: 'requested', restarts: (j.restarts ?? 0) + 1, progress_percent: 0, current_epoch: 0, current_step: 0, updated_at: now });
-      await t.trainingArtifacts.appendLog(id, 'warn', `the process running the job stopped while it was running (${where}): the server restarted or its worker was lost; the job is queued again and restarts from the beginning with the same seed and data`);
+      const restarts = (j.restarts ?? 0) + 1;
+      const reset = { progress_percent: 0, current_epoch: 0, current_step: 0 };
+      t.trainingJobs.put({ ...j, ...reset, status: 'requested', restarts, updated_at: now });
+      const msg = `${what}; the job is queued again and restarts from the beginning with the same seed and data`;
+      await t.trainingArtifacts.appendLog(id, 'warn', msg);
     }
     return true;
   }
 
+  const send = (id: string) => queue?.send('training', id)
+    .catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'training job not enqueued (sent again later)'));
   /** a job taken over, or one that may have missed its queue message: enqueue it (PostgreSQL) or schedule */
   function dispatch(id: string): void {
-    if (queue) queue.send('training', id).catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'training job not enqueued (the supervisor retries)'));
+    if (queue) void send(id);
     else schedule();
   }
 
@@ -548,7 +567,8 @@ export function createTrainingJobsService(deps: {
     async inFlight() {
       const all = (await store.trainingJobs.all()) as Job[];
       // the queue's safety net: a requested job left waiting without a message is sent again (idempotent)
-      if (queue) for (const j of all) if (j.status === 'requested' && Date.now() - Date.parse(j.updated_at) > RESEND_AFTER_MS) dispatch(j.id);
+      const old = Date.now() - RESEND_AFTER_MS;
+      if (queue) for (const j of all) if (j.status === 'requested' && Date.parse(j.updated_at) < old) dispatch(j.id);
       // LMDB: a job accepted by a busy process is started by an idle one at its next sweep
       if (!queue && all.some((j) => j.status === 'requested')) schedule();
       return all.filter((j) => j.status === 'running').map((j) => j.id);
@@ -638,7 +658,7 @@ export function createTrainingJobsService(deps: {
         const ahead = new Set([...waiting, ...running.keys()].filter((x) => x !== id)).size;
         await t.trainingArtifacts.appendLog(id, 'info', `job created; ${ahead > 0 ? `queued behind ${ahead} job(s)` : 'queued'}`);
       });
-      if (queue) await queue.send('training', id).catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'training job not enqueued yet (the supervisor sends it again)'));
+      if (queue) await send(id);
       else setImmediate(schedule);
       return { id, status: 'requested' as const };
     },

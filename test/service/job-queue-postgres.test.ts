@@ -24,7 +24,8 @@ if (missing) {
     LOOM_DATABASE_URL: url, LOOM_DATABASE_POOL: '4', LOOM_JOB_LEASE_S: '2', LOOM_TRAINING_CONCURRENCY: '1',
   };
   // the account, and the store's and the queue's schemas, before any process starts
-  const seed = await createServices({ runtime: new FakeRuntime(), config: { dataDir, databaseUrl: url, workerThreads: 1 } });
+  const config = { dataDir, databaseUrl: url, workerThreads: 1 };
+  const seed = await createServices({ runtime: new FakeRuntime(), config });
   const email = `queue-${process.pid}@example.com`;
   const password = 'correct horse battery';
   const { user, team } = await seed.auth.createUser({ email, password });
@@ -36,7 +37,8 @@ if (missing) {
     output = '';
     exit: Promise<unknown>;
     constructor() {
-      this.proc = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, '../../src/cli/index.ts'), 'worker'], {
+      const cli = join(import.meta.dirname, '../../src/cli/index.ts');
+      this.proc = spawn(process.execPath, ['--import', 'tsx', cli, 'worker'], {
         env: {
           ...process.env, ...env, LOOM_DATA_DIR: dataDir, LOOM_WORKER_THREADS: '1', LOOM_LOG_LEVEL: 'warn',
           LOOM_RATE_LIMITS: JSON.stringify(OPEN_RATE_LIMITS),
@@ -76,48 +78,61 @@ if (missing) {
     return workers.find((w) => w.proc.pid === owners[nth - 1]);
   };
 
-  const lines = Array.from({ length: 40 }, (_, i) => nerLine(`Person${i % 7} visited City${i % 5} today .`, [[`Person${i % 7}`, 'person'], [`City${i % 5}`, 'city']])).join('\n');
+  const lines = Array.from({ length: 40 }, (_, i) =>
+    nerLine(`Person${i % 7} visited City${i % 5} today .`, [[`Person${i % 7}`, 'person'], [`City${i % 5}`, 'city']]))
+    .join('\n');
   t.equal((await uploadDataset(api.url, key, 'visits', 'ner', 'v.jsonl', lines)).body.status, 'ready');
-  const body = { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full', batch_size: 4, eval_steps: 1000 };
+  const body = {
+    base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full',
+    batch_size: 4, eval_steps: 1000,
+  };
+  const create = (extra: object) =>
+    call(api.url, 'POST', '/felix/training-jobs', { ...K, body: { ...body, ...extra } });
+  const ended = (x: Res) => ['complete', 'failed', 'cancelled'].includes(x.body.status);
 
   t.test('a worker runs the job; a stop sent to the API process reaches it', async (t) => {
-    const r = await call(api.url, 'POST', '/felix/training-jobs', { ...K, body: { ...body, nr_epochs: 200, model_name: 'stopped' } });
+    const r = await create({ nr_epochs: 200, model_name: 'stopped' });
     t.equal(r.status, 200, r.text);
     const id = r.body.id as string;
-    const running = await poll(() => job(id), (x: Res) => x.body.status === 'running' && x.body.current_step > 0, 60_000, 100);
+    const stepping = (x: Res) => x.body.status === 'running' && x.body.current_step > 0;
+    const running = await poll(() => job(id), stepping, 60_000, 100);
     t.equal(running.body.status, 'running', 'a worker took it from the queue');
     t.ok(await runner(id), 'one of the two workers runs it (the API process has no worker role)');
     const stop = await call(api.url, 'POST', `/felix/training-jobs/${id}/stop`, K);
     t.equal(stop.status, 200, stop.text);
     let text = '';
     for (let i = 0; i < 200 && !/last checkpoint is kept/.test(text); i++) { await sleep(100); text = await logs(id); }
-    t.match(text, /training stopped; the last checkpoint is kept/, 'the worker stopped the trainer, which kept its checkpoint');
+    t.match(text, /training stopped; the last checkpoint is kept/, 'the worker stopped the trainer');
     t.equal((await job(id)).body.status, 'cancelled');
   });
 
   t.test('an evaluation goes through the queue to a worker', async (t) => {
-    const r = await call(api.url, 'POST', '/felix/evaluations', { ...K, body: { base_model: 'baseline/gliner2-init-tiny', dataset_name: 'visits' } });
+    const ev = { base_model: 'baseline/gliner2-init-tiny', dataset_name: 'visits' };
+    const r = await call(api.url, 'POST', '/felix/evaluations', { ...K, body: ev });
     t.equal(r.status, 200, r.text);
     const id = r.body.evaluations[0].id as string;
-    const done = await poll(() => call(api.url, 'GET', `/felix/evaluations/${id}`, K), (x: Res) => ['complete', 'failed'].includes(x.body.status), 60_000, 100);
-    t.equal(done.body.status, 'complete', `evaluated by a worker (the API process runs none): ${done.body.error ?? ''}`);
+    const get = () => call(api.url, 'GET', `/felix/evaluations/${id}`, K);
+    const done = await poll(get, (x) => ['complete', 'failed'].includes(x.body.status), 60_000, 100);
+    t.equal(done.body.status, 'complete', `evaluated by a worker (the API process runs none) ${done.body.error ?? ''}`);
     t.equal(done.body.sample_count, 40, 'every example scored');
   });
 
   t.test('SIGKILL the worker mid-job: the other one picks it up and completes it', async (t) => {
-    const r = await call(api.url, 'POST', '/felix/training-jobs', { ...K, body: { ...body, nr_epochs: 8, model_name: 'killed' } });
+    const r = await create({ nr_epochs: 8, model_name: 'killed' });
     t.equal(r.status, 200, r.text);
     const id = r.body.id as string;
-    const running = await poll(() => job(id), (x: Res) => x.body.status === 'running' && x.body.current_step >= 3, 60_000, 50);
+    const stepping = (x: Res) => x.body.status === 'running' && x.body.current_step >= 3;
+    const running = await poll(() => job(id), stepping, 60_000, 50);
     t.equal(running.body.status, 'running');
     const first = await runner(id);
     t.ok(first, 'a worker runs it');
     await first!.kill9();
-    const done = await poll(() => job(id), (x: Res) => ['complete', 'failed', 'cancelled'].includes(x.body.status), 60_000, 200);
+    const done = await poll(() => job(id), ended, 60_000, 200);
     t.equal(done.body.status, 'complete', `completed (${done.body.error ?? ''})`);
     const second = await runner(id, 2);
     t.ok(second && second !== first, 'by the other worker');
-    t.match(await logs(id), /stopped while it was running \(epoch \d+, step \d+\): the server restarted or its worker was lost; the job is queued again/);
+    const restarted = /stopped while it was running \(epoch \d+, step \d+\): the server restarted or its worker/;
+    t.match(await logs(id), restarted, 'the log says what happened');
     const cks = (await call(api.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, K)).body;
     t.ok(cks.count >= 1, `${cks.count} checkpoint(s) of the completed run`);
   });

@@ -49,7 +49,10 @@ function alive(pid: number): boolean {
 export function createLeases(deps: { store: Store; ttlMs?: number; log?: Logger }) {
   const { store, log } = deps;
   const ttlMs = Math.max(1000, deps.ttlMs ?? DEFAULT_LEASE_TTL_MS);
-  const me = { owner: `${hostname()}/${process.pid}/${randomBytes(6).toString('hex')}`, host: hostname(), pidns: pidNamespace(), pid: process.pid };
+  const me = {
+    owner: `${hostname()}/${process.pid}/${randomBytes(6).toString('hex')}`,
+    host: hostname(), pidns: pidNamespace(), pid: process.pid,
+  };
   const held = new Map<string, { kind: LeaseKind; id: string; expires: number; onLost: () => void }>();
   const kinds = new Map<LeaseKind, Supervised>();
   const keyOf = (kind: LeaseKind, id: string) => `${kind}|${id}`;
@@ -58,7 +61,8 @@ export function createLeases(deps: { store: Store; ttlMs?: number; log?: Logger 
   let sweeping: Promise<void> | null = null;
   let closed = false;
 
-  const record = (kind: LeaseKind, id: string, expires: number): LeaseRecord => ({ kind, id, ...me, expires_at: expires });
+  const record = (kind: LeaseKind, id: string, expires: number): LeaseRecord =>
+    ({ kind, id, ...me, expires_at: expires });
 
   /** an expired lease: none, past its time, or its owner is a process of this machine that is gone */
   function orphaned(l: LeaseRecord | undefined, now: number): boolean {
@@ -130,7 +134,11 @@ export function createLeases(deps: { store: Store; ttlMs?: number; log?: Logger 
     sweeping = (async () => {
       for (const [kind, s] of kinds) {
         if (closed || (only && kind !== only)) continue;
-        try { await sweepKind(kind, s); } catch (err) { log?.warn({ kind, err: String(err) }, 'job supervisor pass failed'); }
+        try {
+          await sweepKind(kind, s);
+        } catch (err) {
+          log?.warn({ kind, err: String(err) }, 'job supervisor pass failed');
+        }
       }
     })().finally(() => { sweeping = null; });
     return sweeping;
@@ -145,7 +153,9 @@ export function createLeases(deps: { store: Store; ttlMs?: number; log?: Logger 
      * its running state there (null/undefined: not claimed); the lease is written in that same
      * transaction. `onLost` is called if the lease is lost later.
      */
-    async claim<T>(kind: LeaseKind, id: string, fn: (t: Tx) => Promise<T | null | undefined>, onLost: () => void): Promise<T | null> {
+    async claim<T>(
+      kind: LeaseKind, id: string, fn: (t: Tx) => Promise<T | null | undefined>, onLost: () => void,
+    ): Promise<T | null> {
       if (closed) return null;
       const expires = Date.now() + ttlMs;
       const out = await store.tx(async (t) => {
@@ -201,7 +211,7 @@ export function createLeases(deps: { store: Store; ttlMs?: number; log?: Logger 
       if (!mine.length) return;
       await store.tx(async (t) => {
         for (const h of mine) if ((await t.leases.get(h.kind, h.id))?.owner === me.owner) t.leases.remove(h.kind, h.id);
-      }).catch((err) => log?.warn({ err: String(err) }, 'job leases not released at shutdown (they expire by themselves)'));
+      }).catch((err) => log?.warn({ err: String(err) }, 'job leases not released at shutdown (they expire)'));
     },
   };
 }

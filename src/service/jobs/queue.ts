@@ -31,7 +31,9 @@ export interface JobQueue {
   close(timeoutMs?: number): Promise<void>;
 }
 
-export async function openJobQueue(opts: { url: string; log?: Logger; pollingIntervalSeconds?: number }): Promise<JobQueue> {
+export async function openJobQueue(
+  opts: { url: string; log?: Logger; pollingIntervalSeconds?: number },
+): Promise<JobQueue> {
   const boss = new PgBoss({
     connectionString: opts.url, schema: 'pgboss', max: 4, schedule: false, supervise: true, migrate: true,
   });
@@ -49,7 +51,8 @@ export async function openJobQueue(opts: { url: string; log?: Logger; pollingInt
     },
     async work(kind, concurrency, handler) {
       for (let i = 0; i < concurrency; i++) {
-        await boss.work<{ id: string }>(NAMES[kind], { batchSize: 1, pollingIntervalSeconds: polling }, async (jobs) => {
+        const options = { batchSize: 1, pollingIntervalSeconds: polling };
+        await boss.work<{ id: string }>(NAMES[kind], options, async (jobs) => {
           for (const j of jobs) await handler(j.data.id);
         });
       }
