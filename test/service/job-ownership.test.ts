@@ -31,7 +31,7 @@ const body = {
   base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'visits' }], training_type: 'full',
   nr_epochs: 200, batch_size: 4, eval_steps: 1000,
 };
-const RESTARTED = /stopped while it was running \(epoch \d+, step \d+\): the server restarted .*; the job is queued again/;
+const RESTARTED = /stopped while it was running \(epoch \d+, step \d+\): the server restarted .*; the job is queued/;
 const job = (url: string, id: string) => call(url, 'GET', `/felix/training-jobs/${id}`, K);
 const logs = async (url: string, id: string) =>
   ((await call(url, 'GET', `/felix/training-jobs/${id}/logs`, K)).body.logs as Array<{ message: string }>)

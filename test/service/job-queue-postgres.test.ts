@@ -118,7 +118,7 @@ if (missing) {
   });
 
   t.test('SIGKILL the worker mid-job: the other one picks it up and completes it', async (t) => {
-    const r = await create({ nr_epochs: 8, model_name: 'killed' });
+    const r = await create({ nr_epochs: 5, model_name: 'killed' });
     t.equal(r.status, 200, r.text);
     const id = r.body.id as string;
     const stepping = (x: Res) => x.body.status === 'running' && x.body.current_step >= 3;
@@ -135,5 +135,12 @@ if (missing) {
     t.match(await logs(id), restarted, 'the log says what happened');
     const cks = (await call(api.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, K)).body;
     t.ok(cks.count >= 1, `${cks.count} checkpoint(s) of the completed run`);
+  });
+
+  t.test('SIGTERM: a worker shuts down cleanly', async (t) => {
+    const w = workers.find((x) => x.proc.exitCode === null && x.proc.signalCode === null)!;
+    w.proc.kill('SIGTERM');
+    const code = await Promise.race([w.exit, sleep(15_000).then(() => 'still running')]);
+    t.equal(code, 0, 'exit code 0 (pool, queue and leases closed)');
   });
 }
