@@ -48,7 +48,8 @@ t.test('renewed leases stay; expired ones are taken over once, and the old holde
   t.same([...b.taken, ...c.taken], ['stale'], 'only the expired lease is taken over, by one of the two supervisors');
   const winner = b.taken.length ? b : c;
   t.ok(winner.leases.holds('evaluation', 'stale'), 'the supervisor that took it holds it now');
-  t.equal((await store.leases.get('evaluation', 'renewed'))?.owner, a.leases.owner, 'the renewed lease is still its owner\'s');
+  const renewed = await store.leases.get('evaluation', 'renewed');
+  t.equal(renewed?.owner, a.leases.owner, 'the renewed lease is still its owner\'s');
   t.equal((await store.leases.get('evaluation', 'stale'))?.owner, winner.leases.owner);
 
   // a holder whose lease another process took over (as the winner above took 'stale') renews
