@@ -6,7 +6,9 @@
 import t from 'tap';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
 import { createServices } from '../../src/service/index.ts';
+import { openStore } from '../../src/store/index.ts';
 import { postgresMissing, startPostgres } from '../helpers/postgres.ts';
 import { FakeRuntime } from './fake-runtime.ts';
 import { call, type Res } from './helpers.ts';
@@ -135,6 +137,21 @@ if (missing) {
     t.match(await logs(id), restarted, 'the log says what happened');
     const cks = (await call(api.url, 'GET', `/felix/training-jobs/${id}/checkpoints`, K)).body;
     t.ok(cks.count >= 1, `${cks.count} checkpoint(s) of the completed run`);
+  });
+
+  t.test('a requested job whose queue message was lost is sent again by the supervisor', async (t) => {
+    // a job record committed without its send (the API process died between the two): a copy of the
+    // completed job above, requested again, written straight into the store
+    const store = await openStore(dataDir, { databaseUrl: url, poolSize: 1 });
+    t.teardown(() => store.close());
+    const done = (await store.trainingJobs.listByTeam(team.id)).find((j) => j.model_name === 'killed')!;
+    const id = randomUUID();
+    const old = new Date(Date.now() - 60_000).toISOString();
+    await store.tx((tx) => {
+      tx.trainingJobs.put({ ...done, id, model_name: 'lost-send', status: 'requested', created_at: old, updated_at: old });
+    });
+    const r = await poll(() => job(id), ended, 30_000, 200);
+    t.equal(r.body.status, 'complete', `a worker ran it (${r.body.error ?? ''})`);
   });
 
   t.test('SIGTERM: a worker shuts down cleanly', async (t) => {
