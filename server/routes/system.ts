@@ -28,7 +28,7 @@ export function systemRoutes(state: { draining: boolean }): RouteDef[] {
         }
         const ok = storeOk && !state.draining;
         const status = ok ? 'ok' : state.draining ? 'draining' : 'degraded';
-        const isIdle = rt.loaded.length === 0 && rt.warming.length === 0 && (rt.memory?.length ?? 0) === 0;
+        const isIdle = rt.loaded.length === 0 && rt.warming.length === 0 && (rt.memory?.length ?? 0) === 0 && !rt.nodes;
         const last = idle;
         if (isIdle && last?.status === status && last.storeOk === storeOk && last.queue === rt.queue_depth) {
           return last.reply;
@@ -36,6 +36,8 @@ export function systemRoutes(state: { draining: boolean }): RouteDef[] {
         const body = {
           status, store: storeOk ? 'ok' : 'error',
           models_loaded: rt.loaded, models_memory: rt.memory ?? [], models_warming: rt.warming, queue_depth: rt.queue_depth,
+          // an API process routing to inference nodes: the live ones
+          ...(rt.nodes ? { inference_nodes: rt.nodes } : {}),
         };
         if (!isIdle) return ok ? body : reply(503, body);
         const r = reply(ok ? 200 : 503, JSON.stringify(body), JSON_TYPE);

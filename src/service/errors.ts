@@ -76,6 +76,17 @@ export class DependencyUnavailableError extends ServiceError {
     super(503, message, { code: 'dependency_unavailable', headers: retryAfterS ? { 'Retry-After': String(Math.ceil(retryAfterS)) } : {} });
   }
 }
+/**
+ * A runtime's "overloaded" (status 529: the decoder's queue is full, or every inference node holding the model is at
+ * capacity) as every endpoint but /v1/messages answers it (spec 7: 529 is /v1/messages only): 503 with Retry-After.
+ * Any other error is returned as it is.
+ */
+export function overloadedAsUnavailable(err: unknown): unknown {
+  const e = err as { status?: number; message?: string } | null;
+  if (e?.status !== 529) return err;
+  return new DependencyUnavailableError(`The model is overloaded: ${e.message ?? 'queue full'}; retry shortly`, 1);
+}
+
 /** 529: the scheduler's queue is full (messages-style overloaded_error). */
 export class OverloadedError extends ServiceError {
   constructor(message = 'Overloaded') { super(529, message, { code: 'overloaded' }); }

@@ -12,7 +12,10 @@ import {
 } from './billing.ts';
 import type { Catalog, CatalogEntry } from './catalog.ts';
 import { ROUTER_MODEL_ID } from './router.ts';
-import { ConflictError, DependencyUnavailableError, NotFoundError, RegionBlockedError, ValidationError, WarmingError } from './errors.ts';
+import {
+  ConflictError, DependencyUnavailableError, NotFoundError, overloadedAsUnavailable, RegionBlockedError, ValidationError,
+  WarmingError,
+} from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import { type EncoderSchema, type GenerateMessage, type ModelKind, type ModelRef, type ModelRuntime, generateAll, jobModelRef } from './runtime.ts';
 import type { Metrics } from './metrics.ts';
@@ -326,7 +329,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       await call.fail(base, err);
       // the encoder's own schema checks (field specs, validators' patterns, thresholds): the caller's input
       if ((err as Error)?.name === 'SchemaError') throw new ValidationError(`schema: ${(err as Error).message}`, [{ path: '/schema', message: (err as Error).message }]);
-      throw limitError(err) ?? err;
+      throw limitError(err) ?? overloadedAsUnavailable(err);
     }
     const result = Array.isArray(req.text) ? out.results : out.results[0];
     const fin = await call.finish({ ...base, output: result, usage: { prompt_tokens: out.input_tokens } });
@@ -347,7 +350,7 @@ export function createInferenceService(deps: { store: Store; config: ServiceConf
       done = await generateAll(runtime, call.model.ref, { messages: req.messages, ...params, signal: ctx.signal });
     } catch (err) {
       await call.fail(base, err);
-      throw err;
+      throw overloadedAsUnavailable(err);
     }
     if (done.finish_reason === 'cancelled') {
       // aborted by the caller: bill what was processed, keep the reason, answer nobody

@@ -51,6 +51,9 @@ export interface ModelMemory {
   steps?: number;
 }
 
+/** A live inference node as an API process routing to it sees it (src/service/nodes/runtime-remote.ts). */
+export interface NodeStats { id: string; queue_depth: number; max_queue: number; loaded: string[] }
+
 export interface LocalModel {
   id: string;
   kind: ModelKind;
@@ -159,7 +162,7 @@ export interface ModelRuntime {
   /** queue depth and loaded models, for /metrics and /health */
   /** `memory`: per loaded model (a base: LoRA jobs run on their base), its resident weight bytes (as kept:
    * block-quantized GGUF weights count their blocks), its KV cache bytes (0 for encoders) and its adapters. */
-  stats(): { loaded: string[]; warming: string[]; queue_depth: number; memory?: ModelMemory[] };
+  stats(): { loaded: string[]; warming: string[]; queue_depth: number; memory?: ModelMemory[]; nodes?: NodeStats[] };
   close(): Promise<void>;
 }
 

@@ -19,6 +19,8 @@ export const DB_NAMES = [
   'datasets', 'dataset_versions', 'uploads', 'training_logs', 'checkpoints', 'evaluations', 'generation_jobs',
   // adaptive inference: retraining runs (src/service/adaptive)
   'adaptive_runs',
+  // inference nodes' registrations and heartbeats (src/service/nodes)
+  'inference_nodes',
   // which process runs an in-flight job (src/store/leases.ts)
   'leases',
 ] as const;

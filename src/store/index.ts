@@ -21,6 +21,7 @@ import { makeDatasetsRepo } from './datasets.ts';
 import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
 import { makeAdaptiveRunsRepo } from './adaptive-runs.ts';
+import { makeInferenceNodesRepo } from './inference-nodes.ts';
 import { makeLeasesRepo } from './leases.ts';
 
 export { onCommit, SCHEMA_VERSION, ikey, scanIndex } from './db.ts';
@@ -28,6 +29,7 @@ export { storeExists, storePath } from './lmdb.ts';
 export type * from './types.ts';
 export type * from './customization-types.ts';
 export type { JudgeConfigRecord, JudgeQueueEntry, JudgementFields } from './judges.ts';
+export type { InferenceNodeRecord, NodeModel } from './inference-nodes.ts';
 export type { LeaseKind, LeaseRecord } from './leases.ts';
 
 /** small values in `meta` (schema version, the auth generation, the signing secret) */
@@ -67,6 +69,7 @@ function makeRepos(h: Kv) {
     get evaluations() { return lazy('evaluations', () => makeEvaluationsRepo(h)); },
     get generationJobs() { return lazy('generationJobs', () => makeGenerationJobsRepo(h)); },
     get adaptiveRuns() { return lazy('adaptiveRuns', () => makeAdaptiveRunsRepo(h)); },
+    get inferenceNodes() { return lazy('inferenceNodes', () => makeInferenceNodesRepo(h)); },
     get leases() { return lazy('leases', () => makeLeasesRepo(h)); },
   };
 }

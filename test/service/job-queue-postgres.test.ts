@@ -1,5 +1,5 @@
 // The durable job queue on PostgreSQL (pg-boss, src/service/jobs/queue.ts) with `loom worker`
-// processes: an API process (role api: it enqueues, runs no training) and two workers on one
+// processes: an API process (roles api,inference: no worker role, it enqueues and runs no job) and two workers on one
 // throwaway PostgreSQL cluster and one artifacts folder. A training job is run by one worker; a stop
 // sent to the API process reaches it; an evaluation is run by a worker; a worker killed with SIGKILL
 // mid-job loses it to the other worker, which runs it to completion under the restart rules.
@@ -59,7 +59,7 @@ if (missing) {
     async kill9(): Promise<void> { if (this.proc.exitCode === null) { this.proc.kill('SIGKILL'); await this.exit; } }
   }
 
-  const api = new ServerProcess(dataDir, { ...env, LOOM_ROLE: 'api' });
+  const api = new ServerProcess(dataDir, { ...env, LOOM_ROLE: 'api,inference' });
   const workers = [new Worker(), new Worker()];
   t.teardown(async () => {
     await api.kill9();
@@ -148,7 +148,8 @@ if (missing) {
     const id = randomUUID();
     const old = new Date(Date.now() - 60_000).toISOString();
     await store.tx((tx) => {
-      tx.trainingJobs.put({ ...done, id, model_name: 'lost-send', status: 'requested', created_at: old, updated_at: old });
+      const fields = { id, model_name: 'lost-send', status: 'requested' as const, created_at: old, updated_at: old };
+      tx.trainingJobs.put({ ...done, ...fields });
     });
     const r = await poll(() => job(id), ended, 30_000, 200);
     t.equal(r.body.status, 'complete', `a worker ran it (${r.body.error ?? ''})`);

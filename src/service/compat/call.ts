@@ -15,7 +15,7 @@
 import type { Store } from '../../store/index.ts';
 import type { Principal } from '../auth.ts';
 import type { Catalog, CatalogEntry } from '../catalog.ts';
-import { DependencyUnavailableError, ServiceError } from '../errors.ts';
+import { DependencyUnavailableError, overloadedAsUnavailable, ServiceError } from '../errors.ts';
 import type { Call, InferenceService } from '../inference.ts';
 import { ROUTER_MODEL_ID } from '../router.ts';
 import type { ModelKind, ModelRuntime } from '../runtime.ts';
@@ -79,9 +79,7 @@ const forcesTool = (req: CompatRequest) => toolsOn(req) && !!forcedToolSchema(re
  */
 export function mapRuntimeError(err: unknown, endpoint: CompatEndpoint | 'embeddings', req?: CompatRequest): unknown {
   const e = err as { status?: number; name?: string; message?: string; code?: string };
-  if (e?.status === 529 && endpoint !== 'messages') {
-    return new DependencyUnavailableError(`The model is overloaded: ${e.message ?? 'queue full'}; retry shortly`, 1);
-  }
+  if (e?.status === 529 && endpoint !== 'messages') return overloadedAsUnavailable(err);
   if (e?.status === 529 && !(err instanceof ServiceError)) {
     return new ServiceError(529, e.message || 'Overloaded', { code: 'overloaded', headers: { 'Retry-After': '1' } });
   }
