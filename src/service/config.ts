@@ -85,6 +85,11 @@ export interface ServiceConfig {
    * models for API processes to route to. Default all three: one process does everything.
    */
   roles: ReadonlySet<Role>;
+  /**
+   * lifetime of a job's lease (LOOM_JOB_LEASE_S, src/service/jobs/leases.ts), ms: renewed every third of
+   * it; a job whose process died on another machine is taken over after at most this long
+   */
+  jobLeaseMs: number;
 }
 
 export interface S3Config {
@@ -168,6 +173,7 @@ export function defaultConfig(over: Partial<ServiceConfig> = {}): ServiceConfig 
     generationConcurrency: over.generationConcurrency ?? 8,
     generationConcurrencyPerTeam: over.generationConcurrencyPerTeam ?? 2,
     roles: over.roles ?? new Set(ROLES),
+    jobLeaseMs: over.jobLeaseMs ?? 30_000,
   };
 }
 
@@ -222,6 +228,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): ServiceConf
     generationConcurrency: num(env.LOOM_GENERATION_CONCURRENCY),
     generationConcurrencyPerTeam: num(env.LOOM_GENERATION_CONCURRENCY_PER_TEAM),
     roles: parseRoles(env.LOOM_ROLE),
+    jobLeaseMs: num(env.LOOM_JOB_LEASE_S) === undefined ? undefined : num(env.LOOM_JOB_LEASE_S)! * 1000,
     rateLimits: env.LOOM_RATE_LIMITS ? { ...DEFAULT_RATE_LIMITS, ...JSON.parse(env.LOOM_RATE_LIMITS) } : undefined,
   });
 }

@@ -1,6 +1,8 @@
 // The customization half of Loom, wired: the worker pool (dataset processing, training,
-// evaluation), signed URLs, datasets, training jobs and evaluations. createServices spreads
-// `services` into the service object and calls `close()` on shutdown.
+// evaluation), signed URLs, datasets, training jobs and evaluations, the job leases and their
+// supervisor (src/service/jobs/leases.ts) and, on PostgreSQL, the durable job queue
+// (src/service/jobs/queue.ts). createServices spreads `services` into the service object and calls
+// `close()` on shutdown.
 import type { Store } from '../store/index.ts';
 import type { ArtifactStore } from './artifacts/types.ts';
 import type { Catalog } from './catalog.ts';
@@ -10,7 +12,9 @@ import { createEvaluationsService } from './evaluations.ts';
 import { createGenerationService } from './generation.ts';
 import type { Logger } from './index.ts';
 import type { InferenceService } from './inference.ts';
+import { createLeases } from './jobs/leases.ts';
 import { createJobPool } from './jobs/pool.ts';
+import { type JobQueue, openJobQueue } from './jobs/queue.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { createSignedUrls } from './signed-urls.ts';
 import { createTrainingJobsService } from './training-jobs.ts';
@@ -27,26 +31,33 @@ export async function createCustomization(deps: {
   // training jobs (trainingConcurrency) + one evaluation + one dataset task at a time
   const jobPool = createJobPool({ threads: config.trainingConcurrency + 2 });
   const signedUrls = await createSignedUrls(store);
-  const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, artifacts, log });
+  const leases = createLeases({ store, ttlMs: config.jobLeaseMs, log });
+  // the durable queue lives in the PostgreSQL store's database; LMDB keeps the in-process scheduler
+  const queue: JobQueue | null = config.databaseUrl ? await openJobQueue({ url: config.databaseUrl, log }) : null;
+  const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, artifacts, log, leases });
   const trainingJobs = createTrainingJobsService({
-    store, config, pool: jobPool, urls: signedUrls, artifacts, datasets, catalog, runtime, log, judge,
+    store, config, pool: jobPool, urls: signedUrls, artifacts, datasets, catalog, runtime, log, judge, leases, queue,
   });
   const evaluations = createEvaluationsService({
-    store, config, pool: jobPool, artifacts, datasets, catalog, runtime, trainingJobs, log,
+    store, config, pool: jobPool, artifacts, datasets, catalog, runtime, trainingJobs, log, leases, queue,
   });
-  const generation = createGenerationService({ store, config, inference, datasets, log });
+  const generation = createGenerationService({ store, config, inference, datasets, log, leases });
   await datasets.resumePending();
   await generation.resumePending();
   await trainingJobs.resumePending();
   await evaluations.resumePending();
+  leases.start();
   return {
-    services: { jobPool, signedUrls, datasets, trainingJobs, evaluations, generation },
+    services: { jobPool, signedUrls, datasets, trainingJobs, evaluations, generation, leases },
     async close() {
       await generation.shutdown();
       await trainingJobs.shutdown();
       await evaluations.shutdown();
-      await datasets.settle(2000);
+      await datasets.shutdown(2000);
       await jobPool.close();
+      await queue?.close();
+      // after the pool: no job of this process runs any more when its lease goes
+      await leases.close();
     },
   };
 }

@@ -23,6 +23,7 @@ import type { Principal } from './auth.ts';
 import { artifactDir, type ServiceConfig } from './config.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
+import type { Leases } from './jobs/leases.ts';
 import type { JobPool } from './jobs/pool.ts';
 import type { ProcessDatasetResult } from './jobs/datasets-task.ts';
 import type { SignedUrls } from './signed-urls.ts';
@@ -41,8 +42,13 @@ export const versionView = (v: DatasetVersionRecord) => ({
 
 export function createDatasetsService(deps: {
   store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; artifacts: ArtifactStore; log?: Logger;
+  /** a version being processed (or a generated one being written) holds a lease: kind 'dataset', the version id */
+  leases: Leases;
 }) {
-  const { store, config, pool, urls, artifacts } = deps;
+  const { store, config, pool, urls, artifacts, leases } = deps;
+  /** versions whose lease this process lost: their processing here writes nothing more */
+  const lost = new Set<string>();
+  let closing = false;
   const root = artifactDir(config, 'datasets');
   const pending = new Set<Promise<void>>();
   /** uploads whose PUT is being written now (a second PUT to the same URL meanwhile is a 409) */
@@ -89,7 +95,13 @@ export function createDatasetsService(deps: {
 
   /** a new version of `name` (created when missing); inside one transaction */
   async function newVersion(teamId: string, name: string, type: DatasetType, fields: Partial<DatasetVersionRecord>): Promise<DatasetVersionRecord> {
-    return store.tx(async (t) => {
+    return store.tx((t) => newVersionIn(t, teamId, name, type, fields));
+  }
+  async function newVersionIn(
+    t: Parameters<Parameters<Store['tx']>[0]>[0], teamId: string, name: string, type: DatasetType,
+    fields: Partial<DatasetVersionRecord>,
+  ): Promise<DatasetVersionRecord> {
+    {
       const now = nowIso();
       let d = await t.datasets.byName(teamId, name);
       if (d && d.dataset_type !== type) {
@@ -104,7 +116,20 @@ export function createDatasetsService(deps: {
       t.datasets.put({ ...d, next_version: d.next_version + 1, latest_version_id: v.id, updated_at: now });
       t.datasets.putVersion(v);
       return v;
-    });
+    }
+  }
+
+  /** `from` → converting with this process's lease, in one transaction (null: not in `from` any more) */
+  function claimConverting(
+    id: string, from: DatasetVersionRecord['status'], patch: Partial<DatasetVersionRecord> = {},
+  ) {
+    return leases.claim('dataset', id, async (t) => {
+      const v = await t.datasets.getVersion(id);
+      if (v?.status !== from) return null;
+      const nv = { ...v, ...patch, status: 'converting' as const, updated_at: nowIso() };
+      t.datasets.putVersion(nv);
+      return nv;
+    }, () => lost.add(id));
   }
 
   const EXPIRED = 'the upload URL expired before a complete file was received; request a new upload URL';
@@ -123,17 +148,21 @@ export function createDatasetsService(deps: {
         await artifacts.remove(versionDir(v0)); // an empty or oversized object is not kept
         got = null;
       }
-      await store.tx(async (t) => {
+      const failed = await store.tx(async (t) => {
         const cur = await t.datasets.getUpload(u.id);
         const v = cur && !cur.used_at ? await t.datasets.getVersion(cur.version_id) : undefined;
-        if (v?.status !== 'initialized') return;
+        if (v?.status !== 'initialized') return undefined;
         if (got) {
           t.datasets.putUpload({ ...cur!, used_at: nowIso() });
           t.datasets.putVersion({ ...v, status: 'uploading', bytes: got.size, updated_at: nowIso() });
-        } else t.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
+          return undefined;
+        }
+        t.datasets.putVersion({ ...v, status: 'failed', processing_error: EXPIRED, updated_at: nowIso() });
+        return v;
       });
+      if (failed) removeTemporaries(failed);
     })().catch((e) => {
-      // the object store is down: look again later rather than fail a version whose file may be there
+      // the store or the object store is down: look again later rather than fail a version whose file may be there
       deps.log?.error({ err: String(e) }, 'upload expiry check failed');
       setTimeout(() => watchExpiry(u), 30_000).unref();
     });
@@ -168,6 +197,64 @@ export function createDatasetsService(deps: {
     })) ?? v;
   }
 
+  /** half-written upload files of a version no PUT can write any more (used, or its URL expired) */
+  function removeTemporaries(v: DatasetVersionRecord): void {
+    const dir = versionDir(v);
+    const partial = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith(TMP_SUFFIX)) : [];
+    for (const f of partial) rmSync(join(dir, f), { force: true });
+  }
+
+  async function settle(timeoutMs = 10_000): Promise<void> {
+    await Promise.race([Promise.allSettled([...pending]), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+  }
+
+  // the supervisor: a version whose processing process is gone is processed again from its file (or
+  // failed when the file is gone); a generated version whose writer is gone is failed
+  const takeovers = new Map<string, { v: DatasetVersionRecord; raw: string } | null>();
+  const GEN_CUT = 'the server restarted while the generated examples were written';
+  leases.supervise('dataset', {
+    async inFlight() {
+      return (await store.datasets.allVersions())
+        .filter((v) => v.status === 'converting' || v.status === 'validating'
+          || (v.source === 'generate' && v.status === 'uploading'))
+        .map((v) => v.id);
+    },
+    async takeOver(t, id) {
+      const v = await t.datasets.getVersion(id);
+      if (!v) return false;
+      const raw = rawFile(v);
+      if (v.source === 'generate' && v.status === 'uploading') {
+        // cut off while its file was written (the generation job itself is failed by its service)
+        t.datasets.putVersion({ ...v, status: 'failed', processing_error: GEN_CUT, updated_at: nowIso() });
+        takeovers.set(id, null);
+        return true;
+      }
+      if (v.status !== 'converting' && v.status !== 'validating') return false;
+      // (S3: the object is fetched by the processing, which fails the version with the reason when it is gone)
+      if (artifacts.kind === 'local' && !existsSync(raw)) {
+        const processing_error = 'the uploaded file was lost during a server restart; upload it again';
+        t.datasets.putVersion({ ...v, status: 'failed', processing_error, updated_at: nowIso() });
+        takeovers.set(id, null);
+        return true;
+      }
+      const nv = { ...v, status: 'converting' as const, updated_at: nowIso() };
+      t.datasets.putVersion(nv);
+      takeovers.set(id, { v: nv, raw });
+      return 'adopt';
+    },
+    after(id) {
+      const todo = takeovers.get(id);
+      takeovers.delete(id);
+      if (todo) startProcessing(todo.v, todo.raw);
+      else {
+        void store.datasets.getVersion(id).then((v) => {
+          if (v?.source === 'generate') rmSync(versionDir(v), { recursive: true, force: true });
+        });
+      }
+    },
+    onLost: (id) => lost.add(id),
+  });
+
   /** converting → validating → ready | failed, in the worker pool */
   function startProcessing(v: DatasetVersionRecord, rawPath: string): void {
     const job = (async () => {
@@ -190,7 +277,7 @@ export function createDatasetsService(deps: {
         try { r = await result; } catch (e) {
           r = { ok: false, stage: 'converting', error: `processing crashed: ${(e as Error).message}` };
         }
-        if (r.ok) {
+        if (r.ok && !closing && !lost.has(v.id)) {
           await artifacts.putFile(dataFile(v)).catch((e) => {
             throw new Error(`the processed dataset could not be stored: ${(e as Error).message}`);
           });
@@ -198,10 +285,15 @@ export function createDatasetsService(deps: {
       } catch (e) {
         r = { ok: false, stage: 'converting', error: (e as Error).message };
       }
+      if (closing || lost.has(v.id)) return; // shutting down, or taken over elsewhere: the other process decides
       if (r.ok) await update(v.id, { status: 'ready', size: r.size, kinds: r.kinds, labels: r.labels, format: r.format, processing_error: null, ready_at: nowIso() });
       else await update(v.id, { status: 'failed', processing_error: r.error });
+      await leases.release('dataset', v.id);
       deps.log?.info({ dataset: v.dataset_name, version: v.version_number, ok: r.ok }, 'dataset processed');
-    })().catch((e) => deps.log?.error({ err: String(e) }, 'dataset processing failed')).finally(() => pending.delete(job));
+    })().catch((e) => deps.log?.error({ err: String(e) }, 'dataset processing failed')).finally(() => {
+      pending.delete(job);
+      lost.delete(v.id);
+    });
     pending.add(job);
   }
 
@@ -333,6 +425,7 @@ export function createDatasetsService(deps: {
           t.datasets.putVersion({ ...cv, status: 'uploading', bytes: data.byteLength, updated_at: now });
           return 'ok';
         });
+        if (outcome === 'ok') removeTemporaries(v); // of earlier PUTs cut off by a crash
         if (outcome === 'gone') throw new NotFoundError('Upload not found (the dataset may have been deleted)');
         if (outcome === 'used') throw new ConflictError('This upload URL has already been used: request a new one');
         if (outcome === 'expired') throw new ConflictError(EXPIRED);
@@ -359,69 +452,64 @@ export function createDatasetsService(deps: {
       if (v.status === 'initialized' && v.source === 'upload' && artifacts.kind === 's3') v = await receivedInBucket(v);
       if (v.status === 'initialized') throw new ConflictError(`No file was uploaded for dataset ${v.dataset_name} version ${v.version_number}: PUT the file to the upload URL first`);
       if (v.status !== 'uploading') throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already ${v.status}`);
-      const nv = (await update(v.id, { status: 'converting' }))!;
+      const nv = await claimConverting(v.id, 'uploading');
+      if (!nv) {
+        throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already being processed`);
+      }
       startProcessing(nv, rawFile(nv));
       return { success: true, ...versionView(nv) };
     },
 
     /** a version made by the generation service from records it produced */
     async createVersionFromRecords(teamId: string, name: string, type: DatasetType, jsonl: string, filename: string): Promise<DatasetVersionRecord> {
-      const v = await newVersion(teamId, name, type, { filename, source: 'generate', status: 'uploading' });
+      // the version and this process's lease together: a process that dies while writing the file
+      // leaves an `uploading` version that a supervisor fails with the reason
+      const id = newId();
+      const fields = { id, filename, source: 'generate' as const, status: 'uploading' as const };
+      const create = (t: Parameters<Parameters<Store['tx']>[0]>[0]) => newVersionIn(t, teamId, name, type, fields);
+      const v = (await leases.claim('dataset', id, create, () => lost.add(id)))!;
       mkdirSync(versionDir(v), { recursive: true });
       await writeFileDurable(rawFile(v), jsonl);
       // S3: so that any node can process it again after a restart
       await artifacts.putFile(rawFile(v)).catch(async (e) => {
         const processing_error = `the generated examples could not be stored: ${(e as Error).message}`;
         await update(v.id, { status: 'failed', processing_error });
+        await leases.release('dataset', v.id);
         throw e;
       });
-      const nv = (await update(v.id, { status: 'converting', bytes: Buffer.byteLength(jsonl) }))!;
-      startProcessing(nv, join(versionDir(nv), 'raw'));
+      const nv = await update(v.id, { status: 'converting', bytes: Buffer.byteLength(jsonl) });
+      if (!nv) throw new Error('the dataset was deleted while it was generated');
+      startProcessing(nv, rawFile(nv));
       return nv;
     },
 
     /**
-     * After a restart: versions left converting/validating are processed again from their file;
-     * uploads cut off before their commit keep their URL (the PUT can be sent again) and fail their
-     * version when it expires; half-written temporaries are removed; a generated version cut off
-     * while its file was written is failed.
+     * At start: uploads cut off before their commit keep their URL (the PUT can be sent again) and fail
+     * their version when it expires (their half-written temporaries are removed then, or when a PUT
+     * completes: another live process may be receiving one right now); versions being processed, or
+     * generated versions being written, whose process is gone (lease expired) are taken over by the
+     * supervisor (processed again from their file, or failed with the reason); those of a live
+     * process are left alone.
      */
-    async resumePending(): Promise<number> {
-      let n = 0;
+    async resumePending(): Promise<void> {
       for (const u of await store.datasets.allUploads()) {
         const v = u.used_at ? undefined : await store.datasets.getVersion(u.version_id);
-        if (v?.status !== 'initialized') continue;
-        const dir = versionDir(v);
-        const partial = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith(TMP_SUFFIX)) : [];
-        for (const f of partial) rmSync(join(dir, f), { force: true });
-        watchExpiry(u);
+        if (v?.status === 'initialized') watchExpiry(u);
       }
-      for (const v of await store.datasets.allVersions()) {
-        if (v.source === 'generate' && v.status === 'uploading') {
-          // cut off while its file was written (the generation job itself is failed by its service)
-          rmSync(versionDir(v), { recursive: true, force: true });
-          const processing_error = 'the server restarted while the generated examples were written';
-          void update(v.id, { status: 'failed', processing_error });
-          continue;
-        }
-        if (v.status !== 'converting' && v.status !== 'validating') continue;
-        const raw = rawFile(v);
-        // (S3: the object is fetched by the processing, which fails the version with the reason when it is gone)
-        if (artifacts.kind === 'local' && !existsSync(raw)) {
-          const processing_error = 'the uploaded file was lost during a server restart; upload it again';
-          void update(v.id, { status: 'failed', processing_error });
-          continue;
-        }
-        startProcessing(v, raw);
-        n++;
-      }
-      return n;
+      await leases.sweep('dataset');
+    },
+
+    /**
+     * shutdown: waits up to `timeoutMs` for processing; what is still running after that writes nothing
+     * more (its lease is released at close, and the next owner processes it again)
+     */
+    async shutdown(timeoutMs = 2000): Promise<void> {
+      await settle(timeoutMs);
+      closing = true;
     },
 
     /** wait for background processing (tests, shutdown) */
-    async settle(timeoutMs = 10_000): Promise<void> {
-      await Promise.race([Promise.allSettled([...pending]), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
-    },
+    settle,
   };
 }
 export type DatasetsService = ReturnType<typeof createDatasetsService>;

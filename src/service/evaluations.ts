@@ -19,7 +19,9 @@ import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import type { Logger } from './index.ts';
 import type { EvaluateResult } from './jobs/evaluate-task.ts';
+import type { Leases } from './jobs/leases.ts';
 import type { JobPool } from './jobs/pool.ts';
+import type { JobQueue } from './jobs/queue.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { FRESH_ENCODERS, type TrainingJobsService } from './training-jobs.ts';
 
@@ -46,10 +48,33 @@ export function evaluationView(e: EvaluationRecord) {
 
 export function createEvaluationsService(deps: {
   store: Store; config: ServiceConfig; pool: JobPool; datasets: DatasetsService; catalog: Catalog;
-  runtime: ModelRuntime; trainingJobs: TrainingJobsService; log?: Logger; artifacts: ArtifactStore;
+  runtime: ModelRuntime; artifacts: ArtifactStore;
+  trainingJobs: TrainingJobsService; log?: Logger;
+  /**
+   * an evaluation is held (queued in this process's memory, or running here) under a lease taken when
+   * it is created; one whose process is gone is queued again by the supervisor of a live process
+   */
+  leases: Leases;
+  /**
+   * the durable queue (PostgreSQL store): evaluations are enqueued and run by processes with the
+   * 'worker' role, which take the lease when they start one; null: the accepting process runs them
+   */
+  queue?: JobQueue | null;
 }) {
-  const { store, config, pool, datasets, catalog, runtime, trainingJobs, artifacts } = deps;
+  const { store, config, pool, datasets, catalog, runtime, trainingJobs, artifacts, leases } = deps;
+  const durable = deps.queue ?? null;
+  /** a queued evaluation this old is enqueued again by the supervisor (a lost send) */
+  const RESEND_AFTER_MS = 10_000;
+  const send = (id: string) => durable?.send('evaluation', id)
+    .catch((e) => deps.log?.warn({ evaluation: id, err: String(e) }, 'evaluation not enqueued (sent again later)'));
   const queue: string[] = [];
+  /** evaluations whose lease this process lost: dropped here, nothing more written */
+  const lost = new Set<string>();
+  const onLost = (id: string) => {
+    lost.add(id);
+    const i = queue.indexOf(id);
+    if (i >= 0) queue.splice(i, 1);
+  };
   let active: Promise<void> | null = null;
   let closing = false;
 
@@ -58,7 +83,7 @@ export function createEvaluationsService(deps: {
     return null;
   });
 
-  async function patch(id: string, ch: Partial<EvaluationRecord>): Promise<void> {
+  async function patchAny(id: string, ch: Partial<EvaluationRecord>): Promise<void> {
     await store.tx(async (t) => {
       const e = await t.evaluations.get(id);
       if (e) t.evaluations.put({ ...e, ...ch });
@@ -92,6 +117,29 @@ export function createEvaluationsService(deps: {
     throw new NotFoundError(`Model ${id} not found: use a training job id, a base model id or a baseline id`);
   }
 
+  leases.supervise('evaluation', {
+    async inFlight() {
+      const all = (await store.evaluations.all()).sort((a, b) => a.created_at.localeCompare(b.created_at));
+      if (!durable) return all.filter((e) => e.status === 'queued' || e.status === 'running').map((e) => e.id);
+      // queue: waiting evaluations belong to no process (the queue holds them); a lost send is sent again
+      const old = Date.now() - RESEND_AFTER_MS;
+      for (const e of all) if (e.status === 'queued' && Date.parse(e.created_at) < old) void send(e.id);
+      return all.filter((e) => e.status === 'running').map((e) => e.id);
+    },
+    async takeOver(t, id) {
+      const e = await t.evaluations.get(id);
+      if (!e || (e.status !== 'queued' && e.status !== 'running')) return false;
+      if (e.status === 'running') t.evaluations.put({ ...e, status: 'queued', started_at: null });
+      return durable ? true : 'adopt';
+    },
+    after(id) {
+      if (durable) { void send(id); return; }
+      if (!queue.includes(id)) queue.push(id);
+      pump();
+    },
+    onLost,
+  });
+
   function pump(): void {
     if (active || closing) return;
     const id = queue.shift();
@@ -100,9 +148,27 @@ export function createEvaluationsService(deps: {
   }
 
   async function runOne(id: string): Promise<void> {
-    const e = await store.evaluations.get(id);
-    if (!e || e.status !== 'queued') return;
-    await patch(id, { status: 'running', started_at: nowIso() });
+    try {
+      await runHeld(id);
+    } finally {
+      if (!closing) await leases.release('evaluation', id);
+      lost.delete(id);
+    }
+  }
+
+  async function runHeld(id: string): Promise<void> {
+    const toRunning = async (t: Parameters<Parameters<Store['tx']>[0]>[0]) => {
+      const cur = await t.evaluations.get(id);
+      if (!cur || cur.status !== 'queued') return null;
+      t.evaluations.put({ ...cur, status: 'running', started_at: nowIso() });
+      return cur;
+    };
+    // from the queue: queued → running with this process's lease; in process: the lease is ours since create
+    const e = durable
+      ? await leases.claim('evaluation', id, toRunning, () => onLost(id))
+      : leases.holds('evaluation', id) ? await store.tx(toRunning) : null;
+    if (!e) return;
+    const patch = (id: string, ch: Partial<EvaluationRecord>) => (lost.has(id) ? Promise.resolve() : patchAny(id, ch));
     const work = join(artifactDir(config, 'evaluations'), id);
     try {
       const v = await store.datasets.getVersion(e.dataset_version_id);
@@ -174,9 +240,14 @@ export function createEvaluationsService(deps: {
         dataset_name: v.dataset_name, dataset_version: v.version_number, dataset_version_id: v.id, task, status: 'queued', threshold: body.threshold ?? 0.5,
         sample_count: 0, error: null, created_at: nowIso(), started_at: null, completed_at: null, model_json: JSON.stringify(m),
       };
-      await store.tx((t) => t.evaluations.put(e));
-      queue.push(e.id);
-      setImmediate(pump);
+      if (durable) {
+        await store.tx((t) => t.evaluations.put(e));
+        await send(e.id);
+      } else {
+        await leases.claim('evaluation', e.id, async (t) => { t.evaluations.put(e); return e; }, () => onLost(e.id));
+        queue.push(e.id);
+        setImmediate(pump);
+      }
       return { success: true, count: 1, evaluations: [evaluationView(e)] };
     },
 
@@ -199,14 +270,19 @@ export function createEvaluationsService(deps: {
       const i = queue.indexOf(id);
       if (i >= 0) queue.splice(i, 1);
       await store.tx((t) => t.evaluations.remove(id));
+      if (i >= 0) await leases.release('evaluation', id); // a running one releases it when it ends
       return { success: true, message: `Evaluation ${id} deleted` };
     },
 
-    /** after a restart: queued and running evaluations run again (they have no side effects) */
+    /**
+     * at start: queued and running evaluations whose process is gone (lease expired) are queued again
+     * here (they have no side effects); those of a live process are left to it
+     */
     async resumePending(): Promise<void> {
-      const todo = (await store.evaluations.all())
-        .filter((e) => e.status === 'queued' || e.status === 'running').sort((a, b) => a.created_at.localeCompare(b.created_at));
-      for (const e of todo) { if (e.status === 'running') await patch(e.id, { status: 'queued', started_at: null }); queue.push(e.id); }
+      await leases.sweep('evaluation');
+      if (durable && config.roles.has('worker')) {
+        await durable.work('evaluation', 1, (id) => (closing ? Promise.resolve() : runOne(id)));
+      }
       pump();
     },
 

@@ -19,6 +19,7 @@ import { NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import type { Logger } from './index.ts';
 import type { InferenceService } from './inference.ts';
+import type { Leases } from './jobs/leases.ts';
 import { ROUTER_MODEL_ID } from './router.ts';
 import { CLASSIFICATION_TASK } from '../training/encoder/recipe.ts';
 
@@ -72,8 +73,15 @@ const jobView = (j: GenerationJobRecord) => ({
 
 export function createGenerationService(deps: {
   store: Store; config: ServiceConfig; inference: InferenceService; datasets: DatasetsService; log?: Logger;
+  /**
+   * a job is held (waiting in this process's memory, or generating here) under a lease taken when it is
+   * created; one whose process is gone is failed with the reason by the supervisor of a live process
+   */
+  leases: Leases;
 }) {
-  const { store, config, inference, datasets } = deps;
+  const { store, config, inference, datasets, leases } = deps;
+  /** jobs whose lease this process lost: stopped here, nothing more written */
+  const lost = new Set<string>();
   const running = new Set<Promise<void>>();
   let closing = false;
   /** jobs waiting for a slot, oldest first; jobs generating per team */
@@ -89,7 +97,9 @@ export function createGenerationService(deps: {
       perTeam.set(w.p.team_id, (perTeam.get(w.p.team_id) ?? 0) + 1);
       const job: Promise<void> = run(w.p, w.id, w.req)
         .catch((e) => deps.log?.error({ job: w.id, err: String(e) }, 'generation failed'))
+        .then(() => { if (!closing) return leases.release('generation', w.id); })
         .finally(() => {
+          lost.delete(w.id);
           running.delete(job);
           const n = (perTeam.get(w.p.team_id) ?? 1) - 1;
           if (n > 0) perTeam.set(w.p.team_id, n); else perTeam.delete(w.p.team_id);
@@ -100,6 +110,7 @@ export function createGenerationService(deps: {
   }
 
   async function patch(id: string, ch: Partial<GenerationJobRecord>): Promise<void> {
+    if (lost.has(id)) return;
     await store.tx(async (t) => {
       const j = await t.generationJobs.get(id);
       if (j) t.generationJobs.put({ ...j, ...ch, updated_at: nowIso() });
@@ -121,7 +132,7 @@ export function createGenerationService(deps: {
     await patch(id, { status: 'generating' });
     const seed0 = req.seed ?? 1;
     try {
-      for (let i = 0; i < n && !closing; i++) {
+      for (let i = 0; i < n && !closing && !lost.has(id); i++) {
         if (req.task_type === 'classification') {
           const labels = req.labels!;
           const label = labels[i % labels.length];
@@ -146,7 +157,7 @@ export function createGenerationService(deps: {
         }
         if ((i + 1) % 5 === 0 || i + 1 === n) await patch(id, { count: lines.length });
       }
-      if (closing) return;
+      if (closing || lost.has(id)) return;
       if (lines.length === 0) throw new Error('the model produced no usable example');
       const type = req.task_type === 'decoder' ? 'decoder' : req.task_type;
       const v = await datasets.createVersionFromRecords(p.team_id, req.dataset_name, type, lines.join('\n') + '\n', `generated-${id}.jsonl`);
@@ -164,6 +175,20 @@ export function createGenerationService(deps: {
     }
   }
 
+  leases.supervise('generation', {
+    async inFlight() {
+      return (await store.generationJobs.all())
+        .filter((j) => j.status === 'queued' || j.status === 'generating').map((j) => j.job_id);
+    },
+    async takeOver(t, id) {
+      const j = await t.generationJobs.get(id);
+      if (!j || (j.status !== 'queued' && j.status !== 'generating')) return false;
+      const error = 'the server restarted (or its process was lost) during generation; start a new generation job';
+      t.generationJobs.put({ ...j, status: 'failed', error, updated_at: nowIso() });
+      return true;
+    },
+  });
+
   return {
     async create(p: Principal, req: GenerateRequest) {
       if (!DATASET_NAME.test(req.dataset_name) || req.dataset_name === 'upload') throw new ValidationError('dataset_name must be 1-128 letters, digits, ".", "_" or "-"', [{ path: '/dataset_name', message: 'invalid dataset name' }]);
@@ -177,7 +202,11 @@ export function createGenerationService(deps: {
         job_id: newId(), team_id: p.team_id, status: 'queued', dataset_name: req.dataset_name, task_type: req.task_type, count: 0, num_examples: req.num_examples ?? 20,
         error: null, version_id: null, request: req as unknown as Record<string, unknown>, created_at: now, updated_at: now,
       };
-      await store.tx((t) => t.generationJobs.put(j));
+      await leases.claim('generation', j.job_id, async (t) => { t.generationJobs.put(j); return j; }, () => {
+        lost.add(j.job_id);
+        const i = waiting.findIndex((w) => w.id === j.job_id);
+        if (i >= 0) waiting.splice(i, 1);
+      });
       waiting.push({ p, id: j.job_id, req });
       pump();
       return { job_id: j.job_id, status: j.status };
@@ -217,16 +246,15 @@ export function createGenerationService(deps: {
       });
     },
 
-    /** after a restart: jobs cut off mid-generation are failed explicitly */
+    /** at start: jobs whose process is gone (lease expired) are failed explicitly; a live process's are left alone */
     async resumePending(): Promise<void> {
-      for (const j of await store.generationJobs.all()) {
-        if (j.status === 'queued' || j.status === 'generating') await patch(j.job_id, { status: 'failed', error: 'the server restarted during generation; start a new generation job' });
-      }
+      await leases.sweep('generation');
     },
 
     async shutdown(): Promise<void> {
       closing = true;
-      waiting.length = 0; // still `queued` in the store: the next start fails them with the reason
+      // still `queued` in the store: once the leases are released (at close), a supervisor fails them with the reason
+      waiting.length = 0;
       await Promise.race([Promise.allSettled([...running]), new Promise((r) => setTimeout(r, 2000).unref())]);
     },
   };

@@ -8,9 +8,17 @@
 //
 // States (spec section 3): requested → running → complete | failed | cancelled; complete → deployed
 // (by a deployment, src/service/projects.ts); requested | running → cancelled (POST /stop).
-// A restart finds `running` jobs whose worker died with the process: they are queued again from
-// the start (same seed and data give the same weights), at most MAX_RESTARTS times, then failed;
+// A running job has a lease (src/service/jobs/leases.ts) held by the process that runs it. When that
+// process dies or stops renewing (crash, SIGKILL, clean shutdown), the supervisor of any live process
+// (or of the next start) queues the job again from the start (same seed and data give the same
+// weights), at most MAX_RESTARTS times, then fails it; a job another live process runs is left alone.
 // `requested` jobs stay queued. Each of these moves writes a log line.
+//
+// Who runs queued jobs: on LMDB every process with the 'worker' role schedules `requested` jobs from
+// the store (`requested → running` is a compare-and-set in a store transaction, so one of them wins);
+// on PostgreSQL with a job queue (src/service/jobs/queue.ts) API processes enqueue the job's id and
+// worker processes consume it. A stop request is seen by the process running the job through its
+// record (polled every second), wherever it runs.
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CheckpointRecord, Store, TrainingJobRecord, TrainingLogRecord } from '../store/index.ts';
@@ -23,7 +31,9 @@ import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { newId, nowIso } from './ids.ts';
 import type { Logger } from './index.ts';
 import { writeTarGz } from './jobs/archive.ts';
+import type { Leases } from './jobs/leases.ts';
 import type { JobPool } from './jobs/pool.ts';
+import type { JobQueue } from './jobs/queue.ts';
 import type { TrainTaskResult } from './jobs/train-task.ts';
 import { jobModelRef, type ModelRef, type ModelRuntime } from './runtime.ts';
 import type { SignedUrls } from './signed-urls.ts';
@@ -36,6 +46,10 @@ export { FRESH_ENCODER_ID, FRESH_ENCODERS };
 // fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
 import { ENCODER_RECIPE, FRESH_RATES, FRESH_RECIPE } from '../training/encoder/recipe.ts';
 const MAX_RESTARTS = 2;
+/** how often a running job's record is read for a stop request made through another process */
+const STOP_POLL_MS = 1000;
+/** a `requested` job this old is enqueued again by the supervisor (PostgreSQL queue: a lost send) */
+const RESEND_AFTER_MS = 10_000;
 const DECODER_SCORE_MAX = 100;
 const ACTIVE = new Set(['requested', 'running']);
 const STATUSES = ['requested', 'running', 'complete', 'deployed', 'failed', 'cancelled'] as const;
@@ -170,8 +184,14 @@ export function createTrainingJobsService(deps: {
   artifacts: ArtifactStore;
   /** GRPO llm_as_judge rewards: the service's LLM judge (src/service/judge); absent → such jobs are refused */
   judge?: RewardJudge;
+  /** per-job ownership: running jobs hold a lease; orphaned ones are taken over */
+  leases: Leases;
+  /** the durable queue (PostgreSQL store); null: this process schedules from the store */
+  queue?: JobQueue | null;
 }) {
-  const { store, config, pool, datasets, catalog, runtime, artifacts } = deps;
+  const { store, config, pool, datasets, catalog, runtime, artifacts, leases } = deps;
+  const queue = deps.queue ?? null;
+  const worker = config.roles.has('worker');
   const root = artifactDir(config, 'jobs');
   const running = new Map<string, { stop(): void; done: Promise<void> }>();
   let closing = false;
@@ -279,7 +299,7 @@ export function createTrainingJobsService(deps: {
   let scheduling = false;
   let scheduleAgain = false;
   function schedule(): void {
-    if (closing) return;
+    if (closing || queue || !worker) return; // with a queue, workers take jobs from it
     if (scheduling) { scheduleAgain = true; return; }
     scheduling = true;
     (async () => {
@@ -333,11 +353,37 @@ export function createTrainingJobsService(deps: {
   async function run(j0: Job, onStop: (fn: () => void) => void): Promise<void> {
     const id = j0.id;
     const dir = jobDir(id);
-    let j = await patch(id, (cur) => (cur.status === 'requested' ? { status: 'running', started_at: nowIso(), progress_percent: 0, current_epoch: 0, current_step: 0, error: null } : null), { level: 'info', message: 'training started' });
-    if (!j || j.status !== 'running') return;
+    // requested → running and this process's lease, in one transaction
+    let lost = false;
+    let stopNow = () => {};
+    let j: Job | undefined | null = await leases.claim('training', id, async (t) => {
+      const cur = (await t.trainingJobs.get(id)) as Job | undefined;
+      if (!cur || cur.status !== 'requested') return null;
+      const nj: Job = {
+        ...cur, status: 'running', started_at: nowIso(), progress_percent: 0, current_epoch: 0, current_step: 0,
+        error: null, updated_at: nowIso(),
+      };
+      t.trainingJobs.put(nj);
+      await t.trainingArtifacts.appendLog(id, 'info', `training started${queue ? ` (worker ${leases.owner})` : ''}`);
+      return nj;
+    }, () => { lost = true; stopNow(); });
+    if (!j) return;
+    // a local stop (POST .../stop here, DELETE) or a lost lease (another process took the job over:
+    // stop, and write nothing more about it)
+    onStop(() => stopNow());
+    const patchOwned: typeof patch = (pid, fn, log) =>
+      patch(pid, (cur) => (lost ? null : fn(cur)), lost ? undefined : log);
     const fail = async (message: string) => {
-      await patch(id, (cur) => (cur.status === 'running' ? { status: 'failed', error: message, completed_at: nowIso() } : null), { level: 'error', message: `training failed: ${message}` });
+      await patchOwned(
+        id, (cur) => (cur.status === 'running' ? { status: 'failed', error: message, completed_at: nowIso() } : null),
+        { level: 'error', message: `training failed: ${message}` },
+      );
     };
+    // a stop request made through another process: seen on the job's record
+    const stopPoll = setInterval(() => {
+      getJob(id).then((cur) => { if (!cur || cur.status === 'cancelled') stopNow(); }, () => {});
+    }, STOP_POLL_MS);
+    stopPoll.unref();
     try {
       // a run starts from the beginning in an empty folder: records of an interrupted run's checkpoints go with it
       rmSync(dir, { recursive: true, force: true });
@@ -391,7 +437,7 @@ export function createTrainingJobsService(deps: {
         const pr = pendingProgress;
         pendingProgress = null;
         if (!pr) return;
-        await patch(id, (cur) => (cur.status === 'running' || cur.status === 'cancelled' ? {
+        await patchOwned(id, (cur) => (cur.status === 'running' || cur.status === 'cancelled' ? {
           progress_percent: Math.max(0, Math.min(100, Number(pr.progress_percent ?? cur.progress_percent))),
           current_epoch: Number(pr.epoch ?? cur.current_epoch), current_step: Number(pr.step ?? cur.current_step),
           total_steps: pr.totalSteps !== undefined ? Number(pr.totalSteps) : cur.total_steps,
@@ -411,7 +457,7 @@ export function createTrainingJobsService(deps: {
             if (now - lastWrite >= 500) { lastWrite = now; enqueue(flushProgress); }
           } else if (m?.type === 'log') {
             const lvl = ['debug', 'info', 'warn', 'error'].includes(m.data?.level) ? m.data.level : 'info';
-            enqueue(() => addLog(id, lvl, String(m.data?.message ?? '')));
+            enqueue(async () => { if (!lost) await addLog(id, lvl, String(m.data?.message ?? '')); });
           } else if (m?.type === 'judge') {
             // GRPO llm_as_judge: the worker's judge call, answered on the port (a failure scores 0 with its error)
             const { id: callId, items, opts } = m.data ?? {};
@@ -431,6 +477,7 @@ export function createTrainingJobsService(deps: {
             // that step's record (the trainer moved its folder to final/); the event comes after the
             // folder is complete (written as .partial, fsynced, renamed)
             enqueue(async () => {
+              if (lost) return;
               // S3: the folder in the bucket before its record (a record names weights every node can read)
               try { await artifacts.putDir(ck.dir); } catch (e) {
                 // a folder the trainer moved to final/ meanwhile is recorded by the final checkpoint's event
@@ -441,7 +488,7 @@ export function createTrainingJobsService(deps: {
               await recordCheckpoint(ck);
             });
             const recordCheckpoint = (ck: CheckpointRecord) => store.tx(async (t) => {
-              if (!(await t.trainingJobs.get(id))) return;
+              if (lost || !(await t.trainingJobs.get(id))) return;
               const prev = (await t.trainingArtifacts.listCheckpoints(id)).find((o) => o.step === ck.step);
               if (prev) Object.assign(ck, { id: prev.id, created_at: prev.created_at, is_best: ck.is_best || prev.is_best });
               if (ck.is_best) {
@@ -457,7 +504,9 @@ export function createTrainingJobsService(deps: {
           }
         },
       );
-      onStop(() => port.postMessage({ type: 'stop' }));
+      stopNow = () => port.postMessage({ type: 'stop' });
+      const now = await getJob(id);
+      if (!now || now.status === 'cancelled' || lost) stopNow();
       let r: TrainTaskResult;
       try {
         r = await result;
@@ -475,24 +524,77 @@ export function createTrainingJobsService(deps: {
         ? { id, kind: 'decoder', dir: finalDir, base_model: base.catalog_id, weights: 'adapter', base_dir: baseDir! }
         : { id, kind: j.task_type, dir: finalDir, base_model: base.catalog_id, weights: 'full' };
       const finals = { weights_dir: finalDir, weights_format: lora ? 'peft_lora' as const : 'safetensors' as const, output_dir: finalDir, model_ref: modelRef, completed_at: nowIso() };
-      if (r.metrics_error) await addLog(id, 'warn', `could not score the validation split: ${r.metrics_error}`);
+      if (r.metrics_error && !lost) {
+        await addLog(id, 'warn', `could not score the validation split: ${r.metrics_error}`);
+      }
+      if (lost) return;
       // S3: the final weights in the bucket before the job is complete (throws: the job fails with the reason)
       if (existsSync(finalDir)) await artifacts.putDir(finalDir);
-      j = await patch(id, (cur) => {
+      j = await patchOwned(id, (cur) => {
         if (cur.status === 'cancelled') return { ...finals, base: { ...cur.base, dir: baseDir } };
         if (cur.status !== 'running') return null;
         return { ...finals, status: 'complete', progress_percent: 100, metrics: r.metrics ? { ...r.metrics } : null, base: { ...cur.base, dir: baseDir } };
       }, r.stopped ? { level: 'info', message: 'training stopped; the last checkpoint is kept' } : { level: 'info', message: `training complete${r.metrics ? `: validation F1 ${r.metrics.f1.toFixed(4)}, precision ${r.metrics.precision.toFixed(4)}, recall ${r.metrics.recall.toFixed(4)} (${r.metrics.sample_count} examples)` : ''}` });
       if (!j) await artifacts.remove(dir); // deleted while it ran
     } catch (e) {
-      if (closing) return; // the process is shutting down: the restart logic takes over
+      if (closing || lost) return; // shutting down (the lease is released) or taken over: the restart rules apply
       const msg = e instanceof Error ? e.message : String(e);
       const cur = await getJob(id);
       if (!cur) { await artifacts.remove(dir).catch(() => {}); return; }
       if (cur.status === 'cancelled') { await addLog(id, 'info', `training stopped (${msg})`); return; }
       await fail(msg);
+    } finally {
+      clearInterval(stopPoll);
+      // at shutdown the lease is kept until the pool is gone (leases.close() releases it then)
+      if (!closing) await leases.release('training', id);
     }
   }
+
+  /** the restart rule, inside the takeover transaction: queued again (restarts + 1) or failed */
+  async function requeueOrFail(t: Parameters<Parameters<Store['tx']>[0]>[0], id: string): Promise<boolean> {
+    const j = (await t.trainingJobs.get(id)) as Job | undefined;
+    if (!j || j.status !== 'running') return false;
+    const where = `epoch ${j.current_epoch}, step ${j.current_step}`;
+    const now = nowIso();
+    const what = `the process running the job stopped while it was running (${where}): `
+      + 'the server restarted or its worker was lost';
+    if ((j.restarts ?? 0) >= MAX_RESTARTS) {
+      const error = `the process running the job stopped during training ${MAX_RESTARTS + 1} times`
+        + ' (restart, crash or lost worker)';
+      t.trainingJobs.put({ ...j, status: 'failed', error, completed_at: now, updated_at: now });
+      const msg = `${what}; it has been restarted ${MAX_RESTARTS} times already, so it is marked failed`;
+      await t.trainingArtifacts.appendLog(id, 'error', msg);
+    } else {
+      const restarts = (j.restarts ?? 0) + 1;
+      const reset = { progress_percent: 0, current_epoch: 0, current_step: 0 };
+      t.trainingJobs.put({ ...j, ...reset, status: 'requested', restarts, updated_at: now });
+      const msg = `${what}; the job is queued again and restarts from the beginning with the same seed and data`;
+      await t.trainingArtifacts.appendLog(id, 'warn', msg);
+    }
+    return true;
+  }
+
+  const send = (id: string) => queue?.send('training', id)
+    .catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'training job not enqueued (sent again later)'));
+  /** a job taken over, or one that may have missed its queue message: enqueue it (PostgreSQL) or schedule */
+  function dispatch(id: string): void {
+    if (queue) void send(id);
+    else schedule();
+  }
+
+  leases.supervise('training', {
+    async inFlight() {
+      const all = (await store.trainingJobs.all()) as Job[];
+      // the queue's safety net: a requested job left waiting without a message is sent again (idempotent)
+      const old = Date.now() - RESEND_AFTER_MS;
+      if (queue) for (const j of all) if (j.status === 'requested' && Date.parse(j.updated_at) < old) dispatch(j.id);
+      // LMDB: a job accepted by a busy process is started by an idle one at its next sweep
+      if (!queue && all.some((j) => j.status === 'requested')) schedule();
+      return all.filter((j) => j.status === 'running').map((j) => j.id);
+    },
+    takeOver: requeueOrFail,
+    after: dispatch,
+  });
 
   /** drop checkpoint records whose folder is missing, and duplicates of a (job, step) */
   async function reconcileCheckpoints(): Promise<void> {
@@ -586,7 +688,8 @@ export function createTrainingJobsService(deps: {
         const ahead = new Set([...waiting, ...running.keys()].filter((x) => x !== id)).size;
         await t.trainingArtifacts.appendLog(id, 'info', `job created; ${ahead > 0 ? `queued behind ${ahead} job(s)` : 'queued'}`);
       });
-      setImmediate(schedule);
+      if (queue) await send(id);
+      else setImmediate(schedule);
       return { id, status: 'requested' as const };
     },
 
@@ -697,24 +800,23 @@ export function createTrainingJobsService(deps: {
     },
 
     /**
-     * After a restart: checkpoint records are reconciled with the disk (a record whose folder is
-     * gone is dropped; one record per job and step, the newest); queued jobs stay queued, running
-     * jobs are re-queued (or failed).
+     * At start: checkpoint records are reconciled with the disk (a record whose folder is gone is
+     * dropped; one record per job and step, the newest); running jobs whose process is gone (their
+     * lease expired, or names a dead process of this machine) are re-queued or failed by the
+     * supervisor; jobs another live process runs are left alone; queued jobs stay queued. With the
+     * queue, a worker starts consuming here.
      */
     async resumePending(): Promise<void> {
-      const work: Array<Promise<unknown>> = [reconcileCheckpoints()];
-      for (const j of (await store.trainingJobs.all()) as Job[]) {
-        if (j.status === 'running') {
-          if ((j.restarts ?? 0) >= MAX_RESTARTS) {
-            work.push(patch(j.id, () => ({ status: 'failed', error: `the server restarted during training ${MAX_RESTARTS + 1} times`, completed_at: nowIso() }), { level: 'error', message: `the server restarted while the job was running (epoch ${j.current_epoch}, step ${j.current_step}); it has been restarted ${MAX_RESTARTS} times already, so it is marked failed` }));
-          } else {
-            work.push(patch(j.id, (cur) => ({ status: 'requested', restarts: (cur.restarts ?? 0) + 1, progress_percent: 0, current_epoch: 0, current_step: 0 }), { level: 'warn', message: `the server restarted while the job was running (epoch ${j.current_epoch}, step ${j.current_step}); the job is queued again and restarts from the beginning with the same seed and data` }));
-          }
-        } else if (j.status === 'requested') {
-          work.push(addLog(j.id, 'info', 'the server restarted; the job is still queued'));
-        }
+      await reconcileCheckpoints();
+      await leases.sweep('training');
+      if (queue && worker && config.trainingConcurrency > 0) {
+        await queue.work('training', config.trainingConcurrency, async (id) => {
+          const j = await getJob(id);
+          if (!j || j.status !== 'requested' || running.has(id) || closing) return;
+          start(j);
+          await running.get(id)?.done;
+        });
       }
-      await Promise.all(work);
       schedule();
     },
 
@@ -727,7 +829,10 @@ export function createTrainingJobsService(deps: {
       }
     },
 
-    /** shutdown: running jobs are left `running` in the store; the next start re-queues them */
+    /**
+     * shutdown: running jobs are left `running` in the store; their leases are released once the pool
+     * is gone (leases.close()), and any live process's supervisor (or the next start) re-queues them
+     */
     async shutdown(): Promise<void> {
       // no stop message: a stopped trainer returns normally and the job would look finished.
       // The pool is destroyed next, which ends the workers; their jobs stay `running`.

@@ -21,6 +21,8 @@ export const DB_NAMES = [
   'adaptive_runs',
   // inference nodes' registrations and heartbeats (src/service/nodes)
   'inference_nodes',
+  // which process runs an in-flight job (src/store/leases.ts)
+  'leases',
 ] as const;
 export type DbName = (typeof DB_NAMES)[number];
 

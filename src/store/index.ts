@@ -22,6 +22,7 @@ import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
 import { makeAdaptiveRunsRepo } from './adaptive-runs.ts';
 import { makeInferenceNodesRepo } from './inference-nodes.ts';
+import { makeLeasesRepo } from './leases.ts';
 
 export { onCommit, SCHEMA_VERSION, ikey, scanIndex } from './db.ts';
 export { storeExists, storePath } from './lmdb.ts';
@@ -29,6 +30,7 @@ export type * from './types.ts';
 export type * from './customization-types.ts';
 export type { JudgeConfigRecord, JudgeQueueEntry, JudgementFields } from './judges.ts';
 export type { InferenceNodeRecord, NodeModel } from './inference-nodes.ts';
+export type { LeaseKind, LeaseRecord } from './leases.ts';
 
 /** small values in `meta` (schema version, the auth generation, the signing secret) */
 function makeMetaRepo(h: Kv) {
@@ -68,6 +70,7 @@ function makeRepos(h: Kv) {
     get generationJobs() { return lazy('generationJobs', () => makeGenerationJobsRepo(h)); },
     get adaptiveRuns() { return lazy('adaptiveRuns', () => makeAdaptiveRunsRepo(h)); },
     get inferenceNodes() { return lazy('inferenceNodes', () => makeInferenceNodesRepo(h)); },
+    get leases() { return lazy('leases', () => makeLeasesRepo(h)); },
   };
 }
 export type Repos = ReturnType<typeof makeRepos>;
@@ -91,6 +94,7 @@ export interface Store extends Repos {
 const REPO_NAMES = [
   'users', 'teams', 'sessions', 'keys', 'accounts', 'usage', 'inferences', 'judges', 'feedback', 'examples', 'projects',
   'deployments', 'trainingJobs', 'datasets', 'trainingArtifacts', 'evaluations', 'generationJobs', 'adaptiveRuns',
+  'leases',
 ] as const;
 
 /**
