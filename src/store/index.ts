@@ -21,12 +21,14 @@ import { makeDatasetsRepo } from './datasets.ts';
 import { makeTrainingArtifactsRepo } from './training-artifacts.ts';
 import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
 import { makeAdaptiveRunsRepo } from './adaptive-runs.ts';
+import { makeCreditHoldsRepo } from './credit-holds.ts';
 
 export { onCommit, SCHEMA_VERSION, ikey, scanIndex } from './db.ts';
 export { storeExists, storePath } from './lmdb.ts';
 export type * from './types.ts';
 export type * from './customization-types.ts';
 export type { JudgeConfigRecord, JudgeQueueEntry, JudgementFields } from './judges.ts';
+export type { CreditHold } from './credit-holds.ts';
 
 /** small values in `meta` (schema version, the auth generation, the signing secret) */
 function makeMetaRepo(h: Kv) {
@@ -65,6 +67,7 @@ function makeRepos(h: Kv) {
     get evaluations() { return lazy('evaluations', () => makeEvaluationsRepo(h)); },
     get generationJobs() { return lazy('generationJobs', () => makeGenerationJobsRepo(h)); },
     get adaptiveRuns() { return lazy('adaptiveRuns', () => makeAdaptiveRunsRepo(h)); },
+    get creditHolds() { return lazy('creditHolds', () => makeCreditHoldsRepo(h)); },
   };
 }
 export type Repos = ReturnType<typeof makeRepos>;
