@@ -29,7 +29,7 @@ import type { Principal } from './auth.ts';
 export const MICRO = 1_000_000;
 /** a shared hold stops counting this long after its call began (a process that died never releases it) */
 export const SHARED_HOLD_TTL_MS = 10 * 60_000;
-/** how often a call waiting for credit held by other processes checks again */
+/** how soon a call waiting for credit held by other processes checks again (doubling, up to 16x) */
 const SHARED_HOLD_POLL_MS = 25;
 
 /** Cache pricing relative to the input price (spec section 8). */
@@ -174,7 +174,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
         // a call released without a debit: its shared record goes in a transaction of its own (if
         // that fails the record expires; until then it only makes the bound stricter)
         if (sharedId && !charged.delete(sharedId)) {
-          store.tx((x) => { x.creditHolds.remove(teamId, sharedId); }).catch(() => {});
+          store.tx((x) => { x.creditHolds.remove(teamId, sharedId); }, { durable: false }).catch(() => {});
         }
         t.micro -= micro;
         t.count--;
@@ -209,7 +209,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
       const denial = denialOf(a, viaRouter, held);
       if (!denial) x.creditHolds.put({ id, team_id: teamId, micro, expires_at: now + SHARED_HOLD_TTL_MS });
       return { id, a, held, live, denial };
-    });
+    }, { durable: false }); // a hold lost in a database crash only loosens the bound for the calls then in flight
   }
 
   /** the team's live shared holds, micro-credits (committed reads) */
@@ -282,7 +282,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
       const deadline = Date.now() + config.creditHoldWaitMs;
       if (sharedHolds) {
         const micro = Math.max(0, opts.estimate_micro);
-        for (;;) {
+        for (let n = 0; ; n++) {
           const r = await reserveShared(p.team_id, opts.viaRouter, micro);
           if (!r.denial) return hold(p.team_id, micro, r.id);
           const left = deadline - Date.now();
@@ -291,7 +291,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
           }
           // calls in progress (here or in another process) hold credit that may turn out unspent
           const t = holds.get(p.team_id);
-          const ms = Math.min(left, SHARED_HOLD_POLL_MS);
+          const ms = Math.min(left, SHARED_HOLD_POLL_MS * 2 ** Math.min(n, 4));
           await (t ? waitRelease(t, ms, false) : new Promise((res) => setTimeout(res, ms)));
         }
       }

@@ -38,16 +38,22 @@ import pg from 'pg';
 import { DependencyUnavailableError } from '../../service/errors.ts';
 import {
   AUTH_GENERATION, type Db, type DbName, DELETED, keyFits, type KvEntry, type KvRange, type KvRead,
-  SCHEMA_VERSION, TxKv, type Writes,
+  SCHEMA_VERSION, type TxOptions, TxKv, type Writes,
 } from '../db.ts';
 
 const MIGRATIONS_DIR = join(import.meta.dirname, 'migrations');
 /** pg_advisory_lock key of the migration run (any fixed 64-bit number: "loom" in ASCII) */
 const MIGRATION_LOCK = 0x6c6f6f6d;
+/** pg_advisory_lock key that write batches of every process take in turn ("loomw") */
+const WRITE_LOCK = 0x6c6f6f6d77;
 /** runs of `fn` before a transaction that keeps conflicting with other processes gives up (503) */
 const MAX_ATTEMPTS = 30;
 /** SQLSTATEs after which the whole transaction runs again */
 const RETRY_CODES = new Set(['40001', '40P01']);
+/** SQLSTATE lock_not_available: the write lock was not granted within LOCK_TIMEOUT_MS */
+const LOCK_TIMEOUT = '55P03';
+/** how long a batch waits for the write lock (a process holding it hangs) before it answers 503 */
+const LOCK_TIMEOUT_MS = 10_000;
 /** store transactions (`tx` calls) one PostgreSQL transaction commits together at most */
 const MAX_BATCH = 64;
 
@@ -61,6 +67,7 @@ export interface PostgresOptions {
 /** a `tx` call waiting for (or in) a batch */
 interface Pending {
   fn: (h: TxKv) => unknown;
+  durable: boolean;
   resolve: (v: unknown) => void;
   reject: (err: unknown) => void;
 }
@@ -176,6 +183,7 @@ async function migrate(pool: pg.Pool): Promise<void> {
 export async function openPostgres(url: string, opts: PostgresOptions = {}): Promise<Db> {
   const pool = new pg.Pool({
     connectionString: url, max: opts.poolSize ?? 10, connectionTimeoutMillis: 5000, idleTimeoutMillis: 30_000,
+    options: `-c lock_timeout=${LOCK_TIMEOUT_MS}`,
   });
   // an idle connection dropped by the server (restart, outage) must not take the process down;
   // the next checkout connects again
@@ -199,7 +207,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
    * own is left out, its writes dropped); then every kept write + COMMIT in one round trip.
    * Settles the members itself on success; returns the error that ended the attempt otherwise.
    */
-  async function attempt(batch: Pending[]): Promise<{ ok: true } | { ok: false; err: unknown }> {
+  async function attempt(batch: Pending[], alone: boolean): Promise<{ ok: true } | { ok: false; err: unknown }> {
     let c: pg.PoolClient;
     try {
       c = await pool.connect();
@@ -209,7 +217,12 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     let broken = false;
     let dbError: unknown = null; // the first failed query: the PostgreSQL transaction is aborted from then on
     try {
-      await c.query('BEGIN ISOLATION LEVEL SERIALIZABLE');
+      // the write lock before the transaction's snapshot, shared by first attempts, alone for a rerun
+      // after a conflict (see the top of this file)
+      const lock = alone ? 'pg_advisory_lock' : 'pg_advisory_lock_shared';
+      await c.query(`SELECT ${lock}($1)`, [WRITE_LOCK]);
+      const fast = batch.every((p) => !p.durable) ? '; SET LOCAL synchronous_commit TO OFF' : '';
+      await c.query(`BEGIN ISOLATION LEVEL SERIALIZABLE${fast}`);
       const base = new TxKv(reader(c, (err) => { dbError ??= err; }));
       const done: Array<{ p: Pending; value: unknown }> = [];
       const refused: Array<{ p: Pending; err: unknown }> = [];
@@ -231,14 +244,16 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
       }
       base.sealed = true;
       const stmts = writeStatements(c, base.writes);
-      await c.query(stmts.length ? `${stmts.join(';\n')};\nCOMMIT` : 'COMMIT');
+      const unlock = `SELECT ${alone ? 'pg_advisory_unlock' : 'pg_advisory_unlock_shared'}(${WRITE_LOCK})`;
+      await c.query(stmts.length ? `${stmts.join(';\n')};\nCOMMIT;\n${unlock}` : `COMMIT; ${unlock}`);
       for (const l of commitListeners) l();
       for (const { p, value } of done) p.resolve(value);
       for (const { p, err } of refused) p.reject(err);
       return { ok: true };
     } catch (err) {
       broken = unavailable(err) || err instanceof DependencyUnavailableError;
-      if (!broken) await c.query('ROLLBACK').catch(() => { broken = true; });
+      // the write lock is the session's: release it with the transaction (or drop the connection)
+      if (!broken) await c.query('ROLLBACK; SELECT pg_advisory_unlock_all()').catch(() => { broken = true; });
       return { ok: false, err };
     } finally {
       c.release(broken);
@@ -248,13 +263,19 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
   /** a batch until it commits: again after a serialization failure (backing off), alone per member after another error */
   async function runBatch(batch: Pending[]): Promise<void> {
     for (let n = 1; ; n++) {
-      const out = await attempt(batch);
+      const out = await attempt(batch, n > 1);
       if (out.ok) return;
       const code = (out.err as { code?: string })?.code;
       if (!(code && RETRY_CODES.has(code))) {
         // the database refused the batch: one member may be at fault (a write it cannot store);
         // alone, each member gets its own answer. An outage fails them all (503).
-        if (batch.length > 1 && !(unavailable(out.err) || out.err instanceof DependencyUnavailableError)) {
+        const outage = unavailable(out.err) || out.err instanceof DependencyUnavailableError;
+        if (code === LOCK_TIMEOUT) {
+          const busy = new DependencyUnavailableError('The store is busy (its write lock timed out); retry the request', 1);
+          for (const p of batch) p.reject(busy);
+          return;
+        }
+        if (batch.length > 1 && !outage) {
           for (const p of batch) await runBatch([p]);
           return;
         }
@@ -279,9 +300,9 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     void runBatch(queue.splice(0, maxBatch)).finally(() => { running = false; pump(); });
   }
 
-  function tx<T>(fn: (h: TxKv) => Promise<T> | T): Promise<T> {
+  function tx<T>(fn: (h: TxKv) => Promise<T> | T, o: TxOptions = {}): Promise<T> {
     const run = new Promise<T>((resolve, reject) => {
-      queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+      queue.push({ fn, durable: o.durable !== false, resolve: resolve as (v: unknown) => void, reject });
       pump();
     });
     inFlight.add(run);
