@@ -17,7 +17,9 @@ import { FakeRuntime } from '../test/service/fake-runtime.ts';
 import { postgresMissing, startPostgres, type TestPostgres } from '../test/helpers/postgres.ts';
 import { REDIS_SKIP, type RedisServer, startRedis } from '../test/helpers/redis.ts';
 
-const OPEN_LIMITS = { edge: { points: 1e9, duration_s: 60 }, default: [{ points: 1e9, duration_s: 60 }], endpoints: [] };
+const OPEN_LIMITS = {
+  edge: { points: 1e9, duration_s: 60 }, default: [{ points: 1e9, duration_s: 60 }], endpoints: [],
+};
 const BODY = JSON.stringify({ model_id: 'test/encoder', text: 'Alice met Bob in Paris', schema: ['person', 'city'] });
 
 interface Row {
@@ -45,7 +47,9 @@ function cannon(url: string, key: string, connections: number, seconds: number):
     p.stderr.on('data', (d) => { err += d; });
     p.on('exit', (code) => {
       const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
+      if (code !== 0 || !line.startsWith('{')) {
+        return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
+      }
       const r = JSON.parse(line);
       resolve({
         rps: r.requests.total / seconds, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx,
@@ -130,7 +134,7 @@ export async function run(argv: string[]): Promise<void> {
             const row: Row = { store: s.store, processes, kind, connections: c, ...r };
             rows.push(row);
             if (json) console.log(JSON.stringify(row));
-            else console.error(`  ${s.store} x${processes} ${kind}: ${r.rps} req/s, p50 ${r.p50_ms} ms, p99 ${r.p99_ms} ms`);
+            else console.error(`  ${s.store} x${processes} ${kind}: ${r.rps} req/s, p50/p99 ${r.p50_ms}/${r.p99_ms} ms`);
           }
         } finally {
           for (const sv of servers) sv.kill();
@@ -145,18 +149,21 @@ export async function run(argv: string[]): Promise<void> {
   }
   if (json) return;
   const load = loadavg().map((x) => x.toFixed(1)).join(' ');
-  console.log(`\nbilled POST /inference (test encoder double), ${seconds} s per row, CPU ${cpus()[0]?.model} x${cpus().length}`
+  const cpu = `${cpus()[0]?.model} x${cpus().length}`;
+  console.log(`\nbilled POST /inference (test encoder double), ${seconds} s per row, CPU ${cpu}`
     + `, load average ${load} (servers, PostgreSQL, Redis and autocannon share the machine)`);
   console.log('| store | API processes | load | req/s | p50 ms | p99 ms | non-2xx | errors |');
   console.log('|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
-    console.log(`| ${r.store} | ${r.processes} | ${r.kind === 'latency' ? '1 connection' : `${r.connections} connections`}`
+    const conns = r.kind === 'latency' ? '1 connection' : `${r.connections} connections`;
+    console.log(`| ${r.store} | ${r.processes} | ${conns}`
       + ` | ${r.rps} | ${r.p50_ms} | ${r.p99_ms} | ${r.non2xx} | ${r.errors} |`);
   }
   const lat = (store: Row['store']) => rows.find((r) => r.store === store && r.kind === 'latency');
   const [l, p] = [lat('lmdb'), lat('postgres+redis')];
   if (l && p) {
-    console.log(`\nadded latency of the PostgreSQL + Redis path (1 connection): p50 +${(p.p50_ms - l.p50_ms).toFixed(1)} ms,`
+    const d50 = (p.p50_ms - l.p50_ms).toFixed(1);
+    console.log(`\nadded latency of the PostgreSQL + Redis path (1 connection): p50 +${d50} ms,`
       + ` p99 +${(p.p99_ms - l.p99_ms).toFixed(1)} ms`);
   }
 }

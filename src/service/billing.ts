@@ -286,7 +286,8 @@ export function createBillingService(store: Store, config: ServiceConfig) {
           const r = await reserveShared(p.team_id, opts.viaRouter, micro);
           if (!r.denial) return hold(p.team_id, micro, r.id);
           const left = deadline - Date.now();
-          if (r.live === 0 || r.denial === 'card_required' || r.denial === 'direct_model_requires_credits' || left <= 0) {
+          const final = r.denial === 'card_required' || r.denial === 'direct_model_requires_credits';
+          if (r.live === 0 || final || left <= 0) {
             throw denialError(r.denial, r.a, r.held);
           }
           // calls in progress (here or in another process) hold credit that may turn out unspent

@@ -88,7 +88,8 @@ t.test('two API processes on one PostgreSQL + Redis', { skip: skip || false }, a
     t.equal((await admin.billing.view(team.id)).credits.held, 0, 'no credit hold outlives its call, in either process');
   });
 
-  t.test('credit for 20.5 calls: 200 concurrent calls over both processes overdraw by less than one call', async (t) => {
+  const overdraw = 'credit for 20.5 calls: 200 concurrent calls over both processes overdraw by less than one call';
+  t.test(overdraw, async (t) => {
     const cost = Math.round((await call(a.url, 'POST', '/inference', { key, body })).body.cost * 1e6);
     const room = Math.round(20.5 * cost);
     await setBalance(room);

@@ -27,8 +27,13 @@
 // account row, so concurrent transactions of one busy team conflict; measured on a 2-core test VM
 // (npm run bench -- billed --quick --postgres), four concurrent transactions per process gave up
 // after 30 attempts (503) where batching serves every call, and a commit's fsync (the cost that
-// bounded one call per transaction at 8-12 calls/s) is now paid once per batch. Between processes,
-// batches that touch one row conflict and the loser runs again: credits stay exact across processes.
+// bounded one call per transaction at 8-12 calls/s) is now paid once per batch.
+//
+// Between processes: a batch takes the session advisory lock WRITE_LOCK before BEGIN (so before its
+// snapshot), shared on its first attempt: batches of several processes run and commit side by side,
+// and SERIALIZABLE refuses the one that conflicts. Its rerun takes the lock alone: it waits for the
+// batches in progress, holds off new ones, and so cannot lose again; a busy team's batches then
+// follow one another instead of failing each other. Credits stay exact across processes.
 //
 // A database that cannot be reached (refused, reset, shut down, timed out) is the spec's 503
 // (DependencyUnavailableError) for that request, never a crash; the pool reconnects by itself.
@@ -260,7 +265,8 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     }
   }
 
-  /** a batch until it commits: again after a serialization failure (backing off), alone per member after another error */
+  /** a batch until it commits: again after a serialization failure (backing off), alone per member after another error
+   */
   async function runBatch(batch: Pending[]): Promise<void> {
     for (let n = 1; ; n++) {
       const out = await attempt(batch, n > 1);
@@ -271,7 +277,8 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
         // alone, each member gets its own answer. An outage fails them all (503).
         const outage = unavailable(out.err) || out.err instanceof DependencyUnavailableError;
         if (code === LOCK_TIMEOUT) {
-          const busy = new DependencyUnavailableError('The store is busy (its write lock timed out); retry the request', 1);
+          const msg = 'The store is busy (its write lock timed out); retry the request';
+          const busy = new DependencyUnavailableError(msg, 1);
           for (const p of batch) p.reject(busy);
           return;
         }
