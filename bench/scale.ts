@@ -134,7 +134,7 @@ export async function run(argv: string[]): Promise<void> {
             const row: Row = { store: s.store, processes, kind, connections: c, ...r };
             rows.push(row);
             if (json) console.log(JSON.stringify(row));
-            else console.error(`  ${s.store} x${processes} ${kind}: ${r.rps} req/s, p50/p99 ${r.p50_ms}/${r.p99_ms} ms`);
+            else console.error(`  ${s.store} x${processes} ${kind}: ${r.rps} req/s, p50/p99 ${r.p50_ms}/${r.p99_ms}`);
           }
         } finally {
           for (const sv of servers) sv.kill();
