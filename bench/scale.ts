@@ -1,7 +1,7 @@
-// `npm run bench -- scale [--quick] [--json] [--seconds S] [--connections C]`: billed POST /inference
-// with 1 and 2 API processes (child processes, test/service/child-server.ts) on LMDB (one data dir,
-// in-process rate limits) and on PostgreSQL + Redis (a throwaway local cluster and redis-server,
-// test/helpers), the load from autocannon (one per process, C connections in all). The encoder is the
+// `npm run bench -- scale [--quick] [--json] [--seconds S] [--connections C] [--only lmdb|postgres]`:
+// billed POST /inference with 1 and 2 API processes (child processes, test/service/child-server.ts) on
+// LMDB (one data dir, in-process rate limits) and on PostgreSQL + Redis (a throwaway local cluster and
+// redis-server, test/helpers), the load from autocannon (one per process, C connections in all). The encoder is the
 // test runtime double's (test/service/fake-runtime.ts), so the figures are the service's and the
 // store's cost per billed call (auth, credit hold, debit + usage + inference record), not a model's.
 // Two kinds of rows: `load` (C connections: throughput) and `latency` (1 connection, one process: the
@@ -99,11 +99,16 @@ export async function run(argv: string[]): Promise<void> {
   const stops: Array<() => unknown> = [];
   let n = 0;
   try {
-    const setups: Array<{ store: Row['store']; dataDir: () => string; config: () => Promise<object> }> = [
-      { store: 'lmdb', dataDir: () => join(tmp, `lmdb${++n}`), config: async () => ({ rateLimits: OPEN_LIMITS }) },
-    ];
+    const only = argv.includes('--only') ? argv[argv.indexOf('--only') + 1] : null;
+    const setups: Array<{ store: Row['store']; dataDir: () => string; config: () => Promise<object> }> = [];
+    if (only !== 'postgres') {
+      const config = async () => ({ rateLimits: OPEN_LIMITS });
+      setups.push({ store: 'lmdb', dataDir: () => join(tmp, `lmdb${++n}`), config });
+    }
     let redis: RedisServer | null = null;
-    if (!skipPg) {
+    if (only === 'lmdb') {
+      // LMDB rows only
+    } else if (!skipPg) {
       setups.push({
         store: 'postgres+redis', dataDir: () => join(tmp, `pg${++n}`),
         config: async () => {
