@@ -184,7 +184,6 @@ export function createBillingService(store: Store, config: ServiceConfig) {
       },
     };
   }
-  /** wait at most `ms` for a wake-up from a release */
   /** shared holds whose record the debit's transaction removed (release() then has nothing to remove) */
   const charged = new Set<string>();
 
@@ -209,15 +208,18 @@ export function createBillingService(store: Store, config: ServiceConfig) {
       const denial = denialOf(a, viaRouter, held);
       if (!denial) x.creditHolds.put({ id, team_id: teamId, micro, expires_at: now + SHARED_HOLD_TTL_MS });
       return { id, a, held, live, denial };
-    }, { durable: false }); // a hold lost in a database crash only loosens the bound for the calls then in flight
+      // a hold lost in a database crash only loosens the bound for the calls then in flight
+    }, { durable: false });
   }
 
   /** the team's live shared holds, micro-credits (committed reads) */
   async function sharedHeld(teamId: string): Promise<number> {
     const now = Date.now();
-    return (await store.creditHolds.listByTeam(teamId)).reduce((n, h) => n + (h.expires_at > now ? h.micro : 0), 0);
+    const live = (await store.creditHolds.listByTeam(teamId)).filter((h) => h.expires_at > now);
+    return live.reduce((n, h) => n + h.micro, 0);
   }
 
+  /** wait at most `ms` for a wake-up from a release */
   function waitRelease(t: TeamHolds, ms: number, front: boolean): Promise<void> {
     return new Promise((resolve) => {
       const done = () => {
