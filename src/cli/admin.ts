@@ -4,6 +4,7 @@
 // every run, and a missing store is refused unless --create-store asks for a new one.
 import { parseArgs } from 'node:util';
 import { openStore, type Store, storeExists, storePath } from '../store/index.ts';
+import { copyStore } from '../store/copy.ts';
 import { createAuthService } from '../service/auth.ts';
 import { createBillingService } from '../service/billing.ts';
 import { configFromEnv } from '../service/config.ts';
@@ -20,14 +21,44 @@ const USAGE = `usage: loom admin <subcommand> [options] [--create-store]
   block         (--email E | --team-id T)            every key of the team gets 401
   unblock       (--email E | --team-id T)
   set-region    (--email E | --team-id T) --region CC (or --region none)
-  show          (--email E | --team-id T)            plan, credits and keys`;
+  show          (--email E | --team-id T)            plan, credits and keys
+  migrate-store --to postgres://...                 copy the LMDB store under LOOM_DATA_DIR into an empty
+                                                    PostgreSQL database (stop the servers first)`;
 
 const OPTIONS = {
   email: { type: 'string' }, password: { type: 'string' }, 'team-id': { type: 'string' }, 'team-name': { type: 'string' },
   plan: { type: 'string' }, region: { type: 'string' }, key: { type: 'string' }, name: { type: 'string' }, credits: { type: 'string' },
   card: { type: 'boolean' }, 'no-card': { type: 'boolean' }, overage: { type: 'string' }, help: { type: 'boolean', short: 'h' },
-  json: { type: 'boolean' }, 'create-store': { type: 'boolean' },
+  json: { type: 'boolean' }, 'create-store': { type: 'boolean' }, to: { type: 'string' },
 } as const;
+
+/** `migrate-store --to URL`: the LMDB store under dataDir into the empty PostgreSQL store at URL */
+async function migrateStore(dataDir: string, to: string | undefined): Promise<number> {
+  if (!to || !/^postgres(ql)?:\/\//.test(to)) {
+    console.error('loom admin migrate-store: --to postgres://user:password@host:5432/db is required');
+    return 1;
+  }
+  if (!storeExists(dataDir)) {
+    console.error(`loom admin migrate-store: no LMDB store at ${storePath(dataDir)} (set LOOM_DATA_DIR)`);
+    return 1;
+  }
+  const target = new URL(to);
+  console.error(`loom admin migrate-store: ${storePath(dataDir)} -> PostgreSQL ${target.host}${target.pathname}`);
+  const from = await openStore(dataDir);
+  let into: Store | null = null;
+  try {
+    into = await openStore(dataDir, { databaseUrl: to, poolSize: 2 });
+    const counts = await copyStore(from.db, into.db, (t, n) => { if (n % 5000 === 0) console.error(`  ${t}: ${n}`); });
+    console.log(JSON.stringify({ copied: counts }, null, 2));
+    return 0;
+  } catch (e) {
+    console.error(`loom admin migrate-store: ${(e as Error).message}`);
+    return 1;
+  } finally {
+    await into?.close();
+    await from.close();
+  }
+}
 
 async function teamOf(store: Store, v: { email?: string; 'team-id'?: string }): Promise<string> {
   if (v['team-id']) return v['team-id'];
@@ -43,6 +74,7 @@ export async function main(argv: string[]): Promise<number> {
   const { values: v } = parseArgs({ args: rest, options: OPTIONS, allowPositionals: false });
   if (v.help) { console.log(USAGE); return 0; }
   const config = configFromEnv();
+  if (sub === 'migrate-store') return migrateStore(config.dataDir, v.to);
   const pgUrl = config.databaseUrl;
   const where = pgUrl ? `PostgreSQL ${new URL(pgUrl).host}${new URL(pgUrl).pathname}` : storePath(config.dataDir);
   const source = pgUrl ? 'LOOM_DATABASE_URL'

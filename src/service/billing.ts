@@ -9,9 +9,14 @@
 // debit). A call is admitted while spendable credit minus the team's holds is positive, so at
 // any concurrency the overdraft is at most the cost of one call. While other calls of the team are
 // in flight, a call that does not fit waits for them to settle (up to `creditHoldWaitMs`) instead
-// of being refused on credit that may turn out unspent. Holds live in this process's memory only:
-// they exist while a call runs here, so a crash ends them with the calls they covered, and no
-// write transaction is spent per call on them. (One server process owns a data directory.)
+// of being refused on credit that may turn out unspent. On a store of one process (LMDB) holds live
+// in this process's memory only: they exist while a call runs here, so a crash ends them with the
+// calls they covered, and no write transaction is spent per call on them. On a store that several
+// API processes share (PostgreSQL) each hold is also a store record (store/credit-holds.ts),
+// written by a transaction that reads the account and the team's holds of every process, so the
+// bound (overdraft at most one call's cost) holds across processes; a hold expires after
+// SHARED_HOLD_TTL_MS (its process died, or the call outlived it), and waiting for a release from
+// another process is polling (SHARED_HOLD_POLL_MS).
 import type { BillingAccount, Store, TokenUsage, Tx, UsageRecord } from '../store/index.ts';
 import {
   SESSION_GROUP, USAGE_INTERVALS, type UsageGroupBy, type UsageInterval, usageSeries,
@@ -22,6 +27,10 @@ import { newId, nowIso, randomToken } from './ids.ts';
 import type { Principal } from './auth.ts';
 
 export const MICRO = 1_000_000;
+/** a shared hold stops counting this long after its call began (a process that died never releases it) */
+export const SHARED_HOLD_TTL_MS = 10 * 60_000;
+/** how soon a call waiting for credit held by other processes checks again (doubling, up to 16x) */
+const SHARED_HOLD_POLL_MS = 25;
 
 /** Cache pricing relative to the input price (spec section 8). */
 export const CACHING_FAMILIES = {
@@ -57,7 +66,13 @@ export function costMicro(pricing: Pricing, family: CachingFamily, u: TokenUsage
 const monthStart = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1)).toISOString();
 
 /** The estimated cost of a call in progress, held against its team's balance until it settles. */
-export interface Hold { readonly team_id: string; readonly micro: number; release(): void }
+export interface Hold {
+  readonly team_id: string;
+  readonly micro: number;
+  /** the store record's id where holds are shared by processes, else null */
+  readonly shared_id: string | null;
+  release(): void;
+}
 
 /** Token counts that bound a call's usage before it runs (see `estimateUsage` in inference.ts). */
 export function holdMicro(pricing: Pricing, family: CachingFamily, input_tokens: number, output_tokens: number) {
@@ -144,17 +159,23 @@ export function createBillingService(store: Store, config: ServiceConfig) {
    */
   interface TeamHolds { micro: number; count: number; waiters: Array<() => void> }
   const holds = new Map<string, TeamHolds>();
-  function hold(teamId: string, micro: number): Hold {
+  const sharedHolds = store.db.kind === 'postgres';
+  function hold(teamId: string, micro: number, sharedId: string | null = null): Hold {
     let t = holds.get(teamId);
     if (!t) holds.set(teamId, (t = { micro: 0, count: 0, waiters: [] }));
     t.micro += micro;
     t.count++;
     let released = false;
     return {
-      team_id: teamId, micro,
+      team_id: teamId, micro, shared_id: sharedId,
       release() {
         if (released) return;
         released = true;
+        // a call released without a debit: its shared record goes in a transaction of its own (if
+        // that fails the record expires; until then it only makes the bound stricter)
+        if (sharedId && !charged.delete(sharedId)) {
+          store.tx((x) => { x.creditHolds.remove(teamId, sharedId); }, { durable: false }).catch(() => {});
+        }
         t.micro -= micro;
         t.count--;
         if (t.count > 0) { t.waiters[0]?.(); return; }
@@ -163,6 +184,41 @@ export function createBillingService(store: Store, config: ServiceConfig) {
       },
     };
   }
+  /** shared holds whose record the debit's transaction removed (release() then has nothing to remove) */
+  const charged = new Set<string>();
+
+  /**
+   * Shared holds: one transaction reads the account and the team's live holds of every process,
+   * and writes this call's hold when it fits. Returns the denial (and what it saw) otherwise.
+   */
+  async function reserveShared(teamId: string, viaRouter: boolean, micro: number) {
+    const id = newId();
+    return store.tx(async (x) => {
+      const found = await x.accounts.get(teamId);
+      if (!found) throw new NotFoundError(`No billing account for team ${teamId}`);
+      const a = current(found);
+      const now = Date.now();
+      let held = 0;
+      let live = 0;
+      for (const h of await x.creditHolds.listByTeam(teamId)) {
+        if (h.expires_at <= now) { x.creditHolds.remove(teamId, h.id); continue; }
+        held += h.micro;
+        live++;
+      }
+      const denial = denialOf(a, viaRouter, held);
+      if (!denial) x.creditHolds.put({ id, team_id: teamId, micro, expires_at: now + SHARED_HOLD_TTL_MS });
+      return { id, a, held, live, denial };
+      // a hold lost in a database crash only loosens the bound for the calls then in flight
+    }, { durable: false });
+  }
+
+  /** the team's live shared holds, micro-credits (committed reads) */
+  async function sharedHeld(teamId: string): Promise<number> {
+    const now = Date.now();
+    const live = (await store.creditHolds.listByTeam(teamId)).filter((h) => h.expires_at > now);
+    return live.reduce((n, h) => n + h.micro, 0);
+  }
+
   /** wait at most `ms` for a wake-up from a release */
   function waitRelease(t: TeamHolds, ms: number, front: boolean): Promise<void> {
     return new Promise((resolve) => {
@@ -177,14 +233,14 @@ export function createBillingService(store: Store, config: ServiceConfig) {
     });
   }
 
-  function view(a: BillingAccount): AccountView {
+  function view(a: BillingAccount, held = holds.get(a.team_id)?.micro ?? 0): AccountView {
     const plan = planOf(a);
     return {
       team_id: a.team_id, plan: a.plan, plan_kind: plan.kind,
       credits: {
         free_allowance: a.free_allowance_micro / MICRO, included: a.included_micro / MICRO, paid_balance: a.paid_balance_micro / MICRO,
         available: (a.free_allowance_micro + a.included_micro + a.paid_balance_micro) / MICRO,
-        held: (holds.get(a.team_id)?.micro ?? 0) / MICRO,
+        held: held / MICRO,
         overage_used: a.overage_micro / MICRO, overage_ceiling: plan.overage_ceiling, total_spent: a.total_spent_micro / MICRO,
       },
       overage_enabled: a.overage_enabled, card_on_file: a.card_on_file, period_start: a.period_start,
@@ -192,7 +248,10 @@ export function createBillingService(store: Store, config: ServiceConfig) {
   }
 
   return {
-    view: async (teamId: string) => view(await getAccount(teamId)),
+    view: async (teamId: string) => {
+      const a = await getAccount(teamId);
+      return sharedHolds ? view(a, await sharedHeld(teamId)) : view(a);
+    },
 
     /** inside a transaction: the account of a new team */
     openAccountTx(t: Tx, teamId: string, planId: string): void {
@@ -223,6 +282,22 @@ export function createBillingService(store: Store, config: ServiceConfig) {
      */
     async reserve(p: Principal, opts: { viaRouter: boolean; estimate_micro: number }): Promise<Hold> {
       const deadline = Date.now() + config.creditHoldWaitMs;
+      if (sharedHolds) {
+        const micro = Math.max(0, opts.estimate_micro);
+        for (let n = 0; ; n++) {
+          const r = await reserveShared(p.team_id, opts.viaRouter, micro);
+          if (!r.denial) return hold(p.team_id, micro, r.id);
+          const left = deadline - Date.now();
+          const final = r.denial === 'card_required' || r.denial === 'direct_model_requires_credits';
+          if (r.live === 0 || final || left <= 0) {
+            throw denialError(r.denial, r.a, r.held);
+          }
+          // calls in progress (here or in another process) hold credit that may turn out unspent
+          const t = holds.get(p.team_id);
+          const ms = Math.min(left, SHARED_HOLD_POLL_MS * 2 ** Math.min(n, 4));
+          await (t ? waitRelease(t, ms, false) : new Promise((res) => setTimeout(res, ms)));
+        }
+      }
       for (let woken = false; ; woken = true) {
         const a = await getAccount(p.team_id);
         const t = holds.get(p.team_id);
@@ -259,7 +334,7 @@ export function createBillingService(store: Store, config: ServiceConfig) {
       const cost = costMicro(input.pricing, input.caching_family, input.usage);
       const p = input.principal;
       try {
-        return await store.tx(async (tx) => {
+        const out = await store.tx(async (tx) => {
           const a = current((await tx.accounts.get(p.team_id))!);
           const plan = planOf(a);
           let left = cost;
@@ -287,10 +362,14 @@ export function createBillingService(store: Store, config: ServiceConfig) {
             drawn: { free_micro, included_micro, paid_micro: paid_micro + paid_extra, overage_micro }, created_at: now,
           };
           tx.usage.put(rec);
+          if (input.hold?.shared_id) tx.creditHolds.remove(input.hold.team_id, input.hold.shared_id);
           if (p.key_id) await tx.keys.bump(p.key_id, { tokens: input.usage.total_tokens, cost_micro: cost });
           await input.alsoWrite?.(tx);
           return rec;
         });
+        const sharedId = input.hold?.shared_id;
+        if (sharedId) charged.add(sharedId);
+        return out;
       } finally {
         input.hold?.release();
       }

@@ -45,12 +45,22 @@ export interface Kv extends KvRead {
   remove(table: DbName, key: string): void;
 }
 
+export interface TxOptions {
+  /**
+   * false: the commit may be acknowledged before it is on disk (PostgreSQL's synchronous_commit off
+   * for this transaction; LMDB ignores it). For writes whose loss in a database crash costs nothing
+   * (a credit hold that only lives while its call runs); still atomic, isolated and seen by every
+   * later transaction at once, and on disk before any later durable commit is acknowledged.
+   */
+  durable?: boolean;
+}
+
 export interface Db {
   kind: 'lmdb' | 'postgres';
   /** committed reads (outside any transaction) */
   read: KvRead;
   /** run `fn` inside one transaction (see the top of this file) */
-  tx<T>(fn: (h: Kv) => Promise<T> | T): Promise<T>;
+  tx<T>(fn: (h: Kv) => Promise<T> | T, opts?: TxOptions): Promise<T>;
   /** the auth generation (see below): synchronous where reading it costs nothing (LMDB) */
   authGeneration(): number | Promise<number>;
   /** calls `fn` after each transaction of this process commits (a cache of store reads drops itself there) */

@@ -2,7 +2,7 @@
 // (lmdb.ts, the default) or PostgreSQL when a database URL is given (postgres/). `openStore` opens
 // (or creates) it and migrates it to SCHEMA_VERSION. The store's own repositories read committed
 // data; `store.tx(async (t) => ...)` hands `fn` the same repositories bound to one transaction.
-import { type Db, type Kv, type Migration, readOnly, SCHEMA_VERSION } from './db.ts';
+import { type Db, type Kv, type Migration, readOnly, SCHEMA_VERSION, type TxOptions } from './db.ts';
 import { openLmdb } from './lmdb.ts';
 import { makeUsersRepo } from './users.ts';
 import { makeTeamsRepo } from './teams.ts';
@@ -23,6 +23,7 @@ import { makeEvaluationsRepo, makeGenerationJobsRepo } from './evaluations.ts';
 import { makeAdaptiveRunsRepo } from './adaptive-runs.ts';
 import { makeInferenceNodesRepo } from './inference-nodes.ts';
 import { makeLeasesRepo } from './leases.ts';
+import { makeCreditHoldsRepo } from './credit-holds.ts';
 
 export { onCommit, SCHEMA_VERSION, ikey, scanIndex } from './db.ts';
 export { storeExists, storePath } from './lmdb.ts';
@@ -31,6 +32,7 @@ export type * from './customization-types.ts';
 export type { JudgeConfigRecord, JudgeQueueEntry, JudgementFields } from './judges.ts';
 export type { InferenceNodeRecord, NodeModel } from './inference-nodes.ts';
 export type { LeaseKind, LeaseRecord } from './leases.ts';
+export type { CreditHold } from './credit-holds.ts';
 
 /** small values in `meta` (schema version, the auth generation, the signing secret) */
 function makeMetaRepo(h: Kv) {
@@ -71,6 +73,7 @@ function makeRepos(h: Kv) {
     get adaptiveRuns() { return lazy('adaptiveRuns', () => makeAdaptiveRunsRepo(h)); },
     get inferenceNodes() { return lazy('inferenceNodes', () => makeInferenceNodesRepo(h)); },
     get leases() { return lazy('leases', () => makeLeasesRepo(h)); },
+    get creditHolds() { return lazy('creditHolds', () => makeCreditHoldsRepo(h)); },
   };
 }
 export type Repos = ReturnType<typeof makeRepos>;
@@ -84,7 +87,7 @@ export interface Store extends Repos {
    * transaction; its writes commit together when `fn` resolves (durably), or not at all when it
    * throws. `fn` may run again when another process changed what it read (see db.ts).
    */
-  tx<T>(fn: (t: Tx) => Promise<T> | T): Promise<T>;
+  tx<T>(fn: (t: Tx) => Promise<T> | T, opts?: TxOptions): Promise<T>;
   /** resolves once every transaction started so far has committed (or failed) */
   settled(): Promise<void>;
   /** flush pending writes and close */
@@ -161,7 +164,7 @@ export async function openStore(dataDir: string, opts: StoreOptions = {}): Promi
   const store = Object.create(repos) as Store;
   return Object.assign(store, {
     db,
-    tx: <T>(fn: (t: Tx) => Promise<T> | T) => db.tx((h) => fn(makeRepos(h))),
+    tx: <T>(fn: (t: Tx) => Promise<T> | T, opts?: TxOptions) => db.tx((h) => fn(makeRepos(h)), opts),
     settled: () => db.settled(),
     close: () => db.close(),
   });

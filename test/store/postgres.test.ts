@@ -69,6 +69,27 @@ if (missing) {
     t.equal(k.usage_tokens, 300 * 7);
   });
 
+  t.test('group commit: concurrent transactions of a process commit in call order, a throwing one alone', async (t) => {
+    const url = await pgs.createDb();
+    const s = await openStore('/nonexistent', { databaseUrl: url, poolSize: 4 });
+    t.teardown(() => s.close());
+    // 60 read-modify-write transactions on one counter at once: every 6th throws after its write
+    const res = await Promise.allSettled(Array.from({ length: 60 }, (_, i) => s.tx(async (x) => {
+      const n = ((await x.meta.get('counter')) as number | undefined) ?? 0;
+      x.meta.put('counter', n + 1);
+      x.meta.put(`seen-${i}`, n);
+      if (i % 6 === 5) throw new Error(`refused ${i}`);
+      return n;
+    })));
+    const failed = res.flatMap((r, i) => (r.status === 'rejected' ? [i] : []));
+    t.same(failed, Array.from({ length: 10 }, (_, k) => 6 * k + 5), 'exactly the throwing transactions failed');
+    t.match((res[5] as PromiseRejectedResult).reason, { message: 'refused 5' }, 'each with its own error');
+    t.equal(await s.meta.get('counter'), 50, 'the others each incremented once: no lost update');
+    const values = res.flatMap((r) => (r.status === 'fulfilled' ? [r.value as number] : []));
+    t.same(values, Array.from({ length: 50 }, (_, k) => k), 'in call order, each seeing the ones before it');
+    t.equal(await s.meta.get('seen-5'), undefined, 'a failed transaction wrote nothing');
+  });
+
   t.test('a key revoked through one API process is refused by the other on its next request', async (t) => {
     const url = await pgs.createDb();
     const config = { databaseUrl: url, databasePoolSize: 4 };

@@ -1,0 +1,174 @@
+// `npm run bench -- scale [--quick] [--json] [--seconds S] [--connections C] [--only lmdb|postgres]`:
+// billed POST /inference with 1 and 2 API processes (child processes, test/service/child-server.ts) on
+// LMDB (one data dir, in-process rate limits) and on PostgreSQL + Redis (a throwaway local cluster and
+// redis-server, test/helpers), the load from autocannon (one per process, C connections in all). The encoder is the
+// test runtime double's (test/service/fake-runtime.ts), so the figures are the service's and the
+// store's cost per billed call (auth, credit hold, debit + usage + inference record), not a model's.
+// Two kinds of rows: `load` (C connections: throughput) and `latency` (1 connection, one process: the
+// added latency of the PostgreSQL path against LMDB, unqueued). Bounded: about 1.5 minutes with --quick.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { createServices } from '../src/service/index.ts';
+import { type ChildServer, startChild } from '../test/service/child-server.ts';
+import { FakeRuntime } from '../test/service/fake-runtime.ts';
+import { postgresMissing, startPostgres, type TestPostgres } from '../test/helpers/postgres.ts';
+import { REDIS_SKIP, type RedisServer, startRedis } from '../test/helpers/redis.ts';
+
+const OPEN_LIMITS = {
+  edge: { points: 1e9, duration_s: 60 }, default: [{ points: 1e9, duration_s: 60 }], endpoints: [],
+};
+const BODY = JSON.stringify({ model_id: 'test/encoder', text: 'Alice met Bob in Paris', schema: ['person', 'city'] });
+
+interface Row {
+  store: 'lmdb' | 'postgres+redis'; processes: number; kind: 'load' | 'latency'; connections: number;
+  rps: number; p50_ms: number; p99_ms: number; non2xx: number; errors: number;
+}
+
+const arg = (argv: string[], name: string, dflt: number) => {
+  const i = argv.indexOf(name);
+  return i >= 0 ? Number(argv[i + 1]) : dflt;
+};
+
+interface Cannon { rps: number; p50: number; p99: number; non2xx: number; errors: number; total: number }
+
+/** autocannon (its CLI, a child process) against one server */
+function cannon(url: string, key: string, connections: number, seconds: number): Promise<Cannon> {
+  const cli = createRequire(join(import.meta.dirname, 'package.json')).resolve('autocannon/autocannon.js');
+  const args = [cli, '-c', String(connections), '-d', String(seconds), '-m', 'POST', '-b', BODY,
+    '-H', `Authorization=Bearer ${key}`, '-H', 'Content-Type=application/json', '--json', `${url}/inference`];
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { err += d; });
+    p.on('exit', (code) => {
+      const line = out.trim().split('\n').pop() ?? '';
+      if (code !== 0 || !line.startsWith('{')) {
+        return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
+      }
+      const r = JSON.parse(line);
+      resolve({
+        rps: r.requests.total / seconds, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx,
+        errors: r.errors + r.timeouts, total: r.requests.total,
+      });
+    });
+  });
+}
+
+/** C connections spread over the servers, for `seconds`; a short warm-up first */
+async function measure(servers: ChildServer[], key: string, connections: number, seconds: number) {
+  const per = Math.max(1, Math.round(connections / servers.length));
+  await Promise.all(servers.map((s) => cannon(s.url, key, per, 2)));
+  const rs = await Promise.all(servers.map((s) => cannon(s.url, key, per, seconds)));
+  const total = rs.reduce((n, r) => n + r.total, 0);
+  return {
+    rps: Math.round(rs.reduce((n, r) => n + r.rps, 0)),
+    // the processes' percentiles weighted by their requests (p50), the worst (p99)
+    p50_ms: Math.round(rs.reduce((n, r) => n + r.p50 * r.total, 0) / Math.max(1, total) * 10) / 10,
+    p99_ms: Math.max(...rs.map((r) => r.p99)),
+    non2xx: rs.reduce((n, r) => n + r.non2xx, 0),
+    errors: rs.reduce((n, r) => n + r.errors, 0),
+  };
+}
+
+/** a team with a key and plenty of paid credit in the store the servers will open */
+async function seed(dataDir: string, databaseUrl: string | null): Promise<string> {
+  const s = await createServices({ runtime: new FakeRuntime(), config: { dataDir, databaseUrl, workerThreads: 1 } });
+  try {
+    const { user, team } = await s.auth.createUser({ email: 'scale@example.com', password: 'correct horse battery' });
+    await s.billing.grant(team.id, 1e6);
+    return (await s.auth.createKeyForUser(user.id, 'bench')).secret_key;
+  } finally {
+    await s.close();
+  }
+}
+
+export async function run(argv: string[]): Promise<void> {
+  const quick = argv.includes('--quick');
+  const json = argv.includes('--json');
+  const seconds = arg(argv, '--seconds', quick ? 5 : 10);
+  const connections = arg(argv, '--connections', 16);
+  const skipPg = postgresMissing() ?? REDIS_SKIP;
+  const rows: Row[] = [];
+  const tmp = mkdtempSync(join(tmpdir(), 'loom-scale-'));
+  let pgs: TestPostgres | null = null;
+  const stops: Array<() => unknown> = [];
+  let n = 0;
+  try {
+    const only = argv.includes('--only') ? argv[argv.indexOf('--only') + 1] : null;
+    const setups: Array<{ store: Row['store']; dataDir: () => string; config: () => Promise<object> }> = [];
+    if (only !== 'postgres') {
+      const config = async () => ({ rateLimits: OPEN_LIMITS });
+      setups.push({ store: 'lmdb', dataDir: () => join(tmp, `lmdb${++n}`), config });
+    }
+    let redis: RedisServer | null = null;
+    if (only === 'lmdb') {
+      // LMDB rows only
+    } else if (!skipPg) {
+      setups.push({
+        store: 'postgres+redis', dataDir: () => join(tmp, `pg${++n}`),
+        config: async () => {
+          pgs ??= await startPostgres();
+          redis ??= await startRedis({ teardown: (fn) => { stops.push(fn); } });
+          return { rateLimits: OPEN_LIMITS, databaseUrl: await pgs.createDb(), redisUrl: redis.url };
+        },
+      });
+    } else {
+      console.error(`postgres+redis rows skipped: ${skipPg}`);
+    }
+    for (const s of setups) {
+      for (const processes of [1, 2]) {
+        // a fresh store per row: every row starts from the same empty ledger
+        const config = { ...(await s.config()), databasePoolSize: 10 };
+        const dataDir = s.dataDir();
+        const key = await seed(dataDir, (config as { databaseUrl?: string }).databaseUrl ?? null);
+        const servers: ChildServer[] = [];
+        try {
+          // on LMDB both processes share one data dir (one machine); on PostgreSQL each has its own
+          for (let i = 0; i < processes; i++) {
+            servers.push(await startChild(s.store === 'lmdb' ? dataDir : `${dataDir}-${i}`, '', config));
+          }
+          const kinds: Array<[Row['kind'], number]> = processes === 1 ? [['latency', 1], ['load', connections]]
+            : [['load', connections]];
+          for (const [kind, c] of kinds) {
+            const r = await measure(servers, key, c, seconds);
+            const row: Row = { store: s.store, processes, kind, connections: c, ...r };
+            rows.push(row);
+            if (json) console.log(JSON.stringify(row));
+            else console.error(`  ${s.store} x${processes} ${kind}: ${r.rps} req/s, p50/p99 ${r.p50_ms}/${r.p99_ms}`);
+          }
+        } finally {
+          for (const sv of servers) sv.kill();
+          await Promise.all(servers.map((sv) => sv.exited));
+        }
+      }
+    }
+  } finally {
+    for (const f of stops) await f();
+    await (pgs as TestPostgres | null)?.close();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+  if (json) return;
+  const load = loadavg().map((x) => x.toFixed(1)).join(' ');
+  const cpu = `${cpus()[0]?.model} x${cpus().length}`;
+  console.log(`\nbilled POST /inference (test encoder double), ${seconds} s per row, CPU ${cpu}`
+    + `, load average ${load} (servers, PostgreSQL, Redis and autocannon share the machine)`);
+  console.log('| store | API processes | load | req/s | p50 ms | p99 ms | non-2xx | errors |');
+  console.log('|---|---|---|---|---|---|---|---|');
+  for (const r of rows) {
+    const conns = r.kind === 'latency' ? '1 connection' : `${r.connections} connections`;
+    console.log(`| ${r.store} | ${r.processes} | ${conns}`
+      + ` | ${r.rps} | ${r.p50_ms} | ${r.p99_ms} | ${r.non2xx} | ${r.errors} |`);
+  }
+  const lat = (store: Row['store']) => rows.find((r) => r.store === store && r.kind === 'latency');
+  const [l, p] = [lat('lmdb'), lat('postgres+redis')];
+  if (l && p) {
+    const d50 = (p.p50_ms - l.p50_ms).toFixed(1);
+    console.log(`\nadded latency of the PostgreSQL + Redis path (1 connection): p50 +${d50} ms,`
+      + ` p99 +${(p.p99_ms - l.p99_ms).toFixed(1)} ms`);
+  }
+}
