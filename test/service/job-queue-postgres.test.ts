@@ -8,7 +8,7 @@
 import t from 'tap';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { mkdirSync, symlinkSync } from 'node:fs';
+import { copyFileSync, mkdirSync, symlinkSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { createServices } from '../../src/service/index.ts';
 import { openStore } from '../../src/store/index.ts';
@@ -188,6 +188,31 @@ if (missing) {
     });
     const r = await poll(() => job(id), ended, 30_000, 200);
     t.equal(r.body.status, 'complete', `a worker ran it (${r.body.error ?? ''})`);
+  });
+
+  t.test('an upload whose queue message was lost is sent again by the supervisor and processed', async (t) => {
+    // a version moved to `converting` (waiting: no lease) whose send never happened: a copy of `visits`
+    // version 1 with its file, written straight into the store
+    const store = await openStore(dataDir, { databaseUrl: url, poolSize: 1 });
+    t.teardown(() => store.close());
+    const d = (await store.datasets.byName(team.id, 'visits'))!;
+    const v1 = (await store.datasets.listVersions(d.id)).find((v) => v.version_number === '1')!;
+    const id = randomUUID();
+    const dir = (vid: string) => join(dataDir, 'datasets', team.id, d.id, vid);
+    mkdirSync(dir(id), { recursive: true });
+    copyFileSync(join(dir(v1.id), 'raw'), join(dir(id), 'raw'));
+    const old = new Date(Date.now() - 60_000).toISOString();
+    await store.tx(async (tx) => {
+      const cur = (await tx.datasets.get(d.id))!;
+      tx.datasets.put({ ...cur, next_version: cur.next_version + 1, latest_version_id: id });
+      tx.datasets.putVersion({
+        ...v1, id, version_number: String(cur.next_version), status: 'converting', size: 0, kinds: {}, labels: {},
+        ready_at: null, created_at: old, updated_at: old,
+      });
+    });
+    const get = () => call(api.url, 'GET', `/felix/datasets/visits/${id}`, K);
+    const done = await poll(get, (x) => ['ready', 'failed'].includes(x.body.status), 30_000, 200);
+    t.match(done.body, { status: 'ready', size: 40, processing_error: null }, 'a worker processed it');
   });
 
   t.test('SIGTERM: a worker shuts down cleanly', async (t) => {
