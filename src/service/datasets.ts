@@ -58,7 +58,7 @@ export function createDatasetsService(deps: {
   /** a waiting version this old (since it became `converting`) is enqueued again by the supervisor */
   const RESEND_AFTER_MS = 10_000;
   const send = (id: string) => durable?.send('dataset', id)
-    .catch((e) => deps.log?.warn({ version: id, err: String(e) }, 'dataset processing not enqueued (sent again later)'));
+    .catch((e) => deps.log?.warn({ version: id, err: String(e) }, 'dataset not enqueued (sent again later)'));
   /** versions whose lease this process lost: their processing here writes nothing more */
   const lost = new Set<string>();
   let closing = false;
