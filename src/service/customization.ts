@@ -34,14 +34,16 @@ export async function createCustomization(deps: {
   const leases = createLeases({ store, ttlMs: config.jobLeaseMs, log });
   // the durable queue lives in the PostgreSQL store's database; LMDB keeps the in-process scheduler
   const queue: JobQueue | null = config.databaseUrl ? await openJobQueue({ url: config.databaseUrl, log }) : null;
-  const datasets = createDatasetsService({ store, config, pool: jobPool, urls: signedUrls, artifacts, log, leases });
+  const datasets = createDatasetsService({
+    store, config, pool: jobPool, urls: signedUrls, artifacts, log, leases, queue,
+  });
   const trainingJobs = createTrainingJobsService({
     store, config, pool: jobPool, urls: signedUrls, artifacts, datasets, catalog, runtime, log, judge, leases, queue,
   });
   const evaluations = createEvaluationsService({
     store, config, pool: jobPool, artifacts, datasets, catalog, runtime, trainingJobs, log, leases, queue,
   });
-  const generation = createGenerationService({ store, config, inference, datasets, log, leases });
+  const generation = createGenerationService({ store, config, inference, datasets, log, leases, queue });
   await datasets.resumePending();
   await generation.resumePending();
   await trainingJobs.resumePending();

@@ -14,6 +14,8 @@
 // itself: the file goes straight to the object store, and step 3 finds it there (HEAD: no object →
 // 409, over LOOM_MAX_UPLOAD_BYTES → 413 and the object is deleted) before the version moves on;
 // processing fetches `raw` into the local cache and uploads `data.jsonl` before the version is ready.
+// On PostgreSQL (the durable queue) step 3 moves the version to `converting` without a lease (waiting)
+// and enqueues it; a process with the 'worker' role takes the lease when it starts processing it.
 import { createReadStream, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
@@ -26,6 +28,7 @@ import { newId, nowIso } from './ids.ts';
 import type { Leases } from './jobs/leases.ts';
 import type { JobPool } from './jobs/pool.ts';
 import type { ProcessDatasetResult } from './jobs/datasets-task.ts';
+import type { JobQueue } from './jobs/queue.ts';
 import type { SignedUrls } from './signed-urls.ts';
 import type { Logger } from './index.ts';
 import { TMP_SUFFIX, writeFileDurable } from './durable.ts';
@@ -44,8 +47,18 @@ export function createDatasetsService(deps: {
   store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; artifacts: ArtifactStore; log?: Logger;
   /** a version being processed (or a generated one being written) holds a lease: kind 'dataset', the version id */
   leases: Leases;
+  /**
+   * the durable queue (PostgreSQL store): uploads are processed by processes with the 'worker' role (a
+   * `converting` version without a lease waits in the queue); null: the accepting process processes them
+   */
+  queue?: JobQueue | null;
 }) {
   const { store, config, pool, urls, artifacts, leases } = deps;
+  const durable = deps.queue ?? null;
+  /** a waiting version this old (since it became `converting`) is enqueued again by the supervisor */
+  const RESEND_AFTER_MS = 10_000;
+  const send = (id: string) => durable?.send('dataset', id)
+    .catch((e) => deps.log?.warn({ version: id, err: String(e) }, 'dataset not enqueued (sent again later)'));
   /** versions whose lease this process lost: their processing here writes nothing more */
   const lost = new Set<string>();
   let closing = false;
@@ -132,6 +145,34 @@ export function createDatasetsService(deps: {
     }, () => lost.add(id));
   }
 
+  /** queue: `from` → converting without a lease (waiting for a worker); null: not in `from` any more */
+  function queueConverting(id: string, from: DatasetVersionRecord['status']) {
+    return store.tx(async (t) => {
+      const v = await t.datasets.getVersion(id);
+      if (v?.status !== from) return null;
+      const nv = { ...v, status: 'converting' as const, updated_at: nowIso() };
+      t.datasets.putVersion(nv);
+      return nv;
+    });
+  }
+
+  /**
+   * queue consumer: a waiting version (converting or validating, no lease) is processed here under this
+   * process's lease; resolves when it ended here. A version that another process holds (or whose
+   * orphaned lease the supervisor has not removed yet) is left alone.
+   */
+  async function runQueued(id: string): Promise<void> {
+    const v = await leases.claim('dataset', id, async (t) => {
+      const cur = await t.datasets.getVersion(id);
+      if (!cur || (cur.status !== 'converting' && cur.status !== 'validating')) return null;
+      if (await t.leases.get('dataset', id)) return null;
+      const nv = { ...cur, status: 'converting' as const, updated_at: nowIso() };
+      t.datasets.putVersion(nv);
+      return nv;
+    }, () => lost.add(id));
+    if (v) await startProcessing(v, rawFile(v));
+  }
+
   const EXPIRED = 'the upload URL expired before a complete file was received; request a new upload URL';
   /** an upload URL that expires unused fails its version (nothing waits in `initialized` forever) */
   function watchExpiry(u: UploadRecord): void {
@@ -214,10 +255,17 @@ export function createDatasetsService(deps: {
   const GEN_CUT = 'the server restarted while the generated examples were written';
   leases.supervise('dataset', {
     async inFlight() {
-      return (await store.datasets.allVersions())
+      const all = (await store.datasets.allVersions())
         .filter((v) => v.status === 'converting' || v.status === 'validating'
-          || (v.source === 'generate' && v.status === 'uploading'))
-        .map((v) => v.id);
+          || (v.source === 'generate' && v.status === 'uploading'));
+      if (!durable) return all.map((v) => v.id);
+      // queue: a version being processed has a lease; one without waits in the queue (a lost send is sent again)
+      const held = new Set((await store.leases.listByKind('dataset')).map((l) => l.id));
+      const old = Date.now() - RESEND_AFTER_MS;
+      for (const v of all) {
+        if (!held.has(v.id) && v.status !== 'uploading' && Date.parse(v.updated_at) < old) void send(v.id);
+      }
+      return all.filter((v) => held.has(v.id) || v.status === 'uploading').map((v) => v.id);
     },
     async takeOver(t, id) {
       const v = await t.datasets.getVersion(id);
@@ -240,12 +288,13 @@ export function createDatasetsService(deps: {
       const nv = { ...v, status: 'converting' as const, updated_at: nowIso() };
       t.datasets.putVersion(nv);
       takeovers.set(id, { v: nv, raw });
-      return 'adopt';
+      return durable ? true : 'adopt'; // queue: waiting again (no lease), enqueued below
     },
     after(id) {
       const todo = takeovers.get(id);
       takeovers.delete(id);
-      if (todo) startProcessing(todo.v, todo.raw);
+      if (todo && durable) void send(id);
+      else if (todo) void startProcessing(todo.v, todo.raw);
       else {
         void store.datasets.getVersion(id).then((v) => {
           if (v?.source === 'generate') rmSync(versionDir(v), { recursive: true, force: true });
@@ -255,8 +304,8 @@ export function createDatasetsService(deps: {
     onLost: (id) => lost.add(id),
   });
 
-  /** converting → validating → ready | failed, in the worker pool */
-  function startProcessing(v: DatasetVersionRecord, rawPath: string): void {
+  /** converting → validating → ready | failed, in the worker pool (resolves when it ended) */
+  function startProcessing(v: DatasetVersionRecord, rawPath: string): Promise<void> {
     const job = (async () => {
       let r: ProcessDatasetResult;
       try {
@@ -295,6 +344,7 @@ export function createDatasetsService(deps: {
       lost.delete(v.id);
     });
     pending.add(job);
+    return job;
   }
 
   return {
@@ -452,11 +502,12 @@ export function createDatasetsService(deps: {
       if (v.status === 'initialized' && v.source === 'upload' && artifacts.kind === 's3') v = await receivedInBucket(v);
       if (v.status === 'initialized') throw new ConflictError(`No file was uploaded for dataset ${v.dataset_name} version ${v.version_number}: PUT the file to the upload URL first`);
       if (v.status !== 'uploading') throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already ${v.status}`);
-      const nv = await claimConverting(v.id, 'uploading');
+      const nv = durable ? await queueConverting(v.id, 'uploading') : await claimConverting(v.id, 'uploading');
       if (!nv) {
         throw new ConflictError(`Dataset ${v.dataset_name} version ${v.version_number} is already being processed`);
       }
-      startProcessing(nv, rawFile(nv));
+      if (durable) await send(nv.id);
+      else void startProcessing(nv, rawFile(nv));
       return { success: true, ...versionView(nv) };
     },
 
@@ -479,7 +530,7 @@ export function createDatasetsService(deps: {
       });
       const nv = await update(v.id, { status: 'converting', bytes: Buffer.byteLength(jsonl) });
       if (!nv) throw new Error('the dataset was deleted while it was generated');
-      startProcessing(nv, rawFile(nv));
+      void startProcessing(nv, rawFile(nv)); // here, under the lease taken above (a worker, on the queue)
       return nv;
     },
 
@@ -497,6 +548,10 @@ export function createDatasetsService(deps: {
         if (v?.status === 'initialized') watchExpiry(u);
       }
       await leases.sweep('dataset');
+      if (durable && config.roles.has('worker')) {
+        // one at a time: the pool has one dataset slot (src/service/customization.ts)
+        await durable.work('dataset', 1, (id) => (closing ? Promise.resolve() : runQueued(id)));
+      }
     },
 
     /**

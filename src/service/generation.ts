@@ -10,6 +10,10 @@
 // States: queued → generating → ready | failed. At most `generationConcurrency` jobs generate at
 // once over all teams and `generationConcurrencyPerTeam` per team; the rest wait `queued`, started
 // in the order they were created as slots free up (a team at its cap does not hold up others).
+// On PostgreSQL (the durable queue) a job is enqueued and run by a process with the 'worker' role; the
+// caps hold over all workers: the claim (queued → generating, with the lease) counts the generating
+// jobs in the store in the same serializable transaction, and a job that cannot start is sent again
+// with a delay (RETRY_S) rather than held in a handler, so a worker's slots stay free for other teams.
 import type { GenerationJobRecord, Store } from '../store/index.ts';
 import type { Principal } from './auth.ts';
 import type { ServiceConfig } from './config.ts';
@@ -20,6 +24,7 @@ import { newId, nowIso } from './ids.ts';
 import type { Logger } from './index.ts';
 import type { InferenceService } from './inference.ts';
 import type { Leases } from './jobs/leases.ts';
+import type { JobQueue } from './jobs/queue.ts';
 import { ROUTER_MODEL_ID } from './router.ts';
 import { CLASSIFICATION_TASK } from '../training/encoder/recipe.ts';
 
@@ -66,6 +71,9 @@ export const labelExistingSchema = (minLabels: number) => ({
   },
 });
 
+/** a job record on the queue also names its requester (the worker runs the job as them) */
+type QueuedJob = GenerationJobRecord & { principal?: Pick<Principal, 'kind' | 'user_id' | 'key_id'> };
+
 const jobView = (j: GenerationJobRecord) => ({
   job_id: j.job_id, status: j.status, dataset_name: j.dataset_name, count: j.count, task_type: j.task_type, error: j.error, created_at: j.created_at,
   num_examples: j.num_examples, updated_at: j.updated_at, version_id: j.version_id,
@@ -78,8 +86,20 @@ export function createGenerationService(deps: {
    * created; one whose process is gone is failed with the reason by the supervisor of a live process
    */
   leases: Leases;
+  /**
+   * the durable queue (PostgreSQL store): jobs are enqueued and run by processes with the 'worker'
+   * role, which take the lease when one starts generating; null: the accepting process runs them
+   */
+  queue?: JobQueue | null;
 }) {
   const { store, config, inference, datasets, leases } = deps;
+  const durable = deps.queue ?? null;
+  /** a queued job this old is enqueued again by the supervisor (a lost send) */
+  const RESEND_AFTER_MS = 10_000;
+  /** queue: a job whose team (or the service) is at its cap is fetched again after this many seconds */
+  const RETRY_S = 2;
+  const send = (id: string, delayS?: number) => durable?.send('generation', id, delayS)
+    .catch((e) => deps.log?.warn({ job: id, err: String(e) }, 'generation job not enqueued (sent again later)'));
   /** jobs whose lease this process lost: stopped here, nothing more written */
   const lost = new Set<string>();
   const running = new Set<Promise<void>>();
@@ -175,10 +195,48 @@ export function createGenerationService(deps: {
     }
   }
 
+  /**
+   * queue consumer: queued → generating under this process's lease when the global and per-team caps
+   * allow (counted in the claiming transaction), then run here; at a cap, sent again with a delay
+   */
+  async function runQueued(id: string): Promise<void> {
+    const j = await leases.claim('generation', id, async (t) => {
+      const cur = await t.generationJobs.get(id);
+      if (!cur || cur.status !== 'queued') return null;
+      const busy = (await t.generationJobs.all()).filter((x) => x.status === 'generating');
+      if (busy.length >= config.generationConcurrency) return null;
+      if (busy.filter((x) => x.team_id === cur.team_id).length >= config.generationConcurrencyPerTeam) return null;
+      const nj: GenerationJobRecord = { ...cur, status: 'generating', updated_at: nowIso() };
+      t.generationJobs.put(nj);
+      return nj;
+    }, () => lost.add(id));
+    if (!j) {
+      if ((await store.generationJobs.get(id))?.status === 'queued') await send(id, RETRY_S);
+      return;
+    }
+    try {
+      const who = (j as QueuedJob).principal;
+      const team = await store.teams.get(j.team_id);
+      if (!team || !who) {
+        await patch(id, { status: 'failed', error: team ? 'the job has no requester' : 'the team no longer exists' });
+        return;
+      }
+      const p: Principal = { ...who, team_id: j.team_id, team, session: null };
+      await run(p, id, j.request as unknown as GenerateRequest);
+    } finally {
+      if (!closing) await leases.release('generation', id);
+      lost.delete(id);
+    }
+  }
+
   leases.supervise('generation', {
     async inFlight() {
-      return (await store.generationJobs.all())
-        .filter((j) => j.status === 'queued' || j.status === 'generating').map((j) => j.job_id);
+      const all = (await store.generationJobs.all()).filter((j) => j.status === 'queued' || j.status === 'generating');
+      if (!durable) return all.map((j) => j.job_id);
+      // queue: waiting jobs belong to no process (the queue holds them); a lost send is sent again
+      const old = Date.now() - RESEND_AFTER_MS;
+      for (const j of all) if (j.status === 'queued' && Date.parse(j.updated_at) < old) void send(j.job_id);
+      return all.filter((j) => j.status === 'generating').map((j) => j.job_id);
     },
     async takeOver(t, id) {
       const j = await t.generationJobs.get(id);
@@ -202,6 +260,13 @@ export function createGenerationService(deps: {
         job_id: newId(), team_id: p.team_id, status: 'queued', dataset_name: req.dataset_name, task_type: req.task_type, count: 0, num_examples: req.num_examples ?? 20,
         error: null, version_id: null, request: req as unknown as Record<string, unknown>, created_at: now, updated_at: now,
       };
+      if (durable) {
+        // the requester, so that the worker bills and records the inference calls as today
+        const queued: QueuedJob = { ...j, principal: { kind: p.kind, user_id: p.user_id, key_id: p.key_id } };
+        await store.tx((t) => t.generationJobs.put(queued));
+        await send(j.job_id);
+        return { job_id: j.job_id, status: j.status };
+      }
       await leases.claim('generation', j.job_id, async (t) => { t.generationJobs.put(j); return j; }, () => {
         lost.add(j.job_id);
         const i = waiting.findIndex((w) => w.id === j.job_id);
@@ -249,6 +314,15 @@ export function createGenerationService(deps: {
     /** at start: jobs whose process is gone (lease expired) are failed explicitly; a live process's are left alone */
     async resumePending(): Promise<void> {
       await leases.sweep('generation');
+      if (durable && config.roles.has('worker')) {
+        // as many handlers as the global cap; the caps themselves are counted in the store
+        await durable.work('generation', config.generationConcurrency, (id) => {
+          if (closing) return Promise.resolve();
+          const job: Promise<void> = runQueued(id).finally(() => running.delete(job));
+          running.add(job);
+          return job;
+        });
+      }
     },
 
     async shutdown(): Promise<void> {

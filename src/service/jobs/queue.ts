@@ -15,13 +15,18 @@
 import PgBoss from 'pg-boss';
 import type { Logger } from '../index.ts';
 
-export type QueueKind = 'training' | 'evaluation';
-const NAMES: Record<QueueKind, string> = { training: 'loom-training', evaluation: 'loom-evaluation' };
+export type QueueKind = 'training' | 'evaluation' | 'dataset' | 'generation';
+const NAMES: Record<QueueKind, string> = {
+  training: 'loom-training', evaluation: 'loom-evaluation', dataset: 'loom-dataset', generation: 'loom-generation',
+};
 const EXPIRE_S = 23 * 3600;
 
 export interface JobQueue {
-  /** enqueue job `id` (a no-op while a message for it already waits) */
-  send(kind: QueueKind, id: string): Promise<void>;
+  /**
+   * enqueue job `id` (a no-op while a message for it already waits); `delayS`: not fetched before
+   * that many seconds (a generation job whose team is at its cap)
+   */
+  send(kind: QueueKind, id: string, delayS?: number): Promise<void>;
   /**
    * consume `kind` with `concurrency` jobs at once in this process; `handler` resolves when the job
    * ended here (or was not this process's to run)
@@ -45,9 +50,9 @@ export async function openJobQueue(
   const polling = opts.pollingIntervalSeconds ?? 1;
   let closed = false;
   return {
-    async send(kind, id) {
+    async send(kind, id, delayS) {
       if (closed) return;
-      await boss.send(NAMES[kind], { id }, { singletonKey: id });
+      await boss.send(NAMES[kind], { id }, { singletonKey: id, ...(delayS ? { startAfter: delayS } : {}) });
     },
     async work(kind, concurrency, handler) {
       for (let i = 0; i < concurrency; i++) {
