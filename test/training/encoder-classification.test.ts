@@ -7,8 +7,10 @@ import t from 'tap';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { DataRecord } from '../../src/training/data/formats.ts';
+import { parseJsonl, type DataRecord } from '../../src/training/data/formats.ts';
 import { initEncoder, initEncoderTensors } from '../../src/training/encoder/init.ts';
+import { trainEncoder } from '../../src/training/encoder-trainer.ts';
+import { evaluateClassification } from '../../src/training/evaluate.ts';
 import { CLASSIFICATION_TASK } from '../../src/training/encoder/recipe.ts';
 import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
 import { EncoderTrainGraph } from '../../src/training/native.ts';
@@ -18,6 +20,7 @@ import { normalizeSchema } from '../../src/models/encoder/schema.ts';
 import { parseDebertaConfig } from '../../src/models/encoder/deberta.ts';
 
 const tmp = mkdtempSync(join(tmpdir(), 'loom-cls-'));
+const DATA = join(import.meta.dirname, '../../../shared/data/banking77');
 const LABELS = ['activate my card', 'age limit', 'apple pay', 'atm support', 'card arrival', 'cash withdrawal'];
 const TEXTS = ['I am still waiting on my card?', 'How old do I need to be?', 'Can I top up with apple pay?'];
 const cfg = { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 128, vocab_size: 600 };
@@ -60,4 +63,30 @@ t.test('a fresh encoder tells its label markers apart before training', async (t
     flat[`encoder.encoder.layer.${l}.attention.self.key_proj.bias`].fill(0);
   const uniform = await spread(flat);
   t.ok(uniform * 20 < fresh, `without local heads they differ by ${uniform.toExponential(2)}`);
+});
+
+// Six Banking77 intents (train 629 records, dev 70). Each step asks for the true label + 2 sampled ones, every other
+// step for all six in the served order (full_label_ratio 0.5, the default); the model is then asked with all six.
+// Measured with the same seed and 468 steps: dev accuracy 0.529 with the full-label steps, 0.186 with sampled prompts
+// alone (chance 0.167): a model trained only on short prompts ranks its sampled labels, not the full set.
+const INTENTS = ['age limit', 'apple pay or google pay', 'change pin', 'exchange rate', 'lost or stolen phone',
+  'terminate account'];
+const banking = (split: string) => parseJsonl(readFileSync(join(DATA, `${split}.jsonl`), 'utf8'))
+  .filter((r) => r.kind === 'classification' && INTENTS.includes(r.labels[0]));
+
+t.test('sampled negative labels: the model learns, and ranks all its labels when served', async (t) => {
+  const train = banking('train');
+  const dev = banking('dev');
+  const dir = join(tmp, 'intents');
+  initEncoder(dir, { ...cfg, vocab_size: 1500 }, train.map((r) => (r as { text: string }).text), { seed: 42 });
+  const before = await evaluateClassification(dir, dev, { labels: INTENTS });
+  const res = await trainEncoder({
+    base_model: dir, output_dir: join(tmp, 'intents-run'), train_data: train, validation_data_percentage: 0,
+    nr_epochs: 6, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
+    negative_labels: 2,
+  });
+  const after = await evaluateClassification(res.final_checkpoint, dev, { labels: INTENTS });
+  t.equal(after.sample_count, dev.length, 'every dev record, asked with all six labels');
+  t.ok(after.accuracy >= 0.35, `dev accuracy over all six labels ${before.accuracy.toFixed(3)} -> `
+    + `${after.accuracy.toFixed(3)} (chance 0.167) after ${res.steps} steps, ${res.duration_s.toFixed(1)} s`);
 });
