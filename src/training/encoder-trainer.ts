@@ -296,7 +296,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       const rng = new InitRng(o.seed ^ 0x51ed);
       const everyLabel = fullRatio > 0 && rng.uniform() < fullRatio; // the whole batch: one prompt length
       const batch = await Promise.all(items.map(async (it) => {
-        const f = it.f ?? (await (everyLabel ? (it.full ??= feat(it.ex)) : feat(sampleNegativeLabels(it.ex, negK, rng))));
+        const f = it.f
+          ?? (await (everyLabel ? (it.full ??= feat(it.ex)) : feat(sampleNegativeLabels(it.ex, negK, rng))));
         return dropW > 0 ? dropWords(f, dropW, unk!, rng) : f;
       }));
       const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };
