@@ -3,6 +3,8 @@
 //    training used 'category' while evaluations and label-existing ask with 'label'.
 // 2. A fresh encoder's label markers start apart: with DeBERTa's N(0, 0.02) init every [L] marker had the same state,
 //    so the classifier gave every label the same logit and a shuffled, sampled label prompt never left the prior.
+// 3. A model trained on short sampled label prompts alone ranks labels only in prompts that short, not the full label
+//    set it is served with: part of the steps ask for every label (full_label_ratio).
 import t from 'tap';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
