@@ -8,7 +8,7 @@ import { parseDebertaConfig } from '../models/encoder/deberta.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
 import {
-  classLabels, collate, dropWords, entityLabels, featurize, recordsToExamples, sampleNegativeLabels,
+  classLabels, collate, dropWords, entityLabels, featurize, recordsToExamples, sampleNegativeLabels, shuffleLabels,
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
 import { InitRng } from './encoder/init.ts';
@@ -39,8 +39,10 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   /** classification: negative labels sampled per example and step (all true labels + k); 0 = every label.
    *  Default 16 (DEFAULT_NEGATIVE_LABELS). Served models are asked with the full label set. */
   negative_labels?: number;
-  /** with negative_labels: the fraction of steps whose examples carry every label, in the order the model is asked
-   *  with (the served prompt), so a model trained on short sampled prompts also learns the long one; default 0.5 */
+  /** classification: the fraction of steps whose examples carry every label (in a fresh random order each time) instead
+   *  of true + negative_labels sampled ones; default 1. A model trained on short sampled prompts ranks labels only in
+   *  prompts that short, and one trained on every label in a fixed order learns the labels' places, not their
+   *  meaning (docs/training.md). */
   full_label_ratio?: number;
   /** pick the best checkpoint and stop early on the validation task metric ('task': span F1 / accuracy) or
    *  the validation loss ('loss'); default 'task' */
@@ -52,12 +54,10 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
 }
 
 
-/** A training example; classification examples with more labels than the sample are featurized per step (`f` null),
- * their full-label form once, on its first full-label step (`full`). */
+/** A training example; classification examples with more labels than the sample are featurized per step (`f` null). */
 interface TrainItem {
   ex: EncoderExample;
   f: Featurized | null;
-  full?: Promise<Featurized>;
 }
 
 const LINEAR_GROUPS = ['span_rep', 'classifier', 'count_embed', 'count_pred'];
@@ -232,8 +232,10 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   // validation loss over the same sampled prompts every time (a fixed seed), so evaluations compare
   const valRng = new InitRng(seed ^ 0x7a1);
   const valEx = recordsToExamples(valRecs, labels, classes);
-  const valF = await Promise.all(valEx.map((ex) => feat(negK > 0 ? sampleNegativeLabels(ex, negK, valRng) : ex)));
-  const full = fullRatio > 0 ? `, every label in ${Math.round(fullRatio * 100)}% of the steps` : '';
+  const valPrompt = (ex: EncoderExample) =>
+    fullRatio === 1 ? shuffleLabels(ex, valRng) : negK > 0 ? sampleNegativeLabels(ex, negK, valRng) : ex;
+  const valF = await Promise.all(valEx.map((ex) => feat(valPrompt(ex))));
+  const full = fullRatio > 0 ? `, every label (shuffled) in ${Math.round(fullRatio * 100)}% of the steps` : '';
   const sampling = negK > 0 && classes.length > negK + 1
     ? ` (true + ${negK} sampled negative labels per example${full})` : '';
   log(hooks, 'info', `${trainF.length} training / ${valF.length} validation examples; entity labels: `
@@ -296,8 +298,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       const rng = new InitRng(o.seed ^ 0x51ed);
       const everyLabel = fullRatio > 0 && rng.uniform() < fullRatio; // the whole batch: one prompt length
       const batch = await Promise.all(items.map(async (it) => {
-        const f = it.f
-          ?? (await (everyLabel ? (it.full ??= feat(it.ex)) : feat(sampleNegativeLabels(it.ex, negK, rng))));
+        const f = it.f ?? (await feat(everyLabel ? shuffleLabels(it.ex, rng) : sampleNegativeLabels(it.ex, negK, rng)));
         return dropW > 0 ? dropWords(f, dropW, unk!, rng) : f;
       }));
       const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };

@@ -4,7 +4,7 @@
 // 2. A fresh encoder's label markers start apart: with DeBERTa's N(0, 0.02) init every [L] marker had the same state,
 //    so the classifier gave every label the same logit and a shuffled, sampled label prompt never left the prior.
 // 3. A model trained on short sampled label prompts alone ranks labels only in prompts that short, not the full label
-//    set it is served with: part of the steps ask for every label (full_label_ratio).
+//    set it is served with, and one trained on every label in one order learns places: every label, shuffled.
 import t from 'tap';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -67,16 +67,16 @@ t.test('a fresh encoder tells its label markers apart before training', async (t
   t.ok(uniform * 20 < fresh, `without local heads they differ by ${uniform.toExponential(2)}`);
 });
 
-// Six Banking77 intents (train 629 records, dev 70). Each step asks for the true label + 2 sampled ones, every other
-// step for all six in the served order (full_label_ratio 0.5, the default); the model is then asked with all six.
-// Measured with the same seed and 468 steps: dev accuracy 0.529 with the full-label steps, 0.186 with sampled prompts
-// alone (chance 0.167): a model trained only on short prompts ranks its sampled labels, not the full set.
+// Six Banking77 intents (train 629 records, dev 70), asked for all six labels in a fresh random order at every step
+// (full_label_ratio 1, the default). Measured with the same seed and 468 steps: dev accuracy 0.357 so; 0.186 with
+// true + 2 sampled labels per step (0.186 too with half the steps each way; chance 0.167); 0.529 with all six in one
+// fixed order, which only holds in that order.
 const INTENTS = ['age limit', 'apple pay or google pay', 'change pin', 'exchange rate', 'lost or stolen phone',
   'terminate account'];
 const banking = (split: string) => parseJsonl(readFileSync(join(DATA, `${split}.jsonl`), 'utf8'))
   .filter((r) => r.kind === 'classification' && INTENTS.includes(r.labels[0]));
 
-t.test('sampled negative labels: the model learns, and ranks all its labels when served', async (t) => {
+t.test('the model learns the labels, and ranks all of them in any order when served', async (t) => {
   const train = banking('train');
   const dev = banking('dev');
   const dir = join(tmp, 'intents');
@@ -87,8 +87,11 @@ t.test('sampled negative labels: the model learns, and ranks all its labels when
     nr_epochs: 6, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
     negative_labels: 2,
   });
-  const after = await evaluateClassification(res.final_checkpoint, dev, { labels: INTENTS });
-  t.equal(after.sample_count, dev.length, 'every dev record, asked with all six labels');
-  t.ok(after.accuracy >= 0.35, `dev accuracy over all six labels ${before.accuracy.toFixed(3)} -> `
-    + `${after.accuracy.toFixed(3)} (chance 0.167) after ${res.steps} steps, ${res.duration_s.toFixed(1)} s`);
+  const ran = `after ${res.steps} steps, ${res.duration_s.toFixed(1)} s`;
+  for (const labels of [INTENTS, [...INTENTS].reverse(), [3, 0, 5, 1, 4, 2].map((i) => INTENTS[i])]) {
+    const after = await evaluateClassification(res.final_checkpoint, dev, { labels });
+    t.equal(after.sample_count, dev.length, 'every dev record, asked with all six labels');
+    t.ok(after.accuracy >= 0.27, `dev accuracy over all six labels, asked as ${labels.map((l) => l[0]).join('')}: `
+      + `${before.accuracy.toFixed(3)} -> ${after.accuracy.toFixed(3)} (chance 0.167) ${ran}`);
+  }
 });
