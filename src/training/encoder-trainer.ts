@@ -237,7 +237,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const valF = await Promise.all(valEx.map((ex) => feat(valPrompt(ex))));
   const full = fullRatio > 0 ? `, every label (shuffled) in ${Math.round(fullRatio * 100)}% of the steps` : '';
   const sampling = negK > 0 && classes.length > negK + 1
-    ? ` (true + ${negK} sampled negative labels per example${full})` : '';
+    ? fullRatio === 1 ? ' (every label, shuffled, at every step)'
+    : ` (true + ${negK} sampled negative labels per example${full})` : '';
   log(hooks, 'info', `${trainF.length} training / ${valF.length} validation examples; entity labels: `
     + `${labels.join(', ') || '(none)'}${classes.length ? `; ${classes.length} classes${sampling}` : ''}`);
   const dropH = dropoutRate(config.hidden_dropout, 'hidden_dropout');
