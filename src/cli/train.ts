@@ -15,14 +15,15 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--val-pct P] [--patience N] [--scheduler linear|cosine|constant] [--max-steps N] [--max-minutes M]
   [--lora-r N] [--lora-alpha X] [--lora-dropout X] [--targets a,b] [--eval file.jsonl] [--threads N]
   encoder: [--hidden-dropout P] [--attention-dropout P] [--word-dropout P] [--negative-labels K]
-  [--selection task|loss] [--metric-samples N] [--warmup-ratio R] [--max-words N] [--eval-steps N]`;
+  [--full-label-ratio R] [--selection task|loss] [--metric-samples N] [--warmup-ratio R] [--max-words N]
+  [--eval-steps N]`;
 
 export async function main(argv: string[]): Promise<number> {
   const names = ['dataset', 'base-model', 'out', 'type', 'epochs', 'lr', 'encoder-lr', 'batch-size', 'grad-accum',
     'seed', 'val-pct', 'patience', 'scheduler', 'max-steps', 'max-minutes', 'lora-r', 'lora-alpha', 'lora-dropout',
     'targets', 'eval', 'threads', 'eval-steps', 'max-words',
-    'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'selection', 'metric-samples',
-    'warmup-ratio'];
+    'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'full-label-ratio', 'selection',
+    'metric-samples', 'warmup-ratio'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   const v = parseArgs({ args: argv, options }).values as Record<string, string | boolean | undefined>;
@@ -63,6 +64,7 @@ export async function main(argv: string[]): Promise<number> {
     encoder_learning_rate: num('encoder-lr'), max_words: num('max-words'), max_minutes: maxMin,
     hidden_dropout: num('hidden-dropout'), attention_dropout: num('attention-dropout'),
     word_dropout: num('word-dropout'), negative_labels: num('negative-labels'),
+    full_label_ratio: num('full-label-ratio'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),
   };
   const res = isDecoder ? await trainDecoder(common, hooks) : await trainEncoder({ ...common, ...encoderOnly }, hooks);

@@ -83,6 +83,7 @@ export interface TrainingJobRequest {
   attention_dropout?: number;
   word_dropout?: number;
   negative_labels?: number;
+  full_label_ratio?: number;
   selection_metric?: 'task' | 'loss';
   max_minutes?: number;
 }
@@ -120,6 +121,7 @@ export const trainingJobRequestSchema = {
     attention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
+    full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     selection_metric: { enum: ['task', 'loss'] },
     max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
   },
@@ -422,7 +424,8 @@ export function createTrainingJobsService(deps: {
         max_steps: c.max_steps ?? undefined, warmup_ratio: c.warmup_ratio ?? undefined, scheduler: c.lr_scheduler ?? undefined,
         gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
-        negative_labels: c.negative_labels, selection_metric: c.selection_metric, max_minutes: c.max_minutes,
+        negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
+        max_minutes: c.max_minutes,
         // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
         save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
@@ -662,6 +665,7 @@ export function createTrainingJobsService(deps: {
           hidden_dropout: body.hidden_dropout ?? d.hidden_dropout,
           attention_dropout: body.attention_dropout ?? d.attention_dropout,
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
+          full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
         } : {}),
         batch_size: body.batch_size ?? d.batch_size,

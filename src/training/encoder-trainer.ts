@@ -8,11 +8,11 @@ import { parseDebertaConfig } from '../models/encoder/deberta.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
 import {
-  classLabels, collate, dropWords, entityLabels, featurize, recordsToExamples, sampleNegativeLabels,
+  classLabels, collate, dropWords, entityLabels, featurize, recordsToExamples, sampleNegativeLabels, shuffleLabels,
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
 import { InitRng } from './encoder/init.ts';
-import { DEFAULT_NEGATIVE_LABELS } from './encoder/recipe.ts';
+import { DEFAULT_FULL_LABEL_RATIO, DEFAULT_NEGATIVE_LABELS } from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
 import { setThreads } from '../native/cpu.ts';
@@ -39,6 +39,11 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   /** classification: negative labels sampled per example and step (all true labels + k); 0 = every label.
    *  Default 16 (DEFAULT_NEGATIVE_LABELS). Served models are asked with the full label set. */
   negative_labels?: number;
+  /** classification: the fraction of steps whose examples carry every label (in a fresh random order each time) instead
+   *  of true + negative_labels sampled ones; default 1. A model trained on short sampled prompts ranks labels only in
+   *  prompts that short, and one trained on every label in a fixed order learns the labels' places, not their
+   *  meaning (docs/training.md). */
+  full_label_ratio?: number;
   /** pick the best checkpoint and stop early on the validation task metric ('task': span F1 / accuracy) or
    *  the validation loss ('loss'); default 'task' */
   selection_metric?: 'task' | 'loss';
@@ -49,7 +54,7 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
 }
 
 
-/** A training example; classification examples with more labels than the sample are featurized per step. */
+/** A training example; classification examples with more labels than the sample are featurized per step (`f` null). */
 interface TrainItem {
   ex: EncoderExample;
   f: Featurized | null;
@@ -217,6 +222,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const maxWords = positiveInt(config.max_words, 'max_words', 256);
   const negK = positiveInt(config.negative_labels, 'negative_labels', DEFAULT_NEGATIVE_LABELS, 0);
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, { uniform: () => 0 });
+  const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', DEFAULT_FULL_LABEL_RATIO, true);
+  if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
   const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
   const trainF: TrainItem[] = await Promise.all(
@@ -225,8 +232,13 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   // validation loss over the same sampled prompts every time (a fixed seed), so evaluations compare
   const valRng = new InitRng(seed ^ 0x7a1);
   const valEx = recordsToExamples(valRecs, labels, classes);
-  const valF = await Promise.all(valEx.map((ex) => feat(negK > 0 ? sampleNegativeLabels(ex, negK, valRng) : ex)));
-  const sampling = negK > 0 && classes.length > negK + 1 ? ` (true + ${negK} sampled negative labels per example)` : '';
+  const valPrompt = (ex: EncoderExample) =>
+    fullRatio === 1 ? shuffleLabels(ex, valRng) : negK > 0 ? sampleNegativeLabels(ex, negK, valRng) : ex;
+  const valF = await Promise.all(valEx.map((ex) => feat(valPrompt(ex))));
+  const full = fullRatio > 0 ? `, every label (shuffled) in ${Math.round(fullRatio * 100)}% of the steps` : '';
+  const sampling = negK > 0 && classes.length > negK + 1
+    ? fullRatio === 1 ? ' (every label, shuffled, at every step)'
+    : ` (true + ${negK} sampled negative labels per example${full})` : '';
   log(hooks, 'info', `${trainF.length} training / ${valF.length} validation examples; entity labels: `
     + `${labels.join(', ') || '(none)'}${classes.length ? `; ${classes.length} classes${sampling}` : ''}`);
   const dropH = dropoutRate(config.hidden_dropout, 'hidden_dropout');
@@ -249,12 +261,13 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, negative_labels: negK, selection_metric: selection, max_minutes: maxMinutes,
+    word_dropout: dropW, negative_labels: negK, full_label_ratio: fullRatio, selection_metric: selection,
+    max_minutes: maxMinutes,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
   log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}; `
-    + `negative labels ${negK || 'all'}; selection by ${by}; schedule ${sched} over ${over}`);
+    + `negative labels ${negK || 'all'}${full}; selection by ${by}; schedule ${sched} over ${over}`);
   mkdirSync(config.output_dir, { recursive: true });
   const trainData = typeof config.train_data === 'string' ? config.train_data : `${all.length} records`;
   const saved = { ...config, train_data: trainData, validation_data: undefined, resolved };
@@ -284,8 +297,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     microStep: async (items, o) => {
       // per-step randomness (sampled labels, dropped words) from the step's seed: a run is reproducible
       const rng = new InitRng(o.seed ^ 0x51ed);
+      const everyLabel = fullRatio > 0 && rng.uniform() < fullRatio; // the whole batch: one prompt length
       const batch = await Promise.all(items.map(async (it) => {
-        const f = it.f ?? (await feat(sampleNegativeLabels(it.ex, negK, rng)));
+        const f = it.f ?? (await feat(everyLabel ? shuffleLabels(it.ex, rng) : sampleNegativeLabels(it.ex, negK, rng)));
         return dropW > 0 ? dropWords(f, dropW, unk!, rng) : f;
       }));
       const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };

@@ -22,7 +22,8 @@
 //   save_total_limit (3), threads (native pool size for the process).
 //   Encoder only: encoder_learning_rate (1e-5 for pretrained encoders; ~1e-3 for fresh ones),
 //   max_words (256), entity_labels, negative_dropping (true), hidden_dropout / attention_dropout / word_dropout (0),
-//   negative_labels (16; 0 = every label), selection_metric ('task' | 'loss'; 'task'), metric_samples (500),
+//   negative_labels (16; 0 = every label), full_label_ratio (1: the share of steps that carry every label, shuffled),
+//   selection_metric ('task' | 'loss'; 'task'), metric_samples (500),
 //   max_minutes (0; the LR schedule's length and a stop). Decoder only: max_seq_len (1024), base_dtype.
 // Hooks: onProgress({epoch, step, totalSteps, progress_percent, loss, tokens_per_s}) after every optimizer
 //   step; onLog({level, message}); onCheckpoint({id, epoch, step, train_loss, val_loss, is_best, is_final, dir});

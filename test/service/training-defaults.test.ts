@@ -28,13 +28,17 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   const small = await configuration({ base_model: 'loom/gliner2-init-small' });
   t.match(small, { nr_epochs: 10, learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8 });
   // the fresh-encoder recipe (issue 17) is the default and shows in the configuration
-  const recipe = { hidden_dropout: 0, attention_dropout: 0, word_dropout: 0, negative_labels: 16 };
+  const recipe = {
+    hidden_dropout: 0, attention_dropout: 0, word_dropout: 0, negative_labels: 16, full_label_ratio: 1,
+  };
   t.match(small, { selection_metric: 'task' });
   t.match(small, { ...recipe, max_minutes: null });
   const timed = await configuration({
     base_model: 'loom/gliner2-init-small', max_minutes: 20, hidden_dropout: 0.1, negative_labels: 8,
+    full_label_ratio: 0,
   });
   t.match(timed, { max_minutes: 20, hidden_dropout: 0.1, attention_dropout: 0, negative_labels: 8 });
+  t.match(timed, { full_label_ratio: 0 });
   // what the caller sets wins
   const set = await configuration({ base_model: 'loom/gliner2-init-tiny', learning_rate: 1e-3, encoder_learning_rate: 2e-4 });
   t.match(set, { learning_rate: 1e-3, encoder_learning_rate: 2e-4 });
@@ -46,7 +50,7 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
 
 t.test('recipe fields out of range are a 422', async (t) => {
   const bads = [{ hidden_dropout: 1 }, { word_dropout: -0.1 }, { negative_labels: 1.5 }, { selection_metric: 'f1' },
-    { max_minutes: 0 }];
+    { max_minutes: 0 }, { full_label_ratio: 1.5 }];
   for (const bad of bads) {
     const body = { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }], training_type: 'full', ...bad };
     const r = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body });

@@ -3,12 +3,16 @@
 //    training used 'category' while evaluations and label-existing ask with 'label'.
 // 2. A fresh encoder's label markers start apart: with DeBERTa's N(0, 0.02) init every [L] marker had the same state,
 //    so the classifier gave every label the same logit and a shuffled, sampled label prompt never left the prior.
+// 3. A model trained on short sampled label prompts alone ranks labels only in prompts that short, not the full label
+//    set it is served with, and one trained on every label in one order learns places: every label, shuffled.
 import t from 'tap';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { DataRecord } from '../../src/training/data/formats.ts';
+import { parseJsonl, type DataRecord } from '../../src/training/data/formats.ts';
 import { initEncoder, initEncoderTensors } from '../../src/training/encoder/init.ts';
+import { trainEncoder } from '../../src/training/encoder-trainer.ts';
+import { evaluateClassification } from '../../src/training/evaluate.ts';
 import { CLASSIFICATION_TASK } from '../../src/training/encoder/recipe.ts';
 import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
 import { EncoderTrainGraph } from '../../src/training/native.ts';
@@ -18,6 +22,7 @@ import { normalizeSchema } from '../../src/models/encoder/schema.ts';
 import { parseDebertaConfig } from '../../src/models/encoder/deberta.ts';
 
 const tmp = mkdtempSync(join(tmpdir(), 'loom-cls-'));
+const DATA = join(import.meta.dirname, '../../../shared/data/banking77');
 const LABELS = ['activate my card', 'age limit', 'apple pay', 'atm support', 'card arrival', 'cash withdrawal'];
 const TEXTS = ['I am still waiting on my card?', 'How old do I need to be?', 'Can I top up with apple pay?'];
 const cfg = { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 128, vocab_size: 600 };
@@ -60,4 +65,33 @@ t.test('a fresh encoder tells its label markers apart before training', async (t
     flat[`encoder.encoder.layer.${l}.attention.self.key_proj.bias`].fill(0);
   const uniform = await spread(flat);
   t.ok(uniform * 20 < fresh, `without local heads they differ by ${uniform.toExponential(2)}`);
+});
+
+// Six Banking77 intents (train 629 records, dev 70), asked for all six labels in a fresh random order at every step
+// (full_label_ratio 1, the default). Measured with the same seed and 468 steps: dev accuracy 0.357 so; 0.186 with
+// true + 2 sampled labels per step (0.186 too with half the steps each way; chance 0.167); 0.529 with all six in one
+// fixed order, which only holds in that order.
+const INTENTS = ['age limit', 'apple pay or google pay', 'change pin', 'exchange rate', 'lost or stolen phone',
+  'terminate account'];
+const banking = (split: string) => parseJsonl(readFileSync(join(DATA, `${split}.jsonl`), 'utf8'))
+  .filter((r) => r.kind === 'classification' && INTENTS.includes(r.labels[0]));
+
+t.test('the model learns the labels, and ranks all of them in any order when served', async (t) => {
+  const train = banking('train');
+  const dev = banking('dev');
+  const dir = join(tmp, 'intents');
+  initEncoder(dir, { ...cfg, vocab_size: 1500 }, train.map((r) => (r as { text: string }).text), { seed: 42 });
+  const before = await evaluateClassification(dir, dev, { labels: INTENTS });
+  const res = await trainEncoder({
+    base_model: dir, output_dir: join(tmp, 'intents-run'), train_data: train, validation_data_percentage: 0,
+    nr_epochs: 6, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
+    negative_labels: 2,
+  });
+  const ran = `after ${res.steps} steps, ${res.duration_s.toFixed(1)} s`;
+  for (const labels of [INTENTS, [...INTENTS].reverse(), [3, 0, 5, 1, 4, 2].map((i) => INTENTS[i])]) {
+    const after = await evaluateClassification(res.final_checkpoint, dev, { labels });
+    t.equal(after.sample_count, dev.length, 'every dev record, asked with all six labels');
+    t.ok(after.accuracy >= 0.27, `dev accuracy over all six labels, asked as ${labels.map((l) => l[0]).join('')}: `
+      + `${before.accuracy.toFixed(3)} -> ${after.accuracy.toFixed(3)} (chance 0.167) ${ran}`);
+  }
 });

@@ -373,6 +373,22 @@ export function sampleNegativeLabels(ex: EncoderExample, k: number, rng: Uniform
 }
 
 /**
+ * Every label of each classification task, in a random order: the long prompt a model is served with, without a fixed
+ * place per label (a model trained on one order learns the places, not the labels).
+ */
+export function shuffleLabels(ex: EncoderExample, rng: Uniform): EncoderExample {
+  const classifications = ex.schema.classifications.map((c) => {
+    const labels = c.labels.slice();
+    for (let i = labels.length - 1; i > 0; i--) {
+      const j = Math.floor(rng.uniform() * (i + 1));
+      [labels[i], labels[j]] = [labels[j], labels[i]];
+    }
+    return { ...c, labels };
+  });
+  return { ...ex, schema: { ...ex.schema, classifications } };
+}
+
+/**
  * Word dropout: each word of the text (not the prompt, not the choice prefix) has all its pieces
  * replaced by `unkId` with probability p. Returns a copy; the targets are unchanged.
  */
