@@ -220,13 +220,13 @@ t.test('datasets, checkpoints and weights in the bucket; nodes with an empty fol
   t.equal((await fetch(sent.body.upload_url, { method: 'PUT', body: 'text,label\ngood,pos\nbad,neg\n' })).status, 200);
   await mk('unsent');
   const status = (name: string) => call(c.url, 'GET', `/felix/datasets/${name}/1`, { key: u.key });
-  const failed = await poll(() => status('unsent'), (r) => r.body.status !== 'initialized', 10_000, 100);
+  const failed = await poll(() => status('unsent'), (r) => r.body.status !== 'initialized', 60_000, 100);
   t.equal(failed.body.status, 'failed');
   t.match(failed.body.processing_error, /expired/);
-  const kept = await poll(() => status('sent'), (r) => r.body.status !== 'initialized', 10_000, 100);
+  const kept = await poll(() => status('sent'), (r) => r.body.status !== 'initialized', 60_000, 100);
   t.equal(kept.body.status, 'uploading', 'the file reached the bucket in time');
   t.equal((await processUpload(c.url, u.key, 'sent')).status, 200);
-  const ready = await poll(() => status('sent'), (r) => ['ready', 'failed'].includes(r.body.status), 10_000, 100);
+  const ready = await poll(() => status('sent'), (r) => ['ready', 'failed'].includes(r.body.status), 60_000, 100);
   t.match(ready.body, { status: 'ready', size: 2 }, ready.body.processing_error ?? '');
   // deleting a dataset removes its objects
   const sentKey = (await keys(`datasets/${u.team_id}/`)).find((k) => k.endsWith('/data.jsonl') && !dsKeys.includes(k))!;
