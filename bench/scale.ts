@@ -1,4 +1,4 @@
-// `npm run bench -- scale [--quick] [--json] [--seconds S] [--connections C] [--only lmdb|postgres]`:
+// `npm run bench -- scale [--quick] [--json] [--seconds S] [--connections C] [--only lmdb|postgres] [--model tiny]`:
 // billed POST /inference with 1 and 2 API processes (child processes, test/service/child-server.ts) on
 // LMDB (one data dir, in-process rate limits) and on PostgreSQL + Redis (a throwaway local cluster and
 // redis-server, test/helpers), the load from autocannon (one per process, C connections in all). The encoder is the
@@ -6,21 +6,56 @@
 // store's cost per billed call (auth, credit hold, debit + usage + inference record), not a model's.
 // Two kinds of rows: `load` (C connections: throughput) and `latency` (1 connection, one process: the
 // added latency of the PostgreSQL path against LMDB, unqueued). Bounded: about 1.5 minutes with --quick.
+// `--model tiny`: the servers are `server/main.ts` itself (as `npm start` runs it, configured by LOOM_* variables)
+// serving the real tiny GLiNER2 of ../shared/goldens through the local runtime, so each row adds a model's cost.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { createServer as createNetServer } from 'node:net';
 import { createServices } from '../src/service/index.ts';
 import { type ChildServer, startChild } from '../test/service/child-server.ts';
 import { FakeRuntime } from '../test/service/fake-runtime.ts';
 import { postgresMissing, startPostgres, type TestPostgres } from '../test/helpers/postgres.ts';
 import { REDIS_SKIP, type RedisServer, startRedis } from '../test/helpers/redis.ts';
+import { ENCODER_ID, makeDataDir } from '../test/reliability/helpers.ts';
 
 const OPEN_LIMITS = {
   edge: { points: 1e9, duration_s: 60 }, default: [{ points: 1e9, duration_s: 60 }], endpoints: [],
 };
-const BODY = JSON.stringify({ model_id: 'test/encoder', text: 'Alice met Bob in Paris', schema: ['person', 'city'] });
+const bodyFor = (model: string) =>
+  JSON.stringify({ model_id: model, text: 'Alice met Bob in Paris', schema: ['person', 'city'] });
+let BODY = bodyFor('test/encoder');
+
+const freePort = () => new Promise<number>((resolve, reject) => {
+  const srv = createNetServer().listen(0, '127.0.0.1', () => {
+    const { port } = srv.address() as { port: number };
+    srv.close(() => resolve(port));
+  }).on('error', reject);
+});
+
+/** `server/main.ts` in a child process, configured the way an operator does (LOOM_* variables) */
+async function startReal(dataDir: string, config: { databaseUrl?: string; redisUrl?: string }): Promise<ChildServer> {
+  const port = await freePort();
+  const env: NodeJS.ProcessEnv = {
+    ...process.env, LOOM_DATA_DIR: dataDir, LOOM_PORT: String(port), LOOM_LOG_LEVEL: 'silent',
+    LOOM_RATE_LIMITS: JSON.stringify(OPEN_LIMITS), LOOM_DATABASE_POOL: '10',
+    ...(config.databaseUrl ? { LOOM_DATABASE_URL: config.databaseUrl } : {}),
+    ...(config.redisUrl ? { LOOM_REDIS_URL: config.redisUrl } : {}),
+  };
+  const root = join(import.meta.dirname, '..');
+  const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'server/main.ts')], { env, stdio: 'ignore' });
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    if (child.exitCode !== null) throw new Error('server exited before listening');
+    if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) break;
+    if (i > 600) throw new Error('server did not start in 60 s');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { url, key: null, exited, kill: () => child.kill('SIGKILL') };
+}
 
 interface Row {
   store: 'lmdb' | 'postgres+redis'; processes: number; kind: 'load' | 'latency'; connections: number;
@@ -92,6 +127,11 @@ export async function run(argv: string[]): Promise<void> {
   const json = argv.includes('--json');
   const seconds = arg(argv, '--seconds', quick ? 5 : 10);
   const connections = arg(argv, '--connections', 16);
+  const model = argv.includes('--model') ? argv[argv.indexOf('--model') + 1] : null;
+  if (model !== null && model !== 'tiny') {
+    throw new Error(`--model: only 'tiny' (the tiny GLiNER2 of ../shared/goldens)`);
+  }
+  if (model) BODY = bodyFor(ENCODER_ID);
   const skipPg = postgresMissing() ?? REDIS_SKIP;
   const rows: Row[] = [];
   const tmp = mkdtempSync(join(tmpdir(), 'loom-scale-'));
@@ -103,14 +143,15 @@ export async function run(argv: string[]): Promise<void> {
     const setups: Array<{ store: Row['store']; dataDir: () => string; config: () => Promise<object> }> = [];
     if (only !== 'postgres') {
       const config = async () => ({ rateLimits: OPEN_LIMITS });
-      setups.push({ store: 'lmdb', dataDir: () => join(tmp, `lmdb${++n}`), config });
+      const dataDir = () => (model ? makeDataDir('loom-scale-') : join(tmp, `lmdb${++n}`));
+      setups.push({ store: 'lmdb', dataDir, config });
     }
     let redis: RedisServer | null = null;
     if (only === 'lmdb') {
       // LMDB rows only
     } else if (!skipPg) {
       setups.push({
-        store: 'postgres+redis', dataDir: () => join(tmp, `pg${++n}`),
+        store: 'postgres+redis', dataDir: () => (model ? makeDataDir('loom-scale-') : join(tmp, `pg${++n}`)),
         config: async () => {
           pgs ??= await startPostgres();
           redis ??= await startRedis({ teardown: (fn) => { stops.push(fn); } });
@@ -130,7 +171,9 @@ export async function run(argv: string[]): Promise<void> {
         try {
           // on LMDB both processes share one data dir (one machine); on PostgreSQL each has its own
           for (let i = 0; i < processes; i++) {
-            servers.push(await startChild(s.store === 'lmdb' ? dataDir : `${dataDir}-${i}`, '', config));
+            // (--model tiny: the real server; on PostgreSQL its data dir holds only the models folder)
+            servers.push(model ? await startReal(dataDir, config as { databaseUrl?: string; redisUrl?: string })
+              : await startChild(s.store === 'lmdb' ? dataDir : `${dataDir}-${i}`, '', config));
           }
           const kinds: Array<[Row['kind'], number]> = processes === 1 ? [['latency', 1], ['load', connections]]
             : [['load', connections]];
@@ -144,6 +187,7 @@ export async function run(argv: string[]): Promise<void> {
         } finally {
           for (const sv of servers) sv.kill();
           await Promise.all(servers.map((sv) => sv.exited));
+          if (model) rmSync(dataDir, { recursive: true, force: true });
         }
       }
     }
@@ -155,7 +199,8 @@ export async function run(argv: string[]): Promise<void> {
   if (json) return;
   const load = loadavg().map((x) => x.toFixed(1)).join(' ');
   const cpu = `${cpus()[0]?.model} x${cpus().length}`;
-  console.log(`\nbilled POST /inference (test encoder double), ${seconds} s per row, CPU ${cpu}`
+  const what = model ? `the tiny GLiNER2 (${ENCODER_ID}) through server/main.ts` : 'test encoder double';
+  console.log(`\nbilled POST /inference (${what}), ${seconds} s per row, CPU ${cpu}`
     + `, load average ${load} (servers, PostgreSQL, Redis and autocannon share the machine)`);
   console.log('| store | API processes | load | req/s | p50 ms | p99 ms | non-2xx | errors |');
   console.log('|---|---|---|---|---|---|---|---|');

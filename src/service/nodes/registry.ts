@@ -77,11 +77,15 @@ export async function createNodeDirectory(store: Store, opts: { refreshMs?: numb
   let reading: Promise<void> | null = null;
   /** node id → the beat it had when this process failed to reach it */
   const down = new Map<string, number>();
-  const read = (): Promise<void> => (reading ??= store.inferenceNodes.all().then((rs) => {
-    records = rs;
-    readAt = Date.now();
-    for (const [id, beat] of down) if (!rs.some((r) => r.id === id && r.beat === beat)) down.delete(id);
-  }).finally(() => { reading = null; }));
+  /** one read at a time; `readAt` is when the last completed read began (what it saw is at least that new) */
+  const read = (): Promise<void> => (reading ??= (() => {
+    const started = Date.now();
+    return store.inferenceNodes.all().then((rs) => {
+      records = rs;
+      readAt = started;
+      for (const [id, beat] of down) if (!rs.some((r) => r.id === id && r.beat === beat)) down.delete(id);
+    });
+  })().finally(() => { reading = null; }));
   await read();
   const timer = setInterval(() => { read().catch(() => { /* the store is down: keep the last view */ }); }, refreshMs);
   timer.unref();
@@ -91,7 +95,13 @@ export async function createNodeDirectory(store: Store, opts: { refreshMs?: numb
       return records.filter((r) => r.expires_at > now && down.get(r.id) !== r.beat);
     },
     all: () => records,
-    async refresh(maxAgeMs = refreshMs) { if (Date.now() - readAt > maxAgeMs) await read(); },
+    async refresh(maxAgeMs = refreshMs) {
+      const since = Date.now() - maxAgeMs;
+      if (readAt > since) return;
+      // a read already in flight may have begun before what the caller just wrote: wait for it, then read anew
+      if (reading) await reading.catch(() => {});
+      if (readAt <= since) await read();
+    },
     markDown(id) {
       const r = records.find((x) => x.id === id);
       if (r) down.set(id, r.beat);
