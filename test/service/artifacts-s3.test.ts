@@ -193,7 +193,7 @@ t.test('datasets, checkpoints and weights in the bucket; nodes with an empty fol
 
   // node C, empty too: a deployment fetches the weights before it warms; a checkpoint is the base of a new job
   const artC = join(tmp, 'artC');
-  const c = await node(artC, 1);
+  const c = await node(artC, 3);
   t.teardown(() => c.close());
   const project = (await call(c.url, 'POST', '/projects', { key: u.key, body: { name: 'visits' } })).body;
   const pr = `/projects/${project.id}`;
@@ -213,9 +213,10 @@ t.test('datasets, checkpoints and weights in the bucket; nodes with an empty fol
   t.ok(existsSync(c.services.artifacts.localPath(ckDir)), 'the checkpoint fetched into C\'s cache');
   await call(c.url, 'POST', `/felix/training-jobs/${next.body.id}/stop`, { key: u.key });
 
-  // C's upload URLs live 1 s: one whose file reached the bucket in time is kept for processing, none fails
+  // C's upload URLs live 3 s (the signature's date has whole seconds, so a 1-s URL can live 0-1 s): one whose
+  // file reached the bucket in time is kept for processing, none fails
   const mk = (name: string) => uploadUrl(c.url, u.key, name, 'classification', 'd.csv');
-  // the PUT right after its URL is made: on a loaded machine two calls in between can outlast 1 s
+  // the PUT right after its URL is made (two calls in between can outlast the TTL on a loaded machine)
   const sent = await mk('sent');
   t.equal((await fetch(sent.body.upload_url, { method: 'PUT', body: 'text,label\ngood,pos\nbad,neg\n' })).status, 200);
   await mk('unsent');
