@@ -156,7 +156,12 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
         last = new DependencyUnavailableError(`Inference node ${node.id} is unreachable; retry later`, retryAfter);
         continue;
       }
-      if (res.ok) return { node, res, done: () => count(node.id, -1) };
+      if (res.ok) {
+        // the node has the model loaded now; its next heartbeat says so too, but stats() and the ranking
+        // should not wait for it
+        if (heldId(ref) === ref.id && !node.loaded.includes(ref.id)) node.loaded = [...node.loaded, ref.id];
+        return { node, res, done: () => count(node.id, -1) };
+      }
       count(node.id, -1);
       const reply = await res.json().catch(() => ({})) as { error?: WireError; detail?: string };
       if (res.status === 529) { last = overloaded(ref.id); continue; }
