@@ -5,6 +5,7 @@ import { createLogger } from './log.ts';
 import { configFromEnv } from '../src/service/config.ts';
 import { createServices } from '../src/service/index.ts';
 import { createLocalRuntime } from '../src/service/runtime-local.ts';
+import { onShutdownSignal } from '../src/service/shutdown.ts';
 import { openStore, type Store, storePath } from '../src/store/index.ts';
 import { redactUrl } from '../src/service/ratelimit-redis.ts';
 import type { ModelRuntime } from '../src/service/runtime.ts';
@@ -63,12 +64,4 @@ Then:
   curl -H "X-API-Key: loom_sk_..." ${server.url}/base-models
 `}`);
 
-let stopping = false;
-for (const sig of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(sig, () => {
-    if (stopping) process.exit(1);
-    stopping = true;
-    log.info({ signal: sig }, 'shutting down: draining in-flight requests');
-    server.close({ timeoutMs: 15_000 }).then(() => process.exit(0), (err) => { log.error({ err: String(err) }, 'shutdown failed'); process.exit(1); });
-  });
-}
+onShutdownSignal(log, 'shutting down: draining in-flight requests', () => server.close({ timeoutMs: 15_000 }));

@@ -166,7 +166,8 @@ interface RouteRuntime {
   /** this route's constant access-log fields */
   logFields: string;
   state: AppState;
-  validate: ValidateFunction | null;
+  /** the body's ajv validator: compiled on the route's first request with a body (`validatorOf`), not at start */
+  validate: ValidateFunction | null | undefined;
   schemaId: string;
   paramNames: string[];
   label: string;
@@ -400,8 +401,9 @@ class Run implements Ctx {
     await this.front();
     let body: unknown = undefined;
     const raw = await bodyP;
+    const validate = validatorOf(rt);
     if (route.rawBody) body = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
-    else if (rt.validate && raw.byteLength > services.config.workerParseBytes) {
+    else if (validate && raw.byteLength > services.config.workerParseBytes) {
       const r = await services.workers.parseValidate(raw, rt.schemaId, route.body!);
       if (!r.ok) {
         if (r.kind === 'json') throw new BadRequestError(`Malformed JSON body: ${r.message}`);
@@ -418,8 +420,8 @@ class Run implements Ctx {
         const bad = badJsonValue(body);
         if (bad) throw new ValidationError(describe([bad]), [bad]);
       }
-      if (rt.validate && !rt.validate(body)) {
-        const issues = issuesOf(rt.validate);
+      if (validate && !validate(body)) {
+        const issues = issuesOf(validate);
         throw new ValidationError(describe(issues), issues);
       }
     }
@@ -462,6 +464,16 @@ class Run implements Ctx {
   }
 }
 
+/**
+ * A route's body validator, compiled once on first use: compiling every route's schema at start cost
+ * ~0.35 CPU-s per process (26 schemas), paid by every server start and restart, most of whose routes
+ * may never take a body; a route's first request pays its own ~15 ms instead.
+ */
+function validatorOf(rt: RouteRuntime): ValidateFunction | null {
+  if (rt.validate === undefined) rt.validate = rt.route.body ? ajv.compile(rt.route.body) : null;
+  return rt.validate;
+}
+
 /** mounts `routes` on `app`; returns the access log (flush it when the server closes) */
 export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: Services, log: Logger, state: AppState): AccessLog {
   const cfg = services.config;
@@ -472,7 +484,7 @@ export function registerRoutes(app: TemplatedApp, routes: RouteDef[], services: 
     const fixedPath = !route.path.includes(':') && !route.path.includes('*');
     const rt: RouteRuntime = {
       route, services, log, accessLog, logFields: accessLog.routeFields(route.method, route.name ?? route.path), state,
-      validate: route.body ? ajv.compile(route.body) : null,
+      validate: undefined,
       schemaId: `r${schemaSeq++}`,
       paramNames: [...route.path.matchAll(/:([A-Za-z_]+)/g)].map((m) => m[1]),
       label: route.name ?? route.path,

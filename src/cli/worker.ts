@@ -12,6 +12,7 @@ import { createLogger } from '../../server/log.ts';
 import { configFromEnv, defaultConfig } from '../service/config.ts';
 import { createServices } from '../service/index.ts';
 import { createLocalRuntime } from '../service/runtime-local.ts';
+import { onShutdownSignal } from '../service/shutdown.ts';
 import { storePath } from '../store/index.ts';
 
 export async function main(argv: string[]): Promise<number> {
@@ -44,17 +45,6 @@ export async function main(argv: string[]): Promise<number> {
   models: ${config.modelsDir}
   leases: ${Math.round(services.leases.ttlMs / 1000)} s (LOOM_JOB_LEASE_S); no HTTP API`);
 
-  let stopping = false;
-  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
-    process.on(sig, () => {
-      if (stopping) process.exit(1);
-      stopping = true;
-      log.info({ signal: sig }, 'worker shutting down: stopping jobs and releasing their leases');
-      services.close().then(() => process.exit(0), (err) => {
-        log.error({ err: String(err) }, 'shutdown failed');
-        process.exit(1);
-      });
-    });
-  }
+  onShutdownSignal(log, 'worker shutting down: stopping jobs and releasing their leases', () => services.close());
   return new Promise<number>(() => {});
 }

@@ -7,6 +7,7 @@ import { hostname } from 'node:os';
 import type { ServiceConfig } from '../config.ts';
 import type { Logger } from '../index.ts';
 import { createLocalRuntime } from '../runtime-local.ts';
+import { onShutdownSignal } from '../shutdown.ts';
 import { openStore } from '../../store/index.ts';
 import { checkNodeSecret, defaultNodeId, nodeConfigFromEnv } from './config.ts';
 import { startNodeServer } from './node-server.ts';
@@ -47,18 +48,11 @@ export async function serveNode(
   models: ${config.modelsDir} (${models.length} on disk${names})
   heartbeat every ${nc.heartbeatMs} ms; at most ${nc.maxQueue} calls at once (LOOM_NODE_MAX_QUEUE)`);
 
-  let stopping = false;
-  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
-    process.on(sig, () => {
-      if (stopping) process.exit(1);
-      stopping = true;
-      log.info({ signal: sig }, 'inference node shutting down: deregistering, draining calls');
-      // out of the registry first, so no API process sends it more work; then the calls in progress end
-      heartbeat.stop()
-        .then(() => server.close(15_000))
-        .then(() => runtime.close())
-        .then(() => store.close())
-        .then(() => process.exit(0), (err) => { log.error({ err: String(err) }, 'shutdown failed'); process.exit(1); });
-    });
-  }
+  // out of the registry first, so no API process sends it more work; then the calls in progress end
+  onShutdownSignal(log, 'inference node shutting down: deregistering, draining calls', async () => {
+    await heartbeat.stop();
+    await server.close(15_000);
+    await runtime.close();
+    await store.close();
+  });
 }
