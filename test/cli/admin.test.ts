@@ -2,31 +2,12 @@
 // names the store path, refuses a missing store unless --create-store, and a key it makes in the
 // server's store (LOOM_DATA_DIR) is accepted by that server.
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { call, startServer } from '../service/helpers.ts';
+import { runAdmin as admin } from './run-admin.ts';
 
-const bin = join(import.meta.dirname, '../../bin/loom.mjs');
-// async, not spawnSync: the server under test runs in this process, and lmdb-js runs a write
-// transaction's callback on the main thread while the write lock is held; a blocked event loop would
-// keep the lock from the child process (a deadlock that only the test harness can create)
-interface AdminRun { code: number | null; stdout: string; stderr: string }
-function admin(args: string[], opts: { cwd: string; dataDir?: string }): Promise<AdminRun> {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  delete env.LOOM_DATA_DIR;
-  if (opts.dataDir) env.LOOM_DATA_DIR = opts.dataDir;
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, 'admin', ...args], { cwd: opts.cwd, env });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 const user = (email: string) => ['create-user', '--email', email, '--password', 'a long password here', '--key', 'k'];
 
 t.test('no LOOM_DATA_DIR and no store: refused, path named, nothing created', async (t) => {

@@ -3,28 +3,15 @@
 // from PostgreSQL; a second run is refused (the target is not empty) and changes nothing; a bad
 // --to is a clear error. Needs PostgreSQL's server binaries (skipped without).
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { postgresMissing, startPostgres } from '../helpers/postgres.ts';
 import { call, makeUser, startServer } from '../service/helpers.ts';
+import { runAdmin } from './run-admin.ts';
 
-const bin = join(import.meta.dirname, '../../bin/loom.mjs');
-function admin(args: string[], dataDir: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const env: NodeJS.ProcessEnv = { ...process.env, LOOM_DATA_DIR: dataDir };
-  delete env.LOOM_DATABASE_URL;
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, 'admin', ...args], { env });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const admin = (args: string[], dataDir: string) => runAdmin(args, { dataDir });
 
 const missing = postgresMissing();
 t.test('migrate-store copies an LMDB store into an empty PostgreSQL one', { skip: missing ?? false }, async (t) => {
