@@ -7,7 +7,7 @@ import { createServices } from '../src/service/index.ts';
 import { createLocalRuntime } from '../src/service/runtime-local.ts';
 import { onShutdownSignal } from '../src/service/shutdown.ts';
 import { openStore, type Store, storePath } from '../src/store/index.ts';
-import { redactUrl } from '../src/service/ratelimit-redis.ts';
+import { redactUrl } from '../src/service/redact-url.ts';
 import type { ModelRuntime } from '../src/service/runtime.ts';
 
 const config = configFromEnv();

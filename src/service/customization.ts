@@ -14,7 +14,7 @@ import type { Logger } from './index.ts';
 import type { InferenceService } from './inference.ts';
 import { createLeases } from './jobs/leases.ts';
 import { createJobPool } from './jobs/pool.ts';
-import { type JobQueue, openJobQueue } from './jobs/queue.ts';
+import type { JobQueue } from './jobs/queue.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { createSignedUrls } from './signed-urls.ts';
 import { createTrainingJobsService } from './training-jobs.ts';
@@ -33,7 +33,9 @@ export async function createCustomization(deps: {
   const signedUrls = await createSignedUrls(store);
   const leases = createLeases({ store, ttlMs: config.jobLeaseMs, log });
   // the durable queue lives in the PostgreSQL store's database; LMDB keeps the in-process scheduler
-  const queue: JobQueue | null = config.databaseUrl ? await openJobQueue({ url: config.databaseUrl, log }) : null;
+  const queue: JobQueue | null = config.databaseUrl
+    // loaded only on PostgreSQL: pg-boss and pg cost ~0.25 CPU-s to import
+    ? await (await import('./jobs/queue.ts')).openJobQueue({ url: config.databaseUrl, log }) : null;
   const datasets = createDatasetsService({
     store, config, pool: jobPool, urls: signedUrls, artifacts, log, leases, queue,
   });

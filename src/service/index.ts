@@ -11,7 +11,6 @@ import { createCompatService } from './compat/call.ts';
 import { createMetrics } from './metrics.ts';
 import { createProjectsService } from './projects.ts';
 import { createRateLimiter, type RateLimiter } from './ratelimit.ts';
-import { createRedisRateLimiter } from './ratelimit-redis.ts';
 import type { ModelRuntime } from './runtime.ts';
 import { createRoutePolicy, loadRouterPolicy, type RouterPolicy } from './router.ts';
 import { createWorkerPool } from './workers.ts';
@@ -43,6 +42,8 @@ export async function createServices(opts: ServicesOptions) {
   // First, so that a malformed URL fails the start before anything is opened.
   let rateLimiter: RateLimiter;
   if (config.redisUrl) {
+    // loaded only when configured: ioredis and rate-limiter-flexible cost ~0.2 CPU-s to import
+    const { createRedisRateLimiter } = await import('./ratelimit-redis.ts');
     const shared = createRedisRateLimiter(config.rateLimits, { url: config.redisUrl, log });
     await shared.ready();
     rateLimiter = shared;

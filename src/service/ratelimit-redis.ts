@@ -14,6 +14,7 @@
 // should not take the API down: hence fail-open rather than the spec's 503.
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+import { redactUrl } from './redact-url.ts';
 import type { RateLimitConfig, RateLimitRule } from './config.ts';
 import { RateLimitError, type RateLimitScope } from './errors.ts';
 import type { Logger } from './index.ts';
@@ -182,16 +183,4 @@ export function createRedisRateLimiter(cfg: RateLimitConfig, opts: { url: string
       try { await client.quit(); } catch { client.disconnect(); }
     },
   };
-}
-
-/** the URL without its password, for logs */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    const safe = url.replace(/:[^:@/]*@/, ':***@');
-    return safe.length > 80 ? `${safe.slice(0, 80)}...` : safe;
-  }
 }
