@@ -19,7 +19,7 @@
 //      enough, 503 no_model_available when there is none at all.
 // The answer names the chosen model and why; responses report it as `x_service.routed_model`.
 import { readFileSync } from 'node:fs';
-import { Ajv } from 'ajv';
+import { Ajv, type ValidateFunction } from 'ajv';
 import type { CatalogEntry } from './catalog.ts';
 import { DependencyUnavailableError, ServiceError } from './errors.ts';
 
@@ -132,10 +132,12 @@ const policySchema = {
     allow_pull: { type: 'boolean' },
   },
 };
-const validatePolicy = new Ajv({ allErrors: true }).compile(policySchema);
+// compiled on first use: an Ajv instance and its first schema cost ~0.3 s of every start that never reads a policy
+let validatePolicy: ValidateFunction | undefined;
 
 /** A policy from a plain object (unknown keys or bad values are an error, not silently ignored). */
 export function parseRouterPolicy(obj: unknown): RouterPolicy {
+  validatePolicy ??= new Ajv({ allErrors: true }).compile(policySchema);
   if (!validatePolicy(obj)) {
     const e = validatePolicy.errors?.[0];
     throw new Error(`invalid router policy: ${e?.instancePath || '(root)'} ${e?.message}`);
