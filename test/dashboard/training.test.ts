@@ -46,7 +46,7 @@ t.test('upload a dataset and see it become ready', async (t) => {
   const input = await page.waitForSelector('input[type=file]');
   await input!.uploadFile(file);
   await clickText(page, '[data-testid=upload] button', 'Upload');
-  await waitForText(page, '[data-testid=versions-table] [data-testid=version-status]', 'ready', 20_000);
+  await waitForText(page, '[data-testid=versions-table] [data-testid=version-status]', 'ready', 60_000);
   t.match(
     await page.$eval('[data-testid=versions-table]', (e) => e.textContent),
     /48/,
@@ -71,7 +71,7 @@ t.test('a bad file: the version fails and the page shows the processing error', 
   await fill(page, 'input[name=dataset_name]', 'broken');
   await (await page.waitForSelector('input[type=file]'))!.uploadFile(bad);
   await clickText(page, '[data-testid=upload] button', 'Upload');
-  await waitForText(page, '[data-testid=versions-table] [data-testid=version-status]', 'failed', 20_000);
+  await waitForText(page, '[data-testid=versions-table] [data-testid=version-status]', 'failed', 60_000);
   const api = await call(ts.url, 'GET', '/felix/datasets/broken', { key: u.key });
   t.ok(api.body.versions[0].processing_error, 'the API has a processing_error');
   t.match(

@@ -53,11 +53,19 @@ t.test('generation shares the budget with a serving model: waits, never exceeds 
   const serving = await loadDecoder(base, { kv: { memory: capacity } });
   t.teardown(() => serving.close());
   t.ok(serving.kv.hold(12), 'a serving model holds half the budget');
-  setTimeout(() => serving.kv.unhold(), 400);
+  // released once generation says it waits (a fixed delay raced the job's start on a loaded machine);
+  // after 30 s regardless, so a generation that never waits fails the log check below instead of hanging
+  let released = false;
+  const release = () => { if (!released) { released = true; serving.kv.unhold(); } };
+  const fallback = setTimeout(release, 30_000);
+  t.teardown(() => clearTimeout(fallback));
   kvBudget.resetPeak();
   const logs: string[] = [];
   const res = await trainDecoder(grpo({ max_steps: 4 }, { logging_steps: 3 }), {
-    onLog: (l) => logs.push(l.message),
+    onLog: (l) => {
+      logs.push(l.message);
+      if (/generation waits/.test(l.message)) setTimeout(release, 100);
+    },
   });
   t.equal(res.steps, 4);
   const st = kvBudget.stats();

@@ -108,6 +108,21 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
   /** every model a node registered since this process started, by id */
   const seen = new Map<string, LocalModel>();
   const depth = (n: InferenceNodeRecord) => n.queue_depth + (mine.get(n.id) ?? 0);
+  /**
+   * models a node answered a call for, by node, with the node's heartbeat counter at the call: loaded there
+   * now, though its record says so only from its next heartbeat on; after that the record is the truth
+   */
+  const answered = new Map<string, Map<string, number>>();
+  const loadedOn = (n: InferenceNodeRecord): string[] => {
+    const a = answered.get(n.id);
+    if (!a) return n.loaded;
+    const extra: string[] = [];
+    for (const [id, beat] of a) {
+      if (n.beat > beat + 1 || n.beat < beat) a.delete(id); // a later heartbeat, or a restarted node
+      else if (!n.loaded.includes(id)) extra.push(id);
+    }
+    return extra.length ? [...n.loaded, ...extra] : n.loaded;
+  };
   const noNode = () => new DependencyUnavailableError('No inference node is live; retry later', retryAfter);
 
   /** the nodes that can run `ref`, best first (least depth, then loaded, then id); `key` puts its node first */
@@ -117,7 +132,7 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
     let cands = id === null ? live : live.filter((n) => holds(n, id));
     // nobody has it although the status said it could run: let a node load it (or say why not)
     if (!cands.length) cands = live;
-    const loaded = (n: InferenceNodeRecord) => (n.loaded.includes(id ?? ref.id) ? 0 : 1);
+    const loaded = (n: InferenceNodeRecord) => (loadedOn(n).includes(id ?? ref.id) ? 0 : 1);
     const order = cands.filter((n) => depth(n) < n.max_queue)
       .sort((a, b) => depth(a) - depth(b) || loaded(a) - loaded(b) || a.id.localeCompare(b.id));
     if (key) {
@@ -157,9 +172,11 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
         continue;
       }
       if (res.ok) {
-        // the node has the model loaded now; its next heartbeat says so too, but stats() and the ranking
-        // should not wait for it
-        if (heldId(ref) === ref.id && !node.loaded.includes(ref.id)) node.loaded = [...node.loaded, ref.id];
+        // the node has the model loaded now; stats() and the ranking need not wait for its next heartbeat
+        if (heldId(ref) === ref.id) {
+          const a = answered.get(node.id) ?? new Map<string, number>();
+          answered.set(node.id, a.set(ref.id, node.beat));
+        }
         return { node, res, done: () => count(node.id, -1) };
       }
       count(node.id, -1);
@@ -190,7 +207,7 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
     if (!live.length) return { state: 'unavailable', reason: 'no inference node is live' };
     const id = heldId(ref);
     if (id === null) return { state: 'ready' };
-    if (live.some((n) => n.loaded.includes(id) || n.models.some((m) => m.id === id))) return { state: 'ready' };
+    if (live.some((n) => loadedOn(n).includes(id) || n.models.some((m) => m.id === id))) return { state: 'ready' };
     if (live.some((n) => n.warming.includes(id))) return { state: 'warming', retry_after_s: retryAfter };
     return { state: 'pullable' };
   }
@@ -298,10 +315,10 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
       const live = dir.live();
       const uniq = (xs: string[]) => [...new Set(xs)];
       return {
-        loaded: uniq(live.flatMap((n) => n.loaded)),
+        loaded: uniq(live.flatMap(loadedOn)),
         warming: uniq(live.flatMap((n) => n.warming)),
         queue_depth: live.reduce((s, n) => s + depth(n), 0),
-        nodes: live.map((n) => ({ id: n.id, queue_depth: depth(n), max_queue: n.max_queue, loaded: n.loaded })),
+        nodes: live.map((n) => ({ id: n.id, queue_depth: depth(n), max_queue: n.max_queue, loaded: loadedOn(n) })),
       };
     },
 
