@@ -1,5 +1,5 @@
 // `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N]
-// [--also 0,proxy,floor] | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare
+// [--also 0,proxy,floor] [--against REV] | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare
 // uWebSockets.js handler from the same package, loaded side by side with autocannon on loopback.
 // Loom (bench/http-server.mts, the default configuration: the native framing guard on, or as
 // LOOM_HTTP_GUARD says) and the bare handler (bench/http-bare.mjs) run in their own processes pinned to CPU 0 (taskset, when there are
@@ -16,16 +16,18 @@
 // --also adds the same rows for more Loom servers with other LOOM_HTTP_GUARD settings (0: no guard;
 // proxy: server/guard.ts's proxy, whose CPU time is in the same process); `floor` adds rows for
 // bench/http-floor.mjs, a uWS handler doing only the work any API server must (a key lookup in a
-// Map, a per-address rate window and its headers) for the same bytes. --pipeline instead runs
+// Map, a per-address rate window and its headers) for the same bytes. --against REV adds rows for
+// the server of another commit (`git archive REV`, run with this tree's node_modules and native
+// build), loaded in the same rounds: an A/B of a change on a machine whose load drifts. --pipeline instead runs
 // bench/http-pipeline.mts: the CPU time of Loom's own code per request, in process, with stub uWS
 // objects (no sockets), a figure a shared CPU hardly moves.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { mkdtempSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { cannon } from './cannon.ts';
 
 interface Target { name: string; port: () => number; pid: () => number; path: string; headers: Record<string, string> }
 
@@ -53,12 +55,12 @@ function pinned(cpu: number | null, cmd: string, args: string[]): [string, strin
 
 /** start a server process; resolves with the JSON line it prints on stderr */
 function startServer(
-  cpu: number | null, args: string[], env: Record<string, string> = {},
+  cpu: number | null, args: string[], env: Record<string, string> = {}, cwd = join(here, '..'),
 ): Promise<{ proc: ChildProcess; info: any }> {
   return new Promise((resolve, reject) => {
     const [cmd, a] = pinned(cpu, process.execPath, args);
     const proc = spawn(cmd, a, {
-      cwd: join(here, '..'), stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env },
+      cwd, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env },
     });
     let err = '';
     const onData = (d: Buffer) => {
@@ -74,33 +76,30 @@ function startServer(
   });
 }
 
-function load(cpu: number | null, t: Target, seconds: number, connections: number): Promise<Sample> {
-  const cli = createRequire(join(here, 'package.json')).resolve('autocannon/autocannon.js');
-  const headers = Object.entries(t.headers).flatMap(([k, v]) => ['-H', `${k}=${v}`]);
+async function load(cpu: number | null, t: Target, seconds: number, connections: number): Promise<Sample> {
   const url = `http://127.0.0.1:${t.port()}${t.path}`;
-  const args = [cli, '-c', String(connections), '-d', String(seconds), '--json', ...headers, url];
-  const [cmd, a] = pinned(cpu, process.execPath, args);
   const cpu0 = cpuNs(t.pid());
-  return new Promise((resolve, reject) => {
-    const p = spawn(cmd, a, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => { out += d; });
-    p.stderr.on('data', (d) => { err += d; });
-    p.on('exit', (code) => {
-      const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) {
-        return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
-      }
-      const r = JSON.parse(line);
-      const cpu1 = cpuNs(t.pid());
-      const cpuUs = cpu0 === null || cpu1 === null ? NaN : (cpu1 - cpu0) / 1000 / r.requests.total;
-      resolve({
-        name: t.name, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99,
-        non2xx: r.non2xx, errors: r.errors + r.timeouts, cpuUs,
-      });
-    });
-  });
+  const r = await cannon({ url, connections, seconds, headers: t.headers, cpu });
+  const cpu1 = cpuNs(t.pid());
+  const cpuUs = cpu0 === null || cpu1 === null ? NaN : (cpu1 - cpu0) / 1000 / r.total;
+  return {
+    name: t.name, rps: r.rpsAverage, p50: r.p50, p99: r.p99, non2xx: r.non2xx, errors: r.errors, cpuUs,
+  };
+}
+
+/**
+ * `rev` (a commit) unpacked with `git archive` into a temp folder, to run its bench/http-server.mts beside
+ * this tree's (--against): this tree's node_modules and native build are linked in, so the rows differ
+ * only in their TypeScript
+ */
+function checkout(rev: string): string {
+  const root = join(here, '..');
+  const dir = mkdtempSync(join(tmpdir(), 'loom-bench-http-rev-'));
+  const tar = spawnSync('sh', ['-c', `git archive "$0" | tar -x -C "$1"`, rev, dir], { cwd: root, encoding: 'utf8' });
+  if (tar.status !== 0) throw new Error(`git archive ${rev} failed: ${tar.stderr}`);
+  symlinkSync(realpathSync(join(root, 'node_modules')), join(dir, 'node_modules'));
+  symlinkSync(realpathSync(join(root, 'build')), join(dir, 'build'));
+  return dir;
 }
 
 const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
@@ -169,6 +168,13 @@ export async function run(argv: string[]) {
   process.on('exit', stop);
   looms.push(await startServer(serverCpu, loomArgs));
   for (const g of also) looms.push(await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: g }));
+  // --against REV: the same server from another commit, side by side (A/B of a change)
+  const against = argv.includes('--against') ? argv[argv.indexOf('--against') + 1]! : null;
+  if (against) {
+    const dir = checkout(against);
+    looms.push(await startServer(serverCpu, ['--import', 'tsx', join(dir, 'bench/http-server.mts')], {}, dir));
+    configs.push(`@${against}`);
+  }
   // each server has its own store and key; a request to the bare handler carries the first one's
   const routes: Array<[string, (key: string) => Record<string, string>]> = [
     ['/health', () => ({})], ['/v1/models', (key) => ({ 'X-API-Key': key })],
