@@ -1,12 +1,12 @@
 // `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N]
-// [--also 0,proxy,floor] [--against REV] | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare
-// uWebSockets.js handler from the same package, loaded side by side with autocannon on loopback.
-// Loom (bench/http-server.mts, the default configuration: the native framing guard on, or as
-// LOOM_HTTP_GUARD says) and the bare handler (bench/http-bare.mjs) run in their own processes pinned to CPU 0 (taskset, when there are
-// 2+ CPUs), autocannon pinned to CPU 1. The bare handler answers GET /health and GET /v1/models with
-// the status line, header lines and body bytes Loom answered them with (recorded first), so each
-// Loom row is compared with a bare row that writes as much. Each round loads every target in turn
-// (an untimed warm-up first), so drift on a shared machine hits all alike. Two ratios per Loom row:
+// [--also 0,proxy,floor] [--against REV] | --pipeline`: per-request cost of Loom's HTTP pipeline
+// against a bare uWebSockets.js handler from the same package, loaded side by side with autocannon
+// on loopback. Loom (bench/http-server.mts, the default configuration: the native framing guard on,
+// or as LOOM_HTTP_GUARD says) and the bare handler (bench/http-bare.mjs) run in their own processes
+// pinned to CPU 0 (taskset, when there are 2+ CPUs), autocannon pinned to CPU 1. The bare handler
+// answers GET /health and GET /v1/models with the status line, header lines and body bytes Loom
+// answered them with (recorded first), so each Loom row is compared with a bare row that writes as
+// much. Each round loads every target in turn (an untimed warm-up first), so drift on a shared machine hits all alike. Two ratios per Loom row:
 // `ratio` is its median req/s over the bare row's; `cpu_ratio` is the bare row's server CPU time per
 // request over Loom's (every thread of the server process, /proc/<pid>/task/*/schedstat, read
 // before and after each run; both processes pinned to the same CPU), which is what the req/s ratio
@@ -18,18 +18,25 @@
 // bench/http-floor.mjs, a uWS handler doing only the work any API server must (a key lookup in a
 // Map, a per-address rate window and its headers) for the same bytes. --against REV adds rows for
 // the server of another commit (`git archive REV`, run with this tree's node_modules and native
-// build), loaded in the same rounds: an A/B of a change on a machine whose load drifts. --pipeline instead runs
+// build), loaded at the same time as this tree's (two autocannons), so both meet the same load: an
+// A/B of a change on a machine whose load drifts (`cpu_over_against`: this tree's server CPU per
+// request over the other's, per round and their median). Each of the two then gets part of the
+// load, so their cpu_ratio against the bare rows (loaded alone) is not the figure to quote. --pipeline instead runs
 // bench/http-pipeline.mts: the CPU time of Loom's own code per request, in process, with stub uWS
 // objects (no sockets), a figure a shared CPU hardly moves.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
-import { mkdtempSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cannon } from './cannon.ts';
 
-interface Target { name: string; port: () => number; pid: () => number; path: string; headers: Record<string, string> }
+interface Target {
+  name: string; port: () => number; pid: () => number; path: string; headers: Record<string, string>;
+  /** --against: the other commit's row, loaded at the same time as this one (its own autocannon) */
+  twin?: Target;
+}
 
 /** on-CPU nanoseconds of every thread of `pid` so far (Linux schedstat); null where unavailable */
 function cpuNs(pid: number): number | null {
@@ -164,14 +171,19 @@ export async function run(argv: string[]) {
   for (const g of also) configs.push(`LOOM_HTTP_GUARD=${g}`);
   const looms: Array<{ proc: ChildProcess; info: any }> = [];
   const others: Array<{ proc: ChildProcess; info: any }> = [];
-  const stop = () => { for (const s of [...looms, ...others]) s.proc.kill('SIGKILL'); };
+  let againstDir: string | null = null;
+  const stop = () => {
+    for (const s of [...looms, ...others]) s.proc.kill('SIGKILL');
+    if (againstDir) rmSync(againstDir, { recursive: true, force: true });
+    againstDir = null;
+  };
   process.on('exit', stop);
   looms.push(await startServer(serverCpu, loomArgs));
   for (const g of also) looms.push(await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: g }));
   // --against REV: the same server from another commit, side by side (A/B of a change)
   const against = argv.includes('--against') ? argv[argv.indexOf('--against') + 1]! : null;
   if (against) {
-    const dir = checkout(against);
+    const dir = (againstDir = checkout(against));
     looms.push(await startServer(serverCpu, ['--import', 'tsx', join(dir, 'bench/http-server.mts')], {}, dir));
     configs.push(`@${against}`);
   }
@@ -202,9 +214,14 @@ export async function run(argv: string[]) {
           headers: headers(key),
         });
       }
+      const first = targets.length;
       looms.forEach((l, i) => {
         const name = `GET ${path}${configs.length > 1 || i > 0 ? `, ${configs[i]}` : ''}`;
-        targets.push({ name, port: () => l.info.port, pid: () => l.proc.pid!, path, headers: headers(l.info.key) });
+        const t: Target = { name, port: () => l.info.port, pid: () => l.proc.pid!, path, headers: headers(l.info.key) };
+        // the other commit's server is loaded together with this tree's (both pinned alike), so both
+        // meet the same load on a shared machine: their ratio per round is the A/B figure
+        if (against && i === looms.length - 1) targets[first]!.twin = t;
+        else targets.push(t);
       });
     }
     // the bare row a target compares with
@@ -219,7 +236,10 @@ export async function run(argv: string[]) {
         console.log(`bare ${p}: ${a.headers.length} header lines, ${Buffer.from(a.body, 'base64').length} body bytes`);
       }
     }
-    for (const t of targets) await load(loadCpu, t, 1, connections); // warm-up (JIT), untimed
+    /** one target's run, with its twin's at the same time */
+    const loadWith = (t: Target, s: number) =>
+      Promise.all([load(loadCpu, t, s, connections), ...(t.twin ? [load(loadCpu, t.twin, s, connections)] : [])]);
+    for (const t of targets) await loadWith(t, 1); // warm-up (JIT), untimed
     // what each server spends with no requests (timers, metrics sampling): cpu_us_per_req includes
     // it, spread over the run's requests; `idle_us_per_req` says how much of it that is
     const idleMsPerS = new Map<number, number>();
@@ -232,13 +252,14 @@ export async function run(argv: string[]) {
     const samples: Sample[] = [];
     for (let r = 0; r < rounds; r++) {
       for (const t of targets) {
-        const s = await load(loadCpu, t, seconds, connections);
-        samples.push(s);
-        if (json) console.log(JSON.stringify({ bench: 'http', round: r, ...s }));
+        for (const s of await loadWith(t, seconds)) {
+          samples.push(s);
+          if (json) console.log(JSON.stringify({ bench: 'http', round: r, ...s }));
+        }
       }
     }
     const by = (n: string) => samples.filter((s) => s.name === n);
-    const rows = targets.map((t) => {
+    const rows = targets.flatMap((t) => (t.twin ? [t, t.twin] : [t])).map((t) => {
       const ss = by(t.name);
       const bs = by(bareOf(t));
       const rps = median(ss.map((s) => s.rps));
@@ -253,8 +274,18 @@ export async function run(argv: string[]) {
         cpu_runs: ss.map((s) => s.cpuUs.toFixed(1)).join(' '),
       };
     });
-    if (json) console.log(JSON.stringify({ bench: 'http', summary: rows }));
-    else console.table(rows);
+    // --against: this tree's server CPU per request over the other commit's, round by round
+    const ab = targets.filter((t) => t.twin).map((t) => {
+      const a = by(t.name);
+      const b = by(t.twin!.name);
+      const perRound = a.map((s, i) => +(s.cpuUs / b[i]!.cpuUs).toFixed(3));
+      return { target: t.name, against: t.twin!.name, cpu_over_against: median(perRound), rounds: perRound.join(' ') };
+    });
+    if (json) console.log(JSON.stringify({ bench: 'http', summary: rows, ...(ab.length ? { ab } : {}) }));
+    else {
+      console.table(rows);
+      if (ab.length) console.table(ab);
+    }
     if (rows.some((r) => r.non2xx || r.errors)) {
       console.error('warning: some responses were not 2xx or failed; the figures are not comparable');
     }
