@@ -6,8 +6,8 @@
 // pinned to CPU 0 (taskset, when there are 2+ CPUs), autocannon pinned to CPU 1. The bare handler
 // answers GET /health and GET /v1/models with the status line, header lines and body bytes Loom
 // answered them with (recorded first), so each Loom row is compared with a bare row that writes as
-// much. Each round loads every target in turn (an untimed warm-up first), so drift on a shared machine hits all alike. Two ratios per Loom row:
-// `ratio` is its median req/s over the bare row's; `cpu_ratio` is the bare row's server CPU time per
+// much. Each round loads every target in turn (an untimed warm-up first), so drift on a shared
+// machine hits all alike. Two ratios per Loom row: `ratio` is its median req/s over the bare row's; `cpu_ratio` is the bare row's server CPU time per
 // request over Loom's (every thread of the server process, /proc/<pid>/task/*/schedstat, read
 // before and after each run; both processes pinned to the same CPU), which is what the req/s ratio
 // would be on a dedicated core and does not depend on how much of CPU 0 other processes took.
