@@ -1,33 +1,38 @@
-// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N]
-// [--also 0,proxy,floor] | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare
-// uWebSockets.js handler from the same package, loaded side by side with autocannon on loopback.
-// Loom (bench/http-server.mts, the default configuration: the native framing guard on, or as
-// LOOM_HTTP_GUARD says) and the bare handler (bench/http-bare.mjs) run in their own processes pinned to CPU 0 (taskset, when there are
-// 2+ CPUs), autocannon pinned to CPU 1. The bare handler answers GET /health and GET /v1/models with
-// the status line, header lines and body bytes Loom answered them with (recorded first), so each
-// Loom row is compared with a bare row that writes as much. Each round loads every target in turn
-// (an untimed warm-up first), so drift on a shared machine hits all alike. Two ratios per Loom row:
-// `ratio` is its median req/s over the bare row's; `cpu_ratio` is the bare row's server CPU time per
-// request over Loom's (every thread of the server process, /proc/<pid>/task/*/schedstat, read
-// before and after each run; both processes pinned to the same CPU), which is what the req/s ratio
-// would be on a dedicated core and does not depend on how much of CPU 0 other processes took.
-// `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s before the runs) per
-// request at the row's rate, the part of cpu_us_per_req that is background work.
-// --also adds the same rows for more Loom servers with other LOOM_HTTP_GUARD settings (0: no guard;
-// proxy: server/guard.ts's proxy, whose CPU time is in the same process); `floor` adds rows for
-// bench/http-floor.mjs, a uWS handler doing only the work any API server must (a key lookup in a
-// Map, a per-address rate window and its headers) for the same bytes. --pipeline instead runs
-// bench/http-pipeline.mts: the CPU time of Loom's own code per request, in process, with stub uWS
-// objects (no sockets), a figure a shared CPU hardly moves.
+// `npm run bench -- http [--quick] [--json] [--duration S] [--connections N] [--rounds N] [--also 0,proxy,floor]
+// [--against REV] | --pipeline`: per-request cost of Loom's HTTP pipeline against a bare uWebSockets.js handler from
+// the same package, loaded side by side with autocannon on loopback. Loom (bench/http-server.mts, the default
+// configuration: the native framing guard on, or as LOOM_HTTP_GUARD says) and the bare handler (bench/http-bare.mjs)
+// run in their own processes pinned to CPU 0 (taskset, when there are 2+ CPUs), autocannon pinned to CPU 1. The bare
+// handler answers GET /health and GET /v1/models with the status line, header lines and body bytes Loom answered them
+// with (recorded first), so each Loom row is compared with a bare row that writes as much. Each round loads every
+// target in turn (an untimed warm-up first), so drift on a shared machine hits all alike. Two ratios per Loom row:
+// `ratio` is its median req/s over the bare row's; `cpu_ratio` is the bare row's server CPU time per request over
+// Loom's (every thread of the server process, /proc/<pid>/task/*/schedstat, read before and after each run; both
+// processes pinned to the same CPU), which is what the req/s ratio would be on a dedicated core and does not depend on
+// how much of CPU 0 other processes took. `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s
+// before the runs) per request at the row's rate, the part of cpu_us_per_req that is background work. --also adds the
+// same rows for more Loom servers with other LOOM_HTTP_GUARD settings (0: no guard; proxy: server/guard.ts's proxy,
+// whose CPU time is in the same process); `floor` adds rows for bench/http-floor.mjs, a uWS handler doing only the work
+// any API server must (a key lookup in a Map, a per-address rate window and its headers) for the same bytes. --against
+// REV adds rows for the server of another commit (`git archive REV`, run with this tree's node_modules and native
+// build), loaded at the same time as this tree's (two autocannons), so both meet the same load: an A/B of a change on a
+// machine whose load drifts (`cpu_over_against`: this tree's server CPU per request over the other's, per round and
+// their median). Each of the two then gets part of the load, so their cpu_ratio against the bare rows (loaded alone) is
+// not the figure to quote. --pipeline instead runs bench/http-pipeline.mts: the CPU time of Loom's own code per
+// request, in process, with stub uWS objects (no sockets), a figure a shared CPU hardly moves.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { cannon } from './cannon.ts';
 
-interface Target { name: string; port: () => number; pid: () => number; path: string; headers: Record<string, string> }
+interface Target {
+  name: string; port: () => number; pid: () => number; path: string; headers: Record<string, string>;
+  /** --against: the other commit's row, loaded at the same time as this one (its own autocannon) */
+  twin?: Target;
+}
 
 /** on-CPU nanoseconds of every thread of `pid` so far (Linux schedstat); null where unavailable */
 function cpuNs(pid: number): number | null {
@@ -53,12 +58,12 @@ function pinned(cpu: number | null, cmd: string, args: string[]): [string, strin
 
 /** start a server process; resolves with the JSON line it prints on stderr */
 function startServer(
-  cpu: number | null, args: string[], env: Record<string, string> = {},
+  cpu: number | null, args: string[], env: Record<string, string> = {}, cwd = join(here, '..'),
 ): Promise<{ proc: ChildProcess; info: any }> {
   return new Promise((resolve, reject) => {
     const [cmd, a] = pinned(cpu, process.execPath, args);
     const proc = spawn(cmd, a, {
-      cwd: join(here, '..'), stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env },
+      cwd, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env },
     });
     let err = '';
     const onData = (d: Buffer) => {
@@ -74,33 +79,30 @@ function startServer(
   });
 }
 
-function load(cpu: number | null, t: Target, seconds: number, connections: number): Promise<Sample> {
-  const cli = createRequire(join(here, 'package.json')).resolve('autocannon/autocannon.js');
-  const headers = Object.entries(t.headers).flatMap(([k, v]) => ['-H', `${k}=${v}`]);
+async function load(cpu: number | null, t: Target, seconds: number, connections: number): Promise<Sample> {
   const url = `http://127.0.0.1:${t.port()}${t.path}`;
-  const args = [cli, '-c', String(connections), '-d', String(seconds), '--json', ...headers, url];
-  const [cmd, a] = pinned(cpu, process.execPath, args);
   const cpu0 = cpuNs(t.pid());
-  return new Promise((resolve, reject) => {
-    const p = spawn(cmd, a, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => { out += d; });
-    p.stderr.on('data', (d) => { err += d; });
-    p.on('exit', (code) => {
-      const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) {
-        return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
-      }
-      const r = JSON.parse(line);
-      const cpu1 = cpuNs(t.pid());
-      const cpuUs = cpu0 === null || cpu1 === null ? NaN : (cpu1 - cpu0) / 1000 / r.requests.total;
-      resolve({
-        name: t.name, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99,
-        non2xx: r.non2xx, errors: r.errors + r.timeouts, cpuUs,
-      });
-    });
-  });
+  const r = await cannon({ url, connections, seconds, headers: t.headers, cpu });
+  const cpu1 = cpuNs(t.pid());
+  const cpuUs = cpu0 === null || cpu1 === null ? NaN : (cpu1 - cpu0) / 1000 / r.total;
+  return {
+    name: t.name, rps: r.rpsAverage, p50: r.p50, p99: r.p99, non2xx: r.non2xx, errors: r.errors, cpuUs,
+  };
+}
+
+/**
+ * `rev` (a commit) unpacked with `git archive` into a temp folder, to run its bench/http-server.mts beside
+ * this tree's (--against): this tree's node_modules and native build are linked in, so the rows differ
+ * only in their TypeScript
+ */
+function checkout(rev: string): string {
+  const root = join(here, '..');
+  const dir = mkdtempSync(join(tmpdir(), 'loom-bench-http-rev-'));
+  const tar = spawnSync('sh', ['-c', `git archive "$0" | tar -x -C "$1"`, rev, dir], { cwd: root, encoding: 'utf8' });
+  if (tar.status !== 0) throw new Error(`git archive ${rev} failed: ${tar.stderr}`);
+  symlinkSync(realpathSync(join(root, 'node_modules')), join(dir, 'node_modules'));
+  symlinkSync(realpathSync(join(root, 'build')), join(dir, 'build'));
+  return dir;
 }
 
 const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor((s.length - 1) / 2)]; };
@@ -165,10 +167,22 @@ export async function run(argv: string[]) {
   for (const g of also) configs.push(`LOOM_HTTP_GUARD=${g}`);
   const looms: Array<{ proc: ChildProcess; info: any }> = [];
   const others: Array<{ proc: ChildProcess; info: any }> = [];
-  const stop = () => { for (const s of [...looms, ...others]) s.proc.kill('SIGKILL'); };
+  let againstDir: string | null = null;
+  const stop = () => {
+    for (const s of [...looms, ...others]) s.proc.kill('SIGKILL');
+    if (againstDir) rmSync(againstDir, { recursive: true, force: true });
+    againstDir = null;
+  };
   process.on('exit', stop);
   looms.push(await startServer(serverCpu, loomArgs));
   for (const g of also) looms.push(await startServer(serverCpu, loomArgs, { LOOM_HTTP_GUARD: g }));
+  // --against REV: the same server from another commit, side by side (A/B of a change)
+  const against = argv.includes('--against') ? argv[argv.indexOf('--against') + 1]! : null;
+  if (against) {
+    const dir = (againstDir = checkout(against));
+    looms.push(await startServer(serverCpu, ['--import', 'tsx', join(dir, 'bench/http-server.mts')], {}, dir));
+    configs.push(`@${against}`);
+  }
   // each server has its own store and key; a request to the bare handler carries the first one's
   const routes: Array<[string, (key: string) => Record<string, string>]> = [
     ['/health', () => ({})], ['/v1/models', (key) => ({ 'X-API-Key': key })],
@@ -196,9 +210,14 @@ export async function run(argv: string[]) {
           headers: headers(key),
         });
       }
+      const first = targets.length;
       looms.forEach((l, i) => {
         const name = `GET ${path}${configs.length > 1 || i > 0 ? `, ${configs[i]}` : ''}`;
-        targets.push({ name, port: () => l.info.port, pid: () => l.proc.pid!, path, headers: headers(l.info.key) });
+        const t: Target = { name, port: () => l.info.port, pid: () => l.proc.pid!, path, headers: headers(l.info.key) };
+        // the other commit's server is loaded together with this tree's (both pinned alike), so both
+        // meet the same load on a shared machine: their ratio per round is the A/B figure
+        if (against && i === looms.length - 1) targets[first]!.twin = t;
+        else targets.push(t);
       });
     }
     // the bare row a target compares with
@@ -213,7 +232,10 @@ export async function run(argv: string[]) {
         console.log(`bare ${p}: ${a.headers.length} header lines, ${Buffer.from(a.body, 'base64').length} body bytes`);
       }
     }
-    for (const t of targets) await load(loadCpu, t, 1, connections); // warm-up (JIT), untimed
+    /** one target's run, with its twin's at the same time */
+    const loadWith = (t: Target, s: number) =>
+      Promise.all([load(loadCpu, t, s, connections), ...(t.twin ? [load(loadCpu, t.twin, s, connections)] : [])]);
+    for (const t of targets) await loadWith(t, 1); // warm-up (JIT), untimed
     // what each server spends with no requests (timers, metrics sampling): cpu_us_per_req includes
     // it, spread over the run's requests; `idle_us_per_req` says how much of it that is
     const idleMsPerS = new Map<number, number>();
@@ -226,13 +248,14 @@ export async function run(argv: string[]) {
     const samples: Sample[] = [];
     for (let r = 0; r < rounds; r++) {
       for (const t of targets) {
-        const s = await load(loadCpu, t, seconds, connections);
-        samples.push(s);
-        if (json) console.log(JSON.stringify({ bench: 'http', round: r, ...s }));
+        for (const s of await loadWith(t, seconds)) {
+          samples.push(s);
+          if (json) console.log(JSON.stringify({ bench: 'http', round: r, ...s }));
+        }
       }
     }
     const by = (n: string) => samples.filter((s) => s.name === n);
-    const rows = targets.map((t) => {
+    const rows = targets.flatMap((t) => (t.twin ? [t, t.twin] : [t])).map((t) => {
       const ss = by(t.name);
       const bs = by(bareOf(t));
       const rps = median(ss.map((s) => s.rps));
@@ -247,8 +270,18 @@ export async function run(argv: string[]) {
         cpu_runs: ss.map((s) => s.cpuUs.toFixed(1)).join(' '),
       };
     });
-    if (json) console.log(JSON.stringify({ bench: 'http', summary: rows }));
-    else console.table(rows);
+    // --against: this tree's server CPU per request over the other commit's, round by round
+    const ab = targets.filter((t) => t.twin).map((t) => {
+      const a = by(t.name);
+      const b = by(t.twin!.name);
+      const perRound = a.map((s, i) => +(s.cpuUs / b[i]!.cpuUs).toFixed(3));
+      return { target: t.name, against: t.twin!.name, cpu_over_against: median(perRound), rounds: perRound.join(' ') };
+    });
+    if (json) console.log(JSON.stringify({ bench: 'http', summary: rows, ...(ab.length ? { ab } : {}) }));
+    else {
+      console.table(rows);
+      if (ab.length) console.table(ab);
+    }
     if (rows.some((r) => r.non2xx || r.errors)) {
       console.error('warning: some responses were not 2xx or failed; the figures are not comparable');
     }

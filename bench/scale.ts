@@ -11,10 +11,10 @@
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { createServer as createNetServer } from 'node:net';
 import { createServices } from '../src/service/index.ts';
+import { cannon } from './cannon.ts';
 import { type ChildServer, startChild } from '../test/service/child-server.ts';
 import { FakeRuntime } from '../test/service/fake-runtime.ts';
 import { postgresMissing, startPostgres, type TestPostgres } from '../test/helpers/postgres.ts';
@@ -67,38 +67,17 @@ const arg = (argv: string[], name: string, dflt: number) => {
   return i >= 0 ? Number(argv[i + 1]) : dflt;
 };
 
-interface Cannon { rps: number; p50: number; p99: number; non2xx: number; errors: number; total: number }
-
-/** autocannon (its CLI, a child process) against one server */
-function cannon(url: string, key: string, connections: number, seconds: number): Promise<Cannon> {
-  const cli = createRequire(join(import.meta.dirname, 'package.json')).resolve('autocannon/autocannon.js');
-  const args = [cli, '-c', String(connections), '-d', String(seconds), '-m', 'POST', '-b', BODY,
-    '-H', `Authorization=Bearer ${key}`, '-H', 'Content-Type=application/json', '--json', `${url}/inference`];
-  return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => { out += d; });
-    p.stderr.on('data', (d) => { err += d; });
-    p.on('exit', (code) => {
-      const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) {
-        return reject(new Error(`autocannon failed (${code}): ${err.slice(-1000)}`));
-      }
-      const r = JSON.parse(line);
-      resolve({
-        rps: r.requests.total / seconds, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx,
-        errors: r.errors + r.timeouts, total: r.requests.total,
-      });
-    });
-  });
-}
+/** autocannon against one server's POST /inference */
+const load = (url: string, key: string, connections: number, seconds: number) => cannon({
+  url: `${url}/inference`, connections, seconds, method: 'POST', body: BODY,
+  headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+});
 
 /** C connections spread over the servers, for `seconds`; a short warm-up first */
 async function measure(servers: ChildServer[], key: string, connections: number, seconds: number) {
   const per = Math.max(1, Math.round(connections / servers.length));
-  await Promise.all(servers.map((s) => cannon(s.url, key, per, 2)));
-  const rs = await Promise.all(servers.map((s) => cannon(s.url, key, per, seconds)));
+  await Promise.all(servers.map((s) => load(s.url, key, per, 2)));
+  const rs = await Promise.all(servers.map((s) => load(s.url, key, per, seconds)));
   const total = rs.reduce((n, r) => n + r.total, 0);
   return {
     rps: Math.round(rs.reduce((n, r) => n + r.rps, 0)),

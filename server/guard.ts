@@ -450,6 +450,14 @@ export async function installNativeGuard(): Promise<string | null> {
 }
 
 /**
+ * The native guard's number for the connection of the request being handled (0: not a guarded
+ * connection); see http_guard_connection in native/net/http_guard.h. Null when it is not installed.
+ */
+export function guardConnection(): (() => number) | null {
+  return nativeAddon ? (nativeAddon.httpGuardConnection as () => number) : null;
+}
+
+/**
  * The native guard (installed) checks the connections uWS accepts on `port` from now on (at once:
  * call it before the event loop turns, so before the first accept); the function returned stops it.
  */

@@ -19,6 +19,21 @@ export function statusLine(code: number): string {
 
 const JSON_HEADERS: Record<string, string> = { 'Content-Type': 'application/json' };
 
+/**
+ * The value for one writeHeader(X-RateLimit-Limit, value) call that writes the four X-RateLimit-*
+ * lines and then `more` (the response's own headers): uWS writes `name: value\r\n` as given, so the
+ * bytes are those of one call per line. Each writeHeader call crosses into C++ and converts its
+ * strings (about 0.2 us each hot, several times that on a loaded CPU; 0.3 vs 1.0 us for five lines
+ * in a uWS handler); a reply has five or more. The bytes are exactly those of separate calls
+ * (uWS checks no value either way): a header value must hold no CR or LF, as before.
+ */
+function rateLines(rate: RateVerdict, more: Record<string, string> | null): string {
+  let s = `${rate.limit}\r\nX-RateLimit-Remaining: ${rate.remaining}\r\nX-RateLimit-Reset: ${rate.resetS}`
+    + `\r\nX-RateLimit-Scope: ${rate.scope}`;
+  if (more !== null) for (const k in more) s += `\r\n${k}: ${more[k]}`;
+  return s;
+}
+
 /** `h` has a header `name`, whatever its case (names of another length are not lower-cased to compare) */
 export function hasName(h: Record<string, string>, name: string): boolean {
   for (const k in h) if (k.length === name.length && (k === name || k.toLowerCase() === name.toLowerCase())) return true;
@@ -100,7 +115,8 @@ export class Exchange {
   private writeHead(status: number, headers: Record<string, string>): void {
     this.status = status;
     const res = this.res;
-    res.writeStatus(statusLine(status));
+    // uWS writes `200 OK` itself when no status was written: one call fewer for most replies
+    if (status !== 200) res.writeStatus(statusLine(status));
     const extra = this.extraHeaders;
     const rate = this.rate;
     if (extra === null && rate === null) {
@@ -109,21 +125,27 @@ export class Exchange {
       // one value per header name; the response's own headers override the exchange's
       const own = headers === JSON_HEADERS ? null : headers;
       if (rate !== null && (own === null || !hasRateName(own)) && (extra === null || !hasRateName(extra))) {
-        // nothing overrides them (the usual case): no values array, no per-name search
-        res.writeHeader(RATE_HEADER_NAMES[0], String(rate.limit));
-        res.writeHeader(RATE_HEADER_NAMES[1], String(rate.remaining));
-        res.writeHeader(RATE_HEADER_NAMES[2], String(rate.resetS));
-        res.writeHeader(RATE_HEADER_NAMES[3], rate.scope);
-      } else if (rate !== null) {
-        const values = rateHeaderValues(rate);
-        for (let i = 0; i < RATE_HEADER_NAMES.length; i++) {
-          const name = RATE_HEADER_NAMES[i]!;
-          if ((own !== null && hasName(own, name)) || (extra !== null && hasName(extra, name))) continue;
-          res.writeHeader(name, values[i]!);
+        // nothing overrides them (the usual case): the four lines and the response's own headers in
+        // one writeHeader call, which costs several times the bytes it writes (see rateLines)
+        if (extra !== null) {
+          res.writeHeader(RATE_HEADER_NAMES[0], rateLines(rate, null));
+          for (const k in extra) if (own === null || !hasName(own, k)) res.writeHeader(k, extra[k]!);
+          for (const k in headers) res.writeHeader(k, headers[k]!);
+        } else {
+          res.writeHeader(RATE_HEADER_NAMES[0], rateLines(rate, headers));
         }
+      } else {
+        if (rate !== null) {
+          const values = rateHeaderValues(rate);
+          for (let i = 0; i < RATE_HEADER_NAMES.length; i++) {
+            const name = RATE_HEADER_NAMES[i]!;
+            if ((own !== null && hasName(own, name)) || (extra !== null && hasName(extra, name))) continue;
+            res.writeHeader(name, values[i]!);
+          }
+        }
+        if (extra !== null) for (const k in extra) if (own === null || !hasName(own, k)) res.writeHeader(k, extra[k]!);
+        for (const k in headers) res.writeHeader(k, headers[k]!);
       }
-      if (extra !== null) for (const k in extra) if (own === null || !hasName(own, k)) res.writeHeader(k, extra[k]!);
-      for (const k in headers) res.writeHeader(k, headers[k]!);
     }
     if (this.cookies) for (const c of this.cookies) res.writeHeader('Set-Cookie', c);
   }

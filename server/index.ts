@@ -10,7 +10,7 @@ import type { Services } from '../src/service/index.ts';
 import { NotFoundError } from '../src/service/errors.ts';
 import { wantsMessagesErrors } from '../src/service/compat/errors.ts';
 import { errorResponse } from './errors.ts';
-import { type Guard, guardPort, installNativeGuard, startGuard } from './guard.ts';
+import { type Guard, guardConnection, guardPort, installNativeGuard, startGuard } from './guard.ts';
 import { Exchange } from './http.ts';
 import { createLogger } from './log.ts';
 import { type AppState, type RouteDef, registerRoutes } from './router.ts';
@@ -129,6 +129,8 @@ export async function createServer(opts: {
   // runs again, so before the first accept)
   const localHost = `${host.includes(':') ? `[${host}]` : host}:${port}`;
   const unguard = guard === true && !proxied ? guardPort(port, localHost) : null;
+  // the guard numbers this server's connections: the router keeps each one's client address
+  if (unguard) state.connection = guardConnection();
   let closing: Promise<void> | null = null;
   return {
     port, url: `http://${host}:${port}`, services, log,

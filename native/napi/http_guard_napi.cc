@@ -87,6 +87,11 @@ Napi::Value Counts(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// httpGuardConnection(): the guarded connection of the request being handled (0: none); called per request
+Napi::Value Connection(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), double(loom::net::http_guard_connection()));
+}
+
 // httpGuardPlainHeadBodyLength(head: Buffer, end, maxHeaders): the native scanner, for tests
 Napi::Value PlainHeadBodyLength(const Napi::CallbackInfo& info) {
   auto b = info[0].As<Napi::Buffer<uint8_t>>();
@@ -104,6 +109,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("httpGuardPortAdd", Napi::Function::New(env, PortAdd));
   exports.Set("httpGuardPortRemove", Napi::Function::New(env, PortRemove));
   exports.Set("httpGuardCounts", Napi::Function::New(env, Counts));
+  exports.Set("httpGuardConnection", Napi::Function::New(env, Connection));
   exports.Set("httpGuardPlainHeadBodyLength", Napi::Function::New(env, PlainHeadBodyLength));
 }
 }  // namespace

@@ -69,6 +69,8 @@ struct guard_conn {
   /** HTTP/1.0: DONE after this request */
   bool last = false;
   int port = 0;
+  /** this connection's number among those the guard accepted (never reused, unlike the fd) */
+  uint64_t serial = 0;
   /** bytes read but not yet passed on: an incomplete head or chunk line */
   std::vector<uint8_t> held;
 };
@@ -83,6 +85,10 @@ struct guard_globals {
   /** by file descriptor; null: not a guarded connection */
   std::vector<std::unique_ptr<guard_conn>> conns;
   http_guard_counts counts{0, 0, 0, 0};
+  /** the serial the next guarded connection gets */
+  uint64_t next_serial = 1;
+  /** the serial of the connection of the last read on the guard's thread; 0: not a guarded one */
+  uint64_t current = 0;
 };
 guard_globals g;
 
@@ -257,7 +263,11 @@ long conn_pass(guard_conn* c, int fd, uint8_t* buf, size_t total, size_t cap) {
 
 ssize_t guard_recv(int fd, void* out, size_t len, int flags) {
   guard_conn* c = conn_get(fd);
-  if (!c) return recv(fd, out, len, flags);
+  if (!c) {
+    if (pthread_equal(pthread_self(), g.thread)) g.current = 0;
+    return recv(fd, out, len, flags);
+  }
+  g.current = c->serial;  // uWS calls the request handlers of what this read returns before it reads again
   if (c->state == DONE || c->state == REFUSED) return conn_drain(fd, out, len, flags);
   uint8_t* buf = static_cast<uint8_t*>(out);
   size_t held = c->held.size();
@@ -293,6 +303,7 @@ int guard_accept4(int fd, struct sockaddr* addr, socklen_t* addrlen, int flags) 
   if (size_t(s) >= g.conns.size()) g.conns.resize(size_t(s) + 1024);
   g.conns[size_t(s)] = std::make_unique<guard_conn>();
   g.conns[size_t(s)]->port = port;
+  g.conns[size_t(s)]->serial = g.next_serial++;
   g.counts.connections++;
   return s;
 }
@@ -404,6 +415,8 @@ void http_guard_port_remove(int port) {
   if (it != g.ports.end()) g.ports.erase(it);
 }
 
+uint64_t http_guard_connection() { return g.current; }
+
 http_guard_counts http_guard_counts_get() { return g.counts; }
 
 }  // namespace loom::net
@@ -418,6 +431,8 @@ bool http_guard_install(http_guard_examiner, http_guard_limits, const std::strin
 }
 void http_guard_port_add(int) {}
 void http_guard_port_remove(int) {}
+uint64_t http_guard_connection() { return 0; }
+
 http_guard_counts http_guard_counts_get() { return {0, 0, 0, 0}; }
 }  // namespace loom::net
 

@@ -50,6 +50,14 @@ bool http_guard_install(http_guard_examiner examine, http_guard_limits limits, c
 void http_guard_port_add(int port);
 void http_guard_port_remove(int port);
 
+/**
+ * The guarded connection uWS read last on the guard's thread, as a number no other connection of
+ * this process gets; 0 when that read was not a guarded connection's. uWS runs the request handlers
+ * of the bytes a read returned before it reads again, so inside a handler this is the connection of
+ * the request being handled (server/router.ts keys its client-address cache with it).
+ */
+uint64_t http_guard_connection();
+
 /** counters, for tests and the bench: connections guarded, heads passed by the scanner, by the callback, refused */
 struct http_guard_counts {
   uint64_t connections, plain_heads, examined_heads, refused;

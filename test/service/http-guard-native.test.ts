@@ -144,3 +144,45 @@ t.test('the proxy guard (LOOM_HTTP_GUARD=proxy) still answers and serves', async
   t.same((await raw(proxy.port, [`get /health HTTP/1.1\r\n${H}\r\n`])).statuses, [400]);
   t.same((await raw(proxy.port, ['GET /health HTTP/1.0\r\n\r\n'])).statuses, [200]);
 });
+
+/** a keep-alive connection from `localAddress`; `get(path)` resolves with the X-RateLimit-Remaining of the answer */
+function client(port: number, localAddress: string) {
+  const s = net.connect({ port, host: '127.0.0.1', localAddress });
+  s.setNoDelay(true);
+  let text = '';
+  let waiting: ((remaining: number) => void) | null = null;
+  s.on('data', (d) => {
+    text += d.toString('latin1');
+    const m = /X-RateLimit-Remaining: (\d+)\r\n[\s\S]*?\r\n\r\n/i.exec(text);
+    if (m && waiting) { text = ''; const w = waiting; waiting = null; w(Number(m[1])); }
+  });
+  s.on('error', () => {});
+  return {
+    get: (path: string) => new Promise<number>((resolve) => {
+      waiting = resolve;
+      s.write(`GET ${path} HTTP/1.1\r\n${H}\r\n`);
+    }),
+    close: () => new Promise<void>((r) => { s.once('close', () => r()); s.end(); }),
+  };
+}
+
+t.test("each connection's client address, kept per guarded connection, also when a descriptor is reused", async (t) => {
+  // GET /auth/setup counts in the per-IP default window (X-RateLimit-Scope: ip): one window per address
+  const a = client(guarded.port, '127.0.0.2');
+  const b = client(guarded.port, '127.0.0.3');
+  const a1 = await a.get('/auth/setup');
+  const b1 = await b.get('/auth/setup');
+  t.equal(await a.get('/auth/setup'), a1 - 1, "127.0.0.2's window counts its own requests");
+  t.equal(await b.get('/auth/setup'), b1 - 1, "127.0.0.3's window counts its own requests");
+  t.equal(await a.get('/auth/setup'), a1 - 2);
+  await Promise.all([a.close(), b.close()]);
+  // new connections (the kernel reuses the closed ones' descriptors) from the other address each
+  const c = client(guarded.port, '127.0.0.3');
+  t.equal(await c.get('/auth/setup'), b1 - 2, 'a new connection from 127.0.0.3 is counted as 127.0.0.3');
+  await c.close();
+  const d = client(guarded.port, '127.0.0.4');
+  const d1 = await d.get('/auth/setup');
+  t.equal(d1, a1, 'a connection from a third address starts a window of its own');
+  t.equal(await d.get('/auth/setup'), d1 - 1);
+  await d.close();
+});
