@@ -3,14 +3,16 @@
 // what the training graph computes on the same checkpoint (the classification loss from the served
 // label confidences equals the graph's), for a capitalised text and its lower-cased copy, which the
 // feature tells apart (GLiNER2 lower-cases words before tokenization; without the feature both are one input).
+// The table starts at zero (a fresh model computes what it would without it); the test gives it values, as
+// training does.
 import t from 'tap';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { initEncoder } from '../../src/training/encoder/init.ts';
+import { initEncoder, InitRng } from '../../src/training/encoder/init.ts';
 import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
 import { EncoderTrainGraph } from '../../src/training/native.ts';
-import { SafetensorsCheckpoint, toFloat32 } from '../../src/formats/safetensors.ts';
+import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../../src/formats/safetensors.ts';
 import { parseDebertaConfig } from '../../src/models/encoder/deberta.ts';
 import { EncoderTokenizer } from '../../src/models/encoder/tokenizer.ts';
 import { featureCols, featureRows, parseWordFeatures } from '../../src/models/encoder/word-features.ts';
@@ -23,6 +25,17 @@ const modelsDir = join(root, 'models');
 const dir = join(modelsDir, 'fresh-tiny');
 mkdirSync(modelsDir);
 initEncoder(dir, { hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 64, vocab_size: 400 }, TEXTS, { seed: 3 });
+const TABLE = 'encoder.embeddings.word_feature_embeddings.weight';
+const init = SafetensorsCheckpoint.open(dir);
+const zero = toFloat32(init.get(TABLE)).every((x) => x === 0);
+const written: Record<string, TensorToWrite> = {};
+const rng = new InitRng(5);
+for (const n of init.names()) {
+  const data = toFloat32(init.get(n)).slice();
+  if (n === TABLE) for (let i = 0; i < data.length; i++) data[i] = 0.05 * rng.normal();
+  written[n] = { dtype: 'F32', shape: init.get(n).shape, data };
+}
+writeSafetensors(join(dir, 'model.safetensors'), written, { format: 'pt' });
 const ts = await startServer({ runtime: createLocalRuntime({ modelsDir }), config: { modelsDir } });
 t.teardown(async () => {
   await ts.close();
@@ -42,7 +55,8 @@ const LABELS = ['negative', 'positive'];
 
 t.test('init-encoder writes the shape feature by default (config field + tensor)', async (t) => {
   t.same(g2.word_features, { shape: true, suffix_buckets: 0 });
-  t.same(ckpt.get('encoder.embeddings.word_feature_embeddings.weight').shape, [8, 32]);
+  t.same(ckpt.get(TABLE).shape, [8, 32], '8 shape rows');
+  t.ok(zero, 'the table starts at zero');
 });
 
 t.test('POST /inference answers what the training graph computes, and sees capital letters', async (t) => {
