@@ -74,7 +74,9 @@ export async function run(argv: string[]): Promise<void> {
     const t0 = Date.now();
     initEncoder(
       join(work, 'base'),
-      values['word-features'] === undefined ? { ...preset } : { ...preset, word_features: parseWordFeatureSpec(values['word-features']) },
+      values['word-features'] === undefined
+        ? { ...preset }
+        : { ...preset, word_features: parseWordFeatureSpec(values['word-features']) },
       records.map((r) => ('text' in r ? String(r.text) : '')),
       { seed: 42 },
     );

@@ -8,11 +8,17 @@ import { initEncoder, ENCODER_PRESETS, type EncoderInitConfig } from '../trainin
 import { parseJsonl } from '../training/data/formats.ts';
 import { parseWordFeatureSpec } from '../models/encoder/word-features.ts';
 
-const HELP = `usage: loom init-encoder --config small|base|tiny|<config.json> --data <train.jsonl> --out <dir> [--seed 42] [--vocab N]
+const HELP = `usage: loom init-encoder --config small|base|tiny|<config.json> --data <train.jsonl> --out <dir>
+  [--seed 42] [--vocab N]
   [--word-features shape|shape,suffix:N|suffix:N|none]   (default: shape; docs/training.md)`;
 
 export async function main(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { config: { type: 'string', default: 'small' }, data: { type: 'string' }, out: { type: 'string' }, seed: { type: 'string', default: '42' }, vocab: { type: 'string' }, 'word-features': { type: 'string' }, help: { type: 'boolean' } } });
+  const options = {
+    config: { type: 'string', default: 'small' }, data: { type: 'string' }, out: { type: 'string' },
+    seed: { type: 'string', default: '42' }, vocab: { type: 'string' }, 'word-features': { type: 'string' },
+    help: { type: 'boolean' },
+  } as const;
+  const { values } = parseArgs({ args: argv, options });
   if (values.help) return (console.log(HELP), 0);
   if (!values.data || !values.out) return (console.error(HELP), 2);
   let cfg: EncoderInitConfig;

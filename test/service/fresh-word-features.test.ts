@@ -12,19 +12,26 @@ import { join } from 'node:path';
 import { initEncoder, InitRng } from '../../src/training/encoder/init.ts';
 import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
 import { EncoderTrainGraph } from '../../src/training/native.ts';
-import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../../src/formats/safetensors.ts';
+import {
+  SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite,
+} from '../../src/formats/safetensors.ts';
 import { parseDebertaConfig } from '../../src/models/encoder/deberta.ts';
 import { EncoderTokenizer } from '../../src/models/encoder/tokenizer.ts';
 import { featureCols, featureRows, parseWordFeatures } from '../../src/models/encoder/word-features.ts';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { call, makeUser, startServer } from './helpers.ts';
 
-const TEXTS = ['Tim Cook visited Apple Park in Cupertino on Monday', 'the new phone is great and I loved it', 'NASA and the UN met in Geneva'];
+const TEXTS = [
+  'Tim Cook visited Apple Park in Cupertino on Monday',
+  'the new phone is great and I loved it',
+  'NASA and the UN met in Geneva',
+];
 const root = mkdtempSync(join(tmpdir(), 'loom-wordfeat-'));
 const modelsDir = join(root, 'models');
 const dir = join(modelsDir, 'fresh-tiny');
 mkdirSync(modelsDir);
-initEncoder(dir, { hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 64, vocab_size: 400 }, TEXTS, { seed: 3 });
+const TINY = { hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 64, vocab_size: 400 };
+initEncoder(dir, TINY, TEXTS, { seed: 3 });
 const TABLE = 'encoder.embeddings.word_feature_embeddings.weight';
 const init = SafetensorsCheckpoint.open(dir);
 const zero = toFloat32(init.get(TABLE)).every((x) => x === 0);
@@ -49,7 +56,8 @@ const enc = parseDebertaConfig(JSON.parse(readFileSync(join(dir, 'encoder_config
 const ckpt = SafetensorsCheckpoint.open(dir);
 const tensors: Record<string, Float32Array> = {};
 for (const n of ckpt.names()) tensors[n] = toFloat32(ckpt.get(n));
-const graph = EncoderTrainGraph.create(enc, 8, true, tensors, null, {}, { rows: featureRows(wf), cols: featureCols(wf) });
+const feats = { rows: featureRows(wf), cols: featureCols(wf) };
+const graph = EncoderTrainGraph.create(enc, 8, true, tensors, null, {}, feats);
 const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
 const LABELS = ['negative', 'positive'];
 
@@ -68,7 +76,8 @@ t.test('POST /inference answers what the training graph computes, and sees capit
     const out = r.body.result.classifications.label as { label: string; confidence: number }[];
     const conf = (l: string) => out.find((x) => x.label === l)!.confidence;
     const servedLoss = -Math.log(conf('positive')) - Math.log(1 - conf('negative'));
-    const [ex] = recordsToExamples([{ kind: 'classification', text, labels: ['positive'], multiLabel: false }], [], LABELS);
+    const rec = { kind: 'classification' as const, text, labels: ['positive'], multiLabel: false };
+    const [ex] = recordsToExamples([rec], [], LABELS);
     t.same(ex.schema.classifications[0].labels, LABELS, 'the same prompt as served');
     const batch = collate([await featurize(tok, ex, 8, undefined, wf)]);
     const g = await graph.step(batch, { backward: false, dropNeg: false });
@@ -77,5 +86,6 @@ t.test('POST /inference answers what the training graph computes, and sees capit
     served.push(servedLoss);
   }
   // ten times the tolerance above: a path that dropped the feature would fail one of the two checks
-  t.ok(Math.abs(served[0] - served[1]) > 1e-5, `capitalised and lower-cased texts differ (loss ${served[0]} vs ${served[1]})`);
+  const what = `capitalised and lower-cased texts differ (loss ${served[0]} vs ${served[1]})`;
+  t.ok(Math.abs(served[0] - served[1]) > 1e-5, what);
 });

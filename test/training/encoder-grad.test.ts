@@ -24,11 +24,16 @@ const cfg: DebertaConfig = {
   hiddenSize: D, numLayers: 2, numHeads: 2, intermediateSize: 16, vocabSize: V, positionBuckets: 4, maxRelativePositions: -1,
   maxPositionEmbeddings: 512, layerNormEps: 1e-7, posAttType: ['p2c', 'c2p'], hiddenAct: 'gelu',
 };
-const initCfg = { hidden_size: D, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 16, vocab_size: V, position_buckets: 4 };
+const initCfg = {
+  hidden_size: D, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 16,
+  vocab_size: V, position_buckets: 4,
+};
 // Larger weights than the 0.02 init so every path carries a measurable gradient.
 function perturbed(t: Record<string, Float32Array>): Record<string, Float32Array> {
   const rng = new InitRng(3);
-  for (const [n, v] of Object.entries(t)) if (!n.includes('LayerNorm')) for (let i = 0; i < v.length; i++) v[i] += 0.3 * rng.normal();
+  for (const [n, v] of Object.entries(t)) {
+    if (!n.includes('LayerNorm')) for (let i = 0; i < v.length; i++) v[i] += 0.3 * rng.normal();
+  }
   return t;
 }
 const tensors = perturbed(initEncoderTensors({ ...initCfg, word_features: null }, V, 7));
@@ -44,7 +49,9 @@ const batch = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8))));
 // Small steps (ReLU kinks in the span head make larger ones unreliable); the float32 rounding of
 // the summed loss sets the noise floor of the finite difference.
 const H = 1e-3;
-async function check(t: Test, g: EncoderTrainGraph, names: string[], perTensor: number, opts: EncoderStepOptions = {}, bt = batch) {
+async function check(
+  t: Test, g: EncoderTrainGraph, names: string[], perTensor: number, opts: EncoderStepOptions = {}, bt = batch,
+) {
   const batch = bt;
   g.zeroGrad();
   const base = await g.step(batch, { dropNeg: false, ...opts });
@@ -137,11 +144,12 @@ t.test('word features: the table gradient (scatter-add) by finite differences; a
   for (const [n, v] of Object.entries(tensors)) t.ok(v.every((x, i) => x === tf[n][i]), `${n}: unchanged by the table`);
   const fb = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, wf))));
   t.equal(fb.feats!.length, fb.B * fb.N * 2, 'two feature ids per piece');
-  t.ok(fb.feats!.some((x) => x === 0) && fb.feats!.some((x) => x === 2), 'capitalised (Xxxx) and lower-case (xxxx) words');
+  t.ok(fb.feats!.some((x) => x === 0) && fb.feats!.some((x) => x === 2), 'Xxxx and xxxx words');
   const g = EncoderTrainGraph.create(cfg, 8, true, tf, null, {}, { rows: featureRows(wf), cols: featureCols(wf) });
   const names = g.params().filter((p) => p.trainable).map((p) => p.name);
   t.equal(names.length, Object.keys(tf).length, 'every checkpoint tensor is trainable, the table too');
-  await check(t, g, [name, 'encoder.embeddings.word_embeddings.weight', 'encoder.embeddings.LayerNorm.weight'], 8, {}, fb);
+  const near = [name, 'encoder.embeddings.word_embeddings.weight', 'encoder.embeddings.LayerNorm.weight'];
+  await check(t, g, near, 8, {}, fb);
   const grad = g.grad(name);
   // the largest table gradients once more with a 2e-3 step (a wider one crosses ReLU kinks of the span head),
   // where the float32 noise floor of the loss (about 1e-2 here) is a thousandth of these gradients
@@ -157,7 +165,8 @@ t.test('word features: the table gradient (scatter-add) by finite differences; a
     const orig = w[i];
     const fd = ((await at(orig + h)) - (await at(orig - h))) / (2 * h);
     await at(orig);
-    t.ok(Math.abs(fd - grad[i]) <= 0.02 * Math.abs(grad[i]), `table[${i}]: analytic ${grad[i].toFixed(5)}, finite difference ${fd.toFixed(5)}`);
+    const what = `table[${i}]: analytic ${grad[i].toFixed(5)}, finite difference ${fd.toFixed(5)}`;
+    t.ok(Math.abs(fd - grad[i]) <= 0.02 * Math.abs(grad[i]), what);
   }
   const used = new Set(fb.feats!.filter((x) => x >= 0));
   let unusedMax = 0;

@@ -96,7 +96,8 @@ export class DebertaEncoder {
     const ft = tensors['embeddings.word_feature_embeddings.weight'];
     if (wf && (!ft || ft.length !== wf.rows * D))
       throw new EncoderConfigError(
-        `checkpoint needs ${prefix}embeddings.word_feature_embeddings.weight of shape [${wf.rows}, ${D}] (config.json word_features)`,
+        `checkpoint needs ${prefix}embeddings.word_feature_embeddings.weight of shape [${wf.rows}, ${D}] ` +
+          '(config.json word_features)',
       );
     // The embedding matrix may have been resized after the config was written: trust the tensor.
     const cfg = { ...config, vocabSize: rows };

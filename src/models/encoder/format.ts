@@ -162,7 +162,10 @@ export async function formatInput(tok: EncoderTokenizer, rawText: string, schema
     });
     return Int32Array.from(out);
   });
-  const f: Formatted = { text, segments, prefix, words: w.tokens, start: w.start, end: w.end, processorTokens, ids, wordPos, wordEnd, specialPos };
+  const f: Formatted = {
+    text, segments, prefix, words: w.tokens, start: w.start, end: w.end,
+    processorTokens, ids, wordPos, wordEnd, specialPos,
+  };
   if (opts.wordFeatures) f.feats = wordFeatureIds(f, opts.wordFeatures);
   return f;
 }

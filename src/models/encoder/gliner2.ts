@@ -357,7 +357,8 @@ export class Gliner2Model {
   /** Intermediate tensors of one (text, schema) run, for parity tests. */
   async debugRun(text: string, schema: unknown, opts: ExtractOptions = {}): Promise<{ formatted: Formatted; inter: Intermediates }> {
     const s = isSchema(schema) ? schema : normalizeSchema(schema);
-    const f = await formatInput(this.tokenizer, text, s, { fieldPromptOrder: opts.fieldPromptOrder, wordFeatures: this.wordFeatures });
+    const fmt = { fieldPromptOrder: opts.fieldPromptOrder, wordFeatures: this.wordFeatures };
+    const f = await formatInput(this.tokenizer, text, s, fmt);
     const inter: Intermediates[] = [];
     await this.runBatches([{ f, schema: s }], opts, inter);
     return { formatted: f, inter: inter[0] };

@@ -32,7 +32,8 @@ export class WordFeatureConfigError extends Error {
 /** Reads `word_features` of a GLiNER2 config.json (undefined / null / false → none). */
 export function parseWordFeatures(raw: unknown, where = 'config.json'): WordFeatures | null {
   if (raw === undefined || raw === null || raw === false) return null;
-  if (typeof raw !== 'object' || Array.isArray(raw)) throw new WordFeatureConfigError(`${where}: word_features must be an object`);
+  if (typeof raw !== 'object' || Array.isArray(raw))
+    throw new WordFeatureConfigError(`${where}: word_features must be an object`);
   const o = raw as Record<string, unknown>;
   const shape = o.shape ?? false;
   const sb = o.suffix_buckets ?? 0;

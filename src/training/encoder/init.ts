@@ -31,7 +31,8 @@ export interface EncoderInitConfig {
 
 /** The word features a fresh model gets from `cfg` (DEFAULT_WORD_FEATURES when it names none). */
 export function initWordFeatures(cfg: EncoderInitConfig): WordFeatures | null {
-  return cfg.word_features === undefined ? DEFAULT_WORD_FEATURES : parseWordFeatures(cfg.word_features, 'word_features');
+  if (cfg.word_features === undefined) return DEFAULT_WORD_FEATURES;
+  return parseWordFeatures(cfg.word_features, 'word_features');
 }
 
 export const ENCODER_PRESETS: Record<string, EncoderInitConfig> = {
