@@ -1,5 +1,5 @@
 // `npm run bench -- quality [--quick] [--json] [--tasks conll2003,wnut17,banking77,sst2] [--preset small]
-//   [--minutes M] [--threads n] [--dev-limit n]`
+//   [--minutes M] [--threads n] [--dev-limit n] [--word-features shape|shape,suffix:N|none]`
 // Fresh-encoder quality in a fixed wall-clock budget (issue 17): for each task a fresh GLiNER2 encoder is
 // initialized from the task's training text (loom init-encoder), trained with the service's default recipe
 // for a fresh encoder (src/training/encoder/recipe.ts) and `max_minutes` set to the budget, and its best
@@ -17,6 +17,7 @@ import { parseArgs } from 'node:util';
 import { parseJsonl, type DataRecord } from '../src/training/data/formats.ts';
 import { ENCODER_PRESETS, initEncoder, InitRng } from '../src/training/encoder/init.ts';
 import { shuffled } from '../src/training/common.ts';
+import { parseWordFeatureSpec } from '../src/models/encoder/word-features.ts';
 import { FRESH_RATES, FRESH_RECIPE } from '../src/training/encoder/recipe.ts';
 import { evaluateClassification, evaluateNer, trainEncoder } from '../src/training/index.ts';
 
@@ -50,6 +51,7 @@ export async function run(argv: string[]): Promise<void> {
       threads: { type: 'string', default: '2' },
       'dev-limit': { type: 'string' },
       keep: { type: 'boolean' },
+      'word-features': { type: 'string' },
     },
   });
   const preset = ENCODER_PRESETS[values.preset!];
@@ -72,7 +74,9 @@ export async function run(argv: string[]): Promise<void> {
     const t0 = Date.now();
     initEncoder(
       join(work, 'base'),
-      { ...preset },
+      values['word-features'] === undefined
+        ? { ...preset }
+        : { ...preset, word_features: parseWordFeatureSpec(values['word-features']) },
       records.map((r) => ('text' in r ? String(r.text) : '')),
       { seed: 42 },
     );
@@ -112,6 +116,7 @@ export async function run(argv: string[]): Promise<void> {
       train_s: trained,
       dev_records: devRecs.length,
       preset: values.preset,
+      word_features: values['word-features'] ?? 'default',
       threads: Number(values.threads),
     };
     rows.push(row);

@@ -83,6 +83,9 @@ std::unique_ptr<Model> model_create(const ModelSrc& src) {
   size_t eb = wbytes(src.wtype);
   m->word_emb.resize(size_t(c.V * D) * eb);
   std::memcpy(m->word_emb.data(), src.word_emb, m->word_emb.size());
+  if (c.feat_rows < 0 || c.feat_cols < 0 || (c.feat_rows > 0) != (c.feat_cols > 0) || (c.feat_rows > 0 && !src.feat_emb))
+    throw std::invalid_argument("deberta: word features need both a row count and a column count, and their table");
+  if (c.feat_rows > 0) m->feat_emb.assign(src.feat_emb, src.feat_emb + c.feat_rows * D);
   m->emb_ln_w.assign(src.emb_ln_w, src.emb_ln_w + D);
   m->emb_ln_b.assign(src.emb_ln_b, src.emb_ln_b + D);
 
@@ -193,12 +196,17 @@ inline size_t r16(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
 void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uint8_t* mask, float* out,
-             float* hidden_states, Acts* acts) {
+             float* hidden_states, Acts* acts, const int32_t* feats) {
   const Config& c = m.cfg;
   const int64_t D = c.D, F = c.F, H = c.H, d = D / H, BN = B * N;
   if (B <= 0 || N <= 0) return;
   for (int64_t t = 0; t < BN; t++)
     if (ids[t] < 0 || ids[t] >= c.V) throw std::out_of_range("deberta: token id " + std::to_string(ids[t]) + " out of range");
+  const int64_t KF = c.feat_rows > 0 ? c.feat_cols : 0;
+  if (feats && KF)
+    for (int64_t t = 0; t < BN * KF; t++)
+      if (feats[t] < -1 || feats[t] >= c.feat_rows)
+        throw std::out_of_range("deberta: word feature id " + std::to_string(feats[t]) + " out of range");
 
   // Packing: sample b owns rows [off[b], off[b] + len[b]) of the (T, D) activations, positions
   // 0..len[b)−1. Right padding (mask 1…1 0…0) is dropped; other masks keep the row whole and mask
@@ -238,6 +246,9 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   }
   std::vector<int32_t> pids(static_cast<size_t>(T));
   for (int64_t b = 0; b < B; b++) std::memcpy(pids.data() + off[size_t(b)], ids + b * N, size_t(len[size_t(b)]) * 4);
+  std::vector<int32_t> pfeats(feats && KF ? size_t(T * KF) : 0);
+  for (int64_t b = 0; b < B && !pfeats.empty(); b++)
+    std::memcpy(pfeats.data() + off[size_t(b)] * KF, feats + b * N * KF, size_t(len[size_t(b)] * KF) * 4);
 
   // δ(rel) for |rel| < Rr (covers every padded tile of the kernels).
   const int64_t Rr = (Nmax + 15) / 16 * 16 + 16;
@@ -266,8 +277,9 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   float* h = qkv + r16(size_t(T * 3 * D));
   float* ascr = h + r16(size_t(FC * F));
 
-  // Embeddings: x = LN(word_emb[ids]) * mask                          (T, D)
+  // Embeddings: x = LN(word_emb[ids] + Σ_k feat_emb[feats[:, k]]) * mask        (T, D)
   embedding_fwd(T, D, pids.data(), m.wtype, m.word_emb.data(), ctx);
+  if (!pfeats.empty()) word_feature_fwd(T, D, KF, pfeats.data(), m.feat_emb.data(), ctx);
   if (acts) {
     acts->emb_pre.assign(ctx, ctx + T * D);
     acts->emb_mean.resize(size_t(T));

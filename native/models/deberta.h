@@ -1,6 +1,7 @@
 // DeBERTa-v2/v3 encoder (the GLiNER2 backbone), forward pass on the native core.
 //
 // Spec: ../shared/specs/gliner2.md §2. Per layer:
+//   x = LN(word_emb[ids] + Σ_k feat_emb[feats[.., k]])   (feature rows: fresh encoders with word features)
 //   QKV = x · [Wq;Wk;Wv]ᵀ + b                         x: (B*N, D), QKV: (B*N, 3D)
 //   PQ, PK = R · Wqᵀ + bq, R · Wkᵀ + bk               (2*span, D), precomputed at load (share_att_key)
 //   A[h,i,j] = (q_i·k_j + q_i·PK[δ(i,j)] + k_j·PQ[δ(i,j)]) / sqrt(3·d), keys with mask 0 excluded
@@ -28,6 +29,9 @@ struct Config {
   int64_t max_position_embeddings = 512;
   float eps = 1e-7f;
   bool c2p = true, p2c = true;
+  // Word features (fresh encoders only; 0 = none, today's model): a (feat_rows, D) table whose rows,
+  // chosen per token by feat_cols ids (-1 = none), are added to the word embedding before its LayerNorm.
+  int64_t feat_rows = 0, feat_cols = 0;
   // derived
   int64_t att_span() const {  // pos_ebd_size
     int64_t mrp = max_relative_positions < 1 ? max_position_embeddings : max_relative_positions;
@@ -73,6 +77,7 @@ struct ModelSrc {
   Config cfg;
   DType wtype = DType::F32;    // linear + embedding weights: F32 or BF16
   const void* word_emb = nullptr;  // (V, D)
+  const float* feat_emb = nullptr;  // (feat_rows, D) fp32, when cfg.feat_rows > 0
   const float *emb_ln_w = nullptr, *emb_ln_b = nullptr;
   const float* rel_emb = nullptr;  // (rel_rows, D) fp32
   int64_t rel_rows = 0;
@@ -84,6 +89,7 @@ struct Model {
   Config cfg;
   DType wtype = DType::F32;
   std::vector<uint8_t> word_emb;  // (V, D) in wtype
+  std::vector<float> feat_emb;    // (feat_rows, D) word-feature rows (empty: none)
   std::vector<float> emb_ln_w, emb_ln_b;
   std::vector<Layer> layers;
   int64_t span = 256;  // att_span: relative rows used = 2*span
@@ -119,16 +125,17 @@ struct Acts {
   int64_t B = 0, N = 0;
   std::vector<int32_t> ids;
   std::vector<uint8_t> mask;
-  std::vector<float> emb_pre;  // (B*N, D) word embeddings before LN
+  std::vector<float> emb_pre;  // (B*N, D) word embeddings (+ word features) before LN
   std::vector<float> emb_mean, emb_rstd;
   std::vector<LayerActs> layers;
 };
 
-// ids, mask: (B, N); out: (B, N, D) last hidden state. hidden_states (optional): (L+1, B, N, D)
+// ids, mask: (B, N); feats: (B, N, feat_cols) word-feature rows (-1 = none; null = none anywhere);
+// out: (B, N, D) last hidden state. hidden_states (optional): (L+1, B, N, D)
 // (embedding output, then each layer's output). acts (optional): retained activations (train).
 // Rows whose mask is 0 are 0 in out and hidden_states. A mask row of the form 1…1 0…0 (right
 // padding) costs only its real tokens; other masks run the whole row with the keys masked.
 void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uint8_t* mask, float* out,
-             float* hidden_states = nullptr, Acts* acts = nullptr);
+             float* hidden_states = nullptr, Acts* acts = nullptr, const int32_t* feats = nullptr);
 
 }  // namespace loom::deberta

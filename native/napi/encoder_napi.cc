@@ -1,10 +1,12 @@
 // Encoder bindings: DeBERTa-v2/v3 forward and the GLiNER2 span heads.
 //
 //   debertaCreate(cfg, tensors) → Promise<handle>
-//       cfg: {D, L, H, F, V, positionBuckets, maxRelativePositions, maxPositionEmbeddings, eps, c2p, p2c, bf16}
+//       cfg: {D, L, H, F, V, positionBuckets, maxRelativePositions, maxPositionEmbeddings, eps, c2p, p2c, bf16,
+//             featRows, featCols (word features: embeddings.word_feature_embeddings.weight (featRows, D) fp32)}
 //       tensors: {name → Float32Array (fp32) | Uint16Array (bf16 bits: linear weights and word embeddings
 //                 when cfg.bf16)}, names as in a bare DebertaV2Model (embeddings.*, encoder.*)
-//   debertaForward(handle, ids Int32Array (B*N), mask Uint8Array (B*N), B, N, hiddenStates?)
+//   debertaForward(handle, ids Int32Array (B*N), mask Uint8Array (B*N), B, N, hiddenStates?,
+//                  feats? Int32Array (B*N*featCols): word-feature rows, -1 = none)
 //       → Promise<Float32Array (B*N*D)>  | with hiddenStates: Promise<Float32Array ((L+1)*B*N*D)>
 //   debertaRelIndex(cfg, rel) → number (rel-embedding row used for relative position rel = i − j)
 //   gliner2HeadsCreate(D, K, counting ('count_lstm' | 'count_lstm_v2' | 'count_lstm_moe'), tensors,
@@ -71,6 +73,8 @@ deberta::Config parse_cfg(const Napi::Value& v) {
   Napi::Value c2p = o.Get("c2p"), p2c = o.Get("p2c");
   if (c2p.IsBoolean()) c.c2p = c2p.As<Napi::Boolean>().Value();
   if (p2c.IsBoolean()) c.p2c = p2c.As<Napi::Boolean>().Value();
+  c.feat_rows = obj_int(o, "featRows", 0);
+  c.feat_cols = obj_int(o, "featCols", 0);
   return c;
 }
 
@@ -113,6 +117,7 @@ Napi::Value DebertaCreate(const Napi::CallbackInfo& info) {
     return p;
   };
   src->word_emb = W("embeddings.word_embeddings.weight", size_t(c.V) * D);
+  if (c.feat_rows > 0) src->feat_emb = bag->f32("embeddings.word_feature_embeddings.weight", size_t(c.feat_rows) * D);
   src->emb_ln_w = bag->f32("embeddings.LayerNorm.weight", D);
   src->emb_ln_b = bag->f32("embeddings.LayerNorm.bias", D);
   Napi::Value rel = bag->obj.Get("encoder.rel_embeddings.weight");
@@ -159,26 +164,31 @@ Napi::Value DebertaForward(const Napi::CallbackInfo& info) {
   auto mask = array_arg<uint8_t>(info[2], "mask", false, true);
   int64_t B = int_arg(info[3], "B"), N = int_arg(info[4], "N");
   bool hs = info.Length() > 5 && info[5].ToBoolean().Value();
+  auto feats = array_arg<int32_t>(info.Length() > 6 ? info[6] : env.Undefined(), "feats", true, true);
   if (B < 0 || N < 0) throw_range(env, "B and N must be >= 0");
   check_len(env, ids.length, size_t(B * N), "ids");
   check_len(env, mask.length, size_t(B * N), "mask");
+  const int64_t KF = m->cfg.feat_rows > 0 ? m->cfg.feat_cols : 0;
+  if (feats.data && KF) check_len(env, feats.length, size_t(B * N * KF), "feats");
+  const int32_t* fp = feats.data && KF ? feats.data : nullptr;
   const int64_t D = m->cfg.D, L = m->cfg.L;
   size_t n_out = size_t(B * N * D) * (hs ? size_t(L + 1) : 1);
   auto out = std::make_shared<std::vector<float>>();  // sized on the worker: a failed allocation rejects
   std::vector<Napi::ObjectReference> keep;
   keep.push_back(std::move(ids.ref));
   keep.push_back(std::move(mask.ref));
+  if (feats.data) keep.push_back(std::move(feats.ref));
   const int32_t* idp = ids.data;
   const uint8_t* mp = mask.data;
   return run_async(
       env,
-      [m, out, idp, mp, B, N, hs, D, L, n_out]() {
+      [m, out, idp, mp, fp, B, N, hs, D, L, n_out]() {
         out->resize(n_out);
         if (hs) {
           std::vector<float> last(size_t(B * N * D));
-          deberta::forward(*m, B, N, idp, mp, last.data(), out->data(), nullptr);
+          deberta::forward(*m, B, N, idp, mp, last.data(), out->data(), nullptr, fp);
         } else {
-          deberta::forward(*m, B, N, idp, mp, out->data(), nullptr, nullptr);
+          deberta::forward(*m, B, N, idp, mp, out->data(), nullptr, nullptr, fp);
         }
         (void)L;
       },

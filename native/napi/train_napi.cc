@@ -3,14 +3,14 @@
 //   encTrainCreate(cfg, tensors, lora|null) → handle
 //       cfg: {D, L, H, F, V, positionBuckets, maxRelativePositions, maxPositionEmbeddings, eps, c2p, p2c, K, relLn,
 //             counting ('count_lstm' | 'count_lstm_v2'), countHidden, countFF (v2 widths),
-//             pooling ('first' | 'mean' | 'max')}
+//             pooling ('first' | 'mean' | 'max'), featRows, featCols (word features, 0 = none)}
 //       tensors: {checkpoint name → Float32Array} (a count_lstm or count_lstm_v2 GLiNER2 checkpoint)
 //       lora: {r, alpha, dropout, targets: string[] (full module names), seed}
 //   encTrainStep(handle, batch) → Promise<{loss, span, count, cls}>
 //       batch: {B, N, ids Int32Array, mask Uint8Array, woff Int32Array (B+1), wordRows Int32Array, wordEnd? Int32Array,
 //               segSample/segKind/segM/segCount Int32Array, segCountLoss Uint8Array, segRows Int32Array (Σ(1+M)),
 //               pos Int32Array (5-tuples seg,t,m,i,k), clsY Float32Array, backward, dropNeg, gradScale, seed,
-//               hiddenDropout, attentionDropout}
+//               hiddenDropout, attentionDropout, feats? Int32Array (B*N*featCols, -1 = none)}
 //   llamaTrainCreate(cfg, tensors, loras) → handle
 //       cfg: {vocab, hidden, inter, layers, heads, kvHeads, headDim, eps, ropeTheta, rope?, qkvBias}
 //       tensors: {HF name → Float32Array | Uint16Array (bf16 bits)}
@@ -112,6 +112,8 @@ Napi::Value EncTrainCreate(const Napi::CallbackInfo& info) {
   cfg.deb.p2c = get_bool(c, "p2c", true);
   cfg.K = get_int(c, "K", 8);
   cfg.rel_ln = get_bool(c, "relLn", true);
+  cfg.deb.feat_rows = get_int(c, "featRows", 0);
+  cfg.deb.feat_cols = get_int(c, "featCols", 0);
   {
     Napi::Value cv = c.Get("counting"), pv = c.Get("pooling");
     const std::string counting = cv.IsString() ? cv.As<Napi::String>().Utf8Value() : "count_lstm";
@@ -168,6 +170,10 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   auto mask = std::make_shared<std::vector<uint8_t>>(get_vec<uint8_t>(b, "mask"));
   check_len(env, ids->size(), size_t(in->B * in->N), "ids");
   check_len(env, mask->size(), size_t(in->B * in->N), "mask");
+  auto feats = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "feats", true));
+  const int64_t KF = h->enc->feat_emb ? h->enc->cfg.deb.feat_cols : 0;
+  if (!feats->empty() && KF) check_len(env, feats->size(), size_t(in->B * in->N * KF), "feats");
+  if (!feats->empty() && KF) in->feats = feats->data();
   for (int32_t v : get_vec<int32_t>(b, "woff")) in->woff.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordRows")) in->word_rows.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordEnd", true)) in->word_end.push_back(v);
@@ -206,7 +212,7 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   auto out = std::make_shared<encoder::StepOut>();
   return run_async(
       env,
-      [h, in, out, ids, mask]() {
+      [h, in, out, ids, mask, feats]() {
         std::lock_guard<std::mutex> lk(h->mu);
         encoder::step(*h->enc, *in, *out);
       },

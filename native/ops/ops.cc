@@ -454,6 +454,35 @@ void embedding_bwd(int64_t T, int64_t D, const int32_t* ids, const float* dout, 
   });
 }
 
+// ---- word features (rows added to the token embeddings) ------------------------------------
+void word_feature_fwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, const float* table, float* out) {
+  parallel_for(T, row_grain(D), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t k = 0; k < K; k++) {
+        const int32_t r = fids[t * K + k];
+        if (r < 0) continue;
+        const float* w = table + int64_t(r) * D;
+        float* o = out + t * D;
+        for (int64_t d = 0; d < D; d++) o[d] += w[d];
+      }
+  });
+}
+// Parallel over column slices of D, as embedding_bwd, so repeated rows never race.
+void word_feature_bwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, const float* dout, float* dtable) {
+  int64_t grain = std::max<int64_t>(16, D / std::max(1, threads_get()));
+  if (T * D < kElemGrain) grain = D;
+  parallel_for(D, grain, [&](int64_t d0, int64_t d1) {
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t k = 0; k < K; k++) {
+        const int32_t r = fids[t * K + k];
+        if (r < 0) continue;
+        const float* g = dout + t * D;
+        float* o = dtable + int64_t(r) * D;
+        for (int64_t d = d0; d < d1; d++) o[d] += g[d];
+      }
+  });
+}
+
 // ---- normalization --------------------------------------------------------------------------
 void layernorm_fwd(int64_t R, int64_t D, const float* x, const float* w, const float* b, float eps, float* y,
                    float* mean, float* rstd) {

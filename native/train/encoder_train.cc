@@ -52,6 +52,9 @@ std::unique_ptr<Model> model_create(const Config& cfg, const std::vector<std::pa
     linear(p.b, n + "." + std::to_string(ib), out, hid);
   };
   m->word_emb = param("encoder.embeddings.word_embeddings.weight", {c.V, D});
+  if ((c.feat_rows > 0) != (c.feat_cols > 0) || c.feat_rows < 0 || c.feat_cols < 0)
+    throw std::invalid_argument("encoder train: word features need both a row count and a column count");
+  if (c.feat_rows > 0) m->feat_emb = param("encoder.embeddings.word_feature_embeddings.weight", {c.feat_rows, D});
   m->emb_ln_w = param("encoder.embeddings.LayerNorm.weight", {D});
   m->emb_ln_b = param("encoder.embeddings.LayerNorm.bias", {D});
   m->rel_emb = param("encoder.encoder.rel_embeddings.weight", {S2, D});  // (first 2·span rows are used)
@@ -169,6 +172,9 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
   for (int64_t t = 0; t < BN; t++)
     if (in.ids[t] < 0 || in.ids[t] >= c.V) throw std::out_of_range("encoder train: token id out of range");
+  const int64_t KF = m.feat_emb && in.feats ? c.feat_cols : 0;
+  for (int64_t t = 0; t < BN * KF; t++)
+    if (in.feats[t] < -1 || in.feats[t] >= c.feat_rows) throw std::out_of_range("encoder train: word feature id out of range");
   A.lo = rel_index(c, -(N - 1));
   A.ncol = rel_index(c, N - 1) - A.lo + 1;
   A.dtab.resize(size_t(2 * N - 1));
@@ -187,6 +193,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   std::vector<float> x(size_t(BN * D));
   A.emb.resize(size_t(BN * D));
   embedding_fwd(BN, D, in.ids, DType::F32, m.word_emb->w.data(), A.emb.data());
+  if (KF) word_feature_fwd(BN, D, KF, in.feats, m.feat_emb->w.data(), A.emb.data());
   A.emb_mean.resize(static_cast<size_t>(BN));
   A.emb_rstd.resize(static_cast<size_t>(BN));
   layernorm_fwd(BN, D, A.emb.data(), m.emb_ln_w->w.data(), m.emb_ln_b->w.data(), c.eps, x.data(), A.emb_mean.data(),
@@ -410,6 +417,8 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
   layernorm_bwd(BN, D, A.emb.data(), m.emb_ln_w->w.data(), A.emb_mean.data(), A.emb_rstd.data(), dx.data(),
                 dtmp.data(), m.emb_ln_w->g.data(), m.emb_ln_b->g.data());
   if (m.word_emb->trainable) embedding_bwd(BN, D, in.ids, dtmp.data(), m.word_emb->g.data());
+  if (m.feat_emb && in.feats && m.feat_emb->trainable)
+    word_feature_bwd(BN, D, c.feat_cols, in.feats, dtmp.data(), m.feat_emb->g.data());
   if (m.rel_emb->trainable) {
     if (m.rel_ln_w) {
       std::vector<float> drel(size_t(S2 * D));

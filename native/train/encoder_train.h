@@ -4,7 +4,7 @@
 // One call of step() is one micro-batch: forward keeping activations, the §5.4 losses, backward
 // into every trainable Param. Shapes (B samples, N sub-words, D hidden, H heads, d = D/H, W words
 // of a sample incl. the choice prefix, K max span width, M fields of a segment, c count):
-//   x0 (B*N, D) = LN(word_emb[ids])·mask
+//   x0 (B*N, D) = LN(word_emb[ids] + Σ_k feat_emb[feats[.., k]])·mask   (feature rows -1 = none; fresh encoders)
 //   per layer: q,k,v = lin(x) ; PQ, PK (2·span, D) = lin_q(R), lin_k(R) with R = LN(rel_emb)
 //     A[b,h,i,j] = (q_i·k_j + q_i·PK[δ(i,j)] + k_j·PQ[δ(i,j)]) / sqrt(3d), softmax over keys j
 //     a = LN(softmax(A)·V·Woᵀ + bo + x) ; x' = LN(GELU(a·Wiᵀ + bi)·Woutᵀ + bout + a)
@@ -68,6 +68,7 @@ struct Model {
   Config cfg;
   ParamStore ps;
   Param *word_emb = nullptr, *emb_ln_w = nullptr, *emb_ln_b = nullptr;
+  Param* feat_emb = nullptr;  // (cfg.deb.feat_rows, D) word-feature rows; null when the model has none
   Param *rel_emb = nullptr, *rel_ln_w = nullptr, *rel_ln_b = nullptr;
   std::vector<Layer> layers;
   Mlp2 proj_start, proj_end, classifier, count_pred, projector;  // projector: count_lstm only
@@ -98,6 +99,7 @@ struct StepIn {
   int64_t B = 0, N = 0;
   const int32_t* ids = nullptr;   // (B*N)
   const uint8_t* mask = nullptr;  // (B*N)
+  const int32_t* feats = nullptr; // (B*N*feat_cols) word-feature rows, -1 = none (null: none anywhere)
   std::vector<int64_t> woff;      // (B+1) word offsets
   std::vector<int64_t> word_rows; // (ΣW) rows into the hidden states: each word's first piece
   std::vector<int64_t> word_end;  // (ΣW) exclusive end row of each word's pieces (mean / max pooling)

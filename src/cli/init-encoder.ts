@@ -1,15 +1,24 @@
-// `loom init-encoder --config small|base|tiny|<json file> --data <jsonl> --out <dir> [--seed n] [--vocab n]`
+// `loom init-encoder --config small|base|tiny|<json file> --data <jsonl> --out <dir> [--seed n] [--vocab n]
+//  [--word-features shape|shape,suffix:N|suffix:N|none]`
 // A fresh GLiNER2 span model (random init as the reference does) with a WordPiece tokenizer built
 // from the training text, in the real checkpoint layout.
 import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { initEncoder, ENCODER_PRESETS, type EncoderInitConfig } from '../training/encoder/init.ts';
 import { parseJsonl } from '../training/data/formats.ts';
+import { parseWordFeatureSpec } from '../models/encoder/word-features.ts';
 
-const HELP = `usage: loom init-encoder --config small|base|tiny|<config.json> --data <train.jsonl> --out <dir> [--seed 42] [--vocab N]`;
+const HELP = `usage: loom init-encoder --config small|base|tiny|<config.json> --data <train.jsonl> --out <dir>
+  [--seed 42] [--vocab N]
+  [--word-features shape|shape,suffix:N|suffix:N|none]   (default: shape; docs/training.md)`;
 
 export async function main(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { config: { type: 'string', default: 'small' }, data: { type: 'string' }, out: { type: 'string' }, seed: { type: 'string', default: '42' }, vocab: { type: 'string' }, help: { type: 'boolean' } } });
+  const options = {
+    config: { type: 'string', default: 'small' }, data: { type: 'string' }, out: { type: 'string' },
+    seed: { type: 'string', default: '42' }, vocab: { type: 'string' }, 'word-features': { type: 'string' },
+    help: { type: 'boolean' },
+  } as const;
+  const { values } = parseArgs({ args: argv, options });
   if (values.help) return (console.log(HELP), 0);
   if (!values.data || !values.out) return (console.error(HELP), 2);
   let cfg: EncoderInitConfig;
@@ -17,6 +26,13 @@ export async function main(argv: string[]): Promise<number> {
   else if (existsSync(values.config!)) cfg = JSON.parse(readFileSync(values.config!, 'utf8'));
   else return (console.error(`init-encoder: --config must be ${Object.keys(ENCODER_PRESETS).join('|')} or a JSON file`), 2);
   if (values.vocab) cfg.vocab_size = Number(values.vocab);
+  if (values['word-features'] !== undefined) {
+    try {
+      cfg.word_features = parseWordFeatureSpec(values['word-features']);
+    } catch (e) {
+      return (console.error(`init-encoder: --word-features: ${(e as Error).message}`), 2);
+    }
+  }
   const texts: string[] = [];
   for (const r of parseJsonl(readFileSync(values.data, 'utf8'))) {
     if ('text' in r && typeof r.text === 'string') texts.push(r.text);

@@ -5,6 +5,7 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from
 import { join } from 'node:path';
 import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../formats/safetensors.ts';
 import { parseDebertaConfig } from '../models/encoder/deberta.ts';
+import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from '../models/encoder/word-features.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
 import {
@@ -96,6 +97,8 @@ interface Loaded {
   params: ParamInfo[];
   shapes: Map<string, number[]>;
   lora: { r: number; alpha: number; dropout: number; targets: string[] } | null;
+  /** word features of a fresh encoder (config.json word_features), null otherwise */
+  wordFeatures: WordFeatures | null;
 }
 
 async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> {
@@ -108,6 +111,12 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> 
   const maxWidth = Number(g2.span_head?.max_width ?? g2.max_width ?? 8);
   // token_pooling as the library reads it: anything but mean / max pools the first piece
   const pooling = g2.token_pooling === 'mean' || g2.token_pooling === 'max' ? g2.token_pooling : 'first';
+  let wordFeatures: WordFeatures | null;
+  try {
+    wordFeatures = parseWordFeatures(g2.word_features, `base_model ${dir}/config.json`);
+  } catch (e) {
+    throw new TrainingConfigError((e as Error).message);
+  }
   const ckpt = SafetensorsCheckpoint.open(dir);
   const names = ckpt.names();
   const counting = names.some((n) => n.startsWith('count_embed.projector.')) ? 'count_lstm'
@@ -139,9 +148,17 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> 
     countHidden: shapes.get('count_embed.transformer.in_projector.weight')?.[0],
     countFF: shapes.get('count_embed.transformer.transformer.layers.0.linear1.weight')?.[0],
   } as const;
-  const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null, heads);
+  const wf = wordFeatures ? { rows: featureRows(wordFeatures), cols: featureCols(wordFeatures) } : undefined;
+  const ft = shapes.get('encoder.embeddings.word_feature_embeddings.weight');
+  if (wordFeatures && (!ft || ft[0] !== featureRows(wordFeatures) || ft[1] !== enc.hiddenSize))
+    throw new TrainingConfigError(
+      `base_model ${dir}: config.json word_features needs encoder.embeddings.word_feature_embeddings.weight of shape ` +
+        `[${featureRows(wordFeatures)}, ${enc.hiddenSize}]`,
+    );
+  if (!wordFeatures) delete tensors['encoder.embeddings.word_feature_embeddings.weight'];
+  const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null, heads, wf);
   const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
-  return { graph, tok, maxWidth, params: graph.params(), shapes, lora };
+  return { graph, tok, maxWidth, params: graph.params(), shapes, lora, wordFeatures };
 }
 
 /** Writes the current weights as a checkpoint in the real layout (+ the PEFT adapter for LoRA). */
@@ -224,7 +241,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, { uniform: () => 0 });
   const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', DEFAULT_FULL_LABEL_RATIO, true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
-  const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords);
+  const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
   const trainF: TrainItem[] = await Promise.all(
     trainEx.map(async (ex) => ({ ex, f: sampled(ex) ? null : await feat(ex) })),

@@ -143,6 +143,8 @@ export interface EncoderBatch {
   segRows: Int32Array;
   pos: Int32Array;
   clsY: Float32Array;
+  /** word-feature rows of each piece (B·N·cols, -1 = none), for a model with word features */
+  feats?: Int32Array;
 }
 
 export interface EncoderStepOptions {
@@ -182,6 +184,8 @@ export class EncoderTrainGraph extends TrainGraph {
     tensors: Record<string, Float32Array>,
     lora: { r: number; alpha: number; dropout: number; targets: string[]; seed: number } | null,
     heads: EncoderHeadOptions = {},
+    /** word features (fresh encoders): rows of encoder.embeddings.word_feature_embeddings.weight, ids per piece */
+    wordFeatures?: { rows: number; cols: number },
   ): EncoderTrainGraph {
     const cfg = {
       D: config.hiddenSize,
@@ -201,6 +205,8 @@ export class EncoderTrainGraph extends TrainGraph {
       pooling: heads.pooling ?? 'first',
       countHidden: heads.countHidden ?? 128,
       countFF: heads.countFF ?? 2 * (heads.countHidden ?? 128),
+      featRows: wordFeatures?.rows ?? 0,
+      featCols: wordFeatures?.cols ?? 0,
     };
     return new EncoderTrainGraph(addon.encTrainCreate(cfg, tensors, lora));
   }

@@ -252,8 +252,9 @@ t.test('corrections adding the missing entity type retrain the model, which is p
   const cand = (await api('GET', `/felix/evaluations/${done.evaluation_ids.candidate}`)).body;
   const dep = (await api('GET', `/felix/evaluations/${done.evaluation_ids.deployed}`)).body;
   t.comment(`per label: deployed ${JSON.stringify(dep.per_label)}; retrained ${JSON.stringify(cand.per_label)}`);
-  t.equal(dep.per_label.company.f1, 0);
-  t.ok(cand.per_label.company.f1 > 0, `company F1 ${cand.per_label.company.f1}`);
+  // never taught company; with word features (issue 17) a fresh model calls some capitalised names company too
+  t.ok(dep.per_label.company.f1 < 0.5, `deployed company F1 ${dep.per_label.company.f1}`);
+  t.ok(cand.per_label.company.f1 >= dep.per_label.company.f1 + 0.3, `company F1 ${cand.per_label.company.f1}`);
 
   // the job: ordinary, marked, logged, continuing from the deployed model
   const job = (await api('GET', `/felix/training-jobs/${done.training_job_id}`)).body;

@@ -1,6 +1,6 @@
 // GLiNER2 training graph: every parameter gradient (DeBERTa with c2p/p2c and rel embeddings, span
 // head, count_lstm GRU, count_pred, classifier; full and LoRA) against central finite differences
-// on a tiny fresh model.
+// on a tiny fresh model; the word-feature table of fresh encoders (scatter-add gradient) too.
 import t, { type Test } from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,6 +12,7 @@ import { collate, featurize, recordsToExamples } from '../../src/training/encode
 import { EncoderTrainGraph, type EncoderStepOptions } from '../../src/training/native.ts';
 import type { DataRecord } from '../../src/training/data/formats.ts';
 import type { DebertaConfig } from '../../src/models/encoder/deberta.ts';
+import { featureCols, featureRows, type WordFeatures } from '../../src/models/encoder/word-features.ts';
 
 const texts = ['Tim Cook visited Apple Park in Cupertino yesterday', 'Angela Merkel met Emmanuel Macron in Paris', 'Great movie, loved it'];
 const dir = mkdtempSync(join(tmpdir(), 'loom-encgrad-'));
@@ -23,10 +24,19 @@ const cfg: DebertaConfig = {
   hiddenSize: D, numLayers: 2, numHeads: 2, intermediateSize: 16, vocabSize: V, positionBuckets: 4, maxRelativePositions: -1,
   maxPositionEmbeddings: 512, layerNormEps: 1e-7, posAttType: ['p2c', 'c2p'], hiddenAct: 'gelu',
 };
-const tensors = initEncoderTensors({ hidden_size: D, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 16, vocab_size: V, position_buckets: 4 }, V, 7);
+const initCfg = {
+  hidden_size: D, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 16,
+  vocab_size: V, position_buckets: 4,
+};
 // Larger weights than the 0.02 init so every path carries a measurable gradient.
-const rng = new InitRng(3);
-for (const [n, v] of Object.entries(tensors)) if (!n.includes('LayerNorm')) for (let i = 0; i < v.length; i++) v[i] += 0.3 * rng.normal();
+function perturbed(t: Record<string, Float32Array>): Record<string, Float32Array> {
+  const rng = new InitRng(3);
+  for (const [n, v] of Object.entries(t)) {
+    if (!n.includes('LayerNorm')) for (let i = 0; i < v.length; i++) v[i] += 0.3 * rng.normal();
+  }
+  return t;
+}
+const tensors = perturbed(initEncoderTensors({ ...initCfg, word_features: null }, V, 7));
 
 const records: DataRecord[] = [
   { kind: 'relations', text: texts[0], entities: [{ start: 0, end: 8, label: 'person', text: 'Tim Cook' }, { start: 17, end: 22, label: 'company', text: 'Apple' }, { start: 35, end: 44, label: 'location', text: 'Cupertino' }], relations: [{ head: 0, tail: 1, label: 'works for' }] },
@@ -39,7 +49,10 @@ const batch = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8))));
 // Small steps (ReLU kinks in the span head make larger ones unreliable); the float32 rounding of
 // the summed loss sets the noise floor of the finite difference.
 const H = 1e-3;
-async function check(t: Test, g: EncoderTrainGraph, names: string[], perTensor: number, opts: EncoderStepOptions = {}) {
+async function check(
+  t: Test, g: EncoderTrainGraph, names: string[], perTensor: number, opts: EncoderStepOptions = {}, bt = batch,
+) {
+  const batch = bt;
   g.zeroGrad();
   const base = await g.step(batch, { dropNeg: false, ...opts });
   t.ok(base.span > 0 && base.count > 0 && base.cls > 0, `all three losses present (${base.span.toFixed(3)}, ${base.count.toFixed(3)}, ${base.cls.toFixed(3)})`);
@@ -117,4 +130,54 @@ t.test('dropout: off is the plain graph; on passes the same gradient check with 
   t.not(a.loss, plain.loss, 'dropout changes the loss');
   t.not(c.loss, a.loss, 'another seed, other masks');
   await check(t, g, names, 2, on);
+});
+
+// Word features (fresh encoders): rows of a (rows, D) table added to every piece of a text word, by
+// its shape class and hashed suffix. The table (zero at init, given values by the perturbation here) does
+// not change the other tensors, so the rest of the model is the one above; with the table at zero the graph
+// is exactly the graph without features.
+t.test('word features: the table gradient (scatter-add) by finite differences; a zero table is no table', async (t) => {
+  const wf: WordFeatures = { shape: true, suffixBuckets: 16 };
+  const tf = perturbed(initEncoderTensors({ ...initCfg, word_features: { shape: true, suffix_buckets: 16 } }, V, 7));
+  const name = 'encoder.embeddings.word_feature_embeddings.weight';
+  t.same(tf[name].length, featureRows(wf) * D, 'the table: 8 shape rows + 16 suffix rows');
+  for (const [n, v] of Object.entries(tensors)) t.ok(v.every((x, i) => x === tf[n][i]), `${n}: unchanged by the table`);
+  const fb = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, wf))));
+  t.equal(fb.feats!.length, fb.B * fb.N * 2, 'two feature ids per piece');
+  t.ok(fb.feats!.some((x) => x === 0) && fb.feats!.some((x) => x === 2), 'Xxxx and xxxx words');
+  const g = EncoderTrainGraph.create(cfg, 8, true, tf, null, {}, { rows: featureRows(wf), cols: featureCols(wf) });
+  const names = g.params().filter((p) => p.trainable).map((p) => p.name);
+  t.equal(names.length, Object.keys(tf).length, 'every checkpoint tensor is trainable, the table too');
+  const near = [name, 'encoder.embeddings.word_embeddings.weight', 'encoder.embeddings.LayerNorm.weight'];
+  await check(t, g, near, 8, {}, fb);
+  const grad = g.grad(name);
+  // the largest table gradients once more with a 2e-3 step (a wider one crosses ReLU kinks of the span head),
+  // where the float32 noise floor of the loss (about 1e-2 here) is a thousandth of these gradients
+  const top = [...grad.keys()].sort((a, b) => Math.abs(grad[b]) - Math.abs(grad[a])).slice(0, 4);
+  const w = g.get(name);
+  for (const i of top) {
+    const h = 2e-3;
+    const at = async (v: number) => {
+      w[i] = v;
+      g.set(name, w);
+      return (await g.step(fb, { backward: false, dropNeg: false })).loss;
+    };
+    const orig = w[i];
+    const fd = ((await at(orig + h)) - (await at(orig - h))) / (2 * h);
+    await at(orig);
+    const what = `table[${i}]: analytic ${grad[i].toFixed(5)}, finite difference ${fd.toFixed(5)}`;
+    t.ok(Math.abs(fd - grad[i]) <= 0.02 * Math.abs(grad[i]), what);
+  }
+  const used = new Set(fb.feats!.filter((x) => x >= 0));
+  let unusedMax = 0;
+  for (let r = 0; r < featureRows(wf); r++)
+    if (!used.has(r)) for (let d = 0; d < D; d++) unusedMax = Math.max(unusedMax, Math.abs(grad[r * D + d]));
+  t.equal(unusedMax, 0, 'rows no word uses get no gradient');
+  const plain = EncoderTrainGraph.create(cfg, 8, true, tensors, null);
+  g.set(name, new Float32Array(featureRows(wf) * D));
+  const a = await g.step(fb, { backward: false, dropNeg: false });
+  const b = await plain.step(batch, { backward: false, dropNeg: false });
+  t.equal(a.loss, b.loss, 'zero table: the loss of the model without features, bit for bit');
+  const bad = { ...fb, feats: fb.feats!.map((x) => (x >= 0 ? featureRows(wf) : x)) };
+  await t.rejects(g.step(bad, { backward: false }), /word feature id out of range/, 'an id past the table is refused');
 });

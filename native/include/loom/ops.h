@@ -27,6 +27,11 @@ void bias_bwd(int64_t R, int64_t D, const float* dy, float* db);
 void embedding_fwd(int64_t T, int64_t D, const int32_t* ids, DType ttype, const void* table, float* out);
 // dtable (V, D) += scatter-add of dout (T, D) by ids (repeated ids accumulate)
 void embedding_bwd(int64_t T, int64_t D, const int32_t* ids, const float* dout, float* dtable);
+// Word features (fresh GLiNER2 encoders): fids (T, K) int32, each a row of table (R, D) fp32 or -1 (none).
+// out (T, D) += Σ_k table[fids[t, k]]
+void word_feature_fwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, const float* table, float* out);
+// dtable (R, D) += scatter-add of dout (T, D) by every fids[t, k] >= 0
+void word_feature_bwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, const float* dout, float* dtable);
 
 // ---------------------------------------------------------------------------------------------
 // Normalization over the last dim: x (R, D)

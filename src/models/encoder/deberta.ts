@@ -63,6 +63,8 @@ export function parseDebertaConfig(raw: Record<string, unknown>, where = 'config
 export interface DebertaLoadOptions {
   /** 'bf16': linear weights and word embeddings are kept as bf16 (fp32 compute). Default 'f32'. */
   dtype?: 'f32' | 'bf16';
+  /** word features (fresh GLiNER2 encoders, word-features.ts): table rows and ids per piece */
+  wordFeatures?: { rows: number; cols: number };
 }
 
 /** Native handle plus the config. */
@@ -90,6 +92,13 @@ export class DebertaEncoder {
     const we = tensors['embeddings.word_embeddings.weight'];
     if (!we) throw new EncoderConfigError(`checkpoint has no ${prefix}embeddings.word_embeddings.weight`);
     const rows = we.length / D;
+    const wf = opts.wordFeatures;
+    const ft = tensors['embeddings.word_feature_embeddings.weight'];
+    if (wf && (!ft || ft.length !== wf.rows * D))
+      throw new EncoderConfigError(
+        `checkpoint needs ${prefix}embeddings.word_feature_embeddings.weight of shape [${wf.rows}, ${D}] ` +
+          '(config.json word_features)',
+      );
     // The embedding matrix may have been resized after the config was written: trust the tensor.
     const cfg = { ...config, vocabSize: rows };
     const handle = await addon.debertaCreate(
@@ -106,15 +115,17 @@ export class DebertaEncoder {
         c2p: cfg.posAttType.includes('c2p'),
         p2c: cfg.posAttType.includes('p2c'),
         bf16: dtype === 'bf16',
+        featRows: wf?.rows ?? 0,
+        featCols: wf?.cols ?? 0,
       },
       tensors,
     );
     return new DebertaEncoder(cfg, dtype, handle);
   }
 
-  /** ids/mask (B*N) → last hidden state (B*N*D), padded positions zeroed. */
-  forward(ids: Int32Array, mask: Uint8Array, B: number, N: number): Promise<Float32Array> {
-    return addon.debertaForward(this.handle, ids, mask, B, N, false) as Promise<Float32Array>;
+  /** ids/mask (B*N) → last hidden state (B*N*D), padded positions zeroed; feats: word-feature rows (B*N*cols). */
+  forward(ids: Int32Array, mask: Uint8Array, B: number, N: number, feats?: Int32Array): Promise<Float32Array> {
+    return addon.debertaForward(this.handle, ids, mask, B, N, false, feats) as Promise<Float32Array>;
   }
 
   /** All hidden states ((L+1)*B*N*D): embeddings output, then each layer's output. */

@@ -3,6 +3,7 @@
 import type { Schema } from './schema.ts';
 import type { EncoderTokenizer } from './tokenizer.ts';
 import { preprocessText, splitWords } from './words.ts';
+import { wordFeatureIds, type WordFeatures } from './word-features.ts';
 
 export type TaskKind = 'entities' | 'structure' | 'relation' | 'classification';
 
@@ -34,6 +35,8 @@ export interface Formatted {
   wordEnd: Int32Array;
   /** per segment: positions of [P] then each marker */
   specialPos: Int32Array[];
+  /** word-feature rows of each piece ((ids.length × columns), -1 = none), when asked for (word-features.ts) */
+  feats?: Int32Array;
 }
 
 export interface FormatOptions {
@@ -42,6 +45,8 @@ export interface FormatOptions {
   fieldPromptOrder?: Record<string, string[]>;
   /** keep only the first maxWords words of the text */
   maxWords?: number;
+  /** the model's word features (fresh encoders): fills `feats` */
+  wordFeatures?: WordFeatures | null;
 }
 
 function withDescriptions(prompt: string, names: string[], descs: [string, string][]): string {
@@ -157,5 +162,10 @@ export async function formatInput(tok: EncoderTokenizer, rawText: string, schema
     });
     return Int32Array.from(out);
   });
-  return { text, segments, prefix, words: w.tokens, start: w.start, end: w.end, processorTokens, ids, wordPos, wordEnd, specialPos };
+  const f: Formatted = {
+    text, segments, prefix, words: w.tokens, start: w.start, end: w.end,
+    processorTokens, ids, wordPos, wordEnd, specialPos,
+  };
+  if (opts.wordFeatures) f.feats = wordFeatureIds(f, opts.wordFeatures);
+  return f;
 }

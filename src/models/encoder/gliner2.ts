@@ -11,6 +11,7 @@ import { EncoderTokenizer } from './tokenizer.ts';
 import { decodeSample, toReferenceJson, toResult, type ExtractResult, type RawTask, type SegmentScores, type Span } from './decode.ts';
 import { ENCODER_LIMITS, overLimit } from './limits.ts';
 import { splitWords } from './words.ts';
+import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from './word-features.ts';
 
 export type CountingLayer = 'count_lstm' | 'count_lstm_v2' | 'count_lstm_moe';
 
@@ -102,6 +103,8 @@ export class Gliner2Model {
     readonly tokenizer: EncoderTokenizer,
     readonly encoder: DebertaEncoder,
     private readonly heads: unknown,
+    /** word features of a fresh encoder (config.json `word_features`), null for every other checkpoint */
+    readonly wordFeatures: WordFeatures | null = null,
   ) {}
 
   static async load(dir: string, opts: LoadOptions = {}): Promise<Gliner2Model> {
@@ -121,6 +124,12 @@ export class Gliner2Model {
     const maxWidth = Number(spanHead.max_width ?? cfg.max_width ?? 8);
     // The reference treats any other value as "first" (spec §1.2); so do we.
     const tokenPooling: TokenPooling = cfg.token_pooling === 'mean' || cfg.token_pooling === 'max' ? cfg.token_pooling : 'first';
+    let wordFeatures: WordFeatures | null;
+    try {
+      wordFeatures = parseWordFeatures(cfg.word_features, `${dir}/config.json`);
+    } catch (e) {
+      throw new EncoderConfigError((e as Error).message);
+    }
     const ckpt = SafetensorsCheckpoint.open(dir);
     const names = ckpt.names();
     let counting: CountingLayer;
@@ -130,7 +139,8 @@ export class Gliner2Model {
     else throw new EncoderConfigError(`${dir}: no count_embed weights found`);
     // The state-dict keys decide; config.json's counting_layer is only cross-checked.
     const tokenizer = new EncoderTokenizer(join(dir, 'tokenizer.json'));
-    const encoder = await DebertaEncoder.load(ckpt, encCfg, 'encoder.', { dtype: opts.dtype });
+    const feats = wordFeatures ? { rows: featureRows(wordFeatures), cols: featureCols(wordFeatures) } : undefined;
+    const encoder = await DebertaEncoder.load(ckpt, encCfg, 'encoder.', { dtype: opts.dtype, wordFeatures: feats });
     if (tokenizer.vocabSize() > encoder.config.vocabSize)
       throw new EncoderConfigError(`${dir}: tokenizer has ${tokenizer.vocabSize()} tokens but the embedding only ${encoder.config.vocabSize} rows`);
     const headTensors: Record<string, Float32Array> = {};
@@ -171,12 +181,12 @@ export class Gliner2Model {
       parameters: params,
       tokenPooling,
     };
-    return new Gliner2Model(info, tokenizer, encoder, heads);
+    return new Gliner2Model(info, tokenizer, encoder, heads, wordFeatures);
   }
 
   /** Formats one (text, schema) pair (ids, routing positions) — exposed for tests and tooling. */
   format(text: string, schema: Schema, opts: FormatOptions = {}): Promise<Formatted> {
-    return formatInput(this.tokenizer, text, schema, opts);
+    return formatInput(this.tokenizer, text, schema, { wordFeatures: this.wordFeatures, ...opts });
   }
 
   /**
@@ -202,7 +212,7 @@ export class Gliner2Model {
     const chunkWords = opts.chunkWords ?? 384;
     const overlap = Math.min(opts.chunkOverlap ?? 64, chunkWords - 1);
     const schemas = items.map((it) => (isSchema(it.schema) ? it.schema : normalizeSchema(it.schema)));
-    const fmt = { fieldPromptOrder: opts.fieldPromptOrder };
+    const fmt = { fieldPromptOrder: opts.fieldPromptOrder, wordFeatures: this.wordFeatures };
     const L = ENCODER_LIMITS;
     // Prompt tokens of each distinct schema (the formatted empty text less its "." token).
     const promptTok = new Map<Schema, number>();
@@ -284,11 +294,14 @@ export class Gliner2Model {
     const N = Math.max(1, ...batch.map((it) => it.f.ids.length));
     const ids = new Int32Array(B * N);
     const mask = new Uint8Array(B * N);
+    const KF = this.wordFeatures ? featureCols(this.wordFeatures) : 0;
+    const feats = KF ? new Int32Array(B * N * KF).fill(-1) : undefined;
     batch.forEach((it, b) => {
       ids.set(it.f.ids, b * N);
       mask.fill(1, b * N, b * N + it.f.ids.length);
+      if (feats && it.f.feats) feats.set(it.f.feats, b * N * KF);
     });
-    const hidden = await this.encoder.forward(ids, mask, B, N);
+    const hidden = await this.encoder.forward(ids, mask, B, N, feats);
     // Gather word embeddings (token_pooling) and schema embeddings.
     const woff = new Int32Array(B + 1);
     batch.forEach((it, b) => (woff[b + 1] = woff[b] + it.f.wordPos.length));
@@ -344,7 +357,8 @@ export class Gliner2Model {
   /** Intermediate tensors of one (text, schema) run, for parity tests. */
   async debugRun(text: string, schema: unknown, opts: ExtractOptions = {}): Promise<{ formatted: Formatted; inter: Intermediates }> {
     const s = isSchema(schema) ? schema : normalizeSchema(schema);
-    const f = await formatInput(this.tokenizer, text, s, { fieldPromptOrder: opts.fieldPromptOrder });
+    const fmt = { fieldPromptOrder: opts.fieldPromptOrder, wordFeatures: this.wordFeatures };
+    const f = await formatInput(this.tokenizer, text, s, fmt);
     const inter: Intermediates[] = [];
     await this.runBatches([{ f, schema: s }], opts, inter);
     return { formatted: f, inter: inter[0] };

@@ -17,6 +17,7 @@ import type { Schema } from '../../models/encoder/schema.ts';
 import { formatInput, type Formatted } from '../../models/encoder/format.ts';
 import type { EncoderTokenizer } from '../../models/encoder/tokenizer.ts';
 import { splitWords } from '../../models/encoder/words.ts';
+import type { WordFeatures } from '../../models/encoder/word-features.ts';
 import type { EncoderBatch } from '../native.ts';
 import { CLASSIFICATION_TASK } from './recipe.ts';
 
@@ -231,8 +232,10 @@ function matchMention(f: Formatted, m: Mention, K: number): [number, number][] {
   return res;
 }
 
-export async function featurize(tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number): Promise<Featurized> {
-  const f = await formatInput(tok, ex.text, ex.schema, { maxWords });
+export async function featurize(
+  tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number, wordFeatures?: WordFeatures | null,
+): Promise<Featurized> {
+  const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures });
   const segs: SegTarget[] = f.segments.map((s, si) => {
     const rows = f.specialPos[si];
     const M = s.names.length;
@@ -303,8 +306,11 @@ export function collate(items: Featurized[]): EncoderBatch {
   const segRows: number[] = [];
   const pos: number[] = [];
   const clsY: number[] = [];
+  const KF = items[0]?.f.feats ? items[0].f.feats.length / Math.max(1, items[0].f.ids.length) : 0;
+  const feats = KF ? new Int32Array(B * N * KF).fill(-1) : undefined;
   items.forEach((it, b) => {
     ids.set(it.f.ids, b * N);
+    if (feats && it.f.feats) feats.set(it.f.feats, b * N * KF);
     mask.fill(1, b * N, b * N + it.f.ids.length);
     for (const p of it.f.wordPos) wordRows.push(b * N + p);
     for (const e of it.f.wordEnd) wordEnd.push(b * N + e);
@@ -337,6 +343,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     segRows: Int32Array.from(segRows),
     pos: Int32Array.from(pos),
     clsY: Float32Array.from(clsY),
+    feats,
   };
 }
 

@@ -10,6 +10,9 @@ import { join } from 'node:path';
 import { writeSafetensors, type TensorToWrite } from '../../formats/safetensors.ts';
 import { buildWordPieceVocab, wordPieceTokenizerJson } from './wordpiece.ts';
 import { MARKERS } from '../../models/encoder/tokenizer.ts';
+import {
+  DEFAULT_WORD_FEATURES, featureRows, parseWordFeatures, wordFeaturesJson, type WordFeatures,
+} from '../../models/encoder/word-features.ts';
 
 export interface EncoderInitConfig {
   hidden_size: number;
@@ -21,6 +24,15 @@ export interface EncoderInitConfig {
   max_width?: number;
   position_buckets?: number;
   max_position_embeddings?: number;
+  /** word features (config.json form, src/models/encoder/word-features.ts); absent: the default (shape
+   * classes), null: none (the model GLiNER2 defines, nothing added to the embeddings) */
+  word_features?: { shape?: boolean; suffix_buckets?: number } | null;
+}
+
+/** The word features a fresh model gets from `cfg` (DEFAULT_WORD_FEATURES when it names none). */
+export function initWordFeatures(cfg: EncoderInitConfig): WordFeatures | null {
+  if (cfg.word_features === undefined) return DEFAULT_WORD_FEATURES;
+  return parseWordFeatures(cfg.word_features, 'word_features');
 }
 
 export const ENCODER_PRESETS: Record<string, EncoderInitConfig> = {
@@ -123,6 +135,12 @@ export function initEncoderTensors(cfg: EncoderInitConfig, vocabSize: number, se
   headLinear('count_embed.projector.0', 4 * D, 2 * D);
   headLinear('count_embed.projector.2', D, 4 * D);
   initLocalAttention(t, cfg);
+  // Word features start at zero: at init the model computes exactly what it would without them (every other
+  // tensor is drawn as before), and training moves the rows (their gradient does not depend on their value).
+  // Drawn N(0, 0.02) like the word embeddings, the shared xxxx row made the text words alike and a 6-intent
+  // Banking77 run stayed at chance (test/training/encoder-classification.test.ts; docs/training.md).
+  const wf = initWordFeatures(cfg);
+  if (wf) t['encoder.embeddings.word_feature_embeddings.weight'] = new Float32Array(featureRows(wf) * D);
   return t;
 }
 
@@ -200,7 +218,9 @@ export function encoderConfigJson(cfg: EncoderInitConfig, vocabSize: number): Re
 }
 
 export function gliner2ConfigJson(cfg: EncoderInitConfig, name: string): Record<string, unknown> {
+  const wf = initWordFeatures(cfg);
   return {
+    ...(wf ? { word_features: wordFeaturesJson(wf) } : {}),
     architecture: 'span',
     architecture_version: 1,
     architectures: ['GLiNER2'],
@@ -258,6 +278,8 @@ export function tensorShapes(cfg: EncoderInitConfig, V: number): Record<string, 
     s[n + '.bias'] = [o];
   };
   s['encoder.embeddings.word_embeddings.weight'] = [V, D];
+  const wf = initWordFeatures(cfg);
+  if (wf) s['encoder.embeddings.word_feature_embeddings.weight'] = [featureRows(wf), D];
   s['encoder.encoder.rel_embeddings.weight'] = [S2, D];
   for (let l = 0; l < cfg.num_hidden_layers; l++) {
     const p = `encoder.encoder.layer.${l}.`;
