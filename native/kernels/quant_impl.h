@@ -449,7 +449,7 @@ LOOM_DOT4_BY_ROWS(q8_K)
 // products for each of the 4 rows at once (s16 lanes 4r..4r+3 for row r). The 4 chunks of a block are summed
 // in s16 (at most 4·2·31·127 = 31496: no overflow), widened once (vpmaddwd by 1: s32 lanes 2r, 2r+1 for row r)
 // and scaled in f32 by d_x and the per-lane weight scale: ~13 operations per block of x for the 4 rows instead
-// of 4 × 5 with one row per register. Q6_K (gemm4 only) keeps one accumulator per row, in an L1 scratch.
+// of 4 × 5 with one row per register. Q4_K and Q6_K interleave their 32-value sub-blocks the same way.
 
 // 4×4 transpose of 8-byte chunks: v[c] = bytes 8c..8c+7 of w0, w1, w2, w3 (rows in 64-bit lanes 0-3)
 static inline void interleave4(__m256i w0, __m256i w1, __m256i w2, __m256i w3, __m256i* v) {
@@ -794,61 +794,112 @@ void gemm8_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
   gemm_q4_K<2>(K, w, rb, M, q, d, ds, y, ldy);
 }
 
-// Q6_K: per row, each sub-block's 32 values (0-63) and its two scales as 16 s16 lanes (lanes 0-7 the first 16
-// values' scale, 8-15 the second's) in an L1 buffer; per row of x a sub-block costs vpmaddubsw, the offset of
-// 32 taken off the s16 pair sums (32·(x_2i + x_2i+1), one vpmaddubsw per block of x shared by the 4 rows),
-// vpmaddwd by the scales, one convert and one FMA by d_x; d once per super-block.
-void gemm4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
-                   float* y, int64_t ldy) {
+// Q6_K: per super-block and group, the 8 sub-blocks' values (0-63) interleaved as above (32 vectors), the two
+// integer scales of row r's sub-block j in s16 lanes 4r..4r+3 (16 vectors: A for its values 0-15 = chunks 0-1,
+// B for 16-31 = chunks 2-3) and d of row r in lanes 2r, 2r+1 (1). Per sub-block and row of x: chunks 0-1 and
+// 2-3 summed in s16 (≤ 2·2·63·127 = 32004), the offset of 32 taken off (32·Σx over the same lanes, from the
+// same broadcasts: one vpmaddubsw by 32 per chunk, shared by the G groups; the difference is ≤ 4·32·127 in
+// magnitude, so the wrapping s16 subtraction is exact), vpmaddwd by the scales A and B, one convert and one FMA
+// by d_x; d once per super-block.
+constexpr int kQ6KVecs = 32 + 16 + 1;
+
+template <int G, int S>
+static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, const float* d, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
-  const __m256i c32 = _mm256_set1_epi8(32), lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
-  alignas(32) __m256 acc[kQuantSmallM][4];
-  alignas(32) __m256i wq[4][8], sc[4][8];  // row, sub-block
-  __m256 dw[4];
-  for (int64_t m = 0; m < M; m++)
-    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  const __m256i c32 = _mm256_set1_epi8(32);
+  __m256 acc[S][G];
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) acc[s][g] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
-    const uint8_t* wb = w + sb * kQ6_KBytes;
-    prefetch4(wb, rb, kQ6_KBytes);
-    for (int r = 0; r < 4; r++) {
-      const uint8_t* wr = wb + r * rb;
-      const int8_t* s8 = reinterpret_cast<const int8_t*>(wr + 192);
-      for (int h = 0; h < 2; h++) {
-        const __m256i qh = loadu256(wr + 128 + 32 * h);
-        for (int s = 0; s < 4; s++) {
-          const __m256i ql = loadu256(wr + 64 * h + 32 * (s & 1));
-          const __m256i lo = s < 2 ? _mm256_and_si256(ql, lo4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), lo2);
-          wq[r][4 * h + s] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-          sc[r][4 * h + s] = _mm256_set_m128i(_mm_set1_epi16(s8[8 * h + 2 * s + 1]), _mm_set1_epi16(s8[8 * h + 2 * s]));
+    const __m256i* vb = wv + sb * kQ6KVecs * G;
+    __m256 t[S][G];
+    for (int s = 0; s < S; s++)
+      for (int g = 0; g < G; g++) t[s][g] = _mm256_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+      __m256i p[2][S][G], bx[2][S];  // [half]: chunks 0-1, 2-3
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; c++) {
+        const int h = c >> 1;
+        __m256i xc[S];
+        for (int s = 0; s < S; s++) {
+          xc[s] = bcast8(q + s * K + sb * gguf::QK_K + 32 * j + 8 * c);
+          const __m256i b = _mm256_maddubs_epi16(c32, xc[s]);
+          bx[h][s] = c & 1 ? _mm256_add_epi16(bx[h][s], b) : b;
+        }
+        for (int g = 0; g < G; g++) {
+          const __m256i vv = _mm256_load_si256(vb + kQ6KVecs * g + 4 * j + c);
+          for (int s = 0; s < S; s++) {
+            const __m256i m = _mm256_maddubs_epi16(vv, xc[s]);
+            p[h][s][g] = c & 1 ? _mm256_add_epi16(p[h][s][g], m) : m;
+          }
         }
       }
-      dw[r] = set1_f16(wr + 208);
-    }
-    for (int64_t m = 0; m < M; m++) {
-      const int8_t* xq = q + m * K + sb * gguf::QK_K;
-      const float* dx = d + m * nb + sb * 8;
-      __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; j++) {
-        const __m256i x = loadu256(xq + 32 * j);
-        const __m256 dxv = _mm256_set1_ps(dx[j]);
-        const __m256i bx = _mm256_maddubs_epi16(c32, x);
-        auto row = [&](int r, __m256 t) {
-          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wq[r][j], x), bx);
-          return _mm256_fmadd_ps(dxv, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, sc[r][j])), t);
-        };
-        t0 = row(0, t0);
-        t1 = row(1, t1);
-        t2 = row(2, t2);
-        t3 = row(3, t3);
+      for (int s = 0; s < S; s++) {
+        const __m256 dxj = _mm256_set1_ps(d[s * nb + sb * 8 + j]);
+        for (int g = 0; g < G; g++) {
+          const __m256i* sc = vb + kQ6KVecs * g + 32 + 2 * j;
+          const __m256i i = _mm256_add_epi32(
+              _mm256_madd_epi16(_mm256_sub_epi16(p[0][s][g], bx[0][s]), _mm256_load_si256(sc)),
+              _mm256_madd_epi16(_mm256_sub_epi16(p[1][s][g], bx[1][s]), _mm256_load_si256(sc + 1)));
+          t[s][g] = _mm256_fmadd_ps(dxj, _mm256_cvtepi32_ps(i), t[s][g]);
+        }
       }
-      __m256* a = acc[m];
-      a[0] = _mm256_fmadd_ps(dw[0], t0, a[0]);
-      a[1] = _mm256_fmadd_ps(dw[1], t1, a[1]);
-      a[2] = _mm256_fmadd_ps(dw[2], t2, a[2]);
-      a[3] = _mm256_fmadd_ps(dw[3], t3, a[3]);
     }
+    for (int s = 0; s < S; s++)
+      for (int g = 0; g < G; g++)
+        acc[s][g] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + kQ6KVecs * g + 48)), t[s][g], acc[s][g]);
   }
-  for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) store_lane_pairs(acc[s][g], y + s * ldy + 4 * g);
+}
+
+template <int G>
+static inline void gemm_q6_K(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                             float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
+  constexpr uint64_t kRep = 0x0001000100010001;  // an s16 in 4 lanes
+  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ6KVecs * G));
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + 4 * g * rb + sb * kQ6_KBytes;
+      prefetch4(wb, rb, kQ6_KBytes);
+      __m256i* v = wv + (sb * G + g) * kQ6KVecs;
+      __m256i wq[4][8];  // row, sub-block: values 0-63 (value 128h + 32s + l of the super-block: sub-block 4h + s)
+      for (int r = 0; r < 4; r++) {
+        const uint8_t* wr = wb + r * rb;
+        for (int h = 0; h < 2; h++) {
+          const __m256i qh = loadu256(wr + 128 + 32 * h);
+          for (int s = 0; s < 4; s++) {
+            const __m256i ql = loadu256(wr + 64 * h + 32 * (s & 1));
+            const __m256i lo = s < 2 ? _mm256_and_si256(ql, lo4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), lo2);
+            wq[r][4 * h + s] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+          }
+        }
+      }
+      for (int j = 0; j < 8; j++) {
+        interleave4(wq[0][j], wq[1][j], wq[2][j], wq[3][j], v + 4 * j);
+        for (int h = 0; h < 2; h++) {  // scale 2j + h of each row (int8) in its 4 s16 lanes
+          uint64_t l[4];
+          for (int r = 0; r < 4; r++)
+            l[r] = uint64_t(uint16_t(int16_t(int8_t(wb[r * rb + 192 + 2 * j + h])))) * kRep;
+          v[32 + 2 * j + h] = _mm256_setr_epi64x(int64_t(l[0]), int64_t(l[1]), int64_t(l[2]), int64_t(l[3]));
+        }
+      }
+      v[48] = _mm256_castps_si256(scales_by_lane_pairs(wb + 208, rb));
+    }
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS) tile_q6_K<G, kTileS>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
+  for (; m < M; m++) tile_q6_K<G, 1>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
+}
+
+void gemm4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+                   float* y, int64_t ldy) {
+  gemm_q6_K<1>(K, w, rb, M, q, d, y, ldy);
+}
+void gemm8_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+                   float* y, int64_t ldy) {
+  gemm_q6_K<2>(K, w, rb, M, q, d, y, ldy);
 }
