@@ -205,7 +205,6 @@ LOOM_GEMM4_BY_ROWS(q6_K)
   }
 LOOM_GEMM8_BY_GEMM4(q4_0)
 LOOM_GEMM8_BY_GEMM4(q5_0)
-LOOM_GEMM8_BY_GEMM4(q8_0)
 LOOM_GEMM8_BY_GEMM4(q4_K)
 LOOM_GEMM8_BY_GEMM4(q6_K)
 #undef LOOM_GEMM8_BY_GEMM4
@@ -229,6 +228,10 @@ struct QuantType {
 #define LOOM_QT(T, id, n, bytes, fn)                                                                 \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn}, \
    {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}, {}}
+#define LOOM_QT_GEMM4(T, id, n, bytes, fn)                                                                         \
+  {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
+   {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn}, {}}
 #define LOOM_QT_GEMM8(T, id, n, bytes, fn)                                                                         \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
    {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
@@ -239,13 +242,14 @@ const QuantType kTypes[] = {
     LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
     LOOM_QT_GEMM8(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
     LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
-    LOOM_QT_GEMM8(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
+    LOOM_QT_GEMM4(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
     LOOM_QT_GEMM8(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
     LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
     LOOM_QT_GEMM8(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT
+#undef LOOM_QT_GEMM4
 #undef LOOM_QT_GEMM8
 
 const QuantType* find(DType t) {

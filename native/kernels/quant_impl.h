@@ -493,7 +493,7 @@ static inline void store_lane_pairs(__m256 acc, float* y) {
 //      G groups (about 1.4 loads per vpmaddubsw where one row of x per iteration took 2), the G·S chains are
 //      independent, and the horizontal sums come once, at the end of the tile.
 // Measured on the AVX2 dev machine (2-core AMD EPYC, Zen 3, under load), M = 32, one thread: Q4_0 / Q5_0 / Q4_K
-// about 55 → 60 GMAC/s, Q8_0 level (47-49: its 2 multiplies per 32 products bound it). The same instruction mix
+// about 55 → 58-63 GMAC/s (Q8_0 stayed level and keeps its one-row-of-x loop below). The same instruction mix
 // with every operand in registers runs at about 100 GMAC/s there, so what is left is not the multiplies.
 constexpr int kTileS = 2;
 
@@ -589,59 +589,31 @@ static inline void gemm_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t 
   for (; m < M; m++) tile_q40_q50<kFive, G, 1>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
 }
 
-// Q8_0: per block and group, |w| and w interleaved (8 vectors) and the scales d (1); per chunk of 8 values
-// x·sign(w) and dot_u8s8 (the s16 pair sums reach 2·128·127: no room to sum chunks in s16), one convert and
-// one FMA per block of x for the 4 rows.
-template <int G, int S>
-static inline void tile_q8_0(int64_t K, const __m256i* wv, const int8_t* q, const float* d, float* y, int64_t ldy) {
+// Q8_0 (gemm4 only): the 4 rows interleaved as above, |w| and the weight scales once per block, kept in
+// registers while every row of x passes (the register tile above gained nothing here at 32 rows of x and lost
+// ~15% at 8 in the decode: a block's 9 vectors go through the scratch for no saving in multiplies); per row of
+// x and chunk of 8 values one broadcast, x·sign(w) and dot_u8s8 (the s16 pair sums reach 2·128·127: no room to
+// sum chunks in s16), one convert and one FMA per block of x for the 4 rows.
+void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+                   float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
-  __m256 acc[S][G];
-  for (int s = 0; s < S; s++)
-    for (int g = 0; g < G; g++) acc[s][g] = _mm256_setzero_ps();
+  alignas(32) __m256 acc[kQuantSmallM];
+  for (int64_t m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    const __m256i* vb = wv + b * 9 * G;  // per group: |w| chunks 0-3, w chunks 0-3, scales
-    __m256i p[S][G];
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {  // chunk by chunk, as dot_tile
-      __m256i xc[S];
-      for (int s = 0; s < S; s++) xc[s] = bcast8(q + s * K + b * kQ8Block + 8 * c);
-      for (int g = 0; g < G; g++) {
-        const __m256i u = _mm256_load_si256(vb + 9 * g + c), v = _mm256_load_si256(vb + 9 * g + 4 + c);
-        for (int s = 0; s < S; s++) {
-          const __m256i i = dot_u8s8(u, _mm256_sign_epi8(xc[s], v));
-          p[s][g] = c == 0 ? i : _mm256_add_epi32(p[s][g], i);
-        }
-      }
-    }
-    for (int s = 0; s < S; s++) {
-      const __m256 dx = _mm256_set1_ps(d[s * nb + b]);
-      for (int g = 0; g < G; g++) {
-        const __m256 sw = _mm256_castsi256_ps(_mm256_load_si256(vb + 9 * g + 8));
-        acc[s][g] = _mm256_fmadd_ps(_mm256_mul_ps(sw, dx), _mm256_cvtepi32_ps(p[s][g]), acc[s][g]);
-      }
+    const uint8_t* wb = w + b * kQ8_0Bytes;
+    prefetch4(wb, rb, kQ8_0Bytes);
+    __m256i v[4], u[4];
+    interleave4(loadu256(wb + 2), loadu256(wb + rb + 2), loadu256(wb + 2 * rb + 2), loadu256(wb + 3 * rb + 2), v);
+    for (int c = 0; c < 4; c++) u[c] = _mm256_sign_epi8(v[c], v[c]);
+    const __m256 sw = scales_by_lane_pairs(wb, rb);
+    for (int64_t m = 0; m < M; m++) {
+      const int8_t* xb = q + m * K + b * kQ8Block;
+      auto chunk = [&](int c) { return dot_u8s8(u[c], _mm256_sign_epi8(bcast8(xb + 8 * c), v[c])); };
+      const __m256i i = _mm256_add_epi32(_mm256_add_epi32(chunk(0), chunk(1)), _mm256_add_epi32(chunk(2), chunk(3)));
+      acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_set1_ps(d[m * nb + b])), _mm256_cvtepi32_ps(i), acc[m]);
     }
   }
-  for (int s = 0; s < S; s++)
-    for (int g = 0; g < G; g++) store_lane_pairs(acc[s][g], y + s * ldy + 4 * g);
-}
-
-template <int G>
-static inline void gemm_q8_0(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
-                             float* y, int64_t ldy) {
-  const int64_t nb = K / kQ8Block;
-  __m256i* wv = scratch_vectors(size_t(nb * 9 * G));
-  for (int64_t b = 0; b < nb; b++)
-    for (int g = 0; g < G; g++) {
-      const uint8_t* wb = w + 4 * g * rb + b * kQ8_0Bytes;
-      prefetch4(wb, rb, kQ8_0Bytes);
-      __m256i* v = wv + (b * G + g) * 9;
-      interleave4(loadu256(wb + 2), loadu256(wb + rb + 2), loadu256(wb + 2 * rb + 2), loadu256(wb + 3 * rb + 2), v + 4);
-      for (int c = 0; c < 4; c++) v[c] = _mm256_sign_epi8(v[4 + c], v[4 + c]);
-      v[8] = _mm256_castps_si256(scales_by_lane_pairs(wb, rb));
-    }
-  int64_t m = 0;
-  for (; m + kTileS <= M; m += kTileS) tile_q8_0<G, kTileS>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
-  for (; m < M; m++) tile_q8_0<G, 1>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
+  for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
 }
 
 // ---- Q4_K / Q6_K: each super-block of the tile's rows unpacked once for all M rows of x ------------------
@@ -776,14 +748,6 @@ void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
 void gemm8_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
                    float* y, int64_t ldy) {
   gemm_q40_q50<true, 2>(K, w, rb, M, q, d, ds, y, ldy);
-}
-void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
-                   float* y, int64_t ldy) {
-  gemm_q8_0<1>(K, w, rb, M, q, d, y, ldy);
-}
-void gemm8_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
-                   float* y, int64_t ldy) {
-  gemm_q8_0<2>(K, w, rb, M, q, d, y, ldy);
 }
 void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
                    float* y, int64_t ldy) {
