@@ -703,12 +703,12 @@ static inline void gemm_q4_K(int64_t K, const uint8_t* w, size_t rb, int64_t M, 
       prefetch4(wb, rb, kQ4_KBytes);
       __m256i* v = wv + (sb * G + g) * kQ4KVecs;
       alignas(16) uint8_t sm[4][16];
-      alignas(32) float mn[4][8];  // row r: -dmin·m_j
+      alignas(32) float mn[4 * 8];  // row r at 8r: dmin·m_j
       for (int r = 0; r < 4; r++) {
         const uint8_t* wr = wb + r * rb;
         q4k_scales_mins(wr, sm[r]);
         const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm[r] + 8));
-        _mm256_store_ps(mn[r], _mm256_mul_ps(set1_f16(wr + 2), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8))));
+        _mm256_store_ps(mn + 8 * r, _mm256_mul_ps(set1_f16(wr + 2), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8))));
       }
       for (int c = 0; c < 4; c++) {  // bytes 32c.. hold sub-block 2c (low nibbles) and 2c + 1 (high)
         __m256i lo[4], hi[4];
@@ -723,9 +723,10 @@ static inline void gemm_q4_K(int64_t K, const uint8_t* w, size_t rb, int64_t M, 
       for (int j = 0; j < 8; j++)
         v[32 + j] = _mm256_setr_epi64x(sm[0][j] * kRep, sm[1][j] * kRep, sm[2][j] * kRep, sm[3][j] * kRep);
       v[40] = _mm256_castps_si256(scales_by_lane_pairs(wb, rb));
-      for (int i = 0; i < 4; i++)
-        v[41 + i] = _mm256_castps_si256(_mm256_setr_ps(-mn[0][2 * i], -mn[0][2 * i + 1], -mn[1][2 * i], -mn[1][2 * i + 1],
-                                                       -mn[2][2 * i], -mn[2][2 * i + 1], -mn[3][2 * i], -mn[3][2 * i + 1]));
+      for (int i = 0; i < 4; i++) {
+        const float* p = mn + 2 * i;  // row r's minimums 2i, 2i + 1 at p + 8r
+        v[41 + i] = _mm256_castps_si256(_mm256_setr_ps(-p[0], -p[1], -p[8], -p[9], -p[16], -p[17], -p[24], -p[25]));
+      }
     }
   int64_t m = 0;
   for (; m + kTileS <= M; m += kTileS)
