@@ -196,6 +196,19 @@ LOOM_GEMM4_BY_ROWS(q4_K)
 LOOM_GEMM4_BY_ROWS(q6_K)
 #undef LOOM_GEMM4_BY_ROWS
 
+// Eight rows × M rows of x: two four-row passes
+#define LOOM_GEMM8_BY_GEMM4(T)                                                                                 \
+  void gemm8_##T##_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,      \
+                      const float* ds, float* y, int64_t ldy) {                                                \
+    gemm4_##T##_q8(K, w, rb, M, q, d, ds, y, ldy);                                                             \
+    gemm4_##T##_q8(K, w + 4 * rb, rb, M, q, d, ds, y + 4, ldy);                                                \
+  }
+LOOM_GEMM8_BY_GEMM4(q4_0)
+LOOM_GEMM8_BY_GEMM4(q5_0)
+LOOM_GEMM8_BY_GEMM4(q4_K)
+LOOM_GEMM8_BY_GEMM4(q6_K)
+#undef LOOM_GEMM8_BY_GEMM4
+
 }  // namespace portable
 
 namespace {
@@ -209,28 +222,35 @@ struct QuantType {
   QuantDotFn dot[3];    // portable, avx2, avx512 (Isa order)
   QuantDot4Fn dot4[3];  // the same, four rows per pass
   QuantGemm4Fn gemm4[3];  // four rows × M rows of x, blocks unpacked once (nullptr: dot4 per row of x)
+  QuantGemm4Fn gemm8[3];  // eight rows × M rows of x (nullptr: gemm4 per four rows)
 };
 
 #define LOOM_QT(T, id, n, bytes, fn)                                                                 \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn}, \
-   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}}
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}, {}}
 #define LOOM_QT_GEMM4(T, id, n, bytes, fn)                                                                         \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
    {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
-   {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn}}
+   {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn}, {}}
+#define LOOM_QT_GEMM8(T, id, n, bytes, fn)                                                                         \
+  {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
+   {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn},                                                 \
+   {portable::gemm8_##fn, avx2::gemm8_##fn, avx512::gemm8_##fn}}
 const QuantType kTypes[] = {
-    LOOM_QT_GEMM4(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
+    LOOM_QT_GEMM8(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
     LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
-    LOOM_QT_GEMM4(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
+    LOOM_QT_GEMM8(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
     LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
     LOOM_QT_GEMM4(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
-    LOOM_QT_GEMM4(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
+    LOOM_QT_GEMM8(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
     LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
-    LOOM_QT_GEMM4(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
+    LOOM_QT_GEMM8(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT
 #undef LOOM_QT_GEMM4
+#undef LOOM_QT_GEMM8
 
 const QuantType* find(DType t) {
   for (const QuantType& e : kTypes)
@@ -342,6 +362,7 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
   const QuantDotFn dot = e.dot[isa];
   const QuantDot4Fn dot4 = e.dot4[isa];
   const QuantGemm4Fn gemm4 = M > 1 ? e.gemm4[isa] : nullptr;
+  const QuantGemm4Fn gemm8 = M > 1 ? e.gemm8[isa] : nullptr;
   const int64_t nb = K / kQ8Block;
   const int8_t* qp = a.q.data();
   const float* dp = a.d.data();
@@ -351,10 +372,22 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
     float* yp = y + m * ldy + n;
     *yp = beta == 0.0f ? v : v + beta * *yp;
   };
-  // groups of 4 rows of W (each group's blocks stay in L1 while every row of x passes), split over threads
-  parallel_for((N + 3) / 4, 4, [&](int64_t g0, int64_t g1) {
-    const int64_t n1 = std::min(N, 4 * g1);
-    int64_t n = 4 * g0;
+  // groups of R rows of W (each group's blocks stay in L1 while every row of x passes), split over threads
+  const int64_t R = gemm8 ? 8 : 4;
+  parallel_for((N + R - 1) / R, 16 / R, [&](int64_t g0, int64_t g1) {
+    const int64_t n1 = std::min(N, R * g1);
+    int64_t n = R * g0;
+    for (; gemm8 && n + 8 <= n1; n += 8) {  // tiles of 8 rows of W
+      const uint8_t* wr = wb + size_t(n) * rb;
+      if (!bias && beta == 0.0f) {  // straight into y
+        gemm8(K, wr, rb, M, qp, dp, dsp, y + n, ldy);
+        continue;
+      }
+      float v[kQuantSmallM * 8];
+      gemm8(K, wr, rb, M, qp, dp, dsp, v, 8);
+      for (int64_t m = 0; m < M; m++)
+        for (int r = 0; r < 8; r++) put(m, n + r, v[m * 8 + r]);
+    }
     for (; n + 4 <= n1; n += 4) {
       const uint8_t* wr = wb + size_t(n) * rb;
       if (gemm4 && !bias && beta == 0.0f) {  // straight into y

@@ -438,19 +438,18 @@ LOOM_DOT4_BY_ROWS(q5_1)
 LOOM_DOT4_BY_ROWS(q5_K)
 LOOM_DOT4_BY_ROWS(q8_K)
 
-// ---- Four weight rows × M rows of x, each weight block unpacked once for all M (small batches) ------------
-// y[m·ldy + r] = Σ_k W[r][k]·x̂_m,k for the 4 rows at w + r·rb and the M quantized rows of x (row m at
-// q + m·K, d + m·K/32, ds + m·K/32), M <= kQuantSmallM. Where unpacking a block costs more than the dot itself
-// (Q4_0 / Q5_0: nibbles, 5th bits), doing it once per step instead of once per row of x roughly halves a small
-// batch's work; the accumulators (one vector per row of x, row r of W in lanes 2r and 2r + 1; Q6_K: four) live
-// in an L1 scratch.
+// ---- 4 or 8 weight rows × M rows of x, each weight block unpacked once for all M (small batches) -----------
+// y[m·ldy + r] = Σ_k W[r][k]·x̂_m,k for the 4 (gemm4) or 8 (gemm8) rows at w + r·rb and the M quantized rows of x
+// (row m at q + m·K, d + m·K/32, ds + m·K/32), M <= kQuantSmallM. Where unpacking a block costs more than the
+// dot itself (Q4_0 / Q5_0: nibbles, 5th bits), doing it once per step instead of once per row of x roughly
+// halves a small batch's work.
 //
-// Q4_0 / Q5_0 blocks are unpacked to unsigned values (0-15 / 0-31) and interleaved across the 4 rows: vector c
-// holds values 8c..8c+7 of rows 0, 1, 2, 3, so one vpmaddubsw against 8 bytes of x broadcast does 8 products
-// for each of the 4 rows at once (s16 lanes 4r..4r+3 for row r). The 4 chunks of a block are summed in s16
-// (at most 4·2·31·127 = 31496: no overflow), widened once (vpmaddwd by 1: s32 lanes 2r, 2r+1 for row r) and
-// scaled in f32 by d_x and the per-lane weight scale: ~13 operations per block of x for the 4 rows instead of
-// 4 × 5 with one row per register.
+// Q4_0 / Q5_0 blocks are unpacked to unsigned values (0-15 / 0-31) and interleaved across each group of 4 rows:
+// vector c holds values 8c..8c+7 of rows 0, 1, 2, 3, so one vpmaddubsw against 8 bytes of x broadcast does 8
+// products for each of the 4 rows at once (s16 lanes 4r..4r+3 for row r). The 4 chunks of a block are summed
+// in s16 (at most 4·2·31·127 = 31496: no overflow), widened once (vpmaddwd by 1: s32 lanes 2r, 2r+1 for row r)
+// and scaled in f32 by d_x and the per-lane weight scale: ~13 operations per block of x for the 4 rows instead
+// of 4 × 5 with one row per register. Q4_K and Q6_K interleave their 32-value sub-blocks the same way.
 
 // 4×4 transpose of 8-byte chunks: v[c] = bytes 8c..8c+7 of w0, w1, w2, w3 (rows in 64-bit lanes 0-3)
 static inline void interleave4(__m256i w0, __m256i w1, __m256i w2, __m256i w3, __m256i* v) {
@@ -465,29 +464,6 @@ static inline void interleave4(__m256i w0, __m256i w1, __m256i w2, __m256i w3, _
 // 8 bytes of x in every 64-bit lane (vpbroadcastq from memory)
 static inline __m256i bcast8(const int8_t* p) {
   return _mm256_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-}
-
-// Σ over a block of 32 values of the 4 interleaved rows v[0..3] (unsigned, ≤ 31) × x: s16 lanes 4r..4r+3 for
-// row r, the 4 chunks summed in s16 (≤ 4·2·31·127 = 31496)
-static inline __m256i dot4_interleaved(const __m256i* v, const int8_t* x) {
-  const __m256i s01 =
-      _mm256_add_epi16(_mm256_maddubs_epi16(v[0], bcast8(x)), _mm256_maddubs_epi16(v[1], bcast8(x + 8)));
-  const __m256i s23 =
-      _mm256_add_epi16(_mm256_maddubs_epi16(v[2], bcast8(x + 16)), _mm256_maddubs_epi16(v[3], bcast8(x + 24)));
-  return _mm256_add_epi16(s01, s23);
-}
-
-// the same sums widened to s32 lanes 2r, 2r + 1 for row r: on AVX2 one vpmaddwd of the s16 sums; with VNNI
-// four vpdpbusd accumulating in s32 (the s16 detour would cost more than it saves there)
-static inline __m256i dot4_interleaved_s32(const __m256i* v, const int8_t* x) {
-#if LOOM_QUANT_VNNI
-  __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v[0], bcast8(x));
-  s = _mm256_dpbusd_epi32(s, v[1], bcast8(x + 8));
-  s = _mm256_dpbusd_epi32(s, v[2], bcast8(x + 16));
-  return _mm256_dpbusd_epi32(s, v[3], bcast8(x + 24));
-#else
-  return _mm256_madd_epi16(dot4_interleaved(v, x), _mm256_set1_epi16(1));
-#endif
 }
 
 // the f16 scale at the start of each of the 4 rows' blocks, row r in f32 lanes 2r and 2r + 1
@@ -507,48 +483,117 @@ static inline void store_lane_pairs(__m256 acc, float* y) {
   _mm_storel_pi(reinterpret_cast<__m64*>(y + 2), _mm256_extractf128_ps(p, 1));
 }
 
-template <bool kFive>
-static inline void gemm4_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
-                                 const float* ds, float* y, int64_t ldy) {
-  constexpr int64_t bytes = kFive ? kQ5_0Bytes : kQ4_0Bytes;
-  const int64_t nb = K / kQ8Block;
-  const __m256 off = _mm256_set1_ps(kFive ? -8.0f : -4.0f);  // -16/2, -8/2 per lane (2 lanes per row)
-  alignas(32) __m256 acc[kQuantSmallM];
-  for (int64_t m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
-    const uint8_t* wb = w + b * bytes;
-    prefetch4(wb, rb, bytes);
-    auto unpack = [&](const uint8_t* p) {
-      return kFive ? _mm256_or_si256(nibbles_32(p + 6), bits5_32(p + 2)) : nibbles_32(p + 2);
-    };
-    const __m256i w0 = unpack(wb), w1 = unpack(wb + rb), w2 = unpack(wb + 2 * rb), w3 = unpack(wb + 3 * rb);
-    __m256i v[4];
-    interleave4(w0, w1, w2, w3, v);
-    const __m256 sw = scales_by_lane_pairs(wb, rb);  // d of row r: lanes 2r, 2r+1
-    for (int64_t m = 0; m < M; m++) {
-      const int8_t* xb = q + m * K + b * kQ8Block;
-      const __m256i i = dot4_interleaved_s32(v, xb);
-      const __m256 ox = _mm256_mul_ps(_mm256_set1_ps(ds[m * nb + b]), off);
-      const __m256 f = _mm256_fmadd_ps(_mm256_set1_ps(d[m * nb + b]), _mm256_cvtepi32_ps(i), ox);
-      acc[m] = _mm256_fmadd_ps(sw, f, acc[m]);
+// ---- Register tiles: 4·G rows of W × S rows of x -----------------------------------------------------------
+// A small batch is bound by instructions, not by the weight bytes. Each kernel below works in two passes per
+// tile of 4·G rows of W (gemm4: G = 1, gemm8: G = 2):
+//   1. unpack: every block of the tile's rows once, into an L1 scratch of vectors (the 4 rows of each group
+//      interleaved as above, the scales laid out per lane pair);
+//   2. for each pair of rows of x (S = 2; an odd last row S = 1), all of K with the G × S accumulators in
+//      registers, chunk by chunk: each weight vector loaded serves the S rows of x and each broadcast of x the
+//      G groups (about 1.4 loads per vpmaddubsw where one row of x per iteration took 2), the G·S chains are
+//      independent, and the horizontal sums come once, at the end of the tile.
+// Measured on the AVX2 dev machine (2-core AMD EPYC, Zen 3, under load), M = 32, one thread: Q4_0 / Q5_0 / Q4_K
+// about 55 → 58-63 GMAC/s (Q8_0 stayed level and keeps its one-row-of-x loop below). The same instruction mix
+// with every operand in registers runs at about 100 GMAC/s there, so what is left is not the multiplies.
+constexpr int kTileS = 2;
+
+// a thread's scratch of n vectors (grows, never shrinks)
+struct alignas(32) ScratchVec {
+  uint8_t b[32];
+};
+static inline __m256i* scratch_vectors(size_t n) {
+  thread_local std::vector<ScratchVec> buf;
+  if (buf.size() < n) buf.resize(n);
+  return reinterpret_cast<__m256i*>(buf.data());
+}
+
+// Q4_0 / Q5_0: per block and group, the 4 interleaved value vectors and the scales d (5 vectors);
+// y = d_w·(d_x·Σ q_w·q_x - off·ds), off 8 / 16 (half per lane: 2 lanes per row)
+// Σ over a block of 32 values for G groups of 4 interleaved rows (v + 5g: chunks 0-3) × S rows of x (x_s):
+// chunk by chunk, so that each weight vector loaded serves the S rows of x and each broadcast of x the G groups
+// (1 load per product instruction where the block-at-a-time order took 2); s32 lanes 2r, 2r + 1 for row r. The
+// unsigned values are ≤ 31: on AVX2 the 4 chunks sum in s16 (≤ 4·2·31·127 = 31496), widened once.
+template <int G, int S, int kStride>
+static inline void dot_tile(const __m256i* v, const int8_t* const* xs, __m256i (&p)[S][G]) {
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    __m256i xc[S];
+    for (int s = 0; s < S; s++) xc[s] = bcast8(xs[s] + 8 * c);
+    for (int g = 0; g < G; g++) {
+      const __m256i vv = _mm256_load_si256(v + kStride * g + c);
+      for (int s = 0; s < S; s++) {
+#if LOOM_QUANT_VNNI
+        p[s][g] = _mm256_dpbusd_epi32(c == 0 ? _mm256_setzero_si256() : p[s][g], vv, xc[s]);
+#else
+        const __m256i m = _mm256_maddubs_epi16(vv, xc[s]);
+        p[s][g] = c == 0 ? m : _mm256_add_epi16(p[s][g], m);
+#endif
+      }
     }
   }
-  for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
+#if !LOOM_QUANT_VNNI
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) p[s][g] = _mm256_madd_epi16(p[s][g], _mm256_set1_epi16(1));
+#endif
 }
 
-void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
-  gemm4_q40_q50<false>(K, w, rb, M, q, d, ds, y, ldy);
+// Q4_0 / Q5_0: per block and group, the 4 interleaved value vectors and the scales d (5 vectors);
+// y = d_w·(d_x·Σ q_w·q_x - off·ds), off 8 / 16 (half per lane: 2 lanes per row)
+template <bool kFive, int G, int S>
+static inline void tile_q40_q50(int64_t K, const __m256i* wv, const int8_t* q, const float* d, const float* ds,
+                                float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  const __m256 off = _mm256_set1_ps(kFive ? -8.0f : -4.0f);
+  __m256 acc[S][G];
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) acc[s][g] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const __m256i* vb = wv + b * 5 * G;
+    const int8_t* xs[S];
+    for (int s = 0; s < S; s++) xs[s] = q + s * K + b * kQ8Block;
+    __m256i p[S][G];
+    dot_tile<G, S, 5>(vb, xs, p);
+    for (int s = 0; s < S; s++) {
+      const __m256 dx = _mm256_set1_ps(d[s * nb + b]);
+      const __m256 ox = _mm256_mul_ps(_mm256_set1_ps(ds[s * nb + b]), off);
+      for (int g = 0; g < G; g++) {
+        const __m256 f = _mm256_fmadd_ps(dx, _mm256_cvtepi32_ps(p[s][g]), ox);
+        acc[s][g] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + 5 * g + 4)), f, acc[s][g]);
+      }
+    }
+  }
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) store_lane_pairs(acc[s][g], y + s * ldy + 4 * g);
 }
 
-void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
-  gemm4_q40_q50<true>(K, w, rb, M, q, d, ds, y, ldy);
+template <bool kFive, int G>
+static inline void gemm_q40_q50(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                                const float* ds, float* y, int64_t ldy) {
+  constexpr int64_t bytes = kFive ? kQ5_0Bytes : kQ4_0Bytes;
+  const int64_t nb = K / kQ8Block;
+  __m256i* wv = scratch_vectors(size_t(nb * 5 * G));
+  auto unpack = [&](const uint8_t* p) {
+    return kFive ? _mm256_or_si256(nibbles_32(p + 6), bits5_32(p + 2)) : nibbles_32(p + 2);
+  };
+  for (int64_t b = 0; b < nb; b++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + 4 * g * rb + b * bytes;
+      prefetch4(wb, rb, bytes);
+      __m256i* v = wv + (b * G + g) * 5;
+      interleave4(unpack(wb), unpack(wb + rb), unpack(wb + 2 * rb), unpack(wb + 3 * rb), v);
+      v[4] = _mm256_castps_si256(scales_by_lane_pairs(wb, rb));
+    }
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS)
+    tile_q40_q50<kFive, G, kTileS>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
+  for (; m < M; m++) tile_q40_q50<kFive, G, 1>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
 }
 
-// Q8_0: the 4 rows interleaved as above, |w| and the weight scales once per block; per row of x and chunk of 8
-// values one broadcast, x·sign(w) and dot_u8s8 (the s16 pair sums reach 2·128·127: no room to sum
-// chunks in s16), one convert and one FMA per block of x for the 4 rows.
+// Q8_0 (gemm4 only): the 4 rows interleaved as above, |w| and the weight scales once per block, kept in
+// registers while every row of x passes (the register tile above gained nothing here at 32 rows of x and lost
+// ~15% at 8 in the decode: a block's 9 vectors go through the scratch for no saving in multiplies); per row of
+// x and chunk of 8 values one broadcast, x·sign(w) and dot_u8s8 (the s16 pair sums reach 2·128·127: no room to
+// sum chunks in s16), one convert and one FMA per block of x for the 4 rows.
 void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
                    float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
@@ -571,11 +616,13 @@ void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
   for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
 }
 
-// ---- Q4_K / Q6_K: each super-block of the 4 rows unpacked once for all M rows of x -----------------------
-// Q4_K: the 4 rows' sub-blocks interleaved as Q4_0 / Q5_0's blocks above (values 0-15), the integer scale of row
-// r's sub-block j in s16 lanes 4r..4r+3, so vpmaddwd by it gives sc·Σ in s32 lanes 2r, 2r+1 (the scale applied
-// in integers); one FMA by d_x per sub-block, d once per super-block, and the minimums dmin·m_j·ds_j in a
-// second accumulator per row.
+// ---- Q4_K / Q6_K: each super-block of the tile's rows unpacked once for all M rows of x ------------------
+// Q4_K: per super-block and group, the 8 sub-blocks' values interleaved as Q4_0 / Q5_0's blocks above (values
+// 0-15, 32 vectors), the integer scale of row r's sub-block j in s16 lanes 4r..4r+3 (8 vectors: vpmaddwd by it
+// gives sc·Σ in s32 lanes 2r, 2r+1, the scale applied in integers), d of row r in lanes 2r, 2r+1 (1) and the
+// minimums -dmin·m_j of row r in lanes 2r (j even) and 2r+1 (j odd) for the sub-block pairs (4): against the
+// pair (ds_2i, ds_2i+1) broadcast, one FMA per pair folds Σ_j -dmin·m_j·ds_j into the same accumulator.
+constexpr int kQ4KVecs = 32 + 8 + 1 + 4;
 static inline void q4k_scales_mins(const uint8_t* wr, uint8_t* b) {  // 12 bytes → scales 0-7, mins 0-7
   uint32_t u[4];
   std::memcpy(u, wr + 4, 12);
@@ -588,119 +635,236 @@ static inline void q4k_scales_mins(const uint8_t* wr, uint8_t* b) {  // 12 bytes
   std::memcpy(b, u, 16);
 }
 
-void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
+template <int G, int S>
+static inline void tile_q4_K(int64_t K, const __m256i* wv, const int8_t* q, const float* d, const float* ds,
+                             float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  __m256 acc[S][G];
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) acc[s][g] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const __m256i* vb = wv + sb * kQ4KVecs * G;
+    __m256 t[S][G];
+    for (int s = 0; s < S; s++)
+      for (int g = 0; g < G; g++) t[s][g] = _mm256_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+      const int8_t* xs[S];
+      for (int s = 0; s < S; s++) xs[s] = q + s * K + sb * gguf::QK_K + 32 * j;
+      __m256i p[S][G];
+      // (VNNI too: the integer scale needs the s16 sums, so vpmaddubsw + vpmaddwd here as on AVX2)
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; c++) {
+        __m256i xc[S];
+        for (int s = 0; s < S; s++) xc[s] = bcast8(xs[s] + 8 * c);
+        for (int g = 0; g < G; g++) {
+          const __m256i vv = _mm256_load_si256(vb + kQ4KVecs * g + 4 * j + c);
+          for (int s = 0; s < S; s++) {
+            const __m256i m = _mm256_maddubs_epi16(vv, xc[s]);
+            p[s][g] = c == 0 ? m : _mm256_add_epi16(p[s][g], m);
+          }
+        }
+      }
+      for (int s = 0; s < S; s++) {
+        const __m256 dxj = _mm256_set1_ps(d[s * nb + sb * 8 + j]);
+        for (int g = 0; g < G; g++) {
+          const __m256i i = _mm256_madd_epi16(p[s][g], _mm256_load_si256(vb + kQ4KVecs * g + 32 + j));
+          t[s][g] = _mm256_fmadd_ps(dxj, _mm256_cvtepi32_ps(i), t[s][g]);
+        }
+      }
+    }
+    for (int s = 0; s < S; s++) {
+      const float* dsp = ds + s * nb + sb * 8;
+      for (int g = 0; g < G; g++) {
+        const __m256i* v = vb + kQ4KVecs * g;
+        __m256 a = _mm256_fmadd_ps(_mm256_castsi256_ps(v[40]), t[s][g], acc[s][g]);
+        for (int i = 0; i < 4; i++) {
+          const __m256 dsi = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(dsp + 2 * i)));
+          a = _mm256_fmadd_ps(_mm256_castsi256_ps(v[41 + i]), dsi, a);
+        }
+        acc[s][g] = a;
+      }
+    }
+  }
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) store_lane_pairs(acc[s][g], y + s * ldy + 4 * g);
+}
+
+template <int G>
+static inline void gemm_q4_K(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                             const float* ds, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
   const __m256i lo4 = _mm256_set1_epi8(0x0F);
   constexpr int64_t kRep = 0x0001000100010001;  // an s16 in 4 lanes
-  alignas(32) __m256 acc[kQuantSmallM], macc[kQuantSmallM][4];
-  alignas(32) __m256i v[8][4], sc[8];
-  for (int64_t m = 0; m < M; m++) {
-    acc[m] = _mm256_setzero_ps();
-    for (int r = 0; r < 4; r++) macc[m][r] = _mm256_setzero_ps();
-  }
-  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
-    const uint8_t* wb = w + sb * kQ4_KBytes;
-    prefetch4(wb, rb, kQ4_KBytes);
-    alignas(16) uint8_t sm[4][16];
-    __m256 mins[4];
-    for (int r = 0; r < 4; r++) {
-      const uint8_t* wr = wb + r * rb;
-      q4k_scales_mins(wr, sm[r]);
-      const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm[r] + 8));
-      mins[r] = _mm256_mul_ps(set1_f16(wr + 2), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8)));
-    }
-    const __m256 sw = scales_by_lane_pairs(wb, rb);  // d of row r: lanes 2r, 2r+1
-    for (int c = 0; c < 4; c++) {  // bytes 32c.. hold sub-block 2c (low nibbles) and 2c + 1 (high)
-      __m256i lo[4], hi[4];
+  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ4KVecs * G));
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + 4 * g * rb + sb * kQ4_KBytes;
+      prefetch4(wb, rb, kQ4_KBytes);
+      __m256i* v = wv + (sb * G + g) * kQ4KVecs;
+      alignas(16) uint8_t sm[4][16];
+      alignas(32) float mn[4 * 8];  // row r at 8r: dmin·m_j
       for (int r = 0; r < 4; r++) {
-        const __m256i qb = loadu256(wb + r * rb + 16 + 32 * c);
-        lo[r] = _mm256_and_si256(qb, lo4);
-        hi[r] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), lo4);
+        const uint8_t* wr = wb + r * rb;
+        q4k_scales_mins(wr, sm[r]);
+        const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm[r] + 8));
+        _mm256_store_ps(mn + 8 * r, _mm256_mul_ps(set1_f16(wr + 2), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8))));
       }
-      interleave4(lo[0], lo[1], lo[2], lo[3], v[2 * c]);
-      interleave4(hi[0], hi[1], hi[2], hi[3], v[2 * c + 1]);
-    }
-    for (int j = 0; j < 8; j++)
-      sc[j] = _mm256_setr_epi64x(sm[0][j] * kRep, sm[1][j] * kRep, sm[2][j] * kRep, sm[3][j] * kRep);
-    for (int64_t m = 0; m < M; m++) {
-      const int8_t* xq = q + m * K + sb * gguf::QK_K;
-      const float* dx = d + m * nb + sb * 8;
-      __m256 t = _mm256_setzero_ps();
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; j++) {
-        const __m256i i = _mm256_madd_epi16(dot4_interleaved(v[j], xq + 32 * j), sc[j]);
-        t = _mm256_fmadd_ps(_mm256_set1_ps(dx[j]), _mm256_cvtepi32_ps(i), t);
+      for (int c = 0; c < 4; c++) {  // bytes 32c.. hold sub-block 2c (low nibbles) and 2c + 1 (high)
+        __m256i lo[4], hi[4];
+        for (int r = 0; r < 4; r++) {
+          const __m256i qb = loadu256(wb + r * rb + 16 + 32 * c);
+          lo[r] = _mm256_and_si256(qb, lo4);
+          hi[r] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), lo4);
+        }
+        interleave4(lo[0], lo[1], lo[2], lo[3], v + 8 * c);
+        interleave4(hi[0], hi[1], hi[2], hi[3], v + 8 * c + 4);
       }
-      acc[m] = _mm256_fmadd_ps(sw, t, acc[m]);
-      const __m256 dsv = _mm256_loadu_ps(ds + m * nb + sb * 8);
-      for (int r = 0; r < 4; r++) macc[m][r] = _mm256_fmadd_ps(mins[r], dsv, macc[m][r]);
+      for (int j = 0; j < 8; j++)
+        v[32 + j] = _mm256_setr_epi64x(sm[0][j] * kRep, sm[1][j] * kRep, sm[2][j] * kRep, sm[3][j] * kRep);
+      v[40] = _mm256_castps_si256(scales_by_lane_pairs(wb, rb));
+      for (int i = 0; i < 4; i++) {
+        const float* p = mn + 2 * i;  // row r's minimums 2i, 2i + 1 at p + 8r
+        v[41 + i] = _mm256_castps_si256(_mm256_setr_ps(-p[0], -p[1], -p[8], -p[9], -p[16], -p[17], -p[24], -p[25]));
+      }
     }
-  }
-  for (int64_t m = 0; m < M; m++) {
-    alignas(32) float f[8];
-    float mn[4];
-    _mm256_store_ps(f, acc[m]);
-    hsum4(macc[m][0], macc[m][1], macc[m][2], macc[m][3], mn);
-    for (int r = 0; r < 4; r++) y[m * ldy + r] = f[2 * r] + f[2 * r + 1] - mn[r];
-  }
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS)
+    tile_q4_K<G, kTileS>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
+  for (; m < M; m++) tile_q4_K<G, 1>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
 }
 
-// Q6_K: per row, each sub-block's 32 values (0-63) and its two scales as 16 s16 lanes (lanes 0-7 the first 16
-// values' scale, 8-15 the second's) in an L1 buffer; per row of x a sub-block costs vpmaddubsw, the offset of
-// 32 taken off the s16 pair sums (32·(x_2i + x_2i+1), one vpmaddubsw per block of x shared by the 4 rows),
-// vpmaddwd by the scales, one convert and one FMA by d_x; d once per super-block.
-void gemm4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
                    float* y, int64_t ldy) {
+  gemm_q40_q50<false, 1>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm8_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm_q40_q50<false, 2>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm_q40_q50<true, 1>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm8_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm_q40_q50<true, 2>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm_q4_K<1>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm8_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
+                   float* y, int64_t ldy) {
+  gemm_q4_K<2>(K, w, rb, M, q, d, ds, y, ldy);
+}
+
+// Q6_K: per super-block and group, the 8 sub-blocks' values (0-63) interleaved as above (32 vectors), the two
+// integer scales of row r's sub-block j in s16 lanes 4r..4r+3 (16 vectors: A for its values 0-15 = chunks 0-1,
+// B for 16-31 = chunks 2-3) and d of row r in lanes 2r, 2r+1 (1). Per sub-block and row of x: chunks 0-1 and
+// 2-3 summed in s16 (≤ 2·2·63·127 = 32004), the offset of 32 taken off (32·Σx over the same lanes, from the
+// same broadcasts: one vpmaddubsw by 32 per chunk, shared by the G groups; the difference is ≤ 4·32·127 in
+// magnitude, so the wrapping s16 subtraction is exact), vpmaddwd by the scales A and B, one convert and one FMA
+// by d_x; d once per super-block.
+constexpr int kQ6KVecs = 32 + 16 + 1;
+
+template <int G, int S>
+static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, const float* d, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
-  const __m256i c32 = _mm256_set1_epi8(32), lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
-  alignas(32) __m256 acc[kQuantSmallM][4];
-  alignas(32) __m256i wq[4][8], sc[4][8];  // row, sub-block
-  __m256 dw[4];
-  for (int64_t m = 0; m < M; m++)
-    for (int r = 0; r < 4; r++) acc[m][r] = _mm256_setzero_ps();
+  const __m256i c32 = _mm256_set1_epi8(32);
+  __m256 acc[S][G];
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) acc[s][g] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
-    const uint8_t* wb = w + sb * kQ6_KBytes;
-    prefetch4(wb, rb, kQ6_KBytes);
-    for (int r = 0; r < 4; r++) {
-      const uint8_t* wr = wb + r * rb;
-      const int8_t* s8 = reinterpret_cast<const int8_t*>(wr + 192);
-      for (int h = 0; h < 2; h++) {
-        const __m256i qh = loadu256(wr + 128 + 32 * h);
-        for (int s = 0; s < 4; s++) {
-          const __m256i ql = loadu256(wr + 64 * h + 32 * (s & 1));
-          const __m256i lo = s < 2 ? _mm256_and_si256(ql, lo4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), lo2);
-          wq[r][4 * h + s] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-          sc[r][4 * h + s] = _mm256_set_m128i(_mm_set1_epi16(s8[8 * h + 2 * s + 1]), _mm_set1_epi16(s8[8 * h + 2 * s]));
+    const __m256i* vb = wv + sb * kQ6KVecs * G;
+    __m256 t[S][G];
+    for (int s = 0; s < S; s++)
+      for (int g = 0; g < G; g++) t[s][g] = _mm256_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+      __m256i p[2][S][G], bx[2][S];  // [half]: chunks 0-1, 2-3
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; c++) {
+        const int h = c >> 1;
+        __m256i xc[S];
+        for (int s = 0; s < S; s++) {
+          xc[s] = bcast8(q + s * K + sb * gguf::QK_K + 32 * j + 8 * c);
+          const __m256i b = _mm256_maddubs_epi16(c32, xc[s]);
+          bx[h][s] = c & 1 ? _mm256_add_epi16(bx[h][s], b) : b;
+        }
+        for (int g = 0; g < G; g++) {
+          const __m256i vv = _mm256_load_si256(vb + kQ6KVecs * g + 4 * j + c);
+          for (int s = 0; s < S; s++) {
+            const __m256i m = _mm256_maddubs_epi16(vv, xc[s]);
+            p[h][s][g] = c & 1 ? _mm256_add_epi16(p[h][s][g], m) : m;
+          }
         }
       }
-      dw[r] = set1_f16(wr + 208);
-    }
-    for (int64_t m = 0; m < M; m++) {
-      const int8_t* xq = q + m * K + sb * gguf::QK_K;
-      const float* dx = d + m * nb + sb * 8;
-      __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; j++) {
-        const __m256i x = loadu256(xq + 32 * j);
-        const __m256 dxv = _mm256_set1_ps(dx[j]);
-        const __m256i bx = _mm256_maddubs_epi16(c32, x);
-        auto row = [&](int r, __m256 t) {
-          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wq[r][j], x), bx);
-          return _mm256_fmadd_ps(dxv, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, sc[r][j])), t);
-        };
-        t0 = row(0, t0);
-        t1 = row(1, t1);
-        t2 = row(2, t2);
-        t3 = row(3, t3);
+      for (int s = 0; s < S; s++) {
+        const __m256 dxj = _mm256_set1_ps(d[s * nb + sb * 8 + j]);
+        for (int g = 0; g < G; g++) {
+          const __m256i* sc = vb + kQ6KVecs * g + 32 + 2 * j;
+          const __m256i i = _mm256_add_epi32(
+              _mm256_madd_epi16(_mm256_sub_epi16(p[0][s][g], bx[0][s]), _mm256_load_si256(sc)),
+              _mm256_madd_epi16(_mm256_sub_epi16(p[1][s][g], bx[1][s]), _mm256_load_si256(sc + 1)));
+          t[s][g] = _mm256_fmadd_ps(dxj, _mm256_cvtepi32_ps(i), t[s][g]);
+        }
       }
-      __m256* a = acc[m];
-      a[0] = _mm256_fmadd_ps(dw[0], t0, a[0]);
-      a[1] = _mm256_fmadd_ps(dw[1], t1, a[1]);
-      a[2] = _mm256_fmadd_ps(dw[2], t2, a[2]);
-      a[3] = _mm256_fmadd_ps(dw[3], t3, a[3]);
     }
+    for (int s = 0; s < S; s++)
+      for (int g = 0; g < G; g++)
+        acc[s][g] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + kQ6KVecs * g + 48)), t[s][g], acc[s][g]);
   }
-  for (int64_t m = 0; m < M; m++) hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], y + m * ldy);
+  for (int s = 0; s < S; s++)
+    for (int g = 0; g < G; g++) store_lane_pairs(acc[s][g], y + s * ldy + 4 * g);
+}
+
+template <int G>
+static inline void gemm_q6_K(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                             float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
+  constexpr uint64_t kRep = 0x0001000100010001;  // an s16 in 4 lanes
+  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ6KVecs * G));
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + 4 * g * rb + sb * kQ6_KBytes;
+      prefetch4(wb, rb, kQ6_KBytes);
+      __m256i* v = wv + (sb * G + g) * kQ6KVecs;
+      __m256i wq[4][8];  // row, sub-block: values 0-63 (value 128h + 32s + l of the super-block: sub-block 4h + s)
+      for (int r = 0; r < 4; r++) {
+        const uint8_t* wr = wb + r * rb;
+        for (int h = 0; h < 2; h++) {
+          const __m256i qh = loadu256(wr + 128 + 32 * h);
+          for (int s = 0; s < 4; s++) {
+            const __m256i ql = loadu256(wr + 64 * h + 32 * (s & 1));
+            const __m256i lo = s < 2 ? _mm256_and_si256(ql, lo4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), lo2);
+            wq[r][4 * h + s] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+          }
+        }
+      }
+      for (int j = 0; j < 8; j++) {
+        interleave4(wq[0][j], wq[1][j], wq[2][j], wq[3][j], v + 4 * j);
+        for (int h = 0; h < 2; h++) {  // scale 2j + h of each row (int8) in its 4 s16 lanes
+          uint64_t l[4];
+          for (int r = 0; r < 4; r++)
+            l[r] = uint64_t(uint16_t(int16_t(int8_t(wb[r * rb + 192 + 2 * j + h])))) * kRep;
+          v[32 + 2 * j + h] = _mm256_setr_epi64x(int64_t(l[0]), int64_t(l[1]), int64_t(l[2]), int64_t(l[3]));
+        }
+      }
+      v[48] = _mm256_castps_si256(scales_by_lane_pairs(wb + 208, rb));
+    }
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS) tile_q6_K<G, kTileS>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
+  for (; m < M; m++) tile_q6_K<G, 1>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
+}
+
+void gemm4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+                   float* y, int64_t ldy) {
+  gemm_q6_K<1>(K, w, rb, M, q, d, y, ldy);
+}
+void gemm8_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float*,
+                   float* y, int64_t ldy) {
+  gemm_q6_K<2>(K, w, rb, M, q, d, y, ldy);
 }

@@ -28,7 +28,8 @@ using QuantDotFn = float (*)(int64_t K, const uint8_t* w, const int8_t* q, const
 using QuantDot4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds,
                              float* y);
 // y[m·ldy + r] (r < 4, m < M) = the products of the 4 rows at w + r·rb with M quantized rows of x, each weight
-// block unpacked once for the M rows (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K: where the unpacking is a large part of the work)
+// block unpacked once for the M rows (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K: where the unpacking is a large part of the work);
+// the gemm8 kernels (the same types but Q8_0) take 8 rows (r < 8) with the same signature
 using QuantGemm4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
                               const float* ds, float* y, int64_t ldy);
 using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, float* ds);
@@ -51,6 +52,14 @@ using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, floa
   void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
                      const float* ds, float* y, int64_t ldy);                                             \
   void gemm4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy); \
+  void gemm8_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy);                                             \
+  void gemm8_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy);                                             \
+  void gemm8_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
+                     const float* ds, float* y, int64_t ldy); \
+  void gemm8_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
                      const float* ds, float* y, int64_t ldy);
 
 // vec_dot4 as four single-row products, for the types without a four-row kernel (defined inside each ISA's

@@ -57,10 +57,11 @@ t.test('quantized linear matches the dequantized product within the activation-q
   await forEachIsa((isa) => {
     for (const type of TYPES) {
       const big = LAYOUT[type].values === 256;
-      // M = 1 (decode), small batches up to quantSmallM (4-row groups and tails), larger M (dequantized panels)
+      // M = 1 (decode), small batches up to quantSmallM (8- and 4-row tiles of W, odd rows of x and single-row
+      // tails: N = 45 is 5 tiles of 8, one of 4 and one row), larger M (dequantized panels)
       const small = addon.quantSmallM as number;
-      for (const [M, N, K] of [[1, 37, 512], [3, 64, 256], [8, 19, big ? 768 : 352], [12, 70, 512], [small, 9, 256],
-        [small + 3, 21, 512]]) {
+      for (const [M, N, K] of [[1, 37, 512], [3, 64, 256], [8, 19, big ? 768 : 352], [12, 70, 512], [17, 45, 512],
+        [small, 13, 256], [small + 3, 21, 512]]) {
         const { worst, maxErr } = check(type, M, N, K);
         t.ok(worst <= 1, `${isa} ${type} ${M}x${N}x${K}: error / bound ${worst.toFixed(3)} <= 1`);
         // the int8 path really quantizes the activations (a float path would be ~1e-7 of the magnitude)

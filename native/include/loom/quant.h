@@ -6,8 +6,9 @@
 //   M <= kQuantSmallM (decode, small batches): each row of x is quantized per 32 values to int8 with an
 //     f32 scale (as llama.cpp's Q8_0 activations), and every (row of x, row of W) pair is an integer dot
 //     product per block (vpmaddubsw / vpmaddwd on AVX2, vpdpbusd on AVX-512 VNNI) scaled and summed in f32.
-//     W is read in groups of 4 rows (one activation load for 4 rows, 4 accumulators in registers), each
-//     group's blocks staying in L1 while every row of x passes, so a step reads the weights once whatever M.
+//     W is read in groups of 4 rows (one activation load for 4 rows, 4 accumulators in registers; for M > 1
+//     tiles of 8 rows unpacked once into L1, each pair of rows of x then passing with its accumulators in
+//     registers), so a step reads the weights once whatever M.
 //     The error against the dequantized f32 product is bounded by Σ_k |w_k|·d_b(k)/2, d_b the activation
 //     scale of k's block.
 //   larger M (prefill): panels of W rows are dequantized to f32 and multiplied with the f32 GEMM.
