@@ -77,7 +77,9 @@ if (which === 'gen') {
     const prompts = [ids(64), ids(64)];
     r.push(
       await cpu(() =>
-        Promise.all(prompts.flatMap((p, i) => sampleGroup(engine, { ...req, prompt_ids: p }, 8, (k) => it * 99 + i * 31 + k))),
+        Promise.all(
+          prompts.flatMap((p, i) => sampleGroup(engine, { ...req, prompt_ids: p }, 8, (k) => it * 99 + i * 31 + k)),
+        ),
       ),
     );
   }

@@ -176,7 +176,7 @@ export class PrefixCache {
     return blocks.length ? { blocks, copy: null, tokens: blocks.length * bs } : EMPTY;
   }
 
-  /** Offers a running sequence's computed prompt tail (tokens[0, promptLen), block table `blocks`) to matchAutomatic. */
+  /** Offers a running sequence's computed prompt tail (tokens[0, promptLen), block table `blocks`) to matching. */
   registerTail(tokens: readonly number[], promptLen: number, blocks: readonly number[], hasher: BlockHasher): void {
     const bs = this.kv.blockSize;
     const t = Math.floor((promptLen - 1) / bs);

@@ -44,7 +44,8 @@ for (const kvDtype of ['f32', 'bf16'] as const) {
     const finals = await Promise.all(sampleGroup(model, req, 3, (k) => k));
     for (const f of finals) t.same(f.tokenIds, ref.tokenIds, 'same tokens as uncached');
     t.equal(finals[0].usage.cache_read_tokens, 0);
-    for (const f of finals.slice(1)) t.equal(f.usage.cache_read_tokens, promptA.length - 1, 'all but the last prompt token');
+    for (const f of finals.slice(1))
+      t.equal(f.usage.cache_read_tokens, promptA.length - 1, 'all but the last prompt token');
     // the tail lives only while its sequence holds it: a later request shares full blocks alone
     const later = await gen(promptA, { mode: 'automatic' });
     t.equal(later.usage.cache_read_tokens, Math.floor((promptA.length - 1) / 16) * 16);
