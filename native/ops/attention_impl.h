@@ -172,7 +172,8 @@ void backward(const AttnParams& p, const float* q, const float* k, const float* 
       fill(dkb + j * g.ldk, g.Dh, 0.0f);
       fill(dvb + j * g.ldv, g.Dh, 0.0f);
     }
-    Buf s(kTileK), dp(kTileK), dqa(kTileQ * g.Dh), Di(kTileQ);
+    // pt / dst: the tile's p and scaled ds, key-major ([j][r]), for the dv / dk sums after the tile's rows
+    Buf s(kTileK), dp(kTileK), dqa(kTileQ * g.Dh), Di(kTileQ), pt(kTileK * kTileQ), dst(kTileK * kTileQ);
     for (int64_t h = kvh * g.rep; h < (kvh + 1) * g.rep; h++) {
       if (dbias && !bias_shared) zero_dbias(b, h);
       for (int64_t i0 = 0; i0 < g.Tq; i0 += kTileQ) {
@@ -183,8 +184,12 @@ void backward(const AttnParams& p, const float* q, const float* k, const float* 
           Di[r] = P::dot(dout + (b * g.Tq + i) * g.ldo + h * g.Dh, out + (b * g.Tq + i) * g.ldo + h * g.Dh, g.Dh);
         }
         const int64_t jend = key_limit(p, i1 - 1);
+        const float* q0 = q + (b * g.Tq + i0) * g.ldq + h * g.Dh;     // the tile's query rows
+        const float* do0 = dout + (b * g.Tq + i0) * g.ldo + h * g.Dh;  // and their output gradients
         for (int64_t j0 = 0; j0 < jend; j0 += kTileK) {
-          const int64_t j1 = imin(jend, j0 + kTileK);
+          const int64_t j1 = imin(jend, j0 + kTileK), nk = j1 - j0;
+          fill(pt.data(), nk * kTileQ, 0.0f);  // masked (i, j) pairs add nothing below
+          fill(dst.data(), nk * kTileQ, 0.0f);
           for (int64_t r = 0; r < nq; r++) {
             const int64_t i = i0 + r;
             const float li = lse[(b * g.Hq + h) * g.Tq + i];
@@ -192,8 +197,8 @@ void backward(const AttnParams& p, const float* q, const float* k, const float* 
             const int64_t lim = imin(j1, key_limit(p, i));
             if (lim <= j0) continue;
             const int64_t n = lim - j0;
-            const float* qi = q + (b * g.Tq + i) * g.ldq + h * g.Dh;
-            const float* doi = dout + (b * g.Tq + i) * g.ldo + h * g.Dh;
+            const float* qi = q0 + r * g.ldq;
+            const float* doi = do0 + r * g.ldo;
             scores_row<P>(p, g, b, h, i, qi, kb, j0, n, s.data());
             P::exp_sub_sum(s.data(), n, li);                            // s := p
             P::rows_dot(n, doi, vb + j0 * g.ldv, g.ldv, g.Dh, dp.data());  // dp_j = dout_i · v_j
@@ -203,10 +208,16 @@ void backward(const AttnParams& p, const float* q, const float* k, const float* 
               const float ds = pj * (dp[j] - Di[r]);
               if (dbr) dbr[j] += ds;
               dp[j] = ds * g.scale;  // dp := scaled ds
-              if (pj != 0.0f) P::axpy(pj, doi, dvb + (j0 + j) * g.ldv, g.Dh);
-              if (ds != 0.0f) P::axpy(dp[j], qi, dkb + (j0 + j) * g.ldk, g.Dh);
+              pt[j * kTileQ + r] = pj;
+              dst[j * kTileQ + r] = dp[j];
             }
             P::rows_axpy(n, dp.data(), kb + j0 * g.ldk, g.ldk, g.Dh, dqa.data() + r * g.Dh);
+          }
+          // dv_j += Σ_r p_rj dout_r ; dk_j += Σ_r ds_rj q_r: each key's rows accumulate in registers over the
+          // tile's queries (one load and store of dv_j / dk_j per tile, not per query), rows in the same order
+          for (int64_t j = 0; j < nk; j++) {
+            P::rows_axpy(nq, pt.data() + j * kTileQ, do0, g.ldo, g.Dh, dvb + (j0 + j) * g.ldv);
+            P::rows_axpy(nq, dst.data() + j * kTileQ, q0, g.ldq, g.Dh, dkb + (j0 + j) * g.ldk);
           }
         }
         for (int64_t r = 0; r < nq; r++) {

@@ -116,6 +116,10 @@ export class PrefixCache {
   private readonly entries = new Map<string, Entry>();
   // explicit entries by the chain hash of their full blocks (root hash when shorter than a block)
   private readonly byChain = new Map<string, Set<Entry>>();
+  // automatic mode, prompt tails: the block holding the last prompt tokens of a running sequence (whose
+  // later slots its completion fills), by the prompt's prefixKey; valid while that sequence holds the block
+  private readonly tails = new Map<string, { block: number; nSlots: number }>();
+  private readonly tailOf = new Map<number, string>();
 
   constructor(kv: KvCacheManager, opts: PrefixCacheOptions = {}) {
     this.kv = kv;
@@ -148,8 +152,13 @@ export class PrefixCache {
   // ---------------------------------------------------------------------------------------------
   // automatic
   // ---------------------------------------------------------------------------------------------
-  /** Shares the longest cached chain of full blocks of tokens[0, maxTokens). */
-  matchAutomatic(tokens: readonly number[], maxTokens: number, hasher: BlockHasher): PrefixMatch {
+  /**
+   * Shares the longest cached chain of full blocks of tokens[0, maxTokens). When every full block is shared
+   * and a running sequence with the same prompt (`promptLen` tokens) has computed it, the rest up to maxTokens
+   * is copied from that sequence's prompt tail (copy-on-write): n samples of one prompt compute its last
+   * token once each, not its whole last block.
+   */
+  matchAutomatic(tokens: readonly number[], maxTokens: number, hasher: BlockHasher, promptLen = -1): PrefixMatch {
     const bs = this.kv.blockSize;
     const n = Math.floor(maxTokens / bs);
     const blocks: number[] = [];
@@ -158,7 +167,35 @@ export class PrefixCache {
       if (b === undefined || !this.kv.retain(b)) break; // not cached, or the process KV budget is spent
       blocks.push(b);
     }
+    const partial = maxTokens - n * bs;
+    if (blocks.length === n && partial > 0 && promptLen > 0 && Math.floor((promptLen - 1) / bs) === n) {
+      const t = this.tails.get(hasher.prefixKey(tokens, promptLen));
+      if (t && t.nSlots >= partial && this.kv.retain(t.block))
+        return { blocks, copy: { src: t.block, nSlots: partial }, tokens: maxTokens };
+    }
     return blocks.length ? { blocks, copy: null, tokens: blocks.length * bs } : EMPTY;
+  }
+
+  /** Offers a running sequence's computed prompt tail (tokens[0, promptLen), block table `blocks`) to matching. */
+  registerTail(tokens: readonly number[], promptLen: number, blocks: readonly number[], hasher: BlockHasher): void {
+    const bs = this.kv.blockSize;
+    const t = Math.floor((promptLen - 1) / bs);
+    const b = blocks[t];
+    if (b === undefined || b < 0 || this.tailOf.has(b)) return;
+    const key = hasher.prefixKey(tokens, promptLen);
+    if (this.tails.has(key)) return;
+    this.tails.set(key, { block: b, nSlots: promptLen - t * bs });
+    this.tailOf.set(b, key);
+  }
+
+  /** Withdraws the prompt tails held in `blocks` (their sequence is releasing them). */
+  dropTails(blocks: readonly number[]): void {
+    for (const b of blocks) {
+      const key = this.tailOf.get(b);
+      if (key === undefined) continue;
+      this.tailOf.delete(b);
+      if (this.tails.get(key)?.block === b) this.tails.delete(key);
+    }
   }
 
   /**

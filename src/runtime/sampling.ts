@@ -150,8 +150,10 @@ export class Sampler {
     const V = this.vocabSize;
     if (logits.length < V) throw new SamplingError(`logits has ${logits.length} entries, vocabulary is ${V}`);
     const p = this.params;
-    const x = this.work;
-    x.set(logits.subarray(0, V));
+    // the logits are read in place unless a penalty or a constraint changes them (a copy is a pass over V)
+    const edits = p.repetition_penalty !== 1 || p.frequency_penalty !== 0 || p.presence_penalty !== 0 || !!allowed;
+    const x = edits ? this.work : logits;
+    if (edits) x.set(logits.subarray(0, V));
     // penalties
     if (p.repetition_penalty !== 1) {
       const seen = new Set<number>(this.prompt);
@@ -216,11 +218,16 @@ export class Sampler {
     return ids;
   }
 
+  private drawAll(x: Float32Array, mx: number, invT: number): { token: number; z: number } {
+    return drawAllImpl(x, this.vocabSize, mx, invT, this.rng.next(), this.idx, this.prob);
+  }
+
   /** Draws a token; also returns z = Σ exp((x - mx)·invT) over all tokens when it was computed (else NaN). */
   private draw(x: Float32Array, mx: number, invT: number): { token: number; z: number } {
     const p = this.params;
     const idx = this.idx, pr = this.prob;
     let n = 0, z = NaN;
+    if (p.top_k === 0 && p.min_p === 0 && p.top_p === 1) return this.drawAll(x, mx, invT);
     if (p.top_k > 0 && p.top_k <= 256) {
       // small top-k: one pass with a size-k min-heap over the raw logits (usually one compare per token)
       n = heapTopK(x, this.vocabSize, p.top_k, idx);
@@ -268,6 +275,51 @@ export class Sampler {
     }
     return { token: idx[n - 1], z };
   }
+}
+
+/**
+ * draw() without truncation (no top-k, min-p or top-p: GRPO's sampling): one pass computes each candidate's
+ * exp and the partition function, a second walks to the drawn token. The same tokens as the general path
+ * (the same probabilities, summed in the same order) in two passes over V instead of five.
+ */
+function drawAllImpl(
+  x: Float32Array,
+  V: number,
+  mx: number,
+  invT: number,
+  u01: number,
+  idx: Int32Array,
+  pr: Float64Array,
+): { token: number; z: number } {
+  let n = 0,
+    z = 0;
+  for (let i = 0; i < V; i++) {
+    const d = (x[i] - mx) * invT;
+    if (!(d > -40)) continue;
+    const e = fastExp(d);
+    idx[n] = i;
+    pr[n] = e;
+    z += e;
+    n++;
+  }
+  if (n <= 4096) {
+    // small sets are drawn in (prob desc, id asc) order, as draw() does
+    sortPairs(idx, pr, n);
+    let total = 0;
+    for (let i = 0; i < n; i++) total += pr[i];
+    let u = u01 * total;
+    for (let i = 0; i < n; i++) {
+      u -= pr[i];
+      if (u < 0) return { token: idx[i], z };
+    }
+    return { token: idx[n - 1], z };
+  }
+  let u = u01 * z;
+  for (let i = 0; i < n; i++) {
+    u -= pr[i];
+    if (u < 0) return { token: idx[i], z };
+  }
+  return { token: idx[n - 1], z };
 }
 
 /** The k largest of x[0, V) (value desc, id asc on ties) into out[0, k) (unordered); returns the count. */

@@ -82,6 +82,8 @@ interface Seq {
   bpDone: Set<number>;
   hasher: BlockHasher;
   autoFrom: number;
+  /** automatic mode: the computed prompt's tail block was offered to the prefix cache (registerTail) */
+  tailOffered: boolean;
   pendingCopy: { src: number; dst: number; nSlots: number } | null;
   cacheRead: number;
   cacheWrite: number;
@@ -170,6 +172,7 @@ export class Scheduler {
       bpDone: new Set(),
       hasher: new BlockHasher(this.kv.blockSize, String(o.adapter ?? -1)),
       autoFrom: 0,
+      tailOffered: false,
       pendingCopy: null,
       cacheRead: 0,
       cacheWrite: 0,
@@ -267,6 +270,8 @@ export class Scheduler {
   }
 
   private freeSeq(seq: Seq): void {
+    if (seq.tailOffered) this.prefix.dropTails(seq.blocks);
+    seq.tailOffered = false;
     this.kv.releaseAll(seq.blocks.filter((b) => b >= 0));
     seq.blocks = [];
     seq.windowFreed = 0;
@@ -321,6 +326,7 @@ export class Scheduler {
     for (const bp of q.bps) if (!q.bpDone.has(bp.tokens)) return;
     if (q.mode === 'automatic') upTo = Math.min(upTo, q.autoFrom);
     for (let i = q.windowFreed; i < upTo; i++) {
+      if (q.tailOffered) this.prefix.dropTails([q.blocks[i]]);
       if (q.blocks[i] >= 0) this.kv.release(q.blocks[i]);
       q.blocks[i] = -1;
     }
@@ -332,7 +338,7 @@ export class Scheduler {
     const len = seq.tokens.length;
     const maxReuse = len - 1; // the last token is always computed (its logits are needed)
     let m = { blocks: [] as number[], copy: null as { src: number; nSlots: number } | null, tokens: 0 };
-    if (seq.mode === 'automatic') m = this.prefix.matchAutomatic(seq.tokens, maxReuse, seq.hasher);
+    if (seq.mode === 'automatic') m = this.prefix.matchAutomatic(seq.tokens, maxReuse, seq.hasher, seq.promptLen);
     else if (seq.mode === 'explicit' && seq.bps.length) m = this.prefix.matchExplicit(seq.tokens, seq.bps, maxReuse, seq.hasher);
     const need = this.kv.blocksFor(len) - m.blocks.length;
     const fresh = this.kv.allocate(need);
@@ -466,6 +472,10 @@ export class Scheduler {
         const r = this.prefix.registerAutomatic(q.tokens, q.blocks, q.autoFrom, q.computed, q.promptLen, q.hasher);
         q.autoFrom = r.next;
         if (!q.cacheAccounted) q.cacheWrite += r.written;
+        if (!q.tailOffered && q.computed >= q.promptLen) {
+          this.prefix.registerTail(q.tokens, q.promptLen, q.blocks, q.hasher);
+          q.tailOffered = true;
+        }
       } else if (q.mode === 'explicit' && q.bps.length) {
         const w = this.prefix.registerExplicit(q.tokens, q.blocks, q.computed, q.bps, q.bpDone, q.hasher);
         if (!q.cacheAccounted && w > 0) q.cacheWrite = Math.max(q.cacheWrite, w - q.cacheRead);

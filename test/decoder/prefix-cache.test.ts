@@ -6,6 +6,7 @@ import t from 'tap';
 import { join } from 'node:path';
 import { loadDecoder } from '../../src/runtime/generate.ts';
 import { parseTtl } from '../../src/runtime/prefix-cache.ts';
+import { sampleGroup } from '../../src/training/algorithms/grpo.ts';
 import { goldens, shared } from './helpers.ts';
 
 for (const kvDtype of ['f32', 'bf16'] as const) {
@@ -33,6 +34,22 @@ for (const kvDtype of ['f32', 'bf16'] as const) {
     const refB = await gen(promptB, { mode: 'none' });
     t.ok(other.usage.cache_read_tokens >= Math.floor(prefix.length / 16) * 16 - 16, `shared prefix read ${other.usage.cache_read_tokens}`);
     t.same(other.tokenIds, refB.tokenIds);
+  });
+
+  t.test(`${kvDtype} KV: automatic: samples of a running prompt copy its tail and compute one token`, async (t) => {
+    model.prefix.clear();
+    const ref = await gen(promptA, { mode: 'none' });
+    // as GRPO samples a group: the lead prefills, the others are admitted while it decodes
+    const req = { prompt_ids: promptA, max_tokens: 20, temperature: 0, stop_at_eos: false };
+    const finals = await Promise.all(sampleGroup(model, req, 3, (k) => k));
+    for (const f of finals) t.same(f.tokenIds, ref.tokenIds, 'same tokens as uncached');
+    t.equal(finals[0].usage.cache_read_tokens, 0);
+    for (const f of finals.slice(1))
+      t.equal(f.usage.cache_read_tokens, promptA.length - 1, 'all but the last prompt token');
+    // the tail lives only while its sequence holds it: a later request shares full blocks alone
+    const later = await gen(promptA, { mode: 'automatic' });
+    t.equal(later.usage.cache_read_tokens, Math.floor((promptA.length - 1) / 16) * 16);
+    t.same(later.tokenIds, ref.tokenIds);
   });
 
   t.test(`${kvDtype} KV: explicit: only breakpoint prefixes are cached; partial block copy-on-write`, async (t) => {

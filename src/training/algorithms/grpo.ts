@@ -57,8 +57,9 @@ export function groupBlocks(bs: number, promptLen: number, maxNew: number, maxLe
 /**
  * `n` samples of one prompt from a serving engine (seed(k) for the k-th). The first prefills the prompt with
  * automatic prefix caching; the others are submitted once its prompt is in the cache (its first token), so
- * they share the prompt's KV blocks and compute only its last partial block: the prompt is computed once
- * per group, not n times (transformers' generate with num_return_sequences repeats it n times).
+ * they share the prompt's full KV blocks, copy the first's prompt tail (PrefixCache.matchAutomatic) and
+ * compute only the prompt's last token: the prompt is computed once per group, not n times (transformers'
+ * generate with num_return_sequences repeats it n times).
  */
 export function sampleGroup(
   engine: DecoderModel,
