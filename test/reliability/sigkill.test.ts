@@ -182,7 +182,7 @@ t.test('kill -9 during an upload: before, at and after the last byte', async (t)
         body: { dataset_name: name, upload_id: u.upload_id },
       });
     }
-    v = await waitVersion(name, u.version_number, 30_000);
+    v = await waitVersion(name, u.version_number, 120_000);
     if (v.body.status === 'failed') {
       t.ok(!acked, `${when}: only an unacknowledged upload may fail`);
       t.ok(
