@@ -734,30 +734,19 @@ static inline void gemm_q4_K(int64_t K, const uint8_t* w, size_t rb, int64_t M, 
   for (; m < M; m++) tile_q4_K<G, 1>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
 }
 
-void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
-  gemm_q40_q50<false, 1>(K, w, rb, M, q, d, ds, y, ldy);
-}
-void gemm8_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
-  gemm_q40_q50<false, 2>(K, w, rb, M, q, d, ds, y, ldy);
-}
-void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
-  gemm_q40_q50<true, 1>(K, w, rb, M, q, d, ds, y, ldy);
-}
-void gemm8_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
-  gemm_q40_q50<true, 2>(K, w, rb, M, q, d, ds, y, ldy);
-}
-void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
-  gemm_q4_K<1>(K, w, rb, M, q, d, ds, y, ldy);
-}
-void gemm8_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, const float* ds,
-                   float* y, int64_t ldy) {
-  gemm_q4_K<2>(K, w, rb, M, q, d, ds, y, ldy);
-}
+// gemm4 / gemm8 of Q4_0, Q5_0 and Q4_K: one tile kernel each, 1 or 2 groups of 4 rows
+#define LOOM_QUANT_GEMM_DEF(R, T, impl)                                                                        \
+  void gemm##R##_##T##_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d, \
+                          const float* ds, float* y, int64_t ldy) {                                            \
+    impl(K, w, rb, M, q, d, ds, y, ldy);                                                                      \
+  }
+LOOM_QUANT_GEMM_DEF(4, q4_0, (gemm_q40_q50<false, 1>))
+LOOM_QUANT_GEMM_DEF(8, q4_0, (gemm_q40_q50<false, 2>))
+LOOM_QUANT_GEMM_DEF(4, q5_0, (gemm_q40_q50<true, 1>))
+LOOM_QUANT_GEMM_DEF(8, q5_0, (gemm_q40_q50<true, 2>))
+LOOM_QUANT_GEMM_DEF(4, q4_K, gemm_q4_K<1>)
+LOOM_QUANT_GEMM_DEF(8, q4_K, gemm_q4_K<2>)
+#undef LOOM_QUANT_GEMM_DEF
 
 // Q6_K: per super-block and group, the 8 sub-blocks' values (0-63) interleaved as above (32 vectors), the two
 // integer scales of row r's sub-block j in s16 lanes 4r..4r+3 (16 vectors: A for its values 0-15 = chunks 0-1,

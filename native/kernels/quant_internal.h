@@ -39,28 +39,17 @@ using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, floa
   float vec_dot_##T##_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);     \
   void vec_dot4_##T##_q8(int64_t K, const uint8_t* w, size_t rb, const int8_t* q, const float* d, const float* ds, \
                          float* y);
+// R weight rows (gemm4, gemm8) against M quantized rows of x, per weight type T
+#define LOOM_QUANT_GEMM(R, T)                                                                                    \
+  void gemm##R##_##T##_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,   \
+                          const float* ds, float* y, int64_t ldy);
 #define LOOM_QUANT_DECLS                                                                  \
   void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds);           \
   LOOM_QUANT_DOTS(q4_0) LOOM_QUANT_DOTS(q4_1) LOOM_QUANT_DOTS(q5_0) LOOM_QUANT_DOTS(q5_1) \
   LOOM_QUANT_DOTS(q8_0) LOOM_QUANT_DOTS(q4_K) LOOM_QUANT_DOTS(q5_K) LOOM_QUANT_DOTS(q6_K) LOOM_QUANT_DOTS(q8_K) \
-  void gemm4_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy);                                             \
-  void gemm4_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy);                                             \
-  void gemm4_q8_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy);                                             \
-  void gemm4_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy);                                             \
-  void gemm4_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy); \
-  void gemm8_q4_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy);                                             \
-  void gemm8_q5_0_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy);                                             \
-  void gemm8_q4_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy); \
-  void gemm8_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,  \
-                     const float* ds, float* y, int64_t ldy);
+  LOOM_QUANT_GEMM(4, q4_0) LOOM_QUANT_GEMM(4, q5_0) LOOM_QUANT_GEMM(4, q8_0) LOOM_QUANT_GEMM(4, q4_K)          \
+  LOOM_QUANT_GEMM(4, q6_K) LOOM_QUANT_GEMM(8, q4_0) LOOM_QUANT_GEMM(8, q5_0) LOOM_QUANT_GEMM(8, q4_K)          \
+  LOOM_QUANT_GEMM(8, q6_K)
 
 // vec_dot4 as four single-row products, for the types without a four-row kernel (defined inside each ISA's
 // namespace: LOOM_DOT4_BY_ROWS(q5_K) defines <isa>::vec_dot4_q5_K_q8 from <isa>::vec_dot_q5_K_q8)
