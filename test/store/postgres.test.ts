@@ -90,6 +90,35 @@ if (missing) {
     t.equal(await s.meta.get('seen-5'), undefined, 'a failed transaction wrote nothing');
   });
 
+  t.test('a connection the server ends in the middle of a transaction fails that transaction, not the process',
+    async (t) => {
+      const url = await pgs.createDb();
+      const s = await openStore('/nonexistent', { databaseUrl: url, poolSize: 2 });
+      t.teardown(() => s.close());
+      let go!: () => void;
+      const paused = new Promise<void>((r) => { go = r; });
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => { entered = r; });
+      const tx = s.tx(async (x) => {
+        await x.meta.get('counter');
+        entered();
+        await paused; // the checked-out connection sits between two queries here
+        x.meta.put('counter', 1);
+      });
+      await inside;
+      // as a database restart does to every session: FATAL 57P01 arrives on an idle checked-out connection
+      const admin = new pg.Client({ connectionString: url });
+      await admin.connect();
+      t.teardown(() => admin.end());
+      await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid()`);
+      await new Promise((r) => setTimeout(r, 200)); // the FATAL reaches the client (it crashed the process before)
+      go();
+      await t.rejects(tx, 'the transaction that held the ended connection fails');
+      await s.tx((x) => { x.meta.put('counter', 2); });
+      t.equal(await s.meta.get('counter'), 2, 'the next transaction runs on a new connection');
+    });
+
   t.test('a key revoked through one API process is refused by the other on its next request', async (t) => {
     const url = await pgs.createDb();
     const config = { databaseUrl: url, databasePoolSize: 4 };

@@ -153,8 +153,19 @@ function writeStatements(c: pg.PoolClient, writes: Writes): string[] {
   return out;
 }
 
+/**
+ * A checked-out connection has no listener of the pool's: a connection the server ends between two of
+ * its queries (a restart, `pg_terminate_backend`: 57P01) emits 'error' on it, which would take the
+ * process down. This listener keeps it to the caller, whose next query fails, until `release`.
+ */
+function guardCheckout(c: pg.PoolClient, onError: (err: unknown) => void = () => {}): () => void {
+  c.on('error', onError);
+  return () => { c.removeListener('error', onError); };
+}
+
 async function migrate(pool: pg.Pool): Promise<void> {
   const c = await pool.connect();
+  const unguard = guardCheckout(c);
   try {
     await c.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
     try {
@@ -181,6 +192,7 @@ async function migrate(pool: pg.Pool): Promise<void> {
       throw new Error(`store schema version ${v} is newer than this Loom (${SCHEMA_VERSION}); upgrade Loom`);
     }
   } finally {
+    unguard();
     c.release();
   }
 }
@@ -221,6 +233,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
     }
     let broken = false;
     let dbError: unknown = null; // the first failed query: the PostgreSQL transaction is aborted from then on
+    const unguard = guardCheckout(c, () => { broken = true; });
     try {
       // the write lock before the transaction's snapshot, shared by first attempts, alone for a rerun
       // after a conflict (see the top of this file)
@@ -261,6 +274,7 @@ export async function openPostgres(url: string, opts: PostgresOptions = {}): Pro
       if (!broken) await c.query('ROLLBACK; SELECT pg_advisory_unlock_all()').catch(() => { broken = true; });
       return { ok: false, err };
     } finally {
+      unguard();
       c.release(broken);
     }
   }
