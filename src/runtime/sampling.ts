@@ -218,16 +218,14 @@ export class Sampler {
     return ids;
   }
 
-  private drawAll(x: Float32Array, mx: number, invT: number): { token: number; z: number } {
-    return drawAllImpl(x, this.vocabSize, mx, invT, this.rng.next(), this.idx, this.prob);
-  }
-
   /** Draws a token; also returns z = Σ exp((x - mx)·invT) over all tokens when it was computed (else NaN). */
   private draw(x: Float32Array, mx: number, invT: number): { token: number; z: number } {
     const p = this.params;
     const idx = this.idx, pr = this.prob;
     let n = 0, z = NaN;
-    if (p.top_k === 0 && p.min_p === 0 && p.top_p === 1) return this.drawAll(x, mx, invT);
+    if (p.top_k === 0 && p.min_p === 0 && p.top_p === 1) {
+      return drawAll(x, this.vocabSize, mx, invT, this.rng.next(), idx, pr);
+    }
     if (p.top_k > 0 && p.top_k <= 256) {
       // small top-k: one pass with a size-k min-heap over the raw logits (usually one compare per token)
       n = heapTopK(x, this.vocabSize, p.top_k, idx);
@@ -264,17 +262,31 @@ export class Sampler {
       for (let i = 0; i < n; i++) total += pr[i];
       n = selectMass(idx, pr, n, p.top_p * total);
     }
-    // deterministic order for the draw: small sets sorted (prob desc, id asc); large sets in id order as built
-    if (n <= 4096) sortPairs(idx, pr, n);
-    let total = 0;
-    for (let i = 0; i < n; i++) total += pr[i];
-    let u = this.rng.next() * total;
-    for (let i = 0; i < n; i++) {
-      u -= pr[i];
-      if (u < 0) return { token: idx[i], z };
-    }
-    return { token: idx[n - 1], z };
+    return { token: pick(idx, pr, n, this.rng.next()), z };
   }
+}
+
+/**
+ * The token at u01 of the cumulative probabilities pr[0, n) (unnormalised) of the candidates idx[0, n), in a
+ * deterministic order: small sets sorted (prob desc, id asc), large ones in id order as built. `sum`, when
+ * given, is Σ pr in that build order (it serves the large sets; small ones are summed after the sort).
+ */
+function pick(idx: Int32Array, pr: Float64Array, n: number, u01: number, sum = NaN): number {
+  let total = sum;
+  if (n <= 4096) {
+    sortPairs(idx, pr, n);
+    total = NaN;
+  }
+  if (Number.isNaN(total)) {
+    total = 0;
+    for (let i = 0; i < n; i++) total += pr[i];
+  }
+  let u = u01 * total;
+  for (let i = 0; i < n; i++) {
+    u -= pr[i];
+    if (u < 0) return idx[i];
+  }
+  return idx[n - 1];
 }
 
 /**
@@ -282,7 +294,7 @@ export class Sampler {
  * exp and the partition function, a second walks to the drawn token. The same tokens as the general path
  * (the same probabilities, summed in the same order) in two passes over V instead of five.
  */
-function drawAllImpl(
+function drawAll(
   x: Float32Array,
   V: number,
   mx: number,
@@ -302,24 +314,7 @@ function drawAllImpl(
     z += e;
     n++;
   }
-  if (n <= 4096) {
-    // small sets are drawn in (prob desc, id asc) order, as draw() does
-    sortPairs(idx, pr, n);
-    let total = 0;
-    for (let i = 0; i < n; i++) total += pr[i];
-    let u = u01 * total;
-    for (let i = 0; i < n; i++) {
-      u -= pr[i];
-      if (u < 0) return { token: idx[i], z };
-    }
-    return { token: idx[n - 1], z };
-  }
-  let u = u01 * z;
-  for (let i = 0; i < n; i++) {
-    u -= pr[i];
-    if (u < 0) return { token: idx[i], z };
-  }
-  return { token: idx[n - 1], z };
+  return { token: pick(idx, pr, n, u01, z), z };
 }
 
 /** The k largest of x[0, V) (value desc, id asc on ties) into out[0, k) (unordered); returns the count. */
