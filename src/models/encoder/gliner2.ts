@@ -212,12 +212,12 @@ export class Gliner2Model {
     const chunkWords = opts.chunkWords ?? 384;
     const overlap = Math.min(opts.chunkOverlap ?? 64, chunkWords - 1);
     const schemas = items.map((it) => (isSchema(it.schema) ? it.schema : normalizeSchema(it.schema)));
-    const fmt = { fieldPromptOrder: opts.fieldPromptOrder, wordFeatures: this.wordFeatures };
+    const fmt = { fieldPromptOrder: opts.fieldPromptOrder };
     const L = ENCODER_LIMITS;
     // Prompt tokens of each distinct schema (the formatted empty text less its "." token).
     const promptTok = new Map<Schema, number>();
     for (const sc of new Set(schemas)) {
-      const n = (await formatInput(this.tokenizer, '', sc, fmt)).ids.length - 1;
+      const n = (await this.format('', sc, fmt)).ids.length - 1;
       if (n > L.promptTokens)
         throw overLimit('promptTokens', '/schema', `the schema's prompt is ${n} tokens, over the limit`);
       promptTok.set(sc, n);
@@ -247,7 +247,7 @@ export class Gliner2Model {
       if (windows.length === 1) jobs.push({ item: i, text: it.text, offset: 0 });
       else for (const [s, e] of windows) jobs.push({ item: i, text: it.text.slice(w.start[s], w.end[e - 1]), offset: w.start[s] });
     }
-    const formatted = await Promise.all(jobs.map((j) => formatInput(this.tokenizer, j.text, schemas[j.item], fmt)));
+    const formatted = await Promise.all(jobs.map((j) => this.format(j.text, schemas[j.item], fmt)));
     const runItems: Item[] = formatted.map((f, i) => ({ f, schema: schemas[jobs[i].item] }));
     const decodeOpts = { threshold, pick: reference ? ('reference' as const) : ('best' as const), K: this.info.maxWidth };
     // Decode each batch as it completes and drop its score tensors (count × labels × words × K per
@@ -357,8 +357,7 @@ export class Gliner2Model {
   /** Intermediate tensors of one (text, schema) run, for parity tests. */
   async debugRun(text: string, schema: unknown, opts: ExtractOptions = {}): Promise<{ formatted: Formatted; inter: Intermediates }> {
     const s = isSchema(schema) ? schema : normalizeSchema(schema);
-    const fmt = { fieldPromptOrder: opts.fieldPromptOrder, wordFeatures: this.wordFeatures };
-    const f = await formatInput(this.tokenizer, text, s, fmt);
+    const f = await this.format(text, s, { fieldPromptOrder: opts.fieldPromptOrder });
     const inter: Intermediates[] = [];
     await this.runBatches([{ f, schema: s }], opts, inter);
     return { formatted: f, inter: inter[0] };
