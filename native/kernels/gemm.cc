@@ -289,8 +289,8 @@ PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int6
     const size_t rb = quant_row_bytes(wtype, K), ldb = quant_row_bytes(wtype, ldw);
     p->bytes = size_t(N) * rb;
     p->data = aligned_malloc(std::max<size_t>(p->bytes, 64));
-    const uint8_t* src = static_cast<const uint8_t*>(w);
-    for (int64_t n = 0; n < N; n++) std::memcpy(static_cast<uint8_t*>(p->data) + size_t(n) * rb, src + size_t(n) * ldb, rb);
+    quant_pack(wtype, N, K, w, ldb, p->data);  // Q8_0 / Q5_0 re-laid for the small-M kernels, others copied
+    p->quant_packed = quant_packs(wtype);
     return p;
   }
   if (wtype != DType::F32 && wtype != DType::BF16 && wtype != DType::F16)
@@ -319,6 +319,12 @@ int64_t weight_rows(const PackedWeight* p) { return p->N; }
 int64_t weight_cols(const PackedWeight* p) { return p->K; }
 size_t weight_bytes(const PackedWeight* p) { return p->bytes; }
 const void* weight_quant_data(const PackedWeight* p) { return quant_supported(p->stored) ? p->data : nullptr; }
+void weight_quant_rows(const PackedWeight* p, int64_t n0, int64_t n, float* dst) {
+  if (!quant_supported(p->stored)) throw std::invalid_argument("weight_quant_rows: not a block-quantized weight");
+  if (p->quant_packed) return quant_dequantize_packed(p->stored, p->N, p->K, p->data, n0, n, dst);
+  if (n0 < 0 || n < 0 || n0 + n > p->N) throw std::invalid_argument("weight_quant_rows: rows out of range");
+  quant_dequantize_rows(p->stored, n, p->K, static_cast<const uint8_t*>(p->data) + size_t(n0) * quant_row_bytes(p->stored, p->K), dst);
+}
 
 void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
                    int64_t ldy, float beta) {
@@ -332,7 +338,8 @@ void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w
       quant_acts(M, w->K, x, ldx, &a);
       int64_t n0 = 0;
       for (const PackedWeight* p : w->parts) {
-        linear_quant_acts(p->stored, p->N, a, p->data, bias ? bias + n0 : nullptr, y + n0, ldy, beta);
+        linear_quant_acts(p->stored, p->N, a, p->data, bias ? bias + n0 : nullptr, y + n0, ldy, beta,
+                          p->quant_packed);
         n0 += p->N;
       }
       return;
@@ -346,7 +353,7 @@ void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w
   }
   if (w->nr == 0) {  // plain row-major copy: the unpacked kernels of the active ISA
     if (quant_supported(w->stored))
-      return linear_quant(w->stored, M, w->N, w->K, x, ldx, w->data, bias, y, ldy, beta);
+      return linear_quant(w->stored, M, w->N, w->K, x, ldx, w->data, bias, y, ldy, beta, w->quant_packed);
     if (w->stored == DType::BF16)
       return linear_bf16(M, w->N, w->K, x, ldx, static_cast<const uint16_t*>(w->data), w->K, bias, y, ldy, beta);
     return linear_f32(M, w->N, w->K, x, ldx, static_cast<const float*>(w->data), w->K, bias, y, ldy, beta);

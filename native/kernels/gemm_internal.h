@@ -22,6 +22,7 @@ namespace loom {
 struct PackedWeight {
   Isa isa = Isa::Portable;
   DType stored = DType::F32;  // element type of data: F32 or BF16, or Q* rows of blocks (nr == 0)
+  bool quant_packed = false;  // Q* rows laid out by quant_pack (loom/quant.h)
   int64_t N = 0, K = 0;
   int nr = 0;
   void* data = nullptr;

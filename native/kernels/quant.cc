@@ -211,6 +211,106 @@ LOOM_GEMM8_BY_GEMM4(q6_K)
 
 }  // namespace portable
 
+// ---- quant_pack's layouts (quant_internal.h): a group of 4 rows, plain ↔ packed, block by block ------------
+
+namespace {
+
+// block b of the 4 plain rows at src (rb bytes apart) → one packed block at out
+void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
+  if (t == DType::Q8_0) {
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* w = src + r * rb;
+      std::memcpy(out + 2 * r, w, 2);
+      for (int c = 0; c < 4; c++) std::memcpy(out + 8 + 32 * c + 8 * r, w + 2 + 8 * c, 8);
+    }
+    return;
+  }
+  std::memset(out, 0, size_t(kQ5_0x4Bytes));  // Q5_0
+  for (int r = 0; r < 4; r++) {
+    const uint8_t* w = src + r * rb;
+    std::memcpy(out + 2 * r, w, 2);
+    uint32_t qh;
+    std::memcpy(&qh, w + 2, 4);
+    for (int c = 0; c < 4; c++)
+      for (int i = 0; i < 8; i++) {
+        const int j = 8 * c + i, idx = 8 * r + i;  // value j of the row; byte idx of chunk c
+        const int v = (j < 16 ? w[6 + j] & 0x0F : w[6 + j - 16] >> 4) | int((qh >> j) & 1) << 4;
+        out[(c < 2 ? 8 : 40) + idx] |= uint8_t((v & 0x0F) << (4 * (c & 1)));
+        out[72 + idx % 16] |= uint8_t((v >> 4) << (c + (idx < 16 ? 0 : 4)));
+      }
+  }
+}
+
+// one packed block at in → block b of the 4 plain rows at dst (rb bytes apart)
+void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
+  if (t == DType::Q8_0) {
+    for (int r = 0; r < 4; r++) {
+      uint8_t* w = dst + r * rb;
+      std::memcpy(w, in + 2 * r, 2);
+      for (int c = 0; c < 4; c++) std::memcpy(w + 2 + 8 * c, in + 8 + 32 * c + 8 * r, 8);
+    }
+    return;
+  }
+  for (int r = 0; r < 4; r++) {  // Q5_0
+    uint8_t* w = dst + r * rb;
+    std::memcpy(w, in + 2 * r, 2);
+    std::memset(w + 6, 0, 16);
+    uint32_t qh = 0;
+    for (int c = 0; c < 4; c++)
+      for (int i = 0; i < 8; i++) {
+        const int j = 8 * c + i, idx = 8 * r + i;
+        const int lo = (in[(c < 2 ? 8 : 40) + idx] >> (4 * (c & 1))) & 0x0F;
+        const int hi = (in[72 + idx % 16] >> (c + (idx < 16 ? 0 : 4))) & 1;
+        w[6 + j % 16] |= uint8_t(lo << (j < 16 ? 0 : 4));
+        qh |= uint32_t(hi) << j;
+      }
+    std::memcpy(w + 2, &qh, 4);
+  }
+}
+
+int64_t packed_block_bytes(DType t) {
+  return t == DType::Q8_0 ? kQ8_0x4Bytes : t == DType::Q5_0 ? kQ5_0x4Bytes : 0;
+}
+
+// the group of 4 packed rows at w (K values each) → 4 plain rows at dst (rb bytes each)
+void unpack_group(DType t, int64_t K, const uint8_t* w, uint8_t* dst) {
+  const int64_t pb = packed_block_bytes(t), bytes = pb / 4;
+  const size_t rb = size_t(K / kQ8Block * bytes);
+  for (int64_t b = 0; b < K / kQ8Block; b++) unpack_block(t, w + b * pb, dst + b * bytes, rb);
+}
+
+}  // namespace
+
+namespace portable {
+
+// The packed kernels: each group unpacked to its 4 plain rows, then the plain kernels (the reference path)
+template <DType T>
+static void gemm_packed(int64_t K, const uint8_t* w, size_t rs, int G, int64_t M, const int8_t* q, const float* d,
+                        const float* ds, float* y, int64_t ldy) {
+  thread_local std::vector<uint8_t> rows;
+  const size_t rb = quant_row_bytes(T, K);
+  rows.resize(4 * rb);
+  for (int g = 0; g < G; g++) {
+    unpack_group(T, K, w + g * rs, rows.data());
+    if (T == DType::Q8_0) gemm4_q8_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+    else gemm4_q5_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+  }
+}
+void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_packed<DType::Q8_0>(K, w, rs, 1, M, q, d, ds, y, ldy);
+}
+void gemm4_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_packed<DType::Q5_0>(K, w, rs, 1, M, q, d, ds, y, ldy);
+}
+void gemm8_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_packed<DType::Q5_0>(K, w, rs, 2, M, q, d, ds, y, ldy);
+}
+
+}  // namespace portable
+
 namespace {
 
 // One row per kept type: ggml id (for the dequantizer), block values / bytes, and its kernel per ISA.
@@ -223,34 +323,35 @@ struct QuantType {
   QuantDot4Fn dot4[3];  // the same, four rows per pass
   QuantGemm4Fn gemm4[3];  // four rows × M rows of x, blocks unpacked once (nullptr: dot4 per row of x)
   QuantGemm4Fn gemm8[3];  // eight rows × M rows of x (nullptr: gemm4 per four rows)
+  QuantGemm4Fn packed4[3], packed8[3];  // the same over quant_pack's layout, any M (nullptr: not packed)
 };
 
 #define LOOM_QT(T, id, n, bytes, fn)                                                                 \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn}, \
-   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}, {}}
-#define LOOM_QT_GEMM4(T, id, n, bytes, fn)                                                                         \
-  {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
-   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
-   {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn}, {}}
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}, {}, {}, {}}
 #define LOOM_QT_GEMM8(T, id, n, bytes, fn)                                                                         \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
    {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
    {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn},                                                 \
-   {portable::gemm8_##fn, avx2::gemm8_##fn, avx512::gemm8_##fn}}
+   {portable::gemm8_##fn, avx2::gemm8_##fn, avx512::gemm8_##fn}, {}, {}}
+#define LOOM_QUANT_ISAS(f) {portable::f, avx2::f, avx512::f}
 const QuantType kTypes[] = {
     LOOM_QT_GEMM8(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
     LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
-    LOOM_QT_GEMM8(Q5_0, GGML_Q5_0, kQ8Block, kQ5_0Bytes, q5_0_q8),
+    {DType::Q5_0, "Q5_0", gguf::GGML_Q5_0, kQ8Block, kQ5_0Bytes, LOOM_QUANT_ISAS(vec_dot_q5_0_q8),
+     LOOM_QUANT_ISAS(vec_dot4_q5_0_q8), LOOM_QUANT_ISAS(gemm4_q5_0_q8), LOOM_QUANT_ISAS(gemm8_q5_0_q8),
+     LOOM_QUANT_ISAS(gemm4_q5_0x4_q8), LOOM_QUANT_ISAS(gemm8_q5_0x4_q8)},
     LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
-    LOOM_QT_GEMM4(Q8_0, GGML_Q8_0, kQ8Block, kQ8_0Bytes, q8_0_q8),
+    {DType::Q8_0, "Q8_0", gguf::GGML_Q8_0, kQ8Block, kQ8_0Bytes, LOOM_QUANT_ISAS(vec_dot_q8_0_q8),
+     LOOM_QUANT_ISAS(vec_dot4_q8_0_q8), LOOM_QUANT_ISAS(gemm4_q8_0_q8), {}, LOOM_QUANT_ISAS(gemm4_q8_0x4_q8), {}},
     LOOM_QT_GEMM8(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
     LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
     LOOM_QT_GEMM8(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT
-#undef LOOM_QT_GEMM4
 #undef LOOM_QT_GEMM8
+#undef LOOM_QUANT_ISAS
 
 const QuantType* find(DType t) {
   for (const QuantType& e : kTypes)
@@ -309,8 +410,42 @@ void quant_dequantize_rows(DType t, int64_t rows, int64_t K, const void* src, fl
   gguf::dequantize_serial(e.ggml, static_cast<const uint8_t*>(src), dst, rows * K);
 }
 
+bool quant_packs(DType t) { return packed_block_bytes(t) != 0; }
+
+void quant_pack(DType t, int64_t N, int64_t K, const void* src, size_t ldb, void* dst) {
+  check(t, K);
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  uint8_t* o = static_cast<uint8_t*>(dst);
+  const size_t rb = quant_row_bytes(t, K);
+  const int64_t pb = packed_block_bytes(t), N4 = pb ? N / 4 * 4 : 0;
+  for (int64_t n = 0; n < N4; n += 4)  // group n/4 at n·rb, its blocks in order
+    for (int64_t b = 0; b < K / kQ8Block; b++) pack_block(t, s + size_t(n) * ldb + b * (pb / 4), ldb, o + n * rb + b * pb);
+  for (int64_t n = N4; n < N; n++) std::memcpy(o + n * rb, s + size_t(n) * ldb, rb);  // the rest as they are
+}
+
+void quant_dequantize_packed(DType t, int64_t N, int64_t K, const void* w, int64_t n0, int64_t n, float* dst) {
+  const QuantType& e = check(t, K);
+  if (n0 < 0 || n < 0 || n0 + n > N) throw std::invalid_argument("quant_dequantize_packed: rows out of range");
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const size_t rb = quant_row_bytes(t, K);
+  const int64_t N4 = quant_packs(t) ? N / 4 * 4 : 0;
+  thread_local std::vector<uint8_t> rows;
+  rows.resize(4 * rb);
+  for (int64_t r = n0; r < n0 + n;) {
+    if (r >= N4) {  // plain rows
+      gguf::dequantize_serial(e.ggml, wb + size_t(r) * rb, dst + (r - n0) * K, (n0 + n - r) * K);
+      return;
+    }
+    const int64_t g = r / 4 * 4, r1 = std::min(g + 4, n0 + n);  // rows r .. r1 - 1 of the group at g
+    unpack_group(t, K, wb + size_t(g) * rb, rows.data());
+    gguf::dequantize_serial(e.ggml, rows.data() + (r - g) * rb, dst + (r - n0) * K, (r1 - r) * K);
+    r = r1;
+  }
+}
+
 void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w,
-                  const float* bias, float* y, int64_t ldy, float beta) {
+                  const float* bias, float* y, int64_t ldy, float beta, bool packed) {
+  packed = packed && quant_packs(t);
   const QuantType& e = check(t, K);
   if (M <= 0 || N <= 0) return;
   const uint8_t* wb = static_cast<const uint8_t*>(w);
@@ -323,7 +458,8 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
       std::vector<float> panel(size_t(P * K));
       for (int64_t p = p0; p < p1; p++) {
         const int64_t n0 = p * P, n = std::min(P, N - n0);
-        gguf::dequantize_serial(e.ggml, wb + size_t(n0) * rb, panel.data(), n * K);
+        if (packed) quant_dequantize_packed(t, N, K, wb, n0, n, panel.data());
+        else gguf::dequantize_serial(e.ggml, wb + size_t(n0) * rb, panel.data(), n * K);
         linear_f32(M, n, K, x, ldx, panel.data(), K, bias ? bias + n0 : nullptr, y + n0, ldy, beta);
       }
     });
@@ -332,7 +468,7 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   // decode / small batches: int8 activations, integer dot products per block
   thread_local QuantActs a;
   quant_acts(M, K, x, ldx, &a);
-  linear_quant_acts(t, N, a, w, bias, y, ldy, beta);
+  linear_quant_acts(t, N, a, w, bias, y, ldy, beta, packed);
 }
 
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
@@ -352,7 +488,7 @@ void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a)
 }
 
 void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
-                       int64_t ldy, float beta) {
+                       int64_t ldy, float beta, bool packed) {
   const int64_t M = a.M, K = a.K;
   const QuantType& e = check(t, K);
   if (M <= 0 || N <= 0) return;
@@ -361,8 +497,12 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
   const int isa = quant_isa();
   const QuantDotFn dot = e.dot[isa];
   const QuantDot4Fn dot4 = e.dot4[isa];
-  const QuantGemm4Fn gemm4 = M > 1 ? e.gemm4[isa] : nullptr;
-  const QuantGemm4Fn gemm8 = M > 1 ? e.gemm8[isa] : nullptr;
+  // packed (quant_pack): the group of rows n .. n + 3 starts at n·rb as a plain row would, and the kernels take
+  // the group stride where the plain ones take the row stride
+  packed = packed && e.packed4[isa];
+  const QuantGemm4Fn gemm4 = packed ? e.packed4[isa] : M > 1 ? e.gemm4[isa] : nullptr;
+  const QuantGemm4Fn gemm8 = packed ? e.packed8[isa] : M > 1 ? e.gemm8[isa] : nullptr;
+  const size_t rs = packed ? 4 * rb : rb;
   const int64_t nb = K / kQ8Block;
   const int8_t* qp = a.q.data();
   const float* dp = a.d.data();
@@ -372,47 +512,41 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
     float* yp = y + m * ldy + n;
     *yp = beta == 0.0f ? v : v + beta * *yp;
   };
-  // groups of R rows of W (each group's blocks stay in L1 while every row of x passes), split over threads
+  // groups of R rows of W (each group's blocks stay in L1 while every row of x passes), split over threads; the
+  // kernels write chunks of kChunk columns into a local (M, kChunk) tile, copied out a row of y at a time. Written
+  // straight into y, each group stored 16 or 32 bytes into each of M rows of y ldy floats apart: with ldy a multiple
+  // of 1024 (the logits of a 49,152-token vocabulary) those M lines share one L1 set and two L2 sets, and every
+  // partial store missed (Q8_0 lm_head, M = 32, 1 thread: 41-52 ms where 6,144 rows took 2.5).
+  constexpr int64_t kChunk = 64;
   const int64_t R = gemm8 ? 8 : 4;
   parallel_for((N + R - 1) / R, 16 / R, [&](int64_t g0, int64_t g1) {
     const int64_t n1 = std::min(N, R * g1);
-    int64_t n = R * g0;
-    for (; gemm8 && n + 8 <= n1; n += 8) {  // tiles of 8 rows of W
-      const uint8_t* wr = wb + size_t(n) * rb;
-      if (!bias && beta == 0.0f) {  // straight into y
-        gemm8(K, wr, rb, M, qp, dp, dsp, y + n, ldy);
-        continue;
-      }
-      float v[kQuantSmallM * 8];
-      gemm8(K, wr, rb, M, qp, dp, dsp, v, 8);
-      for (int64_t m = 0; m < M; m++)
-        for (int r = 0; r < 8; r++) put(m, n + r, v[m * 8 + r]);
-    }
-    for (; n + 4 <= n1; n += 4) {
-      const uint8_t* wr = wb + size_t(n) * rb;
-      if (gemm4 && !bias && beta == 0.0f) {  // straight into y
-        gemm4(K, wr, rb, M, qp, dp, dsp, y + n, ldy);
-        continue;
-      }
-      if (gemm4) {
-        float v[kQuantSmallM * 4];
-        gemm4(K, wr, rb, M, qp, dp, dsp, v, 4);
-        for (int64_t m = 0; m < M; m++)
-          for (int r = 0; r < 4; r++) put(m, n + r, v[m * 4 + r]);
-        continue;
-      }
-      for (int64_t m = 0; m < M; m++) {
-        if (!bias && beta == 0.0f) {
-          dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, y + m * ldy + n);
+    alignas(64) float v[kQuantSmallM * kChunk];  // (M, kChunk): columns c0 .. c0 + kChunk - 1 of y
+    for (int64_t c0 = R * g0; c0 < n1; c0 += kChunk) {
+      const int64_t c1 = std::min(n1, c0 + kChunk);
+      int64_t n = c0;
+      for (; gemm8 && n + 8 <= c1; n += 8) gemm8(K, wb + size_t(n) * rb, rs, M, qp, dp, dsp, v + (n - c0), kChunk);
+      for (; n + 4 <= c1; n += 4) {
+        const uint8_t* wr = wb + size_t(n) * rb;
+        if (gemm4) {
+          gemm4(K, wr, rs, M, qp, dp, dsp, v + (n - c0), kChunk);
           continue;
         }
-        float v[4];
-        dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, v);
-        for (int r = 0; r < 4; r++) put(m, n + r, v[r]);
+        for (int64_t m = 0; m < M; m++) dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, v + m * kChunk + (n - c0));
+      }
+      for (; n < c1; n++)
+        for (int64_t m = 0; m < M; m++)
+          v[m * kChunk + (n - c0)] = dot(K, wb + size_t(n) * rb, qp + m * K, dp + m * nb, dsp + m * nb);
+      for (int64_t m = 0; m < M; m++) {
+        const float* vm = v + m * kChunk;
+        float* ym = y + m * ldy;
+        if (!bias && beta == 0.0f) {
+          std::memcpy(ym + c0, vm, size_t(c1 - c0) * sizeof(float));
+          continue;
+        }
+        for (int64_t c = c0; c < c1; c++) put(m, c, vm[c - c0]);
       }
     }
-    for (; n < n1; n++)
-      for (int64_t m = 0; m < M; m++) put(m, n, dot(K, wb + size_t(n) * rb, qp + m * K, dp + m * nb, dsp + m * nb));
   });
 }
 

@@ -857,3 +857,137 @@ void gemm8_q6_K_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8
                    float* y, int64_t ldy) {
   gemm_q6_K<2>(K, w, rb, M, q, d, y, ldy);
 }
+
+// ---- Rows repacked at load (quant_pack): groups of 4 rows, one sequential stream -------------------------
+// The file's layout makes a 4-row group four streams 1 row apart and costs the interleaving shuffles above on
+// every pass; quant_pack lays each group out once as the kernels read it, in the file's own byte count
+// (quant_internal.h: kQ8_0x4Bytes, kQ5_0x4Bytes).
+
+// the 4 f16 scales at p (row r at 2r) in f32 lanes 2r and 2r + 1
+static inline __m256 scales4_by_lane_pairs(const uint8_t* p) {
+  const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtph_ps(_mm_unpacklo_epi16(h, h));
+}
+
+// Σ over the 4 chunks of an interleaved block (v[c]: values 8c..8c+7 of rows 0-3, signed) against one row of x
+// (xb: 32 int8): s32 lanes 2r, 2r + 1 for row r; |w| × x·sign(w), as dot_s8s8
+static inline __m256i dot_q8x4(const __m256i* u, const __m256i* v, const int8_t* xb) {
+  __m256i i = dot_u8s8(u[0], _mm256_sign_epi8(bcast8(xb), v[0]));
+  for (int c = 1; c < 4; c++) i = _mm256_add_epi32(i, dot_u8s8(u[c], _mm256_sign_epi8(bcast8(xb + 8 * c), v[c])));
+  return i;
+}
+
+// The packed stream kPackedAhead bytes ahead of block wb into L1 (3 lines cover a block of up to 136 bytes;
+// groups follow each other, so this runs on into the next group). Without it the hardware prefetcher left the
+// Q8_0 lm_head (49,152 × 576, 30 MB) at 7.3-8.9 GB/s at one row of x; with 1, 2 or 4 KiB ahead 9.5-11.5
+// (standalone harness, 1 thread, dev machine under load: ranges over alternated runs).
+constexpr int kPackedAhead = 2048;
+static inline void prefetch_packed(const uint8_t* wb) {
+  for (int o = 0; o < 192; o += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + o), _MM_HINT_T0);
+}
+
+// Q8_0x4: y[m·ldy + r] (r < 4) for one group of 4 packed rows at w (rb unused: the group is contiguous) and M
+// rows of x; one row of x (decode) with two accumulators over alternate blocks, more with |w| once per block.
+void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t, int64_t M, const int8_t* q, const float* d, const float*,
+                     float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  if (M == 1) {
+    __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++) {
+      const uint8_t* wb = w + b * kQ8_0x4Bytes;
+      prefetch_packed(wb);
+      __m256i v[4], u[4];
+      for (int c = 0; c < 4; c++) {
+        v[c] = loadu256(wb + 8 + 32 * c);
+        u[c] = _mm256_sign_epi8(v[c], v[c]);
+      }
+      const __m256i i = dot_q8x4(u, v, q + b * kQ8Block);
+      const __m256 f = _mm256_mul_ps(scales4_by_lane_pairs(wb), _mm256_set1_ps(d[b]));
+      a[b & 1] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(i), a[b & 1]);
+    }
+    store_lane_pairs(_mm256_add_ps(a[0], a[1]), y);
+    return;
+  }
+  alignas(32) __m256 acc[kQuantSmallM];
+  for (int64_t m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t* wb = w + b * kQ8_0x4Bytes;
+    prefetch_packed(wb);
+    __m256i v[4], u[4];
+    for (int c = 0; c < 4; c++) {
+      v[c] = loadu256(wb + 8 + 32 * c);
+      u[c] = _mm256_sign_epi8(v[c], v[c]);
+    }
+    const __m256 sw = scales4_by_lane_pairs(wb);
+    for (int64_t m = 0; m < M; m++) {
+      const __m256i i = dot_q8x4(u, v, q + m * K + b * kQ8Block);
+      acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(sw, _mm256_set1_ps(d[m * nb + b])), _mm256_cvtepi32_ps(i), acc[m]);
+    }
+  }
+  for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
+}
+
+// Q5_0x4 block (88 bytes) → the 4 interleaved value vectors (0-31) of interleave4's layout
+static inline void unpack_q5_0x4(const uint8_t* wb, __m256i* v) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), b5 = _mm256_set1_epi8(0x10);
+  const __m256i n01 = loadu256(wb + 8), n23 = loadu256(wb + 40);
+  const __m256i h = nibbles_32(wb + 72);  // byte i: bit c = the 5th bit of byte i of chunk c
+  v[0] = _mm256_or_si256(_mm256_and_si256(n01, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 4), b5));
+  v[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n01, 4), lo4), _mm256_and_si256(_mm256_slli_epi16(h, 3), b5));
+  v[2] = _mm256_or_si256(_mm256_and_si256(n23, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 2), b5));
+  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n23, 4), lo4), _mm256_and_si256(_mm256_slli_epi16(h, 1), b5));
+}
+
+// Q5_0x4, one row of x: y[r] = d_w·(d_x·Σ q_w·q_x - 16·ds) for the 4 rows of the group at w
+static inline void gemv_q5_0x4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds,
+                               float* y) {
+  const __m256 off = _mm256_set1_ps(-8.0f);  // -16 per row, half per lane
+  __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < K / kQ8Block; b++) {
+    const uint8_t* wb = w + b * kQ5_0x4Bytes;
+    prefetch_packed(wb);
+    __m256i v[4];
+    unpack_q5_0x4(wb, v);
+    const int8_t* xs[1] = {q + b * kQ8Block};
+    __m256i p[1][1];
+    dot_tile<1, 1, 1>(v, xs, p);
+    const __m256 f = _mm256_fmadd_ps(_mm256_set1_ps(d[b]), _mm256_cvtepi32_ps(p[0][0]),
+                                     _mm256_mul_ps(_mm256_set1_ps(ds[b]), off));
+    a[b & 1] = _mm256_fmadd_ps(scales4_by_lane_pairs(wb), f, a[b & 1]);
+  }
+  store_lane_pairs(_mm256_add_ps(a[0], a[1]), y);
+}
+
+// Q5_0x4, G groups of 4 packed rows (consecutive: group g at w + g·rb) × M rows of x: one row of x straight from
+// the blocks, more through the register tiles of Q4_0 / Q5_0 above (the blocks unpacked once into the scratch)
+template <int G>
+static inline void gemm_q5_0x4(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                               const float* ds, float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  if (M == 1) {
+    for (int g = 0; g < G; g++) gemv_q5_0x4(K, w + g * rb, q, d, ds, y + 4 * g);
+    return;
+  }
+  __m256i* wv = scratch_vectors(size_t(nb * 5 * G));
+  for (int64_t b = 0; b < nb; b++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rb + b * kQ5_0x4Bytes;
+      prefetch_packed(wb);
+      __m256i* v = wv + (b * G + g) * 5;
+      unpack_q5_0x4(wb, v);
+      v[4] = _mm256_castps_si256(scales4_by_lane_pairs(wb));
+    }
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS)
+    tile_q40_q50<true, G, kTileS>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
+  for (; m < M; m++) tile_q40_q50<true, G, 1>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
+}
+
+void gemm4_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_q5_0x4<1>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm8_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_q5_0x4<2>(K, w, rb, M, q, d, ds, y, ldy);
+}

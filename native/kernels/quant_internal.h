@@ -22,6 +22,13 @@ constexpr int64_t kQ4_KBytes = 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scale
 constexpr int64_t kQ5_KBytes = 176;  // as Q4_K + 32 bytes of 5th bits before the nibbles
 constexpr int64_t kQ6_KBytes = 210;  // 128 bytes ql, 64 bytes qh, 16 int8 scales, f16 d
 constexpr int64_t kQ8_KBytes = 292;  // f32 d, int8 q[256], 16 int16 sums
+// quant_pack's layouts: per block of 32 values of a group of 4 rows, the 4 f16 scales (row r at byte 2r), then
+//   Q8_0x4: the values interleaved in 8-byte chunks, values 8c..8c+7 of row r at 8 + 32c + 8r (c < 4);
+//   Q5_0x4: the low nibbles of those chunks, c = 0, 1 at 8 + 32·0 + 8r + i (c = 0 low, c = 1 high nibble of
+//           byte i), c = 2, 3 at 40 + 8r + i; then the 5th bits, byte i of chunk c (8r + i) as bit c of the
+//           nibble at 72 + (8r + i) % 16, low nibble for 8r + i < 16, else the high one
+constexpr int64_t kQ8_0x4Bytes = 4 * kQ8_0Bytes;
+constexpr int64_t kQ5_0x4Bytes = 4 * kQ5_0Bytes;
 
 using QuantDotFn = float (*)(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);
 // y[r] (r < 4) = the products of the 4 rows at w + r·rb (rb bytes apart) with one quantized row of x
@@ -49,7 +56,7 @@ using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, floa
   LOOM_QUANT_DOTS(q8_0) LOOM_QUANT_DOTS(q4_K) LOOM_QUANT_DOTS(q5_K) LOOM_QUANT_DOTS(q6_K) LOOM_QUANT_DOTS(q8_K) \
   LOOM_QUANT_GEMM(4, q4_0) LOOM_QUANT_GEMM(4, q5_0) LOOM_QUANT_GEMM(4, q8_0) LOOM_QUANT_GEMM(4, q4_K)          \
   LOOM_QUANT_GEMM(4, q6_K) LOOM_QUANT_GEMM(8, q4_0) LOOM_QUANT_GEMM(8, q5_0) LOOM_QUANT_GEMM(8, q4_K)          \
-  LOOM_QUANT_GEMM(8, q6_K)
+  LOOM_QUANT_GEMM(8, q6_K) LOOM_QUANT_GEMM(4, q8_0x4) LOOM_QUANT_GEMM(4, q5_0x4) LOOM_QUANT_GEMM(8, q5_0x4)
 
 // vec_dot4 as four single-row products, for the types without a four-row kernel (defined inside each ISA's
 // namespace: LOOM_DOT4_BY_ROWS(q5_K) defines <isa>::vec_dot4_q5_K_q8 from <isa>::vec_dot_q5_K_q8)

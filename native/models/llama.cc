@@ -474,7 +474,8 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
       const int64_t id = b.tokens[t];
       if (id < 0 || id >= c.vocab)
         throw std::invalid_argument("llama: token id " + std::to_string(id) + " out of range");
-      quant_dequantize_rows(embed_dtype_, 1, D, static_cast<const uint8_t*>(table) + size_t(id) * rb, x + t * D);
+      if (embed_shared_) weight_quant_rows(lm_head_, id, 1, x + t * D);  // lm_head's layout (quant_pack)
+      else quant_dequantize_rows(embed_dtype_, 1, D, static_cast<const uint8_t*>(table) + size_t(id) * rb, x + t * D);
     }
   } else {
     embedding_fwd(T, D, b.tokens, embed_dtype_, embed_, x);  // x (T, D)

@@ -1,11 +1,13 @@
 // Bindings for the quantized linear kernels (loom/quant.h), for tests and benches:
 //   quantLinear(type 'Q8_0'|'Q4_K'|... (quant_type_names), w Uint8Array (N rows of blocks), N, K, x Float32Array (M, K), M)
 //     -> Float32Array (M, N): x · Wᵀ on the active ISA (the int8 path for M <= quantSmallM, else the
-//     dequantized-panel GEMM). Runs inline.
+//     dequantized-panel GEMM). Runs inline. packed (optional, default false): W re-laid by quant_pack first, as
+//     weight_pack keeps it (Q8_0, Q5_0), so the packed kernels run.
 //   quantizeQ4K(x Float32Array, n a multiple of 256) -> Uint8Array (n/256 · 144 bytes): llama.cpp's Q4_K
 //     quantizer (native/formats/gguf_quantize.h), bit for bit the TypeScript reference. Runs inline, as the
 //     converter that calls it.
 #include <string>
+#include <vector>
 #include "loom/quant.h"
 #include "../formats/gguf_quantize.h"
 #include "napi_util.h"
@@ -27,9 +29,12 @@ Napi::Value QuantLinear(const Napi::CallbackInfo& info) {
     throw_range(env, "quantLinear: M, N must be positive and K a positive multiple of the block size");
   if (w.length != size_t(N) * quant_row_bytes(t, K)) throw_range(env, "quantLinear: w has the wrong byte length");
   check_len(env, x.length, size_t(M * K), "x");
+  const bool packed = info.Length() > 6 && info[6].ToBoolean();
   Napi::Float32Array y = Napi::Float32Array::New(env, size_t(M * N));
   try {
-    linear_quant(t, M, N, K, x.data, K, w.data, nullptr, y.Data(), N, 0.0f);
+    std::vector<uint8_t> wp(packed ? w.length : 0);
+    if (packed) quant_pack(t, N, K, w.data, quant_row_bytes(t, K), wp.data());
+    linear_quant(t, M, N, K, x.data, K, packed ? wp.data() : w.data, nullptr, y.Data(), N, 0.0f, packed);
   } catch (const std::exception& e) {
     throw Napi::Error::New(env, e.what());
   }

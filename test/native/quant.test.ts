@@ -4,7 +4,8 @@
 // gguf-py-exact dequantizer, test/formats/gguf-quants.test.ts) and multiplies in double. For M <= quantSmallM
 // the activations are quantized per 32 values to int8 (d = amax/127, q = round(x/d)), so the error is bounded
 // by Σ_k |w_k|·d_b(k)/2 (+ f32 summation); for larger M (the prefill path: dequantized panels through the f32
-// GEMM) only the f32 summation bound holds.
+// GEMM) only the f32 summation bound holds. Q8_0 and Q5_0 run twice: as the file lays them out and as weight_pack
+// keeps them (quant_pack: groups of 4 rows interleaved, with their own kernels and dequantizer).
 import t from 'tap';
 import { addon } from '../../src/native/addon.ts';
 import { forEachIsa } from '../../src/native/cpu.ts';
@@ -21,11 +22,13 @@ function randomWeights(type: QType, N: number, K: number): { blocks: Uint8Array;
   return { blocks, w };
 }
 
-function check(type: QType, M: number, N: number, K: number): { worst: number; maxErr: number } {
+const PACKED = new Set<QType>(['Q8_0', 'Q5_0']);  // the types quant_pack re-lays
+
+function check(type: QType, M: number, N: number, K: number, packed = false): { worst: number; maxErr: number } {
   const { blocks, w } = randomWeights(type, N, K);
   const x = new Float32Array(M * K);
   for (let i = 0; i < x.length; i++) x[i] = rnd() * 4 * (i % 97 === 0 ? 8 : 1);  // a few outliers per block
-  const y = addon.quantLinear(type, blocks, N, K, x, M) as Float32Array;
+  const y = addon.quantLinear(type, blocks, N, K, x, M, packed) as Float32Array;
   const int8 = M <= (addon.quantSmallM as number);
   let worst = 0, maxErr = 0;
   for (let m = 0; m < M; m++) {
@@ -61,13 +64,15 @@ t.test('quantized linear matches the dequantized product within the activation-q
       // tails: N = 45 is 5 tiles of 8, one of 4 and one row), larger M (dequantized panels)
       const small = addon.quantSmallM as number;
       for (const [M, N, K] of [[1, 37, 512], [3, 64, 256], [8, 19, big ? 768 : 352], [12, 70, 512], [17, 45, 512],
-        [small, 13, 256], [small + 3, 21, 512]]) {
-        const { worst, maxErr } = check(type, M, N, K);
-        t.ok(worst <= 1, `${isa} ${type} ${M}x${N}x${K}: error / bound ${worst.toFixed(3)} <= 1`);
-        // the int8 path really quantizes the activations (a float path would be ~1e-7 of the magnitude)
-        const what = `${isa} ${type} ${M}x${N}x${K}: activations quantized (${maxErr.toExponential(1)})`;
-        if (M <= (addon.quantSmallM as number)) t.ok(maxErr > 1e-5, what);
-      }
+        [small, 13, 256], [small + 3, 21, 512], [small + 3, 134, big ? 256 : 64]])
+        for (const packed of PACKED.has(type) ? [false, true] : [false]) {
+          const { worst, maxErr } = check(type, M, N, K, packed);
+          const name = `${isa} ${type}${packed ? ' packed' : ''} ${M}x${N}x${K}`;
+          t.ok(worst <= 1, `${name}: error / bound ${worst.toFixed(3)} <= 1`);
+          // the int8 path really quantizes the activations (a float path would be ~1e-7 of the magnitude)
+          const what = `${name}: activations quantized (${maxErr.toExponential(1)})`;
+          if (M <= (addon.quantSmallM as number)) t.ok(maxErr > 1e-5, what);
+        }
     }
   });
 });
@@ -77,12 +82,17 @@ t.test('every ISA gives the same int8 result up to f32 summation order', async (
     const { blocks } = randomWeights(type, 16, 1024);
     const x = new Float32Array(2 * 1024).map(() => rnd());
     const outs: Float32Array[] = [];
-    await forEachIsa(() => { outs.push(addon.quantLinear(type, blocks, 16, 1024, x, 2) as Float32Array); });
+    await forEachIsa(() => {
+      for (const M of [1, 2])
+        for (const packed of PACKED.has(type) ? [false, true] : [false])
+          outs.push((addon.quantLinear(type, blocks, 16, 1024, x.subarray(0, M * 1024), M, packed) as Float32Array)
+            .subarray(0, 16));
+    });
     let worst = 0;
     for (const o of outs.slice(1))
       for (let i = 0; i < o.length; i++)
         worst = Math.max(worst, Math.abs(o[i] - outs[0][i]) / (1 + Math.abs(outs[0][i])));
-    t.ok(worst <= 1e-4, `${type}: ${outs.length} ISAs agree (worst ${worst.toExponential(1)})`);
+    t.ok(worst <= 1e-4, `${type}: ${outs.length} runs (ISA × M × layout) agree (worst ${worst.toExponential(1)})`);
   }
 });
 

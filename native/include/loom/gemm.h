@@ -59,9 +59,12 @@ PackedWeight* weight_stack(const std::vector<PackedWeight*>& parts);
 int64_t weight_rows(const PackedWeight* p);  // N
 int64_t weight_cols(const PackedWeight* p);  // K
 size_t weight_bytes(const PackedWeight* p);
-// Q* block types (wtype of weight_pack): rows of blocks kept as given, products by linear_quant (loom/quant.h).
+// Q* block types (wtype of weight_pack): rows of blocks kept as given (Q8_0 / Q5_0 in quant_pack's layout),
+// products by linear_quant (loom/quant.h).
 // The rows of blocks of such a weight (nullptr for other weights).
 const void* weight_quant_data(const PackedWeight* p);
+// Rows n0 .. n0 + n - 1 of a Q* weight, dequantized to f32 (n, K) whatever its layout (quant_pack).
+void weight_quant_rows(const PackedWeight* p, int64_t n0, int64_t n, float* dst);
 // y[M,N] = beta*y + x[M,K] · Wᵀ (+ bias)
 void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
                    int64_t ldy, float beta = 0.0f);

@@ -39,8 +39,19 @@ size_t quant_row_bytes(DType t, int64_t K);
 // rows × K values from consecutive rows of blocks to f32, on the calling thread.
 void quant_dequantize_rows(DType t, int64_t rows, int64_t K, const void* src, float* dst);
 // y (M, N) = beta·y + x (M, K) · W (N, K)ᵀ (+ bias), W rows of blocks of type t.
+// packed: W laid out by quant_pack (ignored for the types it does not re-lay).
 void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w,
-                  const float* bias, float* y, int64_t ldy, float beta = 0.0f);
+                  const float* bias, float* y, int64_t ldy, float beta = 0.0f, bool packed = false);
+
+// Load-time layout (weight_pack): Q8_0 and Q5_0 rows re-laid in groups of 4, each group one sequential run of
+// blocks with the 4 rows' values interleaved as the small-M kernels read them and the 4 scales first, in the
+// file's own byte count (group n/4 at byte n·row_bytes; rows past the last full group stay as they are). The
+// file's layout makes a group four streams a row apart and costs shuffles on every pass.
+bool quant_packs(DType t);
+// N rows of K values at src (rows ldb bytes apart) → dst (N·quant_row_bytes): packed, or copied for other types.
+void quant_pack(DType t, int64_t N, int64_t K, const void* src, size_t ldb, void* dst);
+// Rows n0 .. n0 + n - 1 of a packed W (N rows) → f32 (n, K), on the calling thread.
+void quant_dequantize_packed(DType t, int64_t N, int64_t K, const void* w, int64_t n0, int64_t n, float* dst);
 
 // x (M, K) quantized once, int8 per 32 values (M <= kQuantSmallM, K a multiple of 32): the matrices that
 // share an input (q/k/v, gate/up) take the same blocks instead of each quantizing x again.
@@ -52,6 +63,6 @@ struct QuantActs {
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a);
 // y (a.M, N) = beta·y + x·Wᵀ (+ bias) from the quantized x, W (N, a.K) rows of blocks of type t.
 void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
-                       int64_t ldy, float beta = 0.0f);
+                       int64_t ldy, float beta = 0.0f, bool packed = false);
 
 }  // namespace loom
