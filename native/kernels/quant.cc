@@ -225,19 +225,25 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
     }
     return;
   }
-  std::memset(out, 0, size_t(kQ5_0x4Bytes));  // Q5_0
+  uint8_t v[4][32];  // Q5_0: the 4 rows' values (0-31)
   for (int r = 0; r < 4; r++) {
     const uint8_t* w = src + r * rb;
     std::memcpy(out + 2 * r, w, 2);
     uint32_t qh;
     std::memcpy(&qh, w + 2, 4);
-    for (int c = 0; c < 4; c++)
-      for (int i = 0; i < 8; i++) {
-        const int j = 8 * c + i, idx = 8 * r + i;  // value j of the row; byte idx of chunk c
-        const int v = (j < 16 ? w[6 + j] & 0x0F : w[6 + j - 16] >> 4) | int((qh >> j) & 1) << 4;
-        out[(c < 2 ? 8 : 40) + idx] |= uint8_t((v & 0x0F) << (4 * (c & 1)));
-        out[72 + idx % 16] |= uint8_t((v >> 4) << (c + (idx < 16 ? 0 : 4)));
-      }
+    for (int j = 0; j < 16; j++) {
+      v[r][j] = uint8_t((w[6 + j] & 0x0F) | ((qh >> j) & 1) << 4);
+      v[r][j + 16] = uint8_t((w[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+    }
+  }
+  std::memset(out + 72, 0, 16);
+  for (int idx = 0; idx < 32; idx++) {  // byte idx of each chunk c: value 8c + i of row r
+    const int r = idx / 8, i = idx % 8;
+    const uint8_t* vr = v[r];
+    out[8 + idx] = uint8_t((vr[i] & 0x0F) | (vr[8 + i] & 0x0F) << 4);
+    out[40 + idx] = uint8_t((vr[16 + i] & 0x0F) | (vr[24 + i] & 0x0F) << 4);
+    const int h = (vr[i] >> 4) | (vr[8 + i] >> 4) << 1 | (vr[16 + i] >> 4) << 2 | (vr[24 + i] >> 4) << 3;
+    out[72 + idx % 16] |= uint8_t(h << (idx < 16 ? 0 : 4));
   }
 }
 
@@ -418,8 +424,11 @@ void quant_pack(DType t, int64_t N, int64_t K, const void* src, size_t ldb, void
   uint8_t* o = static_cast<uint8_t*>(dst);
   const size_t rb = quant_row_bytes(t, K);
   const int64_t pb = packed_block_bytes(t), N4 = pb ? N / 4 * 4 : 0;
-  for (int64_t n = 0; n < N4; n += 4)  // group n/4 at n·rb, its blocks in order
-    for (int64_t b = 0; b < K / kQ8Block; b++) pack_block(t, s + size_t(n) * ldb + b * (pb / 4), ldb, o + n * rb + b * pb);
+  parallel_for(N4 / 4, 64, [&](int64_t g0, int64_t g1) {  // group g at 4g·rb, its blocks in order
+    for (int64_t n = 4 * g0; n < 4 * g1; n += 4)
+      for (int64_t b = 0; b < K / kQ8Block; b++)
+        pack_block(t, s + size_t(n) * ldb + b * (pb / 4), ldb, o + n * rb + b * pb);
+  });
   for (int64_t n = N4; n < N; n++) std::memcpy(o + n * rb, s + size_t(n) * ldb, rb);  // the rest as they are
 }
 
