@@ -1,5 +1,6 @@
 // Linear layers over block-quantized weights (GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K: every
-// type of llama.cpp's Q4_K_M / Q5_K_M / Q6_K / Q8_0 files), kept in memory as the file stores them.
+// type of llama.cpp's Q4_K_M / Q5_K_M / Q6_K / Q8_0 files), kept in memory as the file's blocks (Q8_0 and Q5_0
+// re-laid by quant_pack, below, in the same bytes).
 //
 // W (N, K) is N rows of consecutive ggml blocks (e.g. Q8_0: 34 bytes per 32 values; Q4_K: 144 bytes per 256;
 // layouts in native/formats/gguf_dequant.cc). y (M, N) = beta·y + x (M, K) · Wᵀ + bias, computed two ways:
