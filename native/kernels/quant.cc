@@ -257,19 +257,23 @@ void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
     }
     return;
   }
-  for (int r = 0; r < 4; r++) {  // Q5_0
+  uint8_t v[4][32];  // Q5_0: the 4 rows' values (0-31), from byte idx of each chunk c (value 8c + i of row r)
+  for (int idx = 0; idx < 32; idx++) {
+    const int r = idx / 8, i = idx % 8, n01 = in[8 + idx], n23 = in[40 + idx];
+    const int h = in[72 + idx % 16] >> (idx < 16 ? 0 : 4);
+    v[r][i] = uint8_t((n01 & 0x0F) | (h & 1) << 4);
+    v[r][8 + i] = uint8_t((n01 >> 4) | (h & 2) << 3);
+    v[r][16 + i] = uint8_t((n23 & 0x0F) | (h & 4) << 2);
+    v[r][24 + i] = uint8_t((n23 >> 4) | (h & 8) << 1);
+  }
+  for (int r = 0; r < 4; r++) {
     uint8_t* w = dst + r * rb;
     std::memcpy(w, in + 2 * r, 2);
-    std::memset(w + 6, 0, 16);
     uint32_t qh = 0;
-    for (int c = 0; c < 4; c++)
-      for (int i = 0; i < 8; i++) {
-        const int j = 8 * c + i, idx = 8 * r + i;
-        const int lo = (in[(c < 2 ? 8 : 40) + idx] >> (4 * (c & 1))) & 0x0F;
-        const int hi = (in[72 + idx % 16] >> (c + (idx < 16 ? 0 : 4))) & 1;
-        w[6 + j % 16] |= uint8_t(lo << (j < 16 ? 0 : 4));
-        qh |= uint32_t(hi) << j;
-      }
+    for (int j = 0; j < 16; j++) {
+      w[6 + j] = uint8_t((v[r][j] & 0x0F) | (v[r][j + 16] & 0x0F) << 4);
+      qh |= uint32_t(v[r][j] >> 4) << j | uint32_t(v[r][j + 16] >> 4) << (j + 16);
+    }
     std::memcpy(w + 2, &qh, 4);
   }
 }
@@ -315,6 +319,17 @@ void gemm8_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const in
   gemm_packed<DType::Q5_0>(K, w, rs, 2, M, q, d, ds, y, ldy);
 }
 
+template <DType T>
+static void dequant_packed(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
+  thread_local std::vector<uint8_t> rows;
+  const size_t rb = quant_row_bytes(T, K);
+  rows.resize(4 * rb);
+  unpack_group(T, K, w, rows.data());
+  for (int r = 0; r < 4; r++) quant_dequantize_rows(T, 1, K, rows.data() + r * rb, y + r * ldy);
+}
+void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q8_0>(K, w, y, ldy); }
+void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q5_0>(K, w, y, ldy); }
+
 }  // namespace portable
 
 namespace {
@@ -330,26 +345,28 @@ struct QuantType {
   QuantGemm4Fn gemm4[3];  // four rows × M rows of x, blocks unpacked once (nullptr: dot4 per row of x)
   QuantGemm4Fn gemm8[3];  // eight rows × M rows of x (nullptr: gemm4 per four rows)
   QuantGemm4Fn packed4[3], packed8[3];  // the same over quant_pack's layout, any M (nullptr: not packed)
+  QuantDequant4Fn dequant4[3];          // a packed group to f32 (prefill panels)
 };
 
 #define LOOM_QT(T, id, n, bytes, fn)                                                                 \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn}, \
-   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}, {}, {}, {}}
+   {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn}, {}, {}, {}, {}, {}}
 #define LOOM_QT_GEMM8(T, id, n, bytes, fn)                                                                         \
   {DType::T, #T, gguf::id, n, bytes, {portable::vec_dot_##fn, avx2::vec_dot_##fn, avx512::vec_dot_##fn},           \
    {portable::vec_dot4_##fn, avx2::vec_dot4_##fn, avx512::vec_dot4_##fn},                                        \
    {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn},                                                 \
-   {portable::gemm8_##fn, avx2::gemm8_##fn, avx512::gemm8_##fn}, {}, {}}
+   {portable::gemm8_##fn, avx2::gemm8_##fn, avx512::gemm8_##fn}, {}, {}, {}}
 #define LOOM_QUANT_ISAS(f) {portable::f, avx2::f, avx512::f}
 const QuantType kTypes[] = {
     LOOM_QT_GEMM8(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
     LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
     {DType::Q5_0, "Q5_0", gguf::GGML_Q5_0, kQ8Block, kQ5_0Bytes, LOOM_QUANT_ISAS(vec_dot_q5_0_q8),
      LOOM_QUANT_ISAS(vec_dot4_q5_0_q8), LOOM_QUANT_ISAS(gemm4_q5_0_q8), LOOM_QUANT_ISAS(gemm8_q5_0_q8),
-     LOOM_QUANT_ISAS(gemm4_q5_0x4_q8), LOOM_QUANT_ISAS(gemm8_q5_0x4_q8)},
+     LOOM_QUANT_ISAS(gemm4_q5_0x4_q8), LOOM_QUANT_ISAS(gemm8_q5_0x4_q8), LOOM_QUANT_ISAS(dequant4_q5_0x4)},
     LOOM_QT(Q5_1, GGML_Q5_1, kQ8Block, kQ5_1Bytes, q5_1_q8),
     {DType::Q8_0, "Q8_0", gguf::GGML_Q8_0, kQ8Block, kQ8_0Bytes, LOOM_QUANT_ISAS(vec_dot_q8_0_q8),
-     LOOM_QUANT_ISAS(vec_dot4_q8_0_q8), LOOM_QUANT_ISAS(gemm4_q8_0_q8), {}, LOOM_QUANT_ISAS(gemm4_q8_0x4_q8), {}},
+     LOOM_QUANT_ISAS(vec_dot4_q8_0_q8), LOOM_QUANT_ISAS(gemm4_q8_0_q8), {}, LOOM_QUANT_ISAS(gemm4_q8_0x4_q8), {},
+     LOOM_QUANT_ISAS(dequant4_q8_0x4)},
     LOOM_QT_GEMM8(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
     LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
     LOOM_QT_GEMM8(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
@@ -446,6 +463,11 @@ void quant_dequantize_packed(DType t, int64_t N, int64_t K, const void* w, int64
       return;
     }
     const int64_t g = r / 4 * 4, r1 = std::min(g + 4, n0 + n);  // rows r .. r1 - 1 of the group at g
+    if (r == g && r1 == g + 4) {  // a whole group: the ISA's kernel
+      e.dequant4[quant_isa()](K, wb + size_t(g) * rb, dst + (r - n0) * K, K);
+      r = r1;
+      continue;
+    }
     unpack_group(t, K, wb + size_t(g) * rb, rows.data());
     gguf::dequantize_serial(e.ggml, rows.data() + (r - g) * rb, dst + (r - n0) * K, (r1 - r) * K);
     r = r1;

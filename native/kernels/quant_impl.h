@@ -991,3 +991,40 @@ void gemm8_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const in
                      const float* ds, float* y, int64_t ldy) {
   gemm_q5_0x4<2>(K, w, rb, M, q, d, ds, y, ldy);
 }
+
+// ---- Packed groups back to f32 (prefill panels): y (4, K), row r at y + r·ldy --------------------------------
+// 32 values of one row (u8 a, minus off) times the row's scale f → f32 at y
+static inline void store_values(__m256i a, __m256i off, __m256 f, float* y) {
+  const __m128i lo = _mm256_castsi256_si128(a), hi = _mm256_extracti128_si256(a, 1);
+  const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; k++) {
+    const __m256i i = _mm256_sub_epi32(_mm256_cvtepu8_epi32(part[k]), off);
+    _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(f, _mm256_cvtepi32_ps(i)));
+  }
+}
+
+void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
+  const __m256i off = _mm256_set1_epi32(16);
+  for (int64_t b = 0; b < K / kQ8Block; b++) {
+    const uint8_t* wb = w + b * kQ5_0x4Bytes;
+    __m256i v[4], rows[4];
+    unpack_q5_0x4(wb, v);
+    interleave4(v[0], v[1], v[2], v[3], rows);  // the 4×4 chunk transpose is its own inverse: row r's 32 values
+    for (int r = 0; r < 4; r++) store_values(rows[r], off, _mm256_set1_ps(load_f16(wb + 2 * r)), y + r * ldy + b * 32);
+  }
+}
+
+void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
+  for (int64_t b = 0; b < K / kQ8Block; b++) {
+    const uint8_t* wb = w + b * kQ8_0x4Bytes;
+    __m256i rows[4];
+    interleave4(loadu256(wb + 8), loadu256(wb + 40), loadu256(wb + 72), loadu256(wb + 104), rows);
+    for (int r = 0; r < 4; r++) {
+      const __m256 f = _mm256_set1_ps(load_f16(wb + 2 * r));
+      const __m128i lo = _mm256_castsi256_si128(rows[r]), hi = _mm256_extracti128_si256(rows[r], 1);
+      const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      for (int k = 0; k < 4; k++)
+        _mm256_storeu_ps(y + r * ldy + b * 32 + 8 * k, _mm256_mul_ps(f, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]))));
+    }
+  }
+}

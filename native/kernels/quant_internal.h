@@ -40,6 +40,8 @@ using QuantDot4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, const int8_
 using QuantGemm4Fn = void (*)(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
                               const float* ds, float* y, int64_t ldy);
 using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, float* ds);
+// y[r·ldy + k] (r < 4, k < K) = the 4 rows of the packed group at w (quant_pack's layout) as f32
+using QuantDequant4Fn = void (*)(int64_t K, const uint8_t* w, float* y, int64_t ldy);
 
 // One row (vec_dot) and four rows (vec_dot4) per weight type T
 #define LOOM_QUANT_DOTS(T)                                                                                  \
@@ -56,7 +58,9 @@ using QuantActFn = void (*)(int64_t K, const float* x, int8_t* q, float* d, floa
   LOOM_QUANT_DOTS(q8_0) LOOM_QUANT_DOTS(q4_K) LOOM_QUANT_DOTS(q5_K) LOOM_QUANT_DOTS(q6_K) LOOM_QUANT_DOTS(q8_K) \
   LOOM_QUANT_GEMM(4, q4_0) LOOM_QUANT_GEMM(4, q5_0) LOOM_QUANT_GEMM(4, q8_0) LOOM_QUANT_GEMM(4, q4_K)          \
   LOOM_QUANT_GEMM(4, q6_K) LOOM_QUANT_GEMM(8, q4_0) LOOM_QUANT_GEMM(8, q5_0) LOOM_QUANT_GEMM(8, q4_K)          \
-  LOOM_QUANT_GEMM(8, q6_K) LOOM_QUANT_GEMM(4, q8_0x4) LOOM_QUANT_GEMM(4, q5_0x4) LOOM_QUANT_GEMM(8, q5_0x4)
+  LOOM_QUANT_GEMM(8, q6_K) LOOM_QUANT_GEMM(4, q8_0x4) LOOM_QUANT_GEMM(4, q5_0x4) LOOM_QUANT_GEMM(8, q5_0x4) \
+  void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy);                                     \
+  void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy);
 
 // vec_dot4 as four single-row products, for the types without a four-row kernel (defined inside each ISA's
 // namespace: LOOM_DOT4_BY_ROWS(q5_K) defines <isa>::vec_dot4_q5_K_q8 from <isa>::vec_dot_q5_K_q8)
