@@ -50,6 +50,8 @@ export interface SgemmArgs {
   lda?: number;
   ldb?: number;
   ldc?: number;
+  /** 'bf16': op(A) and op(B) rounded to bf16, products in bf16 (vdpbf16ps on AVX512_BF16), fp32 accumulation */
+  compute?: 'f32' | 'bf16';
 }
 
 export interface SgemmBatchedArgs extends SgemmArgs {
@@ -130,13 +132,13 @@ function sgemmCall(a: SgemmArgs): { call: unknown[]; C: Float32Array } {
 /** C (M, N) = alpha · op(A) · op(B) + beta · C. Resolves to C. */
 export async function sgemm(a: SgemmArgs): Promise<Float32Array> {
   const { call, C } = sgemmCall(a);
-  await addon.gemmSgemm(...call, true);
+  await addon.gemmSgemm(...call, true, a.compute ?? 'f32');
   return C;
 }
 
 export function sgemmSync(a: SgemmArgs): Float32Array {
   const { call, C } = sgemmCall(a);
-  addon.gemmSgemm(...call, false);
+  addon.gemmSgemm(...call, false, a.compute ?? 'f32');
   return C;
 }
 

@@ -267,6 +267,31 @@ t.test('sgemm_bf16: B in bf16 (dx = dy·W of bf16 weights) matches the product w
   });
 });
 
+t.test('sgemm bf16 compute: every layout against the fp32 product of the bf16-rounded operands', async (t) => {
+  // odd K (a half-empty last pair), K past two bf16 K blocks (512 on AVX-512, 1152 on AVX2), M past one row block
+  // (192 / 144) with a thin tail, N with partial panels; alpha, beta, strides as sgemm.
+  const shapes: [number, number, number][] = [[1, 1, 1], [3, 17, 9], [13, 40, 33], [37, 70, 64], [200, 35, 1301],
+    [24, 70, 517]];
+  const round = (a: Float32Array) => Float32Array.from(a, (v) => fromBf16(toBf16(v)));
+  await forEachIsa(async (isa) => {
+    for (const [M, N, K] of shapes)
+      for (const ta of [false, true])
+        for (const tb of [false, true]) {
+          const pad = (M + N) % 3;
+          const lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+          const A = randArray((ta ? K : M) * lda), B = randArray((tb ? N : K) * ldb);
+          const [alpha, beta] = ta === tb ? [1, 0] : [-0.5, 1];
+          const C = randArray(M * ldc);
+          if (beta === 0) C.fill(NaN);
+          const { ref, mag } = refSgemm(ta, tb, M, N, K, alpha, round(A), lda, round(B), ldb, beta, C.slice(), ldc);
+          sgemmSync({ ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, compute: 'bf16' });
+          check(t, `${isa} bf16 compute ta=${+ta} tb=${+tb} ${M}x${N}x${K} a=${alpha} b=${beta}`, M, N, K, C, ldc, ref, mag);
+        }
+  });
+  t.throws(() => sgemmSync({ M: 1, N: 1, K: 1, A: new Float32Array(1), B: new Float32Array(1), compute: 'x' as 'f32' }),
+    /unknown compute 'x'/);
+});
+
 t.test('sgemm_batched: strided batches (attention-style), all transposes', async (t) => {
   await forEachIsa(async (isa) => {
     for (const [batch, M, N, K] of [[1, 5, 7, 9], [6, 17, 17, 16], [3, 1, 40, 33]])
