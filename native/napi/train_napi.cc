@@ -125,6 +125,10 @@ Napi::Value EncTrainCreate(const Napi::CallbackInfo& info) {
     else if (pooling != "first") throw_range(env, "pooling must be first, mean or max");
     cfg.count_T = get_int(c, "countHidden", 128);
     cfg.count_FF = get_int(c, "countFF", 2 * cfg.count_T);
+    Napi::Value prv = c.Get("precision");
+    const std::string precision = prv.IsString() ? prv.As<Napi::String>().Utf8Value() : "fp32";
+    if (precision != "fp32" && precision != "bf16") throw_range(env, "precision must be fp32 or bf16");
+    cfg.bf16 = precision == "bf16";
   }
   Napi::Object t = obj(info[1], "tensors");
   std::vector<std::pair<std::string, const float*>> tensors;

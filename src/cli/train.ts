@@ -16,14 +16,14 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--lora-r N] [--lora-alpha X] [--lora-dropout X] [--targets a,b] [--eval file.jsonl] [--threads N]
   encoder: [--hidden-dropout P] [--attention-dropout P] [--word-dropout P] [--negative-labels K]
   [--full-label-ratio R] [--selection task|loss] [--metric-samples N] [--warmup-ratio R] [--max-words N]
-  [--eval-steps N]`;
+  [--eval-steps N] [--precision auto|fp32|bf16]`;
 
 export async function main(argv: string[]): Promise<number> {
   const names = ['dataset', 'base-model', 'out', 'type', 'epochs', 'lr', 'encoder-lr', 'batch-size', 'grad-accum',
     'seed', 'val-pct', 'patience', 'scheduler', 'max-steps', 'max-minutes', 'lora-r', 'lora-alpha', 'lora-dropout',
     'targets', 'eval', 'threads', 'eval-steps', 'max-words',
     'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'full-label-ratio', 'selection',
-    'metric-samples', 'warmup-ratio'];
+    'metric-samples', 'warmup-ratio', 'precision'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   const v = parseArgs({ args: argv, options }).values as Record<string, string | boolean | undefined>;
@@ -66,6 +66,7 @@ export async function main(argv: string[]): Promise<number> {
     word_dropout: num('word-dropout'), negative_labels: num('negative-labels'),
     full_label_ratio: num('full-label-ratio'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),
+    precision: v.precision as 'auto' | 'fp32' | 'bf16' | undefined,
   };
   const res = isDecoder ? await trainDecoder(common, hooks) : await trainEncoder({ ...common, ...encoderOnly }, hooks);
   if (timer) clearTimeout(timer);

@@ -86,6 +86,7 @@ export interface TrainingJobRequest {
   full_label_ratio?: number;
   selection_metric?: 'task' | 'loss';
   max_minutes?: number;
+  precision?: 'auto' | 'fp32' | 'bf16';
 }
 
 /** ajv schema of POST /felix/training-jobs */
@@ -124,6 +125,8 @@ export const trainingJobRequestSchema = {
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     selection_metric: { enum: ['task', 'loss'] },
     max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
+    // compute precision of the encoder's matrix products (service extension; docs/training.md, "bf16 compute")
+    precision: { enum: ['auto', 'fp32', 'bf16'] },
   },
 };
 
@@ -425,7 +428,7 @@ export function createTrainingJobsService(deps: {
         gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
-        max_minutes: c.max_minutes,
+        max_minutes: c.max_minutes, precision: c.precision,
         // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
         save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
@@ -667,6 +670,7 @@ export function createTrainingJobsService(deps: {
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
+          precision: body.precision ?? d.precision,
         } : {}),
         batch_size: body.batch_size ?? d.batch_size,
         seed: body.seed ?? 42, validation_data_percentage: body.validation_data_percentage ?? 10,

@@ -186,6 +186,9 @@ export class EncoderTrainGraph extends TrainGraph {
     heads: EncoderHeadOptions = {},
     /** word features (fresh encoders): rows of encoder.embeddings.word_feature_embeddings.weight, ids per piece */
     wordFeatures?: { rows: number; cols: number },
+    /** compute precision of the graph's products: 'bf16' rounds their operands to bf16 (fp32 accumulation, fp32
+     *  master weights, gradients and AdamW state); fast only where the CPU has AVX512_BF16 (see resolvePrecision) */
+    precision: 'fp32' | 'bf16' = 'fp32',
   ): EncoderTrainGraph {
     const cfg = {
       D: config.hiddenSize,
@@ -207,6 +210,7 @@ export class EncoderTrainGraph extends TrainGraph {
       countFF: heads.countFF ?? 2 * (heads.countHidden ?? 128),
       featRows: wordFeatures?.rows ?? 0,
       featCols: wordFeatures?.cols ?? 0,
+      precision,
     };
     return new EncoderTrainGraph(addon.encTrainCreate(cfg, tensors, lora));
   }
