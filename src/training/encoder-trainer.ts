@@ -53,8 +53,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   metric_samples?: number;
   /** wall-clock budget in minutes: the LR schedule's length (warm-up + decay over it) and a stop; 0 = none */
   max_minutes?: number;
-  /** compute precision of the matrix products: 'auto' (default: bf16 where the CPU has AVX512_BF16, else fp32),
-   *  'fp32', or 'bf16' (falls back to fp32 on CPUs without AVX512_BF16). Weights and optimizer state stay fp32. */
+  /** compute precision of the matrix products: 'auto' (default: bf16 where the CPU has AVX512_BF16 and its bf16
+   *  products time faster than fp32's, else fp32), 'fp32', or 'bf16' (falls back to fp32 on CPUs without
+   *  AVX512_BF16). Weights, gradients and optimizer state stay fp32 (src/training/precision.ts). */
   precision?: PrecisionOption;
 }
 
@@ -230,7 +231,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const askedPrecision = config.precision ?? ENCODER_RECIPE.precision;
   if (!PRECISION_OPTIONS.includes(askedPrecision))
     throw new TrainingConfigError(`precision must be ${PRECISION_OPTIONS.join(', ')}`);
-  const { precision, reason: precisionWhy } = resolvePrecision(askedPrecision);
+  const { precision, reason: precisionWhy } = await resolvePrecision(askedPrecision);
 
   const all = loadRecords(config.train_data, ['ner', 'relations', 'classification', 'gliner2']);
   let trainRecs: DataRecord[];

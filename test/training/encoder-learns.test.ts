@@ -10,7 +10,9 @@ import { initEncoder } from '../../src/training/encoder/init.ts';
 import { trainEncoder } from '../../src/training/encoder-trainer.ts';
 import { evaluateNer } from '../../src/training/evaluate.ts';
 import { SafetensorsFile, toFloat32 } from '../../src/formats/safetensors.ts';
-import { BF16_EMULATED_ENV, nativeBf16 } from '../../src/training/precision.ts';
+import {
+  AUTO_BF16_MIN_SPEEDUP, BF16_EMULATED_ENV, bf16Speedup, nativeBf16, resolvePrecision,
+} from '../../src/training/precision.ts';
 
 const data = join(import.meta.dirname, '../../../shared/data/conll2003');
 const train = parseJsonl(readFileSync(join(data, 'train.jsonl'), 'utf8')).slice(0, 2000);
@@ -93,7 +95,8 @@ t.test('precision: bf16 where the CPU has it, else fp32 with a log line; forced 
   const auto = await run('p-auto', 'auto');
   if (nativeBf16()) {
     t.equal(asked.got, 'bf16');
-    t.equal(auto.got, 'bf16', 'auto picks bf16 on AVX512_BF16');
+    const faster = (await bf16Speedup()) >= AUTO_BF16_MIN_SPEEDUP;
+    t.equal(auto.got, faster ? 'bf16' : 'fp32', 'auto picks bf16 on AVX512_BF16 where it times faster');
   } else {
     t.equal(asked.got, 'fp32', 'bf16 falls back to fp32 without AVX512_BF16');
     t.match(asked.logs, /bf16 requested, but .*falling back to fp32/);
@@ -112,4 +115,22 @@ t.test('precision: bf16 where the CPU has it, else fp32 with a log line; forced 
   t.ok(Math.abs(e.losses[n - 1] - f.losses[n - 1]) <= 0.03 * f.losses[n - 1], 'final loss within 3% of fp32');
   t.ok(worst <= 0.05, 'every step within 5% of fp32');
   t.rejects(run('p-bad', 'fp16' as 'fp32'), /precision must be auto, fp32, bf16/);
+});
+
+t.test('precision auto: bf16 only where AVX512_BF16 products time faster than fp32', async (t) => {
+  const none = { avx2: true, fma: true, f16c: true, avx512f: false, avx512bw: false, avx512vl: false, avx512dq: false,
+    avx512bf16: false, avx512vnni: false };
+  const zen5 = { isa: 'avx512' as const, features: { ...none, avx512f: true, avx512bw: true, avx512vl: true,
+    avx512dq: true, avx512bf16: true, avx512vnni: true } };
+  const avx2 = { isa: 'avx2' as const, features: none };
+  const at = (s: number) => async () => s;
+  t.match(await resolvePrecision('auto', zen5, {}, at(1.9)), { precision: 'bf16', reason: /1\.90x the fp32/ });
+  // an Intel Xeon (Sapphire Rapids): vdpbf16ps at half the FMA rate, the bf16 kernel measured 0.55x fp32
+  t.match(await resolvePrecision('auto', zen5, {}, at(0.55)), { precision: 'fp32', reason: /measured 0\.55x/ });
+  t.match(await resolvePrecision('bf16', zen5, {}, at(0.55)), { precision: 'bf16' });
+  t.match(await resolvePrecision('auto', { ...zen5, isa: 'avx2' }, {}, at(2)), { precision: 'fp32', reason: /active ISA/ });
+  t.match(await resolvePrecision('auto', avx2, {}, at(2)), { precision: 'fp32', reason: /no AVX512_BF16/ });
+  t.match(await resolvePrecision('bf16', avx2, {}, at(2)), { precision: 'fp32', reason: /falling back to fp32/ });
+  t.match(await resolvePrecision('bf16', avx2, { [BF16_EMULATED_ENV]: '1' }, at(2)), { precision: 'bf16' });
+  t.match(await resolvePrecision('fp32', zen5, {}, at(2)), { precision: 'fp32' });
 });
