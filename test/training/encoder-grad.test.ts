@@ -224,14 +224,16 @@ t.test('bf16 compute: gradients as close to fp32 as bf16 weights allow; a traini
   t.ok(rb <= 2 * rj, 'all gradients: within twice the effect of bf16-sized weight noise');
   t.ok(worst <= 1, 'every tensor: within three times the effect of bf16-sized weight noise, or 10%');
 
-  // the same model memorizing the batch: 30 AdamW steps from the same weights in each precision
+  // the same model memorizing the batch: 30 AdamW steps from the same weights in each precision. At lr 1e-3: at
+  // 2e-3 the trajectory is chaotic (fp32 from weights jittered by 2⁻⁹ ends 6% away, and bf16 runs on the AVX2 and
+  // the emulated AVX-512 path 9% apart); at 1e-3 jittered fp32 stays within 1.2%, bf16 within 0.7% on both paths.
   const run = async (precision: 'fp32' | 'bf16') => {
     const g = graph(precision);
     const losses: number[] = [];
     for (let s = 1; s <= 30; s++) {
       g.zeroGrad();
       losses.push((await g.step(batch, { seed: s })).loss);
-      await g.optimizerStep({ lr: [2e-3, 2e-3], weightDecay: 0.01, maxGradNorm: 1, step: s });
+      await g.optimizerStep({ lr: [1e-3, 1e-3], weightDecay: 0.01, maxGradNorm: 1, step: s });
     }
     return losses;
   };
