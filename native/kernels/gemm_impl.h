@@ -807,13 +807,28 @@ struct BPairsNK {  // (k, n) at b[n*ld + k]: W (N, K) of y = x·Wᵀ
     pack_b_nk(nv, kc2, reinterpret_cast<const float*>(t_pair_rows.data()), kc2, reinterpret_cast<float*>(dst));
   }
 };
-struct BPairsKN {  // (k, n) at b[k*ld + n]: W (N, K) of dx = dy·W, x (M, K) of dW = dyᵀ·x
-  const float* b;
+// Two rows of n bf16 values (k = 2p, 2p+1; r1 null past the end) -> n pair words r0[i] | r1[i] << 16.
+static void rows_to_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, uint32_t* o) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + i)));
+    const __m256i hi = r1 ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + i))), 16)
+                          : _mm256_setzero_si256();
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), _mm256_or_si256(lo, hi));
+  }
+  for (; i < n; i++) o[i] = uint32_t(r0[i]) | (r1 ? uint32_t(r1[i]) << 16 : 0u);
+}
+
+// (k, n) at b[k*ld + n]: W (N, K) of dx = dy·W (T float: rounded; T uint16_t: bf16 weights, as they are), x (M, K)
+// of dW = dyᵀ·x
+template <typename T>
+struct BPairsKN {
+  const T* b;
   int64_t ld;
   void pack(int64_t j, int64_t nv, int64_t pc, int64_t kc, uint32_t* dst) const {
     const int64_t kc2 = (kc + 1) / 2;
     for (int64_t q = 0; q < kc2; q++) {
-      const float* r0 = b + (pc + 2 * q) * ld + j;
+      const T* r0 = b + (pc + 2 * q) * ld + j;
       rows_to_pairs(r0, 2 * q + 1 < kc ? r0 + ld : nullptr, nv, dst + q * NR);
       for (int64_t n = nv; n < NR; n++) dst[q * NR + n] = 0;
     }
@@ -860,7 +875,18 @@ static void sgemm_bf16_compute_with(bool ta, bool tb, int64_t M, int64_t N, int6
   const Epi e{alpha, beta, bias};
   split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (tb) bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsNK{B, ldb}, C, ldc, e);
-    else bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN{B, ldb}, C, ldc, e);
+    else bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN<float>{B, ldb}, C, ldc, e);
+  });
+}
+
+// C (M, N) = alpha·A (M, K)·B (K, N) + beta·C, B in bf16 bits (frozen bf16 weights: dx = dy·W), A rounded.
+template <typename DP>
+static void sgemm_bf16_bf16_with(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const ASrc a{A, lda, 1, false};
+  const Epi e{alpha, beta, nullptr};
+  split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN<uint16_t>{B, ldb}, C, ldc, e);
   });
 }
 

@@ -75,7 +75,8 @@ double ParamStore::optimizer_step(const double* lr, int n_groups, double wd, dou
 void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) const {
   if (M <= 0) return;
   const float* bias = b ? b->w.data() : nullptr;
-  if (wbf) linear_bf16(M, N, K, x, K, wbf, K, bias, y, N, 0.0f);
+  if (wbf && bf16) linear_bf16_bf16(M, N, K, x, K, wbf, K, bias, y, N, 0.0f);
+  else if (wbf) linear_bf16(M, N, K, x, K, wbf, K, bias, y, N, 0.0f);
   else linear_as(bf16, M, N, K, x, K, W->w.data(), K, bias, y, N);
   if (!has_lora()) return;
   const int64_t r = lora.r;
@@ -105,7 +106,9 @@ void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) 
 
 // dx (M, K) = dy (M, N)·W (N, K), written or accumulated; bf16 W is read in place (widened as it is packed).
 static void dx_through_w(const TLinear& l, int64_t M, const float* dy, float* dx, bool acc) {
-  if (l.wbf) {
+  if (l.wbf && l.bf16) {
+    sgemm_bf16_bf16(M, l.K, l.N, 1.0f, dy, l.N, l.wbf, l.K, acc ? 1.0f : 0.0f, dx, l.K);
+  } else if (l.wbf) {
     sgemm_bf16(M, l.K, l.N, 1.0f, dy, l.N, l.wbf, l.K, acc ? 1.0f : 0.0f, dx, l.K);
   } else {
     sgemm_as(l.bf16, false, false, M, l.K, l.N, 1.0f, dy, l.N, l.W->w.data(), l.K, acc ? 1.0f : 0.0f, dx, l.K);

@@ -89,7 +89,7 @@ inline void linear_as(bool bf16, int64_t M, int64_t N, int64_t K, const float* x
 
 struct TLinear {
   int64_t N = 0, K = 0;
-  bool bf16 = false;            // the products with W in bf16 compute (LoRA's rank-r products stay fp32)
+  bool bf16 = false;            // the products with W (or wbf) in bf16 compute (LoRA's rank-r products stay fp32)
   Param* W = nullptr;           // (N, K) fp32 (trainable or frozen)
   const uint16_t* wbf = nullptr;  // frozen bf16 weights instead of W (decoder base)
   Param* b = nullptr;           // (N) or null

@@ -142,14 +142,15 @@ export function sgemmSync(a: SgemmArgs): Float32Array {
   return C;
 }
 
-/** C (M, N) = alpha · A (M, K) · B (K, N) + beta · C with B in bf16 bits (a linear layer's dx = dy·W). */
+/** C (M, N) = alpha · A (M, K) · B (K, N) + beta · C with B in bf16 bits (a linear layer's dx = dy·W); compute
+ * 'bf16' rounds A to bf16 too (bf16 products, fp32 accumulation). */
 export function sgemmBf16Sync(a: Omit<SgemmArgs, 'ta' | 'tb' | 'B'> & { B: Uint16Array }): Float32Array {
   const { M, N, K, lda, ldb, ldc } = sgemmPrep(a);
   need(a.A, M, K, lda, 'A');
   need(a.B, K, N, ldb, 'B');
   const C = a.C ?? new Float32Array(M * N);
   need(C, M, N, ldc, 'C');
-  addon.gemmSgemmBf16(M, N, K, a.alpha ?? 1, a.A, lda, a.B, ldb, a.beta ?? 0, C, ldc, false);
+  addon.gemmSgemmBf16(M, N, K, a.alpha ?? 1, a.A, lda, a.B, ldb, a.beta ?? 0, C, ldc, false, a.compute ?? 'f32');
   return C;
 }
 

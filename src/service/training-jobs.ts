@@ -45,6 +45,7 @@ import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
 export { FRESH_ENCODER_ID, FRESH_ENCODERS };
 // fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
 import { ENCODER_RECIPE, FRESH_RATES, FRESH_RECIPE } from '../training/encoder/recipe.ts';
+import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from '../training/precision.ts';
 const MAX_RESTARTS = 2;
 /** how often a running job's record is read for a stop request made through another process */
 const STOP_POLL_MS = 1000;
@@ -86,7 +87,7 @@ export interface TrainingJobRequest {
   full_label_ratio?: number;
   selection_metric?: 'task' | 'loss';
   max_minutes?: number;
-  precision?: 'auto' | 'fp32' | 'bf16';
+  precision?: PrecisionOption;
 }
 
 /** ajv schema of POST /felix/training-jobs */
@@ -125,8 +126,8 @@ export const trainingJobRequestSchema = {
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     selection_metric: { enum: ['task', 'loss'] },
     max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
-    // compute precision of the encoder's matrix products (service extension; docs/training.md, "bf16 compute")
-    precision: { enum: ['auto', 'fp32', 'bf16'] },
+    // compute precision of the matrix products, encoders and decoders (service extension; docs/training.md)
+    precision: { enum: PRECISION_OPTIONS },
   },
 };
 
@@ -670,9 +671,8 @@ export function createTrainingJobsService(deps: {
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
-          precision: body.precision ?? d.precision,
         } : {}),
-        batch_size: body.batch_size ?? d.batch_size,
+        batch_size: body.batch_size ?? d.batch_size, precision: body.precision ?? DEFAULT_PRECISION,
         seed: body.seed ?? 42, validation_data_percentage: body.validation_data_percentage ?? 10,
         early_stopping: body.early_stopping ?? body.early_stopping_patience !== undefined, early_stopping_patience: body.early_stopping_patience ?? (body.early_stopping ? 3 : null),
         ...(type === 'lora' ? { lora_r: adapter?.r ?? body.lora_r ?? 8, lora_alpha: adapter?.alpha ?? body.lora_alpha ?? 16, lora_dropout: body.lora_dropout ?? 0.05, target_modules: adapter?.targetModules ?? body.target_modules ?? null } : {}),

@@ -13,13 +13,14 @@ import {
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
 import { InitRng } from './encoder/init.ts';
-import { DEFAULT_FULL_LABEL_RATIO, DEFAULT_NEGATIVE_LABELS, ENCODER_RECIPE } from './encoder/recipe.ts';
+import { DEFAULT_FULL_LABEL_RATIO, DEFAULT_NEGATIVE_LABELS } from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
-import { PRECISION_OPTIONS, resolvePrecision, type Precision, type PrecisionOption } from './precision.ts';
+import { resolvePrecision, type Precision } from './precision.ts';
 import { setThreads } from '../native/cpu.ts';
 import {
-  CheckpointBook, runTrainingLoop, loadRecords, log, positiveInt, positiveNum, splitValidation, TrainingConfigError,
+  CheckpointBook, runTrainingLoop, loadRecords, log, positiveInt, positiveNum, splitValidation, trainPrecision,
+  TrainingConfigError,
   type CommonTrainConfig, type TrainHooks, type TrainResult,
 } from './common.ts';
 
@@ -53,10 +54,6 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   metric_samples?: number;
   /** wall-clock budget in minutes: the LR schedule's length (warm-up + decay over it) and a stop; 0 = none */
   max_minutes?: number;
-  /** compute precision of the matrix products: 'auto' (default: bf16 where the CPU has AVX512_BF16 and its bf16
-   *  products time faster than fp32's, else fp32), 'fp32', or 'bf16' (falls back to fp32 on CPUs without
-   *  AVX512_BF16). Weights, gradients and optimizer state stay fp32 (src/training/precision.ts). */
-  precision?: PrecisionOption;
 }
 
 
@@ -228,10 +225,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   if (type !== 'full' && type !== 'lora') throw new TrainingConfigError('training_type must be lora or full');
   if (!config.output_dir) throw new TrainingConfigError('output_dir is required');
   if (config.threads !== undefined) setThreads(positiveInt(config.threads, 'threads', 1));
-  const askedPrecision = config.precision ?? ENCODER_RECIPE.precision;
-  if (!PRECISION_OPTIONS.includes(askedPrecision))
-    throw new TrainingConfigError(`precision must be ${PRECISION_OPTIONS.join(', ')}`);
-  const { precision, reason: precisionWhy } = await resolvePrecision(askedPrecision);
+  const { precision, reason: precisionWhy } = await resolvePrecision(trainPrecision(config.precision));
 
   const all = loadRecords(config.train_data, ['ner', 'relations', 'classification', 'gliner2']);
   let trainRecs: DataRecord[];

@@ -84,7 +84,11 @@ export interface DecoderBatch {
 }
 
 export class DecoderTrainGraph extends TrainGraph {
-  static create(config: DecoderConfig, tensors: Record<string, Float32Array | Uint16Array>, loras: DecoderLoraInit[]): DecoderTrainGraph {
+  /** precision 'bf16': the base weights' products (layers and lm_head) in bf16 compute; LoRA's stay fp32 */
+  static create(
+    config: DecoderConfig, tensors: Record<string, Float32Array | Uint16Array>, loras: DecoderLoraInit[],
+    precision: 'fp32' | 'bf16' = 'fp32',
+  ): DecoderTrainGraph {
     const r = config.ropeScaling;
     const cfg = {
       vocab: config.vocabSize,
@@ -98,6 +102,7 @@ export class DecoderTrainGraph extends TrainGraph {
       ropeTheta: config.ropeTheta,
       qkvBias: config.attentionBias,
       rope: { type: r.type === 'llama3' ? 1 : r.type === 'linear' ? 2 : 0, factor: r.factor, lowFreqFactor: r.lowFreqFactor, highFreqFactor: r.highFreqFactor, originalMaxPosition: r.originalMaxPosition },
+      precision,
     };
     return new DecoderTrainGraph(addon.llamaTrainCreate(cfg, tensors, loras));
   }

@@ -13,6 +13,8 @@ export type Precision = 'fp32' | 'bf16';
  * there than fp32's, fp32 elsewhere. */
 export type PrecisionOption = Precision | 'auto';
 export const PRECISION_OPTIONS: readonly PrecisionOption[] = ['auto', 'fp32', 'bf16'];
+/** What a run or a training job gets when it names no precision. */
+export const DEFAULT_PRECISION: PrecisionOption = 'auto';
 
 /** The environment switch that lets bf16 run on the emulated path (tests only: slower than fp32). */
 export const BF16_EMULATED_ENV = 'LOOM_TRAIN_BF16_EMULATED';

@@ -246,7 +246,7 @@ t.test('sgemm: every transpose combination, alpha, beta, strides', async (t) => 
 
 t.test('sgemm_bf16: B in bf16 (dx = dy·W of bf16 weights) matches the product with B widened', async (t) => {
   const shapes: [number, number, number][] = [
-    [1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20],
+    [1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20], [200, 40, 1301],
   ];
   await forEachIsa(async (isa) => {
     for (const [M, N, K] of shapes) {
@@ -260,8 +260,14 @@ t.test('sgemm_bf16: B in bf16 (dx = dy·W of bf16 weights) matches the product w
         if (beta === 0) C.fill(NaN);
         const C0 = C.slice();
         const { ref, mag } = refSgemm(false, false, M, N, K, alpha, A, lda, Bw, ldb, beta, C0, ldc);
+        const C2 = C.slice();
         sgemmBf16Sync({ M, N, K, alpha, A, lda, B: Bb, ldb, beta, C, ldc });
         check(t, `${isa} sgemm_bf16 ${M}x${N}x${K} a=${alpha} b=${beta}`, M, N, K, C, ldc, ref, mag);
+        // bf16 compute (frozen bf16 weights trained with precision bf16): A rounded too
+        const Ar = Float32Array.from(A, (v) => fromBf16(toBf16(v)));
+        const r2 = refSgemm(false, false, M, N, K, alpha, Ar, lda, Bw, ldb, beta, C0, ldc);
+        sgemmBf16Sync({ M, N, K, alpha, A, lda, B: Bb, ldb, beta, C: C2, ldc, compute: 'bf16' });
+        check(t, `${isa} sgemm_bf16 bf16 compute ${M}x${N}x${K} a=${alpha} b=${beta}`, M, N, K, C2, ldc, r2.ref, r2.mag);
       }
     }
   });

@@ -50,6 +50,18 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   t.match(small, { precision: 'auto' });
   t.match(await configuration({ base_model: 'test/encoder', precision: 'bf16' }), { precision: 'bf16' });
   t.match(await configuration({ base_model: 'test/encoder', precision: 'fp32' }), { precision: 'fp32' });
+  // decoders too (their base weights' products)
+  const CHAT = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n';
+  t.equal((await uploadDataset(ts.url, u.key, 'chat', 'decoder', 'c.jsonl', CHAT)).body.status, 'ready');
+  const dec = async (body: Record<string, unknown>) => {
+    const r = await call(ts.url, 'POST', '/felix/training-jobs', {
+      key: u.key, body: { base_model: 'test/decoder', datasets: [{ name: 'chat' }], ...body },
+    });
+    t.equal(r.status, 200, r.text);
+    return (await call(ts.url, 'GET', `/felix/training-jobs/${r.body.id}`, { key: u.key })).body.configuration;
+  };
+  t.match(await dec({}), { precision: 'auto' });
+  t.match(await dec({ precision: 'bf16' }), { precision: 'bf16' });
 });
 
 t.test('recipe fields out of range are a 422', async (t) => {

@@ -50,6 +50,11 @@ void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, in
 void sgemm_bf16_compute(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                         const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 
+// sgemm_bf16 in bf16 compute: A rounded to bf16, B (K, N) already bf16, products as sgemm_bf16_compute's. The
+// backward of a linear layer with frozen bf16 weights trained with precision bf16: dx = dy·W.
+void sgemm_bf16_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                     int64_t ldb, float beta, float* C, int64_t ldc);
+
 // Batched strided sgemm (attention scores, per-head products): for b in [0, batch):
 //   C_b = alpha · op(A_b) · op(B_b) + beta · C_b with A_b = A + b*strideA, etc.
 void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

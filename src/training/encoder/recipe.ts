@@ -34,8 +34,6 @@ export const ENCODER_RECIPE = {
   negative_labels: DEFAULT_NEGATIVE_LABELS,
   full_label_ratio: DEFAULT_FULL_LABEL_RATIO,
   selection_metric: 'task' as const,
-  /** bf16 products where the CPU has AVX512_BF16 (fp32 elsewhere): docs/training.md, "bf16 compute" */
-  precision: 'auto' as 'auto' | 'fp32' | 'bf16',
 };
 
 /** A fresh encoder: the same. Dropout (0.1 / 0.1 / 0.05) lowered dev F1 in a budget the model underfits (CoNLL-2003,
