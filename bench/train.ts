@@ -8,7 +8,8 @@
 //   decoder: one LoRA SFT step (forward, masked cross-entropy, backward, clipping, AdamW over the adapter) of the
 //     SmolLM2-135M configuration (random weights), batch 4 x 256 tokens, LoRA r=16 on q,k,v,o, against PyTorch +
 //     PEFT (bench/sft_torch.py) in fp32 and under bf16 autocast. Loom runs it with the frozen base in bf16 (as it
-//     loads the bf16 checkpoint: fp32 compute, bf16 weights read in place) and in fp32.
+//     loads the bf16 checkpoint: fp32 compute, bf16 weights read in place), in fp32, and (where the CPU runs
+//     vdpbf16ps) with the bf16 base in bf16 compute (precision bf16).
 // PyTorch runs from bench/.venv (python3 -m venv bench/.venv && bench/.venv/bin/pip install torch transformers peft),
 // or from the Python that BENCH_PYTHON names.
 import { execFileSync } from 'node:child_process';
@@ -59,8 +60,9 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
     tokens, labels, positions: Int32Array.from(tokens, (_, i) => i % T),
     seqOff: Int32Array.from({ length: B + 1 }, (_, s) => s * T),
   };
-  const loom = async (dtype: 'bf16' | 'f32'): Promise<Rate> => {
-    const graph = DecoderTrainGraph.create(dc, baseTensors(dir, dc, dtype), initLoras(dc, targets, r, 2 * r, 0, 1));
+  const loom = async (dtype: 'bf16' | 'f32', precision: 'fp32' | 'bf16' = 'fp32'): Promise<Rate> => {
+    const graph = DecoderTrainGraph.create(dc, baseTensors(dir, dc, dtype), initLoras(dc, targets, r, 2 * r, 0, 1),
+      precision);
     const one = async (step: number) => {
       graph.zeroGrad();
       await graph.step(batch, { seed: step });
@@ -72,15 +74,21 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
     const ms = (performance.now() - t0) / iters;
     return { tokens_per_s: (B * T) / (ms / 1000), step_ms: ms };
   };
-  const loomBf16 = await loom('bf16');
-  const loomF32 = await loom('f32');
+  const cpu = cpuInfo();
+  const native = nativeBf16(cpu);
   const f = (x: Rate) => `${x.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${(x.step_ms / 1000).toFixed(2)} s/step)`;
   if (!json) {
     console.log(`Decoder LoRA SFT step, SmolLM2-135M configuration (random weights), batch ${B}x${T} tokens, `
-      + `LoRA r=${r} on q,k,v,o, ${threads} threads`);
-    console.log(`  loom, bf16 base                ${f(loomBf16)}`);
-    console.log(`  loom, fp32 base                ${f(loomF32)}`);
+      + `LoRA r=${r} on q,k,v,o, ${threads} threads; ISA ${cpu.isa}, AVX512_BF16 ${cpu.features.avx512bf16 ? 'yes' : 'no'}, `
+      + `bf16 compute ${native ? 'native' : 'not native here (precision bf16 falls back to fp32)'}`);
   }
+  const loomBf16 = await loom('bf16');
+  if (!json) console.log(`  loom, bf16 base                ${f(loomBf16)}`);
+  const loomF32 = await loom('f32');
+  if (!json) console.log(`  loom, fp32 base                ${f(loomF32)}`);
+  // bf16 base weights multiplied in bf16 (vdpbf16ps), only where that is native
+  const loomBf16c = native ? await loom('bf16', 'bf16') : null;
+  if (!json) console.log(loomBf16c ? `  loom, bf16 base, bf16 compute ${f(loomBf16c)}` : '  loom, bf16 compute           (not run: no native bf16 here)');
   let torch: { fp32: Rate; bf16_autocast: Rate } | null = null;
   if (existsSync(PY)) {
     const arg = JSON.stringify({ config: CONFIGS['smollm2-135m'], B, T, r, targets, threads, warmup, iters });
@@ -90,18 +98,21 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
     torch = JSON.parse(out.trim().split('\n').pop()!);
   }
   const ratio = (x: Rate, y?: Rate) => (y ? x.tokens_per_s / y.tokens_per_s : null);
+  const best = loomBf16c && loomBf16c.tokens_per_s > loomBf16.tokens_per_s ? loomBf16c : loomBf16;
   const row = {
     bench: 'train', row: 'decoder-lora-sft', model: 'smollm2-135m (random weights)', threads, batch: `${B}x${T}`,
-    lora: `r=${r} ${targets.join(',')}`, loom: { bf16_base: loomBf16, fp32_base: loomF32 }, torch,
-    ratio_fp32: ratio(loomBf16, torch?.fp32), ratio_bf16_autocast: ratio(loomBf16, torch?.bf16_autocast),
+    lora: `r=${r} ${targets.join(',')}`, isa: cpu.isa, bf16_native: native,
+    loom: { bf16_base: loomBf16, fp32_base: loomF32, bf16_base_bf16_compute: loomBf16c }, torch,
+    loom_best: best === loomBf16c ? 'bf16 base, bf16 compute' : 'bf16 base',
+    ratio_fp32: ratio(best, torch?.fp32), ratio_bf16_autocast: ratio(best, torch?.bf16_autocast),
   };
   if (json) return console.log(JSON.stringify(row));
   if (!torch)
     return console.log('  pytorch  (bench/.venv missing: python3 -m venv bench/.venv && '
       + 'bench/.venv/bin/pip install torch transformers peft)');
-  console.log(`  pytorch + peft, fp32           ${f(torch.fp32)}   loom (bf16 base) / pytorch fp32 = `
+  console.log(`  pytorch + peft, fp32           ${f(torch.fp32)}   loom (${row.loom_best}) / pytorch fp32 = `
     + `${row.ratio_fp32!.toFixed(2)}x`);
-  console.log(`  pytorch + peft, bf16 autocast  ${f(torch.bf16_autocast)}   loom (bf16 base) / autocast = `
+  console.log(`  pytorch + peft, bf16 autocast  ${f(torch.bf16_autocast)}   loom (${row.loom_best}) / autocast = `
     + `${row.ratio_bf16_autocast!.toFixed(2)}x`);
 }
 
