@@ -79,7 +79,8 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
   const f = (x: Rate) => `${x.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${(x.step_ms / 1000).toFixed(2)} s/step)`;
   if (!json) {
     console.log(`Decoder LoRA SFT step, SmolLM2-135M configuration (random weights), batch ${B}x${T} tokens, `
-      + `LoRA r=${r} on q,k,v,o, ${threads} threads; ISA ${cpu.isa}, AVX512_BF16 ${cpu.features.avx512bf16 ? 'yes' : 'no'}, `
+      + `LoRA r=${r} on q,k,v,o, ${threads} threads; ISA ${cpu.isa}, `
+      + `AVX512_BF16 ${cpu.features.avx512bf16 ? 'yes' : 'no'}, `
       + `bf16 compute ${native ? 'native' : 'not native here (precision bf16 falls back to fp32)'}`);
   }
   const loomBf16 = await loom('bf16');
@@ -88,7 +89,9 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
   if (!json) console.log(`  loom, fp32 base                ${f(loomF32)}`);
   // bf16 base weights multiplied in bf16 (vdpbf16ps), only where that is native
   const loomBf16c = native ? await loom('bf16', 'bf16') : null;
-  if (!json) console.log(loomBf16c ? `  loom, bf16 base, bf16 compute ${f(loomBf16c)}` : '  loom, bf16 compute           (not run: no native bf16 here)');
+  if (!json)
+    console.log(loomBf16c ? `  loom, bf16 base, bf16 compute ${f(loomBf16c)}`
+      : '  loom, bf16 compute           (not run: no native bf16 here)');
   let torch: { fp32: Rate; bf16_autocast: Rate } | null = null;
   if (existsSync(PY)) {
     const arg = JSON.stringify({ config: CONFIGS['smollm2-135m'], B, T, r, targets, threads, warmup, iters });
@@ -160,7 +163,8 @@ async function encoderRow(config: string, quick: boolean, json: boolean, autocas
   const speedup = native ? await bf16Speedup() : null;
   const isaLine = `ISA ${cpu.isa}, AVX512_BF16 ${cpu.features.avx512bf16 ? 'yes' : 'no'}: bf16 compute `
     + (native ? `native (vdpbf16ps; one 256x768x768 product ${speedup!.toFixed(2)}x fp32, precision auto picks `
-      + `${speedup! >= AUTO_BF16_MIN_SPEEDUP ? 'bf16' : 'fp32'})` : 'not native here (precision bf16 falls back to fp32)');
+      + `${speedup! >= AUTO_BF16_MIN_SPEEDUP ? 'bf16' : 'fp32'})`
+      : 'not native here (precision bf16 falls back to fp32)');
   if (!json) {
     console.log(`GLiNER2 span model "${config}" (D=${p.hidden_size}, L=${p.num_hidden_layers}), full fine-tuning `
       + `step, batch ${B}x${N} tokens, ${threads} threads; ${isaLine}`);
@@ -169,11 +173,16 @@ async function encoderRow(config: string, quick: boolean, json: boolean, autocas
   const loomF32 = await loom('fp32');
   if (!json) console.log(`  loom, fp32                ${f(loomF32)}`);
   const loomBf16 = native ? await loom('bf16') : null;
-  if (!json) console.log(loomBf16 ? `  loom, bf16                ${f(loomBf16)}` : '  loom, bf16                (not run: no native bf16 here; a bf16 run trains in fp32, the row above)');
+  if (!json)
+    console.log(loomBf16 ? `  loom, bf16                ${f(loomBf16)}`
+      : '  loom, bf16                (not run: no native bf16 here; a bf16 run trains in fp32, the row above)');
   const modes = native || autocast ? ['fp32', 'bf16_autocast'] : ['fp32'];
   let torch: { fp32?: Rate; bf16_autocast?: Rate } | null = null;
   if (existsSync(PY)) {
-    const arg = JSON.stringify({ D: p.hidden_size, L: p.num_hidden_layers, H: p.num_attention_heads, F: p.intermediate_size, V, B, N, W, M, threads, warmup: 1, iters, modes });
+    const arg = JSON.stringify({
+      D: p.hidden_size, L: p.num_hidden_layers, H: p.num_attention_heads, F: p.intermediate_size, V, B, N, W, M,
+      threads, warmup: 1, iters, modes,
+    });
     const out = execFileSync(PY, [join(import.meta.dirname, 'train_torch.py'), arg], {
       encoding: 'utf8', stdio: ['ignore', 'pipe', json ? 'ignore' : 'inherit'],
     });
@@ -185,13 +194,21 @@ async function encoderRow(config: string, quick: boolean, json: boolean, autocas
     bench: 'train', row: 'encoder-full', config, threads, batch: `${B}x${N}`, isa: cpu.isa,
     avx512bf16: cpu.features.avx512bf16, bf16_native: native, bf16_product_speedup: speedup,
     loom: { fp32: loomF32, bf16: loomBf16 }, torch,
-    loom_best: best === loomBf16 ? 'bf16' : 'fp32', ratio_fp32: ratio(torch?.fp32), ratio_bf16_autocast: ratio(torch?.bf16_autocast),
+    loom_best: best === loomBf16 ? 'bf16' : 'fp32', ratio_fp32: ratio(torch?.fp32),
+    ratio_bf16_autocast: ratio(torch?.bf16_autocast),
   };
   if (json) return console.log(JSON.stringify(row));
-  if (!torch) return console.log('  pytorch  (bench/.venv missing: python3 -m venv bench/.venv && bench/.venv/bin/pip install torch transformers)');
+  if (!torch) {
+    return console.log('  pytorch  (bench/.venv missing: python3 -m venv bench/.venv && '
+      + 'bench/.venv/bin/pip install torch transformers)');
+  }
   const which = `loom (${row.loom_best})`;
-  if (torch.fp32) console.log(`  pytorch, fp32             ${f(torch.fp32)}   ${which} / pytorch fp32 = ${row.ratio_fp32!.toFixed(2)}x`);
+  if (torch.fp32)
+    console.log(`  pytorch, fp32             ${f(torch.fp32)}   ${which} / pytorch fp32 = `
+      + `${row.ratio_fp32!.toFixed(2)}x`);
   if (torch.bf16_autocast)
-    console.log(`  pytorch, bf16 autocast    ${f(torch.bf16_autocast)}   ${which} / autocast = ${row.ratio_bf16_autocast!.toFixed(2)}x`);
-  else console.log('  pytorch, bf16 autocast    (not run: no native bf16 here, where it is slower than fp32; --autocast runs it)');
+    console.log(`  pytorch, bf16 autocast    ${f(torch.bf16_autocast)}   ${which} / autocast = `
+      + `${row.ratio_bf16_autocast!.toFixed(2)}x`);
+  else console.log('  pytorch, bf16 autocast    (not run: no native bf16 here, where it is slower than fp32; '
+    + '--autocast runs it)');
 }

@@ -33,7 +33,8 @@ let probed: Promise<number> | null = null;
 export function bf16Speedup(): Promise<number> {
   probed ??= (async () => {
     const M = 256, N = 768, K = 768;
-    const A = Float32Array.from({ length: M * K }, (_, i) => Math.sin(i)), B = Float32Array.from({ length: N * K }, Math.cos);
+    const A = Float32Array.from({ length: M * K }, (_, i) => Math.sin(i));
+    const B = Float32Array.from({ length: N * K }, (_, i) => Math.cos(i));
     const C = new Float32Array(M * N);
     const best = { fp32: Infinity, bf16: Infinity };
     for (let r = 0; r < 6; r++)
@@ -61,12 +62,14 @@ export async function resolvePrecision(
     const s = await speedup();
     return s >= AUTO_BF16_MIN_SPEEDUP
       ? { precision: 'bf16', reason: `precision bf16 (auto: ${how}; ${s.toFixed(2)}x the fp32 products here)` }
-      : { precision: 'fp32', reason: `precision fp32 (auto: bf16 products measured ${s.toFixed(2)}x fp32 on this CPU)` };
+      : { precision: 'fp32', reason: `precision fp32 (auto: bf16 products measured ${s.toFixed(2)}x fp32 here)` };
   }
   if (env[BF16_EMULATED_ENV] === '1')
-    return { precision: 'bf16', reason: `precision bf16 on the emulated path (${BF16_EMULATED_ENV}=1; slower than fp32, for tests)` };
+    return { precision: 'bf16', reason: `precision bf16, emulated (${BF16_EMULATED_ENV}=1; slower than fp32: tests)` };
   const why = cpu.features.avx512bf16 ? `the active ISA is ${cpu.isa}` : 'this CPU has no AVX512_BF16';
   return requested === 'auto'
     ? { precision: 'fp32', reason: `precision fp32 (auto: ${why})` }
-    : { precision: 'fp32', reason: `precision bf16 requested, but ${why}: falling back to fp32 (emulated bf16 is slower)` };
+    : {
+      precision: 'fp32', reason: `precision bf16 requested, but ${why}: falling back to fp32 (emulated bf16 is slower)`,
+    };
 }
