@@ -719,9 +719,12 @@ static void linear_bf16_pairs(int64_t M, int64_t N, int64_t K, const float* x, i
 // bf16 compute for training (sgemm_bf16_compute): fp32 operands in sgemm's layouts, rounded to
 // bf16 (RNE) while they are packed into the pair panels above, fp32 accumulation, fp32 C.
 // The three products of a linear layer's training step, and how each operand is packed:
-//   y  = x·Wᵀ    A = x  (M, K) rows      -> row pairs, 8×8 word transpose   B = W (N, K) (tb)   -> same, per panel
-//   dx = dy·W    A = dy (M, N) rows      -> row pairs, 8×8 word transpose   B = W (N, K) (k, n) -> two rows, lane-wise
-//   dW = dyᵀ·x   A = dy stored (M, N) (ta) -> two rows, lane-wise           B = x (M, K) (k, n) -> two rows, lane-wise
+//   y  = x·Wᵀ    A = x  (M, K) rows           -> row pairs, 8×8 word transpose
+//                B = W  (N, K) (tb)           -> the same, per panel
+//   dx = dy·W    A = dy (M, N) rows           -> row pairs, 8×8 word transpose
+//                B = W  (N, K) read as (k, n) -> two rows, lane-wise
+//   dW = dyᵀ·x   A = dy stored (M, N) (ta)    -> two rows, lane-wise
+//                B = x  (M, K) read as (k, n) -> two rows, lane-wise
 // "Row pairs": along a contiguous row, (v[2p], v[2p+1]) -> one 32-bit word; "two rows": k = 2p and 2p+1 are two
 // source rows, word i = bf16(r0[i]) | bf16(r1[i]) << 16, with no shuffle at all.
 // ---------------------------------------------------------------------------------------------
@@ -730,7 +733,8 @@ static inline __m256i bf16_hi8(__m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
   const __m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
   return _mm256_and_si256(_mm256_blendv_epi8(r, q, nan), _mm256_set1_epi32(int(0xffff0000u)));
 }
@@ -812,8 +816,9 @@ static void rows_to_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, uin
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + i)));
-    const __m256i hi = r1 ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + i))), 16)
-                          : _mm256_setzero_si256();
+    const __m256i h16 = r1 ? _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + i)))
+                           : _mm256_setzero_si256();
+    const __m256i hi = _mm256_slli_epi32(h16, 16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), _mm256_or_si256(lo, hi));
   }
   for (; i < n; i++) o[i] = uint32_t(r0[i]) | (r1 ? uint32_t(r1[i]) << 16 : 0u);

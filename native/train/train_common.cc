@@ -117,7 +117,8 @@ static void dx_through_w(const TLinear& l, int64_t M, const float* dy, float* dx
 
 void TLinear::bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx) const {
   if (M <= 0) return;
-  if (W && W->trainable) sgemm_as(bf16, true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, W->g.data(), K);  // dW += dyᵀ·x
+  if (W && W->trainable)  // dW += dyᵀ·x
+    sgemm_as(bf16, true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, W->g.data(), K);
   if (b && b->trainable) bias_bwd(M, N, dy, b->g.data());
   if (dx) dx_through_w(*this, M, dy, dx, accumulate_dx);
   if (!has_lora()) return;
