@@ -1,7 +1,9 @@
 # PyTorch CPU anchor for `npm run bench -- train`: the same GLiNER2 span model configuration
 # (DeBERTa-v2 encoder from transformers + markerV0 span head + count_pred, entity BCE summed as in
 # the spec) on the same synthetic batch shapes; one training step = forward + backward + AdamW.
-# Prints one JSON line: {"tokens_per_s", "step_ms"}.
+# a["modes"]: "fp32" and/or "bf16_autocast" (forward and loss under torch.autocast("cpu", dtype=torch.bfloat16),
+# fp32 master weights and optimizer state, as bench/sft_torch.py). Prints one JSON line:
+# {"fp32": {"tokens_per_s", "step_ms"}, "bf16_autocast": {...}}; each result also goes to stderr as it is measured.
 import json, sys, time
 import torch, torch.nn as nn
 from transformers import DebertaV2Config, DebertaV2Model
@@ -25,20 +27,26 @@ y = (torch.rand(B, M, W, K) < 0.01).float()
 idx_i = torch.arange(W)[:, None].expand(W, K)
 idx_j = (idx_i + torch.arange(K)[None, :]).clamp(max=W - 1)
 
-def step():
-    h = enc(input_ids=ids, attention_mask=mask).last_hidden_state       # (B, N, D)
-    words = h[:, N - W:, :]
-    labels = h[:, 1:1 + M, :]
-    S, E = ps(words), pe(words)
-    rep = out(torch.relu(torch.cat([S[:, idx_i], E[:, idx_j]], dim=-1)))  # (B, W, K, D)
-    logits = torch.einsum("bwkd,bmd->bmwk", rep, labels)
-    loss = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="sum")
-    loss = loss + nn.functional.cross_entropy(cp(h[:, 0, :]), torch.ones(B, dtype=torch.long), reduction="sum")
+def step(autocast):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        h = enc(input_ids=ids, attention_mask=mask).last_hidden_state       # (B, N, D)
+        words = h[:, N - W:, :]
+        labels = h[:, 1:1 + M, :]
+        S, E = ps(words), pe(words)
+        rep = out(torch.relu(torch.cat([S[:, idx_i], E[:, idx_j]], dim=-1)))  # (B, W, K, D)
+        logits = torch.einsum("bwkd,bmd->bmwk", rep, labels).float()
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="sum")
+        loss = loss + nn.functional.cross_entropy(cp(h[:, 0, :]).float(), torch.ones(B, dtype=torch.long), reduction="sum")
     opt.zero_grad(); loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0); opt.step()
 
-for _ in range(a["warmup"]): step()
-t0 = time.perf_counter()
-for _ in range(a["iters"]): step()
-dt = (time.perf_counter() - t0) / a["iters"]
-print(json.dumps({"tokens_per_s": B * N / dt, "step_ms": dt * 1000}))
+res = {}
+for name in a.get("modes", ["fp32"]):
+    autocast = name == "bf16_autocast"
+    for _ in range(a["warmup"]): step(autocast)
+    t0 = time.perf_counter()
+    for _ in range(a["iters"]): step(autocast)
+    dt = (time.perf_counter() - t0) / a["iters"]
+    res[name] = {"tokens_per_s": B * N / dt, "step_ms": dt * 1000}
+    print(f"  (pytorch, {name}: {B * N / dt:.0f} tokens/s, {dt * 1000:.1f} ms/step)", file=sys.stderr, flush=True)
+print(json.dumps(res))

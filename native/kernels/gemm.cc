@@ -111,6 +111,32 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   });
 }
 
+// bf16 compute, emulated: both operands rounded to bf16 (round to nearest even), then the fp32 product.
+void sgemm_bf16_compute(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  auto rounded = [](int64_t rows, int64_t cols, const float* s, int64_t ld) {
+    std::unique_ptr<float[]> r(new float[size_t(rows * cols)]);
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < cols; j++) r[size_t(i * cols + j)] = bf16_to_f32(f32_to_bf16(s[i * ld + j]));
+    return r;
+  };
+  const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  auto a = rounded(ar, ac, A, lda), b = rounded(br, bc, B, ldb);
+  sgemm(ta, tb, M, N, K, alpha, a.get(), ac, b.get(), bc, beta, C, ldc);
+  if (bias)
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] += bias[j];
+}
+
+// bf16 compute with B in bf16: A rounded to bf16, then the fp32 product with B widened.
+void sgemm_bf16_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                     int64_t ldb, float beta, float* C, int64_t ldc) {
+  std::unique_ptr<float[]> a(new float[size_t(M * K)]);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t k = 0; k < K; k++) a[size_t(i * K + k)] = bf16_to_f32(f32_to_bf16(A[i * lda + k]));
+  sgemm_bf16(M, N, K, alpha, a.get(), K, B, ldb, beta, C, ldc);
+}
+
 void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
                 int64_t ldb, float beta, float* C, int64_t ldc) {
   // C (M, N) = alpha · A (M, K) · B (K, N) + beta · C, B widened from bf16 row by row
@@ -254,6 +280,28 @@ void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, in
     return;
   }
   LOOM_DISPATCH(sgemm_bf16, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void sgemm_bf16_compute(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  check_dims(M, N, K);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (bias)
+      for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) C[i * ldc + j] += bias[j];
+    return;
+  }
+  LOOM_DISPATCH(sgemm_bf16_compute, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void sgemm_bf16_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                     int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_dims(M, N, K);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) return sgemm_bf16(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  LOOM_DISPATCH(sgemm_bf16_bf16, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

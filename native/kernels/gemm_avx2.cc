@@ -54,4 +54,14 @@ void linear_bf16_bf16(int64_t M, int64_t N, int64_t K, const float* x, int64_t l
   linear_bf16_bf16_with<DpEmul>(M, N, K, x, ldx, w, ldw, bias, y, ldy, beta);
 }
 
+void sgemm_bf16_compute(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  sgemm_bf16_compute_with<DpEmul>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void sgemm_bf16_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                     int64_t ldb, float beta, float* C, int64_t ldc) {
+  sgemm_bf16_bf16_with<DpEmul>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 }  // namespace loom::avx2

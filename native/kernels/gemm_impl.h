@@ -716,6 +716,186 @@ static void linear_bf16_pairs(int64_t M, int64_t N, int64_t K, const float* x, i
 }
 
 // ---------------------------------------------------------------------------------------------
+// bf16 compute for training (sgemm_bf16_compute): fp32 operands in sgemm's layouts, rounded to
+// bf16 (RNE) while they are packed into the pair panels above, fp32 accumulation, fp32 C.
+// The three products of a linear layer's training step, and how each operand is packed:
+//   y  = x·Wᵀ    A = x  (M, K) rows           -> row pairs, 8×8 word transpose
+//                B = W  (N, K) (tb)           -> the same, per panel
+//   dx = dy·W    A = dy (M, N) rows           -> row pairs, 8×8 word transpose
+//                B = W  (N, K) read as (k, n) -> two rows, lane-wise
+//   dW = dyᵀ·x   A = dy stored (M, N) (ta)    -> two rows, lane-wise
+//                B = x  (M, K) read as (k, n) -> two rows, lane-wise
+// "Row pairs": along a contiguous row, (v[2p], v[2p+1]) -> one 32-bit word; "two rows": k = 2p and 2p+1 are two
+// source rows, word i = bf16(r0[i]) | bf16(r1[i]) << 16, with no shuffle at all.
+// ---------------------------------------------------------------------------------------------
+// 8 fp32 -> their bf16 (round to nearest even, NaN kept quiet) in the high 16 bits of each lane, low bits zero.
+static inline __m256i bf16_hi8(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
+  const __m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+  return _mm256_and_si256(_mm256_blendv_epi8(r, q, nan), _mm256_set1_epi32(int(0xffff0000u)));
+}
+static inline uint32_t bf16_bits(float v) { return f32_to_bf16(v); }
+
+// One contiguous row s[0:kc] -> kc2 = ceil(kc/2) words bf16(s[2p]) | bf16(s[2p+1]) << 16 (zero past kc).
+static void row_to_pairs(const float* s, int64_t kc, uint32_t* o) {
+  int64_t k = 0;
+  for (; k + 16 <= kc; k += 16) {
+    const __m256i a = _mm256_srli_epi32(bf16_hi8(_mm256_loadu_ps(s + k)), 16);
+    const __m256i b = _mm256_srli_epi32(bf16_hi8(_mm256_loadu_ps(s + k + 8)), 16);
+    // 16-bit values in order: packus interleaves 128-bit halves (a0-3 b0-3 a4-7 b4-7), the permute restores a, b
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + k / 2), p);
+  }
+  for (; k < kc; k += 2) o[k / 2] = bf16_bits(s[k]) | (k + 1 < kc ? bf16_bits(s[k + 1]) << 16 : 0u);
+}
+
+// Two rows (k = 2p, 2p+1) of n values each -> n words; r1 null: the odd k past the end (zero).
+static void rows_to_pairs(const float* r0, const float* r1, int64_t n, uint32_t* o) {
+  int64_t i = 0;
+  if (r1) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256i lo = _mm256_srli_epi32(bf16_hi8(_mm256_loadu_ps(r0 + i)), 16);
+      const __m256i hi = bf16_hi8(_mm256_loadu_ps(r1 + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), _mm256_or_si256(lo, hi));
+    }
+    for (; i < n; i++) o[i] = bf16_bits(r0[i]) | bf16_bits(r1[i]) << 16;
+  } else {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), _mm256_srli_epi32(bf16_hi8(_mm256_loadu_ps(r0 + i)), 16));
+    for (; i < n; i++) o[i] = bf16_bits(r0[i]);
+  }
+}
+
+// Words of up to MR (A) or NR (B) contiguous rows, before the transpose into a panel.
+static thread_local std::vector<uint32_t> t_pair_rows;
+
+// A block, op(A)(i, k) at a[i*rs + k*cs], i < mc, k < kc  ->  RowPanels(mc) panels [kc2][MR] of pair words.
+static void pack_a_pairs_f32(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, uint32_t* dst) {
+  const int64_t kc2 = (kc + 1) / 2;
+  const RowPanels rp(mc);
+  for (int64_t p = 0; p < rp.n; p++) {
+    const int64_t i0 = rp.start(p), mr = rp.rows(p);
+    uint32_t* d = dst + p * kc2 * MR;
+    if (cs == 1) {  // rows: pairs per row, then the fp32 8×8 transpose moves the words into the panel
+      t_pair_rows.resize(size_t(MR * kc2));
+      for (int64_t i = 0; i < mr; i++) row_to_pairs(a + (i0 + i) * rs, kc, t_pair_rows.data() + i * kc2);
+      pack_a_rows(mr, kc2, reinterpret_cast<const float*>(t_pair_rows.data()), kc2, reinterpret_cast<float*>(d));
+    } else if (rs == 1) {  // transposed (dyᵀ): k = 2q and 2q+1 are two rows of mr adjacent values
+      for (int64_t q = 0; q < kc2; q++) {
+        const float* r0 = a + i0 + 2 * q * cs;
+        rows_to_pairs(r0, 2 * q + 1 < kc ? r0 + cs : nullptr, mr, d + q * MR);
+        for (int64_t i = mr; i < MR; i++) d[q * MR + i] = 0;
+      }
+    } else {
+      for (int64_t q = 0; q < kc2; q++)
+        for (int64_t i = 0; i < MR; i++) {
+          const float* s = a + (i0 + i) * rs + 2 * q * cs;
+          d[q * MR + i] = i >= mr ? 0u : bf16_bits(s[0]) | (2 * q + 1 < kc ? bf16_bits(s[cs]) << 16 : 0u);
+        }
+    }
+  }
+}
+
+// B from fp32 sources, one NR-wide panel [kc2][NR] of B[pc:pc+kc, j:j+nv] per pack() call.
+struct BPairsNK {  // (k, n) at b[n*ld + k]: W (N, K) of y = x·Wᵀ
+  const float* b;
+  int64_t ld;
+  void pack(int64_t j, int64_t nv, int64_t pc, int64_t kc, uint32_t* dst) const {
+    const int64_t kc2 = (kc + 1) / 2;
+    t_pair_rows.resize(size_t(NR * kc2));
+    for (int64_t n = 0; n < nv; n++) row_to_pairs(b + (j + n) * ld + pc, kc, t_pair_rows.data() + n * kc2);
+    pack_b_nk(nv, kc2, reinterpret_cast<const float*>(t_pair_rows.data()), kc2, reinterpret_cast<float*>(dst));
+  }
+};
+// Two rows of n bf16 values (k = 2p, 2p+1; r1 null past the end) -> n pair words r0[i] | r1[i] << 16.
+static void rows_to_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, uint32_t* o) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + i)));
+    const __m256i h16 = r1 ? _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + i)))
+                           : _mm256_setzero_si256();
+    const __m256i hi = _mm256_slli_epi32(h16, 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), _mm256_or_si256(lo, hi));
+  }
+  for (; i < n; i++) o[i] = uint32_t(r0[i]) | (r1 ? uint32_t(r1[i]) << 16 : 0u);
+}
+
+// (k, n) at b[k*ld + n]: W (N, K) of dx = dy·W (T float: rounded; T uint16_t: bf16 weights, as they are), x (M, K)
+// of dW = dyᵀ·x
+template <typename T>
+struct BPairsKN {
+  const T* b;
+  int64_t ld;
+  void pack(int64_t j, int64_t nv, int64_t pc, int64_t kc, uint32_t* dst) const {
+    const int64_t kc2 = (kc + 1) / 2;
+    for (int64_t q = 0; q < kc2; q++) {
+      const T* r0 = b + (pc + 2 * q) * ld + j;
+      rows_to_pairs(r0, 2 * q + 1 < kc ? r0 + ld : nullptr, nv, dst + q * NR);
+      for (int64_t n = nv; n < NR; n++) dst[q * NR + n] = 0;
+    }
+  }
+};
+
+// C[m0:m1, n0:n1] on the calling thread (n0 a multiple of NR); the loops of gemm_serial over pair panels.
+template <typename DP, typename BS>
+static void bf16c_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t K, const ASrc& A, const BS& bs,
+                         float* C, int64_t ldc, const Epi& e) {
+  const int64_t M = m1 - m0;
+  const int64_t kcb = round_up(ceil_div(K, ceil_div(K, 2 * KC)), 2);  // even: a pair never straddles two blocks
+  const int64_t mcb = round_up(ceil_div(M, ceil_div(M, MC)), MR);
+  for (int64_t jc = n0; jc < n1; jc += NC) {
+    const int64_t nc = imin(NC, n1 - jc);
+    for (int64_t pc = 0; pc < K; pc += kcb) {
+      const int64_t kc = imin(kcb, K - pc), kc2 = (kc + 1) / 2;
+      const bool one_block = M <= mcb;
+      uint32_t* bbuf = reinterpret_cast<uint32_t*>(t_scratch.get(1, size_t((one_block ? NR : round_up(nc, NR)) * kc2)));
+      for (int64_t ic = m0; ic < m1; ic += mcb) {
+        const int64_t mc = imin(mcb, m1 - ic);
+        uint32_t* ap = reinterpret_cast<uint32_t*>(t_scratch.get(0, size_t(round_up(mc, MR) * kc2)));
+        pack_a_pairs_f32(mc, kc, A.a + ic * A.rs + pc * A.cs, A.rs, A.cs, ap);
+        const RowPanels rp(mc);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nv = imin(NR, nc - jr);
+          uint32_t* d = one_block ? bbuf : bbuf + (jr / NR) * kc2 * NR;
+          if (ic == m0) bs.pack(jc + jr, nv, pc, kc, d);
+          const Epi ej{e.alpha, pc == 0 ? e.beta : 1.0f, pc == 0 && e.bias ? e.bias + jc + jr : nullptr};
+          for (int64_t p = 0; p < rp.n; p++)
+            ukernel_pairs_n<DP>(int(rp.rows(p)), kc2, ap + p * kc2 * MR, d, C + (ic + rp.start(p)) * ldc + jc + jr, ldc,
+                                nv, ej, std::make_integer_sequence<int, MR>{});
+        }
+      }
+    }
+  }
+}
+
+template <typename DP>
+static void sgemm_bf16_compute_with(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                                    const float* bias) {
+  const ASrc a{A, ta ? 1 : lda, ta ? lda : 1, false};
+  const Epi e{alpha, beta, bias};
+  split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    if (tb) bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsNK{B, ldb}, C, ldc, e);
+    else bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN<float>{B, ldb}, C, ldc, e);
+  });
+}
+
+// C (M, N) = alpha·A (M, K)·B (K, N) + beta·C, B in bf16 bits (frozen bf16 weights: dx = dy·W), A rounded.
+template <typename DP>
+static void sgemm_bf16_bf16_with(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const ASrc a{A, lda, 1, false};
+  const Epi e{alpha, beta, nullptr};
+  split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN<uint16_t>{B, ldb}, C, ldc, e);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Entry points
 // ---------------------------------------------------------------------------------------------
 // Below this many rows, the dot-product path (no packing) beats packing W for the micro-kernel.

@@ -58,6 +58,11 @@ struct f16w { uint16_t v; };
              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);                                  \
   void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B, \
                   int64_t ldb, float beta, float* C, int64_t ldc);                                             \
+  void sgemm_bf16_compute(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,       \
+                          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,         \
+                          const float* bias);                                                                  \
+  void sgemm_bf16_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,               \
+                       const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);                     \
   PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int64_t ldw);                    \
   void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y, \
                      int64_t ldy, float beta);

@@ -87,7 +87,8 @@ Napi::Value Linear(const Napi::CallbackInfo& info) {
   return finish(env, async, std::move(work), std::move(keep));
 }
 
-// gemmSgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, async)
+// gemmSgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, async, compute?)
+//   compute: 'f32' (default) | 'bf16' (operands rounded to bf16, sgemm_bf16_compute)
 Napi::Value Sgemm(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   bool ta = bool_arg(info[0], "ta"), tb = bool_arg(info[1], "tb");
@@ -104,6 +105,9 @@ Napi::Value Sgemm(const Napi::CallbackInfo& info) {
   check_extent(env, A.length, ta ? extent(env, K, M, lda, "A") : extent(env, M, K, lda, "A"), "A");
   check_extent(env, B.length, tb ? extent(env, N, K, ldb, "B") : extent(env, K, N, ldb, "B"), "B");
   check_extent(env, C.length, extent(env, M, N, ldc, "C"), "C");
+  const std::string compute = info.Length() > 14 && !info[14].IsUndefined() ? str_arg(info[14], "compute") : "f32";
+  if (compute != "f32" && compute != "bf16") throw_type(env, "unknown compute '" + compute + "': expected f32 | bf16");
+  const bool bf = compute == "bf16";
   const float *ap = A.data, *bp = B.data;
   float* cp = C.data;
   std::vector<Napi::ObjectReference> keep;
@@ -112,10 +116,17 @@ Napi::Value Sgemm(const Napi::CallbackInfo& info) {
     keep.push_back(std::move(B.ref));
     keep.push_back(std::move(C.ref));
   }
-  return finish(env, async, [=] { sgemm(ta, tb, M, N, K, alpha, ap, lda, bp, ldb, beta, cp, ldc); }, std::move(keep));
+  return finish(
+      env, async,
+      [=] {
+        if (bf) sgemm_bf16_compute(ta, tb, M, N, K, alpha, ap, lda, bp, ldb, beta, cp, ldc);
+        else sgemm(ta, tb, M, N, K, alpha, ap, lda, bp, ldb, beta, cp, ldc);
+      },
+      std::move(keep));
 }
 
-// gemmSgemmBf16(M, N, K, alpha, A Float32Array, lda, B Uint16Array (bf16 bits, stored K x N), ldb, beta, C, ldc, async)
+// gemmSgemmBf16(M, N, K, alpha, A Float32Array, lda, B Uint16Array (bf16 bits, stored K x N), ldb, beta, C, ldc, async,
+//   compute?) compute: 'f32' (default, sgemm_bf16) | 'bf16' (A rounded too, sgemm_bf16_bf16)
 Napi::Value SgemmBf16(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int64_t M = int_arg(info[0], "M"), N = int_arg(info[1], "N"), K = int_arg(info[2], "K");
@@ -131,6 +142,9 @@ Napi::Value SgemmBf16(const Napi::CallbackInfo& info) {
   check_extent(env, A.length, extent(env, M, K, lda, "A"), "A");
   check_extent(env, B.length, extent(env, K, N, ldb, "B"), "B");
   check_extent(env, C.length, extent(env, M, N, ldc, "C"), "C");
+  const std::string compute = info.Length() > 12 && !info[12].IsUndefined() ? str_arg(info[12], "compute") : "f32";
+  if (compute != "f32" && compute != "bf16") throw_type(env, "unknown compute '" + compute + "': expected f32 | bf16");
+  const bool bf = compute == "bf16";
   const float* ap = A.data;
   const uint16_t* bp = B.data;
   float* cp = C.data;
@@ -140,7 +154,13 @@ Napi::Value SgemmBf16(const Napi::CallbackInfo& info) {
     keep.push_back(std::move(B.ref));
     keep.push_back(std::move(C.ref));
   }
-  return finish(env, async, [=] { sgemm_bf16(M, N, K, alpha, ap, lda, bp, ldb, beta, cp, ldc); }, std::move(keep));
+  return finish(
+      env, async,
+      [=] {
+        if (bf) sgemm_bf16_bf16(M, N, K, alpha, ap, lda, bp, ldb, beta, cp, ldc);
+        else sgemm_bf16(M, N, K, alpha, ap, lda, bp, ldb, beta, cp, ldc);
+      },
+      std::move(keep));
 }
 
 // gemmSgemmBatched(ta, tb, batch, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, async)

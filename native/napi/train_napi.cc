@@ -125,6 +125,10 @@ Napi::Value EncTrainCreate(const Napi::CallbackInfo& info) {
     else if (pooling != "first") throw_range(env, "pooling must be first, mean or max");
     cfg.count_T = get_int(c, "countHidden", 128);
     cfg.count_FF = get_int(c, "countFF", 2 * cfg.count_T);
+    Napi::Value prv = c.Get("precision");
+    const std::string precision = prv.IsString() ? prv.As<Napi::String>().Utf8Value() : "fp32";
+    if (precision != "fp32" && precision != "bf16") throw_range(env, "precision must be fp32 or bf16");
+    cfg.bf16 = precision == "bf16";
   }
   Napi::Object t = obj(info[1], "tensors");
   std::vector<std::pair<std::string, const float*>> tensors;
@@ -290,9 +294,17 @@ Napi::Value LlamaTrainCreate(const Napi::CallbackInfo& info) {
       loras.push_back(s);
     }
   }
+  Napi::Value prv = c.Get("precision");
+  const std::string precision = prv.IsString() ? prv.As<Napi::String>().Utf8Value() : "fp32";
+  if (precision != "fp32" && precision != "bf16") throw_range(env, "precision must be fp32 or bf16");
   auto h = std::make_shared<TrainHandle>();
   try {
     h->dec = llama::model_create(cfg, tensors, loras);
+    if (precision == "bf16") {  // the base weights' products (layers and lm_head) in bf16 compute
+      for (auto& L : h->dec->layers)
+        for (TLinear& l : L.lin) l.bf16 = true;
+      h->dec->lm_head.bf16 = true;
+    }
   } catch (const std::exception& e) {
     throw Napi::Error::New(env, e.what());
   }

@@ -34,6 +34,7 @@ std::unique_ptr<Model> model_create(const Config& cfg, const std::vector<std::pa
   auto linear = [&](TLinear& l, const std::string& n, int64_t N, int64_t K) {
     l.N = N;
     l.K = K;
+    l.bf16 = cfg.bf16;
     l.W = param(n + ".weight", {N, K});
     l.b = param(n + ".bias", {N});
     if (lc.enabled && lc.targets.count(n)) {
@@ -169,6 +170,7 @@ uint64_t drop_seed(uint64_t seed, int64_t l, int what, int64_t bh) {
 
 void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng* rng) {
   const deberta::Config& c = m.cfg.deb;
+  const bool bf = m.cfg.bf16;
   const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
   for (int64_t t = 0; t < BN; t++)
     if (in.ids[t] < 0 || in.ids[t] >= c.V) throw std::out_of_range("encoder train: token id out of range");
@@ -233,9 +235,9 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
         const float* v = a.v.data() + b * N * D + hh * d;
         const uint8_t* mk = in.mask + b * N;
         float* P = a.probs.data() + bh * N * N;
-        sgemm(false, true, N, N, d, 1.0f, q, D, k, D, 0.0f, P, N);  // q·kᵀ
-        if (c.c2p) sgemm(false, true, N, ncol, d, 1.0f, q, D, a.PK.data() + lo * D + hh * d, D, 0.0f, c2p.data(), ncol);
-        if (c.p2c) sgemm(false, true, N, ncol, d, 1.0f, k, D, a.PQ.data() + lo * D + hh * d, D, 0.0f, p2c.data(), ncol);
+        sgemm_as(bf, false, true, N, N, d, 1.0f, q, D, k, D, 0.0f, P, N);  // q·kᵀ
+        if (c.c2p) sgemm_as(bf, false, true, N, ncol, d, 1.0f, q, D, a.PK.data() + lo * D + hh * d, D, 0.0f, c2p.data(), ncol);
+        if (c.p2c) sgemm_as(bf, false, true, N, ncol, d, 1.0f, k, D, a.PQ.data() + lo * D + hh * d, D, 0.0f, p2c.data(), ncol);
         for (int64_t i = 0; i < N; i++) {
           float* row = P + i * N;
           const int32_t* di = A.dtab.data() + (i + N - 1);
@@ -276,7 +278,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
             Pd[size_t(i)] = kp[i] ? P[i] * s : 0.0f;
           }
         }
-        sgemm(false, false, N, d, N, 1.0f, pa > 0 ? Pd.data() : P, N, v, D, 0.0f, a.ctx.data() + b * N * D + hh * d,
+        sgemm_as(bf, false, false, N, d, N, 1.0f, pa > 0 ? Pd.data() : P, N, v, D, 0.0f, a.ctx.data() + b * N * D + hh * d,
               D);
       }
     });
@@ -314,6 +316,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
 // dx: (B*N, D) gradient of the encoder output; consumed.
 void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx) {
   const deberta::Config& c = m.cfg.deb;
+  const bool bf = m.cfg.bf16;
   const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
   const int64_t lo = A.lo, ncol = A.ncol;
   std::vector<float> dR(size_t(S2 * D), 0.0f), dtmp(size_t(BN * D)), dh(size_t(BN * F)), dhp(size_t(BN * F)),
@@ -355,8 +358,8 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
           PV = Pd.data();
         }
         // dV = PVᵀ·dctx ; dP = (dctx·Vᵀ) ⊙ keep / (1 − pa)
-        sgemm(true, false, N, d, N, 1.0f, PV, N, dctx.data() + off, D, 0.0f, dv.data() + off, D);
-        sgemm(false, true, N, N, d, 1.0f, dctx.data() + off, D, a.v.data() + off, D, 0.0f, dP.data(), N);
+        sgemm_as(bf, true, false, N, d, N, 1.0f, PV, N, dctx.data() + off, D, 0.0f, dv.data() + off, D);
+        sgemm_as(bf, false, true, N, N, d, 1.0f, dctx.data() + off, D, a.v.data() + off, D, 0.0f, dP.data(), N);
         if (kp)
           for (int64_t i = 0; i < N * N; i++) dP[size_t(i)] = kp[i] ? dP[size_t(i)] * s_keep : 0.0f;
         // dS = P ⊙ (dP − rowsum(dP ⊙ P)) · inv_scale
@@ -368,8 +371,8 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
           for (int64_t j = 0; j < N; j++) r[j] = p[j] * (r[j] - s) * A.inv_scale;
         }
         // dq = dS·k ; dk = dSᵀ·q
-        sgemm(false, false, N, d, N, 1.0f, dP.data(), N, a.k.data() + off, D, 0.0f, dq.data() + off, D);
-        sgemm(true, false, N, d, N, 1.0f, dP.data(), N, a.q.data() + off, D, 0.0f, dk.data() + off, D);
+        sgemm_as(bf, false, false, N, d, N, 1.0f, dP.data(), N, a.k.data() + off, D, 0.0f, dq.data() + off, D);
+        sgemm_as(bf, true, false, N, d, N, 1.0f, dP.data(), N, a.q.data() + off, D, 0.0f, dk.data() + off, D);
         std::fill(dC.begin(), dC.end(), 0.0f);
         std::fill(dPc.begin(), dPc.end(), 0.0f);
         for (int64_t i = 0; i < N; i++) {
@@ -384,14 +387,14 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
         float* tpk = tPK[size_t(tid)].data() + hh * d;
         float* tpq = tPQ[size_t(tid)].data() + hh * d;
         if (c.c2p) {
-          sgemm(false, false, N, d, ncol, 1.0f, dC.data(), ncol, a.PK.data() + lo * D + hh * d, D, 1.0f,
+          sgemm_as(bf, false, false, N, d, ncol, 1.0f, dC.data(), ncol, a.PK.data() + lo * D + hh * d, D, 1.0f,
                 dq.data() + off, D);
-          sgemm(true, false, ncol, d, N, 1.0f, dC.data(), ncol, a.q.data() + off, D, 1.0f, tpk, D);
+          sgemm_as(bf, true, false, ncol, d, N, 1.0f, dC.data(), ncol, a.q.data() + off, D, 1.0f, tpk, D);
         }
         if (c.p2c) {
-          sgemm(false, false, N, d, ncol, 1.0f, dPc.data(), ncol, a.PQ.data() + lo * D + hh * d, D, 1.0f,
+          sgemm_as(bf, false, false, N, d, ncol, 1.0f, dPc.data(), ncol, a.PQ.data() + lo * D + hh * d, D, 1.0f,
                 dk.data() + off, D);
-          sgemm(true, false, ncol, d, N, 1.0f, dPc.data(), ncol, a.k.data() + off, D, 1.0f, tpq, D);
+          sgemm_as(bf, true, false, ncol, d, N, 1.0f, dPc.data(), ncol, a.k.data() + off, D, 1.0f, tpq, D);
         }
       }
     });
@@ -809,6 +812,7 @@ void word_pool_bwd(Pooling pool, int64_t TW, int64_t D, const int64_t* r0, const
 // ---------------------------------------------------------------------------------------------
 void step(Model& m, const StepIn& in, StepOut& out) {
   const deberta::Config& c = m.cfg.deb;
+  const bool bf = m.cfg.bf16;
   const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, D4 = 4 * D, K = m.cfg.K;
   if (B <= 0 || N <= 0) throw std::invalid_argument("encoder train: empty batch");
   if (int64_t(in.woff.size()) != B + 1 || in.woff[B] != int64_t(in.word_rows.size()))
@@ -859,8 +863,8 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   const TLinear& o0 = m.out0;
   const int64_t r0 = o0.lora.r;
   std::vector<float> xas(size_t(TW * std::max<int64_t>(r0, 1))), xae(xas.size());
-  linear_f32(TW, D4, D, Sr.data(), D, o0.W->w.data(), 2 * D, o0.b->w.data(), PS.data(), D4, 0.0f);
-  linear_f32(TW, D4, D, Er.data(), D, o0.W->w.data() + D, 2 * D, nullptr, PE.data(), D4, 0.0f);
+  linear_as(bf, TW, D4, D, Sr.data(), D, o0.W->w.data(), 2 * D, o0.b->w.data(), PS.data(), D4);
+  linear_as(bf, TW, D4, D, Er.data(), D, o0.W->w.data() + D, 2 * D, nullptr, PE.data(), D4);
   if (r0 > 0) {
     sgemm(false, true, TW, r0, D, 1.0f, Sr.data(), D, o0.lora.A->w.data(), 2 * D, 0.0f, xas.data(), r0);
     sgemm(false, true, TW, r0, D, 1.0f, Er.data(), D, o0.lora.A->w.data() + D, 2 * D, 0.0f, xae.data(), r0);
@@ -913,7 +917,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     }
     // G = Fc·W2 (R, 4D), bb = Fc·b2 (R)
     std::vector<float> G(size_t(R * D4)), bb(static_cast<size_t>(R));
-    sgemm(false, false, R, D4, D, 1.0f, Fc.data(), D, W2.data(), D4, 0.0f, G.data(), D4);
+    sgemm_as(bf, false, false, R, D4, D, 1.0f, Fc.data(), D, W2.data(), D4, 0.0f, G.data(), D4);
     for (int64_t r = 0; r < R; r++) {
       float a = 0;
       for (int64_t u = 0; u < D; u++) a += Fc[size_t(r * D + u)] * o3.b->w[size_t(u)];
@@ -934,7 +938,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         }
       }
     std::vector<float> logits(size_t(W * K * R));
-    sgemm(false, true, W * K, R, D4, 1.0f, hid.data(), D4, G.data(), D4, 0.0f, logits.data(), R);
+    sgemm_as(bf, false, true, W * K, R, D4, 1.0f, hid.data(), D4, G.data(), D4, 0.0f, logits.data(), R);
     // targets
     std::vector<uint8_t> y(size_t(W * K * R), 0);
     for (size_t q = 0; q < sids.size(); q++) {
@@ -963,10 +967,10 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     if (!bw) continue;
     // backward through the span scores
     std::vector<float> dG(size_t(R * D4)), dbb(size_t(R), 0.0f), dhid(size_t(W * K * D4)), dFc(size_t(R * D));
-    sgemm(true, false, R, D4, W * K, 1.0f, dlog.data(), R, hid.data(), D4, 0.0f, dG.data(), D4);
+    sgemm_as(bf, true, false, R, D4, W * K, 1.0f, dlog.data(), R, hid.data(), D4, 0.0f, dG.data(), D4);
     for (int64_t j = 0; j < W * K; j++)
       for (int64_t r = 0; r < R; r++) dbb[size_t(r)] += dlog[size_t(j * R + r)];
-    sgemm(false, false, W * K, D4, R, 1.0f, dlog.data(), R, G.data(), D4, 0.0f, dhid.data(), D4);
+    sgemm_as(bf, false, false, W * K, D4, R, 1.0f, dlog.data(), R, G.data(), D4, 0.0f, dhid.data(), D4);
     float* dps = dPS.data() + in.woff[b] * D4;
     float* dpe = dPE.data() + in.woff[b] * D4;
     for (int64_t i = 0; i < W; i++)
@@ -982,9 +986,9 @@ void step(Model& m, const StepIn& in, StepOut& out) {
           }
       }
     // G = Fc·W2, bb = Fc·b2
-    sgemm(false, true, R, D, D4, 1.0f, dG.data(), D4, W2.data(), D4, 0.0f, dFc.data(), D);
+    sgemm_as(bf, false, true, R, D, D4, 1.0f, dG.data(), D4, W2.data(), D4, 0.0f, dFc.data(), D);
     for (int64_t r = 0; r < R; r++) axpy(D, dbb[size_t(r)], o3.b->w.data(), dFc.data() + r * D);
-    sgemm(true, false, D, D4, R, 1.0f, Fc.data(), D, dG.data(), D4, 1.0f, dW2.data(), D4);
+    sgemm_as(bf, true, false, D, D4, R, 1.0f, Fc.data(), D, dG.data(), D4, 1.0f, dW2.data(), D4);
     if (o3.b->trainable)
       for (int64_t r = 0; r < R; r++) axpy(D, dbb[size_t(r)], Fc.data() + r * D, o3.b->g.data());
     for (size_t q = 0; q < sids.size(); q++) {
@@ -1006,12 +1010,12 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     // out_project.0 split backward
     std::vector<float> dSr(size_t(TW * D)), dEr(size_t(TW * D));
     if (o0.W->trainable) {
-      sgemm(true, false, D4, D, TW, 1.0f, dPS.data(), D4, Sr.data(), D, 1.0f, o0.W->g.data(), 2 * D);
-      sgemm(true, false, D4, D, TW, 1.0f, dPE.data(), D4, Er.data(), D, 1.0f, o0.W->g.data() + D, 2 * D);
+      sgemm_as(bf, true, false, D4, D, TW, 1.0f, dPS.data(), D4, Sr.data(), D, 1.0f, o0.W->g.data(), 2 * D);
+      sgemm_as(bf, true, false, D4, D, TW, 1.0f, dPE.data(), D4, Er.data(), D, 1.0f, o0.W->g.data() + D, 2 * D);
     }
     if (o0.b->trainable) bias_bwd(TW, D4, dPS.data(), o0.b->g.data());
-    sgemm(false, false, TW, D, D4, 1.0f, dPS.data(), D4, o0.W->w.data(), 2 * D, 0.0f, dSr.data(), D);
-    sgemm(false, false, TW, D, D4, 1.0f, dPE.data(), D4, o0.W->w.data() + D, 2 * D, 0.0f, dEr.data(), D);
+    sgemm_as(bf, false, false, TW, D, D4, 1.0f, dPS.data(), D4, o0.W->w.data(), 2 * D, 0.0f, dSr.data(), D);
+    sgemm_as(bf, false, false, TW, D, D4, 1.0f, dPE.data(), D4, o0.W->w.data() + D, 2 * D, 0.0f, dEr.data(), D);
     if (r0 > 0) {
       const float s = o0.lora.s;
       sgemm(true, false, D4, r0, TW, s, dPS.data(), D4, xas.data(), r0, 1.0f, o0.lora.B->g.data(), r0);

@@ -41,6 +41,7 @@ struct Config {
   Counting counting = Counting::Lstm;
   Pooling pooling = Pooling::First;
   int64_t count_T = 128, count_FF = 256;  // count_lstm_v2 transformer width and FFN width
+  bool bf16 = false;  // precision bf16: the encoder's and span head's products in bf16 compute (sgemm_bf16_compute)
 };
 
 // count_lstm_v2 transformer layer (torch.nn.TransformerEncoderLayer, post-norm, ReLU, eps 1e-5)

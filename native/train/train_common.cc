@@ -75,8 +75,9 @@ double ParamStore::optimizer_step(const double* lr, int n_groups, double wd, dou
 void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) const {
   if (M <= 0) return;
   const float* bias = b ? b->w.data() : nullptr;
-  if (wbf) linear_bf16(M, N, K, x, K, wbf, K, bias, y, N, 0.0f);
-  else linear_f32(M, N, K, x, K, W->w.data(), K, bias, y, N, 0.0f);
+  if (wbf && bf16) linear_bf16_bf16(M, N, K, x, K, wbf, K, bias, y, N, 0.0f);
+  else if (wbf) linear_bf16(M, N, K, x, K, wbf, K, bias, y, N, 0.0f);
+  else linear_as(bf16, M, N, K, x, K, W->w.data(), K, bias, y, N);
   if (!has_lora()) return;
   const int64_t r = lora.r;
   const float* xin = x;
@@ -105,16 +106,19 @@ void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) 
 
 // dx (M, K) = dy (M, N)·W (N, K), written or accumulated; bf16 W is read in place (widened as it is packed).
 static void dx_through_w(const TLinear& l, int64_t M, const float* dy, float* dx, bool acc) {
-  if (l.wbf) {
+  if (l.wbf && l.bf16) {
+    sgemm_bf16_bf16(M, l.K, l.N, 1.0f, dy, l.N, l.wbf, l.K, acc ? 1.0f : 0.0f, dx, l.K);
+  } else if (l.wbf) {
     sgemm_bf16(M, l.K, l.N, 1.0f, dy, l.N, l.wbf, l.K, acc ? 1.0f : 0.0f, dx, l.K);
   } else {
-    sgemm(false, false, M, l.K, l.N, 1.0f, dy, l.N, l.W->w.data(), l.K, acc ? 1.0f : 0.0f, dx, l.K);
+    sgemm_as(l.bf16, false, false, M, l.K, l.N, 1.0f, dy, l.N, l.W->w.data(), l.K, acc ? 1.0f : 0.0f, dx, l.K);
   }
 }
 
 void TLinear::bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx) const {
   if (M <= 0) return;
-  if (W && W->trainable) sgemm(true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, W->g.data(), K);  // dW += dyᵀ·x
+  if (W && W->trainable)  // dW += dyᵀ·x
+    sgemm_as(bf16, true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, W->g.data(), K);
   if (b && b->trainable) bias_bwd(M, N, dy, b->g.data());
   if (dx) dx_through_w(*this, M, dy, dx, accumulate_dx);
   if (!has_lora()) return;

@@ -73,8 +73,23 @@ struct LinActs {
   std::vector<uint8_t> keep; // (M, K) dropout mask (only with dropout > 0)
 };
 
+// Products in a graph's compute precision: fp32 (sgemm, linear_f32), or bf16 (precision bf16: operands rounded to
+// bf16, fp32 accumulation; sgemm_bf16_compute). Master weights, gradients and optimizer state are fp32 either way.
+inline void sgemm_as(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (bf16) sgemm_bf16_compute(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+// y (M, N) = x (M, K)·Wᵀ + bias, W (N, K) fp32
+inline void linear_as(bool bf16, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* w,
+                      int64_t ldw, const float* bias, float* y, int64_t ldy) {
+  if (bf16) sgemm_bf16_compute(false, true, M, N, K, 1.0f, x, ldx, w, ldw, 0.0f, y, ldy, bias);
+  else linear_f32(M, N, K, x, ldx, w, ldw, bias, y, ldy, 0.0f);
+}
+
 struct TLinear {
   int64_t N = 0, K = 0;
+  bool bf16 = false;            // the products with W (or wbf) in bf16 compute (LoRA's rank-r products stay fp32)
   Param* W = nullptr;           // (N, K) fp32 (trainable or frozen)
   const uint16_t* wbf = nullptr;  // frozen bf16 weights instead of W (decoder base)
   Param* b = nullptr;           // (N) or null

@@ -50,6 +50,8 @@ export interface SgemmArgs {
   lda?: number;
   ldb?: number;
   ldc?: number;
+  /** 'bf16': op(A) and op(B) rounded to bf16, products in bf16 (vdpbf16ps on AVX512_BF16), fp32 accumulation */
+  compute?: 'f32' | 'bf16';
 }
 
 export interface SgemmBatchedArgs extends SgemmArgs {
@@ -130,24 +132,25 @@ function sgemmCall(a: SgemmArgs): { call: unknown[]; C: Float32Array } {
 /** C (M, N) = alpha · op(A) · op(B) + beta · C. Resolves to C. */
 export async function sgemm(a: SgemmArgs): Promise<Float32Array> {
   const { call, C } = sgemmCall(a);
-  await addon.gemmSgemm(...call, true);
+  await addon.gemmSgemm(...call, true, a.compute ?? 'f32');
   return C;
 }
 
 export function sgemmSync(a: SgemmArgs): Float32Array {
   const { call, C } = sgemmCall(a);
-  addon.gemmSgemm(...call, false);
+  addon.gemmSgemm(...call, false, a.compute ?? 'f32');
   return C;
 }
 
-/** C (M, N) = alpha · A (M, K) · B (K, N) + beta · C with B in bf16 bits (a linear layer's dx = dy·W). */
+/** C (M, N) = alpha · A (M, K) · B (K, N) + beta · C with B in bf16 bits (a linear layer's dx = dy·W); compute
+ * 'bf16' rounds A to bf16 too (bf16 products, fp32 accumulation). */
 export function sgemmBf16Sync(a: Omit<SgemmArgs, 'ta' | 'tb' | 'B'> & { B: Uint16Array }): Float32Array {
   const { M, N, K, lda, ldb, ldc } = sgemmPrep(a);
   need(a.A, M, K, lda, 'A');
   need(a.B, K, N, ldb, 'B');
   const C = a.C ?? new Float32Array(M * N);
   need(C, M, N, ldc, 'C');
-  addon.gemmSgemmBf16(M, N, K, a.alpha ?? 1, a.A, lda, a.B, ldb, a.beta ?? 0, C, ldc, false);
+  addon.gemmSgemmBf16(M, N, K, a.alpha ?? 1, a.A, lda, a.B, ldb, a.beta ?? 0, C, ldc, false, a.compute ?? 'f32');
   return C;
 }
 

@@ -45,6 +45,7 @@ import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
 export { FRESH_ENCODER_ID, FRESH_ENCODERS };
 // fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
 import { ENCODER_RECIPE, FRESH_RATES, FRESH_RECIPE } from '../training/encoder/recipe.ts';
+import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from '../training/precision.ts';
 const MAX_RESTARTS = 2;
 /** how often a running job's record is read for a stop request made through another process */
 const STOP_POLL_MS = 1000;
@@ -86,6 +87,7 @@ export interface TrainingJobRequest {
   full_label_ratio?: number;
   selection_metric?: 'task' | 'loss';
   max_minutes?: number;
+  precision?: PrecisionOption;
 }
 
 /** ajv schema of POST /felix/training-jobs */
@@ -124,6 +126,8 @@ export const trainingJobRequestSchema = {
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     selection_metric: { enum: ['task', 'loss'] },
     max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
+    // compute precision of the matrix products, encoders and decoders (service extension; docs/training.md)
+    precision: { enum: PRECISION_OPTIONS },
   },
 };
 
@@ -425,7 +429,7 @@ export function createTrainingJobsService(deps: {
         gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
-        max_minutes: c.max_minutes,
+        max_minutes: c.max_minutes, precision: c.precision,
         // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
         save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
@@ -668,7 +672,7 @@ export function createTrainingJobsService(deps: {
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
         } : {}),
-        batch_size: body.batch_size ?? d.batch_size,
+        batch_size: body.batch_size ?? d.batch_size, precision: body.precision ?? DEFAULT_PRECISION,
         seed: body.seed ?? 42, validation_data_percentage: body.validation_data_percentage ?? 10,
         early_stopping: body.early_stopping ?? body.early_stopping_patience !== undefined, early_stopping_patience: body.early_stopping_patience ?? (body.early_stopping ? 3 : null),
         ...(type === 'lora' ? { lora_r: adapter?.r ?? body.lora_r ?? 8, lora_alpha: adapter?.alpha ?? body.lora_alpha ?? 16, lora_dropout: body.lora_dropout ?? 0.05, target_modules: adapter?.targetModules ?? body.target_modules ?? null } : {}),

@@ -6,6 +6,7 @@ import {
 import { dirname, join } from 'node:path';
 import { parseJsonl, type DataRecord, type RecordKind } from './data/formats.ts';
 import { InitRng } from './encoder/init.ts';
+import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from './precision.ts';
 
 export interface ProgressEvent {
   epoch: number;
@@ -44,6 +45,10 @@ export class TrainingConfigError extends Error {
 }
 
 export interface CommonTrainConfig {
+  /** compute precision of the graph's matrix products: 'auto' (default: bf16 where the CPU has AVX512_BF16 and its
+   *  bf16 products time faster than fp32's, else fp32), 'fp32', or 'bf16' (falls back to fp32 on CPUs without
+   *  AVX512_BF16). Weights, gradients and optimizer state stay fp32 (src/training/precision.ts). */
+  precision?: PrecisionOption;
   /** base model directory (Hugging Face / GLiNER2 layout) or a checkpoint directory */
   base_model: string;
   output_dir: string;
@@ -100,6 +105,14 @@ export function loadRecords(src: DataRecord[] | string, expect?: RecordKind[]): 
   if (typeof src !== 'string') return src;
   if (!existsSync(src)) throw new TrainingConfigError(`dataset file ${src} not found`);
   return parseJsonl(readFileSync(src, 'utf8'), expect);
+}
+
+/** A run's precision option: what it names (checked), or the default. */
+export function trainPrecision(v: unknown): PrecisionOption {
+  if (v === undefined || v === null) return DEFAULT_PRECISION;
+  if (!PRECISION_OPTIONS.includes(v as PrecisionOption))
+    throw new TrainingConfigError(`precision must be ${PRECISION_OPTIONS.join(', ')}`);
+  return v as PrecisionOption;
 }
 
 export function positiveInt(v: unknown, name: string, def: number, min = 1): number {

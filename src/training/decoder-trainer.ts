@@ -21,8 +21,9 @@ import type { AlgorithmName } from './algorithms/types.ts';
 import { setThreads } from '../native/cpu.ts';
 import {
   CheckpointBook, runTrainingLoop, loadRecords, log, positiveInt, positiveNum, splitValidation, TrainingConfigError,
-  type CommonTrainConfig, type TrainHooks, type TrainResult,
+  trainPrecision, type CommonTrainConfig, type TrainHooks, type TrainResult,
 } from './common.ts';
+import { resolvePrecision } from './precision.ts';
 
 export { chatToSequence, packSequences, type SftSequence } from './algorithms/sft.ts';
 
@@ -156,7 +157,9 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
       throw new TrainingConfigError(`${what}: record ${bad + 1} is a ${recs[bad].kind} record; ${algo.name} trains on ${kinds} records`);
     }
   }
-  const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initial);
+  const { precision, reason: precisionWhy } = await resolvePrecision(trainPrecision(config.precision));
+  log(hooks, 'info', precisionWhy);
+  const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initial, precision);
   const saveAdapter = (dir: string) => savePeftAdapter(dir, graph, { base: config.base_model, r, alpha, dropout, targets });
   const run = await algo.prepare({
     baseDir: config.base_model, dc, tok, graph, hooks, maxLen, batchSize: bs, seed, rl, rewardContext: config.reward_context, saveAdapter,
@@ -171,7 +174,7 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
     const evalEvery = config.eval_steps ?? stepsPerEpoch;
     mkdirSync(config.output_dir, { recursive: true });
     const { reward_context: _rc, ...saved } = config;
-    writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify({ ...saved, train_data: typeof config.train_data === 'string' ? config.train_data : `${all.length} records`, validation_data: undefined, resolved: { algorithm: algo.name, rl_config: rl ?? undefined, totalSteps, warmup, targets, r, alpha } }, null, 2));
+    writeFileSync(join(config.output_dir, 'training_config.json'), JSON.stringify({ ...saved, train_data: typeof config.train_data === 'string' ? config.train_data : `${all.length} records`, validation_data: undefined, resolved: { algorithm: algo.name, rl_config: rl ?? undefined, totalSteps, warmup, targets, r, alpha, precision } }, null, 2));
     const book = new CheckpointBook(config.output_dir, positiveInt(config.save_total_limit, 'save_total_limit', 3), hooks);
     return await runTrainingLoop({
       outputDir: config.output_dir, hooks, t0, items: run.items, batchSize: bs, accum, epochs, perEpoch, totalSteps, evalEvery,

@@ -16,9 +16,11 @@ import { InitRng } from './encoder/init.ts';
 import { DEFAULT_FULL_LABEL_RATIO, DEFAULT_NEGATIVE_LABELS } from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
+import { resolvePrecision, type Precision } from './precision.ts';
 import { setThreads } from '../native/cpu.ts';
 import {
-  CheckpointBook, runTrainingLoop, loadRecords, log, positiveInt, positiveNum, splitValidation, TrainingConfigError,
+  CheckpointBook, runTrainingLoop, loadRecords, log, positiveInt, positiveNum, splitValidation, trainPrecision,
+  TrainingConfigError,
   type CommonTrainConfig, type TrainHooks, type TrainResult,
 } from './common.ts';
 
@@ -101,7 +103,7 @@ interface Loaded {
   wordFeatures: WordFeatures | null;
 }
 
-async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> {
+async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precision): Promise<Loaded> {
   const dir = cfg.base_model;
   for (const f of ['config.json', 'encoder_config/config.json', 'tokenizer.json'])
     if (!existsSync(join(dir, f))) throw new TrainingConfigError(`base_model ${dir}: missing ${f} (a GLiNER2 checkpoint directory is expected; see \`loom init-encoder\`)`);
@@ -156,7 +158,7 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number): Promise<Loaded> 
         `[${featureRows(wordFeatures)}, ${enc.hiddenSize}]`,
     );
   if (!wordFeatures) delete tensors['encoder.embeddings.word_feature_embeddings.weight'];
-  const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null, heads, wf);
+  const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null, heads, wf, precision);
   const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
   return { graph, tok, maxWidth, params: graph.params(), shapes, lora, wordFeatures };
 }
@@ -223,6 +225,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   if (type !== 'full' && type !== 'lora') throw new TrainingConfigError('training_type must be lora or full');
   if (!config.output_dir) throw new TrainingConfigError('output_dir is required');
   if (config.threads !== undefined) setThreads(positiveInt(config.threads, 'threads', 1));
+  const { precision, reason: precisionWhy } = await resolvePrecision(trainPrecision(config.precision));
 
   const all = loadRecords(config.train_data, ['ner', 'relations', 'classification', 'gliner2']);
   let trainRecs: DataRecord[];
@@ -234,7 +237,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   if (!trainRecs.length) throw new TrainingConfigError('the training data is empty');
   const labels = config.entity_labels ?? entityLabels(all);
   const classes = classLabels(all);
-  const L = await loadBase(config, seed);
+  const L = await loadBase(config, seed, precision);
+  log(hooks, 'info', precisionWhy);
   log(hooks, 'info', `loaded ${config.base_model}: ${L.params.length} tensors, ${L.params.filter((p) => p.trainable).reduce((a, p) => a + p.shape.reduce((x, y) => x * y, 1), 0)} trainable parameters (${type})`);
   const maxWords = positiveInt(config.max_words, 'max_words', 256);
   const negK = positiveInt(config.negative_labels, 'negative_labels', DEFAULT_NEGATIVE_LABELS, 0);
@@ -279,7 +283,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
     word_dropout: dropW, negative_labels: negK, full_label_ratio: fullRatio, selection_metric: selection,
-    max_minutes: maxMinutes,
+    max_minutes: maxMinutes, precision,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;

@@ -84,7 +84,11 @@ export interface DecoderBatch {
 }
 
 export class DecoderTrainGraph extends TrainGraph {
-  static create(config: DecoderConfig, tensors: Record<string, Float32Array | Uint16Array>, loras: DecoderLoraInit[]): DecoderTrainGraph {
+  /** precision 'bf16': the base weights' products (layers and lm_head) in bf16 compute; LoRA's stay fp32 */
+  static create(
+    config: DecoderConfig, tensors: Record<string, Float32Array | Uint16Array>, loras: DecoderLoraInit[],
+    precision: 'fp32' | 'bf16' = 'fp32',
+  ): DecoderTrainGraph {
     const r = config.ropeScaling;
     const cfg = {
       vocab: config.vocabSize,
@@ -98,6 +102,7 @@ export class DecoderTrainGraph extends TrainGraph {
       ropeTheta: config.ropeTheta,
       qkvBias: config.attentionBias,
       rope: { type: r.type === 'llama3' ? 1 : r.type === 'linear' ? 2 : 0, factor: r.factor, lowFreqFactor: r.lowFreqFactor, highFreqFactor: r.highFreqFactor, originalMaxPosition: r.originalMaxPosition },
+      precision,
     };
     return new DecoderTrainGraph(addon.llamaTrainCreate(cfg, tensors, loras));
   }
@@ -186,6 +191,9 @@ export class EncoderTrainGraph extends TrainGraph {
     heads: EncoderHeadOptions = {},
     /** word features (fresh encoders): rows of encoder.embeddings.word_feature_embeddings.weight, ids per piece */
     wordFeatures?: { rows: number; cols: number },
+    /** compute precision of the graph's products: 'bf16' rounds their operands to bf16 (fp32 accumulation, fp32
+     *  master weights, gradients and AdamW state); fast only where the CPU has AVX512_BF16 (see resolvePrecision) */
+    precision: 'fp32' | 'bf16' = 'fp32',
   ): EncoderTrainGraph {
     const cfg = {
       D: config.hiddenSize,
@@ -207,6 +215,7 @@ export class EncoderTrainGraph extends TrainGraph {
       countFF: heads.countFF ?? 2 * (heads.countHidden ?? 128),
       featRows: wordFeatures?.rows ?? 0,
       featCols: wordFeatures?.cols ?? 0,
+      precision,
     };
     return new EncoderTrainGraph(addon.encTrainCreate(cfg, tensors, lora));
   }

@@ -246,7 +246,7 @@ t.test('sgemm: every transpose combination, alpha, beta, strides', async (t) => 
 
 t.test('sgemm_bf16: B in bf16 (dx = dy·W of bf16 weights) matches the product with B widened', async (t) => {
   const shapes: [number, number, number][] = [
-    [1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20],
+    [1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20], [200, 40, 1301],
   ];
   await forEachIsa(async (isa) => {
     for (const [M, N, K] of shapes) {
@@ -260,11 +260,42 @@ t.test('sgemm_bf16: B in bf16 (dx = dy·W of bf16 weights) matches the product w
         if (beta === 0) C.fill(NaN);
         const C0 = C.slice();
         const { ref, mag } = refSgemm(false, false, M, N, K, alpha, A, lda, Bw, ldb, beta, C0, ldc);
+        const C2 = C.slice();
         sgemmBf16Sync({ M, N, K, alpha, A, lda, B: Bb, ldb, beta, C, ldc });
         check(t, `${isa} sgemm_bf16 ${M}x${N}x${K} a=${alpha} b=${beta}`, M, N, K, C, ldc, ref, mag);
+        // bf16 compute (frozen bf16 weights trained with precision bf16): A rounded too
+        const Ar = Float32Array.from(A, (v) => fromBf16(toBf16(v)));
+        const r2 = refSgemm(false, false, M, N, K, alpha, Ar, lda, Bw, ldb, beta, C0, ldc);
+        sgemmBf16Sync({ M, N, K, alpha, A, lda, B: Bb, ldb, beta, C: C2, ldc, compute: 'bf16' });
+        check(t, `${isa} sgemm_bf16 bf16 compute ${M}x${N}x${K} a=${alpha} b=${beta}`, M, N, K, C2, ldc, r2.ref, r2.mag);
       }
     }
   });
+});
+
+t.test('sgemm bf16 compute: every layout against the fp32 product of the bf16-rounded operands', async (t) => {
+  // odd K (a half-empty last pair), K past two bf16 K blocks (512 on AVX-512, 1152 on AVX2), M past one row block
+  // (192 / 144) with a thin tail, N with partial panels; alpha, beta, strides as sgemm.
+  const shapes: [number, number, number][] = [[1, 1, 1], [3, 17, 9], [13, 40, 33], [37, 70, 64], [200, 35, 1301],
+    [24, 70, 517]];
+  const round = (a: Float32Array) => Float32Array.from(a, (v) => fromBf16(toBf16(v)));
+  await forEachIsa(async (isa) => {
+    for (const [M, N, K] of shapes)
+      for (const ta of [false, true])
+        for (const tb of [false, true]) {
+          const pad = (M + N) % 3;
+          const lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+          const A = randArray((ta ? K : M) * lda), B = randArray((tb ? N : K) * ldb);
+          const [alpha, beta] = ta === tb ? [1, 0] : [-0.5, 1];
+          const C = randArray(M * ldc);
+          if (beta === 0) C.fill(NaN);
+          const { ref, mag } = refSgemm(ta, tb, M, N, K, alpha, round(A), lda, round(B), ldb, beta, C.slice(), ldc);
+          sgemmSync({ ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, compute: 'bf16' });
+          check(t, `${isa} bf16 compute ta=${+ta} tb=${+tb} ${M}x${N}x${K} a=${alpha} b=${beta}`, M, N, K, C, ldc, ref, mag);
+        }
+  });
+  t.throws(() => sgemmSync({ M: 1, N: 1, K: 1, A: new Float32Array(1), B: new Float32Array(1), compute: 'x' as 'f32' }),
+    /unknown compute 'x'/);
 });
 
 t.test('sgemm_batched: strided batches (attention-style), all transposes', async (t) => {

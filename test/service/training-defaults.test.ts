@@ -46,11 +46,27 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   const pre = await configuration({ base_model: 'test/encoder' });
   t.match(pre, { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: 1e-5 });
   t.match(pre, { hidden_dropout: 0, negative_labels: 16, selection_metric: 'task' });
+  // compute precision (issue 17): bf16 where the CPU has AVX512_BF16 unless the job says otherwise
+  t.match(small, { precision: 'auto' });
+  t.match(await configuration({ base_model: 'test/encoder', precision: 'bf16' }), { precision: 'bf16' });
+  t.match(await configuration({ base_model: 'test/encoder', precision: 'fp32' }), { precision: 'fp32' });
+  // decoders too (their base weights' products)
+  const CHAT = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n';
+  t.equal((await uploadDataset(ts.url, u.key, 'chat', 'decoder', 'c.jsonl', CHAT)).body.status, 'ready');
+  const dec = async (body: Record<string, unknown>) => {
+    const r = await call(ts.url, 'POST', '/felix/training-jobs', {
+      key: u.key, body: { base_model: 'test/decoder', datasets: [{ name: 'chat' }], ...body },
+    });
+    t.equal(r.status, 200, r.text);
+    return (await call(ts.url, 'GET', `/felix/training-jobs/${r.body.id}`, { key: u.key })).body.configuration;
+  };
+  t.match(await dec({}), { precision: 'auto' });
+  t.match(await dec({ precision: 'bf16' }), { precision: 'bf16' });
 });
 
 t.test('recipe fields out of range are a 422', async (t) => {
   const bads = [{ hidden_dropout: 1 }, { word_dropout: -0.1 }, { negative_labels: 1.5 }, { selection_metric: 'f1' },
-    { max_minutes: 0 }, { full_label_ratio: 1.5 }];
+    { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }];
   for (const bad of bads) {
     const body = { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }], training_type: 'full', ...bad };
     const r = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body });

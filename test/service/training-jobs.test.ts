@@ -218,7 +218,10 @@ t.test('real runs: one job at a time (the next waits queued); stop keeps the las
   t.notOk('metrics' in after.body);
   const cks = (await call(s.url, 'GET', `/felix/training-jobs/${a.id}/checkpoints`, { key: v.key })).body.checkpoints;
   t.equal(cks.filter((c: { is_final: boolean }) => c.is_final).length, 1, 'the last checkpoint is kept as final');
-  t.match((await call(s.url, 'GET', `/felix/training-jobs/${a.id}/logs`, { key: v.key })).body.logs.map((l: { message: string }) => l.message).join('\n'), /training stopped; the last checkpoint is kept/);
+  const aLogs = (await call(s.url, 'GET', `/felix/training-jobs/${a.id}/logs`, { key: v.key })).body.logs
+    .map((l: { message: string }) => l.message).join('\n');
+  t.match(aLogs, /training stopped; the last checkpoint is kept/);
+  t.match(aLogs, /precision (fp32|bf16) \(auto/, 'the log says which compute precision the job got and why');
   t.equal((await call(s.url, 'GET', `/felix/training-jobs/${a.id}/download`, { key: v.key })).status, 409, 'no download for a cancelled job');
   // a kept checkpoint can seed a new job
   const final = cks.find((c: { is_final: boolean }) => c.is_final);

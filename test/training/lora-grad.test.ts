@@ -49,3 +49,36 @@ t.test('LoRA gradients match the PyTorch/PEFT reference', async (t) => {
     t.equal(g.params().filter((p) => p.trainable).length, 8);
   });
 });
+
+// precision bf16: the frozen base's products (every layer and lm_head; fp32 or bf16 base weights) in bf16 compute,
+// LoRA's rank-r products in fp32. The same sequence's loss and LoRA gradients against fp32 compute on the same base.
+t.test('precision bf16: LoRA gradients close to fp32 compute, fp32 and bf16 base weights', async (t) => {
+  const { baseTensors } = await import('../../src/training/decoder-trainer.ts');
+  const config = loadDecoderConfig(base);
+  const ad = readPeftAdapter(join(golden, 'adapter'), config);
+  const loras = ad.modules.map((m) => ({ layer: m.layer, module: m.module, r: m.r, scale: m.scale, dropout: 0, A: m.A, B: m.B }));
+  const ids: number[] = cases.sequence.input_ids;
+  const lab: number[] = cases.sequence.labels;
+  const T = ids.length;
+  const batch = {
+    tokens: Int32Array.from(ids), positions: Int32Array.from({ length: T }, (_, i) => i),
+    labels: Int32Array.from({ length: T }, (_, i) => (i + 1 < T ? lab[i + 1] : -100)), seqOff: Int32Array.from([0, T]),
+  };
+  const keys = (cases.expected.gradients as { adapter_key: string }[]).map((g) => g.adapter_key);
+  for (const dtype of ['f32', 'bf16'] as const) {
+    const tensors = baseTensors(base, config, dtype);
+    const run = async (precision: 'fp32' | 'bf16') => {
+      const g = DecoderTrainGraph.create(config, tensors, loras, precision);
+      const res = await g.step(batch);
+      return { loss: res.loss, grads: keys.map((k) => g.grad(k)) };
+    };
+    const f = await run('fp32'), b = await run('bf16');
+    let d = 0, n = 0;
+    for (let i = 0; i < keys.length; i++)
+      for (let k = 0; k < f.grads[i].length; k++) (d += (b.grads[i][k] - f.grads[i][k]) ** 2), (n += f.grads[i][k] ** 2);
+    const rel = Math.sqrt(d / n);
+    t.comment(`${dtype} base: loss ${b.loss} (bf16) vs ${f.loss} (fp32); LoRA gradients ${rel.toExponential(2)} relative L2`);
+    t.ok(Math.abs(b.loss - f.loss) <= 5e-3 * Math.abs(f.loss), `${dtype} base: loss within 0.5%`);
+    t.ok(d > 0 && rel <= 0.02, `${dtype} base: LoRA gradients within 2% (L2) of fp32 compute`);
+  }
+});

@@ -42,6 +42,19 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 void sgemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
                 int64_t ldb, float beta, float* C, int64_t ldc);
 
+// sgemm in bf16 compute (training with precision bf16): op(A) and op(B) rounded to bf16 (round to nearest even)
+// as they are packed, products with vdpbf16ps where the CPU has AVX512_BF16 (the same rounding emulated with
+// fp32 FMAs elsewhere: correct but slower than sgemm, for tests), fp32 accumulation and C. Every layout of sgemm;
+// training uses y = x·Wᵀ + bias (tb), dx = dy·W and dW += dyᵀ·x (ta, beta 1). bias (N), if non-null, is added
+// to every row of C.
+void sgemm_bf16_compute(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
+
+// sgemm_bf16 in bf16 compute: A rounded to bf16, B (K, N) already bf16, products as sgemm_bf16_compute's. The
+// backward of a linear layer with frozen bf16 weights trained with precision bf16: dx = dy·W.
+void sgemm_bf16_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const uint16_t* B,
+                     int64_t ldb, float beta, float* C, int64_t ldc);
+
 // Batched strided sgemm (attention scores, per-head products): for b in [0, batch):
 //   C_b = alpha · op(A_b) · op(B_b) + beta · C_b with A_b = A + b*strideA, etc.
 void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
