@@ -99,7 +99,8 @@ for (const [name, tensors] of [
         const gb = b.grads[k];
         const m = ga.reduce((s, x) => Math.max(s, Math.abs(x)), 0);
         const d = ga.reduce((s, x, i) => Math.max(s, Math.abs(x - gb[i])), 0);
-        if (!(m > 0 && d <= 1e-4 * m)) t.fail(`${k}: max abs diff ${d.toExponential(2)} (max |g| ${m.toExponential(2)})`);
+        if (!(m > 0 && d <= 1e-4 * m))
+          t.fail(`${k}: max abs diff ${d.toExponential(2)} (max |g| ${m.toExponential(2)})`);
         n++;
       }
       t.ok(n >= targets.length * config.numLayers, `share ${share}: ${n} LoRA gradients match within 1e-4 relative`);
