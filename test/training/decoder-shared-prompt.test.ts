@@ -7,7 +7,7 @@ import t from 'tap';
 import { join } from 'node:path';
 import { loadDecoderConfig } from '../../src/formats/hf-config.ts';
 import { SafetensorsCheckpoint, toFloat32 } from '../../src/formats/safetensors.ts';
-import { DecoderTrainGraph } from '../../src/training/native.ts';
+import { DecoderTrainGraph, type DecoderBatch } from '../../src/training/native.ts';
 import { initLoras } from '../../src/training/decoder-trainer.ts';
 import { packScored, type ScoredSequence } from '../../src/training/algorithms/prompt.ts';
 
@@ -51,7 +51,7 @@ function packEvery(xs: ScoredSequence[]) {
     seqOff.push(r);
   }
   const positions = Int32Array.from(xs.flatMap((x) => [...x.prompt, ...x.completion].map((_, t) => t)));
-  const batch = { tokens: Int32Array.from(ids), positions, labels, seqOff: Int32Array.from(seqOff) };
+  const batch: DecoderBatch = { tokens: Int32Array.from(ids), positions, labels, seqOff: Int32Array.from(seqOff) };
   return { batch, rows, tokens: ids.length };
 }
 
