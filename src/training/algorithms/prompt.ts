@@ -36,7 +36,8 @@ export interface ScoredSequence {
  * Consecutive sequences with the same prompt (DPO's chosen and rejected, GRPO's group) share it unless
  * `share` is false: the prompt but its last token is packed once, and each completion (after the prompt's
  * last token, whose row scores the completion's first token) continues it (DecoderBatch.seqParent), so the
- * prompt's rows are computed once for the group. The log-probabilities are those of the unshared packing.
+ * prompt's rows are computed once for the group. A completion's last token is not packed (its row would score
+ * nothing and no row attends to it). The log-probabilities are those of every token packed.
  * `tokens`: the sequences' tokens (prompt + completion each), what a step trains on whatever the packing.
  */
 export function packScored(
@@ -62,7 +63,10 @@ export function packScored(
       segs.push({ ids: [s.prompt[P - 1], ...seqs[j].completion], pos0: P - 1, parent, seq: j, promptLen: 1 });
     i += n - 1;
   }
-  const R = segs.reduce((a, g) => a + g.ids.length, 0);
+  // rows packed per segment: a completion's last token labels nothing and no row attends to it (attention is
+  // causal and nothing continues a completion), so it is left out
+  const used = segs.map((g) => g.ids.length - (g.seq >= 0 && g.ids.length > g.promptLen ? 1 : 0));
+  const R = used.reduce((a, n) => a + n, 0);
   const tokens = new Int32Array(R);
   const positions = new Int32Array(R);
   const labels = new Int32Array(R).fill(-100);
@@ -71,7 +75,7 @@ export function packScored(
   const rows: number[][] = seqs.map(() => []);
   let r = 0;
   segs.forEach((g, i) => {
-    for (let t = 0; t < g.ids.length; t++) {
+    for (let t = 0; t < used[i]; t++) {
       tokens[r + t] = g.ids[t];
       positions[r + t] = g.pos0 + t;
       if (g.seq >= 0 && t + 1 < g.ids.length && t + 1 >= g.promptLen) {
@@ -79,7 +83,7 @@ export function packScored(
         rows[g.seq].push(r + t);
       }
     }
-    r += g.ids.length;
+    r += used[i];
     seqOff[i + 1] = r;
     seqParent[i] = g.parent;
   });
