@@ -2,7 +2,7 @@
 // is shared, CPU time per step is steady). Prints the steps, the CPU seconds per step and the dev accuracy with all
 // the subset's labels (sorted, as served, and in one shuffled order).
 //   npx tsx bench/cls-head/steps.mts --intents 20 --steps 600 [--negative-labels 16 --full-label-ratio 1 --bs 8
-//     --lr 5e-3 --encoder-lr 1e-3 --preset tiny --dev 300]
+//     --lr 5e-3 --encoder-lr 1e-3 --prior-init 1 --preset tiny --dev 300]   (defaults: the fresh recipe)
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +11,7 @@ import { parseJsonl, type DataRecord } from '../../src/training/data/formats.ts'
 import { ENCODER_PRESETS, initEncoder, InitRng } from '../../src/training/encoder/init.ts';
 import { shuffled } from '../../src/training/common.ts';
 import { evaluateClassification, trainEncoder } from '../../src/training/index.ts';
+import { FRESH_RECIPE } from '../../src/training/encoder/recipe.ts';
 
 const { values: v } = parseArgs({
   options: {
@@ -19,6 +20,7 @@ const { values: v } = parseArgs({
     'encoder-lr': { type: 'string', default: '1e-3' }, 'negative-labels': { type: 'string', default: '16' },
     'full-label-ratio': { type: 'string', default: '1' }, preset: { type: 'string', default: 'tiny' },
     dev: { type: 'string', default: '300' }, seed: { type: 'string', default: '42' },
+    'prior-init': { type: 'string', default: '1' },
   },
 });
 type Cls = Extract<DataRecord, { kind: 'classification' }>;
@@ -34,6 +36,7 @@ initEncoder(join(work, 'base'), { ...ENCODER_PRESETS[v.preset!] }, train.map((r)
 const c0 = process.cpuUsage();
 let last = '';
 const res = await trainEncoder({
+  ...FRESH_RECIPE, classifier_prior_init: v['prior-init'] === '1',
   base_model: join(work, 'base'), output_dir: join(work, 'run'), train_data: train, training_type: 'full',
   nr_epochs: 1000, max_steps: Number(v.steps), batch_size: Number(v.bs), learning_rate: Number(v.lr),
   encoder_learning_rate: Number(v['encoder-lr']), negative_labels: Number(v['negative-labels']),

@@ -365,6 +365,7 @@ async function classifierPriorShift(
   if (!all || !pos || pos === all) return null;
   const p = pos / all;
   const shift = Math.log(p / (1 - p)) - zsum / all;
+  if (!Number.isFinite(shift)) return null;
   const bias = L.graph.get('classifier.2.bias');
   L.graph.set('classifier.2.bias', Float32Array.of(bias[0] + shift));
   return shift;
