@@ -1,5 +1,6 @@
 // `npm run bench -- quality [--quick] [--json] [--tasks conll2003,wnut17,banking77,sst2] [--preset small]
-//   [--minutes M] [--threads n] [--dev-limit n] [--word-features shape|shape,suffix:N|none]`
+//   [--minutes M] [--threads n] [--dev-limit n] [--word-features shape|shape,suffix:N|none]
+//   [--dropout hidden,attention,word]`
 // Fresh-encoder quality in a fixed wall-clock budget (issue 17): for each task a fresh GLiNER2 encoder is
 // initialized from the task's training text (loom init-encoder), trained with the service's default recipe
 // for a fresh encoder (src/training/encoder/recipe.ts) and `max_minutes` set to the budget, and its best
@@ -52,6 +53,7 @@ export async function run(argv: string[]): Promise<void> {
       'dev-limit': { type: 'string' },
       keep: { type: 'boolean' },
       'word-features': { type: 'string' },
+      dropout: { type: 'string' },
     },
   });
   const preset = ENCODER_PRESETS[values.preset!];
@@ -59,6 +61,8 @@ export async function run(argv: string[]): Promise<void> {
   const rates = FRESH_RATES[values.preset!] ?? FRESH_RATES.small;
   const names = values.tasks ? values.tasks.split(',') : TASKS.map((t) => t.name);
   const devLimit = values['dev-limit'] ? Number(values['dev-limit']) : values.quick ? 300 : Infinity;
+  const [hidden, attention, word] = (values.dropout ?? '').split(',').map((x) => (x ? Number(x) : undefined));
+  const dropout = values.dropout ? { hidden_dropout: hidden, attention_dropout: attention, word_dropout: word } : {};
   const rows: Record<string, unknown>[] = [];
   for (const name of names) {
     const task = TASKS.find((t) => t.name === name);
@@ -90,6 +94,7 @@ export async function run(argv: string[]): Promise<void> {
         batch_size: 8,
         ...rates,
         ...FRESH_RECIPE,
+        ...dropout,
         max_minutes: minutes,
         seed: 42,
         threads: Number(values.threads),
@@ -117,6 +122,7 @@ export async function run(argv: string[]): Promise<void> {
       dev_records: devRecs.length,
       preset: values.preset,
       word_features: values['word-features'] ?? 'default',
+      dropout: values.dropout ?? 'default',
       threads: Number(values.threads),
     };
     rows.push(row);

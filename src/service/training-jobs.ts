@@ -85,6 +85,7 @@ export interface TrainingJobRequest {
   word_dropout?: number;
   negative_labels?: number;
   full_label_ratio?: number;
+  classifier_prior_init?: boolean;
   selection_metric?: 'task' | 'loss';
   max_minutes?: number;
   precision?: PrecisionOption;
@@ -124,6 +125,7 @@ export const trainingJobRequestSchema = {
     word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
+    classifier_prior_init: { type: 'boolean' },
     selection_metric: { enum: ['task', 'loss'] },
     max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
     // compute precision of the matrix products, encoders and decoders (service extension; docs/training.md)
@@ -430,6 +432,7 @@ export function createTrainingJobsService(deps: {
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
         max_minutes: c.max_minutes, precision: c.precision,
+        classifier_prior_init: c.classifier_prior_init,
         // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
         save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
@@ -670,6 +673,7 @@ export function createTrainingJobsService(deps: {
           attention_dropout: body.attention_dropout ?? d.attention_dropout,
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
+          classifier_prior_init: body.classifier_prior_init ?? d.classifier_prior_init,
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
         } : {}),
         batch_size: body.batch_size ?? d.batch_size, precision: body.precision ?? DEFAULT_PRECISION,

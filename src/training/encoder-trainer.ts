@@ -54,6 +54,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   metric_samples?: number;
   /** wall-clock budget in minutes: the LR schedule's length (warm-up + decay over it) and a stop; 0 = none */
   max_minutes?: number;
+  /** classification: before the first step, shift the classifier's output bias so that its mean logit is the label
+   *  prior (the share of positive labels in the training prompts); default false (FRESH_RECIPE: true) */
+  classifier_prior_init?: boolean;
 }
 
 
@@ -272,6 +275,10 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     throw new TrainingConfigError('selection_metric must be task or loss');
   const metricN = positiveInt(config.metric_samples, 'metric_samples', 500);
   const maxMinutes = positiveNum(config.max_minutes, 'max_minutes', 0, true);
+  const priorInit = config.classifier_prior_init ?? false;
+  if (typeof priorInit !== 'boolean') throw new TrainingConfigError('classifier_prior_init must be a boolean');
+  const shift = priorInit && type === 'full' ? await classifierPriorShift(L, trainEx, feat) : null;
+  if (shift !== null) log(hooks, 'info', `classifier output bias shifted by ${shift.toFixed(3)} to the label prior`);
 
   const perEpochBatches = trainF.length > bs ? Math.floor(trainF.length / bs) : 1; // drop_last
   const stepsPerEpoch = Math.max(1, Math.floor(perEpochBatches / accum));
@@ -283,7 +290,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
     word_dropout: dropW, negative_labels: negK, full_label_ratio: fullRatio, selection_metric: selection,
-    max_minutes: maxMinutes, precision,
+    max_minutes: maxMinutes, precision, classifier_prior_shift: shift,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
@@ -331,6 +338,41 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     evaluate,
     writeCheckpoint: (dir) => saveCheckpoint(config.base_model, dir, L),
   });
+}
+
+/**
+ * The classifier's output bias is moved so that its mean logit over the first classification examples' labels is
+ * logit(p), p the share of positive labels in them, and returns the shift (null without classification examples).
+ * A fresh classifier starts near logit 0 for every label (p ≈ 0.43 for each of Banking77's 77): the summed BCE then
+ * pushes every logit down at once for hundreds of steps, and that common gradient fills Adam's second moments, so the
+ * per-label signal moves the weights slowly long after the prior is reached (docs/training.md). The mean logit comes
+ * from the loss of each example asked with no true label: Σ softplus(z_l) = M·softplus(z̄) while the logits are close,
+ * as they are at init; an example with other tasks is skipped.
+ */
+async function classifierPriorShift(
+  L: Loaded, examples: EncoderExample[], feat: (e: EncoderExample) => Promise<Featurized>,
+): Promise<number | null> {
+  const probe = examples.filter((e) => e.schema.classifications.length && !e.schema.entities
+    && !e.schema.relations.length && !e.schema.structures.length).slice(0, 8);
+  let pos = 0;
+  let all = 0;
+  let zsum = 0;
+  for (const ex of probe) {
+    const f = await feat(ex);
+    const M = f.segs.reduce((n, s) => n + s.M, 0);
+    pos += f.segs.reduce((n, s) => n + (s.clsY?.reduce((a, b) => a + b, 0) ?? 0), 0);
+    all += M;
+    const none = { f: f.f, segs: f.segs.map((s) => ({ ...s, clsY: s.clsY && new Float32Array(s.M) })) };
+    const loss = (await L.graph.step(collate([none]), { backward: false, dropNeg: false })).loss;
+    zsum += Math.log(Math.expm1(loss / M)) * M; // softplus⁻¹ of the mean per-label loss
+  }
+  if (!all || !pos || pos === all) return null;
+  const p = pos / all;
+  const shift = Math.log(p / (1 - p)) - zsum / all;
+  if (!Number.isFinite(shift)) return null;
+  const bias = L.graph.get('classifier.2.bias');
+  L.graph.set('classifier.2.bias', Float32Array.of(bias[0] + shift));
+  return shift;
 }
 
 function dropoutRate(v: unknown, name: string): number {

@@ -30,6 +30,7 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   // the fresh-encoder recipe (issue 17) is the default and shows in the configuration
   const recipe = {
     hidden_dropout: 0, attention_dropout: 0, word_dropout: 0, negative_labels: 16, full_label_ratio: 1,
+    classifier_prior_init: true,
   };
   t.match(small, { selection_metric: 'task' });
   t.match(small, { ...recipe, max_minutes: null });
@@ -45,7 +46,7 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   // a pretrained encoder keeps its fine-tuning defaults
   const pre = await configuration({ base_model: 'test/encoder' });
   t.match(pre, { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: 1e-5 });
-  t.match(pre, { hidden_dropout: 0, negative_labels: 16, selection_metric: 'task' });
+  t.match(pre, { hidden_dropout: 0, negative_labels: 16, selection_metric: 'task', classifier_prior_init: false });
   // compute precision (issue 17): bf16 where the CPU has AVX512_BF16 unless the job says otherwise
   t.match(small, { precision: 'auto' });
   t.match(await configuration({ base_model: 'test/encoder', precision: 'bf16' }), { precision: 'bf16' });
@@ -66,7 +67,7 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
 
 t.test('recipe fields out of range are a 422', async (t) => {
   const bads = [{ hidden_dropout: 1 }, { word_dropout: -0.1 }, { negative_labels: 1.5 }, { selection_metric: 'f1' },
-    { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }];
+    { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }, { classifier_prior_init: 'yes' }];
   for (const bad of bads) {
     const body = { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }], training_type: 'full', ...bad };
     const r = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body });

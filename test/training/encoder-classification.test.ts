@@ -95,3 +95,26 @@ t.test('the model learns the labels, and ranks all of them in any order when ser
       + `${before.accuracy.toFixed(3)} -> ${after.accuracy.toFixed(3)} (chance 0.167) ${ran}`);
   }
 });
+
+// 4. A fresh classifier starts near logit 0 for every label, far above the label prior: classifier_prior_init (the
+//    fresh recipe) moves its output bias so that the first step's loss is the prior's.
+t.test('classifier_prior_init starts the classifier at the label prior', async (t) => {
+  const all = banking('train');
+  const train = INTENTS.flatMap((i) => all.filter((r) => r.kind === 'classification' && r.labels[0] === i).slice(0, 8));
+  const prior = -Math.log(1 / 6) - 5 * Math.log(5 / 6); // BCE of six labels at p = 1/6, one of them true
+  const firstLoss = async (init: boolean) => {
+    let loss = NaN;
+    const res = await trainEncoder({
+      base_model: base, output_dir: join(tmp, `prior-${init}`), train_data: train, validation_data_percentage: 0,
+      max_steps: 1, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
+      classifier_prior_init: init,
+    }, { onProgress: (e) => void (loss = e.loss) });
+    const saved = JSON.parse(readFileSync(join(tmp, `prior-${init}`, 'training_config.json'), 'utf8'));
+    return { loss, shift: saved.resolved.classifier_prior_shift, steps: res.steps };
+  };
+  const on = await firstLoss(true);
+  const off = await firstLoss(false);
+  t.ok(Math.abs(on.loss - prior) < 0.05 * prior, `first loss ${on.loss.toFixed(3)} at the prior ${prior.toFixed(3)}`);
+  t.ok(off.loss > prior + 1, `without it ${off.loss.toFixed(3)}`);
+  t.ok(on.shift < 0 && off.shift === null, `bias shifted by ${on.shift}`);
+});

@@ -28,6 +28,7 @@ export const FRESH_RATES: Record<string, { learning_rate: number; encoder_learni
 
 /** What every encoder job gets unless it says otherwise: sampled negative labels, selection by the task metric. */
 export const ENCODER_RECIPE = {
+  classifier_prior_init: false,
   hidden_dropout: 0,
   attention_dropout: 0,
   word_dropout: 0,
@@ -36,6 +37,8 @@ export const ENCODER_RECIPE = {
   selection_metric: 'task' as const,
 };
 
-/** A fresh encoder: the same. Dropout (0.1 / 0.1 / 0.05) lowered dev F1 in a budget the model underfits (CoNLL-2003,
+/** A fresh encoder: the same, with the classifier's output bias started at the label prior (a pretrained classifier
+ * is left as it is). On 20 Banking77 intents, 1500 steps: train loss 2.87 against 3.60, dev accuracy 0.57 / 0.56
+ * against 0.37 / 0.36, labels sorted / shuffled (docs/training.md). Dropout (0.1 / 0.1 / 0.05) lowered dev F1 in a budget the model underfits (CoNLL-2003,
  * docs/training.md), so it stays off by default; jobs may set it for long budgets where the model overfits. */
-export const FRESH_RECIPE = { ...ENCODER_RECIPE };
+export const FRESH_RECIPE = { ...ENCODER_RECIPE, classifier_prior_init: true };
