@@ -886,6 +886,14 @@ static inline void prefetch_packed(const uint8_t* wb) {
   for (int o = 0; o < 192; o += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + o), _MM_HINT_T0);
 }
 
+// one packed Q8_0x4 block's 4 chunks of 32 weights: v the signed values, u = |v| (vpmaddubsw's unsigned side)
+static inline void load_q8_0x4(const uint8_t* wb, __m256i v[4], __m256i u[4]) {
+  for (int c = 0; c < 4; c++) {
+    v[c] = loadu256(wb + 8 + 32 * c);
+    u[c] = _mm256_sign_epi8(v[c], v[c]);
+  }
+}
+
 // Q8_0x4: y[m·ldy + r] (r < 4) for one group of 4 packed rows at w (rb unused: the group is contiguous) and M
 // rows of x; one row of x (decode) with two accumulators over alternate blocks, more with |w| once per block.
 void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t, int64_t M, const int8_t* q, const float* d, const float*,
@@ -897,10 +905,7 @@ void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t, int64_t M, const int8_
       const uint8_t* wb = w + b * kQ8_0x4Bytes;
       prefetch_packed(wb);
       __m256i v[4], u[4];
-      for (int c = 0; c < 4; c++) {
-        v[c] = loadu256(wb + 8 + 32 * c);
-        u[c] = _mm256_sign_epi8(v[c], v[c]);
-      }
+      load_q8_0x4(wb, v, u);
       const __m256i i = dot_q8x4(u, v, q + b * kQ8Block);
       const __m256 f = _mm256_mul_ps(scales4_by_lane_pairs(wb), _mm256_set1_ps(d[b]));
       a[b & 1] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(i), a[b & 1]);
@@ -914,10 +919,7 @@ void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t, int64_t M, const int8_
     const uint8_t* wb = w + b * kQ8_0x4Bytes;
     prefetch_packed(wb);
     __m256i v[4], u[4];
-    for (int c = 0; c < 4; c++) {
-      v[c] = loadu256(wb + 8 + 32 * c);
-      u[c] = _mm256_sign_epi8(v[c], v[c]);
-    }
+    load_q8_0x4(wb, v, u);
     const __m256 sw = scales4_by_lane_pairs(wb);
     for (int64_t m = 0; m < M; m++) {
       const __m256i i = dot_q8x4(u, v, q + m * K + b * kQ8Block);
