@@ -16,7 +16,8 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--lora-r N] [--lora-alpha X] [--lora-dropout X] [--targets a,b] [--eval file.jsonl] [--threads N]
   encoder: [--hidden-dropout P] [--attention-dropout P] [--word-dropout P] [--negative-labels K]
   [--full-label-ratio R] [--selection task|loss] [--metric-samples N] [--warmup-ratio R] [--max-words N]
-  [--eval-steps N]
+  [--eval-steps N] [--classifier-prior-init] (a fresh classifier's bias starts at the label prior, as jobs on
+  fresh bases do)
   [--precision auto|fp32|bf16] (matrix products in bf16 where the CPU has AVX512_BF16 and they are faster)`;
 
 export async function main(argv: string[]): Promise<number> {
@@ -27,6 +28,7 @@ export async function main(argv: string[]): Promise<number> {
     'metric-samples', 'warmup-ratio', 'precision'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
+  options['classifier-prior-init'] = { type: 'boolean' };
   const v = parseArgs({ args: argv, options }).values as Record<string, string | boolean | undefined>;
   if (v.help) return (console.log(HELP), 0);
   if (!v.dataset || !v['base-model'] || !v.out) return (console.error(HELP), 2);
@@ -68,6 +70,7 @@ export async function main(argv: string[]): Promise<number> {
     word_dropout: num('word-dropout'), negative_labels: num('negative-labels'),
     full_label_ratio: num('full-label-ratio'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),
+    classifier_prior_init: v['classifier-prior-init'] === true ? true : undefined,
   };
   const res = isDecoder ? await trainDecoder(common, hooks) : await trainEncoder({ ...common, ...encoderOnly }, hooks);
   if (timer) clearTimeout(timer);
