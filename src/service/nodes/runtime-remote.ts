@@ -109,8 +109,8 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
   const seen = new Map<string, LocalModel>();
   const depth = (n: InferenceNodeRecord) => n.queue_depth + (mine.get(n.id) ?? 0);
   /**
-   * models a node answered a call for, by node, with the node's heartbeat counter at the call: loaded there
-   * now, though its record says so only from its next heartbeat on; after that the record is the truth
+   * models a node answered a call for, by node, with the node's heartbeat counter when it answered: loaded
+   * there now, though its record says so only from its next heartbeat on; after that the record is the truth
    */
   const answered = new Map<string, Map<string, number>>();
   const loadedOn = (n: InferenceNodeRecord): string[] => {
@@ -173,9 +173,12 @@ export async function createRemoteRuntime(opts: RemoteRuntimeOptions): Promise<R
       }
       if (res.ok) {
         // the node has the model loaded now; stats() and the ranking need not wait for its next heartbeat
+        // keyed by the node's heartbeat as this process sees it now, not at the call's start: the heartbeats the
+        // node sent while it loaded the model (there may be several) do not list it yet
         if (heldId(ref) === ref.id) {
           const a = answered.get(node.id) ?? new Map<string, number>();
-          answered.set(node.id, a.set(ref.id, node.beat));
+          const beat = dir.live().find((n) => n.id === node.id)?.beat ?? node.beat;
+          answered.set(node.id, a.set(ref.id, Math.max(beat, node.beat)));
         }
         return { node, res, done: () => count(node.id, -1) };
       }
