@@ -222,6 +222,13 @@ function refSgemm(
   return { ref, mag };
 }
 
+/** random A and B for sgemm in layout (ta, tb), each padded by (M + N) % 3 past its row length, and C's stride */
+function sgemmOperands(ta: boolean, tb: boolean, M: number, N: number, K: number) {
+  const pad = (M + N) % 3;
+  const lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  return { lda, ldb, ldc, A: randArray((ta ? K : M) * lda), B: randArray((tb ? N : K) * ldb) };
+}
+
 t.test('sgemm: every transpose combination, alpha, beta, strides', async (t) => {
   const shapes: [number, number, number][] = [[1, 1, 1], [1, 29, 40], [13, 1, 7], [6, 16, 8], [19, 37, 61], [70, 45, 300], [150, 33, 20],
     [24, 35, 700]];
@@ -229,9 +236,7 @@ t.test('sgemm: every transpose combination, alpha, beta, strides', async (t) => 
     for (const [M, N, K] of shapes)
       for (const ta of [false, true])
         for (const tb of [false, true]) {
-          const pad = (M + N) % 3;
-          const lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-          const A = randArray((ta ? K : M) * lda), B = randArray((tb ? N : K) * ldb);
+          const { lda, ldb, ldc, A, B } = sgemmOperands(ta, tb, M, N, K);
           for (const [alpha, beta] of [[1, 0], [0.5, 1], [-2, 0.25]]) {
             const C = randArray(M * ldc);
             if (beta === 0) C.fill(NaN);
@@ -283,9 +288,7 @@ t.test('sgemm bf16 compute: every layout against the fp32 product of the bf16-ro
     for (const [M, N, K] of shapes)
       for (const ta of [false, true])
         for (const tb of [false, true]) {
-          const pad = (M + N) % 3;
-          const lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-          const A = randArray((ta ? K : M) * lda), B = randArray((tb ? N : K) * ldb);
+          const { lda, ldb, ldc, A, B } = sgemmOperands(ta, tb, M, N, K);
           const [alpha, beta] = ta === tb ? [1, 0] : [-0.5, 1];
           const C = randArray(M * ldc);
           if (beta === 0) C.fill(NaN);
