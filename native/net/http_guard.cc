@@ -438,7 +438,34 @@ http_guard_counts http_guard_counts_get() { return {0, 0, 0, 0}; }
 
 #endif
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace loom::net {
+namespace {
+
+// the first i in [from, end) whose byte is not visible ASCII (0x21-0x7e, or 0x20-0x7e with `space`), or end;
+// 16 bytes per step where SSE2 is there (every x86-64 CPU): a request head is mostly such runs (the target,
+// header values such as an API key), which the byte loop took 2-3% of a small request's server CPU to scan
+size_t visible_run_end(const uint8_t* buf, size_t from, size_t end, bool space) {
+  size_t i = from;
+#if defined(__SSE2__)
+  // signed bytes: visible is lo < b < 0x7f; 0x80-0xff are negative and fail the first compare
+  const __m128i lo = _mm_set1_epi8(char(space ? 0x1f : 0x20)), hi = _mm_set1_epi8(0x7f);
+  for (; i + 16 <= end; i += 16) {
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(buf + i));
+    __m128i ok = _mm_and_si128(_mm_cmpgt_epi8(b, lo), _mm_cmplt_epi8(b, hi));
+    unsigned bad = unsigned(_mm_movemask_epi8(ok)) ^ 0xffffu;
+    if (bad) return i + size_t(__builtin_ctz(bad));
+  }
+#endif
+  const uint8_t lo1 = space ? 0x20 : 0x21;
+  for (; i < end; i++) if (buf[i] < lo1 || buf[i] > 0x7e) return i;
+  return end;
+}
+
+}  // namespace
 
 long http_guard_plain_head_body_length(const uint8_t* buf, size_t end, int max_headers) {
   if (!TCHAR['a']) tchar_init();
@@ -455,11 +482,8 @@ long http_guard_plain_head_body_length(const uint8_t* buf, size_t end, int max_h
   }
   // target: '/' then visible ASCII
   if (buf[++i] != '/') return -1;
-  for (; i < end; i++) {
-    b = buf[i];
-    if (b == ' ') break;
-    if (b < 0x21 || b > 0x7e) return -1;
-  }
+  i = visible_run_end(buf, i, end, false);
+  if (i < end && buf[i] != ' ') return -1;
   if (i + HTTP11_LEN > end + 2 || memcmp(buf + i, HTTP11, HTTP11_LEN) != 0) return -1;
   i += HTTP11_LEN;
   int lines = 0, hosts = 0;
@@ -474,11 +498,12 @@ long http_guard_plain_head_body_length(const uint8_t* buf, size_t end, int max_h
     i++;
     while (buf[i] == ' ' || buf[i] == '\t') i++;
     size_t value_start = i;
-    for (; i < end; i++) {
-      b = buf[i];
-      if (b == '\r') break;
-      if ((b < 0x20 && b != '\t') || b > 0x7e) return -1;
+    for (;;) {  // visible ASCII, spaces and tabs up to the CR
+      i = visible_run_end(buf, i, end, true);
+      if (i >= end || buf[i] != '\t') break;
+      i++;
     }
+    if (i < end && buf[i] != '\r') return -1;
     if (buf[i] != '\r' || buf[i + 1] != '\n') return -1;
     uint8_t c = buf[start] | 0x20;
     if (c == 'h' && name_is(buf, start, name_len, "host")) hosts++;

@@ -130,6 +130,25 @@ t.test('the native scanner takes exactly the heads the JS scanner takes, with th
   t.ok(taken > 100, `both took ${taken} heads`);
 });
 
+t.test('long targets and header values (the 16-byte scan) agree with the JS scanner, wherever a bad byte falls',
+  async (t) => {
+    // mostly visible ASCII, with spaces, tabs and a few bytes a head must not carry, in runs up to 80 bytes
+    const ch = fc.oneof({ arbitrary: fc.integer({ min: 0x21, max: 0x7e }), weight: 40 },
+      { arbitrary: fc.constantFrom(0x20, 0x09), weight: 3 },
+      { arbitrary: fc.constantFrom(0x00, 0x01, 0x0a, 0x0d, 0x1f, 0x7f, 0x80, 0xe9, 0xff), weight: 1 });
+    const run = fc.array(ch, { maxLength: 80 }).map((a) => Buffer.from(a).toString('latin1'));
+    let taken = 0;
+    fc.assert(fc.property(run, run, (path, value) => {
+      const text = `GET /${path} HTTP/1.1\r\nHost: h\r\nX-API-Key: ${value}\r\nAccept: ${value.slice(3)}`;
+      const buf = Buffer.from(`${text}\r\n\r\n`, 'latin1');
+      const end = buf.indexOf('\r\n\r\n');
+      const js = plainHeadBodyLength(buf, end);
+      if (js >= 0) taken++;
+      return addon.httpGuardPlainHeadBodyLength(buf, end, MAX_HEADERS) === js;
+    }), { seed: 17, numRuns: 20_000 });
+    t.ok(taken > 1000, `both took ${taken} heads`);
+  });
+
 t.test('a server without the guard in the same process is left to uWS', async (t) => {
   const plain = await start(false);
   const before = addon.httpGuardCounts();
