@@ -6,10 +6,10 @@
 // handler answers GET /health and GET /v1/models with the status line, header lines and body bytes Loom answered them
 // with (recorded first), so each Loom row is compared with a bare row that writes as much. Each round loads every
 // target in turn (an untimed warm-up first), so drift on a shared machine hits all alike. Two ratios per Loom row:
-// `ratio` is its median req/s over the bare row's; `cpu_ratio` is the bare row's server CPU time per request over
-// Loom's (every thread of the server process, /proc/<pid>/task/*/schedstat, read before and after each run; both
-// processes pinned to the same CPU), which is what the req/s ratio would be on a dedicated core and does not depend on
-// how much of CPU 0 other processes took. `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s
+// `ratio` is its median req/s over the bare row's; `cpu_ratio` is the median over rounds of the bare row's server CPU
+// time per request over Loom's in the same round (`cpu_ratio_runs`: each round's; every thread of the server process,
+// /proc/<pid>/task/*/schedstat, read before and after each run; both processes pinned to the same CPU), which is what
+// the req/s ratio would be on a dedicated core and does not depend on how much of CPU 0 other processes took. `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s
 // before the runs) per request at the row's rate, the part of cpu_us_per_req that is background work. --also adds the
 // same rows for more Loom servers with other LOOM_HTTP_GUARD settings (0: no guard; proxy: server/guard.ts's proxy,
 // whose CPU time is in the same process); `floor` adds rows for bench/http-floor.mjs, a uWS handler doing only the work
@@ -260,14 +260,18 @@ export async function run(argv: string[]) {
       const bs = by(bareOf(t));
       const rps = median(ss.map((s) => s.rps));
       const cpuUs = median(ss.map((s) => s.cpuUs));
+      // round by round (a round loads the bare row and this one minutes apart at most): drift of a shared
+      // machine between rounds cancels in each pair, which it does not in a ratio of the two medians
+      const paired = ss.map((s, i) => bs[i]!.cpuUs / s.cpuUs);
       return {
         target: t.name, rps: Math.round(rps), ratio: +(rps / median(bs.map((s) => s.rps))).toFixed(3),
-        cpu_us_per_req: +cpuUs.toFixed(2), cpu_ratio: +(median(bs.map((s) => s.cpuUs)) / cpuUs).toFixed(3),
+        cpu_us_per_req: +cpuUs.toFixed(2), cpu_ratio: +median(paired).toFixed(3),
         idle_us_per_req: +((idleMsPerS.get(t.pid()) ?? NaN) * 1000 / rps).toFixed(2),
         p50_ms: median(ss.map((s) => s.p50)), p99_ms: median(ss.map((s) => s.p99)),
         non2xx: ss.reduce((a, s) => a + s.non2xx, 0), errors: ss.reduce((a, s) => a + s.errors, 0),
         runs: ss.map((s) => Math.round(s.rps)).join(' '),
         cpu_runs: ss.map((s) => s.cpuUs.toFixed(1)).join(' '),
+        cpu_ratio_runs: paired.map((x) => x.toFixed(2)).join(' '),
       };
     });
     // --against: this tree's server CPU per request over the other commit's, round by round
