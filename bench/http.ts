@@ -9,17 +9,18 @@
 // `ratio` is its median req/s over the bare row's; `cpu_ratio` is the median over rounds of the bare row's server CPU
 // time per request over Loom's in the same round (`cpu_ratio_runs`: each round's; every thread of the server process,
 // /proc/<pid>/task/*/schedstat, read before and after each run; both processes pinned to the same CPU), which is what
-// the req/s ratio would be on a dedicated core and does not depend on how much of CPU 0 other processes took. `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s
-// before the runs) per request at the row's rate, the part of cpu_us_per_req that is background work. --also adds the
-// same rows for more Loom servers with other LOOM_HTTP_GUARD settings (0: no guard; proxy: server/guard.ts's proxy,
-// whose CPU time is in the same process); `floor` adds rows for bench/http-floor.mjs, a uWS handler doing only the work
-// any API server must (a key lookup in a Map, a per-address rate window and its headers) for the same bytes. --against
-// REV adds rows for the server of another commit (`git archive REV`, run with this tree's node_modules and native
-// build), loaded at the same time as this tree's (two autocannons), so both meet the same load: an A/B of a change on a
-// machine whose load drifts (`cpu_over_against`: this tree's server CPU per request over the other's, per round and
-// their median). Each of the two then gets part of the load, so their cpu_ratio against the bare rows (loaded alone) is
-// not the figure to quote. --pipeline instead runs bench/http-pipeline.mts: the CPU time of Loom's own code per
-// request, in process, with stub uWS objects (no sockets), a figure a shared CPU hardly moves.
+// the req/s ratio would be on a dedicated core and does not depend on how much of CPU 0 other processes took.
+// `idle_us_per_req`: the server's CPU time with no requests (measured for 2 s before the runs) per request at the row's
+// rate, the part of cpu_us_per_req that is background work. --also adds the same rows for more Loom servers with other
+// LOOM_HTTP_GUARD settings (0: no guard; proxy: server/guard.ts's proxy, whose CPU time is in the same process);
+// `floor` adds rows for bench/http-floor.mjs, a uWS handler doing only the work any API server must (a key lookup in a
+// Map, a per-address rate window and its headers) for the same bytes. --against REV adds rows for the server of another
+// commit (`git archive REV`, run with this tree's node_modules and native build), loaded at the same time as this
+// tree's (two autocannons), so both meet the same load: an A/B of a change on a machine whose load drifts
+// (`cpu_over_against`: this tree's server CPU per request over the other's, per round and their median). Each of the
+// two then gets part of the load, so their cpu_ratio against the bare rows (loaded alone) is not the figure to quote.
+// --pipeline instead runs bench/http-pipeline.mts: the CPU time of Loom's own code per request, in process, with stub
+// uWS objects (no sockets), a figure a shared CPU hardly moves.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
 import { mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
