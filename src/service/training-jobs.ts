@@ -641,7 +641,16 @@ export function createTrainingJobsService(deps: {
       if (algo === 'sft' && body.rl_config !== undefined) invalid('/rl_config', 'rl_config must be omitted for sft', 'rl_config_with_sft');
       const rl = algo === 'sft' ? null : rlConfigOrThrow(algo, body.rl_config);
       const base = await resolveBase(p, body.base_model);
-      const type = body.training_type ?? 'lora';
+      // a fresh-initialized encoder has no pretrained weights for an adapter to adapt: it trains in full
+      const type = body.training_type ?? (base.source === 'fresh' ? 'full' : 'lora');
+      if (base.source === 'fresh' && type === 'lora') {
+        invalid('/training_type', `${body.base_model} is freshly initialized (random weights): train it with `
+          + 'training_type full (its default); LoRA adapts pretrained weights', 'lora_on_fresh');
+      }
+      if (body.classifier_prior_init === true && type === 'lora') {
+        invalid('/classifier_prior_init', 'classifier_prior_init shifts the weights of full fine-tuning; '
+          + 'a LoRA job keeps the base classifier as it is', 'prior_init_with_lora');
+      }
       if (algo !== 'sft') checkRlBase(algo, base, body.base_model);
       if (rl) await checkJudge(rl, { store, catalog }, p.team_id, !!deps.judge);
       if (base.task_type === 'decoder' && type === 'full') invalid('/training_type', 'decoder models are LoRA-only: full fine-tuning is reserved for encoder models', 'full_on_decoder');
@@ -673,7 +682,7 @@ export function createTrainingJobsService(deps: {
           attention_dropout: body.attention_dropout ?? d.attention_dropout,
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
-          classifier_prior_init: body.classifier_prior_init ?? d.classifier_prior_init,
+          classifier_prior_init: type === 'full' && (body.classifier_prior_init ?? d.classifier_prior_init),
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
         } : {}),
         batch_size: body.batch_size ?? d.batch_size, precision: body.precision ?? DEFAULT_PRECISION,

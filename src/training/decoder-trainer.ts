@@ -124,6 +124,7 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
   if ((config.training_type ?? 'lora') !== 'lora') throw new TrainingConfigError('decoder models support training_type "lora" only');
   if (!config.output_dir) throw new TrainingConfigError('output_dir is required');
   if (config.threads !== undefined) setThreads(positiveInt(config.threads, 'threads', 1));
+  const asked = trainPrecision(config.precision); // a bad value fails before any data is read
   const algo = decoderAlgorithm(config.training_algorithm ?? 'sft');
   const rl = algo.name === 'sft' ? null : rlConfigOf(algo.name, config.rl_config);
   if (algo.name === 'sft' && config.rl_config !== undefined) throw new TrainingConfigError('rl_config must be omitted for sft');
@@ -157,7 +158,7 @@ export async function trainDecoder(config: DecoderTrainConfig, hooks: TrainHooks
       throw new TrainingConfigError(`${what}: record ${bad + 1} is a ${recs[bad].kind} record; ${algo.name} trains on ${kinds} records`);
     }
   }
-  const { precision, reason: precisionWhy } = await resolvePrecision(trainPrecision(config.precision));
+  const { precision, reason: precisionWhy } = await resolvePrecision(asked);
   log(hooks, 'info', precisionWhy);
   const graph = DecoderTrainGraph.create(dc, baseTensors(config.base_model, dc, config.base_dtype), initial, precision);
   const saveAdapter = (dir: string) => savePeftAdapter(dir, graph, { base: config.base_model, r, alpha, dropout, targets });

@@ -277,7 +277,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const maxMinutes = positiveNum(config.max_minutes, 'max_minutes', 0, true);
   const priorInit = config.classifier_prior_init ?? false;
   if (typeof priorInit !== 'boolean') throw new TrainingConfigError('classifier_prior_init must be a boolean');
-  const shift = priorInit && type === 'full' ? await classifierPriorShift(L, trainEx, feat) : null;
+  const shift = priorInit && type === 'full' ? await classifierPriorShift(L, trainEx, feat, negK, fullRatio) : null;
   if (shift !== null) log(hooks, 'info', `classifier output bias shifted by ${shift.toFixed(3)} to the label prior`);
 
   const perEpochBatches = trainF.length > bs ? Math.floor(trainF.length / bs) : 1; // drop_last
@@ -350,24 +350,30 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
  * as they are at init; an example with other tasks is skipped.
  */
 async function classifierPriorShift(
-  L: Loaded, examples: EncoderExample[], feat: (e: EncoderExample) => Promise<Featurized>,
+  L: Loaded, examples: EncoderExample[], feat: (e: EncoderExample) => Promise<Featurized>, negK: number,
+  fullRatio: number,
 ): Promise<number | null> {
   const probe = examples.filter((e) => e.schema.classifications.length && !e.schema.entities
     && !e.schema.relations.length && !e.schema.structures.length).slice(0, 8);
   let pos = 0;
   let all = 0;
+  // labels per prompt as training asks them: every label in `fullRatio` of the steps, else the true ones and
+  // `negK` sampled negatives (all labels where negK is 0 or covers them)
+  let asked = 0;
   let zsum = 0;
   for (const ex of probe) {
     const f = await feat(ex);
     const M = f.segs.reduce((n, s) => n + s.M, 0);
-    pos += f.segs.reduce((n, s) => n + (s.clsY?.reduce((a, b) => a + b, 0) ?? 0), 0);
+    const P = f.segs.reduce((n, s) => n + (s.clsY?.reduce((a, b) => a + b, 0) ?? 0), 0);
+    pos += P;
     all += M;
+    asked += fullRatio * M + (1 - fullRatio) * (negK > 0 ? Math.min(M, P + negK * f.segs.length) : M);
     const none = { f: f.f, segs: f.segs.map((s) => ({ ...s, clsY: s.clsY && new Float32Array(s.M) })) };
     const loss = (await L.graph.step(collate([none]), { backward: false, dropNeg: false })).loss;
     zsum += Math.log(Math.expm1(loss / M)) * M; // softplus⁻¹ of the mean per-label loss
   }
-  if (!all || !pos || pos === all) return null;
-  const p = pos / all;
+  if (!all || !pos || pos >= asked) return null;
+  const p = pos / asked;
   const shift = Math.log(p / (1 - p)) - zsum / all;
   if (!Number.isFinite(shift)) return null;
   const bias = L.graph.get('classifier.2.bias');

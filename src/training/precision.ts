@@ -5,7 +5,7 @@
 // plain fp32: a run never gets it unless LOOM_TRAIN_BF16_EMULATED=1 forces it (tests, CI checking the math).
 // vdpbf16ps is not faster everywhere: AMD Zen 4/5 issue two per cycle (twice the FMA rate), but on an Intel Xeon
 // (Sapphire Rapids) the same kernel measured 0.55x the fp32 one, so 'auto' times both once before it picks bf16.
-import { cpuInfo, type CpuInfo } from '../native/cpu.ts';
+import { cpuInfo, getThreads, type CpuInfo } from '../native/cpu.ts';
 import { sgemm } from '../native/gemm.ts';
 
 export type Precision = 'fp32' | 'bf16';
@@ -27,11 +27,16 @@ export function nativeBf16(cpu: Pick<CpuInfo, 'features' | 'isa'> = cpuInfo()): 
   return cpu.features.avx512bf16 && cpu.isa === 'avx512';
 }
 
-let probed: Promise<number> | null = null;
+/** the measured speedup by pool size (a run may set its own thread count); a failed probe is not kept */
+const probed = new Map<number, Promise<number>>();
 /** bf16-compute over fp32 throughput of one encoder-layer-sized product (256 x 768 x 768, y = x·Wᵀ), best of 5 of
- * each, alternating, on the pool's threads: measured once per process (a few milliseconds), off the event loop. */
+ * each, alternating, on the pool's threads: measured once per process and thread count (a few milliseconds), off
+ * the event loop. */
 export function bf16Speedup(): Promise<number> {
-  probed ??= (async () => {
+  const threads = getThreads();
+  const known = probed.get(threads);
+  if (known) return known;
+  const p = (async () => {
     const M = 256, N = 768, K = 768;
     const A = Float32Array.from({ length: M * K }, (_, i) => Math.sin(i));
     const B = Float32Array.from({ length: N * K }, (_, i) => Math.cos(i));
@@ -45,7 +50,9 @@ export function bf16Speedup(): Promise<number> {
       }
     return best.fp32 / best.bf16;
   })();
-  return probed;
+  probed.set(threads, p);
+  p.catch(() => { probed.delete(threads); });
+  return p;
 }
 
 /** The precision a run gets for what it asked, and the log line that says so. */

@@ -5,8 +5,14 @@
 import t from 'tap';
 import { call, makeUser, startServer } from './helpers.ts';
 import { nerLine, uploadDataset } from './customization-helpers.ts';
+import { DEFAULT_RATE_LIMITS } from '../../src/service/config.ts';
 
-const ts = await startServer({ config: { trainingConcurrency: 0 } });
+// more job creations than the spec's 20 a minute: this file checks configurations, not limits
+const rateLimits = {
+  ...DEFAULT_RATE_LIMITS,
+  endpoints: DEFAULT_RATE_LIMITS.endpoints.map((e) => (e.group === 'training' ? { ...e, points: 1000 } : e)),
+};
+const ts = await startServer({ config: { trainingConcurrency: 0, rateLimits } });
 t.teardown(() => ts.close());
 const u = await makeUser(ts, { credits: 100 });
 const NER = [
@@ -40,6 +46,28 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   });
   t.match(timed, { max_minutes: 20, hidden_dropout: 0.1, attention_dropout: 0, negative_labels: 8 });
   t.match(timed, { full_label_ratio: 0 });
+  // a fresh base trains in full by default (its weights are random: nothing for LoRA to adapt); lora is refused
+  const plain = await call(ts.url, 'POST', '/felix/training-jobs', {
+    key: u.key, body: { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }] },
+  });
+  t.equal(plain.status, 200, plain.text);
+  const shown = await call(ts.url, 'GET', `/felix/training-jobs/${plain.body.id}`, { key: u.key });
+  t.equal(shown.body.training_type, 'full');
+  const lora = await call(ts.url, 'POST', '/felix/training-jobs', {
+    key: u.key, body: { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'ner' }], training_type: 'lora' },
+  });
+  t.equal(lora.status, 422);
+  t.match(lora.body, { detail: /freshly initialized/, errors: [{ path: '/training_type', keyword: 'lora_on_fresh' }] });
+  // the prior init shifts a fully trained classifier: a LoRA job shows false, and asking for it is a 422
+  const loraJob = (body: Record<string, unknown>) => call(ts.url, 'POST', '/felix/training-jobs', {
+    key: u.key, body: { base_model: 'test/encoder', datasets: [{ name: 'ner' }], training_type: 'lora', ...body },
+  });
+  const lj = await loraJob({});
+  t.equal(lj.status, 200, lj.text);
+  const ljShown = await call(ts.url, 'GET', `/felix/training-jobs/${lj.body.id}`, { key: u.key });
+  t.equal(ljShown.body.configuration.classifier_prior_init, false);
+  t.match((await loraJob({ classifier_prior_init: true })).body,
+    { errors: [{ path: '/classifier_prior_init', keyword: 'prior_init_with_lora' }] });
   // what the caller sets wins
   const set = await configuration({ base_model: 'loom/gliner2-init-tiny', learning_rate: 1e-3, encoder_learning_rate: 2e-4 });
   t.match(set, { learning_rate: 1e-3, encoder_learning_rate: 2e-4 });

@@ -102,14 +102,15 @@ t.test('classifier_prior_init starts the classifier at the label prior', async (
   const all = banking('train');
   const train = INTENTS.flatMap((i) => all.filter((r) => r.kind === 'classification' && r.labels[0] === i).slice(0, 8));
   const prior = -Math.log(1 / 6) - 5 * Math.log(5 / 6); // BCE of six labels at p = 1/6, one of them true
-  const firstLoss = async (init: boolean) => {
+  const firstLoss = async (init: boolean, sampling: Record<string, number> = {}) => {
     let loss = NaN;
+    const dir = join(tmp, `prior-${init}-${Object.keys(sampling).length}`);
     const res = await trainEncoder({
-      base_model: base, output_dir: join(tmp, `prior-${init}`), train_data: train, validation_data_percentage: 0,
+      base_model: base, output_dir: dir, train_data: train, validation_data_percentage: 0,
       max_steps: 1, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
-      classifier_prior_init: init,
+      classifier_prior_init: init, ...sampling,
     }, { onProgress: (e) => void (loss = e.loss) });
-    const saved = JSON.parse(readFileSync(join(tmp, `prior-${init}`, 'training_config.json'), 'utf8'));
+    const saved = JSON.parse(readFileSync(join(dir, 'training_config.json'), 'utf8'));
     return { loss, shift: saved.resolved.classifier_prior_shift, steps: res.steps };
   };
   const on = await firstLoss(true);
@@ -117,4 +118,9 @@ t.test('classifier_prior_init starts the classifier at the label prior', async (
   t.ok(Math.abs(on.loss - prior) < 0.05 * prior, `first loss ${on.loss.toFixed(3)} at the prior ${prior.toFixed(3)}`);
   t.ok(off.loss > prior + 1, `without it ${off.loss.toFixed(3)}`);
   t.ok(on.shift < 0 && off.shift === null, `bias shifted by ${on.shift}`);
+  // prompts of the true label and 2 sampled negatives: the prior of three labels, not of the six
+  const three = -Math.log(1 / 3) - 2 * Math.log(2 / 3);
+  const sampled = await firstLoss(true, { negative_labels: 2, full_label_ratio: 0 });
+  t.ok(Math.abs(sampled.loss - three) < 0.05 * three,
+    `sampled prompts: first loss ${sampled.loss.toFixed(3)} at their prior ${three.toFixed(3)}`);
 });
