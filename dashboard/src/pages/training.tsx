@@ -103,7 +103,7 @@ function CreateJob({ onCreated }: { onCreated: (id: string) => void }) {
   const models = useResource(() => api('GET', '/base-models'));
   const datasets = useResource(() => api('GET', '/felix/datasets'));
   const [f, setF] = useState<Record<string, string>>({
-    training_type: 'lora',
+    training_type: '',
     training_algorithm: 'sft',
   });
   const [rlf, setRlf] = useState<Record<string, string>>({});
@@ -119,9 +119,9 @@ function CreateJob({ onCreated }: { onCreated: (id: string) => void }) {
       const body: Record<string, unknown> = {
         base_model: f.base_model,
         datasets: chosen.map((name) => ({ name })),
-        training_type: f.training_type,
         training_algorithm: f.training_algorithm,
       };
+      if (f.training_type) body.training_type = f.training_type; // else the server's: lora, full for fresh encoders
       if (f.model_name) body.model_name = f.model_name;
       if (f.project_id) body.project_id = f.project_id;
       for (const [k] of NUMERIC) if (f[k]) body[k] = Number(f[k]);
@@ -190,6 +190,7 @@ function CreateJob({ onCreated }: { onCreated: (id: string) => void }) {
             value={f.training_type}
             onChange={(e) => set('training_type', e.currentTarget.value)}
           >
+            <option value="">default (lora; full for a fresh encoder)</option>
             <option value="lora">lora</option>
             <option value="full">full (encoders)</option>
           </select>
