@@ -18,7 +18,7 @@ import { PEER_HEADER } from './guard.ts';
 
 export { MAX_JSON_DEPTH };
 import { errorResponse, type ErrorStyle } from './errors.ts';
-import { createAccessLog, type AccessLog } from './log.ts';
+import { createAccessLog, type AccessFields, type AccessLog } from './log.ts';
 import { Exchange, hasName, readBody, type ResponseStream } from './http.ts';
 
 const addFormats = ((addFormatsMod as unknown as { default?: typeof addFormatsMod }).default ?? addFormatsMod) as unknown as (a: Ajv) => void;
@@ -166,7 +166,7 @@ interface RouteRuntime {
   log: Logger;
   accessLog: AccessLog;
   /** this route's constant access-log fields */
-  logFields: string;
+  logFields: AccessFields;
   state: AppState;
   /** the body's ajv validator: compiled on the route's first request with a body (`validatorOf`), not at start */
   validate: ValidateFunction | null | undefined;

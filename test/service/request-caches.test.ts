@@ -5,7 +5,9 @@
 // text is JSON's.
 import t from 'tap';
 import { cachedRead, READ_KEPT_MS } from '../../src/service/read-cache.ts';
-import { hundredthsJson } from '../../server/log.ts';
+import { Writable } from 'node:stream';
+import fc from 'fast-check';
+import { createAccessLog, createLogger, hundredthsJson } from '../../server/log.ts';
 import { call, makeUser, startServer } from './helpers.ts';
 
 const ts = await startServer();
@@ -84,4 +86,27 @@ t.test("the access log's duration is the text JSON.stringify writes for hundredt
   t.equal(hundredthsJson(170), '1.7');
   t.equal(hundredthsJson(5), '0.05');
   t.equal(hundredthsJson(200), '2');
+});
+
+t.test('access lines written as bytes parse to the fields JSON would write, batch after batch', async (t) => {
+  const out: string[] = [];
+  const log = createLogger({ level: 'info', destination: new Writable({ write(c, _e, cb) { out.push(String(c)); cb(); } }) });
+  const access = createAccessLog(log);
+  const routes = ['/v1/models', '/felix/training-jobs/:id', '/münchen/*'].map((r) => ({ r, f: access.routeFields('GET', r) }));
+  const want: object[] = [];
+  fc.assert(fc.property(
+    fc.constantFrom(...routes), fc.integer({ min: 100, max: 599 }), fc.nat({ max: 10_000_000 }),
+    fc.option(fc.uuid()), fc.option(fc.uuid()),
+    ({ r, f }, status, ms100, team, key) => {
+      access.line(f, status, ms100, team, key);
+      want.push({ level: 30, service: 'loom', method: 'GET', route: r, status, ms: JSON.parse(JSON.stringify(ms100 / 100)),
+        ...(team ? { team_id: team } : {}), ...(key ? { key_id: key } : {}), msg: 'request' });
+    },
+  ), { seed: 5, numRuns: 3000 }); // about 500 KB of lines: several full batches
+  access.flush();
+  await new Promise((r) => setImmediate(r));
+  const lines = out.join('').split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+  t.equal(lines.length, want.length);
+  t.same(lines.map(({ time: _, ...rest }) => rest), want);
+  t.ok(lines.every((l) => Math.abs(l.time - Date.now()) < 60_000), 'times are now');
 });
