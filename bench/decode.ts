@@ -40,7 +40,7 @@ import { KvCacheManager, type KvDtypeOption } from '../src/runtime/kv-cache.ts';
 import { PrefixCache, type CacheMode } from '../src/runtime/prefix-cache.ts';
 import { Scheduler } from '../src/runtime/scheduler.ts';
 import { getIsa, setThreads } from '../src/native/cpu.ts';
-import { CACHE, CONFIGS, ensureRandomCheckpoint } from './decode/models.ts';
+import { CACHE, CONFIGS, DEFAULT_MODELS, ensureRandomCheckpoint } from './decode/models.ts';
 import { writeGgufFromCheckpoint, type BenchGgufType } from './decode/gguf-writer.ts';
 
 interface Row {
@@ -299,7 +299,7 @@ export async function run(argv: string[]): Promise<void> {
     kvDtype: flag(argv, '--kv-dtype') as KvDtypeOption | undefined,
     llama: !argv.includes('--no-llama'),
     ours: !argv.includes('--no-ours'),
-    models: (flag(argv, '--models') ?? Object.keys(CONFIGS).join(',')).split(','),
+    models: (flag(argv, '--models') ?? DEFAULT_MODELS.join(',')).split(','),
   };
   setThreads(o.threads);
   // an engine that stops scheduling work would let the process exit silently mid-run: say so

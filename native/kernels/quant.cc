@@ -215,8 +215,78 @@ LOOM_GEMM8_BY_GEMM4(q6_K)
 
 namespace {
 
+// Q4_Kx4's byte of 6-bit value e (e < 64: scales 4j + r, minimums 32 + 8·(j/2) + 2r + j%2): its low 4 bits are
+// nibble e / 32 of byte 16 + e % 32, its high 2 bits bits 2·(e / 16) of byte 48 + e % 16
+int q4kx4_scale_index(int j, int r, bool min) { return min ? 32 + 8 * (j / 2) + 2 * r + j % 2 : 4 * j + r; }
+
+// the 4 rows' K-quant values of a super-block, v[r][32j + l] (Q4_K 0-15, Q6_K 0-63), → the interleaved nibbles
+// (and Q6_K's 2-bit high parts) of quant_internal.h's layouts, sub-block j at out + stride·j
+void pack_values_k(const uint8_t (*v)[256], bool six, uint8_t* out) {
+  const int stride = six ? 96 : 64;
+  for (int j = 0; j < 8; j++) {
+    uint8_t* o = out + stride * j;
+    for (int idx = 0; idx < 32; idx++) {  // byte idx of each chunk c: value 8c + i of row r
+      const uint8_t* vr = v[idx / 8] + 32 * j + idx % 8;
+      o[idx] = uint8_t((vr[0] & 0x0F) | (vr[8] & 0x0F) << 4);
+      o[32 + idx] = uint8_t((vr[16] & 0x0F) | (vr[24] & 0x0F) << 4);
+      if (six) o[64 + idx] = uint8_t(vr[0] >> 4 | (vr[8] >> 4) << 2 | (vr[16] >> 4) << 4 | (vr[24] >> 4) << 6);
+    }
+  }
+}
+
+// the inverse: v[r][32j + l] from the packed values at in
+void unpack_values_k(const uint8_t* in, bool six, uint8_t (*v)[256]) {
+  const int stride = six ? 96 : 64;
+  for (int j = 0; j < 8; j++) {
+    const uint8_t* o = in + stride * j;
+    for (int idx = 0; idx < 32; idx++) {
+      uint8_t* vr = v[idx / 8] + 32 * j + idx % 8;
+      const int h = six ? o[64 + idx] : 0;
+      vr[0] = uint8_t((o[idx] & 0x0F) | (h & 3) << 4);
+      vr[8] = uint8_t((o[idx] >> 4) | ((h >> 2) & 3) << 4);
+      vr[16] = uint8_t((o[32 + idx] & 0x0F) | ((h >> 4) & 3) << 4);
+      vr[24] = uint8_t((o[32 + idx] >> 4) | ((h >> 6) & 3) << 4);
+    }
+  }
+}
+
 // block b of the 4 plain rows at src (rb bytes apart) → one packed block at out
 void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
+  if (t == DType::Q4_K) {
+    uint8_t v[4][256];
+    std::memset(out + 16, 0, 48);
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* w = src + r * rb;
+      std::memcpy(out + 2 * r, w, 2);      // d
+      std::memcpy(out + 8 + 2 * r, w + 2, 2);  // dmin
+      for (int j = 0; j < 8; j++) {
+        int sm[2];
+        gguf::scale_min_k4(j, w + 4, &sm[0], &sm[1]);
+        for (int k = 0; k < 2; k++) {
+          const int e = q4kx4_scale_index(j, r, k == 1);
+          out[16 + e % 32] |= uint8_t((sm[k] & 0x0F) << (4 * (e / 32)));
+          out[48 + e % 16] |= uint8_t((sm[k] >> 4) << (2 * (e / 16)));
+        }
+        for (int l = 0; l < 32; l++) v[r][32 * j + l] = uint8_t((w[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F);
+      }
+    }
+    pack_values_k(v, false, out + 64);
+    return;
+  }
+  if (t == DType::Q6_K) {
+    uint8_t v[4][256];
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* w = src + r * rb;
+      std::memcpy(out + 2 * r, w + 208, 2);  // d
+      for (int k = 0; k < 16; k++) out[8 + 8 * (k / 2) + 4 * (k % 2) + r] = w[192 + k];  // scale k
+      for (int i = 0; i < 256; i++) {  // value i = 128h + 32s + l (gguf_dequant.cc)
+        const int h = i / 128, q = i % 128;
+        v[r][i] = uint8_t(((w[64 * h + q % 64] >> (4 * (q / 64))) & 0x0F) | ((w[128 + 32 * h + q % 32] >> (2 * (q / 32))) & 3) << 4);
+      }
+    }
+    pack_values_k(v, true, out + 72);
+    return;
+  }
   if (t == DType::Q8_0) {
     for (int r = 0; r < 4; r++) {
       const uint8_t* w = src + r * rb;
@@ -249,6 +319,46 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
 
 // one packed block at in → block b of the 4 plain rows at dst (rb bytes apart)
 void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
+  if (t == DType::Q4_K) {
+    uint8_t v[4][256];
+    unpack_values_k(in + 64, false, v);
+    for (int r = 0; r < 4; r++) {
+      uint8_t* w = dst + r * rb;
+      std::memcpy(w, in + 2 * r, 2);
+      std::memcpy(w + 2, in + 8 + 2 * r, 2);
+      int sm[2][8];  // scales, minimums (6 bits)
+      for (int j = 0; j < 8; j++)
+        for (int k = 0; k < 2; k++) {
+          const int e = q4kx4_scale_index(j, r, k == 1);
+          sm[k][j] = ((in[16 + e % 32] >> (4 * (e / 32))) & 0x0F) | ((in[48 + e % 16] >> (2 * (e / 16))) & 3) << 4;
+        }
+      uint8_t* s = w + 4;  // llama.cpp's 12-byte packing (the inverse of scale_min_k4)
+      for (int j = 0; j < 4; j++) {
+        s[j] = uint8_t(sm[0][j] | (sm[0][j + 4] >> 4) << 6);
+        s[j + 4] = uint8_t(sm[1][j] | (sm[1][j + 4] >> 4) << 6);
+        s[j + 8] = uint8_t((sm[0][j + 4] & 0x0F) | (sm[1][j + 4] & 0x0F) << 4);
+      }
+      for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) w[16 + 32 * c + l] = uint8_t(v[r][64 * c + l] | v[r][64 * c + 32 + l] << 4);
+    }
+    return;
+  }
+  if (t == DType::Q6_K) {
+    uint8_t v[4][256];
+    unpack_values_k(in + 72, true, v);
+    for (int r = 0; r < 4; r++) {
+      uint8_t* w = dst + r * rb;
+      std::memcpy(w + 208, in + 2 * r, 2);
+      for (int k = 0; k < 16; k++) w[192 + k] = in[8 + 8 * (k / 2) + 4 * (k % 2) + r];
+      std::memset(w, 0, 192);
+      for (int i = 0; i < 256; i++) {
+        const int h = i / 128, q = i % 128;
+        w[64 * h + q % 64] |= uint8_t((v[r][i] & 0x0F) << (4 * (q / 64)));
+        w[128 + 32 * h + q % 32] |= uint8_t((v[r][i] >> 4) << (2 * (q / 32)));
+      }
+    }
+    return;
+  }
   if (t == DType::Q8_0) {
     for (int r = 0; r < 4; r++) {
       uint8_t* w = dst + r * rb;
@@ -278,15 +388,23 @@ void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
   }
 }
 
+// bytes of one packed block of a group (4 rows' blocks of 32 or 256 values), 0 for a type not re-laid
 int64_t packed_block_bytes(DType t) {
-  return t == DType::Q8_0 ? kQ8_0x4Bytes : t == DType::Q5_0 ? kQ5_0x4Bytes : 0;
+  switch (t) {
+    case DType::Q8_0: return kQ8_0x4Bytes;
+    case DType::Q5_0: return kQ5_0x4Bytes;
+    case DType::Q4_K: return kQ4_Kx4Bytes;
+    case DType::Q6_K: return kQ6_Kx4Bytes;
+    default: return 0;
+  }
 }
+int64_t packed_block_values(DType t) { return t == DType::Q4_K || t == DType::Q6_K ? gguf::QK_K : kQ8Block; }
 
 // the group of 4 packed rows at w (K values each) → 4 plain rows at dst (rb bytes each)
 void unpack_group(DType t, int64_t K, const uint8_t* w, uint8_t* dst) {
-  const int64_t pb = packed_block_bytes(t), bytes = pb / 4;
-  const size_t rb = size_t(K / kQ8Block * bytes);
-  for (int64_t b = 0; b < K / kQ8Block; b++) unpack_block(t, w + b * pb, dst + b * bytes, rb);
+  const int64_t pb = packed_block_bytes(t), bytes = pb / 4, nb = K / packed_block_values(t);
+  const size_t rb = size_t(nb * bytes);
+  for (int64_t b = 0; b < nb; b++) unpack_block(t, w + b * pb, dst + b * bytes, rb);
 }
 
 }  // namespace
@@ -303,7 +421,9 @@ static void gemm_packed(int64_t K, const uint8_t* w, size_t rs, int G, int64_t M
   for (int g = 0; g < G; g++) {
     unpack_group(T, K, w + g * rs, rows.data());
     if (T == DType::Q8_0) gemm4_q8_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
-    else gemm4_q5_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+    else if (T == DType::Q5_0) gemm4_q5_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+    else if (T == DType::Q4_K) gemm4_q4_K_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+    else gemm4_q6_K_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
   }
 }
 void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,
@@ -318,6 +438,18 @@ void gemm8_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const in
                      const float* ds, float* y, int64_t ldy) {
   gemm_packed<DType::Q5_0>(K, w, rs, 2, M, q, d, ds, y, ldy);
 }
+#define LOOM_GEMM_PACKED_K(T, D)                                                                              \
+  void gemm4_##T##x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,   \
+                        const float* ds, float* y, int64_t ldy) {                                             \
+    gemm_packed<D>(K, w, rs, 1, M, q, d, ds, y, ldy);                                                         \
+  }                                                                                                           \
+  void gemm8_##T##x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,   \
+                        const float* ds, float* y, int64_t ldy) {                                             \
+    gemm_packed<D>(K, w, rs, 2, M, q, d, ds, y, ldy);                                                         \
+  }
+LOOM_GEMM_PACKED_K(q4_K, DType::Q4_K)
+LOOM_GEMM_PACKED_K(q6_K, DType::Q6_K)
+#undef LOOM_GEMM_PACKED_K
 
 template <DType T>
 static void dequant_packed(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
@@ -329,6 +461,8 @@ static void dequant_packed(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
 }
 void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q8_0>(K, w, y, ldy); }
 void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q5_0>(K, w, y, ldy); }
+void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q4_K>(K, w, y, ldy); }
+void dequant4_q6_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q6_K>(K, w, y, ldy); }
 
 }  // namespace portable
 
@@ -357,6 +491,11 @@ struct QuantType {
    {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn},                                                 \
    {portable::gemm8_##fn, avx2::gemm8_##fn, avx512::gemm8_##fn}, {}, {}, {}}
 #define LOOM_QUANT_ISAS(f) {portable::f, avx2::f, avx512::f}
+// the K-quants quant_pack re-lays (super-blocks of 256): file-layout kernels and the packed ones
+#define LOOM_QT_PACKED(T, id, bytes, t)                                                                           \
+  {DType::T, #T, gguf::id, gguf::QK_K, bytes, LOOM_QUANT_ISAS(vec_dot_##t##_q8), LOOM_QUANT_ISAS(vec_dot4_##t##_q8), \
+   LOOM_QUANT_ISAS(gemm4_##t##_q8), LOOM_QUANT_ISAS(gemm8_##t##_q8), LOOM_QUANT_ISAS(gemm4_##t##x4_q8),           \
+   LOOM_QUANT_ISAS(gemm8_##t##x4_q8), LOOM_QUANT_ISAS(dequant4_##t##x4)}
 const QuantType kTypes[] = {
     LOOM_QT_GEMM8(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
     LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
@@ -367,13 +506,14 @@ const QuantType kTypes[] = {
     {DType::Q8_0, "Q8_0", gguf::GGML_Q8_0, kQ8Block, kQ8_0Bytes, LOOM_QUANT_ISAS(vec_dot_q8_0_q8),
      LOOM_QUANT_ISAS(vec_dot4_q8_0_q8), LOOM_QUANT_ISAS(gemm4_q8_0_q8), {}, LOOM_QUANT_ISAS(gemm4_q8_0x4_q8), {},
      LOOM_QUANT_ISAS(dequant4_q8_0x4)},
-    LOOM_QT_GEMM8(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
+    LOOM_QT_PACKED(Q4_K, GGML_Q4_K, kQ4_KBytes, q4_K),
     LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
-    LOOM_QT_GEMM8(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
+    LOOM_QT_PACKED(Q6_K, GGML_Q6_K, kQ6_KBytes, q6_K),
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT
 #undef LOOM_QT_GEMM8
+#undef LOOM_QT_PACKED
 #undef LOOM_QUANT_ISAS
 
 const QuantType* find(DType t) {
@@ -441,10 +581,10 @@ void quant_pack(DType t, int64_t N, int64_t K, const void* src, size_t ldb, void
   uint8_t* o = static_cast<uint8_t*>(dst);
   const size_t rb = quant_row_bytes(t, K);
   const int64_t pb = packed_block_bytes(t), N4 = pb ? N / 4 * 4 : 0;
+  const int64_t nb = K / packed_block_values(t);
   parallel_for(N4 / 4, 64, [&](int64_t g0, int64_t g1) {  // group g at 4g·rb, its blocks in order
     for (int64_t n = 4 * g0; n < 4 * g1; n += 4)
-      for (int64_t b = 0; b < K / kQ8Block; b++)
-        pack_block(t, s + size_t(n) * ldb + b * (pb / 4), ldb, o + n * rb + b * pb);
+      for (int64_t b = 0; b < nb; b++) pack_block(t, s + size_t(n) * ldb + b * (pb / 4), ldb, o + n * rb + b * pb);
   });
   for (int64_t n = N4; n < N; n++) std::memcpy(o + n * rb, s + size_t(n) * ldb, rb);  // the rest as they are
 }

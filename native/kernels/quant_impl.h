@@ -1030,3 +1030,265 @@ void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
     }
   }
 }
+
+// ---- Q4_K / Q6_K re-laid at load (quant_pack): each super-block of a group of 4 rows one run of bytes -----------
+// quant_internal.h gives the layouts (kQ4_Kx4Bytes, kQ6_Kx4Bytes): per sub-block of 32 values the 4 rows' values
+// as interleave4 leaves them (chunk c: values 8c..8c+7 of rows 0-3), two AND / shift pairs from 64 bytes of
+// nibbles (Q6_K: its high 2 bits from 32 more), the 6-bit scales and minimums of Q4_K one shift and mask per
+// 32 instead of llama.cpp's 12-byte shuffle per row, Q6_K's int8 scales in the order the kernels broadcast them.
+// One row of x (decode) reads the stream once with its accumulators in registers; more go through the register
+// tiles of the file's layout (tile_q4_K, tile_q6_K), the super-blocks unpacked once into the L1 scratch.
+
+// the bytes [wb + kPackedAhead, + n) into L1 (a packed super-block: 9 lines for Q4_K, 14 for Q6_K)
+static inline void prefetch_span(const uint8_t* wb, int n) {
+  for (int o = 0; o < n; o += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + o), _MM_HINT_T0);
+}
+
+// sub-block values from 64 bytes of interleaved nibbles at p: v[c] = values 8c..8c+7 of rows 0-3 (0-15)
+static inline void unpack_nibbles_x4(const uint8_t* p, __m256i* v) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  const __m256i a = loadu256(p), b = loadu256(p + 32);
+  v[0] = _mm256_and_si256(a, lo4);
+  v[1] = _mm256_and_si256(_mm256_srli_epi16(a, 4), lo4);
+  v[2] = _mm256_and_si256(b, lo4);
+  v[3] = _mm256_and_si256(_mm256_srli_epi16(b, 4), lo4);
+}
+
+// Q6_Kx4 sub-block at p: the nibbles, then the high 2 bits of chunk c in bits 2c of the 32 bytes at p + 64 (0-63)
+static inline void unpack_q6_Kx4(const uint8_t* p, __m256i* v) {
+  unpack_nibbles_x4(p, v);
+  const __m256i h = loadu256(p + 64), m = _mm256_set1_epi8(0x30);
+  v[0] = _mm256_or_si256(v[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), m));
+  v[1] = _mm256_or_si256(v[1], _mm256_and_si256(_mm256_slli_epi16(h, 2), m));
+  v[2] = _mm256_or_si256(v[2], _mm256_and_si256(h, m));
+  v[3] = _mm256_or_si256(v[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), m));
+}
+
+// Q4_Kx4 super-block at wb → sc (byte 4j + r: row r's scale of sub-block j), mn (byte 8·(j/2) + 2r + j%2: its
+// minimum), 6 bits each
+static inline void q4_Kx4_scales(const uint8_t* wb, __m256i* sc, __m256i* mn) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
+  const __m256i l = loadu256(wb + 16);
+  const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 48)));
+  const __m256i hs = _mm256_srlv_epi32(h, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));  // values 0-15, 16-31
+  const __m256i hm = _mm256_srlv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6));  // 32-47, 48-63
+  *sc = _mm256_or_si256(_mm256_and_si256(l, lo4), _mm256_slli_epi16(_mm256_and_si256(hs, lo2), 4));
+  *mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), lo4), _mm256_slli_epi16(_mm256_and_si256(hm, lo2), 4));
+}
+
+// the 4 unsigned bytes at p (one per row) → s16 lanes 4r..4r+3 = byte r (vpmaddwd's scale vector)
+static inline __m256i scale_lanes_u8(const uint8_t* p) {
+  const __m256i idx = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128,
+                                       2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3, -128);
+  int32_t u;
+  std::memcpy(&u, p, 4);
+  return _mm256_shuffle_epi8(_mm256_set1_epi32(u), idx);
+}
+
+// Q6_Kx4 sub-block j's scales at p (8 bytes: scale 2j of rows 0-3, then 2j + 1) → s16 lanes 4r..4r+3, signed
+static inline void scale_lanes_s8(const uint8_t* p, __m256i* a, __m256i* b) {
+  const __m256i idx = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1,
+                                       -128, 2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3);
+  int64_t u;
+  std::memcpy(&u, p, 8);
+  const __m256i s = _mm256_set1_epi64x(u);  // the byte into the high half of each s16, then an arithmetic shift
+  *a = _mm256_srai_epi16(_mm256_shuffle_epi8(s, idx), 8);
+  *b = _mm256_srai_epi16(_mm256_shuffle_epi8(s, _mm256_add_epi8(idx, _mm256_set1_epi8(4))), 8);
+}
+
+// the 8 minimums of pair i (8 bytes at mn + 8i) as f32 lanes 2r, 2r + 1
+static inline __m256 mins_pair(__m256i mn, int i) {
+  const __m128i h = i < 2 ? _mm256_castsi256_si128(mn) : _mm256_extracti128_si256(mn, 1);
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(i % 2 ? _mm_srli_si128(h, 8) : h));
+}
+
+// Q4_Kx4, one row of x: per sub-block the 4 chunks summed in s16 (≤ 4·2·15·127), vpmaddwd by the integer scales,
+// one FMA by d_x; per super-block d and the minimums' Σ_j m_j·ds_j (4 FMAs over lane pairs) times dmin
+static inline void gemv_q4_Kx4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds,
+                               float* y) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ4_Kx4Bytes;
+    prefetch_span(wb, int(kQ4_Kx4Bytes));
+    __m256i scv, mnv;
+    q4_Kx4_scales(wb, &scv, &mnv);
+    alignas(32) uint8_t sc[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc), scv);
+    const int8_t* xs = q + sb * gguf::QK_K;
+    __m256 t[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+#pragma GCC unroll 2
+    for (int j = 0; j < 8; j++) {
+      __m256i v[4];
+      unpack_nibbles_x4(wb + 64 + 64 * j, v);
+      __m256i p = _mm256_maddubs_epi16(v[0], bcast8(xs + 32 * j));
+      for (int c = 1; c < 4; c++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[c], bcast8(xs + 32 * j + 8 * c)));
+      const __m256i i = _mm256_madd_epi16(p, scale_lanes_u8(sc + 4 * j));
+      t[j & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d[sb * 8 + j]), _mm256_cvtepi32_ps(i), t[j & 1]);
+    }
+    __m256 tm = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+      const __m256 dsi = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(ds + sb * 8 + 2 * i)));
+      tm = _mm256_fmadd_ps(mins_pair(mnv, i), dsi, tm);
+    }
+    acc = _mm256_fmadd_ps(scales4_by_lane_pairs(wb), _mm256_add_ps(t[0], t[1]), acc);
+    acc = _mm256_fnmadd_ps(scales4_by_lane_pairs(wb + 8), tm, acc);
+  }
+  store_lane_pairs(acc, y);
+}
+
+// Q4_Kx4, G groups (group g at w + g·rb) × M rows of x: one row of x straight from the stream, more through
+// tile_q4_K with each super-block unpacked once into its scratch layout (kQ4KVecs)
+template <int G>
+static inline void gemm_q4_Kx4(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                               const float* ds, float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  if (M == 1) {
+    for (int g = 0; g < G; g++) gemv_q4_Kx4(K, w + g * rb, q, d, ds, y + 4 * g);
+    return;
+  }
+  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ4KVecs * G));
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rb + sb * kQ4_Kx4Bytes;
+      prefetch_span(wb, int(kQ4_Kx4Bytes));
+      __m256i* v = wv + (sb * G + g) * kQ4KVecs;
+      for (int j = 0; j < 8; j++) unpack_nibbles_x4(wb + 64 + 64 * j, v + 4 * j);
+      __m256i scv, mnv;
+      q4_Kx4_scales(wb, &scv, &mnv);
+      alignas(32) uint8_t sc[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), scv);
+      for (int j = 0; j < 8; j++) v[32 + j] = scale_lanes_u8(sc + 4 * j);
+      v[40] = _mm256_castps_si256(scales4_by_lane_pairs(wb));
+      const __m256 ndmin = _mm256_sub_ps(_mm256_setzero_ps(), scales4_by_lane_pairs(wb + 8));
+      for (int i = 0; i < 4; i++) v[41 + i] = _mm256_castps_si256(_mm256_mul_ps(ndmin, mins_pair(mnv, i)));
+    }
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS)
+    tile_q4_K<G, kTileS>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
+  for (; m < M; m++) tile_q4_K<G, 1>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
+}
+
+// Q6_Kx4, one row of x: per sub-block chunks 0-1 and 2-3 summed in s16 (scales 2j and 2j + 1), the offset of 32
+// taken off as 32·Σx of the same lanes (as tile_q6_K), vpmaddwd by the signed scales, one FMA by d_x
+static inline void gemv_q6_Kx4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, float* y) {
+  const __m256i c32 = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ6_Kx4Bytes;
+    prefetch_span(wb, int(kQ6_Kx4Bytes));
+    const int8_t* xs = q + sb * gguf::QK_K;
+    __m256 t[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+#pragma GCC unroll 2
+    for (int j = 0; j < 8; j++) {
+      __m256i v[4], x[4];
+      unpack_q6_Kx4(wb + 72 + 96 * j, v);
+      for (int c = 0; c < 4; c++) x[c] = bcast8(xs + 32 * j + 8 * c);
+      const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], x[0]), _mm256_maddubs_epi16(v[1], x[1]));
+      const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], x[2]), _mm256_maddubs_epi16(v[3], x[3]));
+      const __m256i b0 = _mm256_add_epi16(_mm256_maddubs_epi16(c32, x[0]), _mm256_maddubs_epi16(c32, x[1]));
+      const __m256i b1 = _mm256_add_epi16(_mm256_maddubs_epi16(c32, x[2]), _mm256_maddubs_epi16(c32, x[3]));
+      __m256i sa, sbv;
+      scale_lanes_s8(wb + 8 + 8 * j, &sa, &sbv);
+      const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(_mm256_sub_epi16(p0, b0), sa),
+                                         _mm256_madd_epi16(_mm256_sub_epi16(p1, b1), sbv));
+      t[j & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d[sb * 8 + j]), _mm256_cvtepi32_ps(i), t[j & 1]);
+    }
+    acc = _mm256_fmadd_ps(scales4_by_lane_pairs(wb), _mm256_add_ps(t[0], t[1]), acc);
+  }
+  store_lane_pairs(acc, y);
+}
+
+// Q6_Kx4, G groups × M rows of x: as Q4_Kx4, the tiles of tile_q6_K (kQ6KVecs)
+template <int G>
+static inline void gemm_q6_Kx4(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                               float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  if (M == 1) {
+    for (int g = 0; g < G; g++) gemv_q6_Kx4(K, w + g * rb, q, d, y + 4 * g);
+    return;
+  }
+  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ6KVecs * G));
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rb + sb * kQ6_Kx4Bytes;
+      prefetch_span(wb, int(kQ6_Kx4Bytes));
+      __m256i* v = wv + (sb * G + g) * kQ6KVecs;
+      for (int j = 0; j < 8; j++) {
+        unpack_q6_Kx4(wb + 72 + 96 * j, v + 4 * j);
+        scale_lanes_s8(wb + 8 + 8 * j, v + 32 + 2 * j, v + 33 + 2 * j);
+      }
+      v[48] = _mm256_castps_si256(scales4_by_lane_pairs(wb));
+    }
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS) tile_q6_K<G, kTileS>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
+  for (; m < M; m++) tile_q6_K<G, 1>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
+}
+
+void gemm4_q4_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_q4_Kx4<1>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm8_q4_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_q4_Kx4<2>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm4_q6_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                     const float*, float* y, int64_t ldy) {
+  gemm_q6_Kx4<1>(K, w, rb, M, q, d, y, ldy);
+}
+void gemm8_q6_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                     const float*, float* y, int64_t ldy) {
+  gemm_q6_Kx4<2>(K, w, rb, M, q, d, y, ldy);
+}
+
+// 32 values of one row (u8 a) → f32 at y: f_lo·(a - off) - m for values 0-15, f_hi·(a - off) - m for 16-31
+// (a product, then a difference: the roundings of gguf_dequant.cc's d·q - m)
+static inline void store_affine(__m256i a, __m256i off, __m256 flo, __m256 fhi, __m256 m, float* y) {
+  const __m128i lo = _mm256_castsi256_si128(a), hi = _mm256_extracti128_si256(a, 1);
+  const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; k++) {
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(part[k]), off));
+    _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(_mm256_mul_ps(k < 2 ? flo : fhi, v), m));
+  }
+}
+
+void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ4_Kx4Bytes;
+    __m256i scv, mnv;
+    q4_Kx4_scales(wb, &scv, &mnv);
+    alignas(32) uint8_t sc[32], mn[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc), scv);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(mn), mnv);
+    for (int j = 0; j < 8; j++) {
+      __m256i v[4], rows[4];
+      unpack_nibbles_x4(wb + 64 + 64 * j, v);
+      interleave4(v[0], v[1], v[2], v[3], rows);  // the 4×4 chunk transpose is its own inverse
+      for (int r = 0; r < 4; r++) {
+        const __m256 f = _mm256_set1_ps(load_f16(wb + 2 * r) * float(sc[4 * j + r]));
+        const __m256 m = _mm256_set1_ps(load_f16(wb + 8 + 2 * r) * float(mn[8 * (j / 2) + 2 * r + j % 2]));
+        store_affine(rows[r], zero, f, f, m, y + r * ldy + sb * gguf::QK_K + 32 * j);
+      }
+    }
+  }
+}
+
+void dequant4_q6_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
+  const __m256i off = _mm256_set1_epi32(32);
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ6_Kx4Bytes;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(wb + 8);
+    for (int j = 0; j < 8; j++) {
+      __m256i v[4], rows[4];
+      unpack_q6_Kx4(wb + 72 + 96 * j, v);
+      interleave4(v[0], v[1], v[2], v[3], rows);
+      for (int r = 0; r < 4; r++) {
+        const float dr = load_f16(wb + 2 * r);
+        const __m256 flo = _mm256_set1_ps(dr * float(sc[8 * j + r])), fhi = _mm256_set1_ps(dr * float(sc[8 * j + 4 + r]));
+        store_affine(rows[r], off, flo, fhi, zero, y + r * ldy + sb * gguf::QK_K + 32 * j);
+      }
+    }
+  }
+}

@@ -22,7 +22,7 @@ function randomWeights(type: QType, N: number, K: number): { blocks: Uint8Array;
   return { blocks, w };
 }
 
-const PACKED = new Set<QType>(['Q8_0', 'Q5_0']);  // the types quant_pack re-lays
+const PACKED = new Set<QType>(['Q8_0', 'Q5_0', 'Q4_K', 'Q6_K']);  // the types quant_pack re-lays
 
 function check(type: QType, M: number, N: number, K: number, packed = false): { worst: number; maxErr: number } {
   const { blocks, w } = randomWeights(type, N, K);
