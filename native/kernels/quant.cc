@@ -219,40 +219,44 @@ namespace {
 // nibble e / 32 of byte 16 + e % 32, its high 2 bits bits 2·(e / 16) of byte 48 + e % 16
 int q4kx4_scale_index(int j, int r, bool min) { return min ? 32 + 8 * (j / 2) + 2 * r + j % 2 : 4 * j + r; }
 
-// the 4 rows' K-quant values of a super-block, v[r][32j + l] (Q4_K 0-15, Q6_K 0-63), → the interleaved nibbles
-// (and Q6_K's 2-bit high parts) of quant_internal.h's layouts, sub-block j at out + stride·j
-void pack_values_k(const uint8_t (*v)[256], bool six, uint8_t* out) {
-  const int stride = six ? 96 : 64;
+// the 4 rows' K-quant values of a super-block, v[r][32j + l] (Q4_K 0-15, Q5_K 0-31, Q6_K 0-63; hb the bits
+// above the nibble: 0, 1, 2) → the interleaved nibbles and high-bit planes of quant_internal.h's layouts, sub-block j
+// at out + (64 + 16·hb)·j
+void pack_values_k(const uint8_t (*v)[256], int hb, uint8_t* out) {
   for (int j = 0; j < 8; j++) {
-    uint8_t* o = out + stride * j;
+    uint8_t* o = out + (64 + 16 * hb) * j;
+    if (hb == 1) std::memset(o + 64, 0, 16);
     for (int idx = 0; idx < 32; idx++) {  // byte idx of each chunk c: value 8c + i of row r
       const uint8_t* vr = v[idx / 8] + 32 * j + idx % 8;
       o[idx] = uint8_t((vr[0] & 0x0F) | (vr[8] & 0x0F) << 4);
       o[32 + idx] = uint8_t((vr[16] & 0x0F) | (vr[24] & 0x0F) << 4);
-      if (six) o[64 + idx] = uint8_t(vr[0] >> 4 | (vr[8] >> 4) << 2 | (vr[16] >> 4) << 4 | (vr[24] >> 4) << 6);
+      const int h = vr[0] >> 4 | (vr[8] >> 4) << hb | (vr[16] >> 4) << 2 * hb | (vr[24] >> 4) << 3 * hb;
+      if (hb == 2) o[64 + idx] = uint8_t(h);
+      if (hb == 1) o[64 + idx % 16] |= uint8_t(h << (idx < 16 ? 0 : 4));
     }
   }
 }
 
 // the inverse: v[r][32j + l] from the packed values at in
-void unpack_values_k(const uint8_t* in, bool six, uint8_t (*v)[256]) {
-  const int stride = six ? 96 : 64;
+void unpack_values_k(const uint8_t* in, int hb, uint8_t (*v)[256]) {
   for (int j = 0; j < 8; j++) {
-    const uint8_t* o = in + stride * j;
+    const uint8_t* o = in + (64 + 16 * hb) * j;
+    const int mask = (1 << hb) - 1;
     for (int idx = 0; idx < 32; idx++) {
       uint8_t* vr = v[idx / 8] + 32 * j + idx % 8;
-      const int h = six ? o[64 + idx] : 0;
-      vr[0] = uint8_t((o[idx] & 0x0F) | (h & 3) << 4);
-      vr[8] = uint8_t((o[idx] >> 4) | ((h >> 2) & 3) << 4);
-      vr[16] = uint8_t((o[32 + idx] & 0x0F) | ((h >> 4) & 3) << 4);
-      vr[24] = uint8_t((o[32 + idx] >> 4) | ((h >> 6) & 3) << 4);
+      const int h = hb == 2 ? o[64 + idx] : hb == 1 ? o[64 + idx % 16] >> (idx < 16 ? 0 : 4) : 0;
+      vr[0] = uint8_t((o[idx] & 0x0F) | (h & mask) << 4);
+      vr[8] = uint8_t((o[idx] >> 4) | ((h >> hb) & mask) << 4);
+      vr[16] = uint8_t((o[32 + idx] & 0x0F) | ((h >> 2 * hb) & mask) << 4);
+      vr[24] = uint8_t((o[32 + idx] >> 4) | ((h >> 3 * hb) & mask) << 4);
     }
   }
 }
 
 // block b of the 4 plain rows at src (rb bytes apart) → one packed block at out
 void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
-  if (t == DType::Q4_K) {
+  if (t == DType::Q4_K || t == DType::Q5_K) {
+    const bool five = t == DType::Q5_K;
     uint8_t v[4][256];
     std::memset(out + 16, 0, 48);
     for (int r = 0; r < 4; r++) {
@@ -267,10 +271,12 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
           out[16 + e % 32] |= uint8_t((sm[k] & 0x0F) << (4 * (e / 32)));
           out[48 + e % 16] |= uint8_t((sm[k] >> 4) << (2 * (e / 16)));
         }
-        for (int l = 0; l < 32; l++) v[r][32 * j + l] = uint8_t((w[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F);
+        for (int l = 0; l < 32; l++)  // Q5_K: the 5th bit of value l of sub-block j is bit j of byte l at 16
+          v[r][32 * j + l] = uint8_t(((w[(five ? 48 : 16) + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F) |
+                                     (five ? ((w[16 + l] >> j) & 1) << 4 : 0));
       }
     }
-    pack_values_k(v, false, out + 64);
+    pack_values_k(v, five ? 1 : 0, out + 64);
     return;
   }
   if (t == DType::Q6_K) {
@@ -284,7 +290,7 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
         v[r][i] = uint8_t(((w[64 * h + q % 64] >> (4 * (q / 64))) & 0x0F) | ((w[128 + 32 * h + q % 32] >> (2 * (q / 32))) & 3) << 4);
       }
     }
-    pack_values_k(v, true, out + 72);
+    pack_values_k(v, 2, out + 72);
     return;
   }
   if (t == DType::Q8_0) {
@@ -319,9 +325,10 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
 
 // one packed block at in → block b of the 4 plain rows at dst (rb bytes apart)
 void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
-  if (t == DType::Q4_K) {
+  if (t == DType::Q4_K || t == DType::Q5_K) {
+    const bool five = t == DType::Q5_K;
     uint8_t v[4][256];
-    unpack_values_k(in + 64, false, v);
+    unpack_values_k(in + 64, five ? 1 : 0, v);
     for (int r = 0; r < 4; r++) {
       uint8_t* w = dst + r * rb;
       std::memcpy(w, in + 2 * r, 2);
@@ -338,14 +345,22 @@ void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
         s[j + 4] = uint8_t(sm[1][j] | (sm[1][j + 4] >> 4) << 6);
         s[j + 8] = uint8_t((sm[0][j + 4] & 0x0F) | (sm[1][j + 4] & 0x0F) << 4);
       }
+      uint8_t* qs = w + (five ? 48 : 16);
       for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++) w[16 + 32 * c + l] = uint8_t(v[r][64 * c + l] | v[r][64 * c + 32 + l] << 4);
+        for (int l = 0; l < 32; l++)
+          qs[32 * c + l] = uint8_t((v[r][64 * c + l] & 0x0F) | (v[r][64 * c + 32 + l] & 0x0F) << 4);
+      if (five)
+        for (int l = 0; l < 32; l++) {
+          int h = 0;
+          for (int j = 0; j < 8; j++) h |= (v[r][32 * j + l] >> 4) << j;
+          w[16 + l] = uint8_t(h);
+        }
     }
     return;
   }
   if (t == DType::Q6_K) {
     uint8_t v[4][256];
-    unpack_values_k(in + 72, true, v);
+    unpack_values_k(in + 72, 2, v);
     for (int r = 0; r < 4; r++) {
       uint8_t* w = dst + r * rb;
       std::memcpy(w + 208, in + 2 * r, 2);
@@ -394,11 +409,12 @@ int64_t packed_block_bytes(DType t) {
     case DType::Q8_0: return kQ8_0x4Bytes;
     case DType::Q5_0: return kQ5_0x4Bytes;
     case DType::Q4_K: return kQ4_Kx4Bytes;
+    case DType::Q5_K: return kQ5_Kx4Bytes;
     case DType::Q6_K: return kQ6_Kx4Bytes;
     default: return 0;
   }
 }
-int64_t packed_block_values(DType t) { return t == DType::Q4_K || t == DType::Q6_K ? gguf::QK_K : kQ8Block; }
+int64_t packed_block_values(DType t) { return quant_block_values(t); }
 
 // the group of 4 packed rows at w (K values each) → 4 plain rows at dst (rb bytes each)
 void unpack_group(DType t, int64_t K, const uint8_t* w, uint8_t* dst) {
@@ -423,6 +439,10 @@ static void gemm_packed(int64_t K, const uint8_t* w, size_t rs, int G, int64_t M
     if (T == DType::Q8_0) gemm4_q8_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
     else if (T == DType::Q5_0) gemm4_q5_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
     else if (T == DType::Q4_K) gemm4_q4_K_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+    else if (T == DType::Q5_K)
+      for (int64_t m = 0; m < M; m++)
+        vec_dot4_q5_K_q8(K, rows.data(), rb, q + m * K, d + m * (K / kQ8Block), ds + m * (K / kQ8Block),
+                         y + 4 * g + m * ldy);
     else gemm4_q6_K_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
   }
 }
@@ -448,6 +468,7 @@ void gemm8_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const in
     gemm_packed<D>(K, w, rs, 2, M, q, d, ds, y, ldy);                                                         \
   }
 LOOM_GEMM_PACKED_K(q4_K, DType::Q4_K)
+LOOM_GEMM_PACKED_K(q5_K, DType::Q5_K)
 LOOM_GEMM_PACKED_K(q6_K, DType::Q6_K)
 #undef LOOM_GEMM_PACKED_K
 
@@ -463,6 +484,7 @@ void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequa
 void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q5_0>(K, w, y, ldy); }
 void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q4_K>(K, w, y, ldy); }
 void dequant4_q6_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q6_K>(K, w, y, ldy); }
+void dequant4_q5_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q5_K>(K, w, y, ldy); }
 
 }  // namespace portable
 
@@ -507,7 +529,9 @@ const QuantType kTypes[] = {
      LOOM_QUANT_ISAS(vec_dot4_q8_0_q8), LOOM_QUANT_ISAS(gemm4_q8_0_q8), {}, LOOM_QUANT_ISAS(gemm4_q8_0x4_q8), {},
      LOOM_QUANT_ISAS(dequant4_q8_0x4)},
     LOOM_QT_PACKED(Q4_K, GGML_Q4_K, kQ4_KBytes, q4_K),
-    LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
+    {DType::Q5_K, "Q5_K", gguf::GGML_Q5_K, gguf::QK_K, kQ5_KBytes, LOOM_QUANT_ISAS(vec_dot_q5_K_q8),
+     LOOM_QUANT_ISAS(vec_dot4_q5_K_q8), {}, {}, LOOM_QUANT_ISAS(gemm4_q5_Kx4_q8), LOOM_QUANT_ISAS(gemm8_q5_Kx4_q8),
+     LOOM_QUANT_ISAS(dequant4_q5_Kx4)},
     LOOM_QT_PACKED(Q6_K, GGML_Q6_K, kQ6_KBytes, q6_K),
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };

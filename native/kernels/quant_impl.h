@@ -746,7 +746,6 @@ LOOM_QUANT_GEMM_DEF(4, q5_0, (gemm_q40_q50<true, 1>))
 LOOM_QUANT_GEMM_DEF(8, q5_0, (gemm_q40_q50<true, 2>))
 LOOM_QUANT_GEMM_DEF(4, q4_K, gemm_q4_K<1>)
 LOOM_QUANT_GEMM_DEF(8, q4_K, gemm_q4_K<2>)
-#undef LOOM_QUANT_GEMM_DEF
 
 // Q6_K: per super-block and group, the 8 sub-blocks' values (0-63) interleaved as above (32 vectors), the two
 // integer scales of row r's sub-block j in s16 lanes 4r..4r+3 (16 vectors: A for its values 0-15 = chunks 0-1,
@@ -1064,7 +1063,22 @@ static inline void unpack_q6_Kx4(const uint8_t* p, __m256i* v) {
   v[3] = _mm256_or_si256(v[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), m));
 }
 
-// Q4_Kx4 super-block at wb → sc (byte 4j + r: row r's scale of sub-block j), mn (byte 8·(j/2) + 2r + j%2: its
+// Q5_Kx4 sub-block at p: the nibbles, then the 5th bits of the 16 bytes at p + 64 as Q5_0x4's (0-31)
+static inline void unpack_q5_Kx4(const uint8_t* p, __m256i* v) {
+  unpack_nibbles_x4(p, v);
+  const __m256i b5 = _mm256_set1_epi8(0x10);
+  const __m256i h = nibbles_32(p + 64);  // byte i: bit c = the 5th bit of byte i of chunk c
+  for (int c = 0; c < 4; c++) v[c] = _mm256_or_si256(v[c], _mm256_and_si256(_mm256_slli_epi16(h, 4 - c), b5));
+}
+
+// Q4_Kx4 / Q5_Kx4 sub-block j of the super-block at wb
+template <bool kFive>
+static inline void unpack_qk4x4(const uint8_t* wb, int j, __m256i* v) {
+  if (kFive) unpack_q5_Kx4(wb + 64 + 80 * j, v);
+  else unpack_nibbles_x4(wb + 64 + 64 * j, v);
+}
+
+// Q4_Kx4 (and Q5_Kx4) super-block at wb → sc (byte 4j + r: row r's scale of sub-block j), mn (byte 8·(j/2) + 2r + j%2: its
 // minimum), 6 bits each
 static inline void q4_Kx4_scales(const uint8_t* wb, __m256i* sc, __m256i* mn) {
   const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
@@ -1102,14 +1116,17 @@ static inline __m256 mins_pair(__m256i mn, int i) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(i % 2 ? _mm_srli_si128(h, 8) : h));
 }
 
-// Q4_Kx4, one row of x: per sub-block the 4 chunks summed in s16 (≤ 4·2·15·127), vpmaddwd by the integer scales,
-// one FMA by d_x; per super-block d and the minimums' Σ_j m_j·ds_j (4 FMAs over lane pairs) times dmin
-static inline void gemv_q4_Kx4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds,
-                               float* y) {
+// Q4_Kx4 / Q5_Kx4, one row of x: per sub-block the 4 chunks summed in s16 (≤ 4·2·31·127), vpmaddwd by the
+// integer scales, one FMA by d_x; per super-block d and the minimums' Σ_j m_j·ds_j (4 FMAs over lane pairs) times
+// dmin
+template <bool kFive>
+static inline void gemv_qk4x4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds,
+                              float* y) {
+  constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
-    const uint8_t* wb = w + sb * kQ4_Kx4Bytes;
-    prefetch_span(wb, int(kQ4_Kx4Bytes));
+    const uint8_t* wb = w + sb * bytes;
+    prefetch_span(wb, int(bytes));
     __m256i scv, mnv;
     q4_Kx4_scales(wb, &scv, &mnv);
     alignas(32) uint8_t sc[32];
@@ -1119,7 +1136,7 @@ static inline void gemv_q4_Kx4(int64_t K, const uint8_t* w, const int8_t* q, con
 #pragma GCC unroll 2
     for (int j = 0; j < 8; j++) {
       __m256i v[4];
-      unpack_nibbles_x4(wb + 64 + 64 * j, v);
+      unpack_qk4x4<kFive>(wb, j, v);
       __m256i p = _mm256_maddubs_epi16(v[0], bcast8(xs + 32 * j));
       for (int c = 1; c < 4; c++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[c], bcast8(xs + 32 * j + 8 * c)));
       const __m256i i = _mm256_madd_epi16(p, scale_lanes_u8(sc + 4 * j));
@@ -1136,23 +1153,25 @@ static inline void gemv_q4_Kx4(int64_t K, const uint8_t* w, const int8_t* q, con
   store_lane_pairs(acc, y);
 }
 
-// Q4_Kx4, G groups (group g at w + g·rb) × M rows of x: one row of x straight from the stream, more through
-// tile_q4_K with each super-block unpacked once into its scratch layout (kQ4KVecs)
-template <int G>
-static inline void gemm_q4_Kx4(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
-                               const float* ds, float* y, int64_t ldy) {
+// Q4_Kx4 / Q5_Kx4, G groups (group g at w + g·rb) × M rows of x: one row of x straight from the stream, more
+// through tile_q4_K (values up to 31 sum in s16 as Q5_0's) with each super-block unpacked once into its scratch
+// layout (kQ4KVecs)
+template <bool kFive, int G>
+static inline void gemm_qk4x4(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                              const float* ds, float* y, int64_t ldy) {
+  constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
   const int64_t nb = K / kQ8Block;
   if (M == 1) {
-    for (int g = 0; g < G; g++) gemv_q4_Kx4(K, w + g * rb, q, d, ds, y + 4 * g);
+    for (int g = 0; g < G; g++) gemv_qk4x4<kFive>(K, w + g * rb, q, d, ds, y + 4 * g);
     return;
   }
   __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ4KVecs * G));
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
     for (int g = 0; g < G; g++) {
-      const uint8_t* wb = w + g * rb + sb * kQ4_Kx4Bytes;
-      prefetch_span(wb, int(kQ4_Kx4Bytes));
+      const uint8_t* wb = w + g * rb + sb * bytes;
+      prefetch_span(wb, int(bytes));
       __m256i* v = wv + (sb * G + g) * kQ4KVecs;
-      for (int j = 0; j < 8; j++) unpack_nibbles_x4(wb + 64 + 64 * j, v + 4 * j);
+      for (int j = 0; j < 8; j++) unpack_qk4x4<kFive>(wb, j, v + 4 * j);
       __m256i scv, mnv;
       q4_Kx4_scales(wb, &scv, &mnv);
       alignas(32) uint8_t sc[32];
@@ -1224,14 +1243,11 @@ static inline void gemm_q6_Kx4(int64_t K, const uint8_t* w, size_t rb, int64_t M
   for (; m < M; m++) tile_q6_K<G, 1>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
 }
 
-void gemm4_q4_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
-                     const float* ds, float* y, int64_t ldy) {
-  gemm_q4_Kx4<1>(K, w, rb, M, q, d, ds, y, ldy);
-}
-void gemm8_q4_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
-                     const float* ds, float* y, int64_t ldy) {
-  gemm_q4_Kx4<2>(K, w, rb, M, q, d, ds, y, ldy);
-}
+LOOM_QUANT_GEMM_DEF(4, q4_Kx4, (gemm_qk4x4<false, 1>))
+LOOM_QUANT_GEMM_DEF(8, q4_Kx4, (gemm_qk4x4<false, 2>))
+LOOM_QUANT_GEMM_DEF(4, q5_Kx4, (gemm_qk4x4<true, 1>))
+LOOM_QUANT_GEMM_DEF(8, q5_Kx4, (gemm_qk4x4<true, 2>))
+#undef LOOM_QUANT_GEMM_DEF
 void gemm4_q6_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
                      const float*, float* y, int64_t ldy) {
   gemm_q6_Kx4<1>(K, w, rb, M, q, d, y, ldy);
@@ -1252,10 +1268,11 @@ static inline void store_affine(__m256i a, __m256i off, __m256 flo, __m256 fhi, 
   }
 }
 
-void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
+template <bool kFive>
+static inline void dequant4_qk4x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
   const __m256i zero = _mm256_setzero_si256();
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
-    const uint8_t* wb = w + sb * kQ4_Kx4Bytes;
+    const uint8_t* wb = w + sb * (kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes);
     __m256i scv, mnv;
     q4_Kx4_scales(wb, &scv, &mnv);
     alignas(32) uint8_t sc[32], mn[32];
@@ -1263,7 +1280,7 @@ void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(mn), mnv);
     for (int j = 0; j < 8; j++) {
       __m256i v[4], rows[4];
-      unpack_nibbles_x4(wb + 64 + 64 * j, v);
+      unpack_qk4x4<kFive>(wb, j, v);
       interleave4(v[0], v[1], v[2], v[3], rows);  // the 4×4 chunk transpose is its own inverse
       for (int r = 0; r < 4; r++) {
         const __m256 f = _mm256_set1_ps(load_f16(wb + 2 * r) * float(sc[4 * j + r]));
@@ -1273,6 +1290,9 @@ void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
     }
   }
 }
+
+void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant4_qk4x4<false>(K, w, y, ldy); }
+void dequant4_q5_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant4_qk4x4<true>(K, w, y, ldy); }
 
 void dequant4_q6_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
   const __m256i off = _mm256_set1_epi32(32);

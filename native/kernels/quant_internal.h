@@ -31,12 +31,15 @@ constexpr int64_t kQ8_KBytes = 292;  // f32 d, int8 q[256], 16 int16 sums
 //           minimums (value e = 4j + r: row r's scale of sub-block j, e = 32 + 8·(j/2) + 2r + j%2: its minimum) as
 //           low 4 bits, nibble e/32 of byte 16 + e%32, and high 2 bits, bits 2·(e/16) of byte 48 + e%16; then
 //           sub-block j's values (0-15) at 64 + 64j as Q5_0x4's nibbles: chunks 0 | 1 at 8r + i, 2 | 3 at 32 + 8r + i;
+//   Q5_Kx4 (per super-block): as Q4_Kx4, each sub-block's values (0-31) 80 bytes at 64 + 80j: the nibbles, then
+//           the 5th bits as Q5_0x4's (bit c of the nibble at 64 + (8r + i) % 16, low nibble for 8r + i < 16);
 //   Q6_Kx4 (per super-block): the 4 f16 d, the int8 scales (row r's scale k at 8 + 8·(k/2) + 4·(k%2) + r), then
 //           sub-block j's values (0-63, value 32j + l of the super-block) at 72 + 96j: the low nibbles as Q4_Kx4's,
 //           the high 2 bits of chunk c's value i of row r at bits 2c of byte 64 + 8r + i.
 constexpr int64_t kQ8_0x4Bytes = 4 * kQ8_0Bytes;
 constexpr int64_t kQ5_0x4Bytes = 4 * kQ5_0Bytes;
 constexpr int64_t kQ4_Kx4Bytes = 4 * kQ4_KBytes;  // 16 + 48 + 512
+constexpr int64_t kQ5_Kx4Bytes = 4 * kQ5_KBytes;  // 16 + 48 + 640
 constexpr int64_t kQ6_Kx4Bytes = 4 * kQ6_KBytes;  // 8 + 64 + 768
 
 using QuantDotFn = float (*)(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);
@@ -69,6 +72,8 @@ using QuantDequant4Fn = void (*)(int64_t K, const uint8_t* w, float* y, int64_t 
   LOOM_QUANT_GEMM(4, q6_K) LOOM_QUANT_GEMM(8, q4_0) LOOM_QUANT_GEMM(8, q5_0) LOOM_QUANT_GEMM(8, q4_K)          \
   LOOM_QUANT_GEMM(8, q6_K) LOOM_QUANT_GEMM(4, q8_0x4) LOOM_QUANT_GEMM(4, q5_0x4) LOOM_QUANT_GEMM(8, q5_0x4) \
   LOOM_QUANT_GEMM(4, q4_Kx4) LOOM_QUANT_GEMM(8, q4_Kx4) LOOM_QUANT_GEMM(4, q6_Kx4) LOOM_QUANT_GEMM(8, q6_Kx4) \
+  LOOM_QUANT_GEMM(4, q5_Kx4) LOOM_QUANT_GEMM(8, q5_Kx4) void dequant4_q5_Kx4(int64_t K, const uint8_t* w, float* y, \
+                                                                             int64_t ldy);                      \
   void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy);                                     \
   void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy);                                     \
   void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy);                                     \
