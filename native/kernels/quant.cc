@@ -226,14 +226,16 @@ void pack_values_k(const uint8_t (*v)[256], int hb, uint8_t* out) {
   for (int j = 0; j < 8; j++) {
     uint8_t* o = out + (64 + 16 * hb) * j;
     if (hb == 1) std::memset(o + 64, 0, 16);
-    for (int idx = 0; idx < 32; idx++) {  // byte idx of each chunk c: value 8c + i of row r
-      const uint8_t* vr = v[idx / 8] + 32 * j + idx % 8;
-      o[idx] = uint8_t((vr[0] & 0x0F) | (vr[8] & 0x0F) << 4);
-      o[32 + idx] = uint8_t((vr[16] & 0x0F) | (vr[24] & 0x0F) << 4);
-      const int h = vr[0] >> 4 | (vr[8] >> 4) << hb | (vr[16] >> 4) << 2 * hb | (vr[24] >> 4) << 3 * hb;
-      if (hb == 2) o[64 + idx] = uint8_t(h);
-      if (hb == 1) o[64 + idx % 16] |= uint8_t(h << (idx < 16 ? 0 : 4));
-    }
+    for (int r = 0; r < 4; r++)
+      for (int i = 0; i < 8; i++) {  // byte 8r + i of each chunk c: value 8c + i of row r
+        const int idx = 8 * r + i;
+        const uint8_t* vr = v[r] + 32 * j + i;
+        o[idx] = uint8_t((vr[0] & 0x0F) | (vr[8] & 0x0F) << 4);
+        o[32 + idx] = uint8_t((vr[16] & 0x0F) | (vr[24] & 0x0F) << 4);
+        const int h = vr[0] >> 4 | (vr[8] >> 4) << hb | (vr[16] >> 4) << 2 * hb | (vr[24] >> 4) << 3 * hb;
+        if (hb == 2) o[64 + idx] = uint8_t(h);
+        if (hb == 1) o[64 + idx % 16] |= uint8_t(h << (idx < 16 ? 0 : 4));
+      }
   }
 }
 
@@ -285,10 +287,16 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
       const uint8_t* w = src + r * rb;
       std::memcpy(out + 2 * r, w + 208, 2);  // d
       for (int k = 0; k < 16; k++) out[8 + 8 * (k / 2) + 4 * (k % 2) + r] = w[192 + k];  // scale k
-      for (int i = 0; i < 256; i++) {  // value i = 128h + 32s + l (gguf_dequant.cc)
-        const int h = i / 128, q = i % 128;
-        v[r][i] = uint8_t(((w[64 * h + q % 64] >> (4 * (q / 64))) & 0x0F) | ((w[128 + 32 * h + q % 32] >> (2 * (q / 32))) & 3) << 4);
-      }
+      for (int h = 0; h < 2; h++)  // value 128h + 32s + l (gguf_dequant.cc): nibble s/2 of ql, bits 2s of qh
+        for (int l = 0; l < 32; l++) {
+          const uint8_t* ql = w + 64 * h;
+          const int qh = w[128 + 32 * h + l];
+          uint8_t* vh = v[r] + 128 * h;
+          vh[l] = uint8_t((ql[l] & 0x0F) | (qh & 3) << 4);
+          vh[32 + l] = uint8_t((ql[32 + l] & 0x0F) | ((qh >> 2) & 3) << 4);
+          vh[64 + l] = uint8_t((ql[l] >> 4) | ((qh >> 4) & 3) << 4);
+          vh[96 + l] = uint8_t((ql[32 + l] >> 4) | ((qh >> 6) & 3) << 4);
+        }
     }
     pack_values_k(v, 2, out + 72);
     return;
@@ -365,12 +373,13 @@ void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
       uint8_t* w = dst + r * rb;
       std::memcpy(w + 208, in + 2 * r, 2);
       for (int k = 0; k < 16; k++) w[192 + k] = in[8 + 8 * (k / 2) + 4 * (k % 2) + r];
-      std::memset(w, 0, 192);
-      for (int i = 0; i < 256; i++) {
-        const int h = i / 128, q = i % 128;
-        w[64 * h + q % 64] |= uint8_t((v[r][i] & 0x0F) << (4 * (q / 64)));
-        w[128 + 32 * h + q % 32] |= uint8_t((v[r][i] >> 4) << (2 * (q / 32)));
-      }
+      for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+          const uint8_t* vh = v[r] + 128 * h;
+          w[64 * h + l] = uint8_t((vh[l] & 0x0F) | (vh[64 + l] & 0x0F) << 4);
+          w[64 * h + 32 + l] = uint8_t((vh[32 + l] & 0x0F) | (vh[96 + l] & 0x0F) << 4);
+          w[128 + 32 * h + l] = uint8_t(vh[l] >> 4 | (vh[32 + l] >> 4) << 2 | (vh[64 + l] >> 4) << 4 | (vh[96 + l] >> 4) << 6);
+        }
     }
     return;
   }
