@@ -32,7 +32,7 @@ for (const type of types)
         const x = new Float32Array(M * K).map(() => rnd() * 2 - 1);
         const packed = layout === 'packed';
         // reps per call: one call runs the product `reps` times on weights packed once (1 on an older addon)
-        const reps = argv.includes('--one-per-call') ? 1 : Math.max(1, Math.round(1e9 / (N * K * Math.max(M, 4))));
+        const reps = argv.includes('--one-per-call') ? 1 : Math.max(1, Math.round(1e10 / (N * K * Math.max(M, 4))));
         addon.quantLinear(type, blocks, N, K, x, M, packed, reps);
         // CPU ms of one call running the product `r` times (best of 3 rounds)
         const time = (r: number) => {
