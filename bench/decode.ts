@@ -1,4 +1,4 @@
-// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32]
+// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b,llama-1024] [--threads N] [--f32]
 //   [--quant f16,q8_0,q4_k_m,q6_k] [--gguf <file>] [--dequant] [--kv-dtype f32|bf16|auto] [--no-llama] [--no-ours]`
 //
 // Our decoder vs llama.cpp (node-llama-cpp 3.21.1, bench/package.json; `npm install --prefix bench`) on the
