@@ -222,7 +222,8 @@ int q4kx4_scale_index(int j, int r, bool min) { return min ? 32 + 8 * (j / 2) + 
 // the 4 rows' K-quant values of a super-block, v[r][32j + l] (Q4_K 0-15, Q5_K 0-31, Q6_K 0-63; hb the bits
 // above the nibble: 0, 1, 2) → the interleaved nibbles and high-bit planes of quant_internal.h's layouts, sub-block j
 // at out + (64 + 16·hb)·j
-void pack_values_k(const uint8_t (*v)[256], int hb, uint8_t* out) {
+template <int hb>
+void pack_values_k(const uint8_t (*v)[256], uint8_t* out) {
   for (int j = 0; j < 8; j++) {
     uint8_t* o = out + (64 + 16 * hb) * j;
     if (hb == 1) std::memset(o + 64, 0, 16);
@@ -273,12 +274,17 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
           out[16 + e % 32] |= uint8_t((sm[k] & 0x0F) << (4 * (e / 32)));
           out[48 + e % 16] |= uint8_t((sm[k] >> 4) << (2 * (e / 16)));
         }
-        for (int l = 0; l < 32; l++)  // Q5_K: the 5th bit of value l of sub-block j is bit j of byte l at 16
-          v[r][32 * j + l] = uint8_t(((w[(five ? 48 : 16) + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F) |
-                                     (five ? ((w[16 + l] >> j) & 1) << 4 : 0));
       }
+      const uint8_t* qs = w + (five ? 48 : 16);
+      for (int c = 0; c < 4; c++)  // sub-blocks 2c, 2c + 1: the low, high nibbles of bytes 32c..; Q5_K: 5th bit of
+        for (int l = 0; l < 32; l++) {  // value l of sub-block j in bit j of byte l at 16
+          const int b = qs[32 * c + l], h = five ? w[16 + l] >> (2 * c) : 0;
+          v[r][64 * c + l] = uint8_t((b & 0x0F) | (h & 1) << 4);
+          v[r][64 * c + 32 + l] = uint8_t((b >> 4) | (h & 2) << 3);
+        }
     }
-    pack_values_k(v, five ? 1 : 0, out + 64);
+    if (five) pack_values_k<1>(v, out + 64);
+    else pack_values_k<0>(v, out + 64);
     return;
   }
   if (t == DType::Q6_K) {
@@ -298,7 +304,7 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
           vh[96 + l] = uint8_t((ql[32 + l] >> 4) | ((qh >> 6) & 3) << 4);
         }
     }
-    pack_values_k(v, 2, out + 72);
+    pack_values_k<2>(v, out + 72);
     return;
   }
   if (t == DType::Q8_0) {
