@@ -264,7 +264,7 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
     std::memset(out + 16, 0, 48);
     for (int r = 0; r < 4; r++) {
       const uint8_t* w = src + r * rb;
-      std::memcpy(out + 2 * r, w, 2);      // d
+      std::memcpy(out + 2 * r, w, 2);          // d
       std::memcpy(out + 8 + 2 * r, w + 2, 2);  // dmin
       for (int j = 0; j < 8; j++) {
         int sm[2];
@@ -275,9 +275,11 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
           out[48 + e % 16] |= uint8_t((sm[k] >> 4) << (2 * (e / 16)));
         }
       }
+      // sub-blocks 2c and 2c + 1: the low and high nibbles of bytes 32c..; Q5_K: the 5th bit of value l of
+      // sub-block j is bit j of byte 16 + l
       const uint8_t* qs = w + (five ? 48 : 16);
-      for (int c = 0; c < 4; c++)  // sub-blocks 2c, 2c + 1: the low, high nibbles of bytes 32c..; Q5_K: 5th bit of
-        for (int l = 0; l < 32; l++) {  // value l of sub-block j in bit j of byte l at 16
+      for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
           const int b = qs[32 * c + l], h = five ? w[16 + l] >> (2 * c) : 0;
           v[r][64 * c + l] = uint8_t((b & 0x0F) | (h & 1) << 4);
           v[r][64 * c + 32 + l] = uint8_t((b >> 4) | (h & 2) << 3);
