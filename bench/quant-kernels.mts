@@ -13,7 +13,8 @@ const argv = process.argv.slice(2);
 const flag = (name: string, def: string) => (argv.includes(name) ? argv[argv.indexOf(name) + 1] : def);
 const types = flag('--types', 'Q4_K,Q6_K').split(',') as KeptType[];
 const Ms = flag('--m', '1,8,32').split(',').map(Number);
-const shapes = flag('--shapes', '576x1536,2816x1024,1024x2816,4096x4096').split(',').map((s) => s.split('x').map(Number));
+const shapes = flag('--shapes', '576x1536,2816x1024,1024x2816,4096x4096').split(',')
+  .map((s) => s.split('x').map(Number));
 const layouts = flag('--layouts', 'file,packed').split(',');
 const budget = Number(flag('--ms', '300'));
 const cpuMs = () => {

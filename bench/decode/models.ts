@@ -26,7 +26,8 @@ export const CONFIGS: Record<string, Record<string, unknown>> = {
     architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: 1024, intermediate_size: 2816,
     num_hidden_layers: 8, num_attention_heads: 16, num_key_value_heads: 4, head_dim: 64, vocab_size: 32000,
     max_position_embeddings: 8192, rms_norm_eps: 1e-5, rope_theta: 10000, rope_scaling: null,
-    tie_word_embeddings: true, attention_bias: false, hidden_act: 'silu', bos_token_id: 1, eos_token_id: 2, torch_dtype: 'bfloat16',
+    tie_word_embeddings: true, attention_bias: false, hidden_act: 'silu', bos_token_id: 1, eos_token_id: 2,
+    torch_dtype: 'bfloat16',
   },
 };
 

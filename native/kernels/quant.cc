@@ -386,7 +386,8 @@ void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
           const uint8_t* vh = v[r] + 128 * h;
           w[64 * h + l] = uint8_t((vh[l] & 0x0F) | (vh[64 + l] & 0x0F) << 4);
           w[64 * h + 32 + l] = uint8_t((vh[32 + l] & 0x0F) | (vh[96 + l] & 0x0F) << 4);
-          w[128 + 32 * h + l] = uint8_t(vh[l] >> 4 | (vh[32 + l] >> 4) << 2 | (vh[64 + l] >> 4) << 4 | (vh[96 + l] >> 4) << 6);
+          w[128 + 32 * h + l] =
+              uint8_t(vh[l] >> 4 | (vh[32 + l] >> 4) << 2 | (vh[64 + l] >> 4) << 4 | (vh[96 + l] >> 4) << 6);
         }
     }
     return;

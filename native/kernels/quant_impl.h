@@ -1079,8 +1079,8 @@ static inline void unpack_qk4x4(const uint8_t* wb, int j, __m256i* v) {
   else unpack_nibbles_x4(wb + 64 + 64 * j, v);
 }
 
-// Q4_Kx4 (and Q5_Kx4) super-block at wb → sc (byte 4j + r: row r's scale of sub-block j), mn (byte 8·(j/2) + 2r + j%2: its
-// minimum), 6 bits each
+// Q4_Kx4 (and Q5_Kx4) super-block at wb → sc (byte 4j + r: row r's scale of sub-block j), mn (byte
+// 8·(j/2) + 2r + j%2: its minimum), 6 bits each
 static inline void q4_Kx4_scales(const uint8_t* wb, __m256i* sc, __m256i* mn) {
   const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
   const __m256i l = loadu256(wb + 16);
@@ -1088,7 +1088,8 @@ static inline void q4_Kx4_scales(const uint8_t* wb, __m256i* sc, __m256i* mn) {
   const __m256i hs = _mm256_srlv_epi32(h, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));  // values 0-15, 16-31
   const __m256i hm = _mm256_srlv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6));  // 32-47, 48-63
   *sc = _mm256_or_si256(_mm256_and_si256(l, lo4), _mm256_slli_epi16(_mm256_and_si256(hs, lo2), 4));
-  *mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), lo4), _mm256_slli_epi16(_mm256_and_si256(hm, lo2), 4));
+  *mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), lo4),
+                        _mm256_slli_epi16(_mm256_and_si256(hm, lo2), 4));
 }
 
 // the 4 unsigned bytes at p (one per row) → s16 lanes 4r..4r+3 = byte r (vpmaddwd's scale vector)
@@ -1315,7 +1316,8 @@ void dequant4_q6_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
       interleave4(v[0], v[1], v[2], v[3], rows);
       for (int r = 0; r < 4; r++) {
         const float dr = load_f16(wb + 2 * r);
-        const __m256 flo = _mm256_set1_ps(dr * float(sc[8 * j + r])), fhi = _mm256_set1_ps(dr * float(sc[8 * j + 4 + r]));
+        const __m256 flo = _mm256_set1_ps(dr * float(sc[8 * j + r]));
+        const __m256 fhi = _mm256_set1_ps(dr * float(sc[8 * j + 4 + r]));
         store_affine(rows[r], off, flo, fhi, zero, y + r * ldy + sb * gguf::QK_K + 32 * j);
       }
     }
