@@ -720,6 +720,18 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
   const int8_t* qp = a.q.data();
   const float* dp = a.d.data();
   const float* dsp = a.ds.data();
+  // Q6_K's kernels take d·Σq per 16 values of x (M, K/16) where the others take ds: the packed ones take its offset
+  // of 32 from these once per super-block, against each 16 values' scale (the file-layout ones ignore them)
+  thread_local std::vector<float> d16;
+  if (t == DType::Q6_K) {
+    d16.resize(size_t(M * K / 16));
+    for (int64_t i = 0; i < M * K / 16; i++) {
+      int32_t sum = 0;
+      for (int l = 0; l < 16; l++) sum += qp[16 * i + l];
+      d16[size_t(i)] = dp[i / 2] * float(sum);
+    }
+    dsp = d16.data();
+  }
   auto put = [&](int64_t m, int64_t n, float v) {
     if (bias) v += bias[n];
     float* yp = y + m * ldy + n;

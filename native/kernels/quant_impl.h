@@ -753,18 +753,23 @@ LOOM_QUANT_GEMM_DEF(8, q4_K, gemm_q4_K<2>)
 // 2-3 summed in s16 (≤ 2·2·63·127 = 32004), the offset of 32 taken off (32·Σx over the same lanes, from the
 // same broadcasts: one vpmaddubsw by 32 per chunk, shared by the G groups; the difference is ≤ 4·32·127 in
 // magnitude, so the wrapping s16 subtraction is exact), vpmaddwd by the scales A and B, one convert and one FMA
-// by d_x; d once per super-block.
-constexpr int kQ6KVecs = 32 + 16 + 1;
+// by d_x; d once per super-block. kSums (the packed layout's tiles): the offset instead once per super-block from
+// d16 (d_x·Σq per 16 values of x, linear_quant_acts) and the scales as f32 lane pairs (8 more vectors: sub-block
+// j's scales 2j, 2j + 1 of row r in lanes 2r, 2r + 1), 8 FMAs per tile row in place of 4 vpmaddubsw, 2 adds and
+// 2 subtractions per sub-block.
+constexpr int kQ6KVecs = 32 + 16 + 1, kQ6KSumVecs = kQ6KVecs + 8;
 
-template <int G, int S>
-static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, const float* d, float* y, int64_t ldy) {
+template <int G, int S, bool kSums = false>
+static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, const float* d, float* y, int64_t ldy,
+                             const float* d16 = nullptr) {
+  constexpr int kVecs = kSums ? kQ6KSumVecs : kQ6KVecs;
   const int64_t nb = K / kQ8Block;
   const __m256i c32 = _mm256_set1_epi8(32);
   __m256 acc[S][G];
   for (int s = 0; s < S; s++)
     for (int g = 0; g < G; g++) acc[s][g] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
-    const __m256i* vb = wv + sb * kQ6KVecs * G;
+    const __m256i* vb = wv + sb * kVecs * G;
     __m256 t[S][G];
     for (int s = 0; s < S; s++)
       for (int g = 0; g < G; g++) t[s][g] = _mm256_setzero_ps();
@@ -777,11 +782,12 @@ static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, cons
         __m256i xc[S];
         for (int s = 0; s < S; s++) {
           xc[s] = bcast8(q + s * K + sb * gguf::QK_K + 32 * j + 8 * c);
+          if (kSums) continue;
           const __m256i b = _mm256_maddubs_epi16(c32, xc[s]);
           bx[h][s] = c & 1 ? _mm256_add_epi16(bx[h][s], b) : b;
         }
         for (int g = 0; g < G; g++) {
-          const __m256i vv = _mm256_load_si256(vb + kQ6KVecs * g + 4 * j + c);
+          const __m256i vv = _mm256_load_si256(vb + kVecs * g + 4 * j + c);
           for (int s = 0; s < S; s++) {
             const __m256i m = _mm256_maddubs_epi16(vv, xc[s]);
             p[h][s][g] = c & 1 ? _mm256_add_epi16(p[h][s][g], m) : m;
@@ -791,17 +797,29 @@ static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, cons
       for (int s = 0; s < S; s++) {
         const __m256 dxj = _mm256_set1_ps(d[s * nb + sb * 8 + j]);
         for (int g = 0; g < G; g++) {
-          const __m256i* sc = vb + kQ6KVecs * g + 32 + 2 * j;
-          const __m256i i = _mm256_add_epi32(
-              _mm256_madd_epi16(_mm256_sub_epi16(p[0][s][g], bx[0][s]), _mm256_load_si256(sc)),
-              _mm256_madd_epi16(_mm256_sub_epi16(p[1][s][g], bx[1][s]), _mm256_load_si256(sc + 1)));
+          const __m256i* sc = vb + kVecs * g + 32 + 2 * j;
+          const __m256i p0 = kSums ? p[0][s][g] : _mm256_sub_epi16(p[0][s][g], bx[0][s]);
+          const __m256i p1 = kSums ? p[1][s][g] : _mm256_sub_epi16(p[1][s][g], bx[1][s]);
+          const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(p0, _mm256_load_si256(sc)),
+                                             _mm256_madd_epi16(p1, _mm256_load_si256(sc + 1)));
           t[s][g] = _mm256_fmadd_ps(dxj, _mm256_cvtepi32_ps(i), t[s][g]);
         }
       }
     }
+    if (kSums)  // t -= 32·Σ_j (scale 2j·d16[2j] + scale 2j + 1·d16[2j + 1]) per row, over lane pairs
+      for (int s = 0; s < S; s++)
+        for (int g = 0; g < G; g++) {
+          __m256 o = _mm256_setzero_ps();
+          for (int j = 0; j < 8; j++) {
+            const double* dp = reinterpret_cast<const double*>(d16 + s * (K / 16) + sb * 16 + 2 * j);
+            o = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + kVecs * g + 49 + j)),
+                                _mm256_castpd_ps(_mm256_broadcast_sd(dp)), o);
+          }
+          t[s][g] = _mm256_fnmadd_ps(_mm256_set1_ps(32.0f), o, t[s][g]);
+        }
     for (int s = 0; s < S; s++)
       for (int g = 0; g < G; g++)
-        acc[s][g] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + kQ6KVecs * g + 48)), t[s][g], acc[s][g]);
+        acc[s][g] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + kVecs * g + 48)), t[s][g], acc[s][g]);
   }
   for (int s = 0; s < S; s++)
     for (int g = 0; g < G; g++) store_lane_pairs(acc[s][g], y + s * ldy + 4 * g);
@@ -1194,10 +1212,17 @@ static inline void gemm_qk4x4(int64_t K, const uint8_t* w, size_t rb, int64_t M,
   for (; m < M; m++) tile_q4_K<G, 1>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
 }
 
-// Q6_Kx4, one row of x: per sub-block chunks 0-1 and 2-3 summed in s16 (scales 2j and 2j + 1), the offset of 32
-// taken off as 32·Σx of the same lanes (as tile_q6_K), vpmaddwd by the signed scales, one FMA by d_x
-static inline void gemv_q6_Kx4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, float* y) {
-  const __m256i c32 = _mm256_set1_epi8(32);
+// Q6_Kx4 sub-block j's scales (8 bytes at p: scale 2j of rows 0-3, then 2j + 1) as f32 lanes 2r, 2r + 1
+static inline __m256 scale_pairs_s8(const uint8_t* p) {
+  const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+// Q6_Kx4, one row of x: per sub-block chunks 0-1 and 2-3 summed in s16 (≤ 2·2·63·127: scales 2j and 2j + 1),
+// vpmaddwd by the signed scales, one FMA by d_x; the offset of 32 once per super-block from d16 (d_x·Σq per 16
+// values of x) against the scales as f32 lane pairs
+static inline void gemv_q6_Kx4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* d16,
+                               float* y) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
     const uint8_t* wb = w + sb * kQ6_Kx4Bytes;
@@ -1209,48 +1234,52 @@ static inline void gemv_q6_Kx4(int64_t K, const uint8_t* w, const int8_t* q, con
       for (int c = 0; c < 4; c++) x[c] = bcast8(xs + 32 * j + 8 * c);
       const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], x[0]), _mm256_maddubs_epi16(v[1], x[1]));
       const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], x[2]), _mm256_maddubs_epi16(v[3], x[3]));
-      const __m256i b0 = _mm256_add_epi16(_mm256_maddubs_epi16(c32, x[0]), _mm256_maddubs_epi16(c32, x[1]));
-      const __m256i b1 = _mm256_add_epi16(_mm256_maddubs_epi16(c32, x[2]), _mm256_maddubs_epi16(c32, x[3]));
       __m256i sa, sbv;
       scale_lanes_s8(wb + 8 + 8 * j, &sa, &sbv);
-      const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(_mm256_sub_epi16(p0, b0), sa),
-                                         _mm256_madd_epi16(_mm256_sub_epi16(p1, b1), sbv));
+      const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(p0, sa), _mm256_madd_epi16(p1, sbv));
       return _mm256_fmadd_ps(_mm256_set1_ps(d[sb * 8 + j]), _mm256_cvtepi32_ps(i), t);
     };
-    __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+    __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps(), o0 = t0, o1 = t0;
     for (int j = 0; j < 8; j += 2) {
       t0 = sub(j, t0);
       t1 = sub(j + 1, t1);
+      const double* dp = reinterpret_cast<const double*>(d16 + sb * 16 + 2 * j);
+      o0 = _mm256_fmadd_ps(scale_pairs_s8(wb + 8 + 8 * j), _mm256_castpd_ps(_mm256_broadcast_sd(dp)), o0);
+      o1 = _mm256_fmadd_ps(scale_pairs_s8(wb + 16 + 8 * j), _mm256_castpd_ps(_mm256_broadcast_sd(dp + 1)), o1);
     }
-    acc = _mm256_fmadd_ps(scales4_by_lane_pairs(wb), _mm256_add_ps(t0, t1), acc);
+    const __m256 t = _mm256_fnmadd_ps(_mm256_set1_ps(32.0f), _mm256_add_ps(o0, o1), _mm256_add_ps(t0, t1));
+    acc = _mm256_fmadd_ps(scales4_by_lane_pairs(wb), t, acc);
   }
   store_lane_pairs(acc, y);
 }
 
-// Q6_Kx4, G groups × M rows of x: as Q4_Kx4, the tiles of tile_q6_K (kQ6KVecs)
+// Q6_Kx4, G groups × M rows of x: as Q4_Kx4, the tiles of tile_q6_K with the offset from d16 (kQ6KSumVecs)
 template <int G>
 static inline void gemm_q6_Kx4(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
-                               float* y, int64_t ldy) {
+                               const float* d16, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
   if (M == 1) {
-    for (int g = 0; g < G; g++) gemv_q6_Kx4(K, w + g * rb, q, d, y + 4 * g);
+    for (int g = 0; g < G; g++) gemv_q6_Kx4(K, w + g * rb, q, d, d16, y + 4 * g);
     return;
   }
-  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ6KVecs * G));
+  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ6KSumVecs * G));
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
     for (int g = 0; g < G; g++) {
       const uint8_t* wb = w + g * rb + sb * kQ6_Kx4Bytes;
       prefetch_span(wb, int(kQ6_Kx4Bytes));
-      __m256i* v = wv + (sb * G + g) * kQ6KVecs;
+      __m256i* v = wv + (sb * G + g) * kQ6KSumVecs;
       for (int j = 0; j < 8; j++) {
         unpack_q6_Kx4(wb + 72 + 96 * j, v + 4 * j);
         scale_lanes_s8(wb + 8 + 8 * j, v + 32 + 2 * j, v + 33 + 2 * j);
+        v[49 + j] = _mm256_castps_si256(scale_pairs_s8(wb + 8 + 8 * j));
       }
       v[48] = _mm256_castps_si256(scales4_by_lane_pairs(wb));
     }
+  const int64_t n16 = K / 16;
   int64_t m = 0;
-  for (; m + kTileS <= M; m += kTileS) tile_q6_K<G, kTileS>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
-  for (; m < M; m++) tile_q6_K<G, 1>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy);
+  for (; m + kTileS <= M; m += kTileS)
+    tile_q6_K<G, kTileS, true>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy, d16 + m * n16);
+  for (; m < M; m++) tile_q6_K<G, 1, true>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy, d16 + m * n16);
 }
 
 LOOM_QUANT_GEMM_DEF(4, q4_Kx4, (gemm_qk4x4<false, 1>))
@@ -1258,13 +1287,14 @@ LOOM_QUANT_GEMM_DEF(8, q4_Kx4, (gemm_qk4x4<false, 2>))
 LOOM_QUANT_GEMM_DEF(4, q5_Kx4, (gemm_qk4x4<true, 1>))
 LOOM_QUANT_GEMM_DEF(8, q5_Kx4, (gemm_qk4x4<true, 2>))
 #undef LOOM_QUANT_GEMM_DEF
+// (ds: d16, the sums per 16 values linear_quant_acts passes to Q6_K's kernels)
 void gemm4_q6_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
-                     const float*, float* y, int64_t ldy) {
-  gemm_q6_Kx4<1>(K, w, rb, M, q, d, y, ldy);
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_q6_Kx4<1>(K, w, rb, M, q, d, ds, y, ldy);
 }
 void gemm8_q6_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
-                     const float*, float* y, int64_t ldy) {
-  gemm_q6_Kx4<2>(K, w, rb, M, q, d, y, ldy);
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_q6_Kx4<2>(K, w, rb, M, q, d, ds, y, ldy);
 }
 
 // 32 values of one row (u8 a) → f32 at y: f_lo·(a - off) - m for values 0-15, f_hi·(a - off) - m for 16-31

@@ -1,7 +1,8 @@
 // Private to native/kernels: the per-ISA kernels behind loom/quant.h.
 //
 // Activations are quantized per block of 32 values: q (K int8), d (K/32 f32 scales, d = amax/127),
-// ds (K/32: d·Σq of the block, for the weight types with an offset or a minimum). One dot-product kernel
+// ds (K/32: d·Σq of the block, for the weight types with an offset or a minimum; Q6_K's kernels take K/16 sums
+// d·Σq per 16 values there, linear_quant_acts). One dot-product kernel
 // per (weight, activation) type pair, each returning Σ_k w_k·x̂_k for one row of W against one quantized
 // row of x; all share one signature so the dispatcher can keep them in a table.
 #pragma once
