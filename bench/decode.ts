@@ -1,4 +1,4 @@
-// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b] [--threads N] [--f32]
+// `npm run bench -- decode [--quick] [--json] [--models smollm2-135m,qwen2.5-0.5b,llama-1024] [--threads N] [--f32]
 //   [--quant f16,q8_0,q4_k_m,q6_k] [--gguf <file>] [--dequant] [--kv-dtype f32|bf16|auto] [--no-llama] [--no-ours]`
 //
 // Our decoder vs llama.cpp (node-llama-cpp 3.21.1, bench/package.json; `npm install --prefix bench`) on the
@@ -40,7 +40,7 @@ import { KvCacheManager, type KvDtypeOption } from '../src/runtime/kv-cache.ts';
 import { PrefixCache, type CacheMode } from '../src/runtime/prefix-cache.ts';
 import { Scheduler } from '../src/runtime/scheduler.ts';
 import { getIsa, setThreads } from '../src/native/cpu.ts';
-import { CACHE, CONFIGS, ensureRandomCheckpoint } from './decode/models.ts';
+import { CACHE, CONFIGS, DEFAULT_MODELS, ensureRandomCheckpoint } from './decode/models.ts';
 import { writeGgufFromCheckpoint, type BenchGgufType } from './decode/gguf-writer.ts';
 
 interface Row {
@@ -299,7 +299,7 @@ export async function run(argv: string[]): Promise<void> {
     kvDtype: flag(argv, '--kv-dtype') as KvDtypeOption | undefined,
     llama: !argv.includes('--no-llama'),
     ours: !argv.includes('--no-ours'),
-    models: (flag(argv, '--models') ?? Object.keys(CONFIGS).join(',')).split(','),
+    models: (flag(argv, '--models') ?? DEFAULT_MODELS.join(',')).split(','),
   };
   setThreads(o.threads);
   // an engine that stops scheduling work would let the process exit silently mid-run: say so

@@ -19,7 +19,20 @@ export const CONFIGS: Record<string, Record<string, unknown>> = {
     max_position_embeddings: 32768, rms_norm_eps: 1e-6, rope_theta: 1000000, rope_scaling: null, use_sliding_window: false,
     sliding_window: 32768, tie_word_embeddings: true, hidden_act: 'silu', bos_token_id: 151643, eos_token_id: 151645, torch_dtype: 'bfloat16',
   },
+  // not a released model: a Llama whose rows are all multiples of 256, so that its Q4_K_M / Q6_K files hold Q4_K
+  // and Q6_K weights throughout, as the 7B+ files people run do (SmolLM2's and Qwen2.5-0.5B's 576 / 896-wide rows
+  // fall back to Q5_0 / Q8_0); only with --models llama-1024
+  'llama-1024': {
+    architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: 1024, intermediate_size: 2816,
+    num_hidden_layers: 8, num_attention_heads: 16, num_key_value_heads: 4, head_dim: 64, vocab_size: 32000,
+    max_position_embeddings: 8192, rms_norm_eps: 1e-5, rope_theta: 10000, rope_scaling: null,
+    tie_word_embeddings: true, attention_bias: false, hidden_act: 'silu', bos_token_id: 1, eos_token_id: 2,
+    torch_dtype: 'bfloat16',
+  },
 };
+
+/** The models `npm run bench -- decode` runs without --models. */
+export const DEFAULT_MODELS = ['smollm2-135m', 'qwen2.5-0.5b'];
 
 /** Tensor list (HF names and shapes) of a Llama-family config. */
 export function tensorShapes(c: Record<string, number | boolean | unknown>): [string, number[]][] {

@@ -337,7 +337,7 @@ PackedWeight* weight_pack(DType wtype, int64_t N, int64_t K, const void* w, int6
     const size_t rb = quant_row_bytes(wtype, K), ldb = quant_row_bytes(wtype, ldw);
     p->bytes = size_t(N) * rb;
     p->data = aligned_malloc(std::max<size_t>(p->bytes, 64));
-    quant_pack(wtype, N, K, w, ldb, p->data);  // Q8_0 / Q5_0 re-laid for the small-M kernels, others copied
+    quant_pack(wtype, N, K, w, ldb, p->data);  // Q8_0 / Q5_0 / K-quants re-laid for the small-M kernels
     p->quant_packed = quant_packs(wtype);
     return p;
   }

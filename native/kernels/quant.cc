@@ -215,8 +215,100 @@ LOOM_GEMM8_BY_GEMM4(q6_K)
 
 namespace {
 
+// Q4_Kx4's byte of 6-bit value e (e < 64: scales 4j + r, minimums 32 + 8·(j/2) + 2r + j%2): its low 4 bits are
+// nibble e / 32 of byte 16 + e % 32, its high 2 bits bits 2·(e / 16) of byte 48 + e % 16
+int q4kx4_scale_index(int j, int r, bool min) { return min ? 32 + 8 * (j / 2) + 2 * r + j % 2 : 4 * j + r; }
+
+// the 4 rows' K-quant values of a super-block, v[r][32j + l] (Q4_K 0-15, Q5_K 0-31, Q6_K 0-63; hb the bits
+// above the nibble: 0, 1, 2) → the interleaved nibbles and high-bit planes of quant_internal.h's layouts, sub-block j
+// at out + (64 + 16·hb)·j
+template <int hb>
+void pack_values_k(const uint8_t (*v)[256], uint8_t* out) {
+  for (int j = 0; j < 8; j++) {
+    uint8_t* o = out + (64 + 16 * hb) * j;
+    if (hb == 1) std::memset(o + 64, 0, 16);
+    for (int r = 0; r < 4; r++)
+      for (int i = 0; i < 8; i++) {  // byte 8r + i of each chunk c: value 8c + i of row r
+        const int idx = 8 * r + i;
+        const uint8_t* vr = v[r] + 32 * j + i;
+        o[idx] = uint8_t((vr[0] & 0x0F) | (vr[8] & 0x0F) << 4);
+        o[32 + idx] = uint8_t((vr[16] & 0x0F) | (vr[24] & 0x0F) << 4);
+        const int h = vr[0] >> 4 | (vr[8] >> 4) << hb | (vr[16] >> 4) << 2 * hb | (vr[24] >> 4) << 3 * hb;
+        if (hb == 2) o[64 + idx] = uint8_t(h);
+        if (hb == 1) o[64 + idx % 16] |= uint8_t(h << (idx < 16 ? 0 : 4));
+      }
+  }
+}
+
+// the inverse: v[r][32j + l] from the packed values at in
+void unpack_values_k(const uint8_t* in, int hb, uint8_t (*v)[256]) {
+  for (int j = 0; j < 8; j++) {
+    const uint8_t* o = in + (64 + 16 * hb) * j;
+    const int mask = (1 << hb) - 1;
+    for (int idx = 0; idx < 32; idx++) {
+      uint8_t* vr = v[idx / 8] + 32 * j + idx % 8;
+      const int h = hb == 2 ? o[64 + idx] : hb == 1 ? o[64 + idx % 16] >> (idx < 16 ? 0 : 4) : 0;
+      vr[0] = uint8_t((o[idx] & 0x0F) | (h & mask) << 4);
+      vr[8] = uint8_t((o[idx] >> 4) | ((h >> hb) & mask) << 4);
+      vr[16] = uint8_t((o[32 + idx] & 0x0F) | ((h >> 2 * hb) & mask) << 4);
+      vr[24] = uint8_t((o[32 + idx] >> 4) | ((h >> 3 * hb) & mask) << 4);
+    }
+  }
+}
+
 // block b of the 4 plain rows at src (rb bytes apart) → one packed block at out
 void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
+  if (t == DType::Q4_K || t == DType::Q5_K) {
+    const bool five = t == DType::Q5_K;
+    uint8_t v[4][256];
+    std::memset(out + 16, 0, 48);
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* w = src + r * rb;
+      std::memcpy(out + 2 * r, w, 2);          // d
+      std::memcpy(out + 8 + 2 * r, w + 2, 2);  // dmin
+      for (int j = 0; j < 8; j++) {
+        int sm[2];
+        gguf::scale_min_k4(j, w + 4, &sm[0], &sm[1]);
+        for (int k = 0; k < 2; k++) {
+          const int e = q4kx4_scale_index(j, r, k == 1);
+          out[16 + e % 32] |= uint8_t((sm[k] & 0x0F) << (4 * (e / 32)));
+          out[48 + e % 16] |= uint8_t((sm[k] >> 4) << (2 * (e / 16)));
+        }
+      }
+      // sub-blocks 2c and 2c + 1: the low and high nibbles of bytes 32c..; Q5_K: the 5th bit of value l of
+      // sub-block j is bit j of byte 16 + l
+      const uint8_t* qs = w + (five ? 48 : 16);
+      for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+          const int b = qs[32 * c + l], h = five ? w[16 + l] >> (2 * c) : 0;
+          v[r][64 * c + l] = uint8_t((b & 0x0F) | (h & 1) << 4);
+          v[r][64 * c + 32 + l] = uint8_t((b >> 4) | (h & 2) << 3);
+        }
+    }
+    if (five) pack_values_k<1>(v, out + 64);
+    else pack_values_k<0>(v, out + 64);
+    return;
+  }
+  if (t == DType::Q6_K) {
+    uint8_t v[4][256];
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* w = src + r * rb;
+      std::memcpy(out + 2 * r, w + 208, 2);  // d
+      for (int k = 0; k < 16; k++) out[8 + 8 * (k / 2) + 4 * (k % 2) + r] = w[192 + k];  // scale k
+      for (int h = 0; h < 2; h++)  // value 128h + 32s + l (gguf_dequant.cc): nibble s/2 of ql, bits 2s of qh
+        for (int l = 0; l < 32; l++) {
+          const uint8_t* ql = w + 64 * h;
+          const int qh = w[128 + 32 * h + l];
+          uint8_t* vh = v[r] + 128 * h;
+          vh[l] = uint8_t((ql[l] & 0x0F) | (qh & 3) << 4);
+          vh[32 + l] = uint8_t((ql[32 + l] & 0x0F) | ((qh >> 2) & 3) << 4);
+          vh[64 + l] = uint8_t((ql[l] >> 4) | ((qh >> 4) & 3) << 4);
+          vh[96 + l] = uint8_t((ql[32 + l] >> 4) | ((qh >> 6) & 3) << 4);
+        }
+    }
+    pack_values_k<2>(v, out + 72);
+    return;
+  }
   if (t == DType::Q8_0) {
     for (int r = 0; r < 4; r++) {
       const uint8_t* w = src + r * rb;
@@ -249,6 +341,57 @@ void pack_block(DType t, const uint8_t* src, size_t rb, uint8_t* out) {
 
 // one packed block at in → block b of the 4 plain rows at dst (rb bytes apart)
 void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
+  if (t == DType::Q4_K || t == DType::Q5_K) {
+    const bool five = t == DType::Q5_K;
+    uint8_t v[4][256];
+    unpack_values_k(in + 64, five ? 1 : 0, v);
+    for (int r = 0; r < 4; r++) {
+      uint8_t* w = dst + r * rb;
+      std::memcpy(w, in + 2 * r, 2);
+      std::memcpy(w + 2, in + 8 + 2 * r, 2);
+      int sm[2][8];  // scales, minimums (6 bits)
+      for (int j = 0; j < 8; j++)
+        for (int k = 0; k < 2; k++) {
+          const int e = q4kx4_scale_index(j, r, k == 1);
+          sm[k][j] = ((in[16 + e % 32] >> (4 * (e / 32))) & 0x0F) | ((in[48 + e % 16] >> (2 * (e / 16))) & 3) << 4;
+        }
+      uint8_t* s = w + 4;  // llama.cpp's 12-byte packing (the inverse of scale_min_k4)
+      for (int j = 0; j < 4; j++) {
+        s[j] = uint8_t(sm[0][j] | (sm[0][j + 4] >> 4) << 6);
+        s[j + 4] = uint8_t(sm[1][j] | (sm[1][j + 4] >> 4) << 6);
+        s[j + 8] = uint8_t((sm[0][j + 4] & 0x0F) | (sm[1][j + 4] & 0x0F) << 4);
+      }
+      uint8_t* qs = w + (five ? 48 : 16);
+      for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+          qs[32 * c + l] = uint8_t((v[r][64 * c + l] & 0x0F) | (v[r][64 * c + 32 + l] & 0x0F) << 4);
+      if (five)
+        for (int l = 0; l < 32; l++) {
+          int h = 0;
+          for (int j = 0; j < 8; j++) h |= (v[r][32 * j + l] >> 4) << j;
+          w[16 + l] = uint8_t(h);
+        }
+    }
+    return;
+  }
+  if (t == DType::Q6_K) {
+    uint8_t v[4][256];
+    unpack_values_k(in + 72, 2, v);
+    for (int r = 0; r < 4; r++) {
+      uint8_t* w = dst + r * rb;
+      std::memcpy(w + 208, in + 2 * r, 2);
+      for (int k = 0; k < 16; k++) w[192 + k] = in[8 + 8 * (k / 2) + 4 * (k % 2) + r];
+      for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+          const uint8_t* vh = v[r] + 128 * h;
+          w[64 * h + l] = uint8_t((vh[l] & 0x0F) | (vh[64 + l] & 0x0F) << 4);
+          w[64 * h + 32 + l] = uint8_t((vh[32 + l] & 0x0F) | (vh[96 + l] & 0x0F) << 4);
+          w[128 + 32 * h + l] =
+              uint8_t(vh[l] >> 4 | (vh[32 + l] >> 4) << 2 | (vh[64 + l] >> 4) << 4 | (vh[96 + l] >> 4) << 6);
+        }
+    }
+    return;
+  }
   if (t == DType::Q8_0) {
     for (int r = 0; r < 4; r++) {
       uint8_t* w = dst + r * rb;
@@ -278,15 +421,24 @@ void unpack_block(DType t, const uint8_t* in, uint8_t* dst, size_t rb) {
   }
 }
 
+// bytes of one packed block of a group (4 rows' blocks of 32 or 256 values), 0 for a type not re-laid
 int64_t packed_block_bytes(DType t) {
-  return t == DType::Q8_0 ? kQ8_0x4Bytes : t == DType::Q5_0 ? kQ5_0x4Bytes : 0;
+  switch (t) {
+    case DType::Q8_0: return kQ8_0x4Bytes;
+    case DType::Q5_0: return kQ5_0x4Bytes;
+    case DType::Q4_K: return kQ4_Kx4Bytes;
+    case DType::Q5_K: return kQ5_Kx4Bytes;
+    case DType::Q6_K: return kQ6_Kx4Bytes;
+    default: return 0;
+  }
 }
+int64_t packed_block_values(DType t) { return quant_block_values(t); }
 
 // the group of 4 packed rows at w (K values each) → 4 plain rows at dst (rb bytes each)
 void unpack_group(DType t, int64_t K, const uint8_t* w, uint8_t* dst) {
-  const int64_t pb = packed_block_bytes(t), bytes = pb / 4;
-  const size_t rb = size_t(K / kQ8Block * bytes);
-  for (int64_t b = 0; b < K / kQ8Block; b++) unpack_block(t, w + b * pb, dst + b * bytes, rb);
+  const int64_t pb = packed_block_bytes(t), bytes = pb / 4, nb = K / packed_block_values(t);
+  const size_t rb = size_t(nb * bytes);
+  for (int64_t b = 0; b < nb; b++) unpack_block(t, w + b * pb, dst + b * bytes, rb);
 }
 
 }  // namespace
@@ -303,7 +455,13 @@ static void gemm_packed(int64_t K, const uint8_t* w, size_t rs, int G, int64_t M
   for (int g = 0; g < G; g++) {
     unpack_group(T, K, w + g * rs, rows.data());
     if (T == DType::Q8_0) gemm4_q8_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
-    else gemm4_q5_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+    else if (T == DType::Q5_0) gemm4_q5_0_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+    else if (T == DType::Q4_K) gemm4_q4_K_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
+    else if (T == DType::Q5_K)
+      for (int64_t m = 0; m < M; m++)
+        vec_dot4_q5_K_q8(K, rows.data(), rb, q + m * K, d + m * (K / kQ8Block), ds + m * (K / kQ8Block),
+                         y + 4 * g + m * ldy);
+    else gemm4_q6_K_q8(K, rows.data(), rb, M, q, d, ds, y + 4 * g, ldy);
   }
 }
 void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,
@@ -318,6 +476,19 @@ void gemm8_q5_0x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const in
                      const float* ds, float* y, int64_t ldy) {
   gemm_packed<DType::Q5_0>(K, w, rs, 2, M, q, d, ds, y, ldy);
 }
+#define LOOM_GEMM_PACKED_K(T, D)                                                                              \
+  void gemm4_##T##x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,   \
+                        const float* ds, float* y, int64_t ldy) {                                             \
+    gemm_packed<D>(K, w, rs, 1, M, q, d, ds, y, ldy);                                                         \
+  }                                                                                                           \
+  void gemm8_##T##x4_q8(int64_t K, const uint8_t* w, size_t rs, int64_t M, const int8_t* q, const float* d,   \
+                        const float* ds, float* y, int64_t ldy) {                                             \
+    gemm_packed<D>(K, w, rs, 2, M, q, d, ds, y, ldy);                                                         \
+  }
+LOOM_GEMM_PACKED_K(q4_K, DType::Q4_K)
+LOOM_GEMM_PACKED_K(q5_K, DType::Q5_K)
+LOOM_GEMM_PACKED_K(q6_K, DType::Q6_K)
+#undef LOOM_GEMM_PACKED_K
 
 template <DType T>
 static void dequant_packed(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
@@ -329,6 +500,9 @@ static void dequant_packed(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
 }
 void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q8_0>(K, w, y, ldy); }
 void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q5_0>(K, w, y, ldy); }
+void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q4_K>(K, w, y, ldy); }
+void dequant4_q6_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q6_K>(K, w, y, ldy); }
+void dequant4_q5_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant_packed<DType::Q5_K>(K, w, y, ldy); }
 
 }  // namespace portable
 
@@ -357,6 +531,11 @@ struct QuantType {
    {portable::gemm4_##fn, avx2::gemm4_##fn, avx512::gemm4_##fn},                                                 \
    {portable::gemm8_##fn, avx2::gemm8_##fn, avx512::gemm8_##fn}, {}, {}, {}}
 #define LOOM_QUANT_ISAS(f) {portable::f, avx2::f, avx512::f}
+// the K-quants quant_pack re-lays (super-blocks of 256): file-layout kernels and the packed ones
+#define LOOM_QT_PACKED(T, id, bytes, t)                                                                           \
+  {DType::T, #T, gguf::id, gguf::QK_K, bytes, LOOM_QUANT_ISAS(vec_dot_##t##_q8), LOOM_QUANT_ISAS(vec_dot4_##t##_q8), \
+   LOOM_QUANT_ISAS(gemm4_##t##_q8), LOOM_QUANT_ISAS(gemm8_##t##_q8), LOOM_QUANT_ISAS(gemm4_##t##x4_q8),           \
+   LOOM_QUANT_ISAS(gemm8_##t##x4_q8), LOOM_QUANT_ISAS(dequant4_##t##x4)}
 const QuantType kTypes[] = {
     LOOM_QT_GEMM8(Q4_0, GGML_Q4_0, kQ8Block, kQ4_0Bytes, q4_0_q8),
     LOOM_QT(Q4_1, GGML_Q4_1, kQ8Block, kQ4_1Bytes, q4_1_q8),
@@ -367,13 +546,16 @@ const QuantType kTypes[] = {
     {DType::Q8_0, "Q8_0", gguf::GGML_Q8_0, kQ8Block, kQ8_0Bytes, LOOM_QUANT_ISAS(vec_dot_q8_0_q8),
      LOOM_QUANT_ISAS(vec_dot4_q8_0_q8), LOOM_QUANT_ISAS(gemm4_q8_0_q8), {}, LOOM_QUANT_ISAS(gemm4_q8_0x4_q8), {},
      LOOM_QUANT_ISAS(dequant4_q8_0x4)},
-    LOOM_QT_GEMM8(Q4_K, GGML_Q4_K, gguf::QK_K, kQ4_KBytes, q4_K_q8),
-    LOOM_QT(Q5_K, GGML_Q5_K, gguf::QK_K, kQ5_KBytes, q5_K_q8),
-    LOOM_QT_GEMM8(Q6_K, GGML_Q6_K, gguf::QK_K, kQ6_KBytes, q6_K_q8),
+    LOOM_QT_PACKED(Q4_K, GGML_Q4_K, kQ4_KBytes, q4_K),
+    {DType::Q5_K, "Q5_K", gguf::GGML_Q5_K, gguf::QK_K, kQ5_KBytes, LOOM_QUANT_ISAS(vec_dot_q5_K_q8),
+     LOOM_QUANT_ISAS(vec_dot4_q5_K_q8), {}, {}, LOOM_QUANT_ISAS(gemm4_q5_Kx4_q8), LOOM_QUANT_ISAS(gemm8_q5_Kx4_q8),
+     LOOM_QUANT_ISAS(dequant4_q5_Kx4)},
+    LOOM_QT_PACKED(Q6_K, GGML_Q6_K, kQ6_KBytes, q6_K),
     LOOM_QT(Q8_K, GGML_Q8_K, gguf::QK_K, kQ8_KBytes, q8_K_q8),
 };
 #undef LOOM_QT
 #undef LOOM_QT_GEMM8
+#undef LOOM_QT_PACKED
 #undef LOOM_QUANT_ISAS
 
 const QuantType* find(DType t) {
@@ -441,10 +623,10 @@ void quant_pack(DType t, int64_t N, int64_t K, const void* src, size_t ldb, void
   uint8_t* o = static_cast<uint8_t*>(dst);
   const size_t rb = quant_row_bytes(t, K);
   const int64_t pb = packed_block_bytes(t), N4 = pb ? N / 4 * 4 : 0;
+  const int64_t nb = K / packed_block_values(t);
   parallel_for(N4 / 4, 64, [&](int64_t g0, int64_t g1) {  // group g at 4g·rb, its blocks in order
     for (int64_t n = 4 * g0; n < 4 * g1; n += 4)
-      for (int64_t b = 0; b < K / kQ8Block; b++)
-        pack_block(t, s + size_t(n) * ldb + b * (pb / 4), ldb, o + n * rb + b * pb);
+      for (int64_t b = 0; b < nb; b++) pack_block(t, s + size_t(n) * ldb + b * (pb / 4), ldb, o + n * rb + b * pb);
   });
   for (int64_t n = N4; n < N; n++) std::memcpy(o + n * rb, s + size_t(n) * ldb, rb);  // the rest as they are
 }
@@ -538,6 +720,18 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
   const int8_t* qp = a.q.data();
   const float* dp = a.d.data();
   const float* dsp = a.ds.data();
+  // Q6_K's kernels take d·Σq per 16 values of x (M, K/16) where the others take ds: the packed ones take its offset
+  // of 32 from these once per super-block, against each 16 values' scale (the file-layout ones ignore them)
+  thread_local std::vector<float> d16;
+  if (t == DType::Q6_K) {
+    d16.resize(size_t(M * K / 16));
+    for (int64_t i = 0; i < M * K / 16; i++) {
+      int32_t sum = 0;
+      for (int l = 0; l < 16; l++) sum += qp[16 * i + l];
+      d16[size_t(i)] = dp[i / 2] * float(sum);
+    }
+    dsp = d16.data();
+  }
   auto put = [&](int64_t m, int64_t n, float v) {
     if (bias) v += bias[n];
     float* yp = y + m * ldy + n;

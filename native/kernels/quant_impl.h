@@ -746,7 +746,6 @@ LOOM_QUANT_GEMM_DEF(4, q5_0, (gemm_q40_q50<true, 1>))
 LOOM_QUANT_GEMM_DEF(8, q5_0, (gemm_q40_q50<true, 2>))
 LOOM_QUANT_GEMM_DEF(4, q4_K, gemm_q4_K<1>)
 LOOM_QUANT_GEMM_DEF(8, q4_K, gemm_q4_K<2>)
-#undef LOOM_QUANT_GEMM_DEF
 
 // Q6_K: per super-block and group, the 8 sub-blocks' values (0-63) interleaved as above (32 vectors), the two
 // integer scales of row r's sub-block j in s16 lanes 4r..4r+3 (16 vectors: A for its values 0-15 = chunks 0-1,
@@ -754,18 +753,23 @@ LOOM_QUANT_GEMM_DEF(8, q4_K, gemm_q4_K<2>)
 // 2-3 summed in s16 (≤ 2·2·63·127 = 32004), the offset of 32 taken off (32·Σx over the same lanes, from the
 // same broadcasts: one vpmaddubsw by 32 per chunk, shared by the G groups; the difference is ≤ 4·32·127 in
 // magnitude, so the wrapping s16 subtraction is exact), vpmaddwd by the scales A and B, one convert and one FMA
-// by d_x; d once per super-block.
-constexpr int kQ6KVecs = 32 + 16 + 1;
+// by d_x; d once per super-block. kSums (the packed layout's tiles): the offset instead once per super-block from
+// d16 (d_x·Σq per 16 values of x, linear_quant_acts) and the scales as f32 lane pairs (8 more vectors: sub-block
+// j's scales 2j, 2j + 1 of row r in lanes 2r, 2r + 1), 8 FMAs per tile row in place of 4 vpmaddubsw, 2 adds and
+// 2 subtractions per sub-block.
+constexpr int kQ6KVecs = 32 + 16 + 1, kQ6KSumVecs = kQ6KVecs + 8;
 
-template <int G, int S>
-static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, const float* d, float* y, int64_t ldy) {
+template <int G, int S, bool kSums = false>
+static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, const float* d, float* y, int64_t ldy,
+                             const float* d16 = nullptr) {
+  constexpr int kVecs = kSums ? kQ6KSumVecs : kQ6KVecs;
   const int64_t nb = K / kQ8Block;
   const __m256i c32 = _mm256_set1_epi8(32);
   __m256 acc[S][G];
   for (int s = 0; s < S; s++)
     for (int g = 0; g < G; g++) acc[s][g] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
-    const __m256i* vb = wv + sb * kQ6KVecs * G;
+    const __m256i* vb = wv + sb * kVecs * G;
     __m256 t[S][G];
     for (int s = 0; s < S; s++)
       for (int g = 0; g < G; g++) t[s][g] = _mm256_setzero_ps();
@@ -778,11 +782,12 @@ static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, cons
         __m256i xc[S];
         for (int s = 0; s < S; s++) {
           xc[s] = bcast8(q + s * K + sb * gguf::QK_K + 32 * j + 8 * c);
+          if (kSums) continue;
           const __m256i b = _mm256_maddubs_epi16(c32, xc[s]);
           bx[h][s] = c & 1 ? _mm256_add_epi16(bx[h][s], b) : b;
         }
         for (int g = 0; g < G; g++) {
-          const __m256i vv = _mm256_load_si256(vb + kQ6KVecs * g + 4 * j + c);
+          const __m256i vv = _mm256_load_si256(vb + kVecs * g + 4 * j + c);
           for (int s = 0; s < S; s++) {
             const __m256i m = _mm256_maddubs_epi16(vv, xc[s]);
             p[h][s][g] = c & 1 ? _mm256_add_epi16(p[h][s][g], m) : m;
@@ -792,17 +797,29 @@ static inline void tile_q6_K(int64_t K, const __m256i* wv, const int8_t* q, cons
       for (int s = 0; s < S; s++) {
         const __m256 dxj = _mm256_set1_ps(d[s * nb + sb * 8 + j]);
         for (int g = 0; g < G; g++) {
-          const __m256i* sc = vb + kQ6KVecs * g + 32 + 2 * j;
-          const __m256i i = _mm256_add_epi32(
-              _mm256_madd_epi16(_mm256_sub_epi16(p[0][s][g], bx[0][s]), _mm256_load_si256(sc)),
-              _mm256_madd_epi16(_mm256_sub_epi16(p[1][s][g], bx[1][s]), _mm256_load_si256(sc + 1)));
+          const __m256i* sc = vb + kVecs * g + 32 + 2 * j;
+          const __m256i p0 = kSums ? p[0][s][g] : _mm256_sub_epi16(p[0][s][g], bx[0][s]);
+          const __m256i p1 = kSums ? p[1][s][g] : _mm256_sub_epi16(p[1][s][g], bx[1][s]);
+          const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(p0, _mm256_load_si256(sc)),
+                                             _mm256_madd_epi16(p1, _mm256_load_si256(sc + 1)));
           t[s][g] = _mm256_fmadd_ps(dxj, _mm256_cvtepi32_ps(i), t[s][g]);
         }
       }
     }
+    if (kSums)  // t -= 32·Σ_j (scale 2j·d16[2j] + scale 2j + 1·d16[2j + 1]) per row, over lane pairs
+      for (int s = 0; s < S; s++)
+        for (int g = 0; g < G; g++) {
+          __m256 o = _mm256_setzero_ps();
+          for (int j = 0; j < 8; j++) {
+            const double* dp = reinterpret_cast<const double*>(d16 + s * (K / 16) + sb * 16 + 2 * j);
+            o = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + kVecs * g + 49 + j)),
+                                _mm256_castpd_ps(_mm256_broadcast_sd(dp)), o);
+          }
+          t[s][g] = _mm256_fnmadd_ps(_mm256_set1_ps(32.0f), o, t[s][g]);
+        }
     for (int s = 0; s < S; s++)
       for (int g = 0; g < G; g++)
-        acc[s][g] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + kQ6KVecs * g + 48)), t[s][g], acc[s][g]);
+        acc[s][g] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_load_si256(vb + kVecs * g + 48)), t[s][g], acc[s][g]);
   }
   for (int s = 0; s < S; s++)
     for (int g = 0; g < G; g++) store_lane_pairs(acc[s][g], y + s * ldy + 4 * g);
@@ -1027,6 +1044,312 @@ void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
       const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
       for (int k = 0; k < 4; k++)
         _mm256_storeu_ps(y + r * ldy + b * 32 + 8 * k, _mm256_mul_ps(f, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]))));
+    }
+  }
+}
+
+// ---- Q4_K / Q6_K re-laid at load (quant_pack): each super-block of a group of 4 rows one run of bytes -----------
+// quant_internal.h gives the layouts (kQ4_Kx4Bytes, kQ6_Kx4Bytes): per sub-block of 32 values the 4 rows' values
+// as interleave4 leaves them (chunk c: values 8c..8c+7 of rows 0-3), two AND / shift pairs from 64 bytes of
+// nibbles (Q6_K: its high 2 bits from 32 more), the 6-bit scales and minimums of Q4_K one shift and mask per
+// 32 instead of llama.cpp's 12-byte shuffle per row, Q6_K's int8 scales in the order the kernels broadcast them.
+// One row of x (decode) reads the stream once with its accumulators in registers; more go through the register
+// tiles of the file's layout (tile_q4_K, tile_q6_K), the super-blocks unpacked once into the L1 scratch.
+
+// the bytes [wb + kPackedAhead, + n) into L1 (a packed super-block: 9 lines for Q4_K, 14 for Q6_K); 8 KiB ahead
+// measured the same as 2 (4096 x 4096 at one row of x, alternated runs, within the noise of a loaded machine)
+static inline void prefetch_span(const uint8_t* wb, int n) {
+  for (int o = 0; o < n; o += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + o), _MM_HINT_T0);
+}
+
+// sub-block values from 64 bytes of interleaved nibbles at p: v[c] = values 8c..8c+7 of rows 0-3 (0-15)
+static inline void unpack_nibbles_x4(const uint8_t* p, __m256i* v) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  const __m256i a = loadu256(p), b = loadu256(p + 32);
+  v[0] = _mm256_and_si256(a, lo4);
+  v[1] = _mm256_and_si256(_mm256_srli_epi16(a, 4), lo4);
+  v[2] = _mm256_and_si256(b, lo4);
+  v[3] = _mm256_and_si256(_mm256_srli_epi16(b, 4), lo4);
+}
+
+// Q6_Kx4 sub-block at p: the nibbles, then the high 2 bits of chunk c in bits 2c of the 32 bytes at p + 64 (0-63)
+static inline void unpack_q6_Kx4(const uint8_t* p, __m256i* v) {
+  unpack_nibbles_x4(p, v);
+  const __m256i h = loadu256(p + 64), m = _mm256_set1_epi8(0x30);
+  v[0] = _mm256_or_si256(v[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), m));
+  v[1] = _mm256_or_si256(v[1], _mm256_and_si256(_mm256_slli_epi16(h, 2), m));
+  v[2] = _mm256_or_si256(v[2], _mm256_and_si256(h, m));
+  v[3] = _mm256_or_si256(v[3], _mm256_and_si256(_mm256_srli_epi16(h, 2), m));
+}
+
+// Q5_Kx4 sub-block at p: the nibbles, then the 5th bits of the 16 bytes at p + 64 as Q5_0x4's (0-31)
+static inline void unpack_q5_Kx4(const uint8_t* p, __m256i* v) {
+  unpack_nibbles_x4(p, v);
+  const __m256i b5 = _mm256_set1_epi8(0x10);
+  const __m256i h = nibbles_32(p + 64);  // byte i: bit c = the 5th bit of byte i of chunk c
+  for (int c = 0; c < 4; c++) v[c] = _mm256_or_si256(v[c], _mm256_and_si256(_mm256_slli_epi16(h, 4 - c), b5));
+}
+
+// Q4_Kx4 / Q5_Kx4 sub-block j of the super-block at wb
+template <bool kFive>
+static inline void unpack_qk4x4(const uint8_t* wb, int j, __m256i* v) {
+  if (kFive) unpack_q5_Kx4(wb + 64 + 80 * j, v);
+  else unpack_nibbles_x4(wb + 64 + 64 * j, v);
+}
+
+// Q4_Kx4 (and Q5_Kx4) super-block at wb → sc (byte 4j + r: row r's scale of sub-block j), mn (byte
+// 8·(j/2) + 2r + j%2: its minimum), 6 bits each
+static inline void q4_Kx4_scales(const uint8_t* wb, __m256i* sc, __m256i* mn) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(0x03);
+  const __m256i l = loadu256(wb + 16);
+  const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 48)));
+  const __m256i hs = _mm256_srlv_epi32(h, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));  // values 0-15, 16-31
+  const __m256i hm = _mm256_srlv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6));  // 32-47, 48-63
+  *sc = _mm256_or_si256(_mm256_and_si256(l, lo4), _mm256_slli_epi16(_mm256_and_si256(hs, lo2), 4));
+  *mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), lo4),
+                        _mm256_slli_epi16(_mm256_and_si256(hm, lo2), 4));
+}
+
+// the 4 unsigned bytes at p (one per row) → s16 lanes 4r..4r+3 = byte r (vpmaddwd's scale vector)
+static inline __m256i scale_lanes_u8(const uint8_t* p) {
+  const __m256i idx = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128,
+                                       2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3, -128);
+  int32_t u;
+  std::memcpy(&u, p, 4);
+  return _mm256_shuffle_epi8(_mm256_set1_epi32(u), idx);
+}
+
+// Q6_Kx4 sub-block j's scales at p (8 bytes: scale 2j of rows 0-3, then 2j + 1) → s16 lanes 4r..4r+3, signed
+static inline void scale_lanes_s8(const uint8_t* p, __m256i* a, __m256i* b) {
+  const __m256i idx = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1,
+                                       -128, 2, -128, 2, -128, 2, -128, 2, -128, 3, -128, 3, -128, 3, -128, 3);
+  int64_t u;
+  std::memcpy(&u, p, 8);
+  const __m256i s = _mm256_set1_epi64x(u);  // the byte into the high half of each s16, then an arithmetic shift
+  *a = _mm256_srai_epi16(_mm256_shuffle_epi8(s, idx), 8);
+  *b = _mm256_srai_epi16(_mm256_shuffle_epi8(s, _mm256_add_epi8(idx, _mm256_set1_epi8(4))), 8);
+}
+
+// the 8 minimums of pair i (8 bytes at mn + 8i) as f32 lanes 2r, 2r + 1
+static inline __m256 mins_pair(__m256i mn, int i) {
+  const __m128i h = i < 2 ? _mm256_castsi256_si128(mn) : _mm256_extracti128_si256(mn, 1);
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(i % 2 ? _mm_srli_si128(h, 8) : h));
+}
+
+// Q4_Kx4 / Q5_Kx4, one row of x: per sub-block the 4 chunks summed in s16 (≤ 4·2·31·127), vpmaddwd by the
+// integer scales, one FMA by d_x; per super-block d and the minimums' Σ_j m_j·ds_j (4 FMAs over lane pairs) times
+// dmin
+template <bool kFive>
+static inline void gemv_qk4x4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds,
+                              float* y) {
+  constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * bytes;
+    prefetch_span(wb, int(bytes));
+    __m256i scv, mnv;
+    q4_Kx4_scales(wb, &scv, &mnv);
+    alignas(32) uint8_t sc[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc), scv);
+    const int8_t* xs = q + sb * gguf::QK_K;
+    // two named accumulators over alternate sub-blocks (an array indexed by j & 1 stayed in memory: a store-to-load
+    // chain through every FMA)
+    auto sub = [&](int j, __m256 t) {
+      __m256i v[4];
+      unpack_qk4x4<kFive>(wb, j, v);
+      __m256i p = _mm256_maddubs_epi16(v[0], bcast8(xs + 32 * j));
+      for (int c = 1; c < 4; c++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[c], bcast8(xs + 32 * j + 8 * c)));
+      const __m256i i = _mm256_madd_epi16(p, scale_lanes_u8(sc + 4 * j));
+      return _mm256_fmadd_ps(_mm256_set1_ps(d[sb * 8 + j]), _mm256_cvtepi32_ps(i), t);
+    };
+    __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+    for (int j = 0; j < 8; j += 2) {
+      t0 = sub(j, t0);
+      t1 = sub(j + 1, t1);
+    }
+    __m256 tm = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+      const __m256 dsi = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(ds + sb * 8 + 2 * i)));
+      tm = _mm256_fmadd_ps(mins_pair(mnv, i), dsi, tm);
+    }
+    acc = _mm256_fmadd_ps(scales4_by_lane_pairs(wb), _mm256_add_ps(t0, t1), acc);
+    acc = _mm256_fnmadd_ps(scales4_by_lane_pairs(wb + 8), tm, acc);
+  }
+  store_lane_pairs(acc, y);
+}
+
+// Q4_Kx4 / Q5_Kx4, G groups (group g at w + g·rb) × M rows of x: one row of x straight from the stream, more
+// through tile_q4_K (values up to 31 sum in s16 as Q5_0's) with each super-block unpacked once into its scratch
+// layout (kQ4KVecs)
+template <bool kFive, int G>
+static inline void gemm_qk4x4(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                              const float* ds, float* y, int64_t ldy) {
+  constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
+  const int64_t nb = K / kQ8Block;
+  if (M == 1) {
+    for (int g = 0; g < G; g++) gemv_qk4x4<kFive>(K, w + g * rb, q, d, ds, y + 4 * g);
+    return;
+  }
+  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ4KVecs * G));
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rb + sb * bytes;
+      prefetch_span(wb, int(bytes));
+      __m256i* v = wv + (sb * G + g) * kQ4KVecs;
+      for (int j = 0; j < 8; j++) unpack_qk4x4<kFive>(wb, j, v + 4 * j);
+      __m256i scv, mnv;
+      q4_Kx4_scales(wb, &scv, &mnv);
+      alignas(32) uint8_t sc[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), scv);
+      for (int j = 0; j < 8; j++) v[32 + j] = scale_lanes_u8(sc + 4 * j);
+      v[40] = _mm256_castps_si256(scales4_by_lane_pairs(wb));
+      const __m256 ndmin = _mm256_sub_ps(_mm256_setzero_ps(), scales4_by_lane_pairs(wb + 8));
+      for (int i = 0; i < 4; i++) v[41 + i] = _mm256_castps_si256(_mm256_mul_ps(ndmin, mins_pair(mnv, i)));
+    }
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS)
+    tile_q4_K<G, kTileS>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
+  for (; m < M; m++) tile_q4_K<G, 1>(K, wv, q + m * K, d + m * nb, ds + m * nb, y + m * ldy, ldy);
+}
+
+// Q6_Kx4 sub-block j's scales (8 bytes at p: scale 2j of rows 0-3, then 2j + 1) as f32 lanes 2r, 2r + 1
+static inline __m256 scale_pairs_s8(const uint8_t* p) {
+  const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+// Q6_Kx4, one row of x: per sub-block chunks 0-1 and 2-3 summed in s16 (≤ 2·2·63·127: scales 2j and 2j + 1),
+// vpmaddwd by the signed scales, one FMA by d_x; the offset of 32 once per super-block from d16 (d_x·Σq per 16
+// values of x) against the scales as f32 lane pairs
+static inline void gemv_q6_Kx4(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* d16,
+                               float* y) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ6_Kx4Bytes;
+    prefetch_span(wb, int(kQ6_Kx4Bytes));
+    const int8_t* xs = q + sb * gguf::QK_K;
+    auto sub = [&](int j, __m256 t) {
+      __m256i v[4], x[4];
+      unpack_q6_Kx4(wb + 72 + 96 * j, v);
+      for (int c = 0; c < 4; c++) x[c] = bcast8(xs + 32 * j + 8 * c);
+      const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], x[0]), _mm256_maddubs_epi16(v[1], x[1]));
+      const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], x[2]), _mm256_maddubs_epi16(v[3], x[3]));
+      __m256i sa, sbv;
+      scale_lanes_s8(wb + 8 + 8 * j, &sa, &sbv);
+      const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(p0, sa), _mm256_madd_epi16(p1, sbv));
+      return _mm256_fmadd_ps(_mm256_set1_ps(d[sb * 8 + j]), _mm256_cvtepi32_ps(i), t);
+    };
+    __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps(), o0 = t0, o1 = t0;
+    for (int j = 0; j < 8; j += 2) {
+      t0 = sub(j, t0);
+      t1 = sub(j + 1, t1);
+      const double* dp = reinterpret_cast<const double*>(d16 + sb * 16 + 2 * j);
+      o0 = _mm256_fmadd_ps(scale_pairs_s8(wb + 8 + 8 * j), _mm256_castpd_ps(_mm256_broadcast_sd(dp)), o0);
+      o1 = _mm256_fmadd_ps(scale_pairs_s8(wb + 16 + 8 * j), _mm256_castpd_ps(_mm256_broadcast_sd(dp + 1)), o1);
+    }
+    const __m256 t = _mm256_fnmadd_ps(_mm256_set1_ps(32.0f), _mm256_add_ps(o0, o1), _mm256_add_ps(t0, t1));
+    acc = _mm256_fmadd_ps(scales4_by_lane_pairs(wb), t, acc);
+  }
+  store_lane_pairs(acc, y);
+}
+
+// Q6_Kx4, G groups × M rows of x: as Q4_Kx4, the tiles of tile_q6_K with the offset from d16 (kQ6KSumVecs)
+template <int G>
+static inline void gemm_q6_Kx4(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                               const float* d16, float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  if (M == 1) {
+    for (int g = 0; g < G; g++) gemv_q6_Kx4(K, w + g * rb, q, d, d16, y + 4 * g);
+    return;
+  }
+  __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ6KSumVecs * G));
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rb + sb * kQ6_Kx4Bytes;
+      prefetch_span(wb, int(kQ6_Kx4Bytes));
+      __m256i* v = wv + (sb * G + g) * kQ6KSumVecs;
+      for (int j = 0; j < 8; j++) {
+        unpack_q6_Kx4(wb + 72 + 96 * j, v + 4 * j);
+        scale_lanes_s8(wb + 8 + 8 * j, v + 32 + 2 * j, v + 33 + 2 * j);
+        v[49 + j] = _mm256_castps_si256(scale_pairs_s8(wb + 8 + 8 * j));
+      }
+      v[48] = _mm256_castps_si256(scales4_by_lane_pairs(wb));
+    }
+  const int64_t n16 = K / 16;
+  int64_t m = 0;
+  for (; m + kTileS <= M; m += kTileS)
+    tile_q6_K<G, kTileS, true>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy, d16 + m * n16);
+  for (; m < M; m++) tile_q6_K<G, 1, true>(K, wv, q + m * K, d + m * nb, y + m * ldy, ldy, d16 + m * n16);
+}
+
+LOOM_QUANT_GEMM_DEF(4, q4_Kx4, (gemm_qk4x4<false, 1>))
+LOOM_QUANT_GEMM_DEF(8, q4_Kx4, (gemm_qk4x4<false, 2>))
+LOOM_QUANT_GEMM_DEF(4, q5_Kx4, (gemm_qk4x4<true, 1>))
+LOOM_QUANT_GEMM_DEF(8, q5_Kx4, (gemm_qk4x4<true, 2>))
+#undef LOOM_QUANT_GEMM_DEF
+// (ds: d16, the sums per 16 values linear_quant_acts passes to Q6_K's kernels)
+void gemm4_q6_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_q6_Kx4<1>(K, w, rb, M, q, d, ds, y, ldy);
+}
+void gemm8_q6_Kx4_q8(int64_t K, const uint8_t* w, size_t rb, int64_t M, const int8_t* q, const float* d,
+                     const float* ds, float* y, int64_t ldy) {
+  gemm_q6_Kx4<2>(K, w, rb, M, q, d, ds, y, ldy);
+}
+
+// 32 values of one row (u8 a) → f32 at y: f_lo·(a - off) - m for values 0-15, f_hi·(a - off) - m for 16-31
+// (a product, then a difference: the roundings of gguf_dequant.cc's d·q - m)
+static inline void store_affine(__m256i a, __m256i off, __m256 flo, __m256 fhi, __m256 m, float* y) {
+  const __m128i lo = _mm256_castsi256_si128(a), hi = _mm256_extracti128_si256(a, 1);
+  const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; k++) {
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(part[k]), off));
+    _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(_mm256_mul_ps(k < 2 ? flo : fhi, v), m));
+  }
+}
+
+template <bool kFive>
+static inline void dequant4_qk4x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * (kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes);
+    __m256i scv, mnv;
+    q4_Kx4_scales(wb, &scv, &mnv);
+    alignas(32) uint8_t sc[32], mn[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc), scv);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(mn), mnv);
+    for (int j = 0; j < 8; j++) {
+      __m256i v[4], rows[4];
+      unpack_qk4x4<kFive>(wb, j, v);
+      interleave4(v[0], v[1], v[2], v[3], rows);  // the 4×4 chunk transpose is its own inverse
+      for (int r = 0; r < 4; r++) {
+        const __m256 f = _mm256_set1_ps(load_f16(wb + 2 * r) * float(sc[4 * j + r]));
+        const __m256 m = _mm256_set1_ps(load_f16(wb + 8 + 2 * r) * float(mn[8 * (j / 2) + 2 * r + j % 2]));
+        store_affine(rows[r], zero, f, f, m, y + r * ldy + sb * gguf::QK_K + 32 * j);
+      }
+    }
+  }
+}
+
+void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant4_qk4x4<false>(K, w, y, ldy); }
+void dequant4_q5_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) { dequant4_qk4x4<true>(K, w, y, ldy); }
+
+void dequant4_q6_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
+  const __m256i off = _mm256_set1_epi32(32);
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ6_Kx4Bytes;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(wb + 8);
+    for (int j = 0; j < 8; j++) {
+      __m256i v[4], rows[4];
+      unpack_q6_Kx4(wb + 72 + 96 * j, v);
+      interleave4(v[0], v[1], v[2], v[3], rows);
+      for (int r = 0; r < 4; r++) {
+        const float dr = load_f16(wb + 2 * r);
+        const __m256 flo = _mm256_set1_ps(dr * float(sc[8 * j + r]));
+        const __m256 fhi = _mm256_set1_ps(dr * float(sc[8 * j + 4 + r]));
+        store_affine(rows[r], off, flo, fhi, zero, y + r * ldy + sb * gguf::QK_K + 32 * j);
+      }
     }
   }
 }

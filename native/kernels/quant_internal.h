@@ -1,7 +1,8 @@
 // Private to native/kernels: the per-ISA kernels behind loom/quant.h.
 //
 // Activations are quantized per block of 32 values: q (K int8), d (K/32 f32 scales, d = amax/127),
-// ds (K/32: d·Σq of the block, for the weight types with an offset or a minimum). One dot-product kernel
+// ds (K/32: d·Σq of the block, for the weight types with an offset or a minimum; Q6_K's kernels take K/16 sums
+// d·Σq per 16 values there, linear_quant_acts). One dot-product kernel
 // per (weight, activation) type pair, each returning Σ_k w_k·x̂_k for one row of W against one quantized
 // row of x; all share one signature so the dispatcher can keep them in a table.
 #pragma once
@@ -27,8 +28,20 @@ constexpr int64_t kQ8_KBytes = 292;  // f32 d, int8 q[256], 16 int16 sums
 //   Q5_0x4: the low nibbles of those chunks, c = 0, 1 at 8 + 32·0 + 8r + i (c = 0 low, c = 1 high nibble of
 //           byte i), c = 2, 3 at 40 + 8r + i; then the 5th bits, byte i of chunk c (8r + i) as bit c of the
 //           nibble at 72 + (8r + i) % 16, low nibble for 8r + i < 16, else the high one
+//   Q4_Kx4 (per super-block of 256 values): the 4 f16 d, the 4 f16 dmin (8 + 2r), the 64 6-bit scales and
+//           minimums (value e = 4j + r: row r's scale of sub-block j, e = 32 + 8·(j/2) + 2r + j%2: its minimum) as
+//           low 4 bits, nibble e/32 of byte 16 + e%32, and high 2 bits, bits 2·(e/16) of byte 48 + e%16; then
+//           sub-block j's values (0-15) at 64 + 64j as Q5_0x4's nibbles: chunks 0 | 1 at 8r + i, 2 | 3 at 32 + 8r + i;
+//   Q5_Kx4 (per super-block): as Q4_Kx4, each sub-block's values (0-31) 80 bytes at 64 + 80j: the nibbles, then
+//           the 5th bits as Q5_0x4's (bit c of the nibble at 64 + (8r + i) % 16, low nibble for 8r + i < 16);
+//   Q6_Kx4 (per super-block): the 4 f16 d, the int8 scales (row r's scale k at 8 + 8·(k/2) + 4·(k%2) + r), then
+//           sub-block j's values (0-63, value 32j + l of the super-block) at 72 + 96j: the low nibbles as Q4_Kx4's,
+//           the high 2 bits of chunk c's value i of row r at bits 2c of byte 64 + 8r + i.
 constexpr int64_t kQ8_0x4Bytes = 4 * kQ8_0Bytes;
 constexpr int64_t kQ5_0x4Bytes = 4 * kQ5_0Bytes;
+constexpr int64_t kQ4_Kx4Bytes = 4 * kQ4_KBytes;  // 16 + 48 + 512
+constexpr int64_t kQ5_Kx4Bytes = 4 * kQ5_KBytes;  // 16 + 48 + 640
+constexpr int64_t kQ6_Kx4Bytes = 4 * kQ6_KBytes;  // 8 + 64 + 768
 
 using QuantDotFn = float (*)(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds);
 // y[r] (r < 4) = the products of the 4 rows at w + r·rb (rb bytes apart) with one quantized row of x
@@ -59,8 +72,13 @@ using QuantDequant4Fn = void (*)(int64_t K, const uint8_t* w, float* y, int64_t 
   LOOM_QUANT_GEMM(4, q4_0) LOOM_QUANT_GEMM(4, q5_0) LOOM_QUANT_GEMM(4, q8_0) LOOM_QUANT_GEMM(4, q4_K)          \
   LOOM_QUANT_GEMM(4, q6_K) LOOM_QUANT_GEMM(8, q4_0) LOOM_QUANT_GEMM(8, q5_0) LOOM_QUANT_GEMM(8, q4_K)          \
   LOOM_QUANT_GEMM(8, q6_K) LOOM_QUANT_GEMM(4, q8_0x4) LOOM_QUANT_GEMM(4, q5_0x4) LOOM_QUANT_GEMM(8, q5_0x4) \
+  LOOM_QUANT_GEMM(4, q4_Kx4) LOOM_QUANT_GEMM(8, q4_Kx4) LOOM_QUANT_GEMM(4, q6_Kx4) LOOM_QUANT_GEMM(8, q6_Kx4) \
+  LOOM_QUANT_GEMM(4, q5_Kx4) LOOM_QUANT_GEMM(8, q5_Kx4) void dequant4_q5_Kx4(int64_t K, const uint8_t* w, float* y, \
+                                                                             int64_t ldy);                      \
   void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy);                                     \
-  void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy);
+  void dequant4_q5_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy);                                     \
+  void dequant4_q4_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy);                                     \
+  void dequant4_q6_Kx4(int64_t K, const uint8_t* w, float* y, int64_t ldy);
 
 // vec_dot4 as four single-row products, for the types without a four-row kernel (defined inside each ISA's
 // namespace: LOOM_DOT4_BY_ROWS(q5_K) defines <isa>::vec_dot4_q5_K_q8 from <isa>::vec_dot_q5_K_q8)

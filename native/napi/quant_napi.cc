@@ -2,7 +2,9 @@
 //   quantLinear(type 'Q8_0'|'Q4_K'|... (quant_type_names), w Uint8Array (N rows of blocks), N, K, x Float32Array (M, K), M)
 //     -> Float32Array (M, N): x · Wᵀ on the active ISA (the int8 path for M <= quantSmallM, else the
 //     dequantized-panel GEMM). Runs inline. packed (optional, default false): W re-laid by quant_pack first, as
-//     weight_pack keeps it (Q8_0, Q5_0), so the packed kernels run.
+//     weight_pack keeps it (Q8_0, Q5_0, Q4_K, Q6_K), so the packed kernels run. reps (optional, default 1): the
+//     product runs reps times on the weights packed once (0: only the packing; bench/quant-kernels.mts times the
+//     kernels and quant_pack so).
 //   quantizeQ4K(x Float32Array, n a multiple of 256) -> Uint8Array (n/256 · 144 bytes): llama.cpp's Q4_K
 //     quantizer (native/formats/gguf_quantize.h), bit for bit the TypeScript reference. Runs inline, as the
 //     converter that calls it.
@@ -30,11 +32,14 @@ Napi::Value QuantLinear(const Napi::CallbackInfo& info) {
   if (w.length != size_t(N) * quant_row_bytes(t, K)) throw_range(env, "quantLinear: w has the wrong byte length");
   check_len(env, x.length, size_t(M * K), "x");
   const bool packed = info.Length() > 6 && info[6].ToBoolean();
+  const int64_t reps = info.Length() > 7 && !info[7].IsUndefined() ? int_arg(info[7], "reps") : 1;
+  if (reps < 0) throw_range(env, "quantLinear: reps must not be negative");
   Napi::Float32Array y = Napi::Float32Array::New(env, size_t(M * N));
   try {
     std::vector<uint8_t> wp(packed ? w.length : 0);
     if (packed) quant_pack(t, N, K, w.data, quant_row_bytes(t, K), wp.data());
-    linear_quant(t, M, N, K, x.data, K, packed ? wp.data() : w.data, nullptr, y.Data(), N, 0.0f, packed);
+    for (int64_t r = 0; r < reps; r++)
+      linear_quant(t, M, N, K, x.data, K, packed ? wp.data() : w.data, nullptr, y.Data(), N, 0.0f, packed);
   } catch (const std::exception& e) {
     throw Napi::Error::New(env, e.what());
   }

@@ -4,8 +4,8 @@
 // gguf-py-exact dequantizer, test/formats/gguf-quants.test.ts) and multiplies in double. For M <= quantSmallM
 // the activations are quantized per 32 values to int8 (d = amax/127, q = round(x/d)), so the error is bounded
 // by Σ_k |w_k|·d_b(k)/2 (+ f32 summation); for larger M (the prefill path: dequantized panels through the f32
-// GEMM) only the f32 summation bound holds. Q8_0 and Q5_0 run twice: as the file lays them out and as weight_pack
-// keeps them (quant_pack: groups of 4 rows interleaved, with their own kernels and dequantizer).
+// GEMM) only the f32 summation bound holds. Q8_0, Q5_0, Q4_K, Q5_K and Q6_K run twice: as the file lays them out
+// and as weight_pack keeps them (quant_pack: groups of 4 rows interleaved, with their own kernels and dequantizer).
 import t from 'tap';
 import { addon } from '../../src/native/addon.ts';
 import { forEachIsa } from '../../src/native/cpu.ts';
@@ -22,7 +22,7 @@ function randomWeights(type: QType, N: number, K: number): { blocks: Uint8Array;
   return { blocks, w };
 }
 
-const PACKED = new Set<QType>(['Q8_0', 'Q5_0']);  // the types quant_pack re-lays
+const PACKED = new Set<QType>(['Q8_0', 'Q5_0', 'Q4_K', 'Q5_K', 'Q6_K']);  // the types quant_pack re-lays
 
 function check(type: QType, M: number, N: number, K: number, packed = false): { worst: number; maxErr: number } {
   const { blocks, w } = randomWeights(type, N, K);

@@ -1,6 +1,6 @@
 // Linear layers over block-quantized weights (GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K: every
-// type of llama.cpp's Q4_K_M / Q5_K_M / Q6_K / Q8_0 files), kept in memory as the file's blocks (Q8_0 and Q5_0
-// re-laid by quant_pack, below, in the same bytes).
+// type of llama.cpp's Q4_K_M / Q5_K_M / Q6_K / Q8_0 files), kept in memory as the file's blocks (Q8_0, Q5_0, Q4_K,
+// Q5_K and Q6_K re-laid by quant_pack, below, in the same bytes).
 //
 // W (N, K) is N rows of consecutive ggml blocks (e.g. Q8_0: 34 bytes per 32 values; Q4_K: 144 bytes per 256;
 // layouts in native/formats/gguf_dequant.cc). y (M, N) = beta·y + x (M, K) · Wᵀ + bias, computed two ways:
@@ -44,10 +44,11 @@ void quant_dequantize_rows(DType t, int64_t rows, int64_t K, const void* src, fl
 void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w,
                   const float* bias, float* y, int64_t ldy, float beta = 0.0f, bool packed = false);
 
-// Load-time layout (weight_pack): Q8_0 and Q5_0 rows re-laid in groups of 4, each group one sequential run of
-// blocks with the 4 rows' values interleaved as the small-M kernels read them and the 4 scales first, in the
-// file's own byte count (group n/4 at byte n·row_bytes; rows past the last full group stay as they are). The
-// file's layout makes a group four streams a row apart and costs shuffles on every pass.
+// Load-time layout (weight_pack): Q8_0, Q5_0, Q4_K, Q5_K and Q6_K rows re-laid in groups of 4, each group one
+// sequential run of blocks with the 4 rows' values interleaved as the small-M kernels read them and the 4 rows'
+// scales first (the K-quants' 6-bit scales in planes one shift and mask decodes), in the file's own byte count
+// (group n/4 at byte n·row_bytes; rows past the last full group stay as they are). The file's layout makes a group
+// four streams a row apart and costs shuffles on every pass.
 bool quant_packs(DType t);
 // N rows of K values at src (rows ldb bytes apart) → dst (N·quant_row_bytes): packed, or copied for other types.
 void quant_pack(DType t, int64_t N, int64_t K, const void* src, size_t ldb, void* dst);
