@@ -185,4 +185,19 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   });
 }
 
+void parallel_tasks(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  int nth = int(std::min<int64_t>(n, threads_get()));
+  if (nth <= 1) {
+    for (int64_t i = 0; i < n; i++) fn(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool_run(nth, [&](int, int) {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+         i = next.fetch_add(1, std::memory_order_relaxed))
+      fn(i);
+  });
+}
+
 }  // namespace loom
