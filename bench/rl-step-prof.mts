@@ -1,7 +1,7 @@
-// `node --import tsx bench/rl-step-prof.mts [dpo|grpo|gen|both] [steps]`: CPU time (process.cpuUsage) of one
-// DPO training step, one GRPO training step or one GRPO generation (sampleGroup on the serving engine with the
+// `node --import tsx bench/rl-step-prof.mts [dpo|grpo|gen|sft|both] [steps]`: CPU time (process.cpuUsage) of one
+// DPO training step, one GRPO training step, one GRPO generation (sampleGroup on the serving engine with the
 // adapter) at the rl bench's shapes (DPO: 4 pairs x (64 + 64 + 64) tokens; GRPO: 2 prompts x 8 completions,
-// 64 + 32 tokens), random SmolLM2-135M weights, LoRA r=16 on q,k,v,o, on
+// 64 + 32 tokens), or one LoRA SFT step at the train bench's (4 x 256 tokens), random SmolLM2-135M weights, LoRA r=16 on q,k,v,o, on
 // LOOM_THREADS threads (default 1: CPU time on one thread is steady on a loaded machine). Also the driver for
 // `perf record -e cpu-clock -g node --perf-basic-prof --import tsx bench/rl-step-prof.mts dpo 3`.
 import { setThreads } from '../src/native/cpu.ts';
@@ -86,5 +86,24 @@ if (which === 'gen') {
   out.gen = r;
   engine.close();
   rmSync(ad, { recursive: true, force: true });
+}
+if (which === 'sft') {
+  const B = 4, T = 256;
+  const tokens = Int32Array.from(ids(B * T));
+  const batch = {
+    tokens, labels: Int32Array.from(tokens, (_, i) => (i % T === T - 1 ? -100 : tokens[i + 1])),
+    positions: Int32Array.from(tokens, (_, i) => i % T), seqOff: Int32Array.from({ length: B + 1 }, (_, s) => s * T),
+  };
+  const r: unknown[] = [];
+  for (let it = 0; it < steps; it++) {
+    r.push(
+      await cpu(async () => {
+        graph.zeroGrad();
+        await graph.step(batch, { seed: it });
+        await graph.optimizerStep({ lr: [1e-4], weightDecay: 0, maxGradNorm: 1, step: it + 1 });
+      }),
+    );
+  }
+  out.sft = r;
 }
 console.log(JSON.stringify(out));

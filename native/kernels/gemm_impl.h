@@ -298,9 +298,9 @@ static inline UKernel<BT> ukernel_for(int mr) {
 // ---------------------------------------------------------------------------------------------
 // Per-thread packing buffers (grown on demand, kept for the thread's life)
 // ---------------------------------------------------------------------------------------------
-struct Scratch {
-  float* buf[2] = {nullptr, nullptr};
-  size_t cap[2] = {0, 0};
+struct Scratch {  // 0: A block, 1: B block, 2: a B block the pool's threads share (gemm_shared_b)
+  float* buf[3] = {nullptr, nullptr, nullptr};
+  size_t cap[3] = {0, 0, 0};
   float* get(int which, size_t n) {
     if (cap[which] < n) {
       aligned_free(buf[which]);
@@ -310,8 +310,7 @@ struct Scratch {
     return buf[which];
   }
   ~Scratch() {
-    aligned_free(buf[0]);
-    aligned_free(buf[1]);
+    for (float* b : buf) aligned_free(b);
   }
 };
 static thread_local Scratch t_scratch;
@@ -456,9 +455,72 @@ static void split_parallel(int64_t M, int64_t N, int64_t K, const F& serial) {
   });
 }
 
+// Tall C on several threads (training: M ~ 500-800 rows of a batch), one parallel region per K block: C's row
+// blocks go one at a time to whichever thread is free; each packs its A block once, and B's panels are packed
+// once into one buffer all threads read, by the first thread to need each (a thread that finds a panel being
+// packed waits the few microseconds it takes). split_parallel's column split packs all of A on every thread
+// and ties the threads to equal halves: a thread the OS preempts keeps the other waiting at the end. The tiles
+// and their K order are gemm_serial's, so C is the same to the bit.
+template <typename BS>
+static void gemm_shared_b(int64_t M, int64_t N, int64_t K, const ASrc& A, const BS& bs, float* C, int64_t ldc,
+                          const Epi& e, int nt) {
+  const int64_t kcb = ceil_div(K, ceil_div(K, KC));
+  const int64_t nmb = imax(ceil_div(M, MC), 2 * nt);
+  const int64_t mcb = round_up(ceil_div(M, nmb), MR);
+  const int64_t nblk = ceil_div(M, mcb);
+  const int64_t npan_max = ceil_div(imin(N, NC), NR);
+  std::unique_ptr<std::atomic<int>[]> state(new std::atomic<int>[size_t(npan_max)]);  // 0 to pack, 1 packing, 2 packed
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = imin(NC, N - jc), npan = ceil_div(nc, NR);
+    for (int64_t pc = 0; pc < K; pc += kcb) {
+      const int64_t kc = imin(kcb, K - pc);
+      float* bbuf = t_scratch.get(2, size_t(npan * NR * kc));  // the caller's, read by every thread
+      for (int64_t p = 0; p < npan; p++) state[size_t(p)].store(0, std::memory_order_relaxed);
+      auto panel = [&](int64_t p) -> const float* {
+        float* d = bbuf + p * kc * NR;
+        std::atomic<int>& st = state[size_t(p)];
+        int expect = 0;
+        if (st.load(std::memory_order_acquire) == 0 && st.compare_exchange_strong(expect, 1)) {
+          bs.pack(jc + p * NR, imin(NR, nc - p * NR), pc, kc, d);
+          st.store(2, std::memory_order_release);
+        } else {
+          for (int spins = 0; st.load(std::memory_order_acquire) != 2; spins++)
+            if (spins < 2048) _mm_pause();
+            else std::this_thread::yield();  // the packer was preempted
+        }
+        return d;
+      };
+      const Epi ej0{e.alpha, pc == 0 ? e.beta : 1.0f, pc == 0 ? e.bias : nullptr};
+      parallel_tasks(nblk, [&](int64_t ib) {
+        const int64_t ic = ib * mcb, mc = imin(mcb, M - ic);
+        float* ap = t_scratch.get(0, size_t(round_up(mc, MR) * kc));
+        const float* asrc = A.a + ic * A.rs + pc * A.cs;
+        if (A.round_bf16) pack_a<true>(mc, kc, asrc, A.rs, A.cs, ap);
+        else pack_a<false>(mc, kc, asrc, A.rs, A.cs, ap);
+        const RowPanels rp(mc);
+        // the first nt blocks start at different panels, so they pack different ones instead of queueing
+        const int64_t p0 = ib < nt ? ib * npan / nt : 0;
+        for (int64_t q = 0; q < npan; q++) {
+          const int64_t jr = ((q + p0) % npan) * NR, nv = imin(NR, nc - jr);
+          const float* bpanel = panel(jr / NR);
+          const Epi ej{ej0.alpha, ej0.beta, ej0.bias ? ej0.bias + jc + jr : nullptr};
+          for (int64_t p = 0; p < rp.n; p++)
+            ukernel_for<float>(int(rp.rows(p)))(kc, ap + p * kc * MR, bpanel, C + (ic + rp.start(p)) * ldc + jc + jr,
+                                                ldc, nv, ej, Prefetch{nullptr, 0});
+        }
+      });
+    }
+  }
+}
+
 template <typename BS>
 static void gemm_parallel(int64_t M, int64_t N, int64_t K, const ASrc& A, const BS& bs, float* C, int64_t ldc,
                           const Epi& e) {
+  const int nt = threads_get();
+  if constexpr (!BS::prepacked) {
+    if (nt > 1 && M >= 4 * MR * nt && ceil_div(N, NR) >= nt && double(M) * double(N) * double(K) >= 1.5e5)
+      return gemm_shared_b(M, N, K, A, bs, C, ldc, e, nt);
+  }
   split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     gemm_serial(m0, m1, n0, n1, K, A, bs, C, ldc, e);
   });

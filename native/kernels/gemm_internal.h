@@ -7,7 +7,10 @@
 // to the portable path, which can read every layout (slow but correct; only tests switch ISA
 // between packing and use).
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <thread>
 #include <vector>
 #include "loom/core.h"
 #include "loom/gemm.h"

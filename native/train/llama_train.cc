@@ -136,6 +136,157 @@ AttnParams attn_params_child(const std::vector<int64_t>& off, int64_t p, size_t 
 }
 int64_t parent_of(const std::vector<int64_t>& parent, size_t s) { return parent.empty() ? -1 : parent[s]; }
 
+// Attention of every sequence of the batch in one parallel region, one task per (sequence, kv head) (the rep =
+// Hq / Hkv query heads reading that kv head), handed out largest first: one region per layer and pass instead of
+// one per sequence, and even shares (a sequence alone has Hkv = 3 tasks for 2 threads, its backward ran 2:1).
+// A child sequence reads its parent's k/v rows and then its own, gathered into kv (2 x Tk x Nkv per child);
+// its backward writes dk/dv for those rows there, and they are added to the parent's rows afterwards, parents
+// first and children in order (the sums and their order are those of one call per sequence).
+struct SeqAttn {
+  std::vector<AttnParams> p;     // per sequence (Tq = 0: empty)
+  std::vector<int64_t> kv_off;   // per sequence: offset of its gathered k rows in kv (-1: reads k/v in place)
+  std::vector<int64_t> tasks;    // s * Hkv + kvh, largest first
+};
+
+SeqAttn seq_attn_plan(const std::vector<int64_t>& off, const std::vector<int64_t>& parent, const Config& c) {
+  const size_t S = off.size() - 1;
+  const int64_t Nkv = c.n_kv_heads * c.head_dim;
+  SeqAttn a;
+  a.p.resize(S);
+  a.kv_off.assign(S, -1);
+  int64_t kv = 0;
+  std::vector<int64_t> cost;
+  for (size_t s = 0; s < S; s++) {
+    const int64_t p = parent_of(parent, s);
+    a.p[s] = p < 0 ? attn_params(off, s, c) : attn_params_child(off, p, s, c);
+    if (a.p[s].Tq == 0) continue;
+    if (p >= 0) {
+      a.kv_off[s] = kv;
+      kv += 2 * a.p[s].Tk * Nkv;
+    }
+    for (int64_t h = 0; h < c.n_kv_heads; h++) a.tasks.push_back(int64_t(s) * c.n_kv_heads + h);
+  }
+  // causal work of a task ~ Tq x (keys seen on average)
+  auto work = [&](int64_t t) {
+    const AttnParams& p = a.p[size_t(t / c.n_kv_heads)];
+    return p.Tq * (p.q_offset + (p.Tq + 1) / 2);
+  };
+  std::stable_sort(a.tasks.begin(), a.tasks.end(), [&](int64_t x, int64_t y) { return work(x) > work(y); });
+  return a;
+}
+
+// The part of sequence s's problem that kv head h answers: its rep query heads, in place in the (R, N) rows.
+AttnParams seq_attn_head(const AttnParams& p, const Config& c) {
+  AttnParams h = p;
+  h.Hq = c.n_heads / c.n_kv_heads;
+  h.Hkv = 1;
+  h.ldq = h.ldo = c.n_heads * c.head_dim;
+  h.ldk = h.ldv = c.n_kv_heads * c.head_dim;
+  return h;
+}
+
+// out (R, Nq), lse (R·Hq: per sequence [head][row]) for every sequence of the batch
+void attention_fwd_seqs(const Config& c, const std::vector<int64_t>& off, const std::vector<int64_t>& parent,
+                        const float* q, const float* k, const float* v, float* out, float* lse, std::vector<float>& kv) {
+  const SeqAttn a = seq_attn_plan(off, parent, c);
+  const int64_t Hkv = c.n_kv_heads, Dh = c.head_dim, rep = c.n_heads / Hkv, Nq = c.n_heads * Dh, Nkv = Hkv * Dh;
+  int64_t kv_n = 0;
+  for (size_t s = 0; s < a.p.size(); s++)
+    if (a.kv_off[s] >= 0) kv_n = a.kv_off[s] + 2 * a.p[s].Tk * Nkv;
+  kv.resize(size_t(kv_n));
+  for (size_t s = 0; s < a.p.size(); s++)
+    if (a.kv_off[s] >= 0) {
+      float* kb = kv.data() + a.kv_off[s];
+      kv_gather(off, parent[s], int64_t(s), Nkv, k, v, kb, kb + a.p[s].Tk * Nkv);
+    }
+  parallel_tasks(int64_t(a.tasks.size()), [&](int64_t i) {
+    const int64_t t = a.tasks[size_t(i)], h = t % Hkv;
+    const size_t s = size_t(t / Hkv);
+    const AttnParams& p = a.p[s];
+    const int64_t r0 = off[s];
+    const float* kb = a.kv_off[s] >= 0 ? kv.data() + a.kv_off[s] : k + r0 * Nkv;
+    const float* vb = a.kv_off[s] >= 0 ? kb + p.Tk * Nkv : v + r0 * Nkv;
+    attention_fwd(seq_attn_head(p, c), q + r0 * Nq + h * rep * Dh, kb + h * Dh, vb + h * Dh,
+                  out + r0 * Nq + h * rep * Dh, lse + r0 * c.n_heads + h * rep * p.Tq);
+  });
+}
+
+// dq (R, Nq), dk and dv (R, Nkv) written for every sequence of the batch; dkv: the children's gathered rows' dk/dv
+void attention_bwd_seqs(const Config& c, const std::vector<int64_t>& off, const std::vector<int64_t>& parent,
+                        const float* q, const float* k, const float* v, const float* out, const float* lse,
+                        const float* dout, float* dq, float* dk, float* dv, std::vector<float>& kv,
+                        std::vector<float>& dkv) {
+  const SeqAttn a = seq_attn_plan(off, parent, c);
+  const int64_t Hkv = c.n_kv_heads, Dh = c.head_dim, rep = c.n_heads / Hkv, Nq = c.n_heads * Dh, Nkv = Hkv * Dh;
+  int64_t kv_n = 0;
+  for (size_t s = 0; s < a.p.size(); s++)
+    if (a.kv_off[s] >= 0) kv_n = a.kv_off[s] + 2 * a.p[s].Tk * Nkv;
+  kv.resize(size_t(kv_n));
+  dkv.resize(size_t(kv_n));
+  for (size_t s = 0; s < a.p.size(); s++)
+    if (a.kv_off[s] >= 0) {
+      float* kb = kv.data() + a.kv_off[s];
+      kv_gather(off, parent[s], int64_t(s), Nkv, k, v, kb, kb + a.p[s].Tk * Nkv);
+    }
+  parallel_tasks(int64_t(a.tasks.size()), [&](int64_t i) {
+    const int64_t t = a.tasks[size_t(i)], h = t % Hkv;
+    const size_t s = size_t(t / Hkv);
+    const AttnParams& p = a.p[s];
+    const int64_t r0 = off[s], qo = r0 * Nq + h * rep * Dh;
+    const bool child = a.kv_off[s] >= 0;
+    const float* kb = child ? kv.data() + a.kv_off[s] : k + r0 * Nkv;
+    const float* vb = child ? kb + p.Tk * Nkv : v + r0 * Nkv;
+    float* dkb = child ? dkv.data() + a.kv_off[s] : dk + r0 * Nkv;
+    float* dvb = child ? dkb + p.Tk * Nkv : dv + r0 * Nkv;
+    attention_bwd(seq_attn_head(p, c), q + qo, kb + h * Dh, vb + h * Dh, out + qo, lse + r0 * c.n_heads + h * rep * p.Tq,
+                  dout + qo, dq + qo, dkb + h * Dh, dvb + h * Dh, nullptr);
+  });
+  for (size_t s = 0; s < a.p.size(); s++) {
+    if (a.kv_off[s] < 0) continue;
+    const int64_t pr0 = off[size_t(parent[s])], Tp = a.p[s].q_offset, Ts = a.p[s].Tq, r0 = off[s];
+    const float* dkb = dkv.data() + a.kv_off[s];
+    const float* dvb = dkb + a.p[s].Tk * Nkv;
+    axpy(Tp * Nkv, 1.0f, dkb, dk + pr0 * Nkv);
+    axpy(Tp * Nkv, 1.0f, dvb, dv + pr0 * Nkv);
+    std::memcpy(dk + r0 * Nkv, dkb + Tp * Nkv, size_t(Ts * Nkv) * sizeof(float));
+    std::memcpy(dv + r0 * Nkv, dvb + Tp * Nkv, size_t(Ts * Nkv) * sizeof(float));
+  }
+}
+
+// Row-wise steps that run back to back share one parallel region (the ops called inside run inline on the
+// calling thread, row by row as they would across the pool, so the results are the same to the bit).
+constexpr int64_t kRowGrain = 16;
+
+// x += o (o may be null), kept = x (when kept), xn = rmsnorm(x)·w, rstd per row
+void residual_norm_fwd(int64_t R, int64_t D, float* x, const float* o, float* kept, const float* w, float eps,
+                       float* xn, float* rstd) {
+  parallel_for(R, kRowGrain, [&](int64_t r0, int64_t r1) {
+    const int64_t n = (r1 - r0) * D;
+    if (o) add_fwd(n, x + r0 * D, o + r0 * D, x + r0 * D);
+    if (kept) std::memcpy(kept + r0 * D, x + r0 * D, size_t(n) * sizeof(float));
+    rmsnorm_fwd(r1 - r0, D, x + r0 * D, w, eps, xn + r0 * D, rstd + r0);
+  });
+}
+
+// dx += d(rmsnorm(x)·w)/dx given dxn (the norm's weight is frozen); tmp: (R, D) scratch
+void norm_bwd_acc(int64_t R, int64_t D, const float* x, const float* w, const float* rstd, const float* dxn,
+                  float* tmp, float* dx) {
+  parallel_for(R, kRowGrain, [&](int64_t r0, int64_t r1) {
+    rmsnorm_bwd(r1 - r0, D, x + r0 * D, w, rstd + r0, dxn + r0 * D, tmp + r0 * D, nullptr);
+    axpy((r1 - r0) * D, 1.0f, tmp + r0 * D, dx + r0 * D);
+  });
+}
+
+// RoPE on q (R, Hq·Dh) and k (R, Hkv·Dh), forward or backward (the inverse rotation)
+void rope_qk(bool bwd, int64_t R, const Config& c, const int32_t* pos, const float* inv_freq, float* q, float* k) {
+  const int64_t Dh = c.head_dim, Nq = c.n_heads * Dh, Nkv = c.n_kv_heads * Dh;
+  parallel_for(R, kRowGrain, [&](int64_t r0, int64_t r1) {
+    auto f = bwd ? rope_bwd : rope_fwd;
+    f(r1 - r0, c.n_heads, Dh, Nq, pos + r0, inv_freq, q + r0 * Nq);
+    f(r1 - r0, c.n_kv_heads, Dh, Nkv, pos + r0, inv_freq, k + r0 * Nkv);
+  });
+}
+
 // y (M, N) = x·Wᵀ (+ LoRA unless base_only)
 void lin_fwd(const TLinear& l, bool base_only, int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) {
   if (!base_only || !l.has_lora()) return l.fwd(M, x, y, acts, rng);
@@ -182,61 +333,48 @@ void forward(Model& m, const FwdIn& in, Acts& a) {
   std::vector<float>& x = a.x;  // the residual stream (R, D)
   x.resize(size_t(R * D));
   embedding_fwd(R, D, in.tokens, m.embed_type, m.embed, x.data());
-  std::vector<float>&o = m.work.o, &kb = m.work.kb, &vb = m.work.vb;
+  std::vector<float>&o = m.work.o, &kb = m.work.kb;
   o.resize(size_t(R * D));
   for (int64_t l = 0; l < c.layers; l++) {
     LayerW& L = m.layers[size_t(l)];
     LayerActs& la = a.layers[in.keep ? size_t(l) : 0];
     LinActs* lacts = in.keep ? la.la : nullptr;
     auto lin = [&](int mo, const float* xi, float* y) { lin_fwd(L.lin[mo], base_only, R, xi, y, lacts ? &lacts[mo] : nullptr, rp); };
-    if (in.keep) la.x_in = x;
+    // x += the previous layer's MLP output, then the attention norm
+    if (in.keep) la.x_in.resize(size_t(R * D));
     la.rstd1.resize(static_cast<size_t>(R));
     la.xn1.resize(size_t(R * D));
-    rmsnorm_fwd(R, D, x.data(), L.attn_norm->w.data(), c.eps, la.xn1.data(), la.rstd1.data());
+    residual_norm_fwd(R, D, x.data(), l > 0 ? o.data() : nullptr, in.keep ? la.x_in.data() : nullptr,
+                      L.attn_norm->w.data(), c.eps, la.xn1.data(), la.rstd1.data());
     la.q.resize(size_t(R * Nq));
     la.k.resize(size_t(R * Nkv));
     la.v.resize(size_t(R * Nkv));
     lin(kQ, la.xn1.data(), la.q.data());
     lin(kK, la.xn1.data(), la.k.data());
     lin(kV, la.xn1.data(), la.v.data());
-    rope_fwd(R, Hq, Dh, Nq, in.positions, m.inv_freq.data(), la.q.data());
-    rope_fwd(R, Hkv, Dh, Nkv, in.positions, m.inv_freq.data(), la.k.data());
+    rope_qk(false, R, c, in.positions, m.inv_freq.data(), la.q.data(), la.k.data());
     la.attn.resize(size_t(R * Nq));
     la.lse.resize(size_t(R * Hq));
-    for (size_t s = 0; s < S; s++) {
-      int64_t r0 = in.seq_off[s];
-      if (in.seq_off[s + 1] == r0) continue;
-      const int64_t p = parent_of(in.seq_parent, s);
-      if (p < 0) {
-        attention_fwd(attn_params(in.seq_off, s, c), la.q.data() + r0 * Nq, la.k.data() + r0 * Nkv,
-                      la.v.data() + r0 * Nkv, la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq);
-        continue;
-      }
-      const AttnParams ap = attn_params_child(in.seq_off, p, s, c);
-      kb.resize(size_t(ap.Tk * Nkv));
-      vb.resize(size_t(ap.Tk * Nkv));
-      kv_gather(in.seq_off, p, int64_t(s), Nkv, la.k.data(), la.v.data(), kb.data(), vb.data());
-      attention_fwd(ap, la.q.data() + r0 * Nq, kb.data(), vb.data(), la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq);
-    }
+    attention_fwd_seqs(c, in.seq_off, in.seq_parent, la.q.data(), la.k.data(), la.v.data(), la.attn.data(),
+                       la.lse.data(), kb);
     // x1 = x + attn·Woᵀ
     lin(kO, la.attn.data(), o.data());
-    add_fwd(R * D, x.data(), o.data(), x.data());
-    if (in.keep) la.x1 = x;
+    if (in.keep) la.x1.resize(size_t(R * D));
     la.rstd2.resize(static_cast<size_t>(R));
     la.xn2.resize(size_t(R * D));
-    rmsnorm_fwd(R, D, x.data(), L.mlp_norm->w.data(), c.eps, la.xn2.data(), la.rstd2.data());
+    residual_norm_fwd(R, D, x.data(), o.data(), in.keep ? la.x1.data() : nullptr, L.mlp_norm->w.data(), c.eps,
+                      la.xn2.data(), la.rstd2.data());
     la.g.resize(size_t(R * F));
     la.u.resize(size_t(R * F));
     la.act.resize(size_t(R * F));
     lin(kGate, la.xn2.data(), la.g.data());
     lin(kUp, la.xn2.data(), la.u.data());
     swiglu_fwd(R * F, la.g.data(), la.u.data(), la.act.data());
-    lin(kDown, la.act.data(), o.data());
-    add_fwd(R * D, x.data(), o.data(), x.data());
+    lin(kDown, la.act.data(), o.data());  // added to x by the next norm
   }
   a.rstdf.resize(static_cast<size_t>(R));
   a.xnf.resize(size_t(R * D));
-  rmsnorm_fwd(R, D, x.data(), m.norm->w.data(), c.eps, a.xnf.data(), a.rstdf.data());
+  residual_norm_fwd(R, D, x.data(), o.data(), nullptr, m.norm->w.data(), c.eps, a.xnf.data(), a.rstdf.data());
   // lm_head over the rows a loss reads (label >= 0; every row with all_logits): a prompt row's logits
   // (V = 49,152 columns for SmolLM2) would cost as much as a layer and be thrown away.
   a.head_rows.clear();
@@ -281,7 +419,6 @@ void backward(Model& m, Acts& a, const float* dlogits) {
                 Nq = Hq * Dh, Nkv = Hkv * Dh;
   if (!a.kept || a.layers.size() != size_t(c.layers))
     throw std::logic_error("llama train: backward needs a forward that kept its activations");
-  const size_t S = a.seq_off.size() - 1;
   Work& w = m.work;
   auto sized = [](std::vector<float>& v, int64_t n) -> std::vector<float>& {
     v.resize(size_t(n));  // reused between calls: contents are stale until written
@@ -302,58 +439,31 @@ void backward(Model& m, Acts& a, const float* dlogits) {
   rmsnorm_bwd(R, D, a.x.data(), m.norm->w.data(), a.rstdf.data(), dxn.data(), dx.data(), nullptr);
   std::vector<float>&dact = sized(w.dact, R * F), &dg = sized(w.dg, R * F), &du = sized(w.du, R * F),
                      &dattn = sized(w.dattn, R * Nq), &dq = sized(w.dq, R * Nq), &dk = sized(w.dk, R * Nkv),
-                     &dv = sized(w.dv, R * Nkv), &dtmp = sized(w.dtmp, R * D), &kb = w.kb, &vb = w.vb, &dkb = w.dkb,
-                     &dvb = w.dvb;
+                     &dv = sized(w.dv, R * Nkv), &dtmp = sized(w.dtmp, R * D), &kb = w.kb, &dkb = w.dkb;
   const int32_t* positions = a.positions.data();
   for (int64_t l = c.layers - 1; l >= 0; l--) {
     LayerW& L = m.layers[size_t(l)];
     LayerActs& la = a.layers[size_t(l)];
     // MLP: dx holds d(x'); x' = x1 + down(swiglu(gate(xn2), up(xn2)))
     L.lin[kDown].bwd(R, la.act.data(), dx.data(), dact.data(), &la.la[kDown], false);
-    std::fill(dg.begin(), dg.end(), 0.0f);
-    std::fill(du.begin(), du.end(), 0.0f);
     swiglu_bwd(R * F, la.g.data(), la.u.data(), dact.data(), dg.data(), du.data());
     L.lin[kGate].bwd(R, la.xn2.data(), dg.data(), dxn.data(), &la.la[kGate], false);
     L.lin[kUp].bwd(R, la.xn2.data(), du.data(), dxn.data(), &la.la[kUp], true);
-    rmsnorm_bwd(R, D, la.x1.data(), L.mlp_norm->w.data(), la.rstd2.data(), dxn.data(), dtmp.data(), nullptr);
-    axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x1)
+    norm_bwd_acc(R, D, la.x1.data(), L.mlp_norm->w.data(), la.rstd2.data(), dxn.data(), dtmp.data(), dx.data());
+    // dx = d(x1)
     // attention block: x1 = x_in + o(attn)
     L.lin[kO].bwd(R, la.attn.data(), dx.data(), dattn.data(), &la.la[kO], false);
-    // parents come before their children: a parent's dk/dv rows are written, then its children add to them
-    for (size_t s = 0; s < S; s++) {
-      int64_t r0 = a.seq_off[s];
-      if (a.seq_off[s + 1] == r0) continue;
-      const int64_t p = parent_of(a.seq_parent, s);
-      if (p < 0) {
-        attention_bwd(attn_params(a.seq_off, s, c), la.q.data() + r0 * Nq, la.k.data() + r0 * Nkv,
-                      la.v.data() + r0 * Nkv, la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq,
-                      dattn.data() + r0 * Nq, dq.data() + r0 * Nq, dk.data() + r0 * Nkv, dv.data() + r0 * Nkv, nullptr);
-        continue;
-      }
-      const AttnParams ap = attn_params_child(a.seq_off, p, s, c);
-      const int64_t pr0 = a.seq_off[size_t(p)], Tp = ap.q_offset, Ts = ap.Tq;
-      kb.resize(size_t(ap.Tk * Nkv));
-      vb.resize(size_t(ap.Tk * Nkv));
-      dkb.resize(size_t(ap.Tk * Nkv));
-      dvb.resize(size_t(ap.Tk * Nkv));
-      kv_gather(a.seq_off, p, int64_t(s), Nkv, la.k.data(), la.v.data(), kb.data(), vb.data());
-      attention_bwd(ap, la.q.data() + r0 * Nq, kb.data(), vb.data(), la.attn.data() + r0 * Nq, la.lse.data() + r0 * Hq,
-                    dattn.data() + r0 * Nq, dq.data() + r0 * Nq, dkb.data(), dvb.data(), nullptr);
-      axpy(Tp * Nkv, 1.0f, dkb.data(), dk.data() + pr0 * Nkv);
-      axpy(Tp * Nkv, 1.0f, dvb.data(), dv.data() + pr0 * Nkv);
-      std::memcpy(dk.data() + r0 * Nkv, dkb.data() + Tp * Nkv, size_t(Ts * Nkv) * sizeof(float));
-      std::memcpy(dv.data() + r0 * Nkv, dvb.data() + Tp * Nkv, size_t(Ts * Nkv) * sizeof(float));
-    }
-    rope_bwd(R, Hq, Dh, Nq, positions, m.inv_freq.data(), dq.data());
-    rope_bwd(R, Hkv, Dh, Nkv, positions, m.inv_freq.data(), dk.data());
+    attention_bwd_seqs(c, a.seq_off, a.seq_parent, la.q.data(), la.k.data(), la.v.data(), la.attn.data(),
+                       la.lse.data(), dattn.data(), dq.data(), dk.data(), dv.data(), kb, dkb);
+    rope_qk(true, R, c, positions, m.inv_freq.data(), dq.data(), dk.data());
     // layer 0's input is the frozen embedding's output: its gradient is never used (LoRA grads only)
     float* dxq = l > 0 ? dxn.data() : nullptr;
     L.lin[kQ].bwd(R, la.xn1.data(), dq.data(), dxq, &la.la[kQ], false);
     L.lin[kK].bwd(R, la.xn1.data(), dk.data(), dxq, &la.la[kK], true);
     L.lin[kV].bwd(R, la.xn1.data(), dv.data(), dxq, &la.la[kV], true);
     if (l == 0) break;
-    rmsnorm_bwd(R, D, la.x_in.data(), L.attn_norm->w.data(), la.rstd1.data(), dxn.data(), dtmp.data(), nullptr);
-    axpy(R * D, 1.0f, dtmp.data(), dx.data());  // dx = d(x_in)
+    norm_bwd_acc(R, D, la.x_in.data(), L.attn_norm->w.data(), la.rstd1.data(), dxn.data(), dtmp.data(), dx.data());
+    // dx = d(x_in)
   }
   a.kept = false;  // used up; the buffers stay for the next forward
 }

@@ -41,8 +41,8 @@ struct Acts;
 // touches hundreds of MB of activations, and fresh allocations of that size are page faults and zero
 // fills (about a tenth of a GRPO step's CPU time) that the next step would pay again.
 struct Work {
-  std::vector<float> o, kb, vb, xh;                                         // forward
-  std::vector<float> dxn, dx, dact, dg, du, dattn, dq, dk, dv, dtmp, dkb, dvb, dxh, dlogits;  // backward
+  std::vector<float> o, kb, xh;  // forward (kb: the child sequences' gathered k/v rows, backward too)
+  std::vector<float> dxn, dx, dact, dg, du, dattn, dq, dk, dv, dtmp, dkb, dxh, dlogits;  // backward
 };
 
 struct Model {

@@ -389,6 +389,37 @@ t.test('1 and 2 threads give the same results; async calls resolve', async (t) =
   }
 });
 
+t.test('a tall product split over 2 or 3 threads gives the bits of 1 thread', async (t) => {
+  // the training shapes' path (B packed once and shared, row blocks handed out): N past one NC block with
+  // bf16 weights and a bias; K past two AVX2 K blocks with A transposed (dW = dyᵀ·x), alpha and beta
+  const prev = getThreads();
+  try {
+    await forEachIsa(async (isa) => {
+      for (const [M, N, K] of [[150, 4100, 9], [97, 70, 1300]] as const) {
+        const x = randArray(M * K), bias = randArray(N);
+        const wb = Uint16Array.from(randArray(N * K), toBf16);
+        const At = randArray(K * M), B = randArray(K * N), C0 = randArray(M * N);
+        const runs = [1, 2, 3].map((th) => {
+          setThreads(th);
+          const C = C0.slice();
+          sgemmSync({ ta: true, M, N, K, alpha: 0.5, A: At, B, beta: 0.25, C });
+          return { y: linearSync({ M, N, K, x, w: wb, bias }), C };
+        });
+        const r = refLinear(M, N, K, x, K, (n, k) => fromBf16(wb[n * K + k]), bias, null, N, 0);
+        check(t, `${isa} ${M}x${N}x${K} bf16 linear, 1 thread`, M, N, K, runs[0].y, N, r.ref, r.mag);
+        const r2 = refSgemm(true, false, M, N, K, 0.5, At, M, B, N, 0.25, C0, N);
+        check(t, `${isa} ${M}x${N}x${K} sgemm ta, 1 thread`, M, N, K, runs[0].C, N, r2.ref, r2.mag);
+        for (const i of [1, 2]) {
+          t.same(runs[i].y, runs[0].y, `${isa} ${M}x${N}x${K} linear: ${i + 1} threads = 1 thread`);
+          t.same(runs[i].C, runs[0].C, `${isa} ${M}x${N}x${K} sgemm ta: ${i + 1} threads = 1 thread`);
+        }
+      }
+    });
+  } finally {
+    setThreads(prev);
+  }
+});
+
 t.test('bad shapes and types get clear errors', async (t) => {
   const x = new Float32Array(6), w = new Float32Array(6);
   const base: LinearArgs = { M: 2, N: 2, K: 3, x, w };

@@ -49,6 +49,10 @@ void threads_set(int n);  // n >= 1; resizes the pool
 void pool_run(int nth, const std::function<void(int tid, int nth)>& fn);
 // Splits [0, n) into contiguous chunks of at least `grain` items across the pool.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
+// Runs fn(i) for i in [0, n), each index once, handed out one at a time to whichever thread is free
+// (a shared counter): uneven tasks, or a thread the OS preempts, leave no share waiting on another.
+// Order the tasks largest first. Kernels fn calls run inline (see pool_run).
+void parallel_tasks(int64_t n, const std::function<void(int64_t i)>& fn);
 
 // ---------------------------------------------------------------------------------------------
 // Numeric helpers
