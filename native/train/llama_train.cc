@@ -185,11 +185,10 @@ AttnParams seq_attn_head(const AttnParams& p, const Config& c) {
   return h;
 }
 
-// out (R, Nq), lse (R·Hq: per sequence [head][row]) for every sequence of the batch
-void attention_fwd_seqs(const Config& c, const std::vector<int64_t>& off, const std::vector<int64_t>& parent,
-                        const float* q, const float* k, const float* v, float* out, float* lse, std::vector<float>& kv) {
-  const SeqAttn a = seq_attn_plan(off, parent, c);
-  const int64_t Hkv = c.n_kv_heads, Dh = c.head_dim, rep = c.n_heads / Hkv, Nq = c.n_heads * Dh, Nkv = Hkv * Dh;
+// kv: every child sequence's gathered k and v rows (its parent's prefix, then its own), at a.kv_off[s]; returns
+// kv's length
+size_t kv_gather_seqs(const SeqAttn& a, const std::vector<int64_t>& off, const std::vector<int64_t>& parent,
+                      int64_t Nkv, const float* k, const float* v, std::vector<float>& kv) {
   int64_t kv_n = 0;
   for (size_t s = 0; s < a.p.size(); s++)
     if (a.kv_off[s] >= 0) kv_n = a.kv_off[s] + 2 * a.p[s].Tk * Nkv;
@@ -199,6 +198,15 @@ void attention_fwd_seqs(const Config& c, const std::vector<int64_t>& off, const 
       float* kb = kv.data() + a.kv_off[s];
       kv_gather(off, parent[s], int64_t(s), Nkv, k, v, kb, kb + a.p[s].Tk * Nkv);
     }
+  return size_t(kv_n);
+}
+
+// out (R, Nq), lse (R·Hq: per sequence [head][row]) for every sequence of the batch
+void attention_fwd_seqs(const Config& c, const std::vector<int64_t>& off, const std::vector<int64_t>& parent,
+                        const float* q, const float* k, const float* v, float* out, float* lse, std::vector<float>& kv) {
+  const SeqAttn a = seq_attn_plan(off, parent, c);
+  const int64_t Hkv = c.n_kv_heads, Dh = c.head_dim, rep = c.n_heads / Hkv, Nq = c.n_heads * Dh, Nkv = Hkv * Dh;
+  kv_gather_seqs(a, off, parent, Nkv, k, v, kv);
   parallel_tasks(int64_t(a.tasks.size()), [&](int64_t i) {
     const int64_t t = a.tasks[size_t(i)], h = t % Hkv;
     const size_t s = size_t(t / Hkv);
@@ -218,16 +226,7 @@ void attention_bwd_seqs(const Config& c, const std::vector<int64_t>& off, const 
                         std::vector<float>& dkv) {
   const SeqAttn a = seq_attn_plan(off, parent, c);
   const int64_t Hkv = c.n_kv_heads, Dh = c.head_dim, rep = c.n_heads / Hkv, Nq = c.n_heads * Dh, Nkv = Hkv * Dh;
-  int64_t kv_n = 0;
-  for (size_t s = 0; s < a.p.size(); s++)
-    if (a.kv_off[s] >= 0) kv_n = a.kv_off[s] + 2 * a.p[s].Tk * Nkv;
-  kv.resize(size_t(kv_n));
-  dkv.resize(size_t(kv_n));
-  for (size_t s = 0; s < a.p.size(); s++)
-    if (a.kv_off[s] >= 0) {
-      float* kb = kv.data() + a.kv_off[s];
-      kv_gather(off, parent[s], int64_t(s), Nkv, k, v, kb, kb + a.p[s].Tk * Nkv);
-    }
+  dkv.resize(kv_gather_seqs(a, off, parent, Nkv, k, v, kv));
   parallel_tasks(int64_t(a.tasks.size()), [&](int64_t i) {
     const int64_t t = a.tasks[size_t(i)], h = t % Hkv;
     const size_t s = size_t(t / Hkv);
