@@ -245,7 +245,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   log(hooks, 'info', `loaded ${config.base_model}: ${L.params.length} tensors, ${L.params.filter((p) => p.trainable).reduce((a, p) => a + p.shape.reduce((x, y) => x * y, 1), 0)} trainable parameters (${type})`);
   const maxWords = positiveInt(config.max_words, 'max_words', 256);
   const negK = positiveInt(config.negative_labels, 'negative_labels', DEFAULT_NEGATIVE_LABELS, 0);
-  const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, { uniform: () => 0 });
+  const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, FIRST_DRAW);
   const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', DEFAULT_FULL_LABEL_RATIO, true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
   const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures);
@@ -340,6 +340,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   });
 }
 
+/** a sampler draw that takes the first candidates: the sampled prompt's size without randomness */
+const FIRST_DRAW = { uniform: () => 0 };
+
 /**
  * The classifier's output bias is moved so that its mean logit over the first classification examples' labels is
  * logit(p), p the share of positive labels in them, and returns the shift (null without classification examples).
@@ -357,17 +360,17 @@ async function classifierPriorShift(
     && !e.schema.relations.length && !e.schema.structures.length).slice(0, 8);
   let pos = 0;
   let all = 0;
-  // labels per prompt as training asks them: every label in `fullRatio` of the steps, else the true ones and
-  // `negK` sampled negatives (all labels where negK is 0 or covers them)
+  // labels per prompt as training asks them: every label in `fullRatio` of the steps, else the prompt the
+  // sampler gives (true labels and negK negatives per task; every label where negK is 0 or covers them)
   let asked = 0;
   let zsum = 0;
+  const labelCount = (e: EncoderExample) => e.schema.classifications.reduce((n, c) => n + c.labels.length, 0);
   for (const ex of probe) {
     const f = await feat(ex);
     const M = f.segs.reduce((n, s) => n + s.M, 0);
-    const P = f.segs.reduce((n, s) => n + (s.clsY?.reduce((a, b) => a + b, 0) ?? 0), 0);
-    pos += P;
+    pos += f.segs.reduce((n, s) => n + (s.clsY?.reduce((a, b) => a + b, 0) ?? 0), 0);
     all += M;
-    asked += fullRatio * M + (1 - fullRatio) * (negK > 0 ? Math.min(M, P + negK * f.segs.length) : M);
+    asked += fullRatio * M + (1 - fullRatio) * (negK > 0 ? labelCount(sampleNegativeLabels(ex, negK, FIRST_DRAW)) : M);
     const none = { f: f.f, segs: f.segs.map((s) => ({ ...s, clsY: s.clsY && new Float32Array(s.M) })) };
     const loss = (await L.graph.step(collate([none]), { backward: false, dropNeg: false })).loss;
     zsum += Math.log(Math.expm1(loss / M)) * M; // softplus⁻¹ of the mean per-label loss
