@@ -17,40 +17,62 @@ export type { Logger };
 
 /**
  * The access log: one line per request, `{"level":30,"time":…,"service":"loom","method","route",
- * "status","ms"[,"team_id","key_id"],"msg":"request"}` — the line pino writes for
- * `log.info({...}, 'request')`, into the logger's own destination. The fields are fixed (a route
- * pattern, numbers, ids), so the line is built from its pieces instead of going through pino's
- * generic serializer and redaction, which cost about as much as the rest of a GET /health. Each line's
- * bytes go straight into one batch buffer in three copies: the route's line start up to its status
- * (encoded once a millisecond per route, with the time), `,"ms":` and the caller's ids with the line's
- * end (encoded once per key), the numbers written as digits between them, so a line allocates nothing
- * else. (Built as strings, each batch was a rope of thousands of small strings scattered through the
- * young heap, which the destination flattened at 0.8 us of server CPU per
- * line under load.) Lines are written in batches, at most FLUSH_MS apart or FLUSH_BYTES long (a write
- * per request cost as much again; pino's asynchronous sonic-boom costs some 30-60 us of CPU per
- * write, little more for 64 KiB than for 16 KiB); `flush()` writes what is pending (the server calls
- * it when it closes), so only a crash can lose the last FLUSH_MS of access lines. Other log lines
+ * "status","ms"[,"team_id","key_id"],"msg":"request"}` — the line pino writes for `log.info({...}, 'request')`,
+ * into the logger's own destination. The fields are fixed (a route pattern, numbers, ids), so the line is built
+ * from its pieces instead of going through pino's generic serializer and redaction, which cost about as much as the
+ * rest of a GET /health. Each line's bytes go straight into one batch buffer in three copies: the route's line
+ * start up to its status (encoded once a millisecond per route, with the time), `,"ms":` and the caller's ids with
+ * the line's end (encoded once per key), the numbers written as digits between them, so a line allocates nothing
+ * else. (Built as strings, each batch was a rope of thousands of small strings scattered through the young heap,
+ * which the destination flattened at 0.8 us of server CPU per line under load.) Lines are written in batches, at
+ * most FLUSH_MS apart or FLUSH_BYTES long (a write per request cost as much again; pino's asynchronous sonic-boom
+ * costs some 30-60 us of CPU per write, little more for 64 KiB than for 16 KiB); `flush()` writes what is pending
+ * (the server calls it when it closes), so only a crash can lose the last FLUSH_MS of access lines. Other log lines
  * are pino's, written at once.
  */
 const FLUSH_MS = 25;
 const FLUSH_BYTES = 64 * 1024;
 
+/** a non-negative integer's decimal digits, written at buf[off]; returns the offset after them */
+function writeUint(buf: Uint8Array, off: number, n: number): number {
+  const start = off;
+  do {
+    const q = Math.floor(n / 10);
+    buf[off++] = 48 + n - q * 10;
+    n = q;
+  } while (n > 0);
+  for (let a = start, b = off - 1; a < b; a++, b--) { const c = buf[a]!; buf[a] = buf[b]!; buf[b] = c; }
+  return off;
+}
+
 /**
- * `hundredths / 100` as JSON.stringify writes that number (1.74, 1.7, 2, 0.05) without converting a
- * double to a string (V8's slow path): integers only
+ * `hundredths / 100` as JSON.stringify writes that number (1.74, 1.7, 2, 0.05), written at buf[off] without
+ * converting a double to a string (V8's slow path): integers only. Returns the offset after it.
  */
-export function hundredthsJson(hundredths: number): string {
+function writeHundredths(buf: Uint8Array, off: number, hundredths: number): number {
   const int = Math.floor(hundredths / 100);
   const frac = hundredths - int * 100;
-  if (frac === 0) return `${int}`;
-  if (frac % 10 === 0) return `${int}.${frac / 10}`;
-  return frac < 10 ? `${int}.0${frac}` : `${int}.${frac}`;
+  off = writeUint(buf, off, int);
+  if (frac === 0) return off;
+  buf[off++] = 46; // '.'
+  const tens = Math.floor(frac / 10);
+  buf[off++] = 48 + tens;
+  if (frac !== tens * 10) buf[off++] = 48 + frac - tens * 10;
+  return off;
+}
+
+const scratch = Buffer.allocUnsafe(32);
+/** `hundredths / 100` as JSON.stringify writes it: the access log's duration as text */
+export function hundredthsJson(hundredths: number): string {
+  return scratch.toString('latin1', 0, writeHundredths(scratch, 0, hundredths));
 }
 
 const utf8 = (s: string): Uint8Array => Buffer.from(s, 'utf8');
 const MS_KEY = utf8(',"ms":');
 const LINE_END = ',"msg":"request"}\n';
-const NO_IDS = utf8(LINE_END);
+const NOTHING = new Uint8Array(0);
+/** the end of a line without ids */
+const END_NO_IDS = utf8(LINE_END);
 
 /**
  * A route's constant access-log fields (`,"method":…,"route":…`) and, encoded once per millisecond, the
@@ -67,8 +89,8 @@ export function createAccessLog(log: Logger) {
   let timer: NodeJS.Timeout | null = null;
   let lastTeam: string | null | undefined;
   let lastKey: string | null | undefined;
-  // the ids' JSON and the line's end, kept for the next line of the same key (most lines repeat the last one)
-  let lastTail: Uint8Array = NO_IDS;
+  // the ids' JSON and the line's end, kept for the next line of the same key (most lines repeat it)
+  let lastTail: Uint8Array = END_NO_IDS;
   function flush(): void {
     if (timer) { clearTimeout(timer); timer = null; }
     if (off === 0) return;
@@ -81,25 +103,15 @@ export function createAccessLog(log: Logger) {
     buf.set(b, off);
     off += b.length;
   }
-  /** a non-negative integer's decimal digits */
-  function putUint(n: number): void {
-    const start = off;
-    do {
-      const q = Math.floor(n / 10);
-      buf[off++] = 48 + n - q * 10;
-      n = q;
-    } while (n > 0);
-    for (let a = start, b = off - 1; a < b; a++, b--) { const c = buf[a]!; buf[a] = buf[b]!; buf[b] = c; }
-  }
   return {
     flush,
     /** the constant part of a route's lines */
     routeFields: (method: string, route: string): AccessFields =>
-      ({ text: `,"method":${JSON.stringify(method)},"route":${JSON.stringify(route)}`, time: -1, prefix: NO_IDS }),
+      ({ text: `,"method":${JSON.stringify(method)},"route":${JSON.stringify(route)}`, time: -1, prefix: NOTHING }),
     /** one request's line; `ms100`: its duration in hundredths of a millisecond (a non-negative integer) */
     line(fields: AccessFields, status: number, ms100: number, teamId?: string | null, keyId?: string | null): void {
       if (!log.isLevelEnabled('info')) return;
-      let tail = NO_IDS;
+      let tail = END_NO_IDS;
       if (teamId || keyId) {
         if (teamId !== lastTeam || keyId !== lastKey) {
           lastTeam = teamId;
@@ -122,18 +134,9 @@ export function createAccessLog(log: Logger) {
         return;
       }
       put(prefix);
-      putUint(status);
+      off = writeUint(buf, off, status);
       put(MS_KEY);
-      // hundredths / 100 as JSON.stringify writes it: 1.74, 1.7, 2, 0.05
-      const int = Math.floor(ms100 / 100);
-      const frac = ms100 - int * 100;
-      putUint(int);
-      if (frac !== 0) {
-        buf[off++] = 46; // '.'
-        const tens = Math.floor(frac / 10);
-        buf[off++] = 48 + tens;
-        if (frac !== tens * 10) buf[off++] = 48 + frac - tens * 10;
-      }
+      off = writeHundredths(buf, off, ms100);
       put(tail);
       if (off >= FLUSH_BYTES) flush();
       else if (timer === null) { timer = setTimeout(flush, FLUSH_MS); timer.unref(); }
