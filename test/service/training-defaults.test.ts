@@ -5,14 +5,10 @@
 import t from 'tap';
 import { call, makeUser, startServer } from './helpers.ts';
 import { nerLine, uploadDataset } from './customization-helpers.ts';
-import { DEFAULT_RATE_LIMITS } from '../../src/service/config.ts';
+import { OPEN_RATE_LIMITS } from '../reliability/helpers.ts';
 
 // more job creations than the spec's 20 a minute: this file checks configurations, not limits
-const rateLimits = {
-  ...DEFAULT_RATE_LIMITS,
-  endpoints: DEFAULT_RATE_LIMITS.endpoints.map((e) => (e.group === 'training' ? { ...e, points: 1000 } : e)),
-};
-const ts = await startServer({ config: { trainingConcurrency: 0, rateLimits } });
+const ts = await startServer({ config: { trainingConcurrency: 0, rateLimits: OPEN_RATE_LIMITS } });
 t.teardown(() => ts.close());
 const u = await makeUser(ts, { credits: 100 });
 const NER = [
