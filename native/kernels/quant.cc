@@ -684,10 +684,13 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   linear_quant_acts(t, N, a, w, bias, y, ldy, beta, packed);
 }
 
-// From how many rows of x the packed Q8_0 products take the rows-in-lanes kernel (AVX-512 VNNI): a 16-lane vector
-// of rows half empty still beats 4 rows of W in the lanes from 6 rows (9728 x 896, 1 thread, GMAC per CPU-second,
-// lanes / 4-row kernel: M = 4 79 / 94, 5 100 / 95, 6 119 / 97, 8 157 / 100, 16 298 / 104, 32 335 / 108)
-constexpr int64_t kLanesMinM = 6;
+// From how many rows of x the packed products of type t take the rows-in-lanes kernels (AVX-512 VNNI; 0: never):
+// a 16-lane vector of rows half empty still beats 4 rows of W in the lanes from 6 rows for Q8_0, from 8 for Q5_0
+// (whose blocks are unpacked per tile first). 9728 x 896, 1 thread, GMAC per CPU-second, lanes / 4-row kernels:
+// Q8_0 M = 4 79 / 94, 5 100 / 95, 6 119 / 97, 8 157 / 100, 16 298 / 104, 32 335 / 108; Q5_0 M = 6 100 / 115,
+// 8 131 / 124, 16 249-253 / 138, 32 290-315 / 146.
+constexpr int64_t kLanesMinM = 6;  // the least of lanes_min_m: quant_acts lays the lanes out from here
+static int64_t lanes_min_m(DType t) { return t == DType::Q8_0 ? kLanesMinM : t == DType::Q5_0 ? 8 : 0; }
 
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
   if (M < 0 || M > kQuantSmallM || K <= 0 || K % kQ8Block != 0)
@@ -730,8 +733,8 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
   const QuantGemm4Fn gemm8 = packed ? e.packed8[isa] : M > 1 ? e.gemm8[isa] : nullptr;
   const size_t rs = packed ? 4 * rb : rb;
   const int64_t nb = K / kQ8Block;
-  // packed Q8_0 against 2+ rows of x on AVX-512 VNNI: the rows of x in lanes (quant_acts)
-  const bool lanes = packed && t == DType::Q8_0 && isa == 2 && !a.xt.empty();
+  // packed Q8_0 / Q5_0 against enough rows of x on AVX-512 VNNI: the rows of x in lanes (quant_acts)
+  const bool lanes = packed && isa == 2 && lanes_min_m(t) && M >= lanes_min_m(t) && !a.xt.empty();
   const int8_t* qp = a.q.data();
   const float* dp = a.d.data();
   const float* dsp = a.ds.data();
@@ -766,7 +769,7 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
       const int64_t c1 = std::min(n1, c0 + kChunk);
       int64_t n = c0;
       if (lanes && n + 4 <= c1) {
-        avx512::gemm_q8_0x4_lanes(K, wb + size_t(n) * rb, rs, (c1 - n) / 4, M, a.xt.data(), a.dt.data(), v, kChunk);
+        avx512::gemm_lanes(t, K, wb + size_t(n) * rb, rs, (c1 - n) / 4, M, a.xt.data(), a.dt.data(), v, kChunk);
         n += (c1 - n) / 4 * 4;
       }
       for (; gemm8 && n + 8 <= c1; n += 8) gemm8(K, wb + size_t(n) * rb, rs, M, qp, dp, dsp, v + (n - c0), kChunk);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <vector>
 #include "quant_internal.h"
 #include "../formats/gguf_dequant.h"
 
@@ -45,31 +46,46 @@ void quant_acts_lanes(int64_t M, int64_t K, const int8_t* q, const float* d, uin
     for (int64_t m = 0; m < Mp; m++) dt[b * Mp + m] = m < M ? d[m * nb + b] : 0.0f;
 }
 
-// 4·G rows of W (G packed groups, rs bytes apart) × 16·V rows of x (the lanes at xt, dt): out[n·16V + m]
-template <int G, int V>
-static inline void tile_q8_0x4_lanes(int64_t nb, const uint8_t* w, size_t rs, int64_t Mp, const uint8_t* xt,
-                                     const float* dt, float* out) {
+// A block of 4 rows of W as the lanes kernels read it when the stored type is not Q8_0 (unpacked once per tile):
+// the 4 rows' 32 values as s8 in Q8_0x4's chunk order (values 8c..8c+7 of row r at 32c + 8r) and their scales
+struct alignas(32) LaneBlock {
+  int8_t v[128];
+  float d[4];
+  float pad[4];
+};
+
+// 4·G rows of W × 16·V rows of x (the lanes at xt, dt): out[n·16V + m]. W: G packed Q8_0 groups at w (rs bytes
+// apart), or with kScratch the unpacked blocks at sc (block b of group g at sc[b·G + g])
+template <int G, int V, bool kScratch>
+static inline void tile_lanes(int64_t nb, const uint8_t* w, size_t rs, const LaneBlock* sc, int64_t Mp,
+                              const uint8_t* xt, const float* dt, float* out) {
   constexpr int R = 4 * G;
   const __m512i ones = _mm512_set1_epi8(1);
   __m512 acc[V][R];
   for (int v = 0; v < V; v++)
     for (int n = 0; n < R; n++) acc[v][n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    // per row n of the tile: 128·Σ of its 32 weights (lanes 2r, 2r + 1 of each 256-bit half hold row r's sums of 4)
-    // and its scale
+    // the values of group g in this block, and per row n of the tile 128·Σ of its 32 weights (lanes 2r, 2r + 1 of
+    // each 256-bit half hold row r's sums of 4) and its scale
+    const int8_t* vals[G];
     alignas(64) int32_t corr[G][8];
     alignas(64) float dw[R];
     for (int g = 0; g < G; g++) {
-      const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + 128), _MM_HINT_T0);
-      __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(wb + 8));
-      s = _mm512_dpbusd_epi32(s, ones, _mm512_loadu_si512(wb + 72));
+      if (kScratch) {
+        const LaneBlock& lb = sc[b * G + g];
+        vals[g] = lb.v;
+        _mm_store_ps(dw + 4 * g, _mm_load_ps(lb.d));
+      } else {
+        const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
+        for (int o = 0; o < 192; o += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + o), _MM_HINT_T0);
+        vals[g] = reinterpret_cast<const int8_t*>(wb + 8);
+        _mm_store_ps(dw + 4 * g, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+      }
+      __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(vals[g]));
+      s = _mm512_dpbusd_epi32(s, ones, _mm512_loadu_si512(vals[g] + 64));
       __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
       h = _mm256_add_epi32(h, _mm256_shuffle_epi32(h, 0xB1));  // row r's sum in lanes 2r and 2r + 1
       _mm256_store_si256(reinterpret_cast<__m256i*>(corr[g]), _mm256_slli_epi32(h, 7));
-      _mm_store_ps(dw + 4 * g, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
     }
     __m512i p[V][R];
     for (int v = 0; v < V; v++)
@@ -80,7 +96,7 @@ static inline void tile_q8_0x4_lanes(int64_t nb, const uint8_t* w, size_t rs, in
       for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xt + ((b * 8 + k) * Mp + 16 * v) * 4);
       for (int n = 0; n < R; n++) {
         int32_t wv;
-        std::memcpy(&wv, w + (n / 4) * rs + b * kQ8_0x4Bytes + 8 + 32 * (k / 2) + 8 * (n % 4) + 4 * (k % 2), 4);
+        std::memcpy(&wv, vals[n / 4] + 32 * (k / 2) + 8 * (n % 4) + 4 * (k % 2), 4);
         const __m512i wb = _mm512_set1_epi32(wv);
         for (int v = 0; v < V; v++) p[v][n] = _mm512_dpbusd_epi32(p[v][n], x[v], wb);
       }
@@ -97,31 +113,50 @@ static inline void tile_q8_0x4_lanes(int64_t nb, const uint8_t* w, size_t rs, in
     for (int n = 0; n < R; n++) _mm512_storeu_ps(out + n * 16 * V + 16 * v, acc[v][n]);
 }
 
-// y[m·ldy + n] (m < M, n < 4·G) for the G packed Q8_0 groups at w (rs bytes apart) and the lanes of M rows of x
-void gemm_q8_0x4_lanes(int64_t K, const uint8_t* w, size_t rs, int64_t G, int64_t M, const uint8_t* xt,
-                       const float* dt, float* y, int64_t ldy) {
+// Q5_0x4 blocks of G groups (rs bytes apart) → sc[b·G + g]: the values - 16 as s8, d as f32
+static void lanes_unpack_q5_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
+  const __m256i off = _mm256_set1_epi8(16);
+  for (int64_t b = 0; b < nb; b++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rs + b * kQ5_0x4Bytes;
+      prefetch_packed(wb);
+      __m256i v[4];
+      unpack_q5_0x4(wb, v);
+      LaneBlock& lb = sc[b * G + g];
+      for (int c = 0; c < 4; c++) _mm256_store_si256(reinterpret_cast<__m256i*>(lb.v + 32 * c), _mm256_sub_epi8(v[c], off));
+      _mm_store_ps(lb.d, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+    }
+}
+
+// y[m·ldy + n] (m < M, n < 4·G) for the G packed groups of type t (Q8_0, Q5_0) at w (rs bytes apart) and the lanes
+// of M rows of x
+void gemm_lanes(DType t, int64_t K, const uint8_t* w, size_t rs, int64_t G, int64_t M, const uint8_t* xt,
+                const float* dt, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
   alignas(64) float out[8 * 32];  // (up to 8 rows of W, Mp)
-  auto put = [&](int64_t n0, int R) {
+  thread_local std::vector<LaneBlock> scratch;
+  const bool q8 = t == DType::Q8_0;
+  if (!q8 && scratch.size() < size_t(2 * nb)) scratch.resize(size_t(2 * nb));
+  LaneBlock* sc = scratch.data();
+  // one tile of Tg groups from group g: unpacked (not Q8_0), multiplied, stored
+  auto tile = [&](int64_t g, int Tg, auto q8_tile, auto sc_tile) {
+    const uint8_t* wg = w + g * rs;
+    if (q8) {
+      q8_tile(nb, wg, rs, nullptr, Mp, xt, dt, out);
+    } else {
+      lanes_unpack_q5_0x4(nb, wg, rs, Tg, sc);
+      sc_tile(nb, nullptr, rs, sc, Mp, xt, dt, out);
+    }
     for (int64_t m = 0; m < M; m++)
-      for (int n = 0; n < R; n++) y[m * ldy + n0 + n] = out[n * Mp + m];
+      for (int n = 0; n < 4 * Tg; n++) y[m * ldy + 4 * g + n] = out[n * Mp + m];
   };
   int64_t g = 0;
   if (Mp == 16) {  // one vector of x: two groups per tile for 8 independent sums
-    for (; g + 2 <= G; g += 2) {
-      tile_q8_0x4_lanes<2, 1>(nb, w + g * rs, rs, Mp, xt, dt, out);
-      put(4 * g, 8);
-    }
-    for (; g < G; g++) {
-      tile_q8_0x4_lanes<1, 1>(nb, w + g * rs, rs, Mp, xt, dt, out);
-      put(4 * g, 4);
-    }
+    for (; g + 2 <= G; g += 2) tile(g, 2, tile_lanes<2, 1, false>, tile_lanes<2, 1, true>);
+    for (; g < G; g++) tile(g, 1, tile_lanes<1, 1, false>, tile_lanes<1, 1, true>);
     return;
   }
-  for (; g < G; g++) {
-    tile_q8_0x4_lanes<1, 2>(nb, w + g * rs, rs, Mp, xt, dt, out);
-    put(4 * g, 4);
-  }
+  for (; g < G; g++) tile(g, 1, tile_lanes<1, 2, false>, tile_lanes<1, 2, true>);
 }
 
 }  // namespace loom::avx512
