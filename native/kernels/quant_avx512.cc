@@ -77,7 +77,7 @@ static inline void tile_lanes(int64_t nb, const uint8_t* w, size_t rs, const Lan
         _mm_store_ps(dw + 4 * g, _mm_load_ps(lb.d));
       } else {
         const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
-        for (int o = 0; o < 192; o += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + o), _MM_HINT_T0);
+        prefetch_packed(wb);
         vals[g] = reinterpret_cast<const int8_t*>(wb + 8);
         _mm_store_ps(dw + 4 * g, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
       }
@@ -123,7 +123,8 @@ static void lanes_unpack_q5_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, 
       __m256i v[4];
       unpack_q5_0x4(wb, v);
       LaneBlock& lb = sc[b * G + g];
-      for (int c = 0; c < 4; c++) _mm256_store_si256(reinterpret_cast<__m256i*>(lb.v + 32 * c), _mm256_sub_epi8(v[c], off));
+      for (int c = 0; c < 4; c++)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lb.v + 32 * c), _mm256_sub_epi8(v[c], off));
       _mm_store_ps(lb.d, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
     }
 }
