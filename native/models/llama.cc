@@ -492,8 +492,8 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
       const int64_t off[3] = {0, Nq, Nq + Nkv};
       apply_lora(b, int(l), m, off, 3, xn, D, qkv, Nqkv);
     }
-    rope_fwd(T, Hq, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
-    rope_fwd(T, Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv + Nq);
+    // the q heads and the k heads follow each other in a row of qkv: one pass rotates both (one cos / sin per token)
+    rope_fwd(T, Hq + Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
     // write K, V of the new tokens into their cache slots (rounded to bf16 for a bf16 cache)
     for (const SeqSpec& s : b.seqs) {
       for (int64_t i = 0; i < s.n_tokens; i++) {
