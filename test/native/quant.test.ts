@@ -81,10 +81,10 @@ t.test('quantized linear matches the dequantized product within the activation-q
 t.test('every ISA gives the same int8 result up to f32 summation order', async (t) => {
   for (const type of TYPES) {
     const { blocks } = randomWeights(type, 16, 1024);
-    const x = new Float32Array(2 * 1024).map(() => rnd());
+    const x = new Float32Array(32 * 1024).map(() => rnd());
     const outs: Float32Array[] = [];
     await forEachIsa(() => {
-      for (const M of [1, 2])
+      for (const M of [1, 2, 8, 32])  // 8 and 32: AVX-512's rows-in-lanes kernels for packed Q8_0 and Q5_0
         for (const packed of PACKED.has(type) ? [false, true] : [false])
           outs.push((addon.quantLinear(type, blocks, 16, 1024, x.subarray(0, M * 1024), M, packed) as Float32Array)
             .subarray(0, 16));

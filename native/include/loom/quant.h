@@ -71,5 +71,16 @@ void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a)
 // y (a.M, N) = beta·y + x·Wᵀ (+ bias) from the quantized x, W (N, a.K) rows of blocks of type t.
 void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
                        int64_t ldy, float beta = 0.0f, bool packed = false);
+// The same for several matrices side by side in y (q / k / v, gate / up: part p's columns follow part p - 1's), in
+// one parallel region.
+struct QuantPart {
+  DType t;
+  int64_t N;
+  const void* w;
+  const float* bias;  // (N) or nullptr
+  bool packed;
+};
+void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_parts, float* y, int64_t ldy,
+                             float beta = 0.0f);
 
 }  // namespace loom
