@@ -685,12 +685,19 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
 }
 
 // From how many rows of x the packed products of type t take the rows-in-lanes kernels (AVX-512 VNNI; 0: never):
-// a 16-lane vector of rows half empty still beats 4 rows of W in the lanes from 6 rows for Q8_0, from 8 for Q5_0
-// (whose blocks are unpacked per tile first). 9728 x 896, 1 thread, GMAC per CPU-second, lanes / 4-row kernels:
-// Q8_0 M = 4 79 / 94, 5 100 / 95, 6 119 / 97, 8 157 / 100, 16 298 / 104, 32 335 / 108; Q5_0 M = 6 100 / 115,
-// 8 131 / 124, 16 249-253 / 138, 32 290-315 / 146.
+// a 16-lane vector of rows half empty still beats 4 rows of W in the lanes from 6 rows for Q8_0, from 8 for the
+// others (whose blocks are unpacked per tile first). 1 thread, GMAC per CPU-second, lanes / the other kernels:
+// 9728 x 896 Q8_0 M = 4 79 / 94, 5 100 / 95, 6 119 / 97, 8 157 / 100, 16 298 / 104, 32 335 / 108; Q5_0 M = 6
+// 100 / 115, 8 131 / 124, 16 249-253 / 138, 32 290-315 / 146; 896 x 4864 Q4_K M = 8 103-106 / 102-104, 16 202-205
+// / 115-118, 32 254-259 / 123-125 (Q5_K the same), Q6_K 8 95 / 76-78, 16 182 / 90, 32 236 / 96-98.
 constexpr int64_t kLanesMinM = 6;  // the least of lanes_min_m: quant_acts lays the lanes out from here
-static int64_t lanes_min_m(DType t) { return t == DType::Q8_0 ? kLanesMinM : t == DType::Q5_0 ? 8 : 0; }
+static int64_t lanes_min_m(DType t) {
+  switch (t) {
+    case DType::Q8_0: return kLanesMinM;
+    case DType::Q5_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 8;
+    default: return 0;
+  }
+}
 
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
   if (M < 0 || M > kQuantSmallM || K <= 0 || K % kQ8Block != 0)
@@ -708,11 +715,13 @@ void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a)
     act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
   a->xt.clear();
   a->dt.clear();
+  a->st.clear();
   if (isa == 2 && M >= kLanesMinM) {
     const int64_t Mp = (M + 15) / 16 * 16;
     a->xt.resize(size_t(K * Mp));
     a->dt.resize(size_t(nb * Mp));
-    avx512::quant_acts_lanes(M, K, a->q.data(), a->d.data(), a->xt.data(), a->dt.data());
+    a->st.resize(size_t(nb * Mp));
+    avx512::quant_acts_lanes(M, K, a->q.data(), a->d.data(), a->ds.data(), a->xt.data(), a->dt.data(), a->st.data());
   }
 }
 
@@ -810,7 +819,8 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
       const int64_t c1 = std::min(n1, c0 + kChunk);
       int64_t n = c0;
       if (pl.lanes && n + 4 <= c1) {
-        avx512::gemm_lanes(part.t, K, wb + size_t(n) * rb, rs, (c1 - n) / 4, M, a.xt.data(), a.dt.data(), v, kChunk);
+        avx512::gemm_lanes(part.t, K, wb + size_t(n) * rb, rs, (c1 - n) / 4, M, a.xt.data(), a.dt.data(),
+                           a.st.data(), v, kChunk);
         n += (c1 - n) / 4 * 4;
       }
       for (; pl.gemm8 && n + 8 <= c1; n += 8)

@@ -9,7 +9,7 @@
 //     product per block (vpmaddubsw / vpmaddwd on AVX2, vpdpbusd on AVX-512 VNNI) scaled and summed in f32.
 //     W is read in groups of 4 rows (one activation load for 4 rows, 4 accumulators in registers; for M > 1
 //     tiles of 8 rows unpacked once into L1, each pair of rows of x then passing with its accumulators in
-//     registers; AVX-512 VNNI, packed Q8_0 and 6+ rows of x: 16 rows of x per 512-bit vector instead,
+//     registers; AVX-512 VNNI, the packed types and 6-8+ rows of x: 16 rows of x per 512-bit vector instead,
 //     quant_avx512.cc), so a step reads the weights once whatever M.
 //     The error against the dequantized f32 product is bounded by Σ_k |w_k|·d_b(k)/2, d_b the activation
 //     scale of k's block.
@@ -62,10 +62,10 @@ struct QuantActs {
   int64_t M = 0, K = 0;
   std::vector<int8_t> q;     // (M, K)
   std::vector<float> d, ds;  // (M, K/32): scale, scale·Σq
-  // AVX-512 VNNI and M >= 2 (else empty): the rows in 512-bit lanes for the packed Q8_0 kernel, Mp = M rounded
-  // up to 16: xt (K/4, Mp, 4) the values + 128 as u8, dt (K/32, Mp) the scales
+  // AVX-512 VNNI and enough rows (else empty): the rows in 512-bit lanes for the packed kernels there, Mp = M
+  // rounded up to 16: xt (K/4, Mp, 4) the values + 128 as u8, dt and st (K/32, Mp) d and ds
   std::vector<uint8_t> xt;
-  std::vector<float> dt;
+  std::vector<float> dt, st;
 };
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a);
 // y (a.M, N) = beta·y + x·Wᵀ (+ bias) from the quantized x, W (N, a.K) rows of blocks of type t.
