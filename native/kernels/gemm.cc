@@ -383,13 +383,15 @@ void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w
     for (const PackedWeight* p : w->parts) quant = quant && p->parts.empty() && quant_supported(p->stored);
     if (quant) {  // block-quantized parts (q/k/v, gate/up): x quantized once for all of them
       thread_local QuantActs a;
+      thread_local std::vector<QuantPart> qparts;
       quant_acts(M, w->K, x, ldx, &a);
+      qparts.clear();
       int64_t n0 = 0;
       for (const PackedWeight* p : w->parts) {
-        linear_quant_acts(p->stored, p->N, a, p->data, bias ? bias + n0 : nullptr, y + n0, ldy, beta,
-                          p->quant_packed);
+        qparts.push_back({p->stored, p->N, p->data, bias ? bias + n0 : nullptr, p->quant_packed});
         n0 += p->N;
       }
+      linear_quant_acts_parts(a, qparts.data(), int(qparts.size()), y, ldy, beta);
       return;
     }
     int64_t n0 = 0;

@@ -684,6 +684,21 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   linear_quant_acts(t, N, a, w, bias, y, ldy, beta, packed);
 }
 
+// From how many rows of x the packed products of type t take the rows-in-lanes kernels (AVX-512 VNNI; 0: never):
+// a 16-lane vector of rows half empty still beats 4 rows of W in the lanes from 6 rows for Q8_0, from 8 for the
+// others (whose blocks are unpacked per tile first). 1 thread, GMAC per CPU-second, lanes / the other kernels:
+// 9728 x 896 Q8_0 M = 4 79 / 94, 5 100 / 95, 6 119 / 97, 8 157 / 100, 16 298 / 104, 32 335 / 108; Q5_0 M = 6
+// 100 / 115, 8 131 / 124, 16 249-253 / 138, 32 290-315 / 146; 896 x 4864 Q4_K M = 8 103-106 / 102-104, 16 202-205
+// / 115-118, 32 254-259 / 123-125 (Q5_K the same), Q6_K 8 95 / 76-78, 16 182 / 90, 32 236 / 96-98.
+constexpr int64_t kLanesMinM = 6;  // the least of lanes_min_m: quant_acts lays the lanes out from here
+static int64_t lanes_min_m(DType t) {
+  switch (t) {
+    case DType::Q8_0: return kLanesMinM;
+    case DType::Q5_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 8;
+    default: return 0;
+  }
+}
+
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
   if (M < 0 || M > kQuantSmallM || K <= 0 || K % kQ8Block != 0)
     throw std::invalid_argument("quant_acts: M = " + std::to_string(M) + ", K = " + std::to_string(K) +
@@ -698,78 +713,141 @@ void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a)
   a->ds.resize(size_t(M * nb));
   for (int64_t m = 0; m < M; m++)
     act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
+  a->xt.clear();
+  a->dt.clear();
+  a->st.clear();
+  if (isa == 2 && M >= kLanesMinM) {
+    const int64_t Mp = (M + 15) / 16 * 16;
+    a->xt.resize(size_t(K * Mp));
+    a->dt.resize(size_t(nb * Mp));
+    a->st.resize(size_t(nb * Mp));
+    avx512::quant_acts_lanes(M, K, a->q.data(), a->d.data(), a->ds.data(), a->xt.data(), a->dt.data(), a->st.data());
+  }
 }
 
 void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
                        int64_t ldy, float beta, bool packed) {
+  const QuantPart part{t, N, w, bias, packed};
+  linear_quant_acts_parts(a, &part, 1, y, ldy, beta);
+}
+
+void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_parts, float* y, int64_t ldy,
+                             float beta) {
   const int64_t M = a.M, K = a.K;
-  const QuantType& e = check(t, K);
-  if (M <= 0 || N <= 0) return;
-  const uint8_t* wb = static_cast<const uint8_t*>(w);
-  const size_t rb = quant_row_bytes(t, K);
+  if (M <= 0) return;
   const int isa = quant_isa();
-  const QuantDotFn dot = e.dot[isa];
-  const QuantDot4Fn dot4 = e.dot4[isa];
-  // packed (quant_pack): the group of rows n .. n + 3 starts at n·rb as a plain row would, and the kernels take
-  // the group stride where the plain ones take the row stride
-  packed = packed && e.packed4[isa];
-  const QuantGemm4Fn gemm4 = packed ? e.packed4[isa] : M > 1 ? e.gemm4[isa] : nullptr;
-  const QuantGemm4Fn gemm8 = packed ? e.packed8[isa] : M > 1 ? e.gemm8[isa] : nullptr;
-  const size_t rs = packed ? 4 * rb : rb;
   const int64_t nb = K / kQ8Block;
   const int8_t* qp = a.q.data();
   const float* dp = a.d.data();
-  const float* dsp = a.ds.data();
   // Q6_K's kernels take d·Σq per 16 values of x (M, K/16) where the others take ds: the packed ones take its offset
   // of 32 from these once per super-block, against each 16 values' scale (the file-layout ones ignore them)
   thread_local std::vector<float> d16;
-  if (t == DType::Q6_K) {
+  bool any_q6 = false;
+  for (int p = 0; p < n_parts; p++) any_q6 = any_q6 || parts[p].t == DType::Q6_K;
+  if (any_q6) {
     d16.resize(size_t(M * K / 16));
     for (int64_t i = 0; i < M * K / 16; i++) {
       int32_t sum = 0;
       for (int l = 0; l < 16; l++) sum += qp[16 * i + l];
       d16[size_t(i)] = dp[i / 2] * float(sum);
     }
-    dsp = d16.data();
   }
-  auto put = [&](int64_t m, int64_t n, float v) {
-    if (bias) v += bias[n];
-    float* yp = y + m * ldy + n;
-    *yp = beta == 0.0f ? v : v + beta * *yp;
+  // per part: its kernels, where its columns of y start, its spans (below) and the index of its first span
+  struct Plan {
+    const QuantPart* part;
+    const uint8_t* wb;
+    size_t rb, rs;
+    QuantDotFn dot;
+    QuantDot4Fn dot4;
+    QuantGemm4Fn gemm4, gemm8;
+    bool lanes;
+    const float* dsp;
+    int64_t col0, span, task0;
   };
-  // groups of R rows of W (each group's blocks stay in L1 while every row of x passes), split over threads; the
+  // The threads take spans of about N/8 per thread (whole chunks) from a shared counter rather than one fixed half
+  // each: on cores shared with other processes a thread that loses its core for a while leaves its spans to the
+  // others instead of holding up the step (a static split measured 16 % of the CPU time of a 32-stream decode in
+  // the two threads' waits, load 2.7); spans that long keep each thread's stream sequential, and the packed
+  // kernels' prefetch past a span's end wastes under 2 % of its bytes. The parts (q / k / v, gate / up) share one
+  // parallel region.
+  constexpr int64_t kChunk = 64;
+  const int64_t nth = threads_get();
+  std::vector<Plan> plans;
+  int64_t tasks = 0, col = 0;
+  for (int p = 0; p < n_parts; p++) {
+    const QuantPart& pt = parts[p];
+    const QuantType& e = check(pt.t, K);
+    Plan pl{};
+    pl.part = &pt;
+    pl.wb = static_cast<const uint8_t*>(pt.w);
+    pl.rb = quant_row_bytes(pt.t, K);
+    pl.dot = e.dot[isa];
+    pl.dot4 = e.dot4[isa];
+    // packed (quant_pack): the group of rows n .. n + 3 starts at n·rb as a plain row would, and the kernels take
+    // the group stride where the plain ones take the row stride
+    const bool packed = pt.packed && e.packed4[isa];
+    pl.gemm4 = packed ? e.packed4[isa] : M > 1 ? e.gemm4[isa] : nullptr;
+    pl.gemm8 = packed ? e.packed8[isa] : M > 1 ? e.gemm8[isa] : nullptr;
+    pl.rs = packed ? 4 * pl.rb : pl.rb;
+    // packed Q8_0 / Q5_0 against enough rows of x on AVX-512 VNNI: the rows of x in lanes (quant_acts)
+    pl.lanes = packed && isa == 2 && lanes_min_m(pt.t) && M >= lanes_min_m(pt.t) && !a.xt.empty();
+    pl.dsp = pt.t == DType::Q6_K ? d16.data() : a.ds.data();
+    pl.col0 = col;
+    pl.span = std::max(kChunk, (pt.N + 8 * nth - 1) / (8 * nth) + kChunk - 1) / kChunk * kChunk;
+    pl.task0 = tasks;
+    if (pt.N > 0) tasks += (pt.N + pl.span - 1) / pl.span;
+    col += pt.N;
+    plans.push_back(pl);
+  }
+  // groups of 4 or 8 rows of W (each group's blocks stay in L1 while every row of x passes), split over threads; the
   // kernels write chunks of kChunk columns into a local (M, kChunk) tile, copied out a row of y at a time. Written
   // straight into y, each group stored 16 or 32 bytes into each of M rows of y ldy floats apart: with ldy a multiple
   // of 1024 (the logits of a 49,152-token vocabulary) those M lines share one L1 set and two L2 sets, and every
   // partial store missed (Q8_0 lm_head, M = 32, 1 thread: 41-52 ms where 6,144 rows took 2.5).
-  constexpr int64_t kChunk = 64;
-  const int64_t R = gemm8 ? 8 : 4;
-  parallel_for((N + R - 1) / R, 16 / R, [&](int64_t g0, int64_t g1) {
-    const int64_t n1 = std::min(N, R * g1);
-    alignas(64) float v[kQuantSmallM * kChunk];  // (M, kChunk): columns c0 .. c0 + kChunk - 1 of y
-    for (int64_t c0 = R * g0; c0 < n1; c0 += kChunk) {
+  parallel_tasks(tasks, [&](int64_t task) {
+    int p = n_parts - 1;
+    while (plans[size_t(p)].task0 > task) p--;
+    const Plan& pl = plans[size_t(p)];
+    const QuantPart& part = *pl.part;
+    const int64_t N = part.N, i = task - pl.task0, n1 = std::min(N, (i + 1) * pl.span);
+    const uint8_t* wb = pl.wb;
+    const size_t rb = pl.rb, rs = pl.rs;
+    const float* dsp = pl.dsp;
+    float* yp = y + pl.col0;
+    alignas(64) float v[kQuantSmallM * kChunk];  // (M, kChunk): columns c0 .. c0 + kChunk - 1 of the part's y
+    for (int64_t c0 = i * pl.span; c0 < n1; c0 += kChunk) {
       const int64_t c1 = std::min(n1, c0 + kChunk);
       int64_t n = c0;
-      for (; gemm8 && n + 8 <= c1; n += 8) gemm8(K, wb + size_t(n) * rb, rs, M, qp, dp, dsp, v + (n - c0), kChunk);
+      if (pl.lanes && n + 4 <= c1) {
+        avx512::gemm_lanes(part.t, K, wb + size_t(n) * rb, rs, (c1 - n) / 4, M, a.xt.data(), a.dt.data(),
+                           a.st.data(), v, kChunk);
+        n += (c1 - n) / 4 * 4;
+      }
+      for (; pl.gemm8 && n + 8 <= c1; n += 8)
+        pl.gemm8(K, wb + size_t(n) * rb, rs, M, qp, dp, dsp, v + (n - c0), kChunk);
       for (; n + 4 <= c1; n += 4) {
         const uint8_t* wr = wb + size_t(n) * rb;
-        if (gemm4) {
-          gemm4(K, wr, rs, M, qp, dp, dsp, v + (n - c0), kChunk);
+        if (pl.gemm4) {
+          pl.gemm4(K, wr, rs, M, qp, dp, dsp, v + (n - c0), kChunk);
           continue;
         }
-        for (int64_t m = 0; m < M; m++) dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, v + m * kChunk + (n - c0));
+        for (int64_t m = 0; m < M; m++)
+          pl.dot4(K, wr, rb, qp + m * K, dp + m * nb, dsp + m * nb, v + m * kChunk + (n - c0));
       }
       for (; n < c1; n++)
         for (int64_t m = 0; m < M; m++)
-          v[m * kChunk + (n - c0)] = dot(K, wb + size_t(n) * rb, qp + m * K, dp + m * nb, dsp + m * nb);
+          v[m * kChunk + (n - c0)] = pl.dot(K, wb + size_t(n) * rb, qp + m * K, dp + m * nb, dsp + m * nb);
       for (int64_t m = 0; m < M; m++) {
         const float* vm = v + m * kChunk;
-        float* ym = y + m * ldy;
-        if (!bias && beta == 0.0f) {
+        float* ym = yp + m * ldy;
+        if (!part.bias && beta == 0.0f) {
           std::memcpy(ym + c0, vm, size_t(c1 - c0) * sizeof(float));
           continue;
         }
-        for (int64_t c = c0; c < c1; c++) put(m, c, vm[c - c0]);
+        for (int64_t c = c0; c < c1; c++) {
+          const float val = vm[c - c0] + (part.bias ? part.bias[c] : 0.0f);
+          ym[c] = beta == 0.0f ? val : val + beta * ym[c];
+        }
       }
     }
   });

@@ -3,7 +3,10 @@
 // vpmaddubsw + vpmaddwd pair. linear_quant (quant.cc) takes this path only where the CPU has VNNI.
 #include <immintrin.h>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <vector>
 #include "quant_internal.h"
 #include "../formats/gguf_dequant.h"
 
@@ -15,5 +18,253 @@ static inline __m256i dot_u8s8(__m256i a, __m256i b) { return _mm256_dpbusd_epi3
 #define LOOM_QUANT_VNNI 1  // quant_impl.h: the interleaved small-batch sums through vpdpbusd
 #include "quant_impl.h"
 #undef LOOM_QUANT_VNNI
+
+// ---- Q8_0x4 against 2-32 rows of x in 512-bit lanes ----------------------------------------------------------
+// The kernels above put 4 rows of W in the lanes and broadcast 8 values of x: per row of x and block 4 broadcasts,
+// 8 sign fixes and 4 ymm vpdpbusd for 128 products (about 110 GMAC per CPU-second at 32 rows of x, a fifth of
+// this core's VNNI peak). Here the lanes are rows of x: 16 rows' 4 consecutive values per zmm (quant_acts_lanes,
+// as u8 x + 128), each 4 weight values broadcast from the packed block as vpdpbusd's signed memory operand, so
+// one instruction is 64 products with nothing around it; the + 128 comes off once per block and row of W as
+// 128·Σw (its 32 weights summed by vpdpbusd against ones), then one convert and two f32 products per block.
+
+// x as lanes: xt[((b·8 + g)·Mp + m)·4 + i] = q[m·K + 32b + 4g + i] + 128 (u8; rows m >= M: 128, x = 0),
+// dt[b·Mp + m] = d[m·nb + b], st[b·Mp + m] = ds[m·nb + b] (0 past M); Mp = M rounded up to 16
+void quant_acts_lanes(int64_t M, int64_t K, const int8_t* q, const float* d, const float* ds, uint8_t* xt, float* dt,
+                      float* st) {
+  const int64_t nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
+    const int64_t rows = std::min<int64_t>(16, M - m0);
+    const __mmask16 live = __mmask16((1u << rows) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(int(K)));
+    const int8_t* qm = q + m0 * K;
+    for (int64_t g = 0; g < K / 4; g++) {  // g = 8b + group of 4 values within the block
+      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, qm + 4 * g, 1);
+      _mm512_storeu_si512(xt + (g * Mp + m0) * 4, _mm512_xor_si512(v, flip));
+    }
+  }
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t m = 0; m < Mp; m++) {
+      dt[b * Mp + m] = m < M ? d[m * nb + b] : 0.0f;
+      st[b * Mp + m] = m < M ? ds[m * nb + b] : 0.0f;
+    }
+}
+
+// A block of 4 rows of W as the lanes kernels read it when the stored type is not Q8_0 (unpacked once per tile):
+// the 4 rows' 32 values as s8 in Q8_0x4's chunk order (values 8c..8c+7 of row r at 32c + 8r), row r's scale d[r]
+// (Q6_K: d[r] for values 0-15, d[4 + r] for 16-31) and, for Q4_K / Q5_K, m[r] = -dmin·m_j (times d_x·Σq_x)
+struct alignas(32) LaneBlock {
+  int8_t v[128];
+  float d[8];
+  float m[4];
+  float pad[4];
+};
+
+// How a tile reads W: Q8_0 straight from the packed groups, else from the unpacked blocks: with one scale per row,
+// with minimums too (Q4_K, Q5_K), or with a scale per 16 values (Q6_K)
+enum class LaneSrc { kQ8_0, kScale, kMin, kHalves };
+
+// 4·G rows of W × 16·V rows of x (the lanes at xt, dt, st): out[n·16V + m]. W: G packed Q8_0 groups at w (rs
+// bytes apart), or the unpacked blocks at sc (block b of group g at sc[b·G + g])
+template <int G, int V, LaneSrc kSrc>
+static inline void tile_lanes(int64_t nb, const uint8_t* w, size_t rs, const LaneBlock* sc, int64_t Mp,
+                              const uint8_t* xt, const float* dt, const float* st, float* out) {
+  constexpr int R = 4 * G;
+  constexpr bool kHalves = kSrc == LaneSrc::kHalves;
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512 acc[V][R];
+  for (int v = 0; v < V; v++)
+    for (int n = 0; n < R; n++) acc[v][n] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    // the values of group g in this block, and per row n of the tile 128·Σ of its 32 weights (lanes 2r, 2r + 1 of
+    // each 256-bit half hold row r's sums of 4; halves: the first 16 values' in corr[g][0][2r], the others' in
+    // corr[g][1][2r]) and its scale
+    const int8_t* vals[G];
+    alignas(64) int32_t corr[G][2][8];
+    alignas(64) float dw[2][R], mw[R];
+    for (int g = 0; g < G; g++) {
+      if (kSrc == LaneSrc::kQ8_0) {
+        const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
+        prefetch_packed(wb);
+        vals[g] = reinterpret_cast<const int8_t*>(wb + 8);
+        _mm_store_ps(dw[0] + 4 * g, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+      } else {
+        const LaneBlock& lb = sc[b * G + g];
+        vals[g] = lb.v;
+        _mm_store_ps(dw[0] + 4 * g, _mm_load_ps(lb.d));
+        if (kHalves) _mm_store_ps(dw[1] + 4 * g, _mm_load_ps(lb.d + 4));
+        if (kSrc == LaneSrc::kMin) _mm_store_ps(mw + 4 * g, _mm_load_ps(lb.m));
+      }
+      const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(vals[g]));
+      const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(vals[g] + 64));
+      for (int h = 0; h < (kHalves ? 2 : 1); h++) {
+        const __m512i sh = kHalves ? (h ? s1 : s0) : _mm512_add_epi32(s0, s1);
+        __m256i t = _mm256_add_epi32(_mm512_castsi512_si256(sh), _mm512_extracti64x4_epi64(sh, 1));
+        t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));  // row r's sum in lanes 2r and 2r + 1
+        _mm256_store_si256(reinterpret_cast<__m256i*>(corr[g][h]), _mm256_slli_epi32(t, 7));
+      }
+    }
+    // the integer sums over values 4k..4k+3 for k in [k0, k1), then scaled into acc (halves: scale h of each row)
+    auto part = [&](int k0, int k1, int h) {
+      __m512i p[V][R];
+      for (int v = 0; v < V; v++)
+        for (int n = 0; n < R; n++) p[v][n] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = k0; k < k1; k++) {  // values 4k..4k+3 of the block: chunk k/2, half k%2 of each row's 8 bytes
+        __m512i x[V];
+        for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xt + ((b * 8 + k) * Mp + 16 * v) * 4);
+        for (int n = 0; n < R; n++) {
+          int32_t wv;
+          std::memcpy(&wv, vals[n / 4] + 32 * (k / 2) + 8 * (n % 4) + 4 * (k % 2), 4);
+          const __m512i wb = _mm512_set1_epi32(wv);
+          for (int v = 0; v < V; v++) p[v][n] = _mm512_dpbusd_epi32(p[v][n], x[v], wb);
+        }
+      }
+      for (int v = 0; v < V; v++) {
+        const __m512 dx = _mm512_loadu_ps(dt + b * Mp + 16 * v);
+        for (int n = 0; n < R; n++) {
+          const __m512i c = _mm512_set1_epi32(corr[n / 4][h][2 * (n % 4)]);
+          const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(p[v][n], c));
+          acc[v][n] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dw[h][n])), f, acc[v][n]);
+        }
+      }
+    };
+    if (kHalves) {
+      part(0, 4, 0);
+      part(4, 8, 1);
+    } else {
+      part(0, 8, 0);
+    }
+    if (kSrc == LaneSrc::kMin)
+      for (int v = 0; v < V; v++) {
+        const __m512 sx = _mm512_loadu_ps(st + b * Mp + 16 * v);
+        for (int n = 0; n < R; n++) acc[v][n] = _mm512_fmadd_ps(_mm512_set1_ps(mw[n]), sx, acc[v][n]);
+      }
+  }
+  for (int v = 0; v < V; v++)
+    for (int n = 0; n < R; n++) _mm512_storeu_ps(out + n * 16 * V + 16 * v, acc[v][n]);
+}
+
+static inline void store_values(LaneBlock& lb, const __m256i* v, __m256i off) {
+  for (int c = 0; c < 4; c++)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lb.v + 32 * c), _mm256_sub_epi8(v[c], off));
+}
+
+// The packed blocks of G groups (rs bytes apart) → sc[b·G + g] (b < K/32)
+// Q5_0x4: the values - 16, d
+static void lanes_unpack_q5_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
+  const __m256i off = _mm256_set1_epi8(16);
+  for (int64_t b = 0; b < nb; b++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rs + b * kQ5_0x4Bytes;
+      prefetch_packed(wb);
+      __m256i v[4];
+      unpack_q5_0x4(wb, v);
+      LaneBlock& lb = sc[b * G + g];
+      store_values(lb, v, off);
+      _mm_store_ps(lb.d, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+    }
+}
+
+// Q4_Kx4 / Q5_Kx4: sub-block j of super-block i is block 8i + j: the values, d·sc_j, -dmin·m_j
+template <bool kFive>
+static void lanes_unpack_qk4x4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
+  constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t i = 0; i < nb / 8; i++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rs + i * bytes;
+      prefetch_span(wb, int(bytes));
+      __m256i scv, mnv;
+      q4_Kx4_scales(wb, &scv, &mnv);
+      alignas(32) uint8_t scb[32], mnb[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scb), scv);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb), mnv);
+      float d[4], dmin[4];
+      for (int r = 0; r < 4; r++) d[r] = load_f16(wb + 2 * r), dmin[r] = load_f16(wb + 8 + 2 * r);
+      for (int j = 0; j < 8; j++) {
+        __m256i v[4];
+        unpack_qk4x4<kFive>(wb, j, v);
+        LaneBlock& lb = sc[(8 * i + j) * G + g];
+        store_values(lb, v, zero);
+        for (int r = 0; r < 4; r++) {
+          lb.d[r] = d[r] * float(scb[4 * j + r]);
+          lb.m[r] = -dmin[r] * float(mnb[8 * (j / 2) + 2 * r + j % 2]);
+        }
+      }
+    }
+}
+
+// Q6_Kx4: sub-block j of super-block i is block 8i + j: the values - 32, d·scale for values 0-15 and 16-31
+static void lanes_unpack_q6_Kx4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
+  const __m256i off = _mm256_set1_epi8(32);
+  for (int64_t i = 0; i < nb / 8; i++)
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rs + i * kQ6_Kx4Bytes;
+      prefetch_span(wb, int(kQ6_Kx4Bytes));
+      float d[4];
+      for (int r = 0; r < 4; r++) d[r] = load_f16(wb + 2 * r);
+      const int8_t* scl = reinterpret_cast<const int8_t*>(wb + 8);  // row r's scale k at 8·(k/2) + 4·(k%2) + r
+      for (int j = 0; j < 8; j++) {
+        __m256i v[4];
+        unpack_q6_Kx4(wb + 72 + 96 * j, v);
+        LaneBlock& lb = sc[(8 * i + j) * G + g];
+        store_values(lb, v, off);
+        for (int r = 0; r < 4; r++) {
+          lb.d[r] = d[r] * float(scl[8 * j + r]);
+          lb.d[4 + r] = d[r] * float(scl[8 * j + 4 + r]);
+        }
+      }
+    }
+}
+
+// y[m·ldy + n] (m < M, n < 4·G) for the G packed groups of type t (Q8_0, Q5_0, Q4_K, Q5_K, Q6_K) at w (rs bytes
+// apart) and the lanes of M rows of x
+void gemm_lanes(DType t, int64_t K, const uint8_t* w, size_t rs, int64_t G, int64_t M, const uint8_t* xt,
+                const float* dt, const float* st, float* y, int64_t ldy) {
+  const int64_t nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
+  alignas(64) float out[8 * 32];  // (up to 8 rows of W, Mp)
+  thread_local std::vector<LaneBlock> scratch;
+  if (t != DType::Q8_0 && scratch.size() < size_t(2 * nb)) scratch.resize(size_t(2 * nb));
+  LaneBlock* sc = scratch.data();
+  // one tile of Tg groups from group g: unpacked (not Q8_0), multiplied, stored
+  auto tile = [&](int64_t g, int Tg, auto q8_tile, auto scale_tile, auto min_tile, auto halves_tile) {
+    const uint8_t* wg = w + g * rs;
+    switch (t) {
+      case DType::Q8_0: q8_tile(nb, wg, rs, nullptr, Mp, xt, dt, st, out); break;
+      case DType::Q5_0:
+        lanes_unpack_q5_0x4(nb, wg, rs, Tg, sc);
+        scale_tile(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+        break;
+      case DType::Q4_K:
+      case DType::Q5_K:
+        if (t == DType::Q4_K) lanes_unpack_qk4x4<false>(nb, wg, rs, Tg, sc);
+        else lanes_unpack_qk4x4<true>(nb, wg, rs, Tg, sc);
+        min_tile(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+        break;
+      case DType::Q6_K:
+        lanes_unpack_q6_Kx4(nb, wg, rs, Tg, sc);
+        halves_tile(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+        break;
+      default: throw std::logic_error("gemm_lanes: no rows-in-lanes kernel for this type");
+    }
+    for (int64_t m = 0; m < M; m++)
+      for (int n = 0; n < 4 * Tg; n++) y[m * ldy + 4 * g + n] = out[n * Mp + m];
+  };
+  int64_t g = 0;
+  if (Mp == 16) {  // one vector of x: two groups per tile for 8 independent sums
+    for (; g + 2 <= G; g += 2)
+      tile(g, 2, tile_lanes<2, 1, LaneSrc::kQ8_0>, tile_lanes<2, 1, LaneSrc::kScale>, tile_lanes<2, 1, LaneSrc::kMin>,
+           tile_lanes<2, 1, LaneSrc::kHalves>);
+    for (; g < G; g++)
+      tile(g, 1, tile_lanes<1, 1, LaneSrc::kQ8_0>, tile_lanes<1, 1, LaneSrc::kScale>, tile_lanes<1, 1, LaneSrc::kMin>,
+           tile_lanes<1, 1, LaneSrc::kHalves>);
+    return;
+  }
+  for (; g < G; g++)
+    tile(g, 1, tile_lanes<1, 2, LaneSrc::kQ8_0>, tile_lanes<1, 2, LaneSrc::kScale>, tile_lanes<1, 2, LaneSrc::kMin>,
+         tile_lanes<1, 2, LaneSrc::kHalves>);
+}
 
 }  // namespace loom::avx512

@@ -897,8 +897,11 @@ static inline __m256i dot_q8x4(const __m256i* u, const __m256i* v, const int8_t*
 // The packed stream kPackedAhead bytes ahead of block wb into L1 (3 lines cover a block of up to 136 bytes;
 // groups follow each other, so this runs on into the next group). Without it the hardware prefetcher left the
 // Q8_0 lm_head (49,152 × 576, 30 MB) at 7.3-8.9 GB/s at one row of x; with 1, 2 or 4 KiB ahead 9.5-11.5
-// (standalone harness, 1 thread, dev machine under load: ranges over alternated runs).
-constexpr int kPackedAhead = 2048;
+// (standalone harness, 1 thread, AVX2 dev machine under load: ranges over alternated runs). On the Zen 5 (AVX-512)
+// 8 KiB beat 2 at one row of x from DRAM (quant-kernels.mts, 1 thread, GMAC per CPU-second, 3 and 2 alternations):
+// Q8_0 151936 × 896 29-32 → 34-38 (AVX2 kernels there 32 → 37-39), Q4_K 37888 × 4096 49-54 → 62-64, Q6_K 37-38 →
+// 43-47; 16 KiB measured like 8.
+constexpr int kPackedAhead = 8192;
 static inline void prefetch_packed(const uint8_t* wb) {
   for (int o = 0; o < 192; o += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + o), _MM_HINT_T0);
 }
@@ -1056,8 +1059,7 @@ void dequant4_q8_0x4(int64_t K, const uint8_t* w, float* y, int64_t ldy) {
 // One row of x (decode) reads the stream once with its accumulators in registers; more go through the register
 // tiles of the file's layout (tile_q4_K, tile_q6_K), the super-blocks unpacked once into the L1 scratch.
 
-// the bytes [wb + kPackedAhead, + n) into L1 (a packed super-block: 9 lines for Q4_K, 14 for Q6_K); 8 KiB ahead
-// measured the same as 2 (4096 x 4096 at one row of x, alternated runs, within the noise of a loaded machine)
+// the bytes [wb + kPackedAhead, + n) into L1 (a packed super-block: 9 lines for Q4_K, 14 for Q6_K)
 static inline void prefetch_span(const uint8_t* wb, int n) {
   for (int o = 0; o < n; o += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kPackedAhead + o), _MM_HINT_T0);
 }

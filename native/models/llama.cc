@@ -95,6 +95,7 @@ void KvCache::copy_block(int64_t src, int64_t dst, int64_t n_slots) {
 // into parts of at least kDecodeMinPart keys so that every thread gets work (flash-decoding); the
 // parts' partial softmax results are merged after the parallel loop.
 static constexpr int64_t kDecodeMinPart = 256;
+static constexpr int64_t kAttnSerialMacs = 1 << 16;
 
 void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
                      float* out, float* scratch, int64_t max_ctx, int64_t window) {
@@ -155,7 +156,11 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
   std::vector<float> parts(size_t(n_parts * part_floats));
   const int32_t* row_seq = b.row_seq.data();  // row -> sequence index
   const int64_t n_items = int64_t(items.size());
-  const int nth = std::max(1, std::min<int>(nth_max, int(n_items)));
+  // single tokens over short contexts on the calling thread: below about kAttnSerialMacs products (q·k and p·v) the
+  // wait on the pool costs more than splitting saves
+  int64_t macs = 0;
+  for (const Item& w : items) macs += w.nq > 1 ? kAttnSerialMacs : (w.k1 - w.k0) * G * Dh * 2;
+  const int nth = macs < kAttnSerialMacs ? 1 : std::max(1, std::min<int>(nth_max, int(n_items)));
   pool_run(nth, [&](int tid, int n) {
     float* work = scratch + int64_t(tid) * per_thread;
     // interleaved (item = tid, tid + n, ...): later tiles of a sequence see more keys
@@ -492,8 +497,8 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
       const int64_t off[3] = {0, Nq, Nq + Nkv};
       apply_lora(b, int(l), m, off, 3, xn, D, qkv, Nqkv);
     }
-    rope_fwd(T, Hq, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
-    rope_fwd(T, Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv + Nq);
+    // the q heads and the k heads follow each other in a row of qkv: one pass rotates both (one cos / sin per token)
+    rope_fwd(T, Hq + Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
     // write K, V of the new tokens into their cache slots (rounded to bf16 for a bf16 cache)
     for (const SeqSpec& s : b.seqs) {
       for (int64_t i = 0; i < s.n_tokens; i++) {

@@ -61,10 +61,11 @@ t.test('quantized linear matches the dequantized product within the activation-q
     for (const type of TYPES) {
       const big = LAYOUT[type].values === 256;
       // M = 1 (decode), small batches up to quantSmallM (8- and 4-row tiles of W, odd rows of x and single-row
-      // tails: N = 45 is 5 tiles of 8, one of 4 and one row), larger M (dequantized panels)
+      // tails: N = 45 is 5 tiles of 8, one of 4 and one row; on AVX-512 packed Q8_0 from 6 rows of x the rows in
+      // lanes: 6 and 16, one vector of rows, over several 64-column chunks), larger M (dequantized panels)
       const small = addon.quantSmallM as number;
-      for (const [M, N, K] of [[1, 37, 512], [3, 64, 256], [8, 19, big ? 768 : 352], [12, 70, 512], [17, 45, 512],
-        [small, 13, 256], [small + 3, 21, 512], [small + 3, 134, big ? 256 : 64]])
+      for (const [M, N, K] of [[1, 37, 512], [3, 64, 256], [6, 42, 1024], [8, 19, big ? 768 : 352], [12, 70, 512],
+        [16, 134, 256], [17, 45, 512], [small, 13, 256], [small + 3, 21, 512], [small + 3, 134, big ? 256 : 64]])
         for (const packed of PACKED.has(type) ? [false, true] : [false]) {
           const { worst, maxErr } = check(type, M, N, K, packed);
           const name = `${isa} ${type}${packed ? ' packed' : ''} ${M}x${N}x${K}`;
@@ -80,10 +81,10 @@ t.test('quantized linear matches the dequantized product within the activation-q
 t.test('every ISA gives the same int8 result up to f32 summation order', async (t) => {
   for (const type of TYPES) {
     const { blocks } = randomWeights(type, 16, 1024);
-    const x = new Float32Array(2 * 1024).map(() => rnd());
+    const x = new Float32Array(32 * 1024).map(() => rnd());
     const outs: Float32Array[] = [];
     await forEachIsa(() => {
-      for (const M of [1, 2])
+      for (const M of [1, 2, 8, 32])  // 8 and 32: AVX-512's rows-in-lanes kernels for packed Q8_0 and Q5_0
         for (const packed of PACKED.has(type) ? [false, true] : [false])
           outs.push((addon.quantLinear(type, blocks, 16, 1024, x.subarray(0, M * 1024), M, packed) as Float32Array)
             .subarray(0, 16));

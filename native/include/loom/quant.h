@@ -9,7 +9,8 @@
 //     product per block (vpmaddubsw / vpmaddwd on AVX2, vpdpbusd on AVX-512 VNNI) scaled and summed in f32.
 //     W is read in groups of 4 rows (one activation load for 4 rows, 4 accumulators in registers; for M > 1
 //     tiles of 8 rows unpacked once into L1, each pair of rows of x then passing with its accumulators in
-//     registers), so a step reads the weights once whatever M.
+//     registers; AVX-512 VNNI, the packed types and 6-8+ rows of x: 16 rows of x per 512-bit vector instead,
+//     quant_avx512.cc), so a step reads the weights once whatever M.
 //     The error against the dequantized f32 product is bounded by Σ_k |w_k|·d_b(k)/2, d_b the activation
 //     scale of k's block.
 //   larger M (prefill): panels of W rows are dequantized to f32 and multiplied with the f32 GEMM.
@@ -61,10 +62,25 @@ struct QuantActs {
   int64_t M = 0, K = 0;
   std::vector<int8_t> q;     // (M, K)
   std::vector<float> d, ds;  // (M, K/32): scale, scale·Σq
+  // AVX-512 VNNI and enough rows (else empty): the rows in 512-bit lanes for the packed kernels there, Mp = M
+  // rounded up to 16: xt (K/4, Mp, 4) the values + 128 as u8, dt and st (K/32, Mp) d and ds
+  std::vector<uint8_t> xt;
+  std::vector<float> dt, st;
 };
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a);
 // y (a.M, N) = beta·y + x·Wᵀ (+ bias) from the quantized x, W (N, a.K) rows of blocks of type t.
 void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
                        int64_t ldy, float beta = 0.0f, bool packed = false);
+// The same for several matrices side by side in y (q / k / v, gate / up: part p's columns follow part p - 1's), in
+// one parallel region.
+struct QuantPart {
+  DType t;
+  int64_t N;
+  const void* w;
+  const float* bias;  // (N) or nullptr
+  bool packed;
+};
+void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_parts, float* y, int64_t ldy,
+                             float beta = 0.0f);
 
 }  // namespace loom
