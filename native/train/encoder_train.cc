@@ -134,12 +134,15 @@ struct LayerActs {
   LinActs lq, lk, lv, lpq, lpk, lo, li, lout;
 };
 struct EncActs {
+  std::vector<float> x;  // (B*N, D) the hidden state between layers
   std::vector<float> emb, emb_mean, emb_rstd, R, rel_mean, rel_rstd;
   std::vector<uint8_t> keep_emb;  // dropout mask of the embedding output (B*N*D)
   std::vector<LayerActs> layers;
   std::vector<int32_t> dtab;
   int64_t lo = 0, ncol = 0;
   float inv_scale = 1.0f;
+  // encoder_bwd's work buffers
+  std::vector<float> dR, dtmp, dh, dhp, dctx, dq, dk, dv, dPQ, dPK, ddrop;
 };
 
 // Inverted dropout: x (n) *= keep / (1 - p), keep ~ Bernoulli(1 - p) from `rng`; the mask is kept for backward.
@@ -192,7 +195,8 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   } else {
     std::memcpy(A.R.data(), m.rel_emb->w.data(), A.R.size() * 4);
   }
-  std::vector<float> x(size_t(BN * D));
+  std::vector<float>& x = A.x;
+  x.resize(size_t(BN * D));
   A.emb.resize(size_t(BN * D));
   embedding_fwd(BN, D, in.ids, DType::F32, m.word_emb->w.data(), A.emb.data());
   if (KF) word_feature_fwd(BN, D, KF, in.feats, m.feat_emb->w.data(), A.emb.data());
@@ -203,6 +207,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   for (int64_t t = 0; t < BN; t++)
     if (!in.mask[t]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
   const float ph = in.hidden_dropout, pa = in.attention_dropout;
+  A.keep_emb.clear();  // (a mask of an earlier step with dropout would read as this step's: see dropout_bwd)
   if (ph > 0) {
     Rng r(drop_seed(in.seed, -1, 0, 0));
     dropout_fwd(BN * D, ph, r, x.data(), A.keep_emb);
@@ -213,6 +218,9 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     const Layer& L = m.layers[size_t(l)];
     LayerActs& a = A.layers[size_t(l)];
     a.x_in = x;
+    a.keep_p.clear();  // no mask: no dropout in this step (the buffers are kept from earlier steps)
+    a.keep_o.clear();
+    a.keep_f.clear();
     a.q.resize(size_t(BN * D));
     a.k.resize(size_t(BN * D));
     a.v.resize(size_t(BN * D));
@@ -319,9 +327,14 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
   const bool bf = m.cfg.bf16;
   const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
   const int64_t lo = A.lo, ncol = A.ncol;
-  std::vector<float> dR(size_t(S2 * D), 0.0f), dtmp(size_t(BN * D)), dh(size_t(BN * F)), dhp(size_t(BN * F)),
-      dctx(size_t(BN * D)), dq(size_t(BN * D)), dk(size_t(BN * D)), dv(size_t(BN * D)), dPQ(size_t(S2 * D)),
-      dPK(size_t(S2 * D)), ddrop(size_t(BN * D));
+  std::vector<float> &dR = A.dR, &dtmp = A.dtmp, &dh = A.dh, &dhp = A.dhp, &dctx = A.dctx, &dq = A.dq, &dk = A.dk,
+                     &dv = A.dv, &dPQ = A.dPQ, &dPK = A.dPK, &ddrop = A.ddrop;
+  dR.assign(size_t(S2 * D), 0.0f);
+  for (std::vector<float>* v : {&dtmp, &dctx, &dq, &dk, &dv, &ddrop}) v->resize(size_t(BN * D));  // written in full
+  dh.resize(size_t(BN * F));
+  dhp.resize(size_t(BN * F));
+  dPQ.resize(size_t(S2 * D));
+  dPK.resize(size_t(S2 * D));
   const float ph = in.hidden_dropout, pa = in.attention_dropout;
   const int nth = std::max(1, threads_get());
   std::vector<std::vector<float>> tPQ(static_cast<size_t>(nth)), tPK(static_cast<size_t>(nth));
@@ -411,7 +424,6 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
     L.q.bwd(BN, a.x_in.data(), dq.data(), dx.data(), &a.lq, true);
     L.k.bwd(BN, a.x_in.data(), dk.data(), dx.data(), &a.lk, true);
     L.v.bwd(BN, a.x_in.data(), dv.data(), dx.data(), &a.lv, true);
-    a = LayerActs();
   }
   // x0 = drop(LN(emb)·mask)
   dropout_bwd(BN * D, ph, A.keep_emb, dx.data(), dx.data());
@@ -821,6 +833,12 @@ void span_hid_bwd(int64_t n, const float* __restrict hid, const float* __restric
 
 // ---------------------------------------------------------------------------------------------
 // One micro-batch
+struct StepScratch {
+  EncActs enc;
+  std::vector<float> hidden, dhidden;   // (B*N, D) encoder output and its gradient
+  std::vector<float> hid, dhid, dlog;   // one sample's span scores: (W*K, 4D), (W*K, 4D), (W*K, R)
+};
+
 // ---------------------------------------------------------------------------------------------
 void step(Model& m, const StepIn& in, StepOut& out) {
   const deberta::Config& c = m.cfg.deb;
@@ -854,10 +872,14 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   Rng* rp = in.backward ? &rng : nullptr;  // LoRA dropout only when training
   const bool bw = in.backward;
   const float gs = in.grad_scale;
-  EncActs EA;
-  std::vector<float> hidden(size_t(BN * D));
+  if (!m.scratch) m.scratch = std::make_shared<StepScratch>();
+  StepScratch& sc = *m.scratch;
+  EncActs& EA = sc.enc;
+  std::vector<float>& hidden = sc.hidden;
+  hidden.resize(size_t(BN * D));
   encoder_fwd(m, in, hidden.data(), EA, rp);
-  std::vector<float> dhidden(bw ? size_t(BN * D) : 0, 0.0f);
+  std::vector<float>& dhidden = sc.dhidden;
+  dhidden.assign(bw ? size_t(BN * D) : 0, 0.0f);
   out = StepOut();
 
   // ---- span heads: word representations ----
@@ -938,7 +960,8 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     // hid (W·K, 4D) = ReLU(PS[i] + PE[i+k]) for valid spans (invalid rows zero)
     const float* ps = PS.data() + in.woff[b] * D4;
     const float* pe = PE.data() + in.woff[b] * D4;
-    std::vector<float> hid(size_t(W * K * D4), 0.0f);
+    std::vector<float>& hid = sc.hid;
+    hid.assign(size_t(W * K * D4), 0.0f);
     for (int64_t i = 0; i < W; i++)
       for (int64_t k = 0; k < K && i + k < W; k++) {
         float* h = hid.data() + (i * K + k) * D4;
@@ -963,7 +986,8 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         y[size_t((i * K + k) * R + srow[q] + t * g.M + mm)] = 1;
       }
     }
-    std::vector<float> dlog(bw ? logits.size() : 0, 0.0f);
+    std::vector<float>& dlog = sc.dlog;
+    dlog.assign(bw ? logits.size() : 0, 0.0f);
     double ls = 0;
     for (int64_t i = 0; i < W; i++)
       for (int64_t k = 0; k < K && i + k < W; k++)
@@ -978,7 +1002,9 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     out.span += ls;
     if (!bw) continue;
     // backward through the span scores
-    std::vector<float> dG(size_t(R * D4)), dbb(size_t(R), 0.0f), dhid(size_t(W * K * D4)), dFc(size_t(R * D));
+    std::vector<float> dG(size_t(R * D4)), dbb(size_t(R), 0.0f), dFc(size_t(R * D));
+    std::vector<float>& dhid = sc.dhid;
+    dhid.resize(size_t(W * K * D4));  // written in full
     sgemm_as(bf, true, false, R, D4, W * K, 1.0f, dlog.data(), R, hid.data(), D4, 0.0f, dG.data(), D4);
     for (int64_t j = 0; j < W * K; j++)
       for (int64_t r = 0; r < R; r++) dbb[size_t(r)] += dlog[size_t(j * R + r)];
