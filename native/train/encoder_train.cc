@@ -837,6 +837,8 @@ struct StepScratch {
   EncActs enc;
   std::vector<float> hidden, dhidden;   // (B*N, D) encoder output and its gradient
   std::vector<float> hid, dhid, dlog;   // one sample's span scores: (W*K, 4D), (W*K, 4D), (W*K, R)
+  std::vector<float> PS, PE, dPS, dPE;  // (ΣW, 4D) out_project.0 of the start and end representations
+  Mlp2::Acts as, ae;                    // project_start, project_end
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -883,11 +885,13 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   out = StepOut();
 
   // ---- span heads: word representations ----
-  std::vector<float> words(size_t(TW * D)), S(size_t(TW * D)), E(size_t(TW * D)), PS(size_t(TW * D4)),
-      PE(size_t(TW * D4));
+  std::vector<float> words(size_t(TW * D)), S(size_t(TW * D)), E(size_t(TW * D));
+  std::vector<float>&PS = sc.PS, &PE = sc.PE;  // written in full below
+  PS.resize(size_t(TW * D4));
+  PE.resize(size_t(TW * D4));
   std::vector<int32_t> argmax(pool == Pooling::Max ? size_t(TW * D) : 0);
   word_pool_fwd(pool, TW, D, hidden.data(), in.word_rows.data(), wend.data(), words.data(), argmax.data());
-  Mlp2::Acts as, ae;
+  Mlp2::Acts &as = sc.as, &ae = sc.ae;
   m.proj_start.fwd(TW, words.data(), S.data(), &as, rp);
   m.proj_end.fwd(TW, words.data(), E.data(), &ae, rp);
   std::vector<float> Sr(S), Er(E);
@@ -911,7 +915,10 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   if (o3.lora.r > 0)
     sgemm(false, false, D, D4, o3.lora.r, o3.lora.s, o3.lora.B->w.data(), o3.lora.r, o3.lora.A->w.data(), D4, 1.0f,
           W2.data(), D4);
-  std::vector<float> dPS(bw ? PS.size() : 0, 0.0f), dPE(bw ? PE.size() : 0, 0.0f), dW2(bw ? W2.size() : 0, 0.0f);
+  std::vector<float>&dPS = sc.dPS, &dPE = sc.dPE;
+  dPS.assign(bw ? PS.size() : 0, 0.0f);
+  dPE.assign(bw ? PE.size() : 0, 0.0f);
+  std::vector<float> dW2(bw ? W2.size() : 0, 0.0f);
 
   // positives per segment
   std::vector<std::vector<int32_t>> pos_of(in.segs.size());
