@@ -1,9 +1,11 @@
 // GLiNER2 span-model training graph (see encoder_train.h for the math and shapes).
 #include "encoder_train.h"
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include "../models/deberta_internal.h"
 
 namespace loom::train::encoder {
 
@@ -135,6 +137,10 @@ struct LayerActs {
 };
 struct EncActs {
   std::vector<float> x;  // (B*N, D) the hidden state between layers
+  // attend_fwd: the layer's position projections per head in the kernel's layout, δ by relative position, and
+  // the kernel's scratch per thread (64-byte aligned inside)
+  std::vector<float> PQT, PKTr, attn_scratch, qkv_r;
+  std::vector<int32_t> kdtab;
   std::vector<float> emb, emb_mean, emb_rstd, R, rel_mean, rel_rstd;
   std::vector<uint8_t> keep_emb;  // dropout mask of the embedding output (B*N*D)
   std::vector<LayerActs> layers;
@@ -169,6 +175,77 @@ void dropout_bwd(int64_t n, float p, const std::vector<uint8_t>& keep, const flo
 uint64_t drop_seed(uint64_t seed, int64_t l, int what, int64_t bh) {
   return seed * 0x2545F4914F6CDD1Dull + uint64_t(l) * 0x9E3779B97F4A7C15ull + uint64_t(what) * 0xD1B54A32D192ED03ull +
          uint64_t(bh) * 0x8CB92BA72F3D8DD7ull + 0xD0D0ull;
+}
+
+// Attention of one layer without dropout, one task per (sample, head) on the inference forward's kernel
+// (deberta_attn_impl.h: fp32 products register-blocked on zero-padded copies of the head, the relative-position
+// gathers and the softmax vectorized); it also writes the probabilities the backward needs. In bf16 compute its
+// operands q, k, v, PQ, PK are rounded to bf16 first, so the products are the bf16 products vdpbf16ps would form
+// (exact in fp32; only the summation order differs, and P·V takes P unrounded): a forward that skipped the rounding
+// did not match the bf16 backward, and the intent-classification learning test (encoder-classification) fell to
+// chance. At 96-token heads the pair-packed bf16 GEMMs spent as long packing their operands as multiplying them.
+void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const uint8_t* mask, LayerActs& a,
+                EncActs& A) {
+  const int64_t D = c.D, H = c.H, d = D / H, S2 = 2 * c.att_span(), S2P = S2 + 32;
+  auto rd = [&](float v) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; };
+  const float *q = a.q.data(), *k = a.k.data(), *v = a.v.data();
+  if (bf16) {
+    A.qkv_r.resize(size_t(3 * B * N * D));
+    std::vector<uint16_t> t(size_t(B * N * D));
+    for (int w = 0; w < 3; w++) {
+      const float* src = w == 0 ? q : w == 1 ? k : v;
+      float* dst = A.qkv_r.data() + w * B * N * D;
+      convert_f32_to_bf16(B * N * D, src, t.data());
+      convert_bf16_to_f32(B * N * D, t.data(), dst);
+    }
+    q = A.qkv_r.data();
+    k = q + B * N * D;
+    v = k + B * N * D;
+  }
+  const int64_t Rr = (N + 15) / 16 * 16 + 16;  // δ for |rel| < Rr: covers the kernel's padded tiles
+  A.kdtab.resize(size_t(2 * Rr - 1));
+  for (int64_t r = -(Rr - 1); r <= Rr - 1; r++) A.kdtab[size_t(r + Rr - 1)] = int32_t(rel_index(c, r));
+  // per head (d, S2P): PQᵀ, and PKᵀ with reversed columns (deberta.cc's layout)
+  A.PQT.assign(size_t(H * d * S2P), 0.0f);
+  A.PKTr.assign(size_t(H * d * S2P), 0.0f);
+  for (int64_t r = 0; r < S2; r++)
+    for (int64_t u = 0; u < D; u++) {
+      A.PQT[size_t(u * S2P + r)] = rd(a.PQ[size_t(r * D + u)]);
+      A.PKTr[size_t(u * S2P + r)] = rd(a.PK[size_t((S2 - 1 - r) * D + u)]);
+    }
+  const int nth = std::max(1, threads_get());
+  const size_t scr = (deberta::attn_scratch_floats(N, d) + 15) / 16 * 16;
+  A.attn_scratch.resize(size_t(nth) * scr + 16);
+  float* scr0 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(A.attn_scratch.data()) + 63) & ~uintptr_t(63));
+  const float scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
+  std::atomic<int64_t> next{0};
+  pool_run(nth, [&](int tid, int) {
+    for (int64_t bh; (bh = next.fetch_add(1)) < B * H;) {
+      const int64_t b = bh / H, hh = bh % H, off = b * N * D + hh * d;
+      deberta::AttnTask t;
+      t.n = N;
+      t.d = d;
+      t.q = q + off;
+      t.k = k + off;
+      t.v = v + off;
+      t.ld = D;
+      t.PQT = A.PQT.data() + hh * d * S2P;
+      t.PKTr = A.PKTr.data() + hh * d * S2P;
+      t.S2P = S2P;
+      t.span2 = S2;
+      t.dtab = A.kdtab.data();
+      t.R = Rr;
+      t.mask = mask + b * N;
+      t.scale = scale;
+      t.c2p = c.c2p;
+      t.p2c = c.p2c;
+      t.ctx = a.ctx.data() + off;
+      t.ldc = D;
+      t.probs = a.probs.data() + bh * N * N;
+      t.scratch = scr0 + size_t(tid) * scr;
+      deberta::attn_run(t);
+    }
+  });
 }
 
 void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng* rng) {
@@ -231,10 +308,11 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     a.PK.resize(size_t(S2 * D));
     L.q.fwd(S2, A.R.data(), a.PQ.data(), &a.lpq, rng);
     L.k.fwd(S2, A.R.data(), a.PK.data(), &a.lpk, rng);
-    a.probs.assign(size_t(B * H * N * N), 0.0f);
+    a.probs.resize(size_t(B * H * N * N));  // every (sample, head) writes its block in full
     if (pa > 0) a.keep_p.resize(size_t(B * H * N * N));
     a.ctx.resize(size_t(BN * D));
-    pool_run(threads_get(), [&](int tid, int nt) {
+    if (pa == 0) attend_fwd(c, bf, B, N, in.mask, a, A);
+    else pool_run(threads_get(), [&](int tid, int nt) {  // with attention dropout (the mask is kept for backward)
       std::vector<float> c2p(size_t(N * ncol)), p2c(size_t(N * ncol)), Pd(pa > 0 ? size_t(N * N) : 0);
       for (int64_t bh = tid; bh < B * H; bh += nt) {
         const int64_t b = bh / H, hh = bh % H;
