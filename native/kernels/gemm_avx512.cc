@@ -43,9 +43,47 @@ static constexpr int DOT_MR = 6;                        // 6×4 dot tiles: 24 ac
 
 // vdpbf16ps: per fp32 lane, acc += a.lo·b.lo + a.hi·b.hi on bf16 inputs (AVX512_BF16: Zen 4/5,
 // Cooper Lake, Sapphire Rapids and later). Inputs and outputs denormal-flushed, RNE.
+// Operands are rounded with vcvtne2ps2bf16 (RNE, NaN quieted as f32_to_bf16 does; denormal inputs become zero,
+// which is what vdpbf16ps reads a bf16 denormal as): one instruction per 32 values instead of bf16_hi8's integer
+// rounding, which cost as much as the products themselves at the encoder's shapes (D = 256, 96-token heads).
 struct DpNative {
   static inline reg dp(reg acc, ireg a, ireg b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+  static void row_pairs(const float* s, int64_t kc, uint32_t* o);
+  static void rows_pairs(const float* r0, const float* r1, int64_t n, uint32_t* o);
 };
+
+static inline __mmask16 lanes16(int64_t n) {  // lanes [0, n)
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u);
+}
+
+// One contiguous row s[0:kc] -> ceil(kc/2) words bf16(s[2p]) | bf16(s[2p+1]) << 16: the bf16 row itself, read as
+// 32-bit words (zero past kc).
+void DpNative::row_pairs(const float* s, int64_t kc, uint32_t* o) {
+  int64_t k = 0;
+  for (; k + 32 <= kc; k += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + k + 16), _mm512_loadu_ps(s + k));
+    _mm512_storeu_si512(o + k / 2, (__m512i)v);
+  }
+  if (k < kc) {
+    const int64_t r = kc - k;  // 1 .. 31 values
+    const __m512 lo = _mm512_maskz_loadu_ps(lanes16(r), s + k), hi = _mm512_maskz_loadu_ps(lanes16(r - 16), s + k + 16);
+    _mm512_mask_storeu_epi32(o + k / 2, lanes16((r + 1) / 2), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+}
+
+// Two rows (k = 2p, 2p+1; r1 null: zero) of n values -> n words bf16(r0[i]) | bf16(r1[i]) << 16.
+void DpNative::rows_pairs(const float* r0, const float* r1, int64_t n, uint32_t* o) {
+  // 16-bit lane e of the result takes lane e/2 of r0's bf16 (words 0-15 of the conversion), or of r1's (16-31)
+  alignas(64) static const uint16_t interleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(interleave);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes16(n - i);
+    const __m512 lo = _mm512_maskz_loadu_ps(m, r0 + i);
+    const __m512 hi = r1 ? _mm512_maskz_loadu_ps(m, r1 + i) : _mm512_setzero_ps();
+    _mm512_mask_storeu_epi32(o + i, m, _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo)));
+  }
+}
 
 void linear_bf16_bf16(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
                       const float* bias, float* y, int64_t ldy, float beta) {

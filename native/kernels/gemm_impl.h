@@ -658,12 +658,18 @@ static void gemv_packed(int64_t N, int64_t K, const float* x, const BT* data, co
 //   B panels [kc2][NR] of uint32: W[n][2p] | W[n][2p+1] << 16
 // DP::dp(acc, a, b) adds lo(a)·lo(b) + hi(a)·hi(b) per lane: vdpbf16ps on AVX512_BF16, two
 // FMAs on the widened halves elsewhere (DpEmul), so every ISA runs this same packing and loop.
+// DP::row_pairs / DP::rows_pairs round fp32 operands into pair words (sgemm_bf16_compute's packing, below):
+// DpEmul with the integer rounding of bf16_hi8, DpNative (gemm_avx512.cc) with vcvtne2ps2bf16.
 // ---------------------------------------------------------------------------------------------
+static void row_to_pairs(const float* s, int64_t kc, uint32_t* o);
+static void rows_to_pairs(const float* r0, const float* r1, int64_t n, uint32_t* o);
 struct DpEmul {
   static inline reg dp(reg acc, ireg a, ireg b) {
     acc = V::fma(V::lo_bf16(a), V::lo_bf16(b), acc);
     return V::fma(V::hi_bf16(a), V::hi_bf16(b), acc);
   }
+  static void row_pairs(const float* s, int64_t kc, uint32_t* o) { row_to_pairs(s, kc, o); }
+  static void rows_pairs(const float* r0, const float* r1, int64_t n, uint32_t* o) { rows_to_pairs(r0, r1, n, o); }
 };
 
 static void pack_a_pairs(int64_t mc, int64_t kc, const float* a, int64_t lda, uint32_t* dst) {
@@ -836,6 +842,7 @@ static void rows_to_pairs(const float* r0, const float* r1, int64_t n, uint32_t*
 static thread_local std::vector<uint32_t> t_pair_rows;
 
 // A block, op(A)(i, k) at a[i*rs + k*cs], i < mc, k < kc  ->  RowPanels(mc) panels [kc2][MR] of pair words.
+template <typename DP>
 static void pack_a_pairs_f32(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, uint32_t* dst) {
   const int64_t kc2 = (kc + 1) / 2;
   const RowPanels rp(mc);
@@ -844,12 +851,12 @@ static void pack_a_pairs_f32(int64_t mc, int64_t kc, const float* a, int64_t rs,
     uint32_t* d = dst + p * kc2 * MR;
     if (cs == 1) {  // rows: pairs per row, then the fp32 8×8 transpose moves the words into the panel
       t_pair_rows.resize(size_t(MR * kc2));
-      for (int64_t i = 0; i < mr; i++) row_to_pairs(a + (i0 + i) * rs, kc, t_pair_rows.data() + i * kc2);
+      for (int64_t i = 0; i < mr; i++) DP::row_pairs(a + (i0 + i) * rs, kc, t_pair_rows.data() + i * kc2);
       pack_a_rows(mr, kc2, reinterpret_cast<const float*>(t_pair_rows.data()), kc2, reinterpret_cast<float*>(d));
     } else if (rs == 1) {  // transposed (dyᵀ): k = 2q and 2q+1 are two rows of mr adjacent values
       for (int64_t q = 0; q < kc2; q++) {
         const float* r0 = a + i0 + 2 * q * cs;
-        rows_to_pairs(r0, 2 * q + 1 < kc ? r0 + cs : nullptr, mr, d + q * MR);
+        DP::rows_pairs(r0, 2 * q + 1 < kc ? r0 + cs : nullptr, mr, d + q * MR);
         for (int64_t i = mr; i < MR; i++) d[q * MR + i] = 0;
       }
     } else {
@@ -863,13 +870,14 @@ static void pack_a_pairs_f32(int64_t mc, int64_t kc, const float* a, int64_t rs,
 }
 
 // B from fp32 sources, one NR-wide panel [kc2][NR] of B[pc:pc+kc, j:j+nv] per pack() call.
+template <typename DP>
 struct BPairsNK {  // (k, n) at b[n*ld + k]: W (N, K) of y = x·Wᵀ
   const float* b;
   int64_t ld;
   void pack(int64_t j, int64_t nv, int64_t pc, int64_t kc, uint32_t* dst) const {
     const int64_t kc2 = (kc + 1) / 2;
     t_pair_rows.resize(size_t(NR * kc2));
-    for (int64_t n = 0; n < nv; n++) row_to_pairs(b + (j + n) * ld + pc, kc, t_pair_rows.data() + n * kc2);
+    for (int64_t n = 0; n < nv; n++) DP::row_pairs(b + (j + n) * ld + pc, kc, t_pair_rows.data() + n * kc2);
     pack_b_nk(nv, kc2, reinterpret_cast<const float*>(t_pair_rows.data()), kc2, reinterpret_cast<float*>(dst));
   }
 };
@@ -886,9 +894,15 @@ static void rows_to_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, uin
   for (; i < n; i++) o[i] = uint32_t(r0[i]) | (r1 ? uint32_t(r1[i]) << 16 : 0u);
 }
 
+// fp32 rows rounded by DP's converter; bf16 rows as they are
+template <typename DP>
+static void kn_pairs(const float* r0, const float* r1, int64_t n, uint32_t* o) { DP::rows_pairs(r0, r1, n, o); }
+template <typename DP>
+static void kn_pairs(const uint16_t* r0, const uint16_t* r1, int64_t n, uint32_t* o) { rows_to_pairs(r0, r1, n, o); }
+
 // (k, n) at b[k*ld + n]: W (N, K) of dx = dy·W (T float: rounded; T uint16_t: bf16 weights, as they are), x (M, K)
 // of dW = dyᵀ·x
-template <typename T>
+template <typename DP, typename T>
 struct BPairsKN {
   const T* b;
   int64_t ld;
@@ -896,7 +910,7 @@ struct BPairsKN {
     const int64_t kc2 = (kc + 1) / 2;
     for (int64_t q = 0; q < kc2; q++) {
       const T* r0 = b + (pc + 2 * q) * ld + j;
-      rows_to_pairs(r0, 2 * q + 1 < kc ? r0 + ld : nullptr, nv, dst + q * NR);
+      kn_pairs<DP>(r0, 2 * q + 1 < kc ? r0 + ld : nullptr, nv, dst + q * NR);
       for (int64_t n = nv; n < NR; n++) dst[q * NR + n] = 0;
     }
   }
@@ -918,7 +932,7 @@ static void bf16c_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t
       for (int64_t ic = m0; ic < m1; ic += mcb) {
         const int64_t mc = imin(mcb, m1 - ic);
         uint32_t* ap = reinterpret_cast<uint32_t*>(t_scratch.get(0, size_t(round_up(mc, MR) * kc2)));
-        pack_a_pairs_f32(mc, kc, A.a + ic * A.rs + pc * A.cs, A.rs, A.cs, ap);
+        pack_a_pairs_f32<DP>(mc, kc, A.a + ic * A.rs + pc * A.cs, A.rs, A.cs, ap);
         const RowPanels rp(mc);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nv = imin(NR, nc - jr);
@@ -941,8 +955,8 @@ static void sgemm_bf16_compute_with(bool ta, bool tb, int64_t M, int64_t N, int6
   const ASrc a{A, ta ? 1 : lda, ta ? lda : 1, false};
   const Epi e{alpha, beta, bias};
   split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    if (tb) bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsNK{B, ldb}, C, ldc, e);
-    else bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN<float>{B, ldb}, C, ldc, e);
+    if (tb) bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsNK<DP>{B, ldb}, C, ldc, e);
+    else bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN<DP, float>{B, ldb}, C, ldc, e);
   });
 }
 
@@ -953,7 +967,7 @@ static void sgemm_bf16_bf16_with(int64_t M, int64_t N, int64_t K, float alpha, c
   const ASrc a{A, lda, 1, false};
   const Epi e{alpha, beta, nullptr};
   split_parallel(M, N, K, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN<uint16_t>{B, ldb}, C, ldc, e);
+    bf16c_serial<DP>(m0, m1, n0, n1, K, a, BPairsKN<DP, uint16_t>{B, ldb}, C, ldc, e);
   });
 }
 

@@ -170,9 +170,12 @@ void deberta_attend(const deberta::AttnTask& t) { attend(t); }
 }  // namespace loom::portable
 
 namespace loom::deberta {
+
+void attn_run(const AttnTask& t) { LOOM_DISPATCH(deberta_attend, t); }
+
 namespace {
 
-void attend(const AttnTask& t) { LOOM_DISPATCH(deberta_attend, t); }
+void attend(const AttnTask& t) { attn_run(t); }
 
 struct WsLease {
   const Model& m;

@@ -33,6 +33,10 @@ inline size_t attn_scratch_floats(int64_t n, int64_t d) {
                 2 * r16(2 * Np) + 64);
 }
 
+// One task on the active ISA's kernel (the inference forward, and the training graph's forward without attention
+// dropout: native/train/encoder_train.cc).
+void attn_run(const AttnTask& t);
+
 }  // namespace loom::deberta
 
 namespace loom {

@@ -1,9 +1,11 @@
 // GLiNER2 span-model training graph (see encoder_train.h for the math and shapes).
 #include "encoder_train.h"
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include "../models/deberta_internal.h"
 
 namespace loom::train::encoder {
 
@@ -134,12 +136,19 @@ struct LayerActs {
   LinActs lq, lk, lv, lpq, lpk, lo, li, lout;
 };
 struct EncActs {
+  std::vector<float> x;  // (B*N, D) the hidden state between layers
+  // attend_fwd: the layer's position projections per head in the kernel's layout, δ by relative position, and
+  // the kernel's scratch per thread (64-byte aligned inside)
+  std::vector<float> PQT, PKTr, attn_scratch, qkv_r;
+  std::vector<int32_t> kdtab;
   std::vector<float> emb, emb_mean, emb_rstd, R, rel_mean, rel_rstd;
   std::vector<uint8_t> keep_emb;  // dropout mask of the embedding output (B*N*D)
   std::vector<LayerActs> layers;
   std::vector<int32_t> dtab;
   int64_t lo = 0, ncol = 0;
   float inv_scale = 1.0f;
+  // encoder_bwd's work buffers
+  std::vector<float> dR, dtmp, dh, dhp, dctx, dq, dk, dv, dPQ, dPK, ddrop;
 };
 
 // Inverted dropout: x (n) *= keep / (1 - p), keep ~ Bernoulli(1 - p) from `rng`; the mask is kept for backward.
@@ -168,6 +177,77 @@ uint64_t drop_seed(uint64_t seed, int64_t l, int what, int64_t bh) {
          uint64_t(bh) * 0x8CB92BA72F3D8DD7ull + 0xD0D0ull;
 }
 
+// Attention of one layer without dropout, one task per (sample, head) on the inference forward's kernel
+// (deberta_attn_impl.h: fp32 products register-blocked on zero-padded copies of the head, the relative-position
+// gathers and the softmax vectorized); it also writes the probabilities the backward needs. In bf16 compute its
+// operands q, k, v, PQ, PK are rounded to bf16 first, so the products are the bf16 products vdpbf16ps would form
+// (exact in fp32; only the summation order differs, and P·V takes P unrounded): a forward that skipped the rounding
+// did not match the bf16 backward, and the intent-classification learning test (encoder-classification) fell to
+// chance. At 96-token heads the pair-packed bf16 GEMMs spent as long packing their operands as multiplying them.
+void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const uint8_t* mask, LayerActs& a,
+                EncActs& A) {
+  const int64_t D = c.D, H = c.H, d = D / H, S2 = 2 * c.att_span(), S2P = S2 + 32;
+  auto rd = [&](float v) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; };
+  const float *q = a.q.data(), *k = a.k.data(), *v = a.v.data();
+  if (bf16) {
+    A.qkv_r.resize(size_t(3 * B * N * D));
+    std::vector<uint16_t> t(size_t(B * N * D));
+    for (int w = 0; w < 3; w++) {
+      const float* src = w == 0 ? q : w == 1 ? k : v;
+      float* dst = A.qkv_r.data() + w * B * N * D;
+      convert_f32_to_bf16(B * N * D, src, t.data());
+      convert_bf16_to_f32(B * N * D, t.data(), dst);
+    }
+    q = A.qkv_r.data();
+    k = q + B * N * D;
+    v = k + B * N * D;
+  }
+  const int64_t Rr = (N + 15) / 16 * 16 + 16;  // δ for |rel| < Rr: covers the kernel's padded tiles
+  A.kdtab.resize(size_t(2 * Rr - 1));
+  for (int64_t r = -(Rr - 1); r <= Rr - 1; r++) A.kdtab[size_t(r + Rr - 1)] = int32_t(rel_index(c, r));
+  // per head (d, S2P): PQᵀ, and PKᵀ with reversed columns (deberta.cc's layout)
+  A.PQT.assign(size_t(H * d * S2P), 0.0f);
+  A.PKTr.assign(size_t(H * d * S2P), 0.0f);
+  for (int64_t r = 0; r < S2; r++)
+    for (int64_t u = 0; u < D; u++) {
+      A.PQT[size_t(u * S2P + r)] = rd(a.PQ[size_t(r * D + u)]);
+      A.PKTr[size_t(u * S2P + r)] = rd(a.PK[size_t((S2 - 1 - r) * D + u)]);
+    }
+  const int nth = std::max(1, threads_get());
+  const size_t scr = (deberta::attn_scratch_floats(N, d) + 15) / 16 * 16;
+  A.attn_scratch.resize(size_t(nth) * scr + 16);
+  float* scr0 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(A.attn_scratch.data()) + 63) & ~uintptr_t(63));
+  const float scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
+  std::atomic<int64_t> next{0};
+  pool_run(nth, [&](int tid, int) {
+    for (int64_t bh; (bh = next.fetch_add(1)) < B * H;) {
+      const int64_t b = bh / H, hh = bh % H, off = b * N * D + hh * d;
+      deberta::AttnTask t;
+      t.n = N;
+      t.d = d;
+      t.q = q + off;
+      t.k = k + off;
+      t.v = v + off;
+      t.ld = D;
+      t.PQT = A.PQT.data() + hh * d * S2P;
+      t.PKTr = A.PKTr.data() + hh * d * S2P;
+      t.S2P = S2P;
+      t.span2 = S2;
+      t.dtab = A.kdtab.data();
+      t.R = Rr;
+      t.mask = mask + b * N;
+      t.scale = scale;
+      t.c2p = c.c2p;
+      t.p2c = c.p2c;
+      t.ctx = a.ctx.data() + off;
+      t.ldc = D;
+      t.probs = a.probs.data() + bh * N * N;
+      t.scratch = scr0 + size_t(tid) * scr;
+      deberta::attn_run(t);
+    }
+  });
+}
+
 void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng* rng) {
   const deberta::Config& c = m.cfg.deb;
   const bool bf = m.cfg.bf16;
@@ -192,7 +272,8 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   } else {
     std::memcpy(A.R.data(), m.rel_emb->w.data(), A.R.size() * 4);
   }
-  std::vector<float> x(size_t(BN * D));
+  std::vector<float>& x = A.x;
+  x.resize(size_t(BN * D));
   A.emb.resize(size_t(BN * D));
   embedding_fwd(BN, D, in.ids, DType::F32, m.word_emb->w.data(), A.emb.data());
   if (KF) word_feature_fwd(BN, D, KF, in.feats, m.feat_emb->w.data(), A.emb.data());
@@ -203,6 +284,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   for (int64_t t = 0; t < BN; t++)
     if (!in.mask[t]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
   const float ph = in.hidden_dropout, pa = in.attention_dropout;
+  A.keep_emb.clear();  // (a mask of an earlier step with dropout would read as this step's: see dropout_bwd)
   if (ph > 0) {
     Rng r(drop_seed(in.seed, -1, 0, 0));
     dropout_fwd(BN * D, ph, r, x.data(), A.keep_emb);
@@ -213,6 +295,9 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     const Layer& L = m.layers[size_t(l)];
     LayerActs& a = A.layers[size_t(l)];
     a.x_in = x;
+    a.keep_p.clear();  // no mask: no dropout in this step (the buffers are kept from earlier steps)
+    a.keep_o.clear();
+    a.keep_f.clear();
     a.q.resize(size_t(BN * D));
     a.k.resize(size_t(BN * D));
     a.v.resize(size_t(BN * D));
@@ -223,10 +308,11 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     a.PK.resize(size_t(S2 * D));
     L.q.fwd(S2, A.R.data(), a.PQ.data(), &a.lpq, rng);
     L.k.fwd(S2, A.R.data(), a.PK.data(), &a.lpk, rng);
-    a.probs.assign(size_t(B * H * N * N), 0.0f);
+    a.probs.resize(size_t(B * H * N * N));  // every (sample, head) writes its block in full
     if (pa > 0) a.keep_p.resize(size_t(B * H * N * N));
     a.ctx.resize(size_t(BN * D));
-    pool_run(threads_get(), [&](int tid, int nt) {
+    if (pa == 0) attend_fwd(c, bf, B, N, in.mask, a, A);
+    else pool_run(threads_get(), [&](int tid, int nt) {  // with attention dropout (the mask is kept for backward)
       std::vector<float> c2p(size_t(N * ncol)), p2c(size_t(N * ncol)), Pd(pa > 0 ? size_t(N * N) : 0);
       for (int64_t bh = tid; bh < B * H; bh += nt) {
         const int64_t b = bh / H, hh = bh % H;
@@ -319,9 +405,14 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
   const bool bf = m.cfg.bf16;
   const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
   const int64_t lo = A.lo, ncol = A.ncol;
-  std::vector<float> dR(size_t(S2 * D), 0.0f), dtmp(size_t(BN * D)), dh(size_t(BN * F)), dhp(size_t(BN * F)),
-      dctx(size_t(BN * D)), dq(size_t(BN * D)), dk(size_t(BN * D)), dv(size_t(BN * D)), dPQ(size_t(S2 * D)),
-      dPK(size_t(S2 * D)), ddrop(size_t(BN * D));
+  std::vector<float> &dR = A.dR, &dtmp = A.dtmp, &dh = A.dh, &dhp = A.dhp, &dctx = A.dctx, &dq = A.dq, &dk = A.dk,
+                     &dv = A.dv, &dPQ = A.dPQ, &dPK = A.dPK, &ddrop = A.ddrop;
+  dR.assign(size_t(S2 * D), 0.0f);
+  for (std::vector<float>* v : {&dtmp, &dctx, &dq, &dk, &dv, &ddrop}) v->resize(size_t(BN * D));  // written in full
+  dh.resize(size_t(BN * F));
+  dhp.resize(size_t(BN * F));
+  dPQ.resize(size_t(S2 * D));
+  dPK.resize(size_t(S2 * D));
   const float ph = in.hidden_dropout, pa = in.attention_dropout;
   const int nth = std::max(1, threads_get());
   std::vector<std::vector<float>> tPQ(static_cast<size_t>(nth)), tPK(static_cast<size_t>(nth));
@@ -411,7 +502,6 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
     L.q.bwd(BN, a.x_in.data(), dq.data(), dx.data(), &a.lq, true);
     L.k.bwd(BN, a.x_in.data(), dk.data(), dx.data(), &a.lk, true);
     L.v.bwd(BN, a.x_in.data(), dv.data(), dx.data(), &a.lv, true);
-    a = LayerActs();
   }
   // x0 = drop(LN(emb)·mask)
   dropout_bwd(BN * D, ph, A.keep_emb, dx.data(), dx.data());
@@ -805,10 +895,30 @@ void word_pool_bwd(Pooling pool, int64_t TW, int64_t D, const int64_t* r0, const
   }
 }
 
+// hid = ReLU(ps + pe) of one span (n = 4D): ps, pe += (hid > 0) ⊙ dhid. Branch-free and restrict, so that it
+// vectorizes: the ReLU's sign is a coin flip per value, and the branch it replaced mispredicted half the time.
+void span_hid_bwd(int64_t n, const float* __restrict hid, const float* __restrict dhid, float* __restrict dps,
+                  float* __restrict dpe) {
+  for (int64_t u = 0; u < n; u++) {
+    const float d = dhid[u];  // loaded unconditionally: a conditional load keeps GCC from if-converting the loop
+    const float g = hid[u] > 0 ? d : 0.0f;
+    dps[u] += g;
+    dpe[u] += g;
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // One micro-batch
+struct StepScratch {
+  EncActs enc;
+  std::vector<float> hidden, dhidden;   // (B*N, D) encoder output and its gradient
+  std::vector<float> hid, dhid, dlog;   // one sample's span scores: (W*K, 4D), (W*K, 4D), (W*K, R)
+  std::vector<float> PS, PE, dPS, dPE;  // (ΣW, 4D) out_project.0 of the start and end representations
+  Mlp2::Acts as, ae;                    // project_start, project_end
+};
+
 // ---------------------------------------------------------------------------------------------
 void step(Model& m, const StepIn& in, StepOut& out) {
   const deberta::Config& c = m.cfg.deb;
@@ -842,18 +952,24 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   Rng* rp = in.backward ? &rng : nullptr;  // LoRA dropout only when training
   const bool bw = in.backward;
   const float gs = in.grad_scale;
-  EncActs EA;
-  std::vector<float> hidden(size_t(BN * D));
+  if (!m.scratch) m.scratch = std::make_shared<StepScratch>();
+  StepScratch& sc = *m.scratch;
+  EncActs& EA = sc.enc;
+  std::vector<float>& hidden = sc.hidden;
+  hidden.resize(size_t(BN * D));
   encoder_fwd(m, in, hidden.data(), EA, rp);
-  std::vector<float> dhidden(bw ? size_t(BN * D) : 0, 0.0f);
+  std::vector<float>& dhidden = sc.dhidden;
+  dhidden.assign(bw ? size_t(BN * D) : 0, 0.0f);
   out = StepOut();
 
   // ---- span heads: word representations ----
-  std::vector<float> words(size_t(TW * D)), S(size_t(TW * D)), E(size_t(TW * D)), PS(size_t(TW * D4)),
-      PE(size_t(TW * D4));
+  std::vector<float> words(size_t(TW * D)), S(size_t(TW * D)), E(size_t(TW * D));
+  std::vector<float>&PS = sc.PS, &PE = sc.PE;  // written in full below
+  PS.resize(size_t(TW * D4));
+  PE.resize(size_t(TW * D4));
   std::vector<int32_t> argmax(pool == Pooling::Max ? size_t(TW * D) : 0);
   word_pool_fwd(pool, TW, D, hidden.data(), in.word_rows.data(), wend.data(), words.data(), argmax.data());
-  Mlp2::Acts as, ae;
+  Mlp2::Acts &as = sc.as, &ae = sc.ae;
   m.proj_start.fwd(TW, words.data(), S.data(), &as, rp);
   m.proj_end.fwd(TW, words.data(), E.data(), &ae, rp);
   std::vector<float> Sr(S), Er(E);
@@ -877,7 +993,10 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   if (o3.lora.r > 0)
     sgemm(false, false, D, D4, o3.lora.r, o3.lora.s, o3.lora.B->w.data(), o3.lora.r, o3.lora.A->w.data(), D4, 1.0f,
           W2.data(), D4);
-  std::vector<float> dPS(bw ? PS.size() : 0, 0.0f), dPE(bw ? PE.size() : 0, 0.0f), dW2(bw ? W2.size() : 0, 0.0f);
+  std::vector<float>&dPS = sc.dPS, &dPE = sc.dPE;
+  dPS.assign(bw ? PS.size() : 0, 0.0f);
+  dPE.assign(bw ? PE.size() : 0, 0.0f);
+  std::vector<float> dW2(bw ? W2.size() : 0, 0.0f);
 
   // positives per segment
   std::vector<std::vector<int32_t>> pos_of(in.segs.size());
@@ -926,7 +1045,8 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     // hid (W·K, 4D) = ReLU(PS[i] + PE[i+k]) for valid spans (invalid rows zero)
     const float* ps = PS.data() + in.woff[b] * D4;
     const float* pe = PE.data() + in.woff[b] * D4;
-    std::vector<float> hid(size_t(W * K * D4), 0.0f);
+    std::vector<float>& hid = sc.hid;
+    hid.assign(size_t(W * K * D4), 0.0f);
     for (int64_t i = 0; i < W; i++)
       for (int64_t k = 0; k < K && i + k < W; k++) {
         float* h = hid.data() + (i * K + k) * D4;
@@ -951,7 +1071,8 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         y[size_t((i * K + k) * R + srow[q] + t * g.M + mm)] = 1;
       }
     }
-    std::vector<float> dlog(bw ? logits.size() : 0, 0.0f);
+    std::vector<float>& dlog = sc.dlog;
+    dlog.assign(bw ? logits.size() : 0, 0.0f);
     double ls = 0;
     for (int64_t i = 0; i < W; i++)
       for (int64_t k = 0; k < K && i + k < W; k++)
@@ -966,7 +1087,9 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     out.span += ls;
     if (!bw) continue;
     // backward through the span scores
-    std::vector<float> dG(size_t(R * D4)), dbb(size_t(R), 0.0f), dhid(size_t(W * K * D4)), dFc(size_t(R * D));
+    std::vector<float> dG(size_t(R * D4)), dbb(size_t(R), 0.0f), dFc(size_t(R * D));
+    std::vector<float>& dhid = sc.dhid;
+    dhid.resize(size_t(W * K * D4));  // written in full
     sgemm_as(bf, true, false, R, D4, W * K, 1.0f, dlog.data(), R, hid.data(), D4, 0.0f, dG.data(), D4);
     for (int64_t j = 0; j < W * K; j++)
       for (int64_t r = 0; r < R; r++) dbb[size_t(r)] += dlog[size_t(j * R + r)];
@@ -974,17 +1097,9 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     float* dps = dPS.data() + in.woff[b] * D4;
     float* dpe = dPE.data() + in.woff[b] * D4;
     for (int64_t i = 0; i < W; i++)
-      for (int64_t k = 0; k < K && i + k < W; k++) {
-        const float* h = hid.data() + (i * K + k) * D4;
-        const float* dh = dhid.data() + (i * K + k) * D4;
-        float* a = dps + i * D4;
-        float* e = dpe + (i + k) * D4;
-        for (int64_t u = 0; u < D4; u++)
-          if (h[u] > 0) {
-            a[u] += dh[u];
-            e[u] += dh[u];
-          }
-      }
+      for (int64_t k = 0; k < K && i + k < W; k++)
+        span_hid_bwd(D4, hid.data() + (i * K + k) * D4, dhid.data() + (i * K + k) * D4, dps + i * D4,
+                     dpe + (i + k) * D4);
     // G = Fc·W2, bb = Fc·b2
     sgemm_as(bf, false, true, R, D, D4, 1.0f, dG.data(), D4, W2.data(), D4, 0.0f, dFc.data(), D);
     for (int64_t r = 0; r < R; r++) axpy(D, dbb[size_t(r)], o3.b->w.data(), dFc.data() + r * D);
@@ -1029,8 +1144,8 @@ void step(Model& m, const StepIn& in, StepOut& out) {
       sgemm(false, false, TW, D, r0, 1.0f, dxe.data(), r0, o0.lora.A->w.data() + D, 2 * D, 1.0f, dEr.data(), D);
     }
     for (int64_t i = 0; i < TW * D; i++) {
-      if (S[size_t(i)] <= 0) dSr[size_t(i)] = 0;
-      if (E[size_t(i)] <= 0) dEr[size_t(i)] = 0;
+      dSr[size_t(i)] = S[size_t(i)] > 0 ? dSr[size_t(i)] : 0.0f;
+      dEr[size_t(i)] = E[size_t(i)] > 0 ? dEr[size_t(i)] : 0.0f;
     }
     std::vector<float> dwords(size_t(TW * D));
     m.proj_start.bwd(TW, dSr.data(), dwords.data(), as, false);

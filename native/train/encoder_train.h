@@ -65,6 +65,8 @@ struct Layer {
   Param *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
 };
 
+struct StepScratch;  // encoder_train.cc: step()'s activations and work buffers
+
 struct Model {
   Config cfg;
   ParamStore ps;
@@ -81,6 +83,9 @@ struct Model {
   TLinear cin;                // transformer.in_projector (T, D)
   CountTLayer ct[2];
   TLinear co0, co2, co4;      // transformer.out_projector: (D, T+D), (D, D), (D, D)
+  // step()'s large buffers, kept from one step to the next (calls on a model are serialized): allocated afresh,
+  // their pages were faulted in and zeroed by the kernel every step (hundreds of MB at D = 768).
+  std::shared_ptr<StepScratch> scratch;
 };
 
 // tensors: every tensor of a count_lstm / count_lstm_v2 GLiNER2 checkpoint (fp32), by its checkpoint name.

@@ -108,6 +108,7 @@ struct Mlp2 {
   struct Acts {
     LinActs la, lb;
     std::vector<float> x, h;  // input copy, ReLU output
+    std::vector<float> dh;    // bwd's gradient of h (kept with the rest: a graph may keep its Acts between steps)
   };
   void fwd(int64_t M, const float* x, float* y, Acts* acts, Rng* rng) const;
   void bwd(int64_t M, const float* dy, float* dx, Acts& acts, bool accumulate_dx) const;

@@ -301,6 +301,46 @@ t.test('sgemm bf16 compute: every layout against the fp32 product of the bf16-ro
     /unknown compute 'x'/);
 });
 
+t.test('sgemm bf16 compute rounds to nearest even: exact ties of both parities, NaN, every layout', async (t) => {
+  // Values 1 + j·2⁻⁷ + 2⁻⁸ (± a nudge of 2⁻²⁰) lie on or next to the midpoint of two bf16 values (ulp 2⁻⁷ at 1):
+  // ties go to the even neighbour. Products of bf16 values in [1, 2) carry 16 bits, a sum of K = 5 of them fits
+  // fp32's 24, so C must equal the reference exactly. M and N leave partial row panels and column panels; K is odd
+  // (a half-empty pair), and both operands take every layout (the row and the two-row converters).
+  const M = 14, N = 37, K = 5;
+  const val = () => {
+    const j = Math.floor((rnd() + 0.5) * 127), nudge = [0, 0, 2 ** -20, -(2 ** -20)][Math.floor((rnd() + 0.5) * 4)];
+    return (rnd() < 0 ? -1 : 1) * (1 + j * 2 ** -7 + 2 ** -8 + nudge);
+  };
+  const round = (v: number) => fromBf16(toBf16(v));
+  t.equal(round(1 + 2 ** -8), 1, 'the reference rounds a tie down to an even neighbour');
+  t.equal(round(1 + 3 * 2 ** -8), 1 + 2 ** -6, 'and up to an even one');
+  await forEachIsa(async (isa) => {
+    for (const ta of [false, true])
+      for (const tb of [false, true]) {
+        const lda = ta ? M : K, ldb = tb ? K : N;
+        const A = Float32Array.from({ length: M * K }, val), B = Float32Array.from({ length: K * N }, val);
+        A[ta ? 2 * lda + 3 : 3 * lda + 2] = NaN;  // row 3 of C is NaN throughout
+        const C = new Float32Array(M * N);
+        sgemmSync({ ta, tb, M, N, K, A, lda, B, ldb, C, compute: 'bf16' });
+        let bad = 0;
+        let first = '';
+        for (let i = 0; i < M; i++)
+          for (let j = 0; j < N; j++) {
+            let s = 0;
+            for (let k = 0; k < K; k++)
+              s += round(ta ? A[k * lda + i] : A[i * lda + k]) * round(tb ? B[j * ldb + k] : B[k * ldb + j]);
+            const g = C[i * N + j];
+            if (!(i === 3 ? Number.isNaN(g) : g === s)) {
+              if (!bad) first = `(${i},${j}) got ${g} want ${i === 3 ? NaN : s}`;
+              bad++;
+            }
+          }
+        const label = `${isa} ta=${+ta} tb=${+tb}`;
+        t.equal(bad, 0, bad ? `${label}: ${bad} mismatches, first ${first}` : label);
+      }
+  });
+});
+
 t.test('sgemm_batched: strided batches (attention-style), all transposes', async (t) => {
   await forEachIsa(async (isa) => {
     for (const [batch, M, N, K] of [[1, 5, 7, 9], [6, 17, 17, 16], [3, 1, 40, 33]])

@@ -130,6 +130,10 @@ t.test('dropout: off is the plain graph; on passes the same gradient check with 
   t.not(a.loss, plain.loss, 'dropout changes the loss');
   t.not(c.loss, a.loss, 'another seed, other masks');
   await check(t, g, names, 2, on);
+  // the graph keeps its buffers from step to step: a step without dropout must not find the masks of the last one
+  const again = await grads({});
+  t.equal(again.loss, plain.loss, 'p = 0 after steps with dropout: the plain loss again');
+  t.ok(again.g.every((x, i) => x.every((v, j) => v === plain.g[i][j])), 'and the plain gradients, bit for bit');
 });
 
 // Word features (fresh encoders): rows of a (rows, D) table added to every piece of a text word, by

@@ -6,6 +6,7 @@
 #include_next <immintrin.h>
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
+#include <cstring>
 
 // Intrinsics that SIMDe 0.7.4 lacks, in plain lane loops.
 static inline simde__m512i loom_emu_mm512_cvtepu16_epi32(simde__m256i a) {
@@ -89,3 +90,30 @@ static inline simde__m256 loom_emu_mm512_extractf32x8_ps(simde__m512 a, int imm)
 }
 #undef _mm512_extractf32x8_ps
 #define _mm512_extractf32x8_ps(a, imm) loom_emu_mm512_extractf32x8_ps(a, imm)
+
+// vcvtne2ps2bf16: lanes 0-15 from b, 16-31 from a; round to nearest even, NaN quieted, denormal inputs to zero
+// (what the instruction does: it reads inputs as if DAZ were set).
+static inline simde__m512bh loom_emu_mm512_cvtne2ps_pbh(simde__m512 a, simde__m512 b) {
+  simde__m512_private a_ = simde__m512_to_private(a), b_ = simde__m512_to_private(b);
+  simde__m512i_private r_;
+  for (int i = 0; i < 32; i++) {
+    const float f = i < 16 ? b_.f32[i] : a_.f32[i - 16];
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) r_.u16[i] = (uint16_t)((u >> 16) | 0x40u);  // NaN
+    else if ((u & 0x7f800000u) == 0) r_.u16[i] = (uint16_t)((u >> 16) & 0x8000u);     // zero or denormal: ±0
+    else r_.u16[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  simde__m512bh r;
+  memcpy(&r, &r_, sizeof(r));
+  return r;
+}
+#undef _mm512_cvtne2ps_pbh
+#define _mm512_cvtne2ps_pbh(a, b) loom_emu_mm512_cvtne2ps_pbh(a, b)
+
+static inline void loom_emu_mm512_mask_storeu_epi32(void* p, simde__mmask16 k, simde__m512i a) {
+  simde__m512i_private a_ = simde__m512i_to_private(a);
+  for (int i = 0; i < 16; i++) if ((k >> i) & 1) ((int32_t*)p)[i] = a_.i32[i];
+}
+#undef _mm512_mask_storeu_epi32
+#define _mm512_mask_storeu_epi32(p, k, a) loom_emu_mm512_mask_storeu_epi32(p, k, a)
