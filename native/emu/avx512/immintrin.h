@@ -82,6 +82,26 @@ static inline simde__m512 loom_emu_mm512_i32gather_ps(simde__m512i idx, const vo
 #undef _mm512_i32gather_ps
 #define _mm512_i32gather_ps(i, b, s) loom_emu_mm512_i32gather_ps(i, b, s)
 
+static inline simde__m512 loom_emu_mm512_cvtepi32_ps(simde__m512i a) {
+  simde__m512i_private a_ = simde__m512i_to_private(a);
+  simde__m512_private r_;
+  for (int i = 0; i < 16; i++) r_.f32[i] = (float)a_.i32[i];
+  return simde__m512_from_private(r_);
+}
+#undef _mm512_cvtepi32_ps
+#define _mm512_cvtepi32_ps(a) loom_emu_mm512_cvtepi32_ps(a)
+
+// masked gather: only the active lanes are read (an inactive lane's index may point past the buffer's end)
+static inline simde__m512i loom_emu_mm512_mask_i32gather_epi32(simde__m512i src, simde__mmask16 k, simde__m512i idx,
+                                                               const void* base, int scale) {
+  simde__m512i_private i_ = simde__m512i_to_private(idx), r_ = simde__m512i_to_private(src);
+  for (int i = 0; i < 16; i++)
+    if ((k >> i) & 1) memcpy(&r_.i32[i], (const char*)base + (int64_t)i_.i32[i] * scale, 4);
+  return simde__m512i_from_private(r_);
+}
+#undef _mm512_mask_i32gather_epi32
+#define _mm512_mask_i32gather_epi32(s, k, i, b, sc) loom_emu_mm512_mask_i32gather_epi32(s, k, i, b, sc)
+
 static inline simde__m256 loom_emu_mm512_extractf32x8_ps(simde__m512 a, int imm) {
   simde__m512_private a_ = simde__m512_to_private(a);
   simde__m256_private r_;
