@@ -160,10 +160,12 @@ if (missing) {
   });
 
   t.test('SIGKILL the worker mid-job: the other one picks it up and completes it', async (t) => {
-    const r = await create({ nr_epochs: 5, model_name: 'killed' });
+    // long enough to be killed mid-run on a fast CPU: the tiny model takes several hundred steps a second on a Zen
+    // 5, where 5 epochs (45 steps) ended before the API process saw a step (progress is written every 500 ms)
+    const r = await create({ nr_epochs: 60, model_name: 'killed' });
     t.equal(r.status, 200, r.text);
     const id = r.body.id as string;
-    const stepping = (x: Res) => x.body.status === 'running' && x.body.current_step >= 3;
+    const stepping = (x: Res) => x.body.status === 'running' && x.body.current_step > 0;
     const running = await poll(() => job(id), stepping, 60_000, 50);
     t.equal(running.body.status, 'running');
     const first = await runner(id);

@@ -96,7 +96,12 @@ t.test('two API processes on one PostgreSQL + Redis', { skip: skip || false }, a
     const b2 = await burst(200);
     const statuses = [...new Set(b2.res.map((r) => r.status))].sort();
     t.same(statuses, [200, 402], `every call served or refused for credit (${b2.served} served)`);
-    t.match(b2.res.find((r) => r.status === 402)?.body, { code: 'out_of_credits' }, 'the spec\'s 402 body');
+    // the spec's two 402 codes: out_of_credits while holds use up the balance; once the settled balance is at or
+    // below zero, a model called directly on the free plan answers direct_model_requires_credits (which one a late
+    // call meets depends on how far the settling got)
+    const codes = new Set(b2.res.filter((r) => r.status === 402).map((r) => r.body.code as string));
+    t.ok([...codes].every((c) => c === 'out_of_credits' || c === 'direct_model_requires_credits'),
+      `the spec's 402 codes only: ${[...codes]}`);
     t.equal(b2.ledger.length, b2.served, 'one usage record per served call');
     t.equal(b2.sum, b2.served * cost, 'the usage records add up to the served calls');
     t.equal(b2.acc.paid_balance_micro, room - b2.sum, 'balance = what the team had − the sum of its usage');
