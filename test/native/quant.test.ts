@@ -106,6 +106,39 @@ t.test('every ISA gives the same int8 result up to f32 summation order', async (
   }
 });
 
+t.test('a stacked weight of parts of different types is one product: bias, beta, every row and column', async (t) => {
+  // linear_quant_acts_parts, as a fused q/k/v or gate/up weight runs: x quantized once, the parts in one region, each
+  // writing its columns; against each part alone (quantLinear) plus the bias and beta·y, on every ISA
+  const K = 512;
+  const spec: [QType, number, boolean][] = [['Q8_0', 20, true], ['Q6_K', 13, true], ['Q4_0', 7, false],
+    ['Q4_K', 9, true], ['Q5_0', 0, true]];
+  const parts = spec.map(([type, N, packed]) => [type, randomWeights(type, N, K).blocks, N, packed] as const);
+  const Nt = spec.reduce((a, p) => a + p[1], 0);
+  const x = new Float32Array(32 * K).map(() => rnd() * 2);
+  const bias = new Float32Array(Nt).map(() => rnd());
+  const y0 = new Float32Array(32 * Nt).map(() => rnd());
+  await forEachIsa((isa) => {
+    for (const M of [1, 7, 8, 32]) {
+      const xs = x.subarray(0, M * K), y0s = y0.subarray(0, M * Nt);
+      const y = addon.quantLinearParts(parts, K, xs, M, bias, y0s, 0.5) as Float32Array;
+      let worst = 0;
+      let n0 = 0;
+      for (const [type, blocks, N, packed] of parts) {
+        const alone = N > 0 ? addon.quantLinear(type, blocks, N, K, xs, M, packed) as Float32Array
+          : new Float32Array(0);
+        for (let m = 0; m < M; m++)
+          for (let n = 0; n < N; n++) {
+            const want = 0.5 * y0s[m * Nt + n0 + n] + alone[m * N + n] + bias[n0 + n];
+            worst = Math.max(worst, Math.abs(y[m * Nt + n0 + n] - want) / (1 + Math.abs(want)));
+          }
+        n0 += N;
+      }
+      const what = `${isa} M = ${M}: ${parts.length} parts (${Nt} columns) as each alone`;
+      t.ok(worst <= 1e-5, `${what} (worst ${worst.toExponential(1)})`);
+    }
+  });
+});
+
 t.test('bad shapes are clear errors', async (t) => {
   const { blocks } = randomWeights('Q8_0', 4, 64);
   t.throws(() => addon.quantLinear('Q8_0', blocks, 4, 48, new Float32Array(48), 1), /multiple of the block size/);
