@@ -91,7 +91,8 @@ struct TLinear {
   int64_t N = 0, K = 0;
   bool bf16 = false;            // the products with W (or wbf) in bf16 compute (LoRA's rank-r products stay fp32)
   Param* W = nullptr;           // (N, K) fp32 (trainable or frozen)
-  const uint16_t* wbf = nullptr;  // frozen bf16 weights instead of W (decoder base)
+  const uint16_t* wbf = nullptr;  // frozen bf16 weights instead of W (decoder base), or with bf16 a bf16 copy of W
+                                  // that the graph refreshes each step (encoder count head); dW still goes to W
   Param* b = nullptr;           // (N) or null
   Lora lora;
   bool has_lora() const { return lora.r > 0; }
