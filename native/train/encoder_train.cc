@@ -524,6 +524,34 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
   }
 }
 
+// dW += dyᵀ·x of one linear over the rows of several calls, formed once (flush): the count head's products have
+// c·M rows per segment (a few), and per call the gradient arrays (7.1M floats for the projector at base, 1.8M for
+// each GRU weight) were read and written for those few rows.
+struct DwRows {
+  std::vector<float> dy, x;  // (rows, N), (rows, K)
+  void add(const TLinear& l, int64_t M, const float* dy_r, const float* x_r) {
+    dy.insert(dy.end(), dy_r, dy_r + M * l.N);
+    x.insert(x.end(), x_r, x_r + M * l.K);
+  }
+  void flush(const TLinear& l) {
+    const int64_t rows = int64_t(dy.size()) / l.N;
+    if (rows > 0 && l.W->trainable)
+      sgemm_as(l.bf16, true, false, l.N, l.K, rows, 1.0f, dy.data(), l.N, x.data(), l.K, 1.0f, l.W->g.data(), l.K);
+    clear();
+  }
+  void clear() {
+    dy.clear();
+    x.clear();
+  }
+};
+// The count head's dW rows of a step: projector.a / .b (count_lstm), GRU weight_hh / weight_ih.
+struct CountDw {
+  DwRows pa, pb, hh, ih;
+  void clear() {  // (rows left by a step that threw)
+    for (DwRows* r : {&pa, &pb, &hh, &ih}) r->clear();
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // count_embed: GRU over c steps from h0 = F (count_gru), then the count_lstm projector
 // (count_proj) or the count_lstm_v2 transformer (count_tf). Rows are (t, m): R = c·M.
@@ -571,8 +599,9 @@ void count_gru_fwd(const Model& m, int64_t M, const float* F, int64_t c, float* 
   }
 }
 
-// dG (c, M, D) → dF (M, D) accumulated; GRU and position-embedding gradients accumulated.
-void count_gru_bwd(const Model& m, GruActs& A, const float* dG, float* dF) {
+// dG (c, M, D) → dF (M, D) accumulated; GRU and position-embedding gradients accumulated (the GRU's dW rows to pdw
+// when not null).
+void count_gru_bwd(const Model& m, GruActs& A, const float* dG, float* dF, CountDw* pdw) {
   const int64_t D = m.cfg.deb.D, c = A.c, M = A.M;
   std::vector<float> dh(size_t(M * D), 0.0f), dgh(size_t(M * 3 * D)), dgi(size_t(c * 3 * D), 0.0f),
       dhp(size_t(M * D));
@@ -599,12 +628,14 @@ void count_gru_bwd(const Model& m, GruActs& A, const float* dG, float* dF) {
         dgit[2 * D + u] += dnp;
       }
     // gh = hprev·W_hhᵀ + b_hh
-    m.gru_hh.bwd(M, A.hprev.data() + t * M * D, dgh.data(), dhp.data(), &A.lhh[size_t(t)], true);
+    m.gru_hh.bwd(M, A.hprev.data() + t * M * D, dgh.data(), dhp.data(), &A.lhh[size_t(t)], true, !pdw);
+    if (pdw) pdw->hh.add(m.gru_hh, M, dgh.data(), A.hprev.data() + t * M * D);
     dh.swap(dhp);
   }
   axpy(M * D, 1.0f, dh.data(), dF);  // h0 = F
   std::vector<float> dpos(size_t(c * D));
-  m.gru_ih.bwd(c, m.pos_emb->w.data(), dgi.data(), dpos.data(), &A.lih, false);
+  m.gru_ih.bwd(c, m.pos_emb->w.data(), dgi.data(), dpos.data(), &A.lih, false, !pdw);
+  if (pdw) pdw->ih.add(m.gru_ih, c, dgi.data(), m.pos_emb->w.data());
   if (m.pos_emb->trainable) axpy(c * D, 1.0f, dpos.data(), m.pos_emb->g.data());
 }
 
@@ -627,11 +658,16 @@ void count_proj_fwd(const Model& m, int64_t M, const float* F, int64_t c, const 
   m.projector.fwd(c * M, A.cat.data(), Fc, &A.mlp, rng);
 }
 
-// dFc (c, M, D) → dG (c, M, D) written, dF (M, D) accumulated.
-void count_proj_bwd(const Model& m, int64_t M, int64_t c, ProjActs& A, const float* dFc, float* dG, float* dF) {
-  const int64_t D = m.cfg.deb.D;
-  std::vector<float> dcat(size_t(c * M * 2 * D));
-  m.projector.bwd(c * M, dFc, dcat.data(), A.mlp, false);
+// dFc (c, M, D) → dG (c, M, D) written, dF (M, D) accumulated; with pdw, the projector's dW rows go there.
+void count_proj_bwd(const Model& m, int64_t M, int64_t c, ProjActs& A, const float* dFc, float* dG, float* dF,
+                    CountDw* pdw) {
+  const int64_t D = m.cfg.deb.D, R = c * M;
+  std::vector<float> dcat(size_t(R * 2 * D));
+  m.projector.bwd(R, dFc, dcat.data(), A.mlp, false, !pdw);
+  if (pdw) {
+    pdw->pb.add(m.projector.b, R, dFc, A.mlp.h.data());
+    pdw->pa.add(m.projector.a, R, A.mlp.dh.data(), A.mlp.x.data());
+  }
   for (int64_t t = 0; t < c; t++)
     for (int64_t mm = 0; mm < M; mm++) {
       const float* row = dcat.data() + (t * M + mm) * 2 * D;
@@ -844,13 +880,13 @@ void count_embed_fwd(const Model& m, int64_t M, const float* F, int64_t c, float
   else count_proj_fwd(m, M, F, c, G.data(), Fc, A.proj, rng);
 }
 
-// dFc (c, M, D) → dF (M, D) accumulated.
-void count_embed_bwd(const Model& m, CountActs& A, const float* dFc, float* dF) {
+// dFc (c, M, D) → dF (M, D) accumulated (the projector's and GRU's dW rows to pdw when not null).
+void count_embed_bwd(const Model& m, CountActs& A, const float* dFc, float* dF, CountDw* pdw) {
   const int64_t D = m.cfg.deb.D, c = A.c, M = A.M;
   std::vector<float> dG(size_t(c * M * D));
   if (m.cfg.counting == Counting::LstmV2) count_tf_bwd(m, M, c, A.tf, dFc, dG.data(), dF);
-  else count_proj_bwd(m, M, c, A.proj, dFc, dG.data(), dF);
-  count_gru_bwd(m, A.gru, dG.data(), dF);
+  else count_proj_bwd(m, M, c, A.proj, dFc, dG.data(), dF, pdw);
+  count_gru_bwd(m, A.gru, dG.data(), dF, pdw);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -917,6 +953,8 @@ struct StepScratch {
   std::vector<float> hid, dhid, dlog;   // one sample's span scores: (W*K, 4D), (W*K, 4D), (W*K, R)
   std::vector<float> PS, PE, dPS, dPE;  // (ΣW, 4D) out_project.0 of the start and end representations
   Mlp2::Acts as, ae;                    // project_start, project_end
+  CountDw cdw;                          // the count head's dW rows of the step
+  std::vector<uint16_t> wbf[4];         // bf16 compute: GRU weight_hh / weight_ih, projector.a / .b, this step's
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1006,6 +1044,16 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     pos_of[size_t(s)].insert(pos_of[size_t(s)].end(), in.pos.begin() + p + 1, in.pos.begin() + p + 5);
   }
   Rng neg_rng(in.seed ^ 0xA5A5A5A5ull);
+  CountDw* pdw = bw ? &sc.cdw : nullptr;
+  if (bf) {  // the count head's weights rounded once per step, not by each call's packing (a few rows per call)
+    TLinear* ls[4] = {&m.gru_hh, &m.gru_ih, &m.projector.a, &m.projector.b};
+    for (int i = 0; i < (m.cfg.counting == Counting::Lstm ? 4 : 2); i++) {
+      sc.wbf[i].resize(ls[i]->W->w.size());
+      convert_f32_to_bf16(ls[i]->W->numel(), ls[i]->W->w.data(), sc.wbf[i].data());
+      ls[i]->wbf = sc.wbf[i].data();
+    }
+  }
+  if (pdw) pdw->clear();
 
   for (int64_t b = 0; b < B; b++) {
     const int64_t W = in.woff[b + 1] - in.woff[b];
@@ -1109,9 +1157,17 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     for (size_t q = 0; q < sids.size(); q++) {
       const Seg& g = in.segs[sids[q]];
       std::vector<float> dF(size_t(g.M * D), 0.0f);
-      count_embed_bwd(m, cacts[q], dFc.data() + srow[q] * D, dF.data());
+      count_embed_bwd(m, cacts[q], dFc.data() + srow[q] * D, dF.data(), pdw);
       for (int64_t mm = 0; mm < g.M; mm++) axpy(D, 1.0f, dF.data() + mm * D, dhidden.data() + g.rows[size_t(1 + mm)] * D);
     }
+  }
+  if (pdw) {  // the count head's dW over the step's rows (the projector's only with count_lstm)
+    if (m.cfg.counting == Counting::Lstm) {
+      pdw->pa.flush(m.projector.a);
+      pdw->pb.flush(m.projector.b);
+    }
+    pdw->hh.flush(m.gru_hh);
+    pdw->ih.flush(m.gru_ih);
   }
   if (bw) {
     // W2 (effective) → W2 and its LoRA factors

@@ -115,9 +115,10 @@ static void dx_through_w(const TLinear& l, int64_t M, const float* dy, float* dx
   }
 }
 
-void TLinear::bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx) const {
+void TLinear::bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx,
+                  bool dw) const {
   if (M <= 0) return;
-  if (W && W->trainable)  // dW += dyᵀ·x
+  if (dw && W && W->trainable)  // dW += dyᵀ·x
     sgemm_as(bf16, true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, W->g.data(), K);
   if (b && b->trainable) bias_bwd(M, N, dy, b->g.data());
   if (dx) dx_through_w(*this, M, dy, dx, accumulate_dx);
@@ -152,17 +153,17 @@ void Mlp2::fwd(int64_t M, const float* x, float* y, Acts* acts, Rng* rng) const 
   if (acts) acts->x.assign(x, x + M * a.K);
 }
 
-void Mlp2::bwd(int64_t M, const float* dy, float* dx, Acts& acts, bool accumulate_dx) const {
+void Mlp2::bwd(int64_t M, const float* dy, float* dx, Acts& acts, bool accumulate_dx, bool dw) const {
   std::vector<float>& dh = acts.dh;
   dh.resize(size_t(M * a.N));  // written in full by b.bwd
-  b.bwd(M, acts.h.data(), dy, dh.data(), &acts.lb, false);
+  b.bwd(M, acts.h.data(), dy, dh.data(), &acts.lb, false, dw);
   float* __restrict g = dh.data();  // branch-free, so that it vectorizes (the ReLU's sign is a coin flip per value)
   const float* __restrict h = acts.h.data();
   for (size_t i = 0; i < dh.size(); i++) {
     const float v = g[i];
     g[i] = h[i] > 0.0f ? v : 0.0f;
   }
-  a.bwd(M, acts.x.data(), dh.data(), dx, &acts.la, accumulate_dx);
+  a.bwd(M, acts.x.data(), dh.data(), dx, &acts.la, accumulate_dx, dw);
 }
 
 }  // namespace loom::train

@@ -91,15 +91,17 @@ struct TLinear {
   int64_t N = 0, K = 0;
   bool bf16 = false;            // the products with W (or wbf) in bf16 compute (LoRA's rank-r products stay fp32)
   Param* W = nullptr;           // (N, K) fp32 (trainable or frozen)
-  const uint16_t* wbf = nullptr;  // frozen bf16 weights instead of W (decoder base)
+  const uint16_t* wbf = nullptr;  // frozen bf16 weights instead of W (decoder base), or with bf16 a bf16 copy of W
+                                  // that the graph refreshes each step (encoder count head); dW still goes to W
   Param* b = nullptr;           // (N) or null
   Lora lora;
   bool has_lora() const { return lora.r > 0; }
   // y (M, N) = x (M, K)·Wᵀ + b + s·(drop(x)·Aᵀ)·Bᵀ ; acts may be null (no backward).
   void fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) const;
   // Given dy (M, N): dW, db (if trainable), dA, dB accumulate; dx (M, K) written (or added with
-  // accumulate_dx) if non-null.
-  void bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx) const;
+  // accumulate_dx) if non-null. dw false: no dW here (the caller forms dyᵀ·x over the rows of several calls).
+  void bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx,
+           bool dw = true) const;
 };
 
 // Linear → ReLU → Linear, with activations kept for backward.
@@ -111,7 +113,8 @@ struct Mlp2 {
     std::vector<float> dh;    // bwd's gradient of h (kept with the rest: a graph may keep its Acts between steps)
   };
   void fwd(int64_t M, const float* x, float* y, Acts* acts, Rng* rng) const;
-  void bwd(int64_t M, const float* dy, float* dx, Acts& acts, bool accumulate_dx) const;
+  // dw false: a.W's and b.W's dW left to the caller (acts.x, acts.h and acts.dh hold the rows it needs)
+  void bwd(int64_t M, const float* dy, float* dx, Acts& acts, bool accumulate_dx, bool dw = true) const;
 };
 
 inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
