@@ -77,7 +77,7 @@ std::unique_ptr<Model> model_create(const ModelSrc& src) {
   m->cfg = c;
   m->wtype = src.wtype;
   m->span = c.att_span();
-  const int64_t D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * m->span, S2P = S2 + 32;
+  const int64_t D = c.D, F = c.F, H = c.H, S2 = 2 * m->span, S2P = S2 + 32;
   m->S2P = S2P;
   if (src.rel_rows < S2) throw std::invalid_argument("deberta: rel_embeddings has fewer rows than 2*position_buckets");
   size_t eb = wbytes(src.wtype);
@@ -120,17 +120,7 @@ std::unique_ptr<Model> model_create(const ModelSrc& src) {
     // head transposed (PK with reversed columns) for the attention kernels.
     linear(src.wtype, S2, D, D, R.data(), D, s.wq, D, s.bq, PQ.data(), D);
     linear(src.wtype, S2, D, D, R.data(), D, s.wk, D, s.bk, PK.data(), D);
-    L.PQT.assign(size_t(H * d * S2P), 0.0f);
-    L.PKTr.assign(size_t(H * d * S2P), 0.0f);
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t e = 0; e < d; e++) {
-        float* pq = L.PQT.data() + (h * d + e) * S2P;
-        float* pk = L.PKTr.data() + (h * d + e) * S2P;
-        for (int64_t r = 0; r < S2; r++) {
-          pq[r] = PQ[size_t(r * D + h * d + e)];
-          pk[r] = PK[size_t((S2 - 1 - r) * D + h * d + e)];
-        }
-      }
+    rel_proj_layout(S2, D, H, S2P, PQ.data(), PK.data(), L.PQT, L.PKTr);
   }
   return m;
 }
@@ -172,6 +162,28 @@ void deberta_attend(const deberta::AttnTask& t) { attend(t); }
 namespace loom::deberta {
 
 void attn_run(const AttnTask& t) { LOOM_DISPATCH(deberta_attend, t); }
+
+int64_t delta_table(const Config& c, int64_t nmax, std::vector<int32_t>& dtab) {
+  const int64_t R = (nmax + 15) / 16 * 16 + 16;
+  dtab.resize(size_t(2 * R - 1));
+  for (int64_t r = -(R - 1); r <= R - 1; r++) dtab[size_t(r + R - 1)] = int32_t(rel_index(c, r));
+  return R;
+}
+
+void rel_proj_layout(int64_t S2, int64_t D, int64_t H, int64_t S2P, const float* PQ, const float* PK,
+                     std::vector<float>& PQT, std::vector<float>& PKTr) {
+  const int64_t d = D / H;
+  PQT.assign(size_t(H * d * S2P), 0.0f);
+  PKTr.assign(size_t(H * d * S2P), 0.0f);
+  for (int64_t u = 0; u < D; u++) {  // u = h·d + e: row u of the (D, S2P) tables is head h's row e
+    float* pq = PQT.data() + u * S2P;
+    float* pk = PKTr.data() + u * S2P;
+    for (int64_t r = 0; r < S2; r++) {
+      pq[r] = PQ[r * D + u];
+      pk[r] = PK[(S2 - 1 - r) * D + u];
+    }
+  }
+}
 
 namespace {
 
@@ -253,10 +265,8 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   for (int64_t b = 0; b < B && !pfeats.empty(); b++)
     std::memcpy(pfeats.data() + off[size_t(b)] * KF, feats + b * N * KF, size_t(len[size_t(b)] * KF) * 4);
 
-  // δ(rel) for |rel| < Rr (covers every padded tile of the kernels).
-  const int64_t Rr = (Nmax + 15) / 16 * 16 + 16;
-  std::vector<int32_t> dtab(static_cast<size_t>(2 * Rr - 1));
-  for (int64_t r = -(Rr - 1); r <= Rr - 1; r++) dtab[size_t(r + Rr - 1)] = int32_t(rel_index(c, r));
+  std::vector<int32_t> dtab;
+  const int64_t Rr = delta_table(c, Nmax, dtab);
   const float scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
 
   if (acts) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include "deberta.h"
 
 namespace loom::deberta {
@@ -32,6 +33,14 @@ inline size_t attn_scratch_floats(int64_t n, int64_t d) {
   return size_t(r16(Np * d) + r16(d * Np) + r16(Np * dp) + 2 * r16(Np * Np) + 2 * r16(Np * ncolp) + 2 * r16(Np) +
                 2 * r16(2 * Np) + 64);
 }
+
+// The tables every task of a forward shares (deberta.cc's forward and the training graph's forward without
+// attention dropout, native/train/encoder_train.cc):
+// δ(rel) for |rel| < R into dtab, R = nmax rounded up to 16, + 16 (covers every padded tile of the kernels); returns R
+int64_t delta_table(const Config& c, int64_t nmax, std::vector<int32_t>& dtab);
+// PQ, PK (S2, D) -> per head (d, S2P) zero-padded: PQᵀ into PQT, PKᵀ with reversed columns into PKTr
+void rel_proj_layout(int64_t S2, int64_t D, int64_t H, int64_t S2P, const float* PQ, const float* PK,
+                     std::vector<float>& PQT, std::vector<float>& PKTr);
 
 // One task on the active ISA's kernel (the inference forward, and the training graph's forward without attention
 // dropout: native/train/encoder_train.cc).

@@ -141,6 +141,7 @@ struct EncActs {
   // the kernel's scratch per thread (64-byte aligned inside)
   std::vector<float> PQT, PKTr, attn_scratch, qkv_r;
   std::vector<int32_t> kdtab;
+  std::vector<uint16_t> bf16_tmp;  // round_bf16's buffer
   std::vector<float> emb, emb_mean, emb_rstd, R, rel_mean, rel_rstd;
   std::vector<uint8_t> keep_emb;  // dropout mask of the embedding output (B*N*D)
   std::vector<LayerActs> layers;
@@ -177,6 +178,13 @@ uint64_t drop_seed(uint64_t seed, int64_t l, int what, int64_t bh) {
          uint64_t(bh) * 0x8CB92BA72F3D8DD7ull + 0xD0D0ull;
 }
 
+// dst (n) = src rounded to bf16 precision (RNE, the bulk converters; in place when dst = src), tmp their bf16 buffer
+void round_bf16(int64_t n, const float* src, float* dst, std::vector<uint16_t>& tmp) {
+  tmp.resize(size_t(n));
+  convert_f32_to_bf16(n, src, tmp.data());
+  convert_bf16_to_f32(n, tmp.data(), dst);
+}
+
 // Attention of one layer without dropout, one task per (sample, head) on the inference forward's kernel
 // (deberta_attn_impl.h: fp32 products register-blocked on zero-padded copies of the head, the relative-position
 // gathers and the softmax vectorized); it also writes the probabilities the backward needs. In bf16 compute its
@@ -187,32 +195,21 @@ uint64_t drop_seed(uint64_t seed, int64_t l, int what, int64_t bh) {
 void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const uint8_t* mask, LayerActs& a,
                 EncActs& A) {
   const int64_t D = c.D, H = c.H, d = D / H, S2 = 2 * c.att_span(), S2P = S2 + 32;
-  auto rd = [&](float v) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; };
   const float *q = a.q.data(), *k = a.k.data(), *v = a.v.data();
+  deberta::rel_proj_layout(S2, D, H, S2P, a.PQ.data(), a.PK.data(), A.PQT, A.PKTr);
   if (bf16) {
     A.qkv_r.resize(size_t(3 * B * N * D));
-    std::vector<uint16_t> t(size_t(B * N * D));
-    for (int w = 0; w < 3; w++) {
-      const float* src = w == 0 ? q : w == 1 ? k : v;
-      float* dst = A.qkv_r.data() + w * B * N * D;
-      convert_f32_to_bf16(B * N * D, src, t.data());
-      convert_bf16_to_f32(B * N * D, t.data(), dst);
-    }
-    q = A.qkv_r.data();
+    float* r = A.qkv_r.data();
+    round_bf16(B * N * D, q, r, A.bf16_tmp);
+    round_bf16(B * N * D, k, r + B * N * D, A.bf16_tmp);
+    round_bf16(B * N * D, v, r + 2 * B * N * D, A.bf16_tmp);
+    q = r;
     k = q + B * N * D;
     v = k + B * N * D;
+    round_bf16(int64_t(A.PQT.size()), A.PQT.data(), A.PQT.data(), A.bf16_tmp);
+    round_bf16(int64_t(A.PKTr.size()), A.PKTr.data(), A.PKTr.data(), A.bf16_tmp);
   }
-  const int64_t Rr = (N + 15) / 16 * 16 + 16;  // δ for |rel| < Rr: covers the kernel's padded tiles
-  A.kdtab.resize(size_t(2 * Rr - 1));
-  for (int64_t r = -(Rr - 1); r <= Rr - 1; r++) A.kdtab[size_t(r + Rr - 1)] = int32_t(rel_index(c, r));
-  // per head (d, S2P): PQᵀ, and PKᵀ with reversed columns (deberta.cc's layout)
-  A.PQT.assign(size_t(H * d * S2P), 0.0f);
-  A.PKTr.assign(size_t(H * d * S2P), 0.0f);
-  for (int64_t r = 0; r < S2; r++)
-    for (int64_t u = 0; u < D; u++) {
-      A.PQT[size_t(u * S2P + r)] = rd(a.PQ[size_t(r * D + u)]);
-      A.PKTr[size_t(u * S2P + r)] = rd(a.PK[size_t((S2 - 1 - r) * D + u)]);
-    }
+  const int64_t Rr = deberta::delta_table(c, N, A.kdtab);
   const int nth = std::max(1, threads_get());
   const size_t scr = (deberta::attn_scratch_floats(N, d) + 15) / 16 * 16;
   A.attn_scratch.resize(size_t(nth) * scr + 16);
