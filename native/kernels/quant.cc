@@ -789,7 +789,7 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
     pl.gemm4 = packed ? e.packed4[isa] : M > 1 ? e.gemm4[isa] : nullptr;
     pl.gemm8 = packed ? e.packed8[isa] : M > 1 ? e.gemm8[isa] : nullptr;
     pl.rs = packed ? 4 * pl.rb : pl.rb;
-    // packed Q8_0 / Q5_0 against enough rows of x on AVX-512 VNNI: the rows of x in lanes (quant_acts)
+    // a packed type with a rows-in-lanes kernel, against enough rows of x on AVX-512 VNNI (quant_acts laid them out)
     pl.lanes = packed && isa == 2 && lanes_min_m(pt.t) && M >= lanes_min_m(pt.t) && !a.xt.empty();
     pl.dsp = pt.t == DType::Q6_K ? d16.data() : a.ds.data();
     pl.col0 = col;

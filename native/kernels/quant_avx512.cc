@@ -19,7 +19,7 @@ static inline __m256i dot_u8s8(__m256i a, __m256i b) { return _mm256_dpbusd_epi3
 #include "quant_impl.h"
 #undef LOOM_QUANT_VNNI
 
-// ---- Q8_0x4 against 2-32 rows of x in 512-bit lanes ----------------------------------------------------------
+// ---- packed groups against 6-32 rows of x in 512-bit lanes ------------------------------------------------
 // The kernels above put 4 rows of W in the lanes and broadcast 8 values of x: per row of x and block 4 broadcasts,
 // 8 sign fixes and 4 ymm vpdpbusd for 128 products (about 110 GMAC per CPU-second at 32 rows of x, a fifth of
 // this core's VNNI peak). Here the lanes are rows of x: 16 rows' 4 consecutive values per zmm (quant_acts_lanes,
@@ -219,6 +219,28 @@ static void lanes_unpack_q6_Kx4(int64_t nb, const uint8_t* w, size_t rs, int G, 
     }
 }
 
+// One tile of G groups (rs bytes apart) of type t at w against V vectors of x: the blocks unpacked into sc (not Q8_0,
+// which is read straight from its groups), multiplied into out (4G rows of W, 16V)
+template <int G, int V>
+static void lanes_tile(DType t, int64_t nb, const uint8_t* w, size_t rs, LaneBlock* sc, int64_t Mp, const uint8_t* xt,
+                       const float* dt, const float* st, float* out) {
+  switch (t) {
+    case DType::Q8_0: return tile_lanes<G, V, LaneSrc::kQ8_0>(nb, w, rs, nullptr, Mp, xt, dt, st, out);
+    case DType::Q5_0:
+      lanes_unpack_q5_0x4(nb, w, rs, G, sc);
+      return tile_lanes<G, V, LaneSrc::kScale>(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+    case DType::Q4_K:
+    case DType::Q5_K:
+      if (t == DType::Q4_K) lanes_unpack_qk4x4<false>(nb, w, rs, G, sc);
+      else lanes_unpack_qk4x4<true>(nb, w, rs, G, sc);
+      return tile_lanes<G, V, LaneSrc::kMin>(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+    case DType::Q6_K:
+      lanes_unpack_q6_Kx4(nb, w, rs, G, sc);
+      return tile_lanes<G, V, LaneSrc::kHalves>(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+    default: throw std::logic_error("gemm_lanes: no rows-in-lanes kernel for this type");
+  }
+}
+
 // y[m·ldy + n] (m < M, n < 4·G) for the G packed groups of type t (Q8_0, Q5_0, Q4_K, Q5_K, Q6_K) at w (rs bytes
 // apart) and the lanes of M rows of x
 void gemm_lanes(DType t, int64_t K, const uint8_t* w, size_t rs, int64_t G, int64_t M, const uint8_t* xt,
@@ -228,43 +250,26 @@ void gemm_lanes(DType t, int64_t K, const uint8_t* w, size_t rs, int64_t G, int6
   thread_local std::vector<LaneBlock> scratch;
   if (t != DType::Q8_0 && scratch.size() < size_t(2 * nb)) scratch.resize(size_t(2 * nb));
   LaneBlock* sc = scratch.data();
-  // one tile of Tg groups from group g: unpacked (not Q8_0), multiplied, stored
-  auto tile = [&](int64_t g, int Tg, auto q8_tile, auto scale_tile, auto min_tile, auto halves_tile) {
-    const uint8_t* wg = w + g * rs;
-    switch (t) {
-      case DType::Q8_0: q8_tile(nb, wg, rs, nullptr, Mp, xt, dt, st, out); break;
-      case DType::Q5_0:
-        lanes_unpack_q5_0x4(nb, wg, rs, Tg, sc);
-        scale_tile(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
-        break;
-      case DType::Q4_K:
-      case DType::Q5_K:
-        if (t == DType::Q4_K) lanes_unpack_qk4x4<false>(nb, wg, rs, Tg, sc);
-        else lanes_unpack_qk4x4<true>(nb, wg, rs, Tg, sc);
-        min_tile(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
-        break;
-      case DType::Q6_K:
-        lanes_unpack_q6_Kx4(nb, wg, rs, Tg, sc);
-        halves_tile(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
-        break;
-      default: throw std::logic_error("gemm_lanes: no rows-in-lanes kernel for this type");
-    }
+  auto store = [&](int64_t g, int Tg) {  // the tile's 4·Tg rows of W from group g into y
     for (int64_t m = 0; m < M; m++)
       for (int n = 0; n < 4 * Tg; n++) y[m * ldy + 4 * g + n] = out[n * Mp + m];
   };
   int64_t g = 0;
   if (Mp == 16) {  // one vector of x: two groups per tile for 8 independent sums
-    for (; g + 2 <= G; g += 2)
-      tile(g, 2, tile_lanes<2, 1, LaneSrc::kQ8_0>, tile_lanes<2, 1, LaneSrc::kScale>, tile_lanes<2, 1, LaneSrc::kMin>,
-           tile_lanes<2, 1, LaneSrc::kHalves>);
-    for (; g < G; g++)
-      tile(g, 1, tile_lanes<1, 1, LaneSrc::kQ8_0>, tile_lanes<1, 1, LaneSrc::kScale>, tile_lanes<1, 1, LaneSrc::kMin>,
-           tile_lanes<1, 1, LaneSrc::kHalves>);
+    for (; g + 2 <= G; g += 2) {
+      lanes_tile<2, 1>(t, nb, w + g * rs, rs, sc, Mp, xt, dt, st, out);
+      store(g, 2);
+    }
+    for (; g < G; g++) {
+      lanes_tile<1, 1>(t, nb, w + g * rs, rs, sc, Mp, xt, dt, st, out);
+      store(g, 1);
+    }
     return;
   }
-  for (; g < G; g++)
-    tile(g, 1, tile_lanes<1, 2, LaneSrc::kQ8_0>, tile_lanes<1, 2, LaneSrc::kScale>, tile_lanes<1, 2, LaneSrc::kMin>,
-         tile_lanes<1, 2, LaneSrc::kHalves>);
+  for (; g < G; g++) {
+    lanes_tile<1, 2>(t, nb, w + g * rs, rs, sc, Mp, xt, dt, st, out);
+    store(g, 1);
+  }
 }
 
 }  // namespace loom::avx512
