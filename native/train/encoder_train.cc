@@ -531,9 +531,7 @@ struct DwRows {
     x.insert(x.end(), x_r, x_r + M * l.K);
   }
   void flush(const TLinear& l) {
-    const int64_t rows = int64_t(dy.size()) / l.N;
-    if (rows > 0 && l.W->trainable)
-      sgemm_as(l.bf16, true, false, l.N, l.K, rows, 1.0f, dy.data(), l.N, x.data(), l.K, 1.0f, l.W->g.data(), l.K);
+    l.dw_add(int64_t(dy.size()) / l.N, x.data(), dy.data());
     clear();
   }
   void clear() {
@@ -764,11 +762,6 @@ void count_attn_bwd(int64_t c, int64_t M, int64_t T, const float* qkv, const flo
 void relu_inplace(int64_t n, float* x) {
   for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
-// dy ← dy ⊙ [y > 0] (y: the ReLU output)
-void relu_bwd_inplace(int64_t n, const float* y, float* dy) {
-  for (int64_t i = 0; i < n; i++)
-    if (y[i] <= 0.0f) dy[i] = 0.0f;
-}
 
 void count_tf_fwd(const Model& m, int64_t M, const float* F, int64_t c, const float* G, float* Fc, TfActs& A,
                   Rng* rng) {
@@ -826,9 +819,9 @@ void count_tf_bwd(const Model& m, int64_t M, int64_t c, TfActs& A, const float* 
   const int64_t D = m.cfg.deb.D, T = m.cfg.count_T, FF = m.cfg.count_FF, R = c * M;
   std::vector<float> dh2(size_t(R * D)), dh1(size_t(R * D)), dcat(size_t(R * (T + D)));
   m.co4.bwd(R, A.h2.data(), dFc, dh2.data(), &A.lo4, false);
-  relu_bwd_inplace(R * D, A.h2.data(), dh2.data());
+  relu_bwd(R * D, A.h2.data(), dh2.data());
   m.co2.bwd(R, A.h1.data(), dh2.data(), dh1.data(), &A.lo2, false);
-  relu_bwd_inplace(R * D, A.h1.data(), dh1.data());
+  relu_bwd(R * D, A.h1.data(), dh1.data());
   m.co0.bwd(R, A.cat.data(), dh1.data(), dcat.data(), &A.lo0, false);
   std::vector<float> dY(size_t(R * T)), dX(size_t(R * D)), dtmp(size_t(R * T)), df(size_t(R * FF)),
       dqkv(size_t(R * 3 * T)), dctx(size_t(R * T));
@@ -843,7 +836,7 @@ void count_tf_bwd(const Model& m, int64_t M, int64_t c, TfActs& A, const float* 
     layernorm_bwd(R, T, a.f_pre.data(), L.n2_w->w.data(), a.m2.data(), a.r2.data(), dY.data(), dtmp.data(),
                   L.n2_w->g.data(), L.n2_b->g.data());
     L.lin2.bwd(R, a.f.data(), dtmp.data(), df.data(), &a.l2, false);
-    relu_bwd_inplace(R * FF, a.f.data(), df.data());
+    relu_bwd(R * FF, a.f.data(), df.data());
     L.lin1.bwd(R, a.y1.data(), df.data(), dtmp.data(), &a.l1, true);  // d(y1) = residual + FFN path
     // y1 = LN1(a_pre), a_pre = attn_out(ctx) + y_in
     layernorm_bwd(R, T, a.a_pre.data(), L.n1_w->w.data(), a.m1.data(), a.r1.data(), dtmp.data(), dY.data(),
@@ -1196,10 +1189,8 @@ void step(Model& m, const StepIn& in, StepOut& out) {
       sgemm(false, false, TW, D, r0, 1.0f, dxs.data(), r0, o0.lora.A->w.data(), 2 * D, 1.0f, dSr.data(), D);
       sgemm(false, false, TW, D, r0, 1.0f, dxe.data(), r0, o0.lora.A->w.data() + D, 2 * D, 1.0f, dEr.data(), D);
     }
-    for (int64_t i = 0; i < TW * D; i++) {
-      dSr[size_t(i)] = S[size_t(i)] > 0 ? dSr[size_t(i)] : 0.0f;
-      dEr[size_t(i)] = E[size_t(i)] > 0 ? dEr[size_t(i)] : 0.0f;
-    }
+    relu_bwd(TW * D, S.data(), dSr.data());
+    relu_bwd(TW * D, E.data(), dEr.data());
     std::vector<float> dwords(size_t(TW * D));
     m.proj_start.bwd(TW, dSr.data(), dwords.data(), as, false);
     m.proj_end.bwd(TW, dEr.data(), dwords.data(), ae, true);

@@ -118,8 +118,7 @@ static void dx_through_w(const TLinear& l, int64_t M, const float* dy, float* dx
 void TLinear::bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx,
                   bool dw) const {
   if (M <= 0) return;
-  if (dw && W && W->trainable)  // dW += dyᵀ·x
-    sgemm_as(bf16, true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, W->g.data(), K);
+  if (dw) dw_add(M, x, dy);
   if (b && b->trainable) bias_bwd(M, N, dy, b->g.data());
   if (dx) dx_through_w(*this, M, dy, dx, accumulate_dx);
   if (!has_lora()) return;
@@ -153,16 +152,22 @@ void Mlp2::fwd(int64_t M, const float* x, float* y, Acts* acts, Rng* rng) const 
   if (acts) acts->x.assign(x, x + M * a.K);
 }
 
+void TLinear::dw_add(int64_t M, const float* x, const float* dy) const {
+  if (M > 0 && W && W->trainable) sgemm_as(bf16, true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, W->g.data(), K);
+}
+
+void relu_bwd(int64_t n, const float* __restrict h, float* __restrict g) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = g[i];
+    g[i] = h[i] > 0.0f ? v : 0.0f;
+  }
+}
+
 void Mlp2::bwd(int64_t M, const float* dy, float* dx, Acts& acts, bool accumulate_dx, bool dw) const {
   std::vector<float>& dh = acts.dh;
   dh.resize(size_t(M * a.N));  // written in full by b.bwd
   b.bwd(M, acts.h.data(), dy, dh.data(), &acts.lb, false, dw);
-  float* __restrict g = dh.data();  // branch-free, so that it vectorizes (the ReLU's sign is a coin flip per value)
-  const float* __restrict h = acts.h.data();
-  for (size_t i = 0; i < dh.size(); i++) {
-    const float v = g[i];
-    g[i] = h[i] > 0.0f ? v : 0.0f;
-  }
+  relu_bwd(int64_t(dh.size()), acts.h.data(), dh.data());
   a.bwd(M, acts.x.data(), dh.data(), dx, &acts.la, accumulate_dx, dw);
 }
 

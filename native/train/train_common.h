@@ -102,7 +102,13 @@ struct TLinear {
   // accumulate_dx) if non-null. dw false: no dW here (the caller forms dyᵀ·x over the rows of several calls).
   void bwd(int64_t M, const float* x, const float* dy, float* dx, const LinActs* acts, bool accumulate_dx,
            bool dw = true) const;
+  // W.g += dyᵀ·x over M rows (bwd's dW; callers that gather rows over several calls form it once)
+  void dw_add(int64_t M, const float* x, const float* dy) const;
 };
+
+// g (n) = (h > 0) ⊙ g in place: a ReLU's backward from its output h. Branch-free, so that it vectorizes (the sign
+// is a coin flip per value, and a branch mispredicts half the time).
+void relu_bwd(int64_t n, const float* h, float* g);
 
 // Linear → ReLU → Linear, with activations kept for backward.
 struct Mlp2 {
