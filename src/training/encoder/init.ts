@@ -26,7 +26,7 @@ export interface EncoderInitConfig {
   max_position_embeddings?: number;
   /** word features (config.json form, src/models/encoder/word-features.ts); absent: the default (shape
    * classes), null: none (the model GLiNER2 defines, nothing added to the embeddings) */
-  word_features?: { shape?: boolean; suffix_buckets?: number } | null;
+  word_features?: { shape?: boolean; suffix_buckets?: number; prefix_buckets?: number; shape_buckets?: number } | null;
 }
 
 /** The word features a fresh model gets from `cfg` (DEFAULT_WORD_FEATURES when it names none). */
