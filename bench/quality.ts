@@ -19,7 +19,7 @@ import { parseJsonl, type DataRecord } from '../src/training/data/formats.ts';
 import { ENCODER_PRESETS, initEncoder, InitRng } from '../src/training/encoder/init.ts';
 import { shuffled } from '../src/training/common.ts';
 import { parseWordFeatureSpec } from '../src/models/encoder/word-features.ts';
-import { FRESH_RATES, FRESH_RECIPE } from '../src/training/encoder/recipe.ts';
+import { freshRecipe } from '../src/training/encoder/recipe.ts';
 import { evaluateClassification, evaluateNer, trainEncoder } from '../src/training/index.ts';
 
 interface Task {
@@ -58,7 +58,6 @@ export async function run(argv: string[]): Promise<void> {
   });
   const preset = ENCODER_PRESETS[values.preset!];
   if (!preset) throw new Error(`unknown preset ${values.preset}; one of ${Object.keys(ENCODER_PRESETS).join(', ')}`);
-  const rates = FRESH_RATES[values.preset!] ?? FRESH_RATES.small;
   const names = values.tasks ? values.tasks.split(',') : TASKS.map((t) => t.name);
   const devLimit = values['dev-limit'] ? Number(values['dev-limit']) : values.quick ? 300 : Infinity;
   const [hidden, attention, word] = (values.dropout ?? '').split(',').map((x) => (x ? Number(x) : undefined));
@@ -91,9 +90,7 @@ export async function run(argv: string[]): Promise<void> {
         train_data: records,
         training_type: 'full',
         nr_epochs: 100,
-        batch_size: 8,
-        ...rates,
-        ...FRESH_RECIPE,
+        ...freshRecipe(values.preset!),
         ...dropout,
         max_minutes: minutes,
         seed: 42,

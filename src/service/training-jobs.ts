@@ -44,7 +44,7 @@ import { checkDatasetShape, checkJudge, checkRlBase, rlConfigOrThrow, type Rewar
 import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
 export { FRESH_ENCODER_ID, FRESH_ENCODERS };
 // fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
-import { ENCODER_RECIPE, FRESH_RATES, FRESH_RECIPE } from '../training/encoder/recipe.ts';
+import { ENCODER_RECIPE, freshRecipe } from '../training/encoder/recipe.ts';
 import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from '../training/precision.ts';
 const MAX_RESTARTS = 2;
 /** how often a running job's record is read for a stop request made through another process */
@@ -287,11 +287,7 @@ export function createTrainingJobsService(deps: {
    */
   function defaults(kind: 'encoder' | 'decoder', fresh: string | null, type: 'lora' | 'full') {
     if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
-    if (fresh) {
-      const r = FRESH_RATES[fresh] ?? FRESH_RATES.small!;
-      const lr = { learning_rate: r.learning_rate, encoder_learning_rate: r.encoder_learning_rate };
-      return { nr_epochs: 10, ...lr, batch_size: 8, ...FRESH_RECIPE };
-    }
+    if (fresh) return { nr_epochs: 10, ...freshRecipe(fresh) };
     const encoderLr = type === 'lora' ? 2e-4 : 1e-5;
     return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: encoderLr, batch_size: 8, ...ENCODER_RECIPE };
   }

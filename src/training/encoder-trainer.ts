@@ -55,7 +55,7 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   /** wall-clock budget in minutes: the LR schedule's length (warm-up + decay over it) and a stop; 0 = none */
   max_minutes?: number;
   /** classification: before the first step, shift the classifier's output bias so that its mean logit is the label
-   *  prior (the share of positive labels in the training prompts); default false (FRESH_RECIPE: true) */
+   *  prior (the share of positive labels in the training prompts); default false (freshRecipe: true) */
   classifier_prior_init?: boolean;
 }
 

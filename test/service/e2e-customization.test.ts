@@ -37,7 +37,7 @@ t.test('upload → train → evaluate → deploy → project inference', async (
 
   const created = await call(ts.url, 'POST', '/felix/training-jobs', {
     key: u.key,
-    // the tiny preset's default learning rates (training-jobs.ts FRESH_RATES), as the README example runs
+    // the tiny preset's default learning rates (recipe.ts FRESH_SETTINGS), as the README example runs
     body: { base_model: 'loom/gliner2-init-tiny', datasets: [{ name: 'people' }], model_name: 'people-ner', training_type: 'full', nr_epochs: 8, batch_size: 8, seed: 1 },
   });
   t.equal(created.status, 200);
