@@ -31,7 +31,7 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   t.match(small, { nr_epochs: 10, learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8 });
   // the fresh-encoder recipe (issue 17) is the default and shows in the configuration
   const recipe = {
-    hidden_dropout: 0, attention_dropout: 0, word_dropout: 0, negative_labels: 16, full_label_ratio: 1,
+    hidden_dropout: 0, attention_dropout: 0, word_dropout: 0, negative_labels: 16, full_label_ratio: 0,
     classifier_prior_init: true,
   };
   t.match(small, { selection_metric: 'task' });
