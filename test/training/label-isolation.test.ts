@@ -15,6 +15,9 @@ import { normalizeSchema } from '../../src/models/encoder/schema.ts';
 import { forEachIsa } from '../../src/native/cpu.ts';
 import { initEncoder } from '../../src/training/encoder/init.ts';
 import { CLASSIFICATION_TASK, FRESH_RECIPE, fullLabelRatio } from '../../src/training/encoder/recipe.ts';
+import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
+import { EncoderTrainGraph } from '../../src/training/native.ts';
+import { featureCols, featureRows } from '../../src/models/encoder/word-features.ts';
 
 const gold = join(import.meta.dirname, '../../../shared/goldens/deberta-v2-tiny');
 const ckpt = SafetensorsCheckpoint.open(gold);
@@ -224,6 +227,33 @@ t.test('a fresh isolated model: the same logit per label with every label, a sub
   };
   const [a, b] = [await asked(LABELS), await asked([LABELS[0]])];
   t.ok(Math.abs(a[0] - b[0]) > 1e-4, `without it a label's logit moves with the other labels (${a[0]} vs ${b[0]})`);
+});
+
+t.test('the training graph computes what the served model does, in a padded batch', async (t) => {
+  const dir = join(tmp, 'iso');
+  const m = await Gliner2Model.load(dir);
+  const enc = parseDebertaConfig(JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8')));
+  const ck = SafetensorsCheckpoint.open(dir);
+  const tensors: Record<string, Float32Array> = {};
+  for (const n of ck.names()) tensors[n] = toFloat32(ck.get(n));
+  const wf = m.wordFeatures!;
+  const graph = EncoderTrainGraph.create(enc, 8, true, tensors, null, {}, { rows: featureRows(wf), cols: featureCols(wf) });
+  const recs = TEXTS.map((text, i) => ({ kind: 'classification' as const, text, labels: [LABELS[i * 3]], multiLabel: false }));
+  const ex = recordsToExamples(recs, [], LABELS);
+  const batch = collate(await Promise.all(ex.map((e) => featurize(m.tokenizer, e, 8, undefined, wf, true))));
+  t.ok(batch.groups && Math.max(...batch.groups) === LABELS.length, 'the batch carries the groups');
+  t.ok(batch.mask.some((x) => x === 0), 'a padded batch');
+  const g = await graph.step(batch, { backward: false, dropNeg: false });
+  let served = 0;
+  for (const e of ex) {
+    const { inter } = await m.debugRun(e.text, e.schema);
+    const truth = new Set(e.classes.get(CLASSIFICATION_TASK));
+    inter.segments[0].cls!.forEach((z, i) => {
+      const y = truth.has(e.schema.classifications[0].labels[i]) ? 1 : 0;
+      served += Math.max(z, 0) + Math.log1p(Math.exp(-Math.abs(z))) - y * z; // BCE with logits
+    });
+  }
+  t.ok(Math.abs(g.cls - served) <= 1e-5 * served, `graph ${g.cls} vs served ${served}`);
 });
 
 t.test('the prompt builder: groups of [L] and label pieces, counted over classification segments', async (t) => {
