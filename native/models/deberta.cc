@@ -276,9 +276,10 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
     if (hidden_states) std::memset(hidden_states, 0, size_t((c.L + 1) * BN * D) * 4);
     return;
   }
-  if (groups)
+  if (groups)  // a group is below its sample's token count (a label has at least its [L])
     for (int64_t t = 0; t < BN; t++)
-      if (groups[t] < 0) throw std::out_of_range("deberta: label-isolation group " + std::to_string(groups[t]) + " < 0");
+      if (groups[t] < 0 || groups[t] >= N)
+        throw std::out_of_range("deberta: label-isolation group " + std::to_string(groups[t]) + " out of range");
   std::vector<int32_t> pids(static_cast<size_t>(T));
   for (int64_t b = 0; b < B; b++) std::memcpy(pids.data() + off[size_t(b)], ids + b * N, size_t(len[size_t(b)]) * 4);
   std::vector<int32_t> pfeats(feats && KF ? size_t(T * KF) : 0);
@@ -288,6 +289,8 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   // Label isolation: groups and positions of the packed tokens (per sample, over its len[b] tokens).
   std::vector<int32_t> pgrp(groups ? size_t(T) : 0), ppos(groups ? size_t(T) : 0);
   for (int64_t b = 0; b < B && groups; b++) {
+    for (int64_t p = 0; p < len[size_t(b)]; p++)
+      if (groups[b * N + p] >= len[size_t(b)]) throw std::out_of_range("deberta: label-isolation group out of range");
     std::memcpy(pgrp.data() + off[size_t(b)], groups + b * N, size_t(len[size_t(b)]) * 4);
     group_positions(len[size_t(b)], groups + b * N, kmask[size_t(b)], ppos.data() + off[size_t(b)]);
   }

@@ -134,6 +134,8 @@ const seq = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 4 +
 const G1 = [0, 0, 0, 0, 1, 1, 2, 2, 2, 3, 0, 0, 0, 0, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 // a longer one (43 labels of 2 pieces between the shared tokens: more than one 16-row tile of every kind)
 const G2 = [0, 0, 0, ...Array.from({ length: 86 }, (_, i) => 1 + (i >> 1)), 0, 0, ...Array(20).fill(0)];
+// 48 tokens (a whole number of 16-lane rows) ending in a label: the kernels' buffers filled to their last row
+const G3 = [...G1, ...Array(10).fill(0), 5, 5, 5];
 
 t.test('attention with groups: the native forward against a float64 reference, every ISA', async (t) => {
   const enc = await DebertaEncoder.load(ckpt, config);
@@ -141,6 +143,8 @@ t.test('attention with groups: the native forward against a float64 reference, e
   const ids2 = seq(G2.length, 2);
   const ref1 = reference(enc, ids1, G1);
   const ref2 = reference(enc, ids2, G2);
+  const ids3 = seq(G3.length, 3);
+  const ref3 = reference(enc, ids3, G3);
   const plain1 = reference(enc, ids1, null);
   await forEachIsa(async (isa) => {
     const one = (ids: number[], g?: number[]) =>
@@ -152,6 +156,8 @@ t.test('attention with groups: the native forward against a float64 reference, e
     t.ok(d1 < 1e-4, `${isa}: 4 labels, max abs diff ${d1.toExponential(2)}`);
     const d2 = maxDiff(await one(ids2, G2), ref2);
     t.ok(d2 < 1e-4, `${isa}: 43 labels, max abs diff ${d2.toExponential(2)}`);
+    const d3 = maxDiff(await one(ids3, G3), ref3);
+    t.ok(d3 < 1e-4, `${isa}: 48 tokens ending in a label, max abs diff ${d3.toExponential(2)}`);
     // a right-padded batch of both (the packed path) and a left-padded one (keys masked inside the kernel)
     const N = G2.length + 3;
     const ids = new Int32Array(2 * N);
@@ -171,6 +177,8 @@ t.test('attention with groups: the native forward against a float64 reference, e
     t.ok(maxDiff(left.subarray(off * D), ref1) < 1e-4, `${isa}: left padding (masked keys)`);
     await t.rejects(enc.forward(Int32Array.from(ids1), new Uint8Array(ids1.length).fill(1), 1, ids1.length, undefined,
       Int32Array.from(G1, (g) => (g ? -g : 0))), /group/, `${isa}: a negative group is refused`);
+    await t.rejects(enc.forward(Int32Array.from(ids1), new Uint8Array(ids1.length).fill(1), 1, ids1.length, undefined,
+      Int32Array.from(G1, (g) => (g ? g + ids1.length : 0))), /group/, `${isa}: a group past the token count too`);
   });
 });
 
