@@ -85,7 +85,9 @@ export async function run(argv: string[]): Promise<void> {
       {
         ...preset,
         label_isolation: isolation,
-        ...(values['word-features'] === undefined ? {} : { word_features: parseWordFeatureSpec(values['word-features']) }),
+        ...(values['word-features'] === undefined
+          ? {}
+          : { word_features: parseWordFeatureSpec(values['word-features']) }),
       },
       records.map((r) => ('text' in r ? String(r.text) : '')),
       { seed: 42 },

@@ -187,7 +187,7 @@ static void attend(const deberta::AttnTask& t) {
   mm(Np, Np, d, Q, d, 1, KT, Np, S, Np, Np, Np, nullptr);
   if (t.c2p && gp)  // label isolation: every column (a row's columns follow its keys' positions, not a band)
     mm(Np, ncolp, d, Q, d, 1, t.PKTr + (t.span2 - 1 - hi), t.S2P, C, ncolp, Np, ncolp, nullptr);
-  else if (t.c2p)  // C[i, c] = q_i · PK[hi − c]: columns [span2−1−hi, +ncolp) of the reversed PKᵀ   (Np, ncolp)
+  else if (t.c2p)  // C[i, c] = q_i · PK[hi − c]: columns [span2−1−hi, +ncolp) of the reversed PKᵀ  (Np, ncolp)
     // rows i..i+3 read c = ic(j − i) for j in [0, Np): from ic(−(i+3)) to ic(Np−1−i)
     mm_band(Np, d, Q, d, 1, t.PKTr + (t.span2 - 1 - hi), t.S2P, C, ncolp, [&](int64_t i, int64_t& c0, int64_t& c1) {
       band(ic[Np - 1 - (i + 3)], ic[2 * Np - 2 - i], c0, c1);
@@ -240,7 +240,8 @@ static void attend(const deberta::AttnTask& t) {
     if (gp) {  // this row's keys: group 0 and its own group; their c2p columns hi − δ(pos_i − pos_j)
       const int32_t gi = gp[i];
       for (int32_t g : {0, gi}) {
-        for (const int32_t* q = gord + gbeg[g]; q < gord + gbeg[g + 1]; q++) ic[*q] = int32_t(hi - t.delta(ps[i] - ps[*q]));
+        for (const int32_t* q = gord + gbeg[g]; q < gord + gbeg[g + 1]; q++)
+          ic[*q] = int32_t(hi - t.delta(ps[i] - ps[*q]));
         if (gi == 0) break;
       }
       ii = ic;

@@ -19,7 +19,8 @@ struct AttnTask {
   const uint8_t* mask = nullptr;         // (n) keys, 1 = attend; null = all
   // Label isolation (fresh GLiNER2 models, deberta.h group_positions): per-token group ids and positions, both or
   // neither. A query of group 0 attends to keys of group 0, one of group g >= 1 to keys of group 0 and g; relative
-  // positions are pos[i] − pos[j] (0 <= pos < n) instead of i − j; 0 <= group < n. Null: every key, positions = indices.
+  // positions are pos[i] − pos[j] (0 <= pos < n) instead of i − j; 0 <= group < n. Null: every key, positions =
+  // indices.
   const int32_t* group = nullptr;
   const int32_t* pos = nullptr;
   float scale = 1.0f;

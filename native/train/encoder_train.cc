@@ -266,7 +266,8 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   A.inv_scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
   A.gpos.resize(in.groups ? size_t(BN) : 0);
   for (int64_t t = 0; in.groups && t < BN; t++)
-    if (in.groups[t] < 0 || in.groups[t] >= N) throw std::out_of_range("encoder train: label-isolation group out of range");
+    if (in.groups[t] < 0 || in.groups[t] >= N)
+      throw std::out_of_range("encoder train: label-isolation group out of range");
   for (int64_t b = 0; in.groups && b < B; b++)
     deberta::group_positions(N, in.groups + b * N, in.mask + b * N, A.gpos.data() + b * N);
   // R = LN(rel_emb[:2span])

@@ -79,15 +79,16 @@ const banking = (split: string) => parseJsonl(readFileSync(join(DATA, `${split}.
   .filter((r) => r.kind === 'classification' && INTENTS.includes(r.labels[0]));
 
 for (const isolation of [true, false])
-t.test(`the model learns the labels, and ranks all of them in any order when served (isolation ${isolation})`, async (t) => {
+t.test(`the model learns the labels, and ranks them in any order when served (isolation ${isolation})`, async (t) => {
   const train = banking('train');
   const dev = banking('dev');
   const dir = join(tmp, `intents-${isolation}`);
-  initEncoder(dir, { ...cfg, vocab_size: 1500, label_isolation: isolation }, train.map((r) => (r as { text: string }).text),
-    { seed: 42 });
+  const texts = train.map((r) => (r as { text: string }).text);
+  initEncoder(dir, { ...cfg, vocab_size: 1500, label_isolation: isolation }, texts, { seed: 42 });
   const before = await evaluateClassification(dir, dev, { labels: INTENTS });
   const res = await trainEncoder({
-    base_model: dir, output_dir: join(tmp, `intents-run-${isolation}`), train_data: train, validation_data_percentage: 0,
+    base_model: dir, output_dir: join(tmp, `intents-run-${isolation}`), train_data: train,
+    validation_data_percentage: 0,
     nr_epochs: 6, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
     negative_labels: 2,
   });
@@ -96,8 +97,9 @@ t.test(`the model learns the labels, and ranks all of them in any order when ser
   for (const labels of [INTENTS, [...INTENTS].reverse(), [3, 0, 5, 1, 4, 2].map((i) => INTENTS[i])]) {
     const after = await evaluateClassification(res.final_checkpoint, dev, { labels });
     t.equal(after.sample_count, dev.length, 'every dev record, asked with all six labels');
-    t.ok(after.accuracy >= (isolation ? 0.7 : 0.27), `dev accuracy over all six labels, asked as `
-      + `${labels.map((l) => l[0]).join('')}: ${before.accuracy.toFixed(3)} -> ${after.accuracy.toFixed(3)} (chance 0.167) ${ran}`);
+    const asked = labels.map((l) => l[0]).join('');
+    t.ok(after.accuracy >= (isolation ? 0.7 : 0.27), `dev accuracy over all six labels, asked as ${asked}: `
+      + `${before.accuracy.toFixed(3)} -> ${after.accuracy.toFixed(3)} (chance 0.167) ${ran}`);
     seen.push(after.accuracy);
   }
   if (isolation) t.ok(seen.every((a) => a === seen[0]), 'isolated labels: the same accuracy in every order');

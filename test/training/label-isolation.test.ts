@@ -87,7 +87,8 @@ function reference(enc: DebertaEncoder, ids: number[], groups: number[] | null):
   const dl = (rel: number) => delta.get(rel) ?? (delta.set(rel, enc.relIndex(rel)), delta.get(rel)!);
   for (let l = 0; l < config.numLayers; l++) {
     const p = `encoder.layer.${l}.`;
-    const lin = (v: Float64Array, rows: number, m: string, o = D) => linear(v, rows, W[p + m + '.weight'], W[p + m + '.bias'], o);
+    const lin = (v: Float64Array, rows: number, m: string, o = D) =>
+      linear(v, rows, W[p + m + '.weight'], W[p + m + '.bias'], o);
     const q = lin(x, n, 'attention.self.query_proj');
     const k = lin(x, n, 'attention.self.key_proj');
     const v = lin(x, n, 'attention.self.value_proj');
@@ -148,7 +149,8 @@ t.test('attention with groups: the native forward against a float64 reference, e
   const plain1 = reference(enc, ids1, null);
   await forEachIsa(async (isa) => {
     const one = (ids: number[], g?: number[]) =>
-      enc.forward(Int32Array.from(ids), new Uint8Array(ids.length).fill(1), 1, ids.length, undefined, g && Int32Array.from(g));
+      enc.forward(Int32Array.from(ids), new Uint8Array(ids.length).fill(1), 1, ids.length, undefined,
+        g && Int32Array.from(g));
     const full = await one(ids1);
     t.ok(maxDiff(full, plain1) < 1e-4, `${isa}: without groups, full attention`);
     t.ok(maxDiff(full, ref1) > 1e-2, `${isa}: which the groups change`);
@@ -224,10 +226,12 @@ t.test('a fresh isolated model: the same logit per label with every label, a sub
   // without the flag the same weights depend on the other labels
   const plainDir = join(tmp, 'plain');
   initEncoder(plainDir, { ...cfg, label_isolation: false }, [...TEXTS, ...LABELS], { seed: 3 });
-  t.equal(JSON.parse(readFileSync(join(plainDir, 'config.json'), 'utf8')).label_isolation, undefined, 'opt-out: no flag');
+  const plainCfg = JSON.parse(readFileSync(join(plainDir, 'config.json'), 'utf8'));
+  t.equal(plainCfg.label_isolation, undefined, 'opt-out: no flag');
   const p = await Gliner2Model.load(plainDir);
   t.notOk(p.labelIsolation);
-  const f = await p.format(TEXTS[0], normalizeSchema({ classifications: [{ task: CLASSIFICATION_TASK, labels: LABELS }] }));
+  const all = normalizeSchema({ classifications: [{ task: CLASSIFICATION_TASK, labels: LABELS }] });
+  const f = await p.format(TEXTS[0], all);
   t.equal(f.groups, undefined, 'no groups without the flag');
   const asked = async (labels: string[]) => {
     const s = normalizeSchema({ classifications: [{ task: CLASSIFICATION_TASK, labels, multi_label: false }] });
@@ -245,8 +249,10 @@ t.test('the training graph computes what the served model does, in a padded batc
   const tensors: Record<string, Float32Array> = {};
   for (const n of ck.names()) tensors[n] = toFloat32(ck.get(n));
   const wf = m.wordFeatures!;
-  const graph = EncoderTrainGraph.create(enc, 8, true, tensors, null, {}, { rows: featureRows(wf), cols: featureCols(wf) });
-  const recs = TEXTS.map((text, i) => ({ kind: 'classification' as const, text, labels: [LABELS[i * 3]], multiLabel: false }));
+  const feats = { rows: featureRows(wf), cols: featureCols(wf) };
+  const graph = EncoderTrainGraph.create(enc, 8, true, tensors, null, {}, feats);
+  const recs = TEXTS.map((text, i) =>
+    ({ kind: 'classification' as const, text, labels: [LABELS[i * 3]], multiLabel: false }));
   const ex = recordsToExamples(recs, [], LABELS);
   const batch = collate(await Promise.all(ex.map((e) => featurize(m.tokenizer, e, 8, undefined, wf, true))));
   t.ok(batch.groups && Math.max(...batch.groups) === LABELS.length, 'the batch carries the groups');

@@ -125,7 +125,9 @@ export class DebertaEncoder {
 
   /** ids/mask (B*N) → last hidden state (B*N*D), padded positions zeroed; feats: word-feature rows (B*N*cols);
    * groups: label-isolation groups (B*N, label-isolation.ts). */
-  forward(ids: Int32Array, mask: Uint8Array, B: number, N: number, feats?: Int32Array, groups?: Int32Array): Promise<Float32Array> {
+  forward(
+    ids: Int32Array, mask: Uint8Array, B: number, N: number, feats?: Int32Array, groups?: Int32Array,
+  ): Promise<Float32Array> {
     return addon.debertaForward(this.handle, ids, mask, B, N, false, feats, groups) as Promise<Float32Array>;
   }
 
