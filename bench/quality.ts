@@ -1,6 +1,6 @@
 // `npm run bench -- quality [--quick] [--json] [--tasks conll2003,wnut17,banking77,sst2] [--preset small]
 //   [--minutes M] [--threads n] [--dev-limit n] [--word-features shape|shape,suffix:N|none]
-//   [--dropout hidden,attention,word]`
+//   [--dropout hidden,attention,word] [--label-isolation on|off]`
 // Fresh-encoder quality in a fixed wall-clock budget (issue 17): for each task a fresh GLiNER2 encoder is
 // initialized from the task's training text (loom init-encoder), trained with the service's default recipe
 // for a fresh encoder (src/training/encoder/recipe.ts) and `max_minutes` set to the budget, and its best
@@ -19,7 +19,7 @@ import { parseJsonl, type DataRecord } from '../src/training/data/formats.ts';
 import { ENCODER_PRESETS, initEncoder, InitRng } from '../src/training/encoder/init.ts';
 import { shuffled } from '../src/training/common.ts';
 import { parseWordFeatureSpec } from '../src/models/encoder/word-features.ts';
-import { freshRecipe } from '../src/training/encoder/recipe.ts';
+import { FRESH_LABEL_ISOLATION, freshRecipe, fullLabelRatio } from '../src/training/encoder/recipe.ts';
 import { evaluateClassification, evaluateNer, trainEncoder } from '../src/training/index.ts';
 
 interface Task {
@@ -54,6 +54,7 @@ export async function run(argv: string[]): Promise<void> {
       keep: { type: 'boolean' },
       'word-features': { type: 'string' },
       dropout: { type: 'string' },
+      'label-isolation': { type: 'string' },
     },
   });
   const preset = ENCODER_PRESETS[values.preset!];
@@ -62,6 +63,9 @@ export async function run(argv: string[]): Promise<void> {
   const devLimit = values['dev-limit'] ? Number(values['dev-limit']) : values.quick ? 300 : Infinity;
   const [hidden, attention, word] = (values.dropout ?? '').split(',').map((x) => (x ? Number(x) : undefined));
   const dropout = values.dropout ? { hidden_dropout: hidden, attention_dropout: attention, word_dropout: word } : {};
+  const isoArg = values['label-isolation'];
+  if (isoArg !== undefined && isoArg !== 'on' && isoArg !== 'off') throw new Error('--label-isolation takes on or off');
+  const isolation = isoArg === undefined ? FRESH_LABEL_ISOLATION : isoArg === 'on';
   const rows: Record<string, unknown>[] = [];
   for (const name of names) {
     const task = TASKS.find((t) => t.name === name);
@@ -77,9 +81,13 @@ export async function run(argv: string[]): Promise<void> {
     const t0 = Date.now();
     initEncoder(
       join(work, 'base'),
-      values['word-features'] === undefined
-        ? { ...preset }
-        : { ...preset, word_features: parseWordFeatureSpec(values['word-features']) },
+      {
+        ...preset,
+        label_isolation: isolation,
+        ...(values['word-features'] === undefined
+          ? {}
+          : { word_features: parseWordFeatureSpec(values['word-features']) }),
+      },
       records.map((r) => ('text' in r ? String(r.text) : '')),
       { seed: 42 },
     );
@@ -91,6 +99,7 @@ export async function run(argv: string[]): Promise<void> {
         training_type: 'full',
         nr_epochs: 100,
         ...freshRecipe(values.preset!),
+        full_label_ratio: fullLabelRatio(isolation),
         ...dropout,
         max_minutes: minutes,
         seed: 42,
@@ -120,6 +129,7 @@ export async function run(argv: string[]): Promise<void> {
       preset: values.preset,
       word_features: values['word-features'] ?? 'default',
       dropout: values.dropout ?? 'default',
+      label_isolation: isolation,
       threads: Number(values.threads),
     };
     rows.push(row);

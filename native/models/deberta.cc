@@ -185,6 +185,23 @@ void rel_proj_layout(int64_t S2, int64_t D, int64_t H, int64_t S2P, const float*
   }
 }
 
+void group_positions(int64_t n, const int32_t* groups, const uint8_t* mask, int32_t* pos) {
+  int32_t n0 = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (groups[i] == 0 && (!mask || mask[i])) pos[i] = n0++;
+  std::vector<int32_t> next;  // next position of each group >= 1
+  for (int64_t i = 0; i < n; i++) {
+    if (mask && !mask[i]) {
+      pos[i] = int32_t(i);
+      continue;
+    }
+    const int32_t g = groups[i];
+    if (g == 0) continue;
+    if (size_t(g) >= next.size()) next.resize(size_t(g) + 1, n0);
+    pos[i] = next[size_t(g)]++;
+  }
+}
+
 namespace {
 
 void attend(const AttnTask& t) { attn_run(t); }
@@ -211,7 +228,7 @@ inline size_t r16(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
 void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uint8_t* mask, float* out,
-             float* hidden_states, Acts* acts, const int32_t* feats) {
+             float* hidden_states, Acts* acts, const int32_t* feats, const int32_t* groups) {
   const Config& c = m.cfg;
   const int64_t D = c.D, F = c.F, H = c.H, d = D / H, BN = B * N;
   if (B <= 0 || N <= 0) return;
@@ -259,11 +276,24 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
     if (hidden_states) std::memset(hidden_states, 0, size_t((c.L + 1) * BN * D) * 4);
     return;
   }
+  if (groups)  // a group is below its sample's token count (a label has at least its [L])
+    for (int64_t t = 0; t < BN; t++)
+      if (groups[t] < 0 || groups[t] >= N)
+        throw std::out_of_range("deberta: label-isolation group " + std::to_string(groups[t]) + " out of range");
   std::vector<int32_t> pids(static_cast<size_t>(T));
   for (int64_t b = 0; b < B; b++) std::memcpy(pids.data() + off[size_t(b)], ids + b * N, size_t(len[size_t(b)]) * 4);
   std::vector<int32_t> pfeats(feats && KF ? size_t(T * KF) : 0);
   for (int64_t b = 0; b < B && !pfeats.empty(); b++)
     std::memcpy(pfeats.data() + off[size_t(b)] * KF, feats + b * N * KF, size_t(len[size_t(b)] * KF) * 4);
+
+  // Label isolation: groups and positions of the packed tokens (per sample, over its len[b] tokens).
+  std::vector<int32_t> pgrp(groups ? size_t(T) : 0), ppos(groups ? size_t(T) : 0);
+  for (int64_t b = 0; b < B && groups; b++) {
+    for (int64_t p = 0; p < len[size_t(b)]; p++)
+      if (groups[b * N + p] >= len[size_t(b)]) throw std::out_of_range("deberta: label-isolation group out of range");
+    std::memcpy(pgrp.data() + off[size_t(b)], groups + b * N, size_t(len[size_t(b)]) * 4);
+    group_positions(len[size_t(b)], groups + b * N, kmask[size_t(b)], ppos.data() + off[size_t(b)]);
+  }
 
   std::vector<int32_t> dtab;
   const int64_t Rr = delta_table(c, Nmax, dtab);
@@ -342,6 +372,10 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
         t.dtab = dtab.data();
         t.R = Rr;
         t.mask = kmask[size_t(b)];
+        if (groups) {
+          t.group = pgrp.data() + off[size_t(b)];
+          t.pos = ppos.data() + off[size_t(b)];
+        }
         t.scale = scale;
         t.c2p = c.c2p;
         t.p2c = c.p2c;

@@ -130,12 +130,24 @@ struct Acts {
   std::vector<LayerActs> layers;
 };
 
+// Label isolation (fresh GLiNER2 models, config.json `label_isolation`): every token has a group, 0 for the text and
+// every shared prompt token, g >= 1 for the `[L]` marker and words of the g-th classification label. A query of group
+// 0 attends to keys of group 0 only, one of group g to keys of group 0 and g; and relative positions are taken from
+// positions that do not count other groups: the real (mask 1) tokens of group 0 are numbered 0, 1, ... in order, and
+// the tokens of group g continue from there (n0, n0 + 1, ... with n0 the count of real group-0 tokens), as if the
+// label stood alone after the text. So group 0 is encoded as if no label were present, and a label's states depend
+// only on group 0 and its own tokens, whatever other labels the prompt holds and in whatever order.
+// groups, mask (n) (mask null = all real) → pos (n); masked tokens keep their index. 0 <= pos < n.
+void group_positions(int64_t n, const int32_t* groups, const uint8_t* mask, int32_t* pos);
+
 // ids, mask: (B, N); feats: (B, N, feat_cols) word-feature rows (-1 = none; null = none anywhere);
+// groups: (B, N) label-isolation groups (null: none, every token attends to every real key);
 // out: (B, N, D) last hidden state. hidden_states (optional): (L+1, B, N, D)
 // (embedding output, then each layer's output). acts (optional): retained activations (train).
 // Rows whose mask is 0 are 0 in out and hidden_states. A mask row of the form 1…1 0…0 (right
 // padding) costs only its real tokens; other masks run the whole row with the keys masked.
 void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uint8_t* mask, float* out,
-             float* hidden_states = nullptr, Acts* acts = nullptr, const int32_t* feats = nullptr);
+             float* hidden_states = nullptr, Acts* acts = nullptr, const int32_t* feats = nullptr,
+             const int32_t* groups = nullptr);
 
 }  // namespace loom::deberta

@@ -16,6 +16,11 @@
 //   p2c:  P[j,m] = k_j · PQ[lo + m]       m = δ(i,j) − lo increases with i: gathered into
 //         T[j,i] = P[j, m(i,j)] along i, then added transposed (S += Tᵀ)
 //   A = softmax((S·scale) + mask) ;  ctx = A · V
+// With label isolation (t.group, t.pos) the relative position of (i, j) is pos_i − pos_j, so the gathers take a
+// per-row index table instead of one per diagonal, C and P are formed over every relative column, and each row's
+// mask also excludes the keys of other groups (deberta_internal.h). A row's table is written only where its keys are
+// seen (group 0 and its own group, found through the tokens sorted by group); the other entries keep an earlier
+// row's in-range column, which the mask discards.
 // Every product is a register-blocked small GEMM (4 rows × 2 vectors, 8 accumulators) on
 // zero-padded, contiguous copies of the head's q, kᵀ and v, so no edge cases reach the kernels.
 
@@ -121,6 +126,9 @@ static void attend(const deberta::AttnTask& t) {
   float* T = t.p2c ? take(Np * Np) : nullptr;
   float* mb = take(Np);   // additive mask: 0 or -inf
   float* inv = take(Np);  // 1 / row sums
+  float* mr = take(Np);   // label isolation: one row's additive mask
+  float* m0 = take(Np);   // label isolation: the additive mask of group-0 keys
+  int32_t* gbeg = reinterpret_cast<int32_t*>(take(Np + 16));  // label isolation: group g's tokens at gord[gbeg[g]..)
   int32_t* ic = reinterpret_cast<int32_t*>(take(2 * Np));  // c2p column of (i, j) at ic[j − i + Np − 1]
   int32_t* ip = reinterpret_cast<int32_t*>(take(2 * Np));  // p2c column of (i, j) at ip[i − j + Np − 1]
 
@@ -145,16 +153,31 @@ static void attend(const deberta::AttnTask& t) {
   }
   const float ninf = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < Np; j++) mb[j] = (j < n && (!t.mask || t.mask[j])) ? 0.0f : ninf;
+  const int32_t* gp = t.group;
+  const int32_t* ps = t.pos;
+  int32_t* gord = ic + Np;  // label isolation: token indices sorted by group (ic's second half is unused then)
+  if (gp) {  // counting sort (groups < n: deberta.cc / encoder_train.cc check it)
+    for (int64_t g = 0; g <= n; g++) gbeg[g] = 0;
+    for (int64_t i = 0; i < n; i++) gbeg[gp[i] + 1]++;
+    for (int64_t g = 0; g < n; g++) gbeg[g + 1] += gbeg[g];
+    for (int64_t i = 0; i < n; i++) gord[gbeg[gp[i]]++] = int32_t(i);
+    for (int64_t g = n; g > 0; g--) gbeg[g] = gbeg[g - 1];
+    gbeg[0] = 0;
+    for (int64_t j = 0; j < Np; j++) m0[j] = j < n && gp[j] == 0 ? mb[j] : ninf;
+    for (int64_t j = 0; j < Np; j++) ic[j] = 0, ip[j] = 0;
+  }
   // Relative columns, clamped so that padded pairs read inside the buffers (they are masked).
-  for (int64_t m = 0; m < 2 * Np - 1; m++) {
+  for (int64_t m = 0; m < 2 * Np - 1 && !gp; m++) {
     const int64_t r = m - (Np - 1);
     int64_t c = hi - t.delta(-r);  // (j − i) = r  →  rel = i − j = −r
     int64_t p = t.delta(r) - lo;   // (i − j) = r
     ic[m] = int32_t(c < 0 ? 0 : c >= ncol ? ncol - 1 : c);
     ip[m] = int32_t(p < 0 ? 0 : p >= ncol ? ncol - 1 : p);
   }
-  ic[2 * Np - 1] = ic[2 * Np - 2];
-  ip[2 * Np - 1] = ip[2 * Np - 2];
+  if (!gp) {  // (with groups the second half of ic holds gord)
+    ic[2 * Np - 1] = ic[2 * Np - 2];
+    ip[2 * Np - 1] = ip[2 * Np - 2];
+  }
 
   auto band = [&](int64_t lo_c, int64_t hi_c, int64_t& c0, int64_t& c1) {  // [lo_c, hi_c] → W-aligned
     c0 = lo_c / W * W;
@@ -162,12 +185,34 @@ static void attend(const deberta::AttnTask& t) {
   };
   // S = Q·Kᵀ                                                        (Np, Np)
   mm(Np, Np, d, Q, d, 1, KT, Np, S, Np, Np, Np, nullptr);
-  if (t.c2p)  // C[i, c] = q_i · PK[hi − c]: columns [span2−1−hi, +ncolp) of the reversed PKᵀ   (Np, ncolp)
+  if (t.c2p && gp)  // label isolation: every column (a row's columns follow its keys' positions, not a band)
+    mm(Np, ncolp, d, Q, d, 1, t.PKTr + (t.span2 - 1 - hi), t.S2P, C, ncolp, Np, ncolp, nullptr);
+  else if (t.c2p)  // C[i, c] = q_i · PK[hi − c]: columns [span2−1−hi, +ncolp) of the reversed PKᵀ  (Np, ncolp)
     // rows i..i+3 read c = ic(j − i) for j in [0, Np): from ic(−(i+3)) to ic(Np−1−i)
     mm_band(Np, d, Q, d, 1, t.PKTr + (t.span2 - 1 - hi), t.S2P, C, ncolp, [&](int64_t i, int64_t& c0, int64_t& c1) {
       band(ic[Np - 1 - (i + 3)], ic[2 * Np - 2 - i], c0, c1);
     });
-  if (t.p2c) {  // P[j, m] = k_j · PQ[lo + m]                       (Np, ncolp)
+  if (t.p2c && gp) {  // label isolation: every column; T[j, i] = P[j, δ(pos_i − pos_j) − lo] for the queries that
+    // see key j (every query for a group-0 key, its own group's for a label key); padding keys: 0
+    mm(Np, ncolp, d, KT, 1, Np, t.PQT + lo, t.S2P, P, ncolp, Np, ncolp, nullptr);
+    for (int64_t j = 0; j < Np; j++) {
+      float* tj = T + j * Np;
+      if (j >= n) {
+        for (int64_t i0 = 0; i0 < Np; i0 += W) V::store(tj + i0, V::zero());
+        continue;
+      }
+      const int32_t gj = gp[j];
+      const int32_t* gi0 = gord + gbeg[gj];
+      const int32_t* gi1 = gord + gbeg[gj + 1];
+      if (gj == 0)
+        for (int64_t i = 0; i < n; i++) ip[i] = int32_t(t.delta(ps[i] - ps[j]) - lo);
+      else
+        for (const int32_t* q = gi0; q < gi1; q++) ip[*q] = int32_t(t.delta(ps[*q] - ps[j]) - lo);
+      const float* pj = P + j * ncolp;
+      for (int64_t i0 = 0; i0 < Np; i0 += W) V::store(tj + i0, V::gather(pj, ip + i0));
+    }
+    V::transpose_add(S, Np, T, Np, Np);
+  } else if (t.p2c) {  // P[j, m] = k_j · PQ[lo + m]                       (Np, ncolp)
     // rows j..j+3 read m = ip(i − j) for i in [0, Np): from ip(−(j+3)) to ip(Np−1−j)
     mm_band(Np, d, KT, 1, Np, t.PQT + lo, t.S2P, P, ncolp, [&](int64_t j, int64_t& c0, int64_t& c1) {
       band(ip[Np - 1 - (j + 3)], ip[2 * Np - 2 - j], c0, c1);
@@ -191,10 +236,26 @@ static void attend(const deberta::AttnTask& t) {
     R mx = V::set1(ninf);
     const float* ci = t.c2p ? C + i * ncolp : nullptr;
     const int32_t* ii = ic + (Np - 1 - i);
+    const float* mi = mb;
+    if (gp) {  // this row's keys: group 0 and its own group; their c2p columns hi − δ(pos_i − pos_j)
+      const int32_t gi = gp[i];
+      for (int32_t g : {0, gi}) {
+        for (const int32_t* q = gord + gbeg[g]; q < gord + gbeg[g + 1]; q++)
+          ic[*q] = int32_t(hi - t.delta(ps[i] - ps[*q]));
+        if (gi == 0) break;
+      }
+      ii = ic;
+      mi = m0;
+      if (gi != 0) {
+        for (int64_t j0 = 0; j0 < Np; j0 += W) V::store(mr + j0, V::load(m0 + j0));
+        for (const int32_t* q = gord + gbeg[gi]; q < gord + gbeg[gi + 1]; q++) mr[*q] = mb[*q];
+        mi = mr;
+      }
+    }
     for (int64_t j0 = 0; j0 < Np; j0 += W) {
       R s = V::load(row + j0);
       if (ci) s = V::add(s, V::gather(ci, ii + j0));
-      s = V::fmadd(s, sc, V::load(mb + j0));
+      s = V::fmadd(s, sc, V::load(mi + j0));
       V::store(row + j0, s);
       mx = V::max(mx, s);
     }

@@ -17,6 +17,12 @@ struct AttnTask {
   const int32_t* dtab = nullptr;         // δ(rel) (rel-embedding row) at dtab[rel + R − 1], |rel| < R
   int64_t R = 0;
   const uint8_t* mask = nullptr;         // (n) keys, 1 = attend; null = all
+  // Label isolation (fresh GLiNER2 models, deberta.h group_positions): per-token group ids and positions, both or
+  // neither. A query of group 0 attends to keys of group 0, one of group g >= 1 to keys of group 0 and g; relative
+  // positions are pos[i] − pos[j] (0 <= pos < n) instead of i − j; 0 <= group < n. Null: every key, positions =
+  // indices.
+  const int32_t* group = nullptr;
+  const int32_t* pos = nullptr;
   float scale = 1.0f;
   bool c2p = true, p2c = true;
   float* ctx = nullptr;                  // (n, d) output, row stride ldc
@@ -30,8 +36,8 @@ struct AttnTask {
 inline size_t attn_scratch_floats(int64_t n, int64_t d) {
   auto r16 = [](int64_t a) { return (a + 15) / 16 * 16; };
   const int64_t Np = r16(n), dp = r16(d), ncolp = r16(2 * n - 1);
-  return size_t(r16(Np * d) + r16(d * Np) + r16(Np * dp) + 2 * r16(Np * Np) + 2 * r16(Np * ncolp) + 2 * r16(Np) +
-                2 * r16(2 * Np) + 64);
+  return size_t(r16(Np * d) + r16(d * Np) + r16(Np * dp) + 2 * r16(Np * Np) + 2 * r16(Np * ncolp) + 4 * r16(Np) +
+                r16(Np + 16) + 2 * r16(2 * Np) + 64);
 }
 
 // The tables every task of a forward shares (deberta.cc's forward and the training graph's forward without

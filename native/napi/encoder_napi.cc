@@ -6,7 +6,8 @@
 //       tensors: {name → Float32Array (fp32) | Uint16Array (bf16 bits: linear weights and word embeddings
 //                 when cfg.bf16)}, names as in a bare DebertaV2Model (embeddings.*, encoder.*)
 //   debertaForward(handle, ids Int32Array (B*N), mask Uint8Array (B*N), B, N, hiddenStates?,
-//                  feats? Int32Array (B*N*featCols): word-feature rows, -1 = none)
+//                  feats? Int32Array (B*N*featCols): word-feature rows, -1 = none,
+//                  groups? Int32Array (B*N): label-isolation groups, deberta.h group_positions)
 //       → Promise<Float32Array (B*N*D)>  | with hiddenStates: Promise<Float32Array ((L+1)*B*N*D)>
 //   debertaRelIndex(cfg, rel) → number (rel-embedding row used for relative position rel = i − j)
 //   gliner2HeadsCreate(D, K, counting ('count_lstm' | 'count_lstm_v2' | 'count_lstm_moe'), tensors,
@@ -165,7 +166,9 @@ Napi::Value DebertaForward(const Napi::CallbackInfo& info) {
   int64_t B = int_arg(info[3], "B"), N = int_arg(info[4], "N");
   bool hs = info.Length() > 5 && info[5].ToBoolean().Value();
   auto feats = array_arg<int32_t>(info.Length() > 6 ? info[6] : env.Undefined(), "feats", true, true);
+  auto groups = array_arg<int32_t>(info.Length() > 7 ? info[7] : env.Undefined(), "groups", true, true);
   if (B < 0 || N < 0) throw_range(env, "B and N must be >= 0");
+  if (groups.data) check_len(env, groups.length, size_t(B * N), "groups");
   check_len(env, ids.length, size_t(B * N), "ids");
   check_len(env, mask.length, size_t(B * N), "mask");
   const int64_t KF = m->cfg.feat_rows > 0 ? m->cfg.feat_cols : 0;
@@ -178,17 +181,19 @@ Napi::Value DebertaForward(const Napi::CallbackInfo& info) {
   keep.push_back(std::move(ids.ref));
   keep.push_back(std::move(mask.ref));
   if (feats.data) keep.push_back(std::move(feats.ref));
+  const int32_t* gp = groups.data;
+  if (groups.data) keep.push_back(std::move(groups.ref));
   const int32_t* idp = ids.data;
   const uint8_t* mp = mask.data;
   return run_async(
       env,
-      [m, out, idp, mp, fp, B, N, hs, D, L, n_out]() {
+      [m, out, idp, mp, fp, gp, B, N, hs, D, L, n_out]() {
         out->resize(n_out);
         if (hs) {
           std::vector<float> last(size_t(B * N * D));
-          deberta::forward(*m, B, N, idp, mp, last.data(), out->data(), nullptr, fp);
+          deberta::forward(*m, B, N, idp, mp, last.data(), out->data(), nullptr, fp, gp);
         } else {
-          deberta::forward(*m, B, N, idp, mp, out->data(), nullptr, nullptr, fp);
+          deberta::forward(*m, B, N, idp, mp, out->data(), nullptr, nullptr, fp, gp);
         }
         (void)L;
       },

@@ -10,7 +10,8 @@
 //       batch: {B, N, ids Int32Array, mask Uint8Array, woff Int32Array (B+1), wordRows Int32Array, wordEnd? Int32Array,
 //               segSample/segKind/segM/segCount Int32Array, segCountLoss Uint8Array, segRows Int32Array (Σ(1+M)),
 //               pos Int32Array (5-tuples seg,t,m,i,k), clsY Float32Array, backward, dropNeg, gradScale, seed,
-//               hiddenDropout, attentionDropout, feats? Int32Array (B*N*featCols, -1 = none)}
+//               hiddenDropout, attentionDropout, feats? Int32Array (B*N*featCols, -1 = none),
+//               groups? Int32Array (B*N): label-isolation groups (deberta.h group_positions)}
 //   llamaTrainCreate(cfg, tensors, loras) → handle
 //       cfg: {vocab, hidden, inter, layers, heads, kvHeads, headDim, eps, ropeTheta, rope?, qkvBias}
 //       tensors: {HF name → Float32Array | Uint16Array (bf16 bits)}
@@ -178,6 +179,9 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   const int64_t KF = h->enc->feat_emb ? h->enc->cfg.deb.feat_cols : 0;
   if (!feats->empty() && KF) check_len(env, feats->size(), size_t(in->B * in->N * KF), "feats");
   if (!feats->empty() && KF) in->feats = feats->data();
+  auto groups = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "groups", true));
+  if (!groups->empty()) check_len(env, groups->size(), size_t(in->B * in->N), "groups");
+  if (!groups->empty()) in->groups = groups->data();
   for (int32_t v : get_vec<int32_t>(b, "woff")) in->woff.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordRows")) in->word_rows.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordEnd", true)) in->word_end.push_back(v);
@@ -216,7 +220,7 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   auto out = std::make_shared<encoder::StepOut>();
   return run_async(
       env,
-      [h, in, out, ids, mask, feats]() {
+      [h, in, out, ids, mask, feats, groups]() {
         std::lock_guard<std::mutex> lk(h->mu);
         encoder::step(*h->enc, *in, *out);
       },

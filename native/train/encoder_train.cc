@@ -146,6 +146,7 @@ struct EncActs {
   std::vector<uint8_t> keep_emb;  // dropout mask of the embedding output (B*N*D)
   std::vector<LayerActs> layers;
   std::vector<int32_t> dtab;
+  std::vector<int32_t> gpos;  // (B*N) label-isolation positions (empty: none; relative positions are i − j)
   int64_t lo = 0, ncol = 0;
   float inv_scale = 1.0f;
   // encoder_bwd's work buffers
@@ -192,8 +193,8 @@ void round_bf16(int64_t n, const float* src, float* dst, std::vector<uint16_t>& 
 // (exact in fp32; only the summation order differs, and P·V takes P unrounded): a forward that skipped the rounding
 // did not match the bf16 backward, and the intent-classification learning test (encoder-classification) fell to
 // chance. At 96-token heads the pair-packed bf16 GEMMs spent as long packing their operands as multiplying them.
-void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const uint8_t* mask, LayerActs& a,
-                EncActs& A) {
+void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const uint8_t* mask, const int32_t* groups,
+                LayerActs& a, EncActs& A) {
   const int64_t D = c.D, H = c.H, d = D / H, S2 = 2 * c.att_span(), S2P = S2 + 32;
   const float *q = a.q.data(), *k = a.k.data(), *v = a.v.data();
   deberta::rel_proj_layout(S2, D, H, S2P, a.PQ.data(), a.PK.data(), A.PQT, A.PKTr);
@@ -233,6 +234,10 @@ void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const
       t.dtab = A.kdtab.data();
       t.R = Rr;
       t.mask = mask + b * N;
+      if (groups) {
+        t.group = groups + b * N;
+        t.pos = A.gpos.data() + b * N;
+      }
       t.scale = scale;
       t.c2p = c.c2p;
       t.p2c = c.p2c;
@@ -259,6 +264,12 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   A.dtab.resize(size_t(2 * N - 1));
   for (int64_t r = -(N - 1); r <= N - 1; r++) A.dtab[size_t(r + N - 1)] = int32_t(rel_index(c, r) - A.lo);
   A.inv_scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
+  A.gpos.resize(in.groups ? size_t(BN) : 0);
+  for (int64_t t = 0; in.groups && t < BN; t++)
+    if (in.groups[t] < 0 || in.groups[t] >= N)
+      throw std::out_of_range("encoder train: label-isolation group out of range");
+  for (int64_t b = 0; in.groups && b < B; b++)
+    deberta::group_positions(N, in.groups + b * N, in.mask + b * N, A.gpos.data() + b * N);
   // R = LN(rel_emb[:2span])
   A.R.resize(size_t(S2 * D));
   if (m.rel_ln_w) {
@@ -308,7 +319,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     a.probs.resize(size_t(B * H * N * N));  // every (sample, head) writes its block in full
     if (pa > 0) a.keep_p.resize(size_t(B * H * N * N));
     a.ctx.resize(size_t(BN * D));
-    if (pa == 0) attend_fwd(c, bf, B, N, in.mask, a, A);
+    if (pa == 0) attend_fwd(c, bf, B, N, in.mask, in.groups, a, A);
     else pool_run(threads_get(), [&](int tid, int nt) {  // with attention dropout (the mask is kept for backward)
       std::vector<float> c2p(size_t(N * ncol)), p2c(size_t(N * ncol)), Pd(pa > 0 ? size_t(N * N) : 0);
       for (int64_t bh = tid; bh < B * H; bh += nt) {
@@ -317,6 +328,8 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
         const float* k = a.k.data() + b * N * D + hh * d;
         const float* v = a.v.data() + b * N * D + hh * d;
         const uint8_t* mk = in.mask + b * N;
+        const int32_t* gs = in.groups ? in.groups + b * N : nullptr;  // label isolation: groups and positions
+        const int32_t* gp = in.groups ? A.gpos.data() + b * N : nullptr;
         float* P = a.probs.data() + bh * N * N;
         sgemm_as(bf, false, true, N, N, d, 1.0f, q, D, k, D, 0.0f, P, N);  // q·kᵀ
         if (c.c2p) sgemm_as(bf, false, true, N, ncol, d, 1.0f, q, D, a.PK.data() + lo * D + hh * d, D, 0.0f, c2p.data(), ncol);
@@ -326,11 +339,11 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
           const int32_t* di = A.dtab.data() + (i + N - 1);
           float mx = -INFINITY;
           for (int64_t j = 0; j < N; j++) {
-            if (!mk[j]) {
+            if (!mk[j] || (gs && gs[j] != 0 && gs[j] != gs[i])) {
               row[j] = -INFINITY;
               continue;
             }
-            int32_t r = di[-j];
+            int32_t r = gp ? A.dtab[size_t(gp[i] - gp[j] + N - 1)] : di[-j];
             float s = row[j];
             if (c.c2p) s += c2p[size_t(i * ncol + r)];
             if (c.p2c) s += p2c[size_t(j * ncol + r)];
@@ -463,11 +476,12 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
         sgemm_as(bf, true, false, N, d, N, 1.0f, dP.data(), N, a.q.data() + off, D, 0.0f, dk.data() + off, D);
         std::fill(dC.begin(), dC.end(), 0.0f);
         std::fill(dPc.begin(), dPc.end(), 0.0f);
+        const int32_t* gp = in.groups ? A.gpos.data() + b * N : nullptr;  // label isolation: δ of pos_i − pos_j
         for (int64_t i = 0; i < N; i++) {
           const int32_t* di = A.dtab.data() + (i + N - 1);
           const float* r = dP.data() + i * N;
           for (int64_t j = 0; j < N; j++) {
-            const int32_t rr = di[-j];
+            const int32_t rr = gp ? A.dtab[size_t(gp[i] - gp[j] + N - 1)] : di[-j];
             dC[size_t(i * ncol + rr)] += r[j];   // c2p: score[i,j] += q_i·PK[δ]
             dPc[size_t(j * ncol + rr)] += r[j];  // p2c: score[i,j] += k_j·PQ[δ]
           }

@@ -106,6 +106,7 @@ struct StepIn {
   const int32_t* ids = nullptr;   // (B*N)
   const uint8_t* mask = nullptr;  // (B*N)
   const int32_t* feats = nullptr; // (B*N*feat_cols) word-feature rows, -1 = none (null: none anywhere)
+  const int32_t* groups = nullptr; // (B*N) label-isolation groups (deberta.h group_positions; null: none)
   std::vector<int64_t> woff;      // (B+1) word offsets
   std::vector<int64_t> word_rows; // (ΣW) rows into the hidden states: each word's first piece
   std::vector<int64_t> word_end;  // (ΣW) exclusive end row of each word's pieces (mean / max pooling)

@@ -1,5 +1,5 @@
 // `loom init-encoder --config small|base|tiny|<json file> --data <jsonl> --out <dir> [--seed n] [--vocab n]
-//  [--word-features shape|shape,suffix:N|suffix:N|none]`
+//  [--word-features shape|shape,suffix:N|suffix:N|none] [--label-isolation on|off]`
 // A fresh GLiNER2 span model (random init as the reference does) with a WordPiece tokenizer built
 // from the training text, in the real checkpoint layout.
 import { existsSync, readFileSync } from 'node:fs';
@@ -10,13 +10,14 @@ import { parseWordFeatureSpec } from '../models/encoder/word-features.ts';
 
 const HELP = `usage: loom init-encoder --config small|base|tiny|<config.json> --data <train.jsonl> --out <dir>
   [--seed 42] [--vocab N]
-  [--word-features shape|shape,suffix:N|suffix:N|none]   (default: shape; docs/training.md)`;
+  [--word-features shape|shape,suffix:N|suffix:N|none]   (default: shape; docs/training.md)
+  [--label-isolation on|off]   (default: on; docs/training.md)`;
 
 export async function main(argv: string[]): Promise<number> {
   const options = {
     config: { type: 'string', default: 'small' }, data: { type: 'string' }, out: { type: 'string' },
     seed: { type: 'string', default: '42' }, vocab: { type: 'string' }, 'word-features': { type: 'string' },
-    help: { type: 'boolean' },
+    'label-isolation': { type: 'string' }, help: { type: 'boolean' },
   } as const;
   const { values } = parseArgs({ args: argv, options });
   if (values.help) return (console.log(HELP), 0);
@@ -33,6 +34,10 @@ export async function main(argv: string[]): Promise<number> {
       return (console.error(`init-encoder: --word-features: ${(e as Error).message}`), 2);
     }
   }
+  const iso = values['label-isolation'];
+  if (iso !== undefined && iso !== 'on' && iso !== 'off')
+    return (console.error('init-encoder: --label-isolation takes on or off'), 2);
+  if (iso !== undefined) cfg.label_isolation = iso === 'on';
   const texts: string[] = [];
   for (const r of parseJsonl(readFileSync(values.data, 'utf8'))) {
     if ('text' in r && typeof r.text === 'string') texts.push(r.text);

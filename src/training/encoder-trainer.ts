@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../formats/safetensors.ts';
 import { parseDebertaConfig } from '../models/encoder/deberta.ts';
 import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from '../models/encoder/word-features.ts';
+import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
 import {
@@ -13,7 +14,7 @@ import {
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
 import { InitRng } from './encoder/init.ts';
-import { DEFAULT_FULL_LABEL_RATIO, DEFAULT_NEGATIVE_LABELS } from './encoder/recipe.ts';
+import { DEFAULT_NEGATIVE_LABELS, fullLabelRatio } from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
 import { resolvePrecision, type Precision } from './precision.ts';
@@ -104,6 +105,8 @@ interface Loaded {
   lora: { r: number; alpha: number; dropout: number; targets: string[] } | null;
   /** word features of a fresh encoder (config.json word_features), null otherwise */
   wordFeatures: WordFeatures | null;
+  /** a fresh encoder's classification labels are isolated (config.json label_isolation) */
+  labelIsolation: boolean;
 }
 
 async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precision): Promise<Loaded> {
@@ -117,8 +120,10 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precis
   // token_pooling as the library reads it: anything but mean / max pools the first piece
   const pooling = g2.token_pooling === 'mean' || g2.token_pooling === 'max' ? g2.token_pooling : 'first';
   let wordFeatures: WordFeatures | null;
+  let labelIsolation: boolean;
   try {
     wordFeatures = parseWordFeatures(g2.word_features, `base_model ${dir}/config.json`);
+    labelIsolation = parseLabelIsolation(g2.label_isolation, `base_model ${dir}/config.json`);
   } catch (e) {
     throw new TrainingConfigError((e as Error).message);
   }
@@ -163,7 +168,7 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precis
   if (!wordFeatures) delete tensors['encoder.embeddings.word_feature_embeddings.weight'];
   const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null, heads, wf, precision);
   const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
-  return { graph, tok, maxWidth, params: graph.params(), shapes, lora, wordFeatures };
+  return { graph, tok, maxWidth, params: graph.params(), shapes, lora, wordFeatures, labelIsolation };
 }
 
 /** Writes the current weights as a checkpoint in the real layout (+ the PEFT adapter for LoRA). */
@@ -246,9 +251,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const maxWords = positiveInt(config.max_words, 'max_words', 256);
   const negK = positiveInt(config.negative_labels, 'negative_labels', DEFAULT_NEGATIVE_LABELS, 0);
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, FIRST_DRAW);
-  const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', DEFAULT_FULL_LABEL_RATIO, true);
+  const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labelIsolation), true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
-  const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures);
+  const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
   const trainF: TrainItem[] = await Promise.all(
     trainEx.map(async (ex) => ({ ex, f: sampled(ex) ? null : await feat(ex) })),

@@ -150,6 +150,8 @@ export interface EncoderBatch {
   clsY: Float32Array;
   /** word-feature rows of each piece (B·N·cols, -1 = none), for a model with word features */
   feats?: Int32Array;
+  /** label-isolation group of each piece (B·N, 0 for padding), for a model with label isolation */
+  groups?: Int32Array;
 }
 
 export interface EncoderStepOptions {

@@ -31,7 +31,7 @@ const modelsDir = join(root, 'models');
 const dir = join(modelsDir, 'fresh-tiny');
 mkdirSync(modelsDir);
 const TINY = { hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 64, vocab_size: 400 };
-initEncoder(dir, TINY, TEXTS, { seed: 3 });
+initEncoder(dir, { ...TINY, label_isolation: false }, TEXTS, { seed: 3 }); // isolation: label-isolation.test.ts
 const TABLE = 'encoder.embeddings.word_feature_embeddings.weight';
 const init = SafetensorsCheckpoint.open(dir);
 const zero = toFloat32(init.get(TABLE)).every((x) => x === 0);

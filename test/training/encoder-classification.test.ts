@@ -67,33 +67,42 @@ t.test('a fresh encoder tells its label markers apart before training', async (t
   t.ok(uniform * 20 < fresh, `without local heads they differ by ${uniform.toExponential(2)}`);
 });
 
-// Six Banking77 intents (train 629 records, dev 70), asked for all six labels in a fresh random order at every step
-// (full_label_ratio 1, the default). Measured with the same seed and 468 steps: dev accuracy 0.357 so; 0.186 with
-// true + 2 sampled labels per step (0.186 too with half the steps each way; chance 0.167); 0.529 with all six in one
-// fixed order, which only holds in that order.
+// Six Banking77 intents (train 629 records, dev 70). Without label isolation, asked for all six labels in a fresh
+// random order at every step (full_label_ratio 1, that base's default). Measured with the same seed and 468 steps: dev
+// accuracy 0.357 so; 0.186 with true + 2 sampled labels per step (0.186 too with half the steps each way; chance
+// 0.167); 0.529 with all six in one fixed order, which only holds in that order. With label isolation (the fresh
+// default: true + 2 sampled labels at every step, full_label_ratio 0) 0.843, the same in every order. (On the Zen 5
+// AVX-512 machine, without isolation: 0.400 / 0.400 / 0.386 in the three orders below, with the addon before it too.)
 const INTENTS = ['age limit', 'apple pay or google pay', 'change pin', 'exchange rate', 'lost or stolen phone',
   'terminate account'];
 const banking = (split: string) => parseJsonl(readFileSync(join(DATA, `${split}.jsonl`), 'utf8'))
   .filter((r) => r.kind === 'classification' && INTENTS.includes(r.labels[0]));
 
-t.test('the model learns the labels, and ranks all of them in any order when served', async (t) => {
+for (const isolation of [true, false])
+t.test(`the model learns the labels, and ranks them in any order when served (isolation ${isolation})`, async (t) => {
   const train = banking('train');
   const dev = banking('dev');
-  const dir = join(tmp, 'intents');
-  initEncoder(dir, { ...cfg, vocab_size: 1500 }, train.map((r) => (r as { text: string }).text), { seed: 42 });
+  const dir = join(tmp, `intents-${isolation}`);
+  const texts = train.map((r) => (r as { text: string }).text);
+  initEncoder(dir, { ...cfg, vocab_size: 1500, label_isolation: isolation }, texts, { seed: 42 });
   const before = await evaluateClassification(dir, dev, { labels: INTENTS });
   const res = await trainEncoder({
-    base_model: dir, output_dir: join(tmp, 'intents-run'), train_data: train, validation_data_percentage: 0,
+    base_model: dir, output_dir: join(tmp, `intents-run-${isolation}`), train_data: train,
+    validation_data_percentage: 0,
     nr_epochs: 6, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
     negative_labels: 2,
   });
   const ran = `after ${res.steps} steps, ${res.duration_s.toFixed(1)} s`;
+  const seen: number[] = [];
   for (const labels of [INTENTS, [...INTENTS].reverse(), [3, 0, 5, 1, 4, 2].map((i) => INTENTS[i])]) {
     const after = await evaluateClassification(res.final_checkpoint, dev, { labels });
     t.equal(after.sample_count, dev.length, 'every dev record, asked with all six labels');
-    t.ok(after.accuracy >= 0.27, `dev accuracy over all six labels, asked as ${labels.map((l) => l[0]).join('')}: `
+    const asked = labels.map((l) => l[0]).join('');
+    t.ok(after.accuracy >= (isolation ? 0.7 : 0.27), `dev accuracy over all six labels, asked as ${asked}: `
       + `${before.accuracy.toFixed(3)} -> ${after.accuracy.toFixed(3)} (chance 0.167) ${ran}`);
+    seen.push(after.accuracy);
   }
+  if (isolation) t.ok(seen.every((a) => a === seen[0]), 'isolated labels: the same accuracy in every order');
 });
 
 // 4. A fresh classifier starts near logit 0 for every label, far above the label prior: classifier_prior_init (the

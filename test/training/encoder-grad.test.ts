@@ -270,3 +270,23 @@ t.test('bf16 compute: gradients as close to fp32 as bf16 weights allow; a traini
   t.ok(Math.abs(lb[29] - lf[29]) <= 0.03 * lf[29], 'final loss within 3% of fp32');
   t.ok(worstStep <= 0.05, 'every step within 5% of fp32');
 });
+
+// Label isolation (fresh encoders, src/models/encoder/label-isolation.ts): each classification label's [L] and words
+// form a group that sees only the shared tokens and itself, at positions that skip the other labels. The backward
+// reads the stored probabilities (zero between groups) and takes δ from the same positions: the finite-difference
+// check with and without dropout (the dropout path has its own attention forward).
+t.test('label isolation: the same gradient check, with and without dropout', async (t) => {
+  const classes = ['negative', 'neutral', 'positive', 'mixed'];
+  const ex = recordsToExamples(records, ['company', 'location', 'person'], classes);
+  const items = await Promise.all(ex.map((e) => featurize(tok, e, 8, undefined, undefined, true)));
+  const ib = collate(items);
+  t.ok(ib.groups && Math.max(...ib.groups) === 4, 'four label groups');
+  const g = EncoderTrainGraph.create(cfg, 8, true, tensors, null);
+  const names = g.params().filter((p) => p.trainable).map((p) => p.name);
+  const plain = await g.step(collate(await Promise.all(ex.map((e) => featurize(tok, e, 8)))), { backward: false });
+  const iso = await g.step(ib, { backward: false });
+  t.not(iso.cls, plain.cls, 'the groups change the classification loss');
+  t.equal(iso.span, plain.span, 'and not the span loss of the examples without labels, bit for bit');
+  await check(t, g, names, 2, {}, ib);
+  await check(t, g, names, 2, { hiddenDropout: 0.2, attentionDropout: 0.2, seed: 5 }, ib);
+});

@@ -37,6 +37,9 @@ export interface Formatted {
   specialPos: Int32Array[];
   /** word-feature rows of each piece ((ids.length × columns), -1 = none), when asked for (word-features.ts) */
   feats?: Int32Array;
+  /** label-isolation group of each piece (ids.length): 0 shared, g >= 1 the g-th classification label's `[L]` and
+   * words, counted over the classification segments in order; when asked for (label-isolation.ts) */
+  groups?: Int32Array;
 }
 
 export interface FormatOptions {
@@ -47,6 +50,8 @@ export interface FormatOptions {
   maxWords?: number;
   /** the model's word features (fresh encoders): fills `feats` */
   wordFeatures?: WordFeatures | null;
+  /** the model isolates classification labels (fresh encoders, label-isolation.ts): fills `groups` */
+  labelIsolation?: boolean;
 }
 
 function withDescriptions(prompt: string, names: string[], descs: [string, string][]): string {
@@ -167,5 +172,19 @@ export async function formatInput(tok: EncoderTokenizer, rawText: string, schema
     processorTokens, ids, wordPos, wordEnd, specialPos,
   };
   if (opts.wordFeatures) f.feats = wordFeatureIds(f, opts.wordFeatures);
+  if (opts.labelIsolation) {
+    // a classification segment's tokens: ( [P] prompt ( [L] name [L] name ... ) )
+    const groups = new Int32Array(n);
+    let g = 0;
+    segments.forEach((s, si) => {
+      if (s.kind !== 'classification') return;
+      for (let k = 0; k < s.names.length; k++) {
+        const t0 = segStart[si] + 4 + 2 * k;
+        const end = t0 + 2 < processorTokens.length ? firstPos[t0 + 2] : n;
+        groups.fill(++g, firstPos[t0], end);
+      }
+    });
+    f.groups = groups;
+  }
   return f;
 }

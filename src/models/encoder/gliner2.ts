@@ -12,6 +12,7 @@ import { decodeSample, toReferenceJson, toResult, type ExtractResult, type RawTa
 import { ENCODER_LIMITS, overLimit } from './limits.ts';
 import { splitWords } from './words.ts';
 import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from './word-features.ts';
+import { parseLabelIsolation } from './label-isolation.ts';
 
 export type CountingLayer = 'count_lstm' | 'count_lstm_v2' | 'count_lstm_moe';
 
@@ -105,6 +106,8 @@ export class Gliner2Model {
     private readonly heads: unknown,
     /** word features of a fresh encoder (config.json `word_features`), null for every other checkpoint */
     readonly wordFeatures: WordFeatures | null = null,
+    /** a fresh encoder's classification labels are isolated (config.json `label_isolation`, label-isolation.ts) */
+    readonly labelIsolation = false,
   ) {}
 
   static async load(dir: string, opts: LoadOptions = {}): Promise<Gliner2Model> {
@@ -125,8 +128,10 @@ export class Gliner2Model {
     // The reference treats any other value as "first" (spec §1.2); so do we.
     const tokenPooling: TokenPooling = cfg.token_pooling === 'mean' || cfg.token_pooling === 'max' ? cfg.token_pooling : 'first';
     let wordFeatures: WordFeatures | null;
+    let labelIsolation: boolean;
     try {
       wordFeatures = parseWordFeatures(cfg.word_features, `${dir}/config.json`);
+      labelIsolation = parseLabelIsolation(cfg.label_isolation, `${dir}/config.json`);
     } catch (e) {
       throw new EncoderConfigError((e as Error).message);
     }
@@ -181,12 +186,14 @@ export class Gliner2Model {
       parameters: params,
       tokenPooling,
     };
-    return new Gliner2Model(info, tokenizer, encoder, heads, wordFeatures);
+    return new Gliner2Model(info, tokenizer, encoder, heads, wordFeatures, labelIsolation);
   }
 
   /** Formats one (text, schema) pair (ids, routing positions) — exposed for tests and tooling. */
   format(text: string, schema: Schema, opts: FormatOptions = {}): Promise<Formatted> {
-    return formatInput(this.tokenizer, text, schema, { wordFeatures: this.wordFeatures, ...opts });
+    return formatInput(this.tokenizer, text, schema, {
+      wordFeatures: this.wordFeatures, labelIsolation: this.labelIsolation, ...opts,
+    });
   }
 
   /**
@@ -296,12 +303,14 @@ export class Gliner2Model {
     const mask = new Uint8Array(B * N);
     const KF = this.wordFeatures ? featureCols(this.wordFeatures) : 0;
     const feats = KF ? new Int32Array(B * N * KF).fill(-1) : undefined;
+    const groups = this.labelIsolation ? new Int32Array(B * N) : undefined;
     batch.forEach((it, b) => {
       ids.set(it.f.ids, b * N);
       mask.fill(1, b * N, b * N + it.f.ids.length);
       if (feats && it.f.feats) feats.set(it.f.feats, b * N * KF);
+      if (groups && it.f.groups) groups.set(it.f.groups, b * N);
     });
-    const hidden = await this.encoder.forward(ids, mask, B, N, feats);
+    const hidden = await this.encoder.forward(ids, mask, B, N, feats, groups);
     // Gather word embeddings (token_pooling) and schema embeddings.
     const woff = new Int32Array(B + 1);
     batch.forEach((it, b) => (woff[b + 1] = woff[b] + it.f.wordPos.length));

@@ -234,8 +234,9 @@ function matchMention(f: Formatted, m: Mention, K: number): [number, number][] {
 
 export async function featurize(
   tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number, wordFeatures?: WordFeatures | null,
+  labelIsolation = false,
 ): Promise<Featurized> {
-  const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures });
+  const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures, labelIsolation });
   const segs: SegTarget[] = f.segments.map((s, si) => {
     const rows = f.specialPos[si];
     const M = s.names.length;
@@ -308,9 +309,11 @@ export function collate(items: Featurized[]): EncoderBatch {
   const clsY: number[] = [];
   const KF = items[0]?.f.feats ? items[0].f.feats.length / Math.max(1, items[0].f.ids.length) : 0;
   const feats = KF ? new Int32Array(B * N * KF).fill(-1) : undefined;
+  const groups = items.some((it) => it.f.groups) ? new Int32Array(B * N) : undefined;
   items.forEach((it, b) => {
     ids.set(it.f.ids, b * N);
     if (feats && it.f.feats) feats.set(it.f.feats, b * N * KF);
+    if (groups && it.f.groups) groups.set(it.f.groups, b * N);
     mask.fill(1, b * N, b * N + it.f.ids.length);
     for (const p of it.f.wordPos) wordRows.push(b * N + p);
     for (const e of it.f.wordEnd) wordEnd.push(b * N + e);
@@ -344,6 +347,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     pos: Int32Array.from(pos),
     clsY: Float32Array.from(clsY),
     feats,
+    ...(groups ? { groups } : {}),
   };
 }
 

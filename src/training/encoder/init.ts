@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { writeSafetensors, type TensorToWrite } from '../../formats/safetensors.ts';
 import { buildWordPieceVocab, wordPieceTokenizerJson } from './wordpiece.ts';
 import { MARKERS } from '../../models/encoder/tokenizer.ts';
+import { FRESH_LABEL_ISOLATION } from './recipe.ts';
 import {
   DEFAULT_WORD_FEATURES, featureRows, parseWordFeatures, wordFeaturesJson, type WordFeatures,
 } from '../../models/encoder/word-features.ts';
@@ -27,6 +28,9 @@ export interface EncoderInitConfig {
   /** word features (config.json form, src/models/encoder/word-features.ts); absent: the default (shape
    * classes), null: none (the model GLiNER2 defines, nothing added to the embeddings) */
   word_features?: { shape?: boolean; suffix_buckets?: number; prefix_buckets?: number; shape_buckets?: number } | null;
+  /** classification labels isolated from each other (config.json `label_isolation`,
+   * src/models/encoder/label-isolation.ts); absent: FRESH_LABEL_ISOLATION (on), false: the model GLiNER2 defines */
+  label_isolation?: boolean;
 }
 
 /** The word features a fresh model gets from `cfg` (DEFAULT_WORD_FEATURES when it names none). */
@@ -221,6 +225,7 @@ export function gliner2ConfigJson(cfg: EncoderInitConfig, name: string): Record<
   const wf = initWordFeatures(cfg);
   return {
     ...(wf ? { word_features: wordFeaturesJson(wf) } : {}),
+    ...((cfg.label_isolation ?? FRESH_LABEL_ISOLATION) ? { label_isolation: true } : {}),
     architecture: 'span',
     architecture_version: 1,
     architectures: ['GLiNER2'],
