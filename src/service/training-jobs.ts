@@ -44,7 +44,8 @@ import { checkDatasetShape, checkJudge, checkRlBase, rlConfigOrThrow, type Rewar
 import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
 export { FRESH_ENCODER_ID, FRESH_ENCODERS };
 // fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
-import { ENCODER_RECIPE, freshRecipe } from '../training/encoder/recipe.ts';
+import { ENCODER_RECIPE, freshRecipe, fullLabelRatio } from '../training/encoder/recipe.ts';
+import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
 import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from '../training/precision.ts';
 const MAX_RESTARTS = 2;
 /** how often a running job's record is read for a stop request made through another process */
@@ -285,11 +286,23 @@ export function createTrainingJobsService(deps: {
    * encoders: `learning_rate` drives the task heads, `encoder_learning_rate` the backbone (spec §5).
    * `fresh`: the preset of a fresh-initialized base (FRESH_ENCODERS), else null.
    */
-  function defaults(kind: 'encoder' | 'decoder', fresh: string | null, type: 'lora' | 'full') {
+  function defaults(kind: 'encoder' | 'decoder', fresh: string | null, type: 'lora' | 'full', dir: string | null) {
     if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
     if (fresh) return { nr_epochs: 10, ...freshRecipe(fresh) };
     const encoderLr = type === 'lora' ? 2e-4 : 1e-5;
-    return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: encoderLr, batch_size: 8, ...ENCODER_RECIPE };
+    // a checkpoint of a fresh base keeps its label isolation, so it keeps training on sampled labels
+    const recipe = { ...ENCODER_RECIPE, full_label_ratio: fullLabelRatio(isolatedBase(dir)) };
+    return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: encoderLr, batch_size: 8, ...recipe };
+  }
+
+  /** Whether the encoder in `dir` isolates its labels (config.json `label_isolation`); unreadable: no. */
+  function isolatedBase(dir: string | null): boolean {
+    if (!dir) return false;
+    try {
+      return parseLabelIsolation(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')).label_isolation);
+    } catch {
+      return false;
+    }
   }
 
   // ---- the queue -------------------------------------------------------------------------------
@@ -669,7 +682,8 @@ export function createTrainingJobsService(deps: {
         }
         ds.push({ name: v.dataset_name, version_number: v.version_number, version_id: v.id, dataset_type: v.dataset_type, size: v.size });
       }
-      const d = defaults(base.task_type, base.source === 'fresh' ? FRESH_ENCODERS[base.catalog_id] ?? null : null, type);
+      const fresh = base.source === 'fresh' ? FRESH_ENCODERS[base.catalog_id] ?? null : null;
+      const d = defaults(base.task_type, fresh, type, base.init_adapter ? null : base.dir);
       const configuration = {
         nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate,
         ...(base.task_type === 'encoder' && 'encoder_learning_rate' in d ? {
