@@ -15,9 +15,115 @@ namespace loom::avx512 {
 // Σ of the 32 products u8 a × s8 b as 8 s32 lanes
 static inline __m256i dot_u8s8(__m256i a, __m256i b) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b); }
 
+// one row of x against G packed groups in 512-bit vectors (below; quant_impl.h's packed kernels take them at M = 1)
+template <int G>
+static void gemv_q8_0x4_zmm(int64_t K, const uint8_t* w, size_t rs, const int8_t* q, const float* d, float* y);
+template <int G>
+static void gemv_q5_0x4_zmm(int64_t K, const uint8_t* w, size_t rs, const int8_t* q, const float* d,
+                            const float* ds, float* y);
+
 #define LOOM_QUANT_VNNI 1  // quant_impl.h: the interleaved small-batch sums through vpdpbusd
+#define LOOM_QUANT_ZMM 1   // quant_impl.h: one row of x through the 512-bit kernels here
 #include "quant_impl.h"
+#undef LOOM_QUANT_ZMM
 #undef LOOM_QUANT_VNNI
+
+// ---- one row of x (decode) against packed Q8_0x4 / Q5_0x4 groups in 512-bit vectors -------------------------
+// quant_impl.h's one-row kernels hold a group's block in 4 ymm chunks and make each operand of vpdpbusd unsigned
+// with sign fixes (Q8_0: 4 vpsignb pairs and 4 broadcasts of x per block). Here a zmm holds two chunks: the low
+// half chunk c, the high half chunk c' (Q8_0x4: 0 | 1 and 2 | 3 as stored; Q5_0x4: low nibbles 0 | 2, high
+// nibbles 1 | 3), x's matching 8 bytes in each 64-bit lane by one vpermq per pair, the weights the unsigned operand
+// (Q8_0: w + 128, its 128·Σx taken off by starting the sum from -128·Σx, formed once per block for the G groups;
+// Q5_0's values are 0-31 already): the same integers as the ymm kernels in about half the instructions. Row r's
+// sums sit in lanes 2r, 2r + 1 of each half.
+
+// x's block at xb (32 int8) as the two operands of the chunk pairs (lo, hi): lane pair j of the low half values
+// 8·c_lo .. + 7, of the high half 8·c_hi .. + 7, where i_lo / i_hi pick the chunks
+static inline void x_pairs(const int8_t* xb, __m512i i_lo, __m512i i_hi, __m512i* lo, __m512i* hi) {
+  const __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb)));
+  *lo = _mm512_permutexvar_epi64(i_lo, x);
+  *hi = _mm512_permutexvar_epi64(i_hi, x);
+}
+
+// the 4 f16 scales at p (row r at 2r) as f32 lanes 2r, 2r + 1 of both halves
+static inline __m512 scales4_zmm(const uint8_t* p) {
+  const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_unpacklo_epi16(h, h)));
+}
+
+// y[r] (r < 4) = the sum of lanes 2r, 2r + 1 of both halves of a
+static inline void store_zmm_pairs(__m512 a, float* y) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, a);
+  for (int r = 0; r < 4; r++) y[r] = (t[2 * r] + t[2 * r + 1]) + (t[8 + 2 * r] + t[9 + 2 * r]);
+}
+
+// The G groups' sums of alternate blocks in two sets of accumulators, named (an array indexed by b & 1 stayed in
+// memory: a store-to-load chain through every FMA, about 9 cycles a block)
+template <int G, typename Block>
+static inline void blocks_zmm(int64_t nb, const Block& block, float* y) {
+  __m512 a0[G], a1[G];
+  for (int g = 0; g < G; g++) a0[g] = a1[g] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    block(b, a0);
+    block(b + 1, a1);
+  }
+  if (b < nb) block(b, a0);
+  for (int g = 0; g < G; g++) store_zmm_pairs(_mm512_add_ps(a0[g], a1[g]), y + 4 * g);
+}
+
+template <int G>
+static void gemv_q8_0x4_zmm(int64_t K, const uint8_t* w, size_t rs, const int8_t* q, const float* d, float* y) {
+  const __m512i i01 = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1), i23 = _mm512_setr_epi64(2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i flip = _mm512_set1_epi8(char(0x80)), zero = _mm512_setzero_si512();
+  blocks_zmm<G>(K / kQ8Block, [&](int64_t b, __m512 (&a)[G]) {
+    __m512i x01, x23;
+    x_pairs(q + b * kQ8Block, i01, i23, &x01, &x23);
+    const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, flip, x01), flip, x23));
+    const __m512 dx = _mm512_set1_ps(d[b]);
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
+      prefetch_packed(wb);
+      const __m512i w01 = _mm512_xor_si512(_mm512_loadu_si512(wb + 8), flip);
+      const __m512i w23 = _mm512_xor_si512(_mm512_loadu_si512(wb + 72), flip);
+      const __m512i i = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg, w01, x01), w23, x23);
+      a[g] = _mm512_fmadd_ps(_mm512_mul_ps(scales4_zmm(wb), dx), _mm512_cvtepi32_ps(i), a[g]);
+    }
+  }, y);
+}
+
+// Q5_0x4: the 5th bits into the values by a byte mask each: the 16 bytes at wb + 72 hold in bit c of byte i the 5th
+// bit of byte i of chunk c, in bit 4 + c that of byte 16 + i; broadcast to the four 128-bit lanes, a lane tests
+// the bit of its chunk (lo: chunk 0 in the low half, 2 in the high; hi: 1 and 3) and its 16 bytes
+template <int G>
+static void gemv_q5_0x4_zmm(int64_t K, const uint8_t* w, size_t rs, const int8_t* q, const float* d,
+                            const float* ds, float* y) {
+  const __m512i i02 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), i13 = _mm512_setr_epi64(1, 1, 1, 1, 3, 3, 3, 3);
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), b5 = _mm512_set1_epi8(0x10);
+  const int64_t r = 0x0101010101010101;  // a byte in every byte of a 64-bit lane
+  const __m512i m02 = _mm512_setr_epi64(r, r, 0x10 * r, 0x10 * r, 0x04 * r, 0x04 * r, 0x40 * r, 0x40 * r);
+  const __m512i m13 = _mm512_setr_epi64(0x02 * r, 0x02 * r, 0x20 * r, 0x20 * r, 0x08 * r, 0x08 * r,
+                                        int64_t(0x80 * uint64_t(r)), int64_t(0x80 * uint64_t(r)));
+  const __m512 off = _mm512_set1_ps(-4.0f);  // -16 per row, a quarter per lane
+  blocks_zmm<G>(K / kQ8Block, [&](int64_t b, __m512 (&a)[G]) {
+    __m512i x02, x13;
+    x_pairs(q + b * kQ8Block, i02, i13, &x02, &x13);
+    const __m512 dx = _mm512_set1_ps(d[b]), o = _mm512_mul_ps(_mm512_set1_ps(ds[b]), off);
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rs + b * kQ5_0x4Bytes;
+      prefetch_packed(wb);
+      const __m512i n = _mm512_loadu_si512(wb + 8);
+      const __m512i h = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 72)));
+      const __m512i vlo = _mm512_and_si512(n, lo4), vhi = _mm512_and_si512(_mm512_srli_epi16(n, 4), lo4);
+      const __m512i v02 = _mm512_mask_add_epi8(vlo, _mm512_test_epi8_mask(h, m02), vlo, b5);
+      const __m512i v13 = _mm512_mask_add_epi8(vhi, _mm512_test_epi8_mask(h, m13), vhi, b5);
+      const __m512i i = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v02, x02), v13, x13);
+      const __m512 f = _mm512_fmadd_ps(dx, _mm512_cvtepi32_ps(i), o);
+      a[g] = _mm512_fmadd_ps(scales4_zmm(wb), f, a[g]);
+    }
+  }, y);
+}
 
 // ---- packed groups against 6-32 rows of x in 512-bit lanes ------------------------------------------------
 // The kernels above put 4 rows of W in the lanes and broadcast 8 values of x: per row of x and block 4 broadcasts,

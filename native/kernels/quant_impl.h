@@ -919,6 +919,9 @@ static inline void load_q8_0x4(const uint8_t* wb, __m256i v[4], __m256i u[4]) {
 void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t, int64_t M, const int8_t* q, const float* d, const float*,
                      float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
+#if LOOM_QUANT_ZMM
+  if (M == 1) return gemv_q8_0x4_zmm<1>(K, w, 0, q, d, y);
+#endif
   if (M == 1) {
     __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++) {
@@ -987,6 +990,9 @@ static inline void gemm_q5_0x4(int64_t K, const uint8_t* w, size_t rb, int64_t M
                                const float* ds, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
   if (M == 1) {
+#if LOOM_QUANT_ZMM
+    return gemv_q5_0x4_zmm<G>(K, w, rb, q, d, ds, y);
+#endif
     for (int g = 0; g < G; g++) gemv_q5_0x4(K, w + g * rb, q, d, ds, y + 4 * g);
     return;
   }

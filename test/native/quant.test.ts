@@ -60,11 +60,12 @@ t.test('quantized linear matches the dequantized product within the activation-q
   await forEachIsa((isa) => {
     for (const type of TYPES) {
       const big = LAYOUT[type].values === 256;
-      // M = 1 (decode), small batches up to quantSmallM (8- and 4-row tiles of W, odd rows of x and single-row
+      // M = 1 (decode; 352 values are 11 blocks of 32: AVX-512's one-row kernels take blocks in pairs, and a last
+      // one alone), small batches up to quantSmallM (8- and 4-row tiles of W, odd rows of x and single-row
       // tails: N = 45 is 5 tiles of 8, one of 4 and one row; on AVX-512 packed Q8_0 from 6 rows of x the rows in
       // lanes: 6 and 16, one vector of rows, over several 64-column chunks), larger M (dequantized panels)
       const small = addon.quantSmallM as number;
-      for (const [M, N, K] of [[1, 37, 512], [3, 64, 256], [6, 42, 1024], [8, 19, big ? 768 : 352], [12, 70, 512],
+      for (const [M, N, K] of [[1, 37, 512], [1, 45, big ? 768 : 352], [3, 64, 256], [6, 42, 1024], [8, 19, big ? 768 : 352], [12, 70, 512],
         [16, 134, 256], [17, 45, 512], [small, 13, 256], [small + 3, 21, 512], [small + 3, 134, big ? 256 : 64]])
         for (const packed of PACKED.has(type) ? [false, true] : [false]) {
           const { worst, maxErr } = check(type, M, N, K, packed);
