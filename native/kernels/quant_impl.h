@@ -1195,7 +1195,15 @@ static inline void gemm_qk4x4(int64_t K, const uint8_t* w, size_t rb, int64_t M,
   constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
   const int64_t nb = K / kQ8Block;
   if (M == 1) {
-    for (int g = 0; g < G; g++) gemv_qk4x4<kFive>(K, w + g * rb, q, d, ds, y + 4 * g);
+    for (int g = 0; g < G; g++) {
+#if LOOM_QUANT_ZMM
+      if (!kFive) {
+        gemv_q4_Kx4_zmm(K, w + g * rb, q, d, ds, y + 4 * g);
+        continue;
+      }
+#endif
+      gemv_qk4x4<kFive>(K, w + g * rb, q, d, ds, y + 4 * g);
+    }
     return;
   }
   __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ4KVecs * G));
@@ -1267,6 +1275,10 @@ static inline void gemm_q6_Kx4(int64_t K, const uint8_t* w, size_t rb, int64_t M
                                const float* d16, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
   if (M == 1) {
+#if LOOM_QUANT_ZMM
+    for (int g = 0; g < G; g++) gemv_q6_Kx4_zmm(K, w + g * rb, q, d, d16, y + 4 * g);
+    return;
+#endif
     for (int g = 0; g < G; g++) gemv_q6_Kx4(K, w + g * rb, q, d, d16, y + 4 * g);
     return;
   }
