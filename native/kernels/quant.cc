@@ -679,7 +679,10 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const size_t rb = quant_row_bytes(t, K);
   thread_local QuantActs a;
-  if (M > kQuantSmallM && quant_prefill_int8(t, packed)) {  // kQuantSmallM rows of x at a time, int8 (quant.h)
+  // prefill on VNNI (quant_prefill_int8): kQuantSmallM rows of x at a time through the int8 lanes kernels (335 GMAC
+  // per CPU-second and thread for Q8_0 against about 130 for the f32 GEMM). Qwen2.5-0.5B Q8_0, one 512-token
+  // prompt, 2 threads, load about 6: 2,150 -> 892 ms CPU (the dequantized panels below -> this)
+  if (M > kQuantSmallM && quant_prefill_int8(t, packed)) {
     for (int64_t m0 = 0; m0 < M; m0 += kQuantSmallM) {
       quant_acts(std::min(kQuantSmallM, M - m0), K, x + m0 * ldx, ldx, &a);
       linear_quant_acts(t, N, a, w, bias, y + m0 * ldy, ldy, beta, packed);

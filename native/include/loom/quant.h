@@ -54,8 +54,8 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
 // four streams a row apart and costs shuffles on every pass.
 bool quant_packs(DType t);
 // Whether a product over more than kQuantSmallM rows of x takes the int8 path in chunks of kQuantSmallM rows
-// (packed W of a type with rows-in-lanes kernels, AVX-512 VNNI) instead of the dequantized panels: Qwen2.5-0.5B
-// Q8_0, 512-token prefill, 2 threads: see linear_quant.
+// (packed W of a type with rows-in-lanes kernels, AVX-512 VNNI) instead of the dequantized panels (linear_quant
+// has the measurement).
 bool quant_prefill_int8(DType t, bool packed);
 // N rows of K values at src (rows ldb bytes apart) → dst (N·quant_row_bytes): packed, or copied for other types.
 void quant_pack(DType t, int64_t N, int64_t K, const void* src, size_t ldb, void* dst);
