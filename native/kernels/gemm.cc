@@ -379,19 +379,23 @@ void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w
   if (M < 0) throw std::invalid_argument("linear_packed: negative M");
   if (M == 0) return;
   if (!w->parts.empty()) {  // stacked row blocks: each writes its columns of y
-    bool quant = M <= kQuantSmallM && w->K % 32 == 0;
-    for (const PackedWeight* p : w->parts) quant = quant && p->parts.empty() && quant_supported(p->stored);
-    if (quant) {  // block-quantized parts (q/k/v, gate/up): x quantized once for all of them
+    bool quant = w->K % 32 == 0;
+    for (const PackedWeight* p : w->parts)
+      quant = quant && p->parts.empty() && quant_supported(p->stored) &&
+              (M <= kQuantSmallM || quant_prefill_int8(p->stored, p->quant_packed));
+    if (quant) {  // block-quantized parts (q/k/v, gate/up): x quantized once for all of them, 32 rows at a time
       thread_local QuantActs a;
       thread_local std::vector<QuantPart> qparts;
-      quant_acts(M, w->K, x, ldx, &a);
       qparts.clear();
       int64_t n0 = 0;
       for (const PackedWeight* p : w->parts) {
         qparts.push_back({p->stored, p->N, p->data, bias ? bias + n0 : nullptr, p->quant_packed});
         n0 += p->N;
       }
-      linear_quant_acts_parts(a, qparts.data(), int(qparts.size()), y, ldy, beta);
+      for (int64_t m0 = 0; m0 < M; m0 += kQuantSmallM) {
+        quant_acts(std::min(kQuantSmallM, M - m0), w->K, x + m0 * ldx, ldx, &a);
+        linear_quant_acts_parts(a, qparts.data(), int(qparts.size()), y + m0 * ldy, ldy, beta);
+      }
       return;
     }
     int64_t n0 = 0;

@@ -15,9 +15,223 @@ namespace loom::avx512 {
 // Σ of the 32 products u8 a × s8 b as 8 s32 lanes
 static inline __m256i dot_u8s8(__m256i a, __m256i b) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b); }
 
+// one row of x against G packed groups in 512-bit vectors (below; quant_impl.h's packed kernels take them at M = 1)
+template <int G>
+static void gemv_q8_0x4_zmm(int64_t K, const uint8_t* w, size_t rs, const int8_t* q, const float* d, float* y);
+template <int G>
+static void gemv_q5_0x4_zmm(int64_t K, const uint8_t* w, size_t rs, const int8_t* q, const float* d,
+                            const float* ds, float* y);
+static void gemv_q4_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds, float* y);
+static void gemv_q6_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* d16, float* y);
+
 #define LOOM_QUANT_VNNI 1  // quant_impl.h: the interleaved small-batch sums through vpdpbusd
+#define LOOM_QUANT_ZMM 1   // quant_impl.h: one row of x through the 512-bit kernels here
 #include "quant_impl.h"
+#undef LOOM_QUANT_ZMM
 #undef LOOM_QUANT_VNNI
+
+// ---- one row of x (decode) against packed Q8_0x4 / Q5_0x4 groups in 512-bit vectors -------------------------
+// quant_impl.h's one-row kernels hold a group's block in 4 ymm chunks and make each operand of vpdpbusd unsigned
+// with sign fixes (Q8_0: 4 vpsignb pairs and 4 broadcasts of x per block). Here a zmm holds two chunks: the low
+// half chunk c, the high half chunk c' (Q8_0x4: 0 | 1 and 2 | 3 as stored; Q5_0x4: low nibbles 0 | 2, high
+// nibbles 1 | 3), x's matching 8 bytes in each 64-bit lane by one vpermq per pair, the weights the unsigned operand
+// (Q8_0: w + 128, its 128·Σx taken off by starting the sum from -128·Σx, formed once per block for the G groups;
+// Q5_0's values are 0-31 already): the same integers as the ymm kernels in about half the instructions. Row r's
+// sums sit in lanes 2r, 2r + 1 of each half.
+
+// x's block at xb (32 int8) as the two operands of the chunk pairs (lo, hi): lane pair j of the low half values
+// 8·c_lo .. + 7, of the high half 8·c_hi .. + 7, where i_lo / i_hi pick the chunks
+static inline void x_pairs(const int8_t* xb, __m512i i_lo, __m512i i_hi, __m512i* lo, __m512i* hi) {
+  const __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb)));
+  *lo = _mm512_permutexvar_epi64(i_lo, x);
+  *hi = _mm512_permutexvar_epi64(i_hi, x);
+}
+
+// the 4 f16 scales at p (row r at 2r) as f32 lanes 2r, 2r + 1 of both halves
+static inline __m512 scales4_zmm(const uint8_t* p) {
+  const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_unpacklo_epi16(h, h)));
+}
+
+// y[r] (r < 4) = the sum of lanes 2r, 2r + 1 of both halves of a
+static inline void store_zmm_pairs(__m512 a, float* y) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, a);
+  for (int r = 0; r < 4; r++) y[r] = (t[2 * r] + t[2 * r + 1]) + (t[8 + 2 * r] + t[9 + 2 * r]);
+}
+
+// The G groups' sums of alternate blocks in two sets of accumulators, named (an array indexed by b & 1 stayed in
+// memory: a store-to-load chain through every FMA, about 9 cycles a block)
+template <int G, typename Block>
+static inline void blocks_zmm(int64_t nb, const Block& block, float* y) {
+  __m512 a0[G], a1[G];
+  for (int g = 0; g < G; g++) a0[g] = a1[g] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    block(b, a0);
+    block(b + 1, a1);
+  }
+  if (b < nb) block(b, a0);
+  for (int g = 0; g < G; g++) store_zmm_pairs(_mm512_add_ps(a0[g], a1[g]), y + 4 * g);
+}
+
+template <int G>
+static void gemv_q8_0x4_zmm(int64_t K, const uint8_t* w, size_t rs, const int8_t* q, const float* d, float* y) {
+  const __m512i i01 = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1), i23 = _mm512_setr_epi64(2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i flip = _mm512_set1_epi8(char(0x80)), zero = _mm512_setzero_si512();
+  blocks_zmm<G>(K / kQ8Block, [&](int64_t b, __m512 (&a)[G]) {
+    __m512i x01, x23;
+    x_pairs(q + b * kQ8Block, i01, i23, &x01, &x23);
+    const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, flip, x01), flip, x23));
+    const __m512 dx = _mm512_set1_ps(d[b]);
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
+      prefetch_packed(wb);
+      const __m512i w01 = _mm512_xor_si512(_mm512_loadu_si512(wb + 8), flip);
+      const __m512i w23 = _mm512_xor_si512(_mm512_loadu_si512(wb + 72), flip);
+      const __m512i i = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg, w01, x01), w23, x23);
+      a[g] = _mm512_fmadd_ps(_mm512_mul_ps(scales4_zmm(wb), dx), _mm512_cvtepi32_ps(i), a[g]);
+    }
+  }, y);
+}
+
+// Q5_0x4: the 5th bits into the values by a byte mask each: the 16 bytes at wb + 72 hold in bit c of byte i the 5th
+// bit of byte i of chunk c, in bit 4 + c that of byte 16 + i; broadcast to the four 128-bit lanes, a lane tests
+// the bit of its chunk (lo: chunk 0 in the low half, 2 in the high; hi: 1 and 3) and its 16 bytes
+template <int G>
+static void gemv_q5_0x4_zmm(int64_t K, const uint8_t* w, size_t rs, const int8_t* q, const float* d,
+                            const float* ds, float* y) {
+  const __m512i i02 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), i13 = _mm512_setr_epi64(1, 1, 1, 1, 3, 3, 3, 3);
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), b5 = _mm512_set1_epi8(0x10);
+  const int64_t r = 0x0101010101010101;  // a byte in every byte of a 64-bit lane
+  const __m512i m02 = _mm512_setr_epi64(r, r, 0x10 * r, 0x10 * r, 0x04 * r, 0x04 * r, 0x40 * r, 0x40 * r);
+  const __m512i m13 = _mm512_setr_epi64(0x02 * r, 0x02 * r, 0x20 * r, 0x20 * r, 0x08 * r, 0x08 * r,
+                                        int64_t(0x80 * uint64_t(r)), int64_t(0x80 * uint64_t(r)));
+  const __m512 off = _mm512_set1_ps(-4.0f);  // -16 per row, a quarter per lane
+  blocks_zmm<G>(K / kQ8Block, [&](int64_t b, __m512 (&a)[G]) {
+    __m512i x02, x13;
+    x_pairs(q + b * kQ8Block, i02, i13, &x02, &x13);
+    const __m512 dx = _mm512_set1_ps(d[b]), o = _mm512_mul_ps(_mm512_set1_ps(ds[b]), off);
+    for (int g = 0; g < G; g++) {
+      const uint8_t* wb = w + g * rs + b * kQ5_0x4Bytes;
+      prefetch_packed(wb);
+      const __m512i n = _mm512_loadu_si512(wb + 8);
+      const __m512i h = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 72)));
+      const __m512i vlo = _mm512_and_si512(n, lo4), vhi = _mm512_and_si512(_mm512_srli_epi16(n, 4), lo4);
+      const __m512i v02 = _mm512_mask_add_epi8(vlo, _mm512_test_epi8_mask(h, m02), vlo, b5);
+      const __m512i v13 = _mm512_mask_add_epi8(vhi, _mm512_test_epi8_mask(h, m13), vhi, b5);
+      const __m512i i = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v02, x02), v13, x13);
+      const __m512 f = _mm512_fmadd_ps(dx, _mm512_cvtepi32_ps(i), o);
+      a[g] = _mm512_fmadd_ps(scales4_zmm(wb), f, a[g]);
+    }
+  }, y);
+}
+
+// Q4_Kx4, one row of x: per sub-block j the nibbles of its 64 bytes (low: chunks 0 | 2, high: 1 | 3) against x's
+// pairs by vpmaddubsw, summed in s16 (≤ 2·2·15·127), vpmaddwd by the 4 rows' integer scales (the same lanes in
+// both halves), one FMA by d_x; the minimums per super-block as gemv_qk4x4 does (ymm, lane pairs)
+static void gemv_q4_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds, float* y) {
+  const __m512i i02 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), i13 = _mm512_setr_epi64(1, 1, 1, 1, 3, 3, 3, 3);
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  // scale_lanes_u8's byte pattern in each 256-bit half: s16 lanes 4r..4r+3 = byte r
+  const int64_t b0 = int64_t(0x8000800080008000u), r = 0x0001000100010001;
+  const __m512i sidx = _mm512_setr_epi64(b0, b0 + r, b0 + 2 * r, b0 + 3 * r, b0, b0 + r, b0 + 2 * r, b0 + 3 * r);
+  __m512 acc = _mm512_setzero_ps();
+  __m256 accm = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ4_Kx4Bytes;
+    prefetch_span(wb, int(kQ4_Kx4Bytes));
+    __m256i scv, mnv;
+    q4_Kx4_scales(wb, &scv, &mnv);
+    alignas(32) uint8_t sc[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc), scv);
+    const int8_t* xs = q + sb * gguf::QK_K;
+    auto sub = [&](int j, __m512 t) {
+      __m512i x02, x13;
+      x_pairs(xs + 32 * j, i02, i13, &x02, &x13);
+      const __m512i n = _mm512_loadu_si512(wb + 64 + 64 * j);
+      const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(_mm512_and_si512(n, lo4), x02),
+                                         _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(n, 4), lo4), x13));
+      int32_t u;
+      std::memcpy(&u, sc + 4 * j, 4);
+      const __m512i i = _mm512_madd_epi16(p, _mm512_shuffle_epi8(_mm512_set1_epi32(u), sidx));
+      return _mm512_fmadd_ps(_mm512_set1_ps(d[sb * 8 + j]), _mm512_cvtepi32_ps(i), t);
+    };
+    __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+    for (int j = 0; j < 8; j += 2) {
+      t0 = sub(j, t0);
+      t1 = sub(j + 1, t1);
+    }
+    __m256 tm = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+      const __m256 dsi = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(ds + sb * 8 + 2 * i)));
+      tm = _mm256_fmadd_ps(mins_pair(mnv, i), dsi, tm);
+    }
+    acc = _mm512_fmadd_ps(scales4_zmm(wb), _mm512_add_ps(t0, t1), acc);
+    accm = _mm256_fnmadd_ps(scales4_by_lane_pairs(wb + 8), tm, accm);
+  }
+  alignas(64) float t[16], m[8];
+  _mm512_store_ps(t, acc);
+  _mm256_store_ps(m, accm);
+  for (int r = 0; r < 4; r++)
+    y[r] = ((t[2 * r] + t[2 * r + 1]) + (t[8 + 2 * r] + t[9 + 2 * r])) + (m[2 * r] + m[2 * r + 1]);
+}
+
+// Q6_Kx4, one row of x: per sub-block the values (low nibbles: chunks 0 | 2, high: 1 | 3, their 2 high bits from
+// the 32 bytes at + 64 broadcast to both halves) against x's pairs by vpmaddubsw, summed in s16 (≤ 2·2·63·127): the
+// low half then holds chunks 0 + 1 (scale 2j), the high half 2 + 3 (scale 2j + 1), one vpmaddwd by both; the offset
+// of 32 as gemv_q6_Kx4 takes it (ymm, lane pairs)
+static void gemv_q6_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* d16, float* y) {
+  const __m512i i02 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), i13 = _mm512_setr_epi64(1, 1, 1, 1, 3, 3, 3, 3);
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const int64_t s4 = 0x0004000400040004;  // s16 shift counts: 4 in the low half, 0 in the high
+  const __m512i sh = _mm512_setr_epi64(s4, s4, s4, s4, 0, 0, 0, 0);
+  // the scales of sub-block j (8 bytes: 2j of rows 0-3, then 2j + 1) as s16 lanes 4r..4r+3: scale 2j of row r in
+  // the low half, 2j + 1 in the high, each byte into the high half of its s16 and shifted back (signed)
+  const int64_t b0 = 0x0080008000800080, r = 0x0100010001000100;  // 64-bit lane e: byte e of the 8
+  const __m512i sidx = _mm512_setr_epi64(b0, b0 + r, b0 + 2 * r, b0 + 3 * r, b0 + 4 * r, b0 + 5 * r, b0 + 6 * r,
+                                         b0 + 7 * r);
+  __m512 acc = _mm512_setzero_ps();
+  __m256 acco = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / gguf::QK_K; sb++) {
+    const uint8_t* wb = w + sb * kQ6_Kx4Bytes;
+    prefetch_span(wb, int(kQ6_Kx4Bytes));
+    const int8_t* xs = q + sb * gguf::QK_K;
+    auto sub = [&](int j, __m512 t) {
+      __m512i x02, x13;
+      x_pairs(xs + 32 * j, i02, i13, &x02, &x13);
+      const uint8_t* p = wb + 72 + 96 * j;
+      const __m512i n = _mm512_loadu_si512(p);
+      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64)));
+      const __m512i v02 = _mm512_ternarylogic_epi32(n, lo4, _mm512_and_si512(_mm512_sllv_epi16(h, sh), m30), 0xEA);
+      const __m512i h13 = _mm512_and_si512(_mm512_sllv_epi16(_mm512_srli_epi16(h, 2), sh), m30);
+      const __m512i v13 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n, 4), lo4, h13, 0xEA);
+      const __m512i pr = _mm512_add_epi16(_mm512_maddubs_epi16(v02, x02), _mm512_maddubs_epi16(v13, x13));
+      int64_t u;
+      std::memcpy(&u, wb + 8 + 8 * j, 8);
+      const __m512i scl = _mm512_srai_epi16(_mm512_shuffle_epi8(_mm512_set1_epi64(u), sidx), 8);
+      const __m512i i = _mm512_madd_epi16(pr, scl);
+      return _mm512_fmadd_ps(_mm512_set1_ps(d[sb * 8 + j]), _mm512_cvtepi32_ps(i), t);
+    };
+    __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+    __m256 o0 = _mm256_setzero_ps(), o1 = o0;
+    for (int j = 0; j < 8; j += 2) {
+      t0 = sub(j, t0);
+      t1 = sub(j + 1, t1);
+      const double* dp = reinterpret_cast<const double*>(d16 + sb * 16 + 2 * j);
+      o0 = _mm256_fmadd_ps(scale_pairs_s8(wb + 8 + 8 * j), _mm256_castpd_ps(_mm256_broadcast_sd(dp)), o0);
+      o1 = _mm256_fmadd_ps(scale_pairs_s8(wb + 16 + 8 * j), _mm256_castpd_ps(_mm256_broadcast_sd(dp + 1)), o1);
+    }
+    const __m512 dw = scales4_zmm(wb);
+    acc = _mm512_fmadd_ps(dw, _mm512_add_ps(t0, t1), acc);
+    acco = _mm256_fmadd_ps(_mm512_castps512_ps256(dw), _mm256_add_ps(o0, o1), acco);
+  }
+  alignas(64) float t[16], o[8];
+  _mm512_store_ps(t, acc);
+  _mm256_store_ps(o, acco);
+  for (int k = 0; k < 4; k++)
+    y[k] = ((t[2 * k] + t[2 * k + 1]) + (t[8 + 2 * k] + t[9 + 2 * k])) - 32.0f * (o[2 * k] + o[2 * k + 1]);
+}
 
 // ---- packed groups against 6-32 rows of x in 512-bit lanes ------------------------------------------------
 // The kernels above put 4 rows of W in the lanes and broadcast 8 values of x: per row of x and block 4 broadcasts,

@@ -919,6 +919,9 @@ static inline void load_q8_0x4(const uint8_t* wb, __m256i v[4], __m256i u[4]) {
 void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t, int64_t M, const int8_t* q, const float* d, const float*,
                      float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
+#if LOOM_QUANT_ZMM
+  if (M == 1) return gemv_q8_0x4_zmm<1>(K, w, 0, q, d, y);
+#endif
   if (M == 1) {
     __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++) {
@@ -987,6 +990,9 @@ static inline void gemm_q5_0x4(int64_t K, const uint8_t* w, size_t rb, int64_t M
                                const float* ds, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
   if (M == 1) {
+#if LOOM_QUANT_ZMM
+    return gemv_q5_0x4_zmm<G>(K, w, rb, q, d, ds, y);
+#endif
     for (int g = 0; g < G; g++) gemv_q5_0x4(K, w + g * rb, q, d, ds, y + 4 * g);
     return;
   }
@@ -1189,7 +1195,15 @@ static inline void gemm_qk4x4(int64_t K, const uint8_t* w, size_t rb, int64_t M,
   constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
   const int64_t nb = K / kQ8Block;
   if (M == 1) {
-    for (int g = 0; g < G; g++) gemv_qk4x4<kFive>(K, w + g * rb, q, d, ds, y + 4 * g);
+    for (int g = 0; g < G; g++) {
+#if LOOM_QUANT_ZMM
+      if (!kFive) {
+        gemv_q4_Kx4_zmm(K, w + g * rb, q, d, ds, y + 4 * g);
+        continue;
+      }
+#endif
+      gemv_qk4x4<kFive>(K, w + g * rb, q, d, ds, y + 4 * g);
+    }
     return;
   }
   __m256i* wv = scratch_vectors(size_t(K / gguf::QK_K * kQ4KVecs * G));
@@ -1261,6 +1275,10 @@ static inline void gemm_q6_Kx4(int64_t K, const uint8_t* w, size_t rb, int64_t M
                                const float* d16, float* y, int64_t ldy) {
   const int64_t nb = K / kQ8Block;
   if (M == 1) {
+#if LOOM_QUANT_ZMM
+    for (int g = 0; g < G; g++) gemv_q6_Kx4_zmm(K, w + g * rb, q, d, d16, y + 4 * g);
+    return;
+#endif
     for (int g = 0; g < G; g++) gemv_q6_Kx4(K, w + g * rb, q, d, d16, y + 4 * g);
     return;
   }

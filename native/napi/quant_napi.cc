@@ -1,7 +1,7 @@
 // Bindings for the quantized linear kernels (loom/quant.h), for tests and benches:
 //   quantLinear(type 'Q8_0'|'Q4_K'|... (quant_type_names), w Uint8Array (N rows of blocks), N, K, x Float32Array (M, K), M)
 //     -> Float32Array (M, N): x · Wᵀ on the active ISA (the int8 path for M <= quantSmallM, else the
-//     dequantized-panel GEMM). Runs inline. packed (optional, default false): W re-laid by quant_pack first, as
+//     dequantized-panel GEMM, or the int8 path 32 rows at a time where quantPrefillInt8 says so). Runs inline. packed (optional, default false): W re-laid by quant_pack first, as
 //     weight_pack keeps it (Q8_0, Q5_0, Q4_K, Q6_K), so the packed kernels run. reps (optional, default 1): the
 //     product runs reps times on the weights packed once (0: only the packing; bench/quant-kernels.mts times the
 //     kernels and quant_pack so).
@@ -10,6 +10,8 @@
 //     -> y (M, ΣN) = beta·y + x·Wᵀ + bias, W the parts stacked by rows (a fused q/k/v or gate/up weight): x
 //     quantized once, every part in one parallel region (linear_quant_acts_parts, as linear_packed runs them);
 //     M <= quantSmallM. Runs inline; for tests.
+//   quantPrefillInt8(type, packed bool) -> bool: whether more than quantSmallM rows of x take the int8 path too
+//     on the active ISA (loom/quant.h quant_prefill_int8), so that tests hold them to the activation bound.
 //   quantizeQ4K(x Float32Array, n a multiple of 256) -> Uint8Array (n/256 · 144 bytes): llama.cpp's Q4_K
 //     quantizer (native/formats/gguf_quantize.h), bit for bit the TypeScript reference. Runs inline, as the
 //     converter that calls it.
@@ -111,6 +113,13 @@ Napi::Value QuantLinearParts(const Napi::CallbackInfo& info) {
   return y;
 }
 
+Napi::Value QuantPrefillInt8(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DType t;
+  if (!info[0].IsString() || !quant_type_parse(info[0].As<Napi::String>(), &t)) throw_type(env, "type");
+  return Napi::Boolean::New(env, quant_prefill_int8(t, info[1].ToBoolean().Value()));
+}
+
 Napi::Value QuantizeQ4K(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto x = array_arg<float>(info[0], "x");
@@ -125,6 +134,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("quantLinear", Napi::Function::New(env, QuantLinear));
   exports.Set("quantLinearParts", Napi::Function::New(env, QuantLinearParts));
   exports.Set("quantSmallM", Napi::Number::New(env, double(kQuantSmallM)));
+  exports.Set("quantPrefillInt8", Napi::Function::New(env, QuantPrefillInt8));
 }
 
 }  // namespace

@@ -137,3 +137,7 @@ static inline void loom_emu_mm512_mask_storeu_epi32(void* p, simde__mmask16 k, s
 }
 #undef _mm512_mask_storeu_epi32
 #define _mm512_mask_storeu_epi32(p, k, a) loom_emu_mm512_mask_storeu_epi32(p, k, a)
+
+// SIMDe 0.7.4 has _mm512_madd_epi16 itself but aliases the native name with four arguments (src, k, a, b)
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
