@@ -21,7 +21,14 @@ export async function evaluateNer(dir: string, records: DataRecord[], opts: NerE
   const ner = records.filter((r): r is NerRecord => r.kind === 'ner' || r.kind === 'relations').slice(0, opts.limit ?? Infinity);
   const labels = opts.labels ?? entityLabels(ner);
   const model = await loadEncoder(dir);
-  const res = await model.extract(ner.map((r) => r.text), labels, { threshold: opts.threshold ?? 0.5, batchSize: opts.batchSize ?? 32 });
+  // a batch of texts per call, as evaluateClassification: one call over a whole dev split (CoNLL-2003's 3250 texts)
+  // needs more encoder tokens than one request may run (ENCODER_LIMITS.requestTokens)
+  const bs = opts.batchSize ?? 32;
+  const res = [];
+  for (let i = 0; i < ner.length; i += bs) {
+    const texts = ner.slice(i, i + bs).map((r) => r.text);
+    res.push(...(await model.extract(texts, labels, { threshold: opts.threshold ?? 0.5, batchSize: bs })));
+  }
   const pred: SpanLike[][] = res.map((r) => {
     const out: SpanLike[] = [];
     for (const [label, v] of Object.entries(r.entities ?? {})) {

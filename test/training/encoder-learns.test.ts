@@ -21,6 +21,13 @@ const tmp = mkdtempSync(join(tmpdir(), 'loom-learn-'));
 const base = join(tmp, 'base');
 initEncoder(base, { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 128, vocab_size: 3000 }, train.map((r) => (r as { text: string }).text), { seed: 1 });
 
+t.test('evaluateNer scores a whole dev split, more text than one encoder request may hold', async (t) => {
+  // CoNLL-2003 dev is 3250 texts; in one extract call they needed more than ENCODER_LIMITS.requestTokens
+  const dev = parseJsonl(readFileSync(join(data, 'dev.jsonl'), 'utf8'));
+  const s = await evaluateNer(base, dev);
+  t.ok(Number.isFinite(s.f1) && s.f1 >= 0 && s.f1 <= 1, `F1 ${s.f1} over ${dev.length} texts`);
+});
+
 t.test('F1 rises well above the untrained model', async (t) => {
   const before = await evaluateNer(base, held);
   const progress: number[] = [];
