@@ -209,18 +209,10 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     fn(0, n);
     return;
   }
-  // nth chunks, each taken by whichever thread comes first: a worker that is not running when the region starts
-  // (preempted, or asleep) leaves its chunk to the caller instead of holding it up (SmolLM2-135M Q4_K_M at 32
-  // streams, 2 threads beside other processes: 10 % of the samples were the caller waiting in swiglu's and rope's
-  // regions of a few microseconds)
-  const int64_t per = (n + nth - 1) / nth;
-  std::atomic<int> next{0};
-  pool_run_dynamic(nth, [&](int, int) {
-    for (int c = next.fetch_add(1, std::memory_order_relaxed); c < nth;
-         c = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int64_t b = c * per, e = std::min<int64_t>(n, b + per);
-      if (b < e) fn(b, e);
-    }
+  pool_run(nth, [&](int tid, int nt) {
+    int64_t per = (n + nt - 1) / nt;
+    int64_t b = tid * per, e = std::min<int64_t>(n, b + per);
+    if (b < e) fn(b, e);
   });
 }
 
