@@ -98,7 +98,7 @@ export async function run(argv: string[]): Promise<void> {
         train_data: records,
         training_type: 'full',
         nr_epochs: 100,
-        ...freshRecipe(values.preset!),
+        ...freshRecipe(values.preset!, task.metric === 'accuracy'),
         full_label_ratio: fullLabelRatio(isolation),
         ...dropout,
         max_minutes: minutes,

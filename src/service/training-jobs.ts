@@ -286,9 +286,11 @@ export function createTrainingJobsService(deps: {
    * encoders: `learning_rate` drives the task heads, `encoder_learning_rate` the backbone (spec §5).
    * `fresh`: the preset of a fresh-initialized base (FRESH_ENCODERS), else null.
    */
-  function defaults(kind: 'encoder' | 'decoder', fresh: string | null, type: 'lora' | 'full', dir: string | null) {
+  function defaults(
+    kind: 'encoder' | 'decoder', fresh: string | null, type: 'lora' | 'full', dir: string | null, clsOnly: boolean,
+  ) {
     if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
-    if (fresh) return { nr_epochs: 10, ...freshRecipe(fresh) };
+    if (fresh) return { nr_epochs: 10, ...freshRecipe(fresh, clsOnly) };
     const encoderLr = type === 'lora' ? 2e-4 : 1e-5;
     // a checkpoint of a fresh base keeps its label isolation, so it keeps training on sampled labels
     const recipe = { ...ENCODER_RECIPE, full_label_ratio: fullLabelRatio(isolatedBase(dir)) };
@@ -667,6 +669,7 @@ export function createTrainingJobsService(deps: {
       const adapter = base.init_adapter ? continuedLora(base.init_adapter, body) : null;
       if (body.project_id && (await store.projects.get(body.project_id))?.team_id !== p.team_id) throw new NotFoundError(`Project ${body.project_id} not found`);
       const ds: Job['datasets'] = [];
+      let classificationOnly = true; // every record of every dataset a classification record (freshRecipe)
       for (const [i, d] of body.datasets.entries()) {
         let v;
         try { v = await datasets.readyVersion(p.team_id, d.name, d.version ?? 'latest'); } catch (e) {
@@ -674,6 +677,7 @@ export function createTrainingJobsService(deps: {
           throw e;
         }
         const kinds = Object.keys(v.kinds);
+        if (kinds.some((k) => k !== 'classification')) classificationOnly = false;
         const decoderData = kinds.some((k) => k === 'chat' || k === 'dpo' || k === 'grpo');
         if (base.task_type === 'encoder' && decoderData) invalid(`/datasets/${i}/name`, `dataset ${d.name} holds ${kinds.join('/')} records, which an encoder cannot train on`, 'dataset_type');
         if (base.task_type === 'decoder') {
@@ -683,7 +687,7 @@ export function createTrainingJobsService(deps: {
         ds.push({ name: v.dataset_name, version_number: v.version_number, version_id: v.id, dataset_type: v.dataset_type, size: v.size });
       }
       const fresh = base.source === 'fresh' ? FRESH_ENCODERS[base.catalog_id] ?? null : null;
-      const d = defaults(base.task_type, fresh, type, base.init_adapter ? null : base.dir);
+      const d = defaults(base.task_type, fresh, type, base.init_adapter ? null : base.dir, classificationOnly);
       const configuration = {
         nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate,
         ...(base.task_type === 'encoder' && 'encoder_learning_rate' in d ? {

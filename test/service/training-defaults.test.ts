@@ -16,6 +16,8 @@ const NER = [
   nerLine('Bob flew to Rome .', [['Bob', 'person'], ['Rome', 'city']]),
 ].join('\n') + '\n';
 t.equal((await uploadDataset(ts.url, u.key, 'ner', 'ner', 'a.jsonl', NER)).body.status, 'ready');
+const CLS = ['great film', 'dull film', 'loved it', 'hated it']
+  .map((text, i) => JSON.stringify({ text, label: i % 2 ? 'negative' : 'positive' })).join('\n') + '\n';
 
 async function configuration(body: Record<string, unknown>) {
   const job = { datasets: [{ name: 'ner' }], training_type: 'full', ...body };
@@ -44,6 +46,13 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   });
   t.match(timed, { max_minutes: 20, hidden_dropout: 0.2, attention_dropout: 0.1, negative_labels: 8 });
   t.match(timed, { full_label_ratio: 0 });
+  // data of classification records only: the small preset's classification settings (FRESH_CLASSIFICATION_SETTINGS)
+  t.equal((await uploadDataset(ts.url, u.key, 'cls', 'classification', 'c.jsonl', CLS)).body.status, 'ready');
+  const cls = await configuration({ base_model: 'loom/gliner2-init-small', datasets: [{ name: 'cls' }] });
+  t.match(cls, { learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8, hidden_dropout: 0 });
+  t.match(cls, { attention_dropout: 0, full_label_ratio: 0 });
+  const both = await configuration({ base_model: 'loom/gliner2-init-small', datasets: [{ name: 'cls' }, { name: 'ner' }] });
+  t.match(both, { learning_rate: 2e-3, batch_size: 16, hidden_dropout: 0.1 }, 'any entity data: the NER settings');
   // a fresh base trains in full by default (its weights are random: nothing for LoRA to adapt); lora is refused
   const plain = await call(ts.url, 'POST', '/felix/training-jobs', {
     key: u.key, body: { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }] },
