@@ -162,11 +162,7 @@ static void gemv_q4_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const 
       t0 = sub(j, t0);
       t1 = sub(j + 1, t1);
     }
-    __m256 tm = _mm256_setzero_ps();
-    for (int i = 0; i < 4; i++) {
-      const __m256 dsi = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(ds + sb * 8 + 2 * i)));
-      tm = _mm256_fmadd_ps(mins_pair(mnv, i), dsi, tm);
-    }
+    const __m256 tm = mins_dot(mnv, ds + sb * 8);
     acc = _mm512_fmadd_ps(scales4_zmm(wb), _mm512_add_ps(t0, t1), acc);
     accm = _mm256_fnmadd_ps(scales4_by_lane_pairs(wb + 8), tm, accm);
   }

@@ -1144,6 +1144,17 @@ static inline __m256 mins_pair(__m256i mn, int i) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(i % 2 ? _mm_srli_si128(h, 8) : h));
 }
 
+// Σ_j m_j·ds_j of one super-block over lane pairs: the minimums of pair i times x's block sums ds8[2i], ds8[2i + 1]
+// (one 8-byte broadcast each); the one-row Q4_K / Q5_K kernels of every width share it
+static inline __m256 mins_dot(__m256i mn, const float* ds8) {
+  __m256 tm = _mm256_setzero_ps();
+  for (int i = 0; i < 4; i++) {
+    const __m256 dsi = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(ds8 + 2 * i)));
+    tm = _mm256_fmadd_ps(mins_pair(mn, i), dsi, tm);
+  }
+  return tm;
+}
+
 // Q4_Kx4 / Q5_Kx4, one row of x: per sub-block the 4 chunks summed in s16 (≤ 4·2·31·127), vpmaddwd by the
 // integer scales, one FMA by d_x; per super-block d and the minimums' Σ_j m_j·ds_j (4 FMAs over lane pairs) times
 // dmin
@@ -1175,11 +1186,7 @@ static inline void gemv_qk4x4(int64_t K, const uint8_t* w, const int8_t* q, cons
       t0 = sub(j, t0);
       t1 = sub(j + 1, t1);
     }
-    __m256 tm = _mm256_setzero_ps();
-    for (int i = 0; i < 4; i++) {
-      const __m256 dsi = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(ds + sb * 8 + 2 * i)));
-      tm = _mm256_fmadd_ps(mins_pair(mnv, i), dsi, tm);
-    }
+    const __m256 tm = mins_dot(mnv, ds + sb * 8);
     acc = _mm256_fmadd_ps(scales4_by_lane_pairs(wb), _mm256_add_ps(t0, t1), acc);
     acc = _mm256_fnmadd_ps(scales4_by_lane_pairs(wb + 8), tm, acc);
   }
