@@ -1,13 +1,14 @@
 // `npm run bench -- quality [--quick] [--json] [--tasks conll2003,wnut17,banking77,sst2] [--preset small]
 //   [--minutes M] [--threads n] [--dev-limit n] [--word-features shape|shape,suffix:N|none]
-//   [--dropout hidden,attention,word] [--label-isolation on|off]`
+//   [--dropout hidden,attention,word] [--label-isolation on|off] [--set key=value,...]`
 // Fresh-encoder quality in a fixed wall-clock budget (issue 17): for each task a fresh GLiNER2 encoder is
 // initialized from the task's training text (loom init-encoder), trained with the service's default recipe
 // for a fresh encoder (src/training/encoder/recipe.ts) and `max_minutes` set to the budget, and its best
 // checkpoint is scored on the task's dev split in ../shared/data (strict span F1 for NER, accuracy for
 // classification through the GLiNER2 classification head). Budgets: CoNLL-2003 and WNUT-17 20 min,
 // Banking77 and SST-2 10 min. `--quick`: 2-minute budgets and 300 dev records drawn with a
-// fixed seed (a smoke run, not the figures).
+// fixed seed (a smoke run, not the figures). `--set` overrides trainer settings of the recipe (values read as JSON
+// where they parse, else as strings): `--set classification_loss=softmax,learning_rate=1e-3`.
 // spaCy's dev figures beside them, from issue 17: CoNLL-2003 (efficiency ner config, 20 min budget) and
 // Banking77 (bag-of-words textcat, 527 s); SST-2 from bench/spacy_textcat.py on the 2-core EPYC (bag-of-words
 // textcat, 10-minute budget, best dev epoch); WNUT-17 from bench/spacy_ner.py on the Zen 5 (default ner pipe, 20-minute
@@ -56,6 +57,7 @@ export async function run(argv: string[]): Promise<void> {
       'word-features': { type: 'string' },
       dropout: { type: 'string' },
       'label-isolation': { type: 'string' },
+      set: { type: 'string' },
     },
   });
   const preset = ENCODER_PRESETS[values.preset!];
@@ -67,6 +69,7 @@ export async function run(argv: string[]): Promise<void> {
   const isoArg = values['label-isolation'];
   if (isoArg !== undefined && isoArg !== 'on' && isoArg !== 'off') throw new Error('--label-isolation takes on or off');
   const isolation = isoArg === undefined ? FRESH_LABEL_ISOLATION : isoArg === 'on';
+  const overrides = parseSettings(values.set ?? '');
   const rows: Record<string, unknown>[] = [];
   for (const name of names) {
     const task = TASKS.find((t) => t.name === name);
@@ -102,6 +105,7 @@ export async function run(argv: string[]): Promise<void> {
         ...freshRecipe(values.preset!, task.metric === 'accuracy'),
         full_label_ratio: fullLabelRatio(isolation),
         ...dropout,
+        ...overrides,
         max_minutes: minutes,
         seed: 42,
         threads: Number(values.threads),
@@ -131,6 +135,7 @@ export async function run(argv: string[]): Promise<void> {
       word_features: values['word-features'] ?? 'default',
       dropout: values.dropout ?? 'default',
       label_isolation: isolation,
+      settings: values.set ?? '',
       threads: Number(values.threads),
     };
     rows.push(row);
@@ -147,4 +152,22 @@ export async function run(argv: string[]): Promise<void> {
     const scores = `${f(r.loom)} | ${f(r.spacy)} | ${f(r.target)}`;
     console.log(`| ${r.task} | ${r.budget_min} min | ${r.metric} | ${scores} | ${r.steps} | ${r.stopped} |`);
   }
+}
+
+/** `key=value,key=value` → an object; a value is JSON where it parses (numbers, booleans), else the string. */
+function parseSettings(spec: string): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const kv of spec.split(',').filter(Boolean)) {
+    const at = kv.indexOf('=');
+    if (at <= 0) throw new Error(`--set: "${kv}" is not key=value`);
+    const raw = kv.slice(at + 1);
+    let v: unknown = raw;
+    try {
+      v = JSON.parse(raw);
+    } catch {
+      // a plain string
+    }
+    out[kv.slice(0, at)] = v;
+  }
+  return out;
 }

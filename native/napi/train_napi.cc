@@ -188,9 +188,11 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   auto ss = get_vec<int32_t>(b, "segSample"), sk = get_vec<int32_t>(b, "segKind"), sm = get_vec<int32_t>(b, "segM"),
        sc = get_vec<int32_t>(b, "segCount"), sr = get_vec<int32_t>(b, "segRows");
   auto scl = get_vec<uint8_t>(b, "segCountLoss");
+  auto ssm = get_vec<uint8_t>(b, "segSoftmax", true);
   size_t nseg = ss.size(), ro = 0;
   if (sk.size() != nseg || sm.size() != nseg || sc.size() != nseg || scl.size() != nseg)
     throw_range(env, "segment arrays must have the same length");
+  if (!ssm.empty() && ssm.size() != nseg) throw_range(env, "segSoftmax must have one entry per segment");
   for (size_t s = 0; s < nseg; s++) {
     encoder::Seg g;
     g.sample = ss[s];
@@ -198,6 +200,7 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
     g.M = sm[s];
     g.count = sc[s];
     g.count_loss = scl[s] != 0;
+    g.softmax = !ssm.empty() && ssm[s] != 0;
     if (g.M < 0 || ro + size_t(1 + g.M) > sr.size()) throw_range(env, "segRows too short");
     g.rows.assign(sr.begin() + long(ro), sr.begin() + long(ro + 1 + g.M));
     ro += size_t(1 + g.M);

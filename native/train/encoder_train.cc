@@ -1234,10 +1234,18 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         std::memcpy(x.data() + mm * D, hidden.data() + g.rows[size_t(1 + mm)] * D, size_t(D) * 4);
       Mlp2::Acts a;
       m.classifier.fwd(g.M, x.data(), lg.data(), &a, rp);
-      for (int64_t mm = 0; mm < g.M; mm++) {
-        float dz;
-        out.cls += bce_logits(lg[size_t(mm)], in.cls_y[cls_off + size_t(mm)], &dz);
-        dl[size_t(mm)] = dz * gs;
+      const float* y = in.cls_y.data() + cls_off;
+      float ysum = 0;
+      for (int64_t mm = 0; mm < g.M; mm++) ysum += y[mm];
+      if (g.softmax && ysum > 0) {
+        out.cls += softmax_ce_logits(g.M, lg.data(), y, dl.data());
+        for (int64_t mm = 0; mm < g.M; mm++) dl[size_t(mm)] *= gs;
+      } else {
+        for (int64_t mm = 0; mm < g.M; mm++) {
+          float dz;
+          out.cls += bce_logits(lg[size_t(mm)], y[mm], &dz);
+          dl[size_t(mm)] = dz * gs;
+        }
       }
       cls_off += size_t(g.M);
       if (bw) {

@@ -20,7 +20,8 @@
 //     a_pre = drop_h(ctx·Woᵀ + bo) + x ; f_pre = drop_h(GELU(..)·Woutᵀ + bout) + a. Masks come from
 //     StepIn::seed alone (an Rng per use), so a forward without backward reproduces a training forward.
 //   losses (summed, §5.4): span BCE over valid spans (negatives dropped with p = 0.5 when drop_neg),
-//     count CE on count_pred([P] row) for tasks with count_loss, classification BCE on classifier(markers).
+//     count CE on count_pred([P] row) for tasks with count_loss, classification BCE on classifier(markers)
+//     (or softmax cross-entropy over a segment's markers, Seg::softmax: single-label tasks).
 #pragma once
 #include <memory>
 #include <set>
@@ -98,6 +99,7 @@ struct Seg {
   int64_t M = 0;
   int64_t count = 0;      // gold instance count (span tasks; entities: 1)
   bool count_loss = false;
+  bool softmax = false;   // classification: softmax cross-entropy over the M labels instead of a BCE per label
   std::vector<int64_t> rows;  // (1+M) rows into the (B*N) hidden states: [P], then the markers
 };
 

@@ -130,4 +130,22 @@ inline float bce_logits(float z, float y, float* dz) {
   return std::max(z, 0.0f) - z * y + std::log1p(std::exp(-std::fabs(z)));
 }
 
+// Softmax cross-entropy of M logits against the target distribution y / Σy (y: multi-hot, Σy > 0);
+// returns the loss, writes dloss/dz = softmax(z) - y / Σy.
+// z, y, dz: (M)
+inline float softmax_ce_logits(int64_t M, const float* z, const float* y, float* dz) {
+  float zmax = z[0], ysum = 0;
+  for (int64_t m = 0; m < M; m++) zmax = std::max(zmax, z[m]), ysum += y[m];
+  double se = 0;
+  for (int64_t m = 0; m < M; m++) se += std::exp(double(z[m] - zmax));
+  const double lse = double(zmax) + std::log(se);
+  double loss = 0;
+  for (int64_t m = 0; m < M; m++) {
+    const double t = y[m] / ysum;
+    loss -= t * (double(z[m]) - lse);
+    dz[m] = float(std::exp(double(z[m]) - lse) - t);
+  }
+  return float(loss);
+}
+
 }  // namespace loom::train

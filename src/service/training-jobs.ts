@@ -44,7 +44,9 @@ import { checkDatasetShape, checkJudge, checkRlBase, rlConfigOrThrow, type Rewar
 import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
 export { FRESH_ENCODER_ID, FRESH_ENCODERS };
 // fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
-import { ENCODER_RECIPE, freshRecipe, fullLabelRatio } from '../training/encoder/recipe.ts';
+import {
+  ENCODER_RECIPE, FRESH_CLASSIFICATION_LOSS, freshRecipe, fullLabelRatio, type ClassificationLoss,
+} from '../training/encoder/recipe.ts';
 import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
 import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from '../training/precision.ts';
 const MAX_RESTARTS = 2;
@@ -87,6 +89,7 @@ export interface TrainingJobRequest {
   negative_labels?: number;
   full_label_ratio?: number;
   classifier_prior_init?: boolean;
+  classification_loss?: ClassificationLoss;
   selection_metric?: 'task' | 'loss';
   max_minutes?: number;
   precision?: PrecisionOption;
@@ -127,6 +130,7 @@ export const trainingJobRequestSchema = {
     negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     classifier_prior_init: { type: 'boolean' },
+    classification_loss: { enum: ['bce', 'softmax'] },
     selection_metric: { enum: ['task', 'loss'] },
     max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
     // compute precision of the matrix products, encoders and decoders (service extension; docs/training.md)
@@ -292,8 +296,13 @@ export function createTrainingJobsService(deps: {
     if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
     if (fresh) return { nr_epochs: 10, ...freshRecipe(fresh, clsOnly) };
     const encoderLr = type === 'lora' ? 2e-4 : 1e-5;
-    // a checkpoint of a fresh base keeps its label isolation, so it keeps training on sampled labels
-    const recipe = { ...ENCODER_RECIPE, full_label_ratio: fullLabelRatio(isolatedBase(dir)) };
+    // a checkpoint of a fresh base keeps its label isolation, so it keeps training on sampled labels, with the loss
+    // it was trained with (the fresh recipe's)
+    const isolated = isolatedBase(dir);
+    const recipe = {
+      ...ENCODER_RECIPE, full_label_ratio: fullLabelRatio(isolated),
+      ...(isolated ? { classification_loss: FRESH_CLASSIFICATION_LOSS } : {}),
+    };
     return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: encoderLr, batch_size: 8, ...recipe };
   }
 
@@ -443,7 +452,7 @@ export function createTrainingJobsService(deps: {
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
         max_minutes: c.max_minutes, precision: c.precision,
-        classifier_prior_init: c.classifier_prior_init,
+        classifier_prior_init: c.classifier_prior_init, classification_loss: c.classification_loss,
         // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
         save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
@@ -697,6 +706,7 @@ export function createTrainingJobsService(deps: {
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           classifier_prior_init: type === 'full' && (body.classifier_prior_init ?? d.classifier_prior_init),
+          classification_loss: body.classification_loss ?? d.classification_loss,
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
         } : {}),
         batch_size: body.batch_size ?? d.batch_size, precision: body.precision ?? DEFAULT_PRECISION,

@@ -14,7 +14,7 @@ import {
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
 import { InitRng } from './encoder/init.ts';
-import { DEFAULT_NEGATIVE_LABELS, fullLabelRatio } from './encoder/recipe.ts';
+import { DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss } from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
 import { resolvePrecision, type Precision } from './precision.ts';
@@ -58,6 +58,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   /** classification: before the first step, shift the classifier's output bias so that its mean logit is the label
    *  prior (the share of positive labels in the training prompts); default false (freshRecipe: true) */
   classifier_prior_init?: boolean;
+  /** single-label classification tasks: a BCE per label ('bce', GLiNER2's; default) or softmax cross-entropy over the
+   *  prompt's labels ('softmax'; freshRecipe), which the served single-label softmax reads. Multi-label: always BCE */
+  classification_loss?: ClassificationLoss;
 }
 
 
@@ -253,7 +256,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, FIRST_DRAW);
   const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labelIsolation), true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
-  const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation);
+  const clsLoss = config.classification_loss ?? 'bce';
+  if (clsLoss !== 'bce' && clsLoss !== 'softmax') throw new TrainingConfigError('classification_loss must be bce or softmax');
+  const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation, clsLoss);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
   const trainF: TrainItem[] = await Promise.all(
     trainEx.map(async (ex) => ({ ex, f: sampled(ex) ? null : await feat(ex) })),

@@ -145,6 +145,8 @@ export interface EncoderBatch {
   segM: Int32Array;
   segCount: Int32Array;
   segCountLoss: Uint8Array;
+  /** per segment: 1 = softmax cross-entropy over its labels (classification), absent / 0 = BCE */
+  segSoftmax?: Uint8Array;
   segRows: Int32Array;
   pos: Int32Array;
   clsY: Float32Array;

@@ -263,8 +263,9 @@ t.test('corrections adding the missing entity type retrain the model, which is p
     base_model: firstJob,
     project_id: projectId,
     adaptive: { run_id: run.body.id, trigger: 'manual', decision: 'promote', status: 'promoted' },
-    // the deployed model came from a fresh base, whose labels are isolated: it keeps training on sampled labels
-    configuration: { full_label_ratio: 0 },
+    // the deployed model came from a fresh base, whose labels are isolated: it keeps training on sampled labels,
+    // with the fresh recipe's classification loss
+    configuration: { full_label_ratio: 0, classification_loss: 'softmax' },
   });
   const logs = (await api('GET', `/felix/training-jobs/${done.training_job_id}/logs`)).body.logs
     .map((l: { message: string }) => l.message)

@@ -36,7 +36,7 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   t.match(tiny, { hidden_dropout: 0, attention_dropout: 0 });
   const recipe = {
     hidden_dropout: 0.1, attention_dropout: 0.1, word_dropout: 0, negative_labels: 16, full_label_ratio: 0,
-    classifier_prior_init: true,
+    classifier_prior_init: true, classification_loss: 'softmax',
   };
   t.match(small, { selection_metric: 'task' });
   t.match(small, { ...recipe, max_minutes: null });
@@ -82,6 +82,9 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   const pre = await configuration({ base_model: 'test/encoder' });
   t.match(pre, { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: 1e-5 });
   t.match(pre, { hidden_dropout: 0, negative_labels: 16, selection_metric: 'task', classifier_prior_init: false });
+  t.match(pre, { classification_loss: 'bce' }, 'a pretrained GLiNER2 base keeps the library\'s BCE');
+  t.match(await configuration({ base_model: 'test/encoder', classification_loss: 'softmax' }),
+    { classification_loss: 'softmax' });
   // compute precision (issue 17): bf16 where the CPU has AVX512_BF16 unless the job says otherwise
   t.match(small, { precision: 'auto' });
   t.match(await configuration({ base_model: 'test/encoder', precision: 'bf16' }), { precision: 'bf16' });
@@ -102,7 +105,8 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
 
 t.test('recipe fields out of range are a 422', async (t) => {
   const bads = [{ hidden_dropout: 1 }, { word_dropout: -0.1 }, { negative_labels: 1.5 }, { selection_metric: 'f1' },
-    { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }, { classifier_prior_init: 'yes' }];
+    { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }, { classifier_prior_init: 'yes' },
+    { classification_loss: 'hinge' }];
   for (const bad of bads) {
     const body = { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }], training_type: 'full', ...bad };
     const r = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body });

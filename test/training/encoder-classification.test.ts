@@ -133,3 +133,44 @@ t.test('classifier_prior_init starts the classifier at the label prior', async (
   t.ok(Math.abs(sampled.loss - three) < 0.05 * three,
     `sampled prompts: first loss ${sampled.loss.toFixed(3)} at their prior ${three.toFixed(3)}`);
 });
+
+// 5. classification_loss 'softmax' (the fresh recipe): a single-label task is trained with softmax cross-entropy over
+//    its prompt's labels, the distribution the served single-label task (class_act auto) reads; multi-label keeps BCE.
+t.test('softmax classification loss: a distribution over the labels, shift-invariant, multi-label untouched', async (t) => {
+  const enc = parseDebertaConfig(JSON.parse(readFileSync(join(base, 'encoder_config', 'config.json'), 'utf8')), 'x');
+  const g = EncoderTrainGraph.create(enc, 8, true, initEncoderTensors(cfg, tok.vocabSize(), 3), null);
+  const featOf = async (multiLabel: boolean) => {
+    const [ex] = recordsToExamples([{ kind: 'classification', text: TEXTS[0], labels: [LABELS[0]], multiLabel }], [],
+      LABELS);
+    return featurize(tok, ex, 8, undefined, null, false, 'softmax');
+  };
+  const single = await featOf(false);
+  t.equal(single.segs[0].softmax, true, 'a single-label task takes the softmax loss');
+  t.equal((await featOf(true)).segs[0].softmax, false, 'a multi-label task keeps BCE');
+  const lossWith = async (m: number, softmax: boolean, backward = false) => {
+    const clsY = Float32Array.from(LABELS, (_, i) => (i === m ? 1 : 0));
+    if (backward) g.zeroGrad();
+    return (await g.step(collate([{ f: single.f, segs: [{ ...single.segs[0], clsY, softmax }] }]), { backward })).loss;
+  };
+  // the loss with label m true is -log p_m: over every m the p_m sum to 1
+  let total = 0;
+  for (let m = 0; m < LABELS.length; m++) total += Math.exp(-(await lossWith(m, true)));
+  t.ok(Math.abs(total - 1) < 1e-4, `Σ_m exp(-loss_m) = ${total.toFixed(6)}`);
+  let bceTotal = 0;
+  for (let m = 0; m < LABELS.length; m++) bceTotal += Math.exp(-(await lossWith(m, false)));
+  t.ok(Math.abs(bceTotal - 1) > 0.05, `BCE losses are not a distribution (${bceTotal.toFixed(4)})`);
+  // a common shift of every logit leaves softmax unchanged: the classifier's output bias gets no gradient
+  await lossWith(2, true, true);
+  const dbSoft = Math.abs(g.grad('classifier.2.bias')[0]);
+  const dwSoft = g.grad('classifier.2.weight').reduce((a, x) => a + Math.abs(x), 0);
+  await lossWith(2, false, true);
+  const dbBce = Math.abs(g.grad('classifier.2.bias')[0]);
+  t.ok(dbSoft < 1e-5 && dbBce > 1e-2, `output bias gradient: softmax ${dbSoft.toExponential(1)}, BCE ${dbBce.toFixed(3)}`);
+  t.ok(dwSoft > 1e-3, 'the classifier weights do get gradient');
+  // and the loss itself: a shifted output bias leaves it as it was
+  const shifted = g.get('classifier.2.bias');
+  g.set('classifier.2.bias', Float32Array.of(shifted[0] + 3));
+  const after = await lossWith(2, true);
+  g.set('classifier.2.bias', shifted);
+  t.ok(Math.abs(after - (await lossWith(2, true))) < 1e-4, 'shifting the output bias leaves the softmax loss as it was');
+});

@@ -19,7 +19,7 @@ import type { EncoderTokenizer } from '../../models/encoder/tokenizer.ts';
 import { splitWords } from '../../models/encoder/words.ts';
 import type { WordFeatures } from '../../models/encoder/word-features.ts';
 import type { EncoderBatch } from '../native.ts';
-import { CLASSIFICATION_TASK } from './recipe.ts';
+import { CLASSIFICATION_TASK, type ClassificationLoss } from './recipe.ts';
 
 type Mention = { start: number; end: number } | string;
 /** one field value of a structure instance: mentions in the text, or choices (matched in the prefix) */
@@ -94,6 +94,8 @@ export interface SegTarget {
   M: number;
   count: number;
   countLoss: boolean;
+  /** classification: softmax cross-entropy over the segment's labels instead of a BCE per label */
+  softmax?: boolean;
   /** positions (relative to the sample) of [P] then each marker */
   rows: Int32Array;
   /** (t, m, i, k) quadruples */
@@ -234,7 +236,7 @@ function matchMention(f: Formatted, m: Mention, K: number): [number, number][] {
 
 export async function featurize(
   tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number, wordFeatures?: WordFeatures | null,
-  labelIsolation = false,
+  labelIsolation = false, classificationLoss: ClassificationLoss = 'bce',
 ): Promise<Featurized> {
   const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures, labelIsolation });
   const segs: SegTarget[] = f.segments.map((s, si) => {
@@ -242,7 +244,10 @@ export async function featurize(
     const M = s.names.length;
     if (s.kind === 'classification') {
       const truth = new Set(ex.classes.get(s.name) ?? []);
-      return { kind: 1, M, count: 0, countLoss: false, rows, pos: [], clsY: Float32Array.from(s.names, (n) => (truth.has(n) ? 1 : 0)) };
+      const single = !ex.schema.classifications.find((c) => c.task === s.name)?.multiLabel;
+      const softmax = classificationLoss === 'softmax' && single;
+      const clsY = Float32Array.from(s.names, (n) => (truth.has(n) ? 1 : 0));
+      return { kind: 1, M, count: 0, countLoss: false, softmax, rows, pos: [], clsY };
     }
     const pos: number[] = [];
     if (s.kind === 'entities') {
@@ -304,6 +309,7 @@ export function collate(items: Featurized[]): EncoderBatch {
   const segM: number[] = [];
   const segCount: number[] = [];
   const segCountLoss: number[] = [];
+  const segSoftmax: number[] = [];
   const segRows: number[] = [];
   const pos: number[] = [];
   const clsY: number[] = [];
@@ -325,6 +331,7 @@ export function collate(items: Featurized[]): EncoderBatch {
       segM.push(s.M);
       segCount.push(s.count);
       segCountLoss.push(s.countLoss ? 1 : 0);
+      segSoftmax.push(s.softmax ? 1 : 0);
       for (const r of s.rows) segRows.push(b * N + r);
       for (let q = 0; q < s.pos.length; q += 4) pos.push(si, s.pos[q], s.pos[q + 1], s.pos[q + 2], s.pos[q + 3]);
       if (s.clsY) clsY.push(...s.clsY);
@@ -343,6 +350,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     segM: Int32Array.from(segM),
     segCount: Int32Array.from(segCount),
     segCountLoss: Uint8Array.from(segCountLoss),
+    segSoftmax: Uint8Array.from(segSoftmax),
     segRows: Int32Array.from(segRows),
     pos: Int32Array.from(pos),
     clsY: Float32Array.from(clsY),

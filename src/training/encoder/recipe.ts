@@ -56,9 +56,19 @@ export const FRESH_CLASSIFICATION_SETTINGS: Record<string, FreshSettings> = {
   small: { learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8, hidden_dropout: 0, attention_dropout: 0 },
 };
 
+/** How a single-label classification task is trained: a BCE per label (GLiNER2's) or softmax cross-entropy over the
+ * prompt's labels (as the served `class_act: auto` reads a single-label task); multi-label tasks always use BCE. */
+export type ClassificationLoss = 'bce' | 'softmax';
+
+/** How a fresh encoder (and a job continuing one) trains single-label classification: softmax cross-entropy over the
+ * prompt's labels, which is what the served single-label task reads (class_act auto). Pretrained GLiNER2 bases keep the
+ * library's BCE per label. */
+export const FRESH_CLASSIFICATION_LOSS: ClassificationLoss = 'softmax';
+
 /** What every encoder job gets unless it says otherwise: sampled negative labels, selection by the task metric. */
 export const ENCODER_RECIPE = {
   classifier_prior_init: false,
+  classification_loss: 'bce' as ClassificationLoss,
   hidden_dropout: 0,
   attention_dropout: 0,
   word_dropout: 0,
@@ -76,6 +86,7 @@ export function freshRecipe(preset: string, classificationOnly = false) {
   const table = classificationOnly ? FRESH_CLASSIFICATION_SETTINGS : FRESH_SETTINGS;
   return {
     ...ENCODER_RECIPE, classifier_prior_init: true, full_label_ratio: fullLabelRatio(FRESH_LABEL_ISOLATION),
+    classification_loss: FRESH_CLASSIFICATION_LOSS,
     ...(table[preset] ?? table.small!),
   };
 }
