@@ -1,6 +1,6 @@
 // `npm run bench -- quality [--quick] [--json] [--tasks conll2003,wnut17,banking77,sst2] [--preset small]
 //   [--minutes M] [--threads n] [--dev-limit n] [--word-features shape|shape,suffix:N|none]
-//   [--dropout hidden,attention,word] [--label-isolation on|off] [--set key=value,...]`
+//   [--dropout hidden,attention,word] [--label-isolation on|off] [--set key=value,...] [--init key=value,...]`
 // Fresh-encoder quality in a fixed wall-clock budget (issue 17): for each task a fresh GLiNER2 encoder is
 // initialized from the task's training text (loom init-encoder), trained with the service's default recipe
 // for a fresh encoder (src/training/encoder/recipe.ts) and `max_minutes` set to the budget, and its best
@@ -8,7 +8,8 @@
 // classification through the GLiNER2 classification head). Budgets: CoNLL-2003 and WNUT-17 20 min,
 // Banking77 and SST-2 10 min. `--quick`: 2-minute budgets and 300 dev records drawn with a
 // fixed seed (a smoke run, not the figures). `--set` overrides trainer settings of the recipe (values read as JSON
-// where they parse, else as strings): `--set classification_loss=softmax,learning_rate=1e-3`.
+// where they parse, else as strings): `--set classification_loss=softmax,learning_rate=1e-3`; `--init` the preset's
+// shape (`--preset tiny --init hidden_size=128,intermediate_size=256`: the tiny recipe on a wider model).
 // spaCy's dev figures beside them, from issue 17: CoNLL-2003 (efficiency ner config, 20 min budget) and
 // Banking77 (bag-of-words textcat, 527 s); SST-2 from bench/spacy_textcat.py on the 2-core EPYC (bag-of-words
 // textcat, 10-minute budget, best dev epoch); WNUT-17 from bench/spacy_ner.py on the Zen 5 (default ner pipe, 20-minute
@@ -58,6 +59,7 @@ export async function run(argv: string[]): Promise<void> {
       dropout: { type: 'string' },
       'label-isolation': { type: 'string' },
       set: { type: 'string' },
+      init: { type: 'string' },
     },
   });
   const preset = ENCODER_PRESETS[values.preset!];
@@ -87,6 +89,7 @@ export async function run(argv: string[]): Promise<void> {
       join(work, 'base'),
       {
         ...preset,
+        ...parseSettings(values.init ?? ''),
         label_isolation: isolation,
         ...(values['word-features'] === undefined
           ? {}
@@ -136,6 +139,7 @@ export async function run(argv: string[]): Promise<void> {
       dropout: values.dropout ?? 'default',
       label_isolation: isolation,
       settings: values.set ?? '',
+      init: values.init ?? '',
       threads: Number(values.threads),
     };
     rows.push(row);
