@@ -108,12 +108,12 @@ export async function run(argv: string[]): Promise<void> {
         ...freshRecipe(values.preset!, task.metric === 'accuracy'),
         full_label_ratio: fullLabelRatio(isolation),
         ...dropout,
-        ...overrides,
         max_minutes: minutes,
         seed: 42,
         threads: Number(values.threads),
         validation_data_percentage: 2,
         metric_samples: 300,
+        ...overrides,
       },
       { onLog: (e) => values.json || console.error(`  [${name}] ${e.message}`) },
     );

@@ -257,8 +257,11 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labelIsolation), true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
   const clsLoss = config.classification_loss ?? 'bce';
-  if (clsLoss !== 'bce' && clsLoss !== 'softmax') throw new TrainingConfigError('classification_loss must be bce or softmax');
-  const feat = (e: EncoderExample) => featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation, clsLoss);
+  if (clsLoss !== 'bce' && clsLoss !== 'softmax') {
+    throw new TrainingConfigError('classification_loss must be bce or softmax');
+  }
+  const feat = (e: EncoderExample) =>
+    featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation, clsLoss);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
   const trainF: TrainItem[] = await Promise.all(
     trainEx.map(async (ex) => ({ ex, f: sampled(ex) ? null : await feat(ex) })),

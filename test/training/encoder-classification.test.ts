@@ -136,7 +136,7 @@ t.test('classifier_prior_init starts the classifier at the label prior', async (
 
 // 5. classification_loss 'softmax' (the fresh recipe): a single-label task is trained with softmax cross-entropy over
 //    its prompt's labels, the distribution the served single-label task (class_act auto) reads; multi-label keeps BCE.
-t.test('softmax classification loss: a distribution over the labels, shift-invariant, multi-label untouched', async (t) => {
+t.test('softmax classification loss: a distribution, shift-invariant, multi-label untouched', async (t) => {
   const enc = parseDebertaConfig(JSON.parse(readFileSync(join(base, 'encoder_config', 'config.json'), 'utf8')), 'x');
   const g = EncoderTrainGraph.create(enc, 8, true, initEncoderTensors(cfg, tok.vocabSize(), 3), null);
   const featOf = async (multiLabel: boolean) => {
@@ -165,12 +165,13 @@ t.test('softmax classification loss: a distribution over the labels, shift-invar
   const dwSoft = g.grad('classifier.2.weight').reduce((a, x) => a + Math.abs(x), 0);
   await lossWith(2, false, true);
   const dbBce = Math.abs(g.grad('classifier.2.bias')[0]);
-  t.ok(dbSoft < 1e-5 && dbBce > 1e-2, `output bias gradient: softmax ${dbSoft.toExponential(1)}, BCE ${dbBce.toFixed(3)}`);
+  t.ok(dbSoft < 1e-5 && dbBce > 1e-2,
+    `output bias gradient: softmax ${dbSoft.toExponential(1)}, BCE ${dbBce.toFixed(3)}`);
   t.ok(dwSoft > 1e-3, 'the classifier weights do get gradient');
   // and the loss itself: a shifted output bias leaves it as it was
   const shifted = g.get('classifier.2.bias');
   g.set('classifier.2.bias', Float32Array.of(shifted[0] + 3));
   const after = await lossWith(2, true);
   g.set('classifier.2.bias', shifted);
-  t.ok(Math.abs(after - (await lossWith(2, true))) < 1e-4, 'shifting the output bias leaves the softmax loss as it was');
+  t.ok(Math.abs(after - (await lossWith(2, true))) < 1e-4, 'a shifted output bias leaves the softmax loss');
 });
