@@ -301,6 +301,13 @@ double sum_squares(int64_t n, const float* g) {
   for (int64_t i = 0; i < n; i++) s += double(g[i]) * g[i];
   return s;
 }
+int64_t argmax(int64_t n, const float* x) {
+  int64_t best = -1;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; i++)
+    if (x[i] > mx) mx = x[i], best = i;
+  return best;
+}
 
 }  // namespace
 
@@ -331,6 +338,7 @@ const OpsTable& ops_table() {
     t.cross_entropy_rows = cross_entropy_rows;
     t.adamw_step = adamw_step;
     t.sum_squares = sum_squares;
+    t.argmax = argmax;
     t.attention_fwd = portable::attention_fwd;
     t.attention_bwd = portable::attention_bwd;
     return t;
@@ -695,6 +703,7 @@ void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double 
   auto f = K().adamw_step;
   elementwise(n, [&](int64_t i, int64_t e) { f(e - i, p + i, g + i, m + i, v + i, c); });
 }
+int64_t argmax(int64_t n, const float* x) { return n > 0 ? K().argmax(n, x) : -1; }
 float l2_norm(int64_t n, const float* g) {
   if (n <= 0) return 0.0f;
   auto f = K().sum_squares;

@@ -142,6 +142,9 @@ void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double 
                 double wd, int64_t step);
 // Global gradient-norm clipping helper: returns the L2 norm of g (n).
 float l2_norm(int64_t n, const float* g);
+// Greedy sampling: the index of the first largest of x (n) as a scan with `>` finds it (NaN never larger, lowest
+// index on ties), -1 when no value is above -inf. Single-threaded (one row of logits).
+int64_t argmax(int64_t n, const float* x);
 
 // ---------------------------------------------------------------------------------------------
 // LoRA linear: y (M, N) = x (M, K) · Wᵀ + bias + s · (x · Aᵀ) · Bᵀ
