@@ -486,6 +486,10 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     embedding_fwd(T, D, b.tokens, embed_dtype_, embed_, x);  // x (T, D)
   }
 
+  // the cos / sin of every token's rotary angles, once for all layers (T, Dh)
+  grow(rope_cs_, T * Dh);
+  rope_table(T, Dh, b.positions, inv_freq_.data(), rope_cs_.data());
+
   const int64_t bs = kv.block_size;
   for (int64_t l = 0; l < c.layers; l++) {
     const Layer& L = layers_[size_t(l)];
@@ -497,8 +501,8 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
       const int64_t off[3] = {0, Nq, Nq + Nkv};
       apply_lora(b, int(l), m, off, 3, xn, D, qkv, Nqkv);
     }
-    // the q heads and the k heads follow each other in a row of qkv: one pass rotates both (one cos / sin per token)
-    rope_fwd(T, Hq + Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
+    // the q heads and the k heads follow each other in a row of qkv: one pass rotates both, by the step's table
+    rope_fwd_table(T, Hq + Hkv, Dh, Nqkv, rope_cs_.data(), qkv);
     // write K, V of the new tokens into their cache slots (rounded to bf16 for a bf16 cache)
     for (const SeqSpec& s : b.seqs) {
       for (int64_t i = 0; i < s.n_tokens; i++) {

@@ -613,22 +613,34 @@ void rope_inv_freq(int64_t Dh, float theta, const RopeScaling& sc, float* inv_fr
 }
 
 namespace {
+// the cos and sin of one token's angles into cs (Dh): as in transformers, the fp32 product pos · inv_freq, then the
+// cos / sin of that float (the sin negated for the inverse rotation)
+void rope_angles(int64_t Dh, int32_t pos, const float* inv_freq, bool inverse, float* cs) {
+  const int64_t half = Dh / 2;
+  for (int64_t i = 0; i < half; i++) {
+    float ang = float(pos) * inv_freq[i];
+    cs[i] = float(std::cos(double(ang)));
+    float s = float(std::sin(double(ang)));
+    cs[half + i] = inverse ? -s : s;
+  }
+}
+
+void rope_check(int64_t Dh) {
+  if (Dh % 2 != 0) throw std::invalid_argument("rope: head dim must be even");
+}
+
+// tokens per task of the rotations: about 64K values of x (a decode step's few tokens on the calling thread)
+int64_t rope_grain(int64_t H, int64_t Dh) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(H * Dh, 1)); }
+
 void rope_apply(int64_t T, int64_t H, int64_t Dh, int64_t ld, const int32_t* pos, const float* inv_freq, float* x,
                 bool inverse) {
-  if (Dh % 2 != 0) throw std::invalid_argument("rope: head dim must be even");
+  rope_check(Dh);
   if (ld == 0) ld = H * Dh;
   auto f = K().rope_rotate;
-  int64_t half = Dh / 2;
   parallel_for(T, std::max<int64_t>(1, 256 / std::max<int64_t>(H, 1)), [&](int64_t t0, int64_t t1) {
     std::vector<float> cs(static_cast<size_t>(Dh));
     for (int64_t t = t0; t < t1; t++) {
-      // angle as in transformers: fp32 product pos * inv_freq, then cos / sin of that float
-      for (int64_t i = 0; i < half; i++) {
-        float ang = float(pos[t]) * inv_freq[i];
-        cs[i] = float(std::cos(double(ang)));
-        float s = float(std::sin(double(ang)));
-        cs[half + i] = inverse ? -s : s;
-      }
+      rope_angles(Dh, pos[t], inv_freq, inverse, cs.data());
       f(H, Dh, cs.data(), x + t * ld);
     }
   });
@@ -640,6 +652,20 @@ void rope_fwd(int64_t T, int64_t H, int64_t Dh, int64_t ld, const int32_t* pos, 
 }
 void rope_bwd(int64_t T, int64_t H, int64_t Dh, int64_t ld, const int32_t* pos, const float* inv_freq, float* dx) {
   rope_apply(T, H, Dh, ld, pos, inv_freq, dx, true);
+}
+void rope_table(int64_t T, int64_t Dh, const int32_t* pos, const float* inv_freq, float* cs) {
+  rope_check(Dh);
+  parallel_for(T, 64, [&](int64_t t0, int64_t t1) {  // 64 tokens a task: a decode step's on the calling thread
+    for (int64_t t = t0; t < t1; t++) rope_angles(Dh, pos[t], inv_freq, false, cs + t * Dh);
+  });
+}
+void rope_fwd_table(int64_t T, int64_t H, int64_t Dh, int64_t ld, const float* cs, float* x) {
+  rope_check(Dh);
+  if (ld == 0) ld = H * Dh;
+  auto f = K().rope_rotate;
+  parallel_for(T, rope_grain(H, Dh), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) f(H, Dh, cs + t * Dh, x + t * ld);
+  });
 }
 
 // ---- attention ------------------------------------------------------------------------------
