@@ -226,7 +226,8 @@ t.test('argmax (greedy sampling) on every path: the first largest as a scan with
   await forEachIsa((isa) => {
     const r = rng(7);
     const cases: [string, Float32Array][] = [];
-    for (const n of [0, 1, 5, 15, 16, 17, 255, 256, 257, 1000, 49152, 151936]) cases.push([`random n=${n}`, randArray(r, n)]);
+    for (const n of [0, 1, 5, 15, 16, 17, 255, 256, 257, 1000, 49152, 151936])
+      cases.push([`random n=${n}`, randArray(r, n)]);
     for (const n of [3, 40, 300, 5000]) {
       const ties = Float32Array.from({ length: n }, () => Math.floor(r() * 4));  // many equal maxima
       cases.push([`ties n=${n}`, ties]);
