@@ -19,6 +19,7 @@ import { PrefixCache } from '../src/runtime/prefix-cache.ts';
 import { Scheduler } from '../src/runtime/scheduler.ts';
 import { getIsa, setThreads } from '../src/native/cpu.ts';
 import { addon } from '../src/native/addon.ts';
+import { argmaxF32 } from '../src/native/ops.ts';
 import { bytesPerToken } from './decode.ts';
 
 const argv = process.argv.slice(2);
@@ -55,9 +56,7 @@ console.log(`${gguf}: ${threads} thread(s), ISA ${getIsa()}`);
         handler: {
           next: (l: Float32Array) => {
             if (k++ === 0) [t, c] = [performance.now(), cpuMs()];
-            let b = 0;
-            for (let j = 1; j < V; j++) if (l[j] > l[b]) b = j;
-            return b;
+            return Math.max(0, argmaxF32(l.subarray(0, V)));  // the sampler's greedy argmax
           },
           done: () => resolve({ t, c }),
           fail: reject,

@@ -40,6 +40,7 @@ import { KvCacheManager, type KvDtypeOption } from '../src/runtime/kv-cache.ts';
 import { PrefixCache, type CacheMode } from '../src/runtime/prefix-cache.ts';
 import { Scheduler } from '../src/runtime/scheduler.ts';
 import { getIsa, setThreads } from '../src/native/cpu.ts';
+import { argmaxF32 } from '../src/native/ops.ts';
 import { CACHE, CONFIGS, DEFAULT_MODELS, ensureRandomCheckpoint } from './decode/models.ts';
 import { writeGgufFromCheckpoint, type BenchGgufType } from './decode/gguf-writer.ts';
 
@@ -121,9 +122,7 @@ class Ours {
         handler: {
           next: (logits) => {
             if (n++ === 0) ttft = performance.now() - t0;
-            let best = 0;
-            for (let i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
-            return best;
+            return Math.max(0, argmaxF32(logits.subarray(0, V)));  // the sampler's greedy argmax
           },
           done: () => resolve({ ttft, end: performance.now() - t0, n }),
           fail: reject,

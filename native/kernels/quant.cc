@@ -851,17 +851,17 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
       for (; n < c1; n++)
         for (int64_t m = 0; m < M; m++)
           v[m * kChunk + (n - c0)] = pl.dot(K, wb + size_t(n) * rb, qp + m * K, dp + m * nb, dsp + m * nb);
+      // y = v (+ bias) (+ beta·y), one branch-free loop per case (the compiler vectorizes them; one loop testing
+      // both per value ran scalar: 3.6 % of a 32-stream SmolLM2-135M Q8_0 step, 1 thread, with its residual adds)
+      const int64_t nc = c1 - c0;
+      const float* bc = part.bias ? part.bias + c0 : nullptr;
       for (int64_t m = 0; m < M; m++) {
         const float* vm = v + m * kChunk;
-        float* ym = yp + m * ldy;
-        if (!part.bias && beta == 0.0f) {
-          std::memcpy(ym + c0, vm, size_t(c1 - c0) * sizeof(float));
-          continue;
-        }
-        for (int64_t c = c0; c < c1; c++) {
-          const float val = vm[c - c0] + (part.bias ? part.bias[c] : 0.0f);
-          ym[c] = beta == 0.0f ? val : val + beta * ym[c];
-        }
+        float* ym = yp + m * ldy + c0;
+        if (!bc && beta == 0.0f) std::memcpy(ym, vm, size_t(nc) * sizeof(float));
+        else if (!bc) for (int64_t c = 0; c < nc; c++) ym[c] = vm[c] + beta * ym[c];
+        else if (beta == 0.0f) for (int64_t c = 0; c < nc; c++) ym[c] = vm[c] + bc[c];
+        else for (int64_t c = 0; c < nc; c++) ym[c] = (vm[c] + bc[c]) + beta * ym[c];
       }
     }
   });

@@ -461,8 +461,28 @@ void gemm_lanes(DType t, int64_t K, const uint8_t* w, size_t rs, int64_t G, int6
   if (t != DType::Q8_0 && scratch.size() < size_t(2 * nb)) scratch.resize(size_t(2 * nb));
   LaneBlock* sc = scratch.data();
   auto store = [&](int64_t g, int Tg) {  // the tile's 4·Tg rows of W from group g into y
-    for (int64_t m = 0; m < M; m++)
-      for (int n = 0; n < 4 * Tg; n++) y[m * ldy + 4 * g + n] = out[n * Mp + m];
+    for (int h = 0; h < Tg; h++) {  // rows 4h..4h+3 of the tile: (4, Mp) transposed to 4 columns of y
+      const float* o = out + 4 * h * Mp;
+      float* yh = y + 4 * (g + h);
+      int64_t m0 = 0;
+      for (; m0 + 16 <= M; m0 += 16) {  // 16 rows of x: a 4 × 16 transpose, 4 values per row of y
+        const __m512 r0 = _mm512_load_ps(o + m0), r1 = _mm512_load_ps(o + Mp + m0);
+        const __m512 r2 = _mm512_load_ps(o + 2 * Mp + m0), r3 = _mm512_load_ps(o + 3 * Mp + m0);
+        const __m512 t0 = _mm512_unpacklo_ps(r0, r1), t1 = _mm512_unpackhi_ps(r0, r1);
+        const __m512 t2 = _mm512_unpacklo_ps(r2, r3), t3 = _mm512_unpackhi_ps(r2, r3);
+        // u[i]: 128-bit lane k holds row m0 + 4k + i of y
+        const __m512 u[4] = {_mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xEE),
+                             _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xEE)};
+        for (int i = 0; i < 4; i++) {
+          _mm_storeu_ps(yh + (m0 + i) * ldy, _mm512_castps512_ps128(u[i]));
+          _mm_storeu_ps(yh + (m0 + 4 + i) * ldy, _mm512_extractf32x4_ps(u[i], 1));
+          _mm_storeu_ps(yh + (m0 + 8 + i) * ldy, _mm512_extractf32x4_ps(u[i], 2));
+          _mm_storeu_ps(yh + (m0 + 12 + i) * ldy, _mm512_extractf32x4_ps(u[i], 3));
+        }
+      }
+      for (int64_t m = m0; m < M; m++)
+        for (int n = 0; n < 4; n++) yh[m * ldy + n] = o[n * Mp + m];
+    }
   };
   int64_t g = 0;
   if (Mp == 16) {  // one vector of x: two groups per tile for 8 independent sums

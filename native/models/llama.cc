@@ -95,6 +95,22 @@ void KvCache::copy_block(int64_t src, int64_t dst, int64_t n_slots) {
 // into parts of at least kDecodeMinPart keys so that every thread gets work (flash-decoding); the
 // parts' partial softmax results are merged after the parallel loop.
 static constexpr int64_t kDecodeMinPart = 256;
+
+// Prefetch the K and V rows of one kv head in the first cache block of keys [k0, k1): the decode kernel prefetches
+// each next block as it goes, so the first one of every (sequence, kv head) item was read cold (issued here one
+// item ahead instead)
+static void kv_prefetch_first_block(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
+                                    int64_t kvh) {
+  const int64_t bs = kv.block_size, eb = int64_t(kv.elem_bytes()), row = kv.head_dim * eb;
+  const int64_t j1 = std::min(k1, (k0 / bs + 1) * bs);
+  for (int64_t j = k0; j < j1; j++) {
+    const int64_t off = (kv.slot_index(layer, table[j / bs], j % bs) + kvh * kv.head_dim) * eb;
+    for (int64_t b = 0; b < row; b += 64) {
+      __builtin_prefetch(static_cast<const char*>(kv.k) + off + b);
+      __builtin_prefetch(static_cast<const char*>(kv.v) + off + b);
+    }
+  }
+}
 static constexpr int64_t kAttnSerialMacs = 1 << 16;
 
 void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
@@ -167,6 +183,10 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
     for (int64_t it = tid; it < n_items; it += n) {
       const Item& w = items[size_t(it)];
       const SeqSpec& sq = b.seqs[size_t(row_seq[w.t0])];
+      if (it + n < n_items && items[size_t(it + n)].nq == 1) {  // this thread's next decode item
+        const Item& nx = items[size_t(it + n)];
+        kv_prefetch_first_block(kv, layer, b.seqs[size_t(row_seq[nx.t0])].block_table, nx.k0, nx.k1, nx.kvh);
+      }
       const int64_t pos0 = b.positions[w.t0];
       const float* qp = q + w.t0 * ldq + w.kvh * G * Dh;
       float* op = out + w.t0 * Hq * Dh + w.kvh * G * Dh;
@@ -486,6 +506,10 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     embedding_fwd(T, D, b.tokens, embed_dtype_, embed_, x);  // x (T, D)
   }
 
+  // the cos / sin of every token's rotary angles, once for all layers (T, Dh)
+  grow(rope_cs_, T * Dh);
+  rope_table(T, Dh, b.positions, inv_freq_.data(), rope_cs_.data());
+
   const int64_t bs = kv.block_size;
   for (int64_t l = 0; l < c.layers; l++) {
     const Layer& L = layers_[size_t(l)];
@@ -497,8 +521,8 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
       const int64_t off[3] = {0, Nq, Nq + Nkv};
       apply_lora(b, int(l), m, off, 3, xn, D, qkv, Nqkv);
     }
-    // the q heads and the k heads follow each other in a row of qkv: one pass rotates both (one cos / sin per token)
-    rope_fwd(T, Hq + Hkv, Dh, Nqkv, b.positions, inv_freq_.data(), qkv);
+    // the q heads and the k heads follow each other in a row of qkv: one pass rotates both, by the step's table
+    rope_fwd_table(T, Hq + Hkv, Dh, Nqkv, rope_cs_.data(), qkv);
     // write K, V of the new tokens into their cache slots (rounded to bf16 for a bf16 cache)
     for (const SeqSpec& s : b.seqs) {
       for (int64_t i = 0; i < s.n_tokens; i++) {

@@ -159,7 +159,7 @@ class Model {
   bool finalized_ = false;
   std::mutex mu_;
   // step workspace (grown, never shrunk: no per-token allocation in steady state)
-  std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, lora_, rows_, scratch_;
+  std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, lora_, rows_, scratch_, rope_cs_;
   int64_t lora_stride_ = 1;  // floats per row of lora_ (the step's largest adapter rank)
   void apply_lora(const Batch& b, int layer, const int* modules, const int64_t* y_off, int n_mod, const float* x,
                   int64_t ldx, float* y, int64_t ldy);

@@ -581,6 +581,13 @@ Napi::Value L2Norm(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), l2_norm(int64_t(g.length), g.data));
 }
 
+// argmax(x) -> index of the first largest value of x (Float32Array), -1 when none is above -inf
+Napi::Value Argmax(const Napi::CallbackInfo& info) {
+  check_args(info, 1, "argmax");
+  auto x = array_arg<float>(info[0], "x");
+  return Napi::Number::New(info.Env(), double(argmax(int64_t(x.length), x.data)));
+}
+
 // ---- LoRA -----------------------------------------------------------------------------------
 struct LoraJob {
   int64_t M, N, K, r;
@@ -709,6 +716,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   def("crossEntropyAsync", Guard<CrossEntropyAsync>);
   def("adamwStep", Guard<AdamwStep>);
   def("l2Norm", Guard<L2Norm>);
+  def("argmax", Guard<Argmax>);
   def("loraFwd", Guard<LoraFwd>);
   def("loraFwdAsync", Guard<LoraFwdAsync>);
   def("loraBwd", Guard<LoraBwd>);

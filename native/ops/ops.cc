@@ -301,6 +301,13 @@ double sum_squares(int64_t n, const float* g) {
   for (int64_t i = 0; i < n; i++) s += double(g[i]) * g[i];
   return s;
 }
+int64_t argmax(int64_t n, const float* x) {
+  int64_t best = -1;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; i++)
+    if (x[i] > mx) mx = x[i], best = i;
+  return best;
+}
 
 }  // namespace
 
@@ -331,6 +338,7 @@ const OpsTable& ops_table() {
     t.cross_entropy_rows = cross_entropy_rows;
     t.adamw_step = adamw_step;
     t.sum_squares = sum_squares;
+    t.argmax = argmax;
     t.attention_fwd = portable::attention_fwd;
     t.attention_bwd = portable::attention_bwd;
     return t;
@@ -605,22 +613,34 @@ void rope_inv_freq(int64_t Dh, float theta, const RopeScaling& sc, float* inv_fr
 }
 
 namespace {
+// the cos and sin of one token's angles into cs (Dh): as in transformers, the fp32 product pos · inv_freq, then the
+// cos / sin of that float (the sin negated for the inverse rotation)
+void rope_angles(int64_t Dh, int32_t pos, const float* inv_freq, bool inverse, float* cs) {
+  const int64_t half = Dh / 2;
+  for (int64_t i = 0; i < half; i++) {
+    float ang = float(pos) * inv_freq[i];
+    cs[i] = float(std::cos(double(ang)));
+    float s = float(std::sin(double(ang)));
+    cs[half + i] = inverse ? -s : s;
+  }
+}
+
+void rope_check(int64_t Dh) {
+  if (Dh % 2 != 0) throw std::invalid_argument("rope: head dim must be even");
+}
+
+// tokens per task of the rotations: about 64K values of x (a decode step's few tokens on the calling thread)
+int64_t rope_grain(int64_t H, int64_t Dh) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(H * Dh, 1)); }
+
 void rope_apply(int64_t T, int64_t H, int64_t Dh, int64_t ld, const int32_t* pos, const float* inv_freq, float* x,
                 bool inverse) {
-  if (Dh % 2 != 0) throw std::invalid_argument("rope: head dim must be even");
+  rope_check(Dh);
   if (ld == 0) ld = H * Dh;
   auto f = K().rope_rotate;
-  int64_t half = Dh / 2;
   parallel_for(T, std::max<int64_t>(1, 256 / std::max<int64_t>(H, 1)), [&](int64_t t0, int64_t t1) {
     std::vector<float> cs(static_cast<size_t>(Dh));
     for (int64_t t = t0; t < t1; t++) {
-      // angle as in transformers: fp32 product pos * inv_freq, then cos / sin of that float
-      for (int64_t i = 0; i < half; i++) {
-        float ang = float(pos[t]) * inv_freq[i];
-        cs[i] = float(std::cos(double(ang)));
-        float s = float(std::sin(double(ang)));
-        cs[half + i] = inverse ? -s : s;
-      }
+      rope_angles(Dh, pos[t], inv_freq, inverse, cs.data());
       f(H, Dh, cs.data(), x + t * ld);
     }
   });
@@ -632,6 +652,20 @@ void rope_fwd(int64_t T, int64_t H, int64_t Dh, int64_t ld, const int32_t* pos, 
 }
 void rope_bwd(int64_t T, int64_t H, int64_t Dh, int64_t ld, const int32_t* pos, const float* inv_freq, float* dx) {
   rope_apply(T, H, Dh, ld, pos, inv_freq, dx, true);
+}
+void rope_table(int64_t T, int64_t Dh, const int32_t* pos, const float* inv_freq, float* cs) {
+  rope_check(Dh);
+  parallel_for(T, 64, [&](int64_t t0, int64_t t1) {  // 64 tokens a task: a decode step's on the calling thread
+    for (int64_t t = t0; t < t1; t++) rope_angles(Dh, pos[t], inv_freq, false, cs + t * Dh);
+  });
+}
+void rope_fwd_table(int64_t T, int64_t H, int64_t Dh, int64_t ld, const float* cs, float* x) {
+  rope_check(Dh);
+  if (ld == 0) ld = H * Dh;
+  auto f = K().rope_rotate;
+  parallel_for(T, rope_grain(H, Dh), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) f(H, Dh, cs + t * Dh, x + t * ld);
+  });
 }
 
 // ---- attention ------------------------------------------------------------------------------
@@ -695,6 +729,7 @@ void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double 
   auto f = K().adamw_step;
   elementwise(n, [&](int64_t i, int64_t e) { f(e - i, p + i, g + i, m + i, v + i, c); });
 }
+int64_t argmax(int64_t n, const float* x) { return n > 0 ? K().argmax(n, x) : -1; }
 float l2_norm(int64_t n, const float* g) {
   if (n <= 0) return 0.0f;
   auto f = K().sum_squares;

@@ -98,6 +98,7 @@ const OpsTable& ops_table() {
     LOOM_SET(cross_entropy_rows);
     LOOM_SET(adamw_step);
     LOOM_SET(sum_squares);
+    LOOM_SET(argmax);
 #undef LOOM_SET
     t.attention_fwd = attention_fwd;
     t.attention_bwd = attention_bwd;

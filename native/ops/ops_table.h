@@ -60,6 +60,8 @@ struct OpsTable {
   //   p *= decay ; m += omb1 (g - m) ; v = v b2 + omb2 g² ; p -= step_size m / (sqrt(v) / bc2s + eps)
   void (*adamw_step)(int64_t n, float* p, const float* g, float* m, float* v, const AdamwScalars& c);
   double (*sum_squares)(int64_t n, const float* g);
+  // index of the first largest of n values (NaN never larger), -1 when none is above -inf
+  int64_t (*argmax)(int64_t n, const float* x);
   // attention (whole op; these parallelize internally over (batch, head, query tile))
   void (*attention_fwd)(const AttnParams& p, const float* q, const float* k, const float* v, float* out, float* lse);
   void (*attention_bwd)(const AttnParams& p, const float* q, const float* k, const float* v, const float* out,

@@ -522,6 +522,27 @@ double sum_squares(int64_t n, const float* g) {
   }
   return s;
 }
+// The first largest value's index (ops_table.h): the running maximum per lane over chunks of 256 values, the chunk
+// that first raised it kept, then the first index in that chunk holding the maximum (what a scan with `>` finds:
+// V::max(x, m) keeps m where x is NaN)
+template <class V>
+int64_t argmax(int64_t n, const float* x) {
+  constexpr int64_t kChunk = 256;
+  float mx = -std::numeric_limits<float>::infinity();
+  int64_t chunk = -1;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t e = n - c < kChunk ? n - c : kChunk;
+    typename V::R m = V::set1(mx);
+    int64_t i = 0;
+    for (; i + V::W <= e; i += V::W) m = V::max(V::load(x + c + i), m);
+    if (i < e) m = V::max(V::loadn_fill(x + c + i, e - i, mx), m);
+    const float cm = V::hmax(m);
+    if (cm > mx) mx = cm, chunk = c;
+  }
+  if (chunk < 0) return -1;
+  for (int64_t i = chunk;; i++)
+    if (x[i] == mx) return i;
+}
 
 // ---- attention primitives (see attention_impl.h) --------------------------------------------
 template <class V>

@@ -13,6 +13,7 @@
 // Cost: O(V) per step (no full sort): top-k by quickselect, top-p by mass-partitioning quickselect, the
 // (small) surviving nucleus sorted for a deterministic draw order.
 import { randomBytes } from 'node:crypto';
+import { argmaxF32 } from '../native/ops.ts';
 
 export interface SamplingParams {
   temperature?: number;
@@ -175,8 +176,8 @@ export class Sampler {
     }
     const invT = p.temperature > 0 ? 1 / p.temperature : 1;
     // max / argmax (lowest id on ties) and log-partition of the processed distribution
-    let best = -1, mx = -Infinity;
-    for (let i = 0; i < V; i++) if (x[i] > mx) { mx = x[i]; best = i; }
+    const best = argmaxF32(x.length === V ? x : x.subarray(0, V));
+    const mx = best >= 0 ? x[best] : -Infinity;
     if (best < 0) throw new SamplingError(allowed ? 'no token is allowed by the constraint' : 'all logits are -inf or NaN');
     const wantLp = p.logprobs || p.top_logprobs > 0;
     let logZ = NaN;

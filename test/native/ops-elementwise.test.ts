@@ -216,3 +216,48 @@ t.test('shape errors are clear and nothing is written out of bounds', async (t) 
   t.throws(() => addon.ops.addFwd(new Float32Array(3), new Float32Array(2), new Float32Array(3)), RangeError);
   void randArray;
 });
+
+t.test('argmax (greedy sampling) on every path: the first largest as a scan with > finds it', async (t) => {
+  const scan = (x: Float32Array): number => {
+    let best = -1, mx = -Infinity;
+    for (let i = 0; i < x.length; i++) if (x[i] > mx) { mx = x[i]; best = i; }
+    return best;
+  };
+  await forEachIsa((isa) => {
+    const r = rng(7);
+    const cases: [string, Float32Array][] = [];
+    for (const n of [0, 1, 5, 15, 16, 17, 255, 256, 257, 1000, 49152, 151936])
+      cases.push([`random n=${n}`, randArray(r, n)]);
+    for (const n of [3, 40, 300, 5000]) {
+      const ties = Float32Array.from({ length: n }, () => Math.floor(r() * 4));  // many equal maxima
+      cases.push([`ties n=${n}`, ties]);
+      const nan = randArray(r, n);
+      for (let i = 0; i < n; i += 3) nan[i] = NaN;
+      nan[0] = NaN;
+      cases.push([`NaN n=${n}`, nan]);
+      cases.push([`all -inf n=${n}`, new Float32Array(n).fill(-Infinity)]);
+      cases.push([`all NaN n=${n}`, new Float32Array(n).fill(NaN)]);
+      const one = new Float32Array(n).fill(-Infinity);
+      one[n - 1] = -1e30;
+      cases.push([`last above -inf n=${n}`, one]);
+      const inf = randArray(r, n);
+      inf[Math.floor(n / 2)] = Infinity;
+      inf[n - 1] = Infinity;
+      cases.push([`+inf n=${n}`, inf]);
+      const zeros = new Float32Array(n).fill(-1);
+      zeros[n - 1] = 0;
+      zeros[Math.floor(n / 3)] = -0;
+      cases.push([`-0 before 0 n=${n}`, zeros]);
+    }
+    // the maximum in every position of a chunk boundary's neighbourhood, with a tie further on
+    for (const at of [0, 15, 16, 255, 256, 257, 511, 512]) {
+      const x = randArray(r, 700);
+      x[at] = 5;
+      x[at + 100] = 5;
+      cases.push([`max at ${at}`, x]);
+    }
+    for (const [name, x] of cases) t.equal(ops.argmaxF32(x), scan(x), `${isa} ${name}`);
+    const x = randArray(r, 1000);
+    t.equal(ops.argmaxF32(x.subarray(100, 600)), scan(x.subarray(100, 600)), `${isa} a view`);
+  });
+});

@@ -147,3 +147,40 @@ t.test('bad shapes are clear errors', async (t) => {
   t.throws(() => addon.quantLinear('Q8_0', blocks, 5, 64, new Float32Array(64), 1), /byte length/);
   t.throws(() => addon.quantLinear('Q3_K', blocks, 4, 64, new Float32Array(64), 1), /unsupported/);
 });
+
+t.test('activation quantization: q = round(x/d) to nearest even, d = amax/127, exactly on every path', async (t) => {
+  // Q8_0 weights of the identity (row j: 1 at column j, block scale 1) give y[m][j] = d·q of x[m][j] exactly on
+  // every kernel (one nonzero integer product, scaled by d·1), so y shows the quantized activations themselves
+  const K = 32 * 20;  // 20 blocks: 16 at a time and a tail of 4 in the AVX-512 quantizer
+  const blocks = new Uint8Array(K * (K / 32) * 34);
+  const dv = new DataView(blocks.buffer);
+  for (let j = 0; j < K; j++) {
+    const row = j * (K / 32) * 34;
+    for (let b = 0; b < K / 32; b++) dv.setUint16(row + b * 34, 0x3c00, true);  // f16 1.0
+    blocks[row + Math.floor(j / 32) * 34 + 2 + (j % 32)] = 1;
+  }
+  const f = Math.fround;
+  const roundEven = (v: number) => (Math.abs(v % 1) === 0.5 ? 2 * Math.round(v / 2) : Math.round(v));
+  await forEachIsa((isa) => {
+    for (const M of [1, 5, 8, 32]) {
+      const x = new Float32Array(M * K);
+      for (let i = 0; i < x.length; i++) x[i] = (rnd() * 2 - 1) * (i % 61 === 0 ? 9 : 1);
+      for (let i = 0; i < x.length; i += 97) x[i] = 0.5 * Math.round(x[i] * 4);  // ties at x/d = k + 0.5 now and then
+      for (let i = 64; i < 96; i++) x[i % x.length] = 0;  // an all-zero block (d = 0)
+      const want = new Float32Array(M * K);
+      for (let m = 0; m < M; m++)
+        for (let b = 0; b < K / 32; b++) {
+          let amax = 0;
+          for (let i = 0; i < 32; i++) amax = Math.max(amax, Math.abs(x[m * K + 32 * b + i]));
+          const d = f(amax / 127), id = amax > 0 ? f(127 / amax) : 0;
+          for (let i = 0; i < 32; i++) want[m * K + 32 * b + i] = f(d * roundEven(f(x[m * K + 32 * b + i] * id)));
+        }
+      for (const packed of [false, true]) {
+        const y = addon.quantLinear('Q8_0', blocks, K, K, x, M, packed) as Float32Array;
+        let bad = 0;
+        for (let i = 0; i < y.length; i++) if (y[i] !== want[i]) bad++;
+        t.equal(bad, 0, `${isa} M=${M}${packed ? ' packed' : ''}: d·q of every value`);
+      }
+    }
+  });
+});

@@ -86,6 +86,11 @@ void rope_inv_freq(int64_t Dh, float theta, const RopeScaling& scaling, float* i
 void rope_fwd(int64_t T, int64_t H, int64_t Dh, int64_t ld, const int32_t* pos, const float* inv_freq, float* x);
 // Backward = rotation by the negative angle, in place on the gradient.
 void rope_bwd(int64_t T, int64_t H, int64_t Dh, int64_t ld, const int32_t* pos, const float* inv_freq, float* dx);
+// rope_fwd in two halves, for a graph that rotates several tensors at the same positions (a decoder's layers): the
+// cos / sin of every token's angles once, cs (T, Dh): Dh/2 cos then Dh/2 sin per token, then the rotations by them
+// (the same values as rope_fwd)
+void rope_table(int64_t T, int64_t Dh, const int32_t* pos, const float* inv_freq, float* cs);
+void rope_fwd_table(int64_t T, int64_t H, int64_t Dh, int64_t ld, const float* cs, float* x);
 
 // ---------------------------------------------------------------------------------------------
 // Attention (tiled, online softmax: O(Tk) extra memory per query row, never the (Tq, Tk) matrix)
@@ -142,6 +147,9 @@ void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double 
                 double wd, int64_t step);
 // Global gradient-norm clipping helper: returns the L2 norm of g (n).
 float l2_norm(int64_t n, const float* g);
+// Greedy sampling: the index of the first largest of x (n) as a scan with `>` finds it (NaN never larger, lowest
+// index on ties), -1 when no value is above -inf. Single-threaded (one row of logits).
+int64_t argmax(int64_t n, const float* x);
 
 // ---------------------------------------------------------------------------------------------
 // LoRA linear: y (M, N) = x (M, K) · Wᵀ + bias + s · (x · Aᵀ) · Bᵀ
