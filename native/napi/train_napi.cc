@@ -29,7 +29,9 @@
 //   trainParams(handle) → [{name, shape, trainable, group}]
 //   trainGet(handle, name, grad=false) → Float32Array (copy) ; trainSet(handle, name, Float32Array)
 //   trainZeroGrad(handle)
-//   trainOptimStep(handle, {lr: number[], wd, b1, b2, eps, maxGradNorm, step}) → Promise<number> (pre-clip grad norm)
+//   trainOptimStep(handle, {lr: number[], wd, b1, b2, eps, maxGradNorm, step, emaDecay?}) → Promise<number> (pre-clip
+//       grad norm); emaDecay in (0, 1) also moves the weights' moving average after the step (ParamStore::ema_update)
+//   trainEmaSwap(handle) → boolean: exchanges the weights and their moving average (false: no average yet)
 // Calls on one handle are serialized by a mutex, so a step and an optimizer update never overlap.
 #include <cmath>
 #include <cstring>
@@ -442,14 +444,23 @@ Napi::Value TrainOptimStep(const Napi::CallbackInfo& info) {
          eps = get_num(o, "eps", 1e-8), mx = get_num(o, "maxGradNorm", 1.0);
   int64_t stepn = get_int(o, "step", 0, true);
   if (stepn < 1) throw_range(env, "step must be >= 1");
+  double ema = get_num(o, "emaDecay", 0);
+  if (!(ema >= 0 && ema < 1)) throw_range(env, "emaDecay must be in [0, 1)");
   auto norm = std::make_shared<double>(0);
   return run_async(
       env,
-      [h, lr, wd, b1, b2, eps, mx, stepn, norm]() {
+      [h, lr, wd, b1, b2, eps, mx, stepn, ema, norm]() {
         std::lock_guard<std::mutex> lk(h->mu);
         *norm = h->ps().optimizer_step(lr->data(), int(lr->size()), wd, b1, b2, eps, mx, stepn);
+        if (ema > 0) h->ps().ema_update(ema);
       },
       [norm](Napi::Env e) { return Napi::Number::New(e, *norm); });
+}
+
+Napi::Value TrainEmaSwap(const Napi::CallbackInfo& info) {
+  auto h = unwrap(info[0]);
+  std::lock_guard<std::mutex> lk(h->mu);
+  return Napi::Boolean::New(info.Env(), h->ps().ema_swap());
 }
 
 Napi::Value LlamaTrainForward(const Napi::CallbackInfo& info) {
@@ -536,6 +547,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("trainSet", Napi::Function::New(env, TrainSet));
   exports.Set("trainZeroGrad", Napi::Function::New(env, TrainZeroGrad));
   exports.Set("trainOptimStep", Napi::Function::New(env, TrainOptimStep));
+  exports.Set("trainEmaSwap", Napi::Function::New(env, TrainEmaSwap));
 }
 
 }  // namespace

@@ -72,6 +72,30 @@ double ParamStore::optimizer_step(const double* lr, int n_groups, double wd, dou
   return norm;
 }
 
+void ParamStore::ema_update(double decay) {
+  const float d = float(decay), e = float(1.0 - decay);
+  for (auto& p : list_) {
+    if (!p->trainable) continue;
+    if (p->ema.size() != p->w.size()) {
+      p->ema = p->w;
+      continue;
+    }
+    float* a = p->ema.data();
+    const float* w = p->w.data();
+    for (int64_t i = 0; i < p->numel(); i++) a[i] = d * a[i] + e * w[i];
+  }
+}
+
+bool ParamStore::ema_swap() {
+  bool any = false;
+  for (auto& p : list_) {
+    if (p->ema.size() != p->w.size()) continue;
+    std::swap_ranges(p->w.begin(), p->w.end(), p->ema.begin());  // in place: pointers into w stay valid
+    any = true;
+  }
+  return any;
+}
+
 void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) const {
   if (M <= 0) return;
   const float* bias = b ? b->w.data() : nullptr;

@@ -35,6 +35,7 @@ struct Param {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<float> w, g, m, v;  // m, v allocated on the first optimizer step
+  std::vector<float> ema;         // exponential moving average of w (ParamStore::ema_update); empty when off
   int group = 0;                  // learning-rate group (0: encoder / LoRA, 1: heads)
   bool trainable = true;
   int64_t numel() const { return int64_t(w.size()); }
@@ -52,6 +53,11 @@ class ParamStore {
   // Clips to max_norm (if > 0) and applies AdamW with lr[group]; step >= 1. Returns the pre-clip norm.
   double optimizer_step(const double* lr, int n_groups, double wd, double b1, double b2, double eps, double max_norm,
                         int64_t step);
+  // Polyak averaging of the trainable weights: ema = decay·ema + (1 − decay)·w, started at w on the first call.
+  void ema_update(double decay);
+  // Exchanges w and ema of every parameter that has an average (evaluate or save the average, then swap back).
+  // Returns whether any had one.
+  bool ema_swap();
 
  private:
   std::vector<std::unique_ptr<Param>> list_;

@@ -18,6 +18,7 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--full-label-ratio R] [--selection task|loss] [--metric-samples N] [--warmup-ratio R] [--max-words N]
   [--eval-steps N] [--classifier-prior-init] (a fresh classifier's bias starts at the label prior, as jobs on
   fresh bases do) [--classification-loss bce|softmax] (single-label tasks; jobs on fresh bases use softmax)
+  [--ema-decay D] (evaluate and save a moving average of the weights)
   [--precision auto|fp32|bf16] (matrix products in bf16 where the CPU has AVX512_BF16 and they are faster)`;
 
 export async function main(argv: string[]): Promise<number> {
@@ -25,7 +26,8 @@ export async function main(argv: string[]): Promise<number> {
     'seed', 'val-pct', 'patience', 'scheduler', 'max-steps', 'max-minutes', 'lora-r', 'lora-alpha', 'lora-dropout',
     'targets', 'eval', 'threads', 'eval-steps', 'max-words',
     'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'full-label-ratio', 'selection',
-    'metric-samples', 'warmup-ratio', 'precision', 'classification-loss'];
+    'metric-samples', 'warmup-ratio', 'precision', 'classification-loss',
+    'ema-decay'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   options['classifier-prior-init'] = { type: 'boolean' };
@@ -72,6 +74,7 @@ export async function main(argv: string[]): Promise<number> {
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),
     classifier_prior_init: v['classifier-prior-init'] === true ? true : undefined,
     classification_loss: v['classification-loss'] as 'bce' | 'softmax' | undefined,
+    ema_decay: num('ema-decay'),
   };
   const res = isDecoder ? await trainDecoder(common, hooks) : await trainEncoder({ ...common, ...encoderOnly }, hooks);
   if (timer) clearTimeout(timer);

@@ -90,6 +90,7 @@ export interface TrainingJobRequest {
   full_label_ratio?: number;
   classifier_prior_init?: boolean;
   classification_loss?: ClassificationLoss;
+  ema_decay?: number;
   selection_metric?: 'task' | 'loss';
   max_minutes?: number;
   precision?: PrecisionOption;
@@ -131,6 +132,7 @@ export const trainingJobRequestSchema = {
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     classifier_prior_init: { type: 'boolean' },
     classification_loss: { enum: ['bce', 'softmax'] },
+    ema_decay: { type: 'number', minimum: 0, exclusiveMaximum: 1 },
     selection_metric: { enum: ['task', 'loss'] },
     max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
     // compute precision of the matrix products, encoders and decoders (service extension; docs/training.md)
@@ -453,6 +455,7 @@ export function createTrainingJobsService(deps: {
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
         max_minutes: c.max_minutes, precision: c.precision,
         classifier_prior_init: c.classifier_prior_init, classification_loss: c.classification_loss,
+        ema_decay: c.ema_decay,
         // every checkpoint is kept (any of them may be the base of a new job); deleting the job frees them
         save_total_limit: 1_000_000,
         init_adapter: base.init_adapter ?? undefined,
@@ -707,6 +710,7 @@ export function createTrainingJobsService(deps: {
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           classifier_prior_init: type === 'full' && (body.classifier_prior_init ?? d.classifier_prior_init),
           classification_loss: body.classification_loss ?? d.classification_loss,
+          ema_decay: body.ema_decay ?? d.ema_decay,
           selection_metric: body.selection_metric ?? d.selection_metric, max_minutes: body.max_minutes ?? null,
         } : {}),
         batch_size: body.batch_size ?? d.batch_size, precision: body.precision ?? DEFAULT_PRECISION,

@@ -283,6 +283,9 @@ export interface TrainingLoop<T> {
   evalEveryMs?: number;
   /** Writes the current weights to `dir`. */
   writeCheckpoint(dir: string): void;
+  /** Weights evaluated and saved in place of the trained ones (a moving average): `enter` puts them in before an
+   *  evaluation and its checkpoint, `leave` restores the trained ones after. */
+  evalWeights?: { enter(): void; leave(): void };
   /** Whether a run aborted before its first step still scores the validation split for the final checkpoint. */
   evalUntrainedOnAbort: boolean;
 }
@@ -353,11 +356,16 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
         const te = Date.now();
         lastTrain = windowLoss / Math.max(windowN, 1);
         windowLoss = windowN = 0;
-        lastVal = await p.evaluate();
         const prevBest = book.bestLoss;
         const prevMetric = book.bestMetric;
         const isLast = step === totalSteps;
-        await save(isLast);
+        p.evalWeights?.enter();
+        try {
+          lastVal = await p.evaluate();
+          await save(isLast);
+        } finally {
+          p.evalWeights?.leave();
+        }
         const vl = lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : '';
         const vm = lastMetric !== null ? ` val_metric ${(lastMetric as number).toFixed(4)}` : '';
         log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${vl}${vm} `
@@ -390,8 +398,13 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
   epoch = Math.min(epoch, epochs);
   if (!book.events.some((e) => e.is_final)) {
     if (windowN) lastTrain = windowLoss / windowN;
-    if (p.evalUntrainedOnAbort || stopped !== 'aborted' || step > 0) lastVal = await p.evaluate();
-    await save(true);
+    p.evalWeights?.enter();
+    try {
+      if (p.evalUntrainedOnAbort || stopped !== 'aborted' || step > 0) lastVal = await p.evaluate();
+      await save(true);
+    } finally {
+      p.evalWeights?.leave();
+    }
   }
   const fin = book.events[book.events.length - 1];
   return {

@@ -61,6 +61,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   /** single-label classification tasks: a BCE per label ('bce', GLiNER2's; default) or softmax cross-entropy over the
    *  prompt's labels ('softmax'; freshRecipe), which the served single-label softmax reads. Multi-label: always BCE */
   classification_loss?: ClassificationLoss;
+  /** Polyak averaging: evaluate, select and save an exponential moving average of the weights with this decay (the
+   *  first steps average over fewer: min(decay, (1 + step) / (10 + step))); 0 = the trained weights (default) */
+  ema_decay?: number;
 }
 
 
@@ -288,6 +291,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     throw new TrainingConfigError('selection_metric must be task or loss');
   const metricN = positiveInt(config.metric_samples, 'metric_samples', 500);
   const maxMinutes = positiveNum(config.max_minutes, 'max_minutes', 0, true);
+  const emaDecay = positiveNum(config.ema_decay, 'ema_decay', 0, true);
+  if (emaDecay >= 1) throw new TrainingConfigError('ema_decay must be below 1');
   const priorInit = config.classifier_prior_init ?? false;
   if (typeof priorInit !== 'boolean') throw new TrainingConfigError('classifier_prior_init must be a boolean');
   const shift = priorInit && type === 'full' ? await classifierPriorShift(L, trainEx, feat, negK, fullRatio) : null;
@@ -303,12 +308,13 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
     word_dropout: dropW, negative_labels: negK, full_label_ratio: fullRatio, selection_metric: selection,
-    max_minutes: maxMinutes, precision, classifier_prior_shift: shift,
+    max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
+  const averaged = emaDecay ? `; weights averaged (EMA ${emaDecay})` : '';
   log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}; `
-    + `negative labels ${negK || 'all'}${full}; selection by ${by}; schedule ${sched} over ${over}`);
+    + `negative labels ${negK || 'all'}${full}; selection by ${by}; schedule ${sched} over ${over}${averaged}`);
   mkdirSync(config.output_dir, { recursive: true });
   const trainData = typeof config.train_data === 'string' ? config.train_data : `${all.length} records`;
   const saved = { ...config, train_data: trainData, validation_data: undefined, resolved };
@@ -339,18 +345,31 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       // per-step randomness (sampled labels, dropped words) from the step's seed: a run is reproducible
       const rng = new InitRng(o.seed ^ 0x51ed);
       const everyLabel = fullRatio > 0 && rng.uniform() < fullRatio; // the whole batch: one prompt length
-      const batch = await Promise.all(items.map(async (it) => {
-        const f = it.f ?? (await feat(everyLabel ? shuffleLabels(it.ex, rng) : sampleNegativeLabels(it.ex, negK, rng)));
-        return dropW > 0 ? dropWords(f, dropW, unk!, rng) : f;
-      }));
+      const featurized = await Promise.all(items.map((it) =>
+        it.f ?? feat(everyLabel ? shuffleLabels(it.ex, rng) : sampleNegativeLabels(it.ex, negK, rng))));
+      // words dropped in batch order once every example is featurized (featurize calls finish in any order)
+      const batch = dropW > 0 ? featurized.map((f) => dropWords(f, dropW, unk!, rng)) : featurized;
       const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };
       const r = await L.graph.step(collate(batch), opts);
       return { loss: r.loss, weight: items.length, tokens: batch.reduce((n, it) => n + it.f.ids.length, 0) };
     },
-    optimizerStep: (step, f) => L.graph.optimizerStep({ lr: [encLr * f, taskLr * f], weightDecay: wd, maxGradNorm: maxNorm, step }),
+    optimizerStep: (step, f) => L.graph.optimizerStep({
+      lr: [encLr * f, taskLr * f], weightDecay: wd, maxGradNorm: maxNorm, step,
+      emaDecay: emaDecay && Math.min(emaDecay, (1 + step) / (10 + step)),
+    }),
     evaluate,
     writeCheckpoint: (dir) => saveCheckpoint(config.base_model, dir, L),
+    evalWeights: emaDecay ? emaWeights(L.graph) : undefined,
   });
+}
+
+/** The moving average in place of the trained weights while they are evaluated and saved (none before a first step). */
+function emaWeights(graph: EncoderTrainGraph) {
+  let swapped = false;
+  return {
+    enter: () => void (swapped = graph.emaSwap()),
+    leave: () => void (swapped && graph.emaSwap(), (swapped = false)),
+  };
 }
 
 /** a sampler draw that takes the first candidates: the sampled prompt's size without randomness */

@@ -22,6 +22,8 @@ export interface OptimOptions {
   step: number;
   betas?: [number, number];
   eps?: number;
+  /** after the step, move the weights' exponential moving average with this decay (0 / absent: none) */
+  emaDecay?: number;
 }
 
 abstract class TrainGraph {
@@ -51,7 +53,12 @@ abstract class TrainGraph {
       b1: o.betas?.[0] ?? 0.9,
       b2: o.betas?.[1] ?? 0.999,
       eps: o.eps ?? 1e-8,
+      emaDecay: o.emaDecay ?? 0,
     }) as Promise<number>;
+  }
+  /** Exchanges the weights and their moving average (optimizerStep's emaDecay); false when there is none yet. */
+  emaSwap(): boolean {
+    return addon.trainEmaSwap(this.handle) as boolean;
   }
 }
 

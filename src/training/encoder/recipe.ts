@@ -77,6 +77,7 @@ export const FRESH_CLASSIFICATION_LOSS: ClassificationLoss = 'softmax';
 export const ENCODER_RECIPE = {
   classifier_prior_init: false,
   classification_loss: 'bce' as ClassificationLoss,
+  ema_decay: 0,
   hidden_dropout: 0,
   attention_dropout: 0,
   word_dropout: 0,
