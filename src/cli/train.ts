@@ -14,7 +14,7 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--type full|lora] [--epochs N] [--lr X] [--encoder-lr X] [--batch-size N] [--grad-accum N] [--seed N]
   [--val-pct P] [--patience N] [--scheduler linear|cosine|constant] [--max-steps N] [--max-minutes M]
   [--lora-r N] [--lora-alpha X] [--lora-dropout X] [--targets a,b] [--eval file.jsonl] [--threads N]
-  encoder: [--hidden-dropout P] [--attention-dropout P] [--word-dropout P] [--negative-labels K]
+  encoder: [--hidden-dropout P] [--attention-dropout P] [--word-dropout P] [--rare-word-dropout P] [--negative-labels K]
   [--full-label-ratio R] [--selection task|loss] [--metric-samples N] [--warmup-ratio R] [--max-words N]
   [--eval-steps N] [--classifier-prior-init] (a fresh classifier's bias starts at the label prior, as jobs on
   fresh bases do) [--classification-loss bce|softmax] (single-label tasks; jobs on fresh bases use softmax)
@@ -27,7 +27,7 @@ export async function main(argv: string[]): Promise<number> {
     'targets', 'eval', 'threads', 'eval-steps', 'max-words',
     'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'full-label-ratio', 'selection',
     'metric-samples', 'warmup-ratio', 'precision', 'classification-loss',
-    'ema-decay'];
+    'ema-decay', 'rare-word-dropout'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   options['classifier-prior-init'] = { type: 'boolean' };
@@ -69,7 +69,8 @@ export async function main(argv: string[]): Promise<number> {
   const encoderOnly = {
     encoder_learning_rate: num('encoder-lr'), max_words: num('max-words'), max_minutes: maxMin,
     hidden_dropout: num('hidden-dropout'), attention_dropout: num('attention-dropout'),
-    word_dropout: num('word-dropout'), negative_labels: num('negative-labels'),
+    word_dropout: num('word-dropout'), rare_word_dropout: num('rare-word-dropout'),
+    negative_labels: num('negative-labels'),
     full_label_ratio: num('full-label-ratio'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),
     classifier_prior_init: v['classifier-prior-init'] === true ? true : undefined,

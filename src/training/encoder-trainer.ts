@@ -10,7 +10,8 @@ import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
 import {
-  classLabels, collate, dropWords, entityLabels, featurize, recordsToExamples, sampleNegativeLabels, shuffleLabels,
+  classLabels, collate, dropWords, entityLabels, featurize, rareWordDropout, recordsToExamples, sampleNegativeLabels,
+  shuffleLabels,
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
 import { InitRng } from './encoder/init.ts';
@@ -40,6 +41,8 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   attention_dropout?: number;
   /** probability that a text word's pieces are replaced by [UNK] during training; default 0 */
   word_dropout?: number;
+  /** the same for the words seen once in the training texts (singletons), if higher than word_dropout; default 0 */
+  rare_word_dropout?: number;
   /** classification: negative labels sampled per example and step (all true labels + k); 0 = every label.
    *  Default 16 (DEFAULT_NEGATIVE_LABELS). Served models are asked with the full label set. */
   negative_labels?: number;
@@ -284,8 +287,11 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const dropH = dropoutRate(config.hidden_dropout, 'hidden_dropout');
   const dropA = dropoutRate(config.attention_dropout, 'attention_dropout');
   const dropW = dropoutRate(config.word_dropout, 'word_dropout');
+  const dropRare = dropoutRate(config.rare_word_dropout, 'rare_word_dropout');
   const unk = L.tok.tokenToId('[UNK]');
-  if (dropW > 0 && unk === null) throw new TrainingConfigError('word_dropout needs a tokenizer with an [UNK] token');
+  if ((dropW > 0 || dropRare > 0) && unk === null)
+    throw new TrainingConfigError('word dropout needs a tokenizer with an [UNK] token');
+  const wordDrop = dropRare > dropW ? rareWordDropout(trainEx.map((e) => e.text), dropW, dropRare) : dropW;
   const selection = config.selection_metric ?? 'task';
   if (selection !== 'task' && selection !== 'loss')
     throw new TrainingConfigError('selection_metric must be task or loss');
@@ -307,13 +313,14 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, negative_labels: negK, full_label_ratio: fullRatio, selection_metric: selection,
+    word_dropout: dropW, rare_word_dropout: dropRare, negative_labels: negK, full_label_ratio: fullRatio, selection_metric: selection,
     max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
   const averaged = emaDecay ? `; weights averaged (EMA ${emaDecay})` : '';
-  log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}; `
+  const rareW = dropRare > dropW ? ` (seen once: ${dropRare})` : '';
+  log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}${rareW}; `
     + `negative labels ${negK || 'all'}${full}; selection by ${by}; schedule ${sched} over ${over}${averaged}`);
   mkdirSync(config.output_dir, { recursive: true });
   const trainData = typeof config.train_data === 'string' ? config.train_data : `${all.length} records`;
@@ -348,7 +355,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       const featurized = await Promise.all(items.map((it) =>
         it.f ?? feat(everyLabel ? shuffleLabels(it.ex, rng) : sampleNegativeLabels(it.ex, negK, rng))));
       // words dropped in batch order once every example is featurized (featurize calls finish in any order)
-      const batch = dropW > 0 ? featurized.map((f) => dropWords(f, dropW, unk!, rng)) : featurized;
+      const batch = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
       const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };
       const r = await L.graph.step(collate(batch), opts);
       return { loss: r.loss, weight: items.length, tokens: batch.reduce((n, it) => n + it.f.ids.length, 0) };

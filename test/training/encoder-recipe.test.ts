@@ -8,7 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { DataRecord } from '../../src/training/data/formats.ts';
 import { initEncoder, InitRng } from '../../src/training/encoder/init.ts';
-import { dropWords, featurize, recordsToExamples, sampleNegativeLabels } from '../../src/training/encoder/examples.ts';
+import {
+  dropWords, featurize, rareWordDropout, recordsToExamples, sampleNegativeLabels,
+} from '../../src/training/encoder/examples.ts';
 import { trainEncoder } from '../../src/training/encoder-trainer.ts';
 import { evaluateClassification } from '../../src/training/evaluate.ts';
 import { CheckpointBook, lrFactorAt } from '../../src/training/common.ts';
@@ -114,6 +116,34 @@ t.test('word dropout replaces text words only', async (t) => {
     for (let p = f.f.wordPos[w]; p < f.f.wordEnd[w]; p++) t.equal(all.f.ids[p], unk);
   t.equal(dropWords(f, 0, unk, new InitRng(1)), f, 'p = 0: the same sample');
   t.not(all.f.ids, f.f.ids, 'a copy');
+});
+
+t.test('rare word dropout: the words seen once are dropped at their own rate', async (t) => {
+  const tok = new EncoderTokenizer(join(base, 'tokenizer.json'));
+  const unk = tok.tokenToId('[UNK]')!;
+  const texts = ['the river and the stone', 'the river bank'];
+  const pWord = rareWordDropout(texts, 0.1, 0.5);
+  t.equal(pWord('the'), 0.1, 'seen three times');
+  t.equal(pWord('river'), 0.1, 'seen twice');
+  t.equal(pWord('stone'), 0.5, 'seen once');
+  t.equal(pWord('tiger'), 0.5, 'never seen');
+  t.equal(rareWordDropout(texts, 0.1, 0.5, 2)('river'), 0.5, 'maxCount 2');
+  // dropped per word at its rate: over many draws, the singleton's share is near 0.5 and the frequent word's near 0.1
+  const ex = { kind: 'classification', text: 'the river and the stone', labels: [WORDS[0]], multiLabel: false };
+  const [e] = recordsToExamples([ex as DataRecord], [], WORDS.slice(0, 2));
+  const f = await featurize(tok, e, 8);
+  const first = f.f.prefix.length;
+  const at = (w: string) => f.f.wordPos[first + f.f.words.indexOf(w)];
+  const rng = new InitRng(9);
+  let stone = 0;
+  let river = 0;
+  for (let i = 0; i < 2000; i++) {
+    const d = dropWords(f, pWord, unk, rng);
+    stone += +(d.f.ids[at('stone')] === unk);
+    river += +(d.f.ids[at('river')] === unk);
+  }
+  t.ok(Math.abs(stone / 2000 - 0.5) < 0.05, `singleton dropped ${(stone / 20).toFixed(1)}%`);
+  t.ok(Math.abs(river / 2000 - 0.1) < 0.03, `frequent word dropped ${(river / 20).toFixed(1)}%`);
 });
 
 t.test('time-budget schedule: warm-up, then decay to 0 at the end of the budget', async (t) => {

@@ -16,7 +16,7 @@ import type { DataRecord } from '../data/formats.ts';
 import type { Schema } from '../../models/encoder/schema.ts';
 import { formatInput, type Formatted } from '../../models/encoder/format.ts';
 import type { EncoderTokenizer } from '../../models/encoder/tokenizer.ts';
-import { splitWords } from '../../models/encoder/words.ts';
+import { preprocessText, splitWords } from '../../models/encoder/words.ts';
 import type { WordFeatures } from '../../models/encoder/word-features.ts';
 import type { EncoderBatch } from '../native.ts';
 import { CLASSIFICATION_TASK, type ClassificationLoss } from './recipe.ts';
@@ -411,10 +411,25 @@ export function shuffleLabels(ex: EncoderExample, rng: Uniform): EncoderExample 
  * Word dropout: each word of the text (not the prompt, not the choice prefix) has all its pieces
  * replaced by `unkId` with probability p. Returns a copy; the targets are unchanged.
  */
-export function dropWords(it: Featurized, p: number, unkId: number, rng: Uniform): Featurized {
-  if (p <= 0) return it;
+export function dropWords(it: Featurized, p: number | WordDropout, unkId: number, rng: Uniform): Featurized {
+  if (typeof p === 'number' && p <= 0) return it;
   const ids = it.f.ids.slice();
-  for (let w = it.f.prefix.length; w < it.f.wordPos.length; w++)
-    if (rng.uniform() < p) ids.fill(unkId, it.f.wordPos[w], it.f.wordEnd[w]);
+  const first = it.f.prefix.length;
+  for (let w = first; w < it.f.wordPos.length; w++) {
+    const pw = typeof p === 'number' ? p : p(it.f.words[w - first]);
+    if (rng.uniform() < pw) ids.fill(unkId, it.f.wordPos[w], it.f.wordEnd[w]);
+  }
   return { f: { ...it.f, ids }, segs: it.segs };
+}
+
+/** The probability that a (lower-cased) text word is dropped. */
+export type WordDropout = (word: string) => number;
+
+/** Word dropout that drops the training data's rare words more often: a word seen at most `maxCount` times in
+ * `texts` with probability `rare`, any other with `p` (Lample et al. 2016 replace singletons with UNK at 0.5, so that
+ * the model learns what unknown words in context are: most of a dev split's names are unseen). */
+export function rareWordDropout(texts: string[], p: number, rare: number, maxCount = 1): WordDropout {
+  const counts = new Map<string, number>();
+  for (const t of texts) for (const w of splitWords(preprocessText(t)).tokens) counts.set(w, (counts.get(w) ?? 0) + 1);
+  return (w) => ((counts.get(w) ?? 0) <= maxCount ? Math.max(p, rare) : p);
 }
