@@ -2,6 +2,7 @@
 // implementations. The fast paths live in gemm_avx2.cc / gemm_avx512.cc.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -363,6 +364,32 @@ PackedWeight* weight_stack(const std::vector<PackedWeight*>& parts) {
   p->parts = parts;
   return p;
 }
+void* weight_gather(const std::vector<PackedWeight*>& ws) {
+  std::vector<PackedWeight*> leaves;  // the weights that hold data, in order
+  for (PackedWeight* w : ws) {
+    if (!w) continue;
+    if (w->parts.empty()) leaves.push_back(w);
+    for (PackedWeight* p : w->parts) leaves.push_back(p);
+  }
+  // each leaf's slot: its bytes and 64 more (the GEMM panels' allocation has them), in whole cache lines
+  auto slot = [](const PackedWeight* p) { return (p->bytes + 64 + 63) / 64 * 64; };
+  size_t total = 0;
+  for (const PackedWeight* p : leaves)
+    if (p->data) total += slot(p);
+  uint8_t* buf = static_cast<uint8_t*>(aligned_malloc(std::max<size_t>(total, 64)));
+  size_t off = 0;
+  for (PackedWeight* p : leaves) {
+    if (!p->data) continue;
+    std::memcpy(buf + off, p->data, p->bytes);
+    std::memset(buf + off + p->bytes, 0, slot(p) - p->bytes);
+    if (p->owns_data) aligned_free(p->data);
+    p->data = buf + off;
+    p->owns_data = false;
+    off += slot(p);
+  }
+  return buf;
+}
+
 int64_t weight_rows(const PackedWeight* p) { return p->N; }
 int64_t weight_cols(const PackedWeight* p) { return p->K; }
 size_t weight_bytes(const PackedWeight* p) { return p->bytes; }

@@ -30,10 +30,11 @@ struct PackedWeight {
   int nr = 0;
   void* data = nullptr;
   size_t bytes = 0;
+  bool owns_data = true;  // false once weight_gather moved data into its shared buffer
   // weight_stack: row blocks packed on their own (data == nullptr); W is their rows in order
   std::vector<PackedWeight*> parts;
   ~PackedWeight() {
-    aligned_free(data);
+    if (owns_data) aligned_free(data);
     for (PackedWeight* p : parts) delete p;
   }
   // W[n, k] as float (any layout; used by the portable fallback).

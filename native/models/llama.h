@@ -153,6 +153,7 @@ class Model {
   void* embed_ = nullptr;  // (V, D) aligned, F32 or BF16, or rows of Q* blocks
   bool embed_shared_ = false;  // tied and block-quantized: the table is lm_head_'s rows (embed_ is null)
   PackedWeight* lm_head_ = nullptr;
+  void* layer_weights_ = nullptr;  // the layers' weight data, gathered into one buffer by finalize (weight_gather)
   std::vector<float> norm_;
   std::vector<float> inv_freq_;  // (Dh/2) RoPE frequencies, scaling applied
   std::vector<Layer> layers_;

@@ -1,6 +1,7 @@
 // Bindings: CPU features, ISA switch, thread pool size, conversions.
 #include <atomic>
 #include <new>
+#include <vector>
 #include "loom/core.h"
 #include "napi_util.h"
 
@@ -74,6 +75,61 @@ Napi::Value PoolCheck(const Napi::CallbackInfo& info) {
       [ran](Napi::Env env) { return Napi::Number::New(env, ran->load()); });
 }
 
+// poolStress(regions, seed) → Promise<number>: on the libuv pool, as model calls do, runs `regions` short pool regions
+// of every kind (parallel_tasks, parallel_for, a static pool_run, pool_run_dynamic over a shared counter) over 1-300
+// items each, some items spinning a while so that shares overlap and arrive late; resolves with the number of items
+// that did not run exactly once (0). Several calls at once put regions from several OS threads on the pool.
+Napi::Value PoolStress(const Napi::CallbackInfo& info) {
+  const int64_t regions = int_arg(info[0], "regions");
+  const uint64_t seed = uint64_t(int_arg(info[1], "seed"));
+  auto bad = std::make_shared<std::atomic<int64_t>>(0);
+  return run_async(
+      info.Env(),
+      [bad, regions, seed]() {
+        uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+        auto rnd = [&s]() {  // xorshift64
+          s ^= s << 13;
+          s ^= s >> 7;
+          s ^= s << 17;
+          return s;
+        };
+        std::vector<std::atomic<int>> hits(300);
+        for (int64_t r = 0; r < regions; r++) {
+          const int64_t n = 1 + int64_t(rnd() % 300), spin = rnd() % 4 == 0 ? int64_t(rnd() % 2000) : 0;
+          for (int64_t i = 0; i < n; i++) hits[size_t(i)].store(0, std::memory_order_relaxed);
+          auto hit = [&](int64_t i) {
+            for (volatile int64_t k = 0; k < spin; k = k + 1) {
+            }
+            hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+          };
+          switch (rnd() % 4) {
+            case 0: parallel_tasks(n, hit); break;
+            case 1: {
+              const int64_t grain = 1 + int64_t(rnd() % 64);
+              parallel_for(n, grain, [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; i++) hit(i);
+              });
+              break;
+            }
+            case 2:  // static shares: tid takes items tid, tid + nth, ...
+              pool_run(threads_get(), [&](int tid, int nt) {
+                for (int64_t i = tid; i < n; i += nt) hit(i);
+              });
+              break;
+            default: {
+              std::atomic<int64_t> next{0};
+              pool_run_dynamic(threads_get(), [&](int, int) {
+                for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) hit(i);
+              });
+            }
+          }
+          for (int64_t i = 0; i < n; i++)
+            if (hits[size_t(i)].load(std::memory_order_relaxed) != 1) bad->fetch_add(1);
+        }
+      },
+      [bad](Napi::Env env) { return Napi::Number::New(env, double(bad->load())); });
+}
+
 // convertBf16ToF32(src: Uint16Array, dst: Float32Array)
 Napi::Value ConvertBf16ToF32(const Napi::CallbackInfo& info) {
   auto src = array_arg<uint16_t>(info[0], "src");
@@ -106,6 +162,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("getThreads", Napi::Function::New(env, GetThreads));
   exports.Set("setThreads", Napi::Function::New(env, SetThreads));
   exports.Set("poolCheck", Napi::Function::New(env, PoolCheck));
+  exports.Set("poolStress", Napi::Function::New(env, PoolStress));
   exports.Set("convertBf16ToF32", Napi::Function::New(env, ConvertBf16ToF32));
   exports.Set("convertF32ToBf16", Napi::Function::New(env, ConvertF32ToBf16));
   exports.Set("convertF16ToF32", Napi::Function::New(env, ConvertF16ToF32));

@@ -97,22 +97,35 @@ t.test('embeddings: mean-pooled final hidden states', async (t) => {
   t.ok(a.every(Number.isFinite));
 });
 
+// Steps through a running generation's events (one delta per decode step) until the scheduler holds `blocks` KV
+// blocks. A poll on a 1 ms timer could miss that window when steps are fast: the generation then ended, freed its
+// blocks, and the poll waited forever (the test hung at no CPU).
+async function untilBlocksUsed(m: Awaited<ReturnType<typeof loadDecoder>>, stream: AsyncIterable<{ type: string }>,
+  blocks: number): Promise<void> {
+  const it = stream[Symbol.asyncIterator]();  // never returned: that would cancel the generation
+  while (m.scheduler.stats().kvBlocksUsed < blocks) {
+    const r = await it.next();
+    if (r.done || r.value.type === 'final') throw new Error(`the generation ended before it held ${blocks} KV blocks`);
+  }
+}
+
 t.test('embeddings wait for KV blocks held by a running generation instead of failing', async (t) => {
   const m = await loadDecoder(join(shared, 'models/tinystories-656k'), { kv: { memory: '16MiB', blockSize: 16, maxBlocks: 12 } });
   const ids = model.tokenizer.encode('Once upon a time, there was a little girl named Lily. She loved to play outside with her dog in the big green park near her house.');
   t.ok(ids.length > 16 && ids.length <= 64, `${ids.length} tokens need ${Math.ceil(ids.length / 16)} blocks`);
   const idle = await m.embedIds(ids);
   // a generation that holds 11 of the 12 blocks by the time it ends
-  const gen = m.generate({ prompt_ids: Array.from({ length: 20 }, (_, i) => 10 + i), max_tokens: 150, temperature: 0, stop_at_eos: false }).result;
-  while (m.scheduler.stats().kvBlocksUsed < 12 - Math.ceil(ids.length / 16) + 1) await new Promise((r) => setTimeout(r, 1));
+  const s1 = m.generate({ prompt_ids: Array.from({ length: 20 }, (_, i) => 10 + i), max_tokens: 150, temperature: 0, stop_at_eos: false });
+  const gen = s1.result;
+  await untilBlocksUsed(m, s1, 12 - Math.ceil(ids.length / 16) + 1);
   t.ok(m.kv.available() < Math.ceil(ids.length / 16), `only ${m.kv.available()} blocks free when the embedding is asked for`);
   const [busy, done] = await Promise.all([m.embedIds(ids), gen]);
   t.equal(done.tokenIds.length, 150, 'the generation was not disturbed');
   t.same(Array.from(busy), Array.from(idle), 'same vector as with an idle cache');
   await t.rejects(m.embedIds(Array.from({ length: 200 }, () => 5)), { name: 'RequestTooLargeError' }, 'more than the whole cache');
   // a short wait limit gives OverloadedError (529) while blocks stay taken
-  const g2 = m.generate({ prompt_ids: Array.from({ length: 20 }, (_, i) => 10 + i), max_tokens: 150, temperature: 0, stop_at_eos: false }).result;
-  while (m.scheduler.stats().kvBlocksUsed < 12 - Math.ceil(ids.length / 16) + 1) await new Promise((r) => setTimeout(r, 1));
+  const s2 = m.generate({ prompt_ids: Array.from({ length: 20 }, (_, i) => 10 + i), max_tokens: 150, temperature: 0, stop_at_eos: false });
+  await untilBlocksUsed(m, s2, 12 - Math.ceil(ids.length / 16) + 1);
   await t.rejects(m.embedIds(ids, { waitMs: 0 }), { name: 'OverloadedError' });
-  await g2;
+  await s2.result;
 });

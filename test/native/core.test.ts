@@ -55,6 +55,24 @@ t.test('wrong argument types get a clear TypeError', async (t) => {
   t.throws(() => addon.convertBf16ToF32(new Uint16Array(4), new Float32Array(2)), /dst has 2 elements, needs 4/);
 });
 
+t.test('pool: thousands of short regions of every kind from several threads at once, each item run once', async (t) => {
+  // regions from 4 libuv threads at once (as a decode step beside an embedding), the pool resized while they run;
+  // a share skipped or run twice (pool_run_dynamic closes a worker's share that has not started) shows as a count
+  // other than 1, a lost hand-off as a hang (the test's timeout)
+  const prev = getThreads();
+  setThreads(Math.max(2, prev));
+  try {
+    const runs = Array.from({ length: 4 }, (_, i) => addon.poolStress(4000, i + 1));
+    for (const n of [3, 1, 2, 2]) {
+      await new Promise((r) => setTimeout(r, 20));
+      setThreads(n);
+    }
+    t.same(await Promise.all(runs), [0, 0, 0, 0], 'every item of every region ran exactly once');
+  } finally {
+    setThreads(prev);
+  }
+});
+
 t.test('a pool task that throws rejects the call; the process and the pool survive', async (t) => {
   const prev = getThreads();
   setThreads(Math.max(2, prev));

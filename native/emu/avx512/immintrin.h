@@ -141,3 +141,12 @@ static inline void loom_emu_mm512_mask_storeu_epi32(void* p, simde__mmask16 k, s
 // SIMDe 0.7.4 has _mm512_madd_epi16 itself but aliases the native name with four arguments (src, k, a, b)
 #undef _mm512_madd_epi16
 #define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
+
+static inline simde__mmask64 loom_emu_mm512_testn_epi8_mask(simde__m512i a, simde__m512i b) {
+  simde__m512i_private a_ = simde__m512i_to_private(a), b_ = simde__m512i_to_private(b);
+  simde__mmask64 r = 0;
+  for (int i = 0; i < 64; i++) r |= (simde__mmask64)((a_.i8[i] & b_.i8[i]) == 0) << i;
+  return r;
+}
+#undef _mm512_testn_epi8_mask
+#define _mm512_testn_epi8_mask(a, b) loom_emu_mm512_testn_epi8_mask(a, b)

@@ -47,7 +47,12 @@ bool isa_parse(const char* s, Isa* out);
 int threads_get();
 void threads_set(int n);  // n >= 1; resizes the pool
 void pool_run(int nth, const std::function<void(int tid, int nth)>& fn);
-// Splits [0, n) into contiguous chunks of at least `grain` items across the pool.
+// pool_run for shares that take their work from a shared counter until it runs out, so that any one share may do
+// all of it: a worker's share that has not started when the caller's returns is skipped instead of waited for (on
+// cores shared with other processes the worker is often not running when a region starts).
+void pool_run_dynamic(int nth, const std::function<void(int tid, int nth)>& fn);
+// Splits [0, n) into contiguous chunks of at least `grain` items across the pool (one chunk per thread, each taken by
+// whichever thread comes first: pool_run_dynamic).
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
 // Runs fn(i) for i in [0, n), each index once, handed out one at a time to whichever thread is free
 // (a shared counter): uneven tasks, or a thread the OS preempts, leave no share waiting on another.

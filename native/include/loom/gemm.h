@@ -69,6 +69,11 @@ void weight_free(PackedWeight* p);
 // One weight from row blocks of the same K packed separately (e.g. a fused q;k;v whose parts have different
 // block types): takes ownership of the parts; linear_packed runs each on its slice of y's columns.
 PackedWeight* weight_stack(const std::vector<PackedWeight*>& parts);
+// Moves the data of the weights (every part of a stacked one) into one new buffer, in the order given, and returns
+// it: the caller frees it with aligned_free once the weights are freed. A small model's matrices are a few hundred
+// KiB each, below aligned_malloc's huge-page size, so on their own they sit on 4 KiB pages (a TLB miss every 4 KiB of
+// a decode step's stream, where the hardware prefetcher also stops); one buffer for them all has huge pages.
+void* weight_gather(const std::vector<PackedWeight*>& ws);
 int64_t weight_rows(const PackedWeight* p);  // N
 int64_t weight_cols(const PackedWeight* p);  // K
 size_t weight_bytes(const PackedWeight* p);
