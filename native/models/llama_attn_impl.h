@@ -125,7 +125,10 @@ static void attn_decode_scores(const KvCache& kv, int64_t layer, const int32_t* 
   for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
     const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
     const KvT* kb = kv.k_at<KvT>(layer, table[bi], 0) + kvh * Dh;
-    if ((bi + 1) * bs < k1) kv_prefetch_block(kv.k_at<KvT>(layer, table[bi + 1], 0) + kvh * Dh, std::min(bs, k1 - (bi + 1) * bs), ld, Dh);
+    // keys two blocks ahead (one block of scores is shorter than a miss to memory; the first block also issues the
+    // second, and paged_attention the first one item ahead)
+    for (int64_t ba = bi == k0 / bs ? bi + 1 : bi + 2; ba <= bi + 2 && ba * bs < k1; ba++)
+      kv_prefetch_block(kv.k_at<KvT>(layer, table[ba], 0) + kvh * Dh, std::min(bs, k1 - ba * bs), ld, Dh);
     // this block's values, needed after the softmax: in flight while its keys are scored
     kv_prefetch_block(kv.v_at<KvT>(layer, table[bi], 0) + kvh * Dh + (j0 - bi * bs) * ld, j1 - j0, ld, Dh);
     for (int64_t j = j0; j < j1; j++) {
