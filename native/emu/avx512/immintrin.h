@@ -150,3 +150,7 @@ static inline simde__mmask64 loom_emu_mm512_testn_epi8_mask(simde__m512i a, simd
 }
 #undef _mm512_testn_epi8_mask
 #define _mm512_testn_epi8_mask(a, b) loom_emu_mm512_testn_epi8_mask(a, b)
+
+// SIMDe 0.7.4 has simde_mm512_shuffle_f32x4 but not its native alias
+#undef _mm512_shuffle_f32x4
+#define _mm512_shuffle_f32x4(a, b, imm8) simde_mm512_shuffle_f32x4(a, b, imm8)
