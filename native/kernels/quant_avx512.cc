@@ -28,6 +28,56 @@ static void gemv_q6_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const 
 #define LOOM_QUANT_ZMM 1   // quant_impl.h: one row of x through the 512-bit kernels here
 #include "quant_impl.h"
 #undef LOOM_QUANT_ZMM
+
+// Lane i of the result: op over the 16 lanes of v[i] (a transposing tree: 30 shuffles and 15 ops for 16 reductions,
+// where one reduction alone takes 8 of each)
+template <typename Op>
+static inline __m512 reduce16(const __m512* v, Op op) {
+  __m512 c[8], e[4], f[2];
+  for (int j = 0; j < 8; j++)  // per 128-bit lane: v[2j] over positions 0 | 2 and 1 | 3 at 0, 2; v[2j + 1]'s at 1, 3
+    c[j] = op(_mm512_unpacklo_ps(v[2 * j], v[2 * j + 1]), _mm512_unpackhi_ps(v[2 * j], v[2 * j + 1]));
+  for (int k = 0; k < 4; k++)  // per 128-bit lane: v[4k + p]'s partial at position p
+    e[k] = op(_mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0x44), _mm512_shuffle_ps(c[2 * k], c[2 * k + 1], 0xEE));
+  for (int h = 0; h < 2; h++)  // 128-bit lanes 0 | 1 and 2 | 3 of e[2h] and e[2h + 1] combined
+    f[h] = op(_mm512_shuffle_f32x4(e[2 * h], e[2 * h + 1], 0x88), _mm512_shuffle_f32x4(e[2 * h], e[2 * h + 1], 0xDD));
+  return op(_mm512_shuffle_f32x4(f[0], f[1], 0x88), _mm512_shuffle_f32x4(f[0], f[1], 0xDD));
+}
+
+// quant_impl.h's quant_act_q8_blocks (the same arithmetic, bit for bit: d = max|x| / 127, q = x · 127 / max|x|
+// rounded to nearest, ds = d·Σq) with 16 blocks' maxima and sums reduced together: the ymm kernel reduced each block
+// alone, and its scalar tail per block was most of its time (3 % of a 32-stream SmolLM2-135M step, on the caller)
+void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) {
+  constexpr int kNear = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const int64_t nb = K / kQ8Block;
+  const __m512 c127 = _mm512_set1_ps(127.0f), zero = _mm512_setzero_ps();
+  auto max_op = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
+  auto add_op = [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); };
+  int64_t b = 0;
+  for (; b + 16 <= nb; b += 16) {
+    const float* xb = x + b * kQ8Block;
+    __m512 m[16], s[16];
+    for (int i = 0; i < 16; i++) {
+      const __m512 x0 = _mm512_loadu_ps(xb + 32 * i), x1 = _mm512_loadu_ps(xb + 32 * i + 16);
+      m[i] = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+    }
+    const __m512 am = reduce16(m, max_op);  // lane i: block b + i
+    const __m512 db = _mm512_div_ps(am, c127);
+    const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(am, zero, _CMP_GT_OQ), c127, am);
+    for (int i = 0; i < 16; i++) {
+      const __m512 idi = _mm512_permutexvar_ps(_mm512_set1_epi32(i), id);
+      const __m512 r0 = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 32 * i), idi), kNear);
+      const __m512 r1 = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 32 * i + 16), idi), kNear);
+      int8_t* qb = q + (b + i) * kQ8Block;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r0)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r1)));
+      s[i] = _mm512_add_ps(r0, r1);  // integers: the f32 sums are exact (|Σq| <= 32·127)
+    }
+    _mm512_storeu_ps(d + b, db);
+    _mm512_storeu_ps(ds + b, _mm512_mul_ps(db, reduce16(s, add_op)));
+  }
+  // the last K/32 mod 16 blocks one at a time
+  quant_act_q8_blocks(nb - b, x + b * kQ8Block, q + b * kQ8Block, d + b, ds + b);
+}
 #undef LOOM_QUANT_VNNI
 
 // ---- one row of x (decode) against packed Q8_0x4 / Q5_0x4 groups in 512-bit vectors -------------------------

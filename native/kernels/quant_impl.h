@@ -52,9 +52,10 @@ static inline __m256i bits5_32(const uint8_t* p) {
   return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
 }
 
-void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) {
+// nb blocks of 32 values of x, one at a time (the AVX-512 build's quant_act_q8 takes 16 at a time, then this)
+static void quant_act_q8_blocks(int64_t nb, const float* x, int8_t* q, float* d, float* ds) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < K / kQ8Block; b++) {
+  for (int64_t b = 0; b < nb; b++) {
     const float* xb = x + b * kQ8Block;
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
@@ -81,6 +82,11 @@ void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) {
     ds[b] = db * float(sum);
   }
 }
+#if !LOOM_QUANT_ZMM
+void quant_act_q8(int64_t K, const float* x, int8_t* q, float* d, float* ds) {
+  quant_act_q8_blocks(K / kQ8Block, x, q, d, ds);
+}
+#endif
 
 // Q4_0: d·(q - 8) → d·d_x·Σq·q_x - 8·d·ds
 float vec_dot_q4_0_q8(int64_t K, const uint8_t* w, const int8_t* q, const float* d, const float* ds) {

@@ -106,8 +106,12 @@ static inline float vmax(vf v) {
 typedef uint16_t vh __attribute__((vector_size(VW * 2), aligned(2)));
 static inline vf kv_vload(const float* p) { return vload(p); }
 static inline vf kv_vload(const uint16_t* p) {
+#if defined(__AVX512F__)  // one vpmovzxwd from memory (the generic form compiled to two halves and an insert)
+  return (vf)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
+#else
   const vh h = *reinterpret_cast<const vh*>(p);
   return (vf)(__builtin_convertvector(h, vfi) << 16);
+#endif
 }
 
 static constexpr int64_t kHeadsPerPass = 4;
@@ -121,7 +125,12 @@ static void attn_decode_scores(const KvCache& kv, int64_t layer, const int32_t* 
   for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
     const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
     const KvT* kb = kv.k_at<KvT>(layer, table[bi], 0) + kvh * Dh;
-    if ((bi + 1) * bs < k1) kv_prefetch_block(kv.k_at<KvT>(layer, table[bi + 1], 0) + kvh * Dh, std::min(bs, k1 - (bi + 1) * bs), ld, Dh);
+    // keys two blocks ahead (one block of scores is shorter than a miss to memory; the first block also issues the
+    // second, and paged_attention the first one item ahead)
+    for (int64_t ba = bi == k0 / bs ? bi + 1 : bi + 2; ba <= bi + 2 && ba * bs < k1; ba++)
+      kv_prefetch_block(kv.k_at<KvT>(layer, table[ba], 0) + kvh * Dh, std::min(bs, k1 - ba * bs), ld, Dh);
+    // this block's values, needed after the softmax: in flight while its keys are scored
+    kv_prefetch_block(kv.v_at<KvT>(layer, table[bi], 0) + kvh * Dh + (j0 - bi * bs) * ld, j1 - j0, ld, Dh);
     for (int64_t j = j0; j < j1; j++) {
       const KvT* kp = kb + (j - bi * bs) * ld;
       vf acc[GN] = {};
@@ -149,7 +158,7 @@ static void attn_decode_values(const KvCache& kv, int64_t layer, const int32_t* 
     for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
       const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
       const KvT* vb = kv.v_at<KvT>(layer, table[bi], 0) + kvh * Dh + c * VW;
-      if (c == 0 && (bi + 1) * bs < k1)
+      if (c == 0 && (bi + 1) * bs < k1)  // (long ranges: the score pass's prefetch has left L2 by now)
         kv_prefetch_block(kv.v_at<KvT>(layer, table[bi + 1], 0) + kvh * Dh, std::min(bs, k1 - (bi + 1) * bs), ld, Dh);
       for (int64_t j = j0; j < j1; j++) {
         const KvT* vp = vb + (j - bi * bs) * ld;

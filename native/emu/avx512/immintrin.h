@@ -150,3 +150,16 @@ static inline simde__mmask64 loom_emu_mm512_testn_epi8_mask(simde__m512i a, simd
 }
 #undef _mm512_testn_epi8_mask
 #define _mm512_testn_epi8_mask(a, b) loom_emu_mm512_testn_epi8_mask(a, b)
+
+// SIMDe 0.7.4 has simde_mm512_shuffle_f32x4 but not its native alias
+#undef _mm512_shuffle_f32x4
+#define _mm512_shuffle_f32x4(a, b, imm8) simde_mm512_shuffle_f32x4(a, b, imm8)
+
+static inline simde__m256i loom_emu_mm512_cvtepi32_epi16(simde__m512i a) {  // truncating, as vpmovdw
+  simde__m512i_private a_ = simde__m512i_to_private(a);
+  simde__m256i_private r_;
+  for (int i = 0; i < 16; i++) r_.i16[i] = (int16_t)a_.i32[i];
+  return simde__m256i_from_private(r_);
+}
+#undef _mm512_cvtepi32_epi16
+#define _mm512_cvtepi32_epi16(a) loom_emu_mm512_cvtepi32_epi16(a)
