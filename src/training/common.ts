@@ -314,6 +314,15 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
     const e = { epoch, step, train_loss: lastTrain, val_loss: lastVal, val_metric: lastMetric, is_final: isFinal };
     return book.add(e, dir);
   };
+  // an evaluation and its checkpoint see the evaluated weights (evalWeights), training the trained ones
+  const withEvalWeights = async (fn: () => Promise<void>) => {
+    p.evalWeights?.enter();
+    try {
+      await fn();
+    } finally {
+      p.evalWeights?.leave();
+    }
+  };
   const maxMs = p.maxMs ?? 0;
   const elapsed = () => Date.now() - p.t0;
   outer: for (epoch = 1; epoch <= epochs; epoch++) {
@@ -359,13 +368,10 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
         const prevBest = book.bestLoss;
         const prevMetric = book.bestMetric;
         const isLast = step === totalSteps;
-        p.evalWeights?.enter();
-        try {
+        await withEvalWeights(async () => {
           lastVal = await p.evaluate();
           await save(isLast);
-        } finally {
-          p.evalWeights?.leave();
-        }
+        });
         const vl = lastVal !== null ? ` val_loss ${lastVal.toFixed(4)}` : '';
         const vm = lastMetric !== null ? ` val_metric ${(lastMetric as number).toFixed(4)}` : '';
         log(hooks, 'info', `epoch ${epoch} step ${step}/${totalSteps}: train_loss ${lastTrain.toFixed(4)}${vl}${vm} `
@@ -398,13 +404,10 @@ export async function runTrainingLoop<T>(p: TrainingLoop<T>): Promise<TrainResul
   epoch = Math.min(epoch, epochs);
   if (!book.events.some((e) => e.is_final)) {
     if (windowN) lastTrain = windowLoss / windowN;
-    p.evalWeights?.enter();
-    try {
+    await withEvalWeights(async () => {
       if (p.evalUntrainedOnAbort || stopped !== 'aborted' || step > 0) lastVal = await p.evaluate();
       await save(true);
-    } finally {
-      p.evalWeights?.leave();
-    }
+    });
   }
   const fin = book.events[book.events.length - 1];
   return {

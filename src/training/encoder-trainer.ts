@@ -313,8 +313,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, rare_word_dropout: dropRare, negative_labels: negK, full_label_ratio: fullRatio, selection_metric: selection,
-    max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
+    word_dropout: dropW, rare_word_dropout: dropRare, negative_labels: negK, full_label_ratio: fullRatio,
+    selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;

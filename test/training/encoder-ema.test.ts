@@ -76,7 +76,8 @@ t.test('a run with ema_decay trains the same weights and saves their average', a
   t.same(averaged.checkpoints.map((c) => c.train_loss), plain.checkpoints.map((c) => c.train_loss),
     'the training losses are the same: the average does not feed back into training');
   t.not(averaged.checkpoints.at(-1)!.val_loss, plain.checkpoints.at(-1)!.val_loss, 'the average is what is evaluated');
-  const last = (r: typeof plain) => toFloat32(SafetensorsCheckpoint.open(r.final_checkpoint).get('classifier.0.weight'));
+  const last = (r: typeof plain) =>
+    toFloat32(SafetensorsCheckpoint.open(r.final_checkpoint).get('classifier.0.weight'));
   const a = last(averaged);
   const p = last(plain);
   t.ok(a.some((x, i) => x !== p[i]), 'and what is saved');
