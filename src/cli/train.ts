@@ -19,6 +19,7 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--eval-steps N] [--classifier-prior-init] (a fresh classifier's bias starts at the label prior, as jobs on
   fresh bases do) [--classification-loss bce|softmax] (single-label tasks; jobs on fresh bases use softmax)
   [--ema-decay D] (evaluate and save a moving average of the weights)
+  [--mention-replacement P] (NER: swap each mention for another of its label from the data at this rate)
   [--precision auto|fp32|bf16] (matrix products in bf16 where the CPU has AVX512_BF16 and they are faster)`;
 
 export async function main(argv: string[]): Promise<number> {
@@ -27,7 +28,7 @@ export async function main(argv: string[]): Promise<number> {
     'targets', 'eval', 'threads', 'eval-steps', 'max-words',
     'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'full-label-ratio', 'selection',
     'metric-samples', 'warmup-ratio', 'precision', 'classification-loss',
-    'ema-decay', 'rare-word-dropout'];
+    'ema-decay', 'rare-word-dropout', 'mention-replacement'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   options['classifier-prior-init'] = { type: 'boolean' };
@@ -70,6 +71,7 @@ export async function main(argv: string[]): Promise<number> {
     encoder_learning_rate: num('encoder-lr'), max_words: num('max-words'), max_minutes: maxMin,
     hidden_dropout: num('hidden-dropout'), attention_dropout: num('attention-dropout'),
     word_dropout: num('word-dropout'), rare_word_dropout: num('rare-word-dropout'),
+    mention_replacement: num('mention-replacement'),
     negative_labels: num('negative-labels'),
     full_label_ratio: num('full-label-ratio'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),

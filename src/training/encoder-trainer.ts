@@ -14,6 +14,7 @@ import {
   shuffleLabels,
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
+import { mentionPool, replaceMentions } from './encoder/augment.ts';
 import { InitRng } from './encoder/init.ts';
 import { DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss } from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
@@ -43,6 +44,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   word_dropout?: number;
   /** the same for the words seen once in the training texts (singletons), if higher than word_dropout; default 0 */
   rare_word_dropout?: number;
+  /** NER: the probability that an entity mention of a training text is swapped, at each step, for another mention of
+   *  its label from the training data (src/training/encoder/augment.ts); default 0 */
+  mention_replacement?: number;
   /** classification: negative labels sampled per example and step (all true labels + k); 0 = every label.
    *  Default 16 (DEFAULT_NEGATIVE_LABELS). Served models are asked with the full label set. */
   negative_labels?: number;
@@ -288,6 +292,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const dropA = dropoutRate(config.attention_dropout, 'attention_dropout');
   const dropW = dropoutRate(config.word_dropout, 'word_dropout');
   const dropRare = dropoutRate(config.rare_word_dropout, 'rare_word_dropout');
+  const swapP = positiveNum(config.mention_replacement, 'mention_replacement', 0, true);
+  if (swapP > 1) throw new TrainingConfigError('mention_replacement must be between 0 and 1');
+  const pool = mentionPool(swapP > 0 ? trainEx : []);
   const unk = L.tok.tokenToId('[UNK]');
   if ((dropW > 0 || dropRare > 0) && unk === null)
     throw new TrainingConfigError('word dropout needs a tokenizer with an [UNK] token');
@@ -313,13 +320,13 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, rare_word_dropout: dropRare, negative_labels: negK, full_label_ratio: fullRatio,
+    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, negative_labels: negK, full_label_ratio: fullRatio,
     selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
   const averaged = emaDecay ? `; weights averaged (EMA ${emaDecay})` : '';
-  const rareW = dropRare > dropW ? ` (seen once: ${dropRare})` : '';
+  const rareW = (dropRare > dropW ? ` (seen once: ${dropRare})` : '') + (swapP ? `; mentions swapped ${swapP}` : '');
   log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}${rareW}; `
     + `negative labels ${negK || 'all'}${full}; selection by ${by}; schedule ${sched} over ${over}${averaged}`);
   mkdirSync(config.output_dir, { recursive: true });
@@ -352,8 +359,11 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       // per-step randomness (sampled labels, dropped words) from the step's seed: a run is reproducible
       const rng = new InitRng(o.seed ^ 0x51ed);
       const everyLabel = fullRatio > 0 && rng.uniform() < fullRatio; // the whole batch: one prompt length
-      const featurized = await Promise.all(items.map((it) =>
-        it.f ?? feat(everyLabel ? shuffleLabels(it.ex, rng) : sampleNegativeLabels(it.ex, negK, rng))));
+      const featurized = await Promise.all(items.map((it) => {
+        const ex = swapP > 0 ? replaceMentions(it.ex, pool, swapP, rng) : it.ex;
+        if (ex !== it.ex) return feat(ex);
+        return it.f ?? feat(everyLabel ? shuffleLabels(ex, rng) : sampleNegativeLabels(ex, negK, rng));
+      }));
       // words dropped in batch order once every example is featurized (featurize calls finish in any order)
       const batch = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
       const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };

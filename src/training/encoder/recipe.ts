@@ -82,6 +82,7 @@ export const ENCODER_RECIPE = {
   attention_dropout: 0,
   word_dropout: 0,
   rare_word_dropout: 0,
+  mention_replacement: 0,
   negative_labels: DEFAULT_NEGATIVE_LABELS,
   full_label_ratio: fullLabelRatio(false),
   selection_metric: 'task' as const,
