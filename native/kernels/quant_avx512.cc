@@ -297,13 +297,17 @@ static void gemv_q6_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const 
 // sq[j·Mp + m] = Σ q[m·K + 16j + l] (l < 16); Mp = M rounded up to 16. Per 16 rows and 64 values: the rows' 16
 // dwords loaded and transposed in registers (4 rounds of 16 vpermt2d), where a 16-lane gather per 4 values was
 // 1.9 % of gemm_lanes' samples (1.4 % this way; 32-stream SmolLM2-135M Q4_K_M step, 1 thread, serial on the caller)
-void quant_acts_lanes(QuantActs* a) {
+void quant_acts_lanes_size(QuantActs* a) {
   const int64_t M = a->M, K = a->K, nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
   a->xt.resize(size_t(K * Mp));
   a->xs.resize(size_t(K * Mp));
   a->dt.resize(size_t(nb * Mp));
   a->st.resize(size_t(nb * Mp));
   a->sq.resize(size_t(K / 16 * Mp));
+}
+
+void quant_acts_lanes(QuantActs* a, int64_t m0) {
+  const int64_t M = a->M, K = a->K, nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
   const __m512i flip = _mm512_set1_epi8(char(0x80)), ones = _mm512_set1_epi8(1);
   // round j of the transpose swaps bit j of the row and the dword index: rows i (bit j clear) and i + 2^j take
   // lo[c] = c's bit j ? row i + 2^j's c - 2^j : row i's c, and hi[c] = c's bit j ? row i + 2^j's c : row i's c + 2^j
@@ -318,46 +322,40 @@ void quant_acts_lanes(QuantActs* a) {
     lo[j] = _mm512_load_si512(l);
     hi[j] = _mm512_load_si512(h);
   }
-  for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
-    const int64_t rows = std::min<int64_t>(16, M - m0);
-    const int8_t* qm = a->q.data() + m0 * K;
-    for (int64_t c0 = 0; c0 < K; c0 += 64) {  // values c0 .. c0 + 63 (the last 32 where K is an odd multiple of 32)
-      const int ng = int(std::min<int64_t>(64, K - c0) / 4);  // groups of 4 values: 16, or 8
-      const __mmask16 live = __mmask16((1u << ng) - 1);
-      __m512i r[16];
+  const int64_t rows = std::min<int64_t>(16, M - m0);
+  const int8_t* qm = a->q.data() + m0 * K;
+  for (int64_t c0 = 0; c0 < K; c0 += 64) {  // values c0 .. c0 + 63 (the last 32 where K is an odd multiple of 32)
+    const int ng = int(std::min<int64_t>(64, K - c0) / 4);  // groups of 4 values: 16, or 8
+    const __mmask16 live = __mmask16((1u << ng) - 1);
+    __m512i r[16];  // the rows' dwords, loaded as floats (bits unchanged: the emulated build has no masked s32 load)
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; i++)
-        r[i] = i < rows ? _mm512_maskz_loadu_epi32(live, qm + i * K + c0) : _mm512_setzero_si512();
+    for (int i = 0; i < 16; i++)
+      r[i] = i < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(live, qm + i * K + c0)) : _mm512_setzero_si512();
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 4; j++)
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) {
-          if ((i >> j) & 1) continue;
-          const __m512i a0 = r[i], a1 = r[i + (1 << j)];
-          r[i] = _mm512_permutex2var_epi32(a0, lo[j], a1);
-          r[i + (1 << j)] = _mm512_permutex2var_epi32(a0, hi[j], a1);
-        }
-      // r[g]: lane m = row m0 + m's values c0 + 4g .. + 3, group c0/4 + g
-      for (int g = 0; g < ng; g += 4) {
-        __m512i s = _mm512_setzero_si512();
-        for (int u = g; u < g + 4; u++) {
-          const int64_t at = ((c0 / 4 + u) * Mp + m0) * 4;
-          _mm512_storeu_si512(a->xs.data() + at, r[u]);
-          _mm512_storeu_si512(a->xt.data() + at, _mm512_xor_si512(r[u], flip));
-          s = _mm512_dpbusd_epi32(s, ones, r[u]);
-        }
-        _mm512_storeu_si512(a->sq.data() + (c0 + 4 * g) / 16 * Mp + m0, s);
+      for (int i = 0; i < 16; i++) {
+        if ((i >> j) & 1) continue;
+        const __m512i a0 = r[i], a1 = r[i + (1 << j)];
+        r[i] = _mm512_permutex2var_epi32(a0, lo[j], a1);
+        r[i + (1 << j)] = _mm512_permutex2var_epi32(a0, hi[j], a1);
       }
+    // r[g]: lane m = row m0 + m's values c0 + 4g .. + 3, group c0/4 + g
+    for (int g = 0; g < ng; g += 4) {
+      __m512i s = _mm512_setzero_si512();
+      for (int u = g; u < g + 4; u++) {
+        const int64_t at = ((c0 / 4 + u) * Mp + m0) * 4;
+        _mm512_storeu_si512(a->xs.data() + at, r[u]);
+        _mm512_storeu_si512(a->xt.data() + at, _mm512_xor_si512(r[u], flip));
+        s = _mm512_dpbusd_epi32(s, ones, r[u]);
+      }
+      _mm512_storeu_si512(a->sq.data() + (c0 + 4 * g) / 16 * Mp + m0, s);
     }
   }
-  if (M < Mp) {
-    std::fill(a->dt.begin(), a->dt.end(), 0.0f);
-    std::fill(a->st.begin(), a->st.end(), 0.0f);
-  }
-  for (int64_t m = 0; m < M; m++)
+  for (int64_t m = m0; m < m0 + 16; m++)
     for (int64_t b = 0; b < nb; b++) {
-      a->dt[size_t(b * Mp + m)] = a->d[size_t(m * nb + b)];
-      a->st[size_t(b * Mp + m)] = a->ds[size_t(m * nb + b)];
+      a->dt[size_t(b * Mp + m)] = m < M ? a->d[size_t(m * nb + b)] : 0.0f;
+      a->st[size_t(b * Mp + m)] = m < M ? a->ds[size_t(m * nb + b)] : 0.0f;
     }
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 #include "loom/core.h"
@@ -77,6 +78,11 @@ struct QuantActs {
   std::vector<int32_t> sq;
 };
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a);
+// The same for rows that row(m) makes (filling x + m·ldx) on the pool, each quantized as soon as it is made (and each
+// vector of 16 rows laid out in the lanes once its last row is): the making and the quantization in one parallel
+// region
+void quant_acts_rows(int64_t M, int64_t K, const float* x, int64_t ldx, const std::function<void(int64_t)>& row,
+                     QuantActs* a);
 // y (a.M, N) = beta·y + x·Wᵀ (+ bias) from the quantized x, W (N, a.K) rows of blocks of type t.
 void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
                        int64_t ldy, float beta = 0.0f, bool packed = false);
