@@ -327,10 +327,10 @@ void quant_acts_lanes(QuantActs* a, int64_t m0) {
   for (int64_t c0 = 0; c0 < K; c0 += 64) {  // values c0 .. c0 + 63 (the last 32 where K is an odd multiple of 32)
     const int ng = int(std::min<int64_t>(64, K - c0) / 4);  // groups of 4 values: 16, or 8
     const __mmask16 live = __mmask16((1u << ng) - 1);
-    __m512i r[16];  // the rows' dwords, loaded as floats (bits unchanged: the emulated build has no masked s32 load)
+    __m512i r[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
-      r[i] = i < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(live, qm + i * K + c0)) : _mm512_setzero_si512();
+      r[i] = i < rows ? _mm512_maskz_loadu_epi32(live, qm + i * K + c0) : _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++)
 #pragma GCC unroll 16
@@ -505,26 +505,35 @@ static void lanes_unpack_q5_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, 
 template <bool kFive>
 static void lanes_unpack_qk4x4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
   constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
+  // byte 4j + r of each 128-bit half (sub-blocks j, j + 4 of the half) ← byte 8·(j/2) + 2r + j%2
+  const __m256i mn_order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                            0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
   for (int64_t i = 0; i < nb / 8; i++)
     for (int g = 0; g < G; g++) {
       const uint8_t* wb = w + g * rs + i * bytes;
       prefetch_span(wb, int(bytes));
       __m256i scv, mnv;
       q4_Kx4_scales(wb, &scv, &mnv);
-      alignas(32) uint8_t scb[32], mnb[32];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(scb), scv);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb), mnv);
-      float d[4], dmin[4];
-      for (int r = 0; r < 4; r++) d[r] = load_f16(wb + 2 * r), dmin[r] = load_f16(wb + 8 + 2 * r);
+      // the minimums in the scales' order (byte 4j + r), per 128-bit half: from byte 8·(j/2) + 2r + j%2
+      mnv = _mm256_shuffle_epi8(mnv, mn_order);
+      // ds[4j + r] = d_r·sc, ms[4j + r] = -dmin_r·m of sub-block j (4 sub-blocks per vector)
+      const __m512 d = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+      const __m512 nm = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_broadcast_f32x4(
+          _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 8)))));
+      alignas(64) float ds[32], ms[32];
+      for (int h = 0; h < 2; h++) {
+        const __m128i sh = h ? _mm256_extracti128_si256(scv, 1) : _mm256_castsi256_si128(scv);
+        const __m128i mh = h ? _mm256_extracti128_si256(mnv, 1) : _mm256_castsi256_si128(mnv);
+        _mm512_store_ps(ds + 16 * h, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sh))));
+        _mm512_store_ps(ms + 16 * h, _mm512_mul_ps(nm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mh))));
+      }
       for (int j = 0; j < 8; j++) {
         __m256i v[4];
         unpack_qk4x4<kFive>(wb, j, v);
         LaneBlock& lb = sc[(8 * i + j) * G + g];
         store_values(lb, v);
-        for (int r = 0; r < 4; r++) {
-          lb.d[r] = d[r] * float(scb[4 * j + r]);
-          lb.m[r] = -dmin[r] * float(mnb[8 * (j / 2) + 2 * r + j % 2]);
-        }
+        _mm_store_ps(lb.d, _mm_load_ps(ds + 4 * j));
+        _mm_store_ps(lb.m, _mm_load_ps(ms + 4 * j));
       }
     }
 }
@@ -535,18 +544,19 @@ static void lanes_unpack_q6_Kx4(int64_t nb, const uint8_t* w, size_t rs, int G, 
     for (int g = 0; g < G; g++) {
       const uint8_t* wb = w + g * rs + i * kQ6_Kx4Bytes;
       prefetch_span(wb, int(kQ6_Kx4Bytes));
-      float d[4];
-      for (int r = 0; r < 4; r++) d[r] = load_f16(wb + 2 * r);
-      const int8_t* scl = reinterpret_cast<const int8_t*>(wb + 8);  // row r's scale k at 8·(k/2) + 4·(k%2) + r
+      // row r's scale k at 8·(k/2) + 4·(k%2) + r: ds[8j .. 8j + 7] = d_r·scale is sub-block j's lb.d as it stands
+      const __m512 d = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+      alignas(64) float ds[64];
+      for (int q = 0; q < 4; q++) {
+        const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 8 + 16 * q));
+        _mm512_store_ps(ds + 16 * q, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8))));
+      }
       for (int j = 0; j < 8; j++) {
         __m256i v[4];
         unpack_q6_Kx4(wb + 72 + 96 * j, v);
         LaneBlock& lb = sc[(8 * i + j) * G + g];
         store_values(lb, v);
-        for (int r = 0; r < 4; r++) {
-          lb.d[r] = d[r] * float(scl[8 * j + r]);
-          lb.d[4 + r] = d[r] * float(scl[8 * j + 4 + r]);
-        }
+        _mm256_store_ps(lb.d, _mm256_load_ps(ds + 8 * j));
       }
     }
 }
