@@ -443,4 +443,19 @@ void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w
   LOOM_DISPATCH(linear_packed, M, x, ldx, w, bias, y, ldy, beta);
 }
 
+void linear_packed_rows(int64_t M, const std::function<void(int64_t)>& row, const float* x, int64_t ldx,
+                        const PackedWeight* w, const float* bias, float* y, int64_t ldy, float beta) {
+  if (M <= 0) return;
+  if (w->parts.empty() && w->nr == 0 && quant_supported(w->stored) && M <= kQuantSmallM && w->K % 32 == 0) {
+    thread_local QuantActs a;
+    quant_acts_rows(M, w->K, x, ldx, row, &a);
+    linear_quant_acts(w->stored, w->N, a, w->data, bias, y, ldy, beta, w->quant_packed);
+    return;
+  }
+  parallel_for(M, 1, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; m++) row(m);
+  });
+  linear_packed(M, x, ldx, w, bias, y, ldy, beta);
+}
+
 }  // namespace loom

@@ -2,8 +2,10 @@
 // reference kernels, one per weight type against the int8 activations. The SIMD kernels are written once
 // in quant_impl.h and compiled for AVX2 (quant_avx2.cc) and AVX-512 VNNI (quant_avx512.cc).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -713,30 +715,54 @@ bool quant_prefill_int8(DType t, bool packed) {
   return packed && quant_packs(t) && quant_isa() == 2 && lanes_min_m(t) > 0;
 }
 
-void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
+// a sized for M rows of K values (the lanes too where the kernels take them); the ISA's row quantizer, and whether
+// there are lanes to lay out
+static QuantActFn quant_acts_size(int64_t M, int64_t K, QuantActs* a, bool* lanes) {
   if (M < 0 || M > kQuantSmallM || K <= 0 || K % kQ8Block != 0)
     throw std::invalid_argument("quant_acts: M = " + std::to_string(M) + ", K = " + std::to_string(K) +
                                 " (M <= " + std::to_string(kQuantSmallM) + ", K a positive multiple of 32)");
   const int isa = quant_isa();
-  const QuantActFn act = isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
   const int64_t nb = K / kQ8Block;
   a->M = M;
   a->K = K;
   a->q.resize(size_t(M * K));
   a->d.resize(size_t(M * nb));
   a->ds.resize(size_t(M * nb));
-  for (int64_t m = 0; m < M; m++)
-    act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
   a->xt.clear();
+  a->xs.clear();
   a->dt.clear();
   a->st.clear();
-  if (isa == 2 && M >= kLanesMinM) {
-    const int64_t Mp = (M + 15) / 16 * 16;
-    a->xt.resize(size_t(K * Mp));
-    a->dt.resize(size_t(nb * Mp));
-    a->st.resize(size_t(nb * Mp));
-    avx512::quant_acts_lanes(M, K, a->q.data(), a->d.data(), a->ds.data(), a->xt.data(), a->dt.data(), a->st.data());
-  }
+  a->sq.clear();
+  *lanes = isa == 2 && M >= kLanesMinM;
+  if (*lanes) avx512::quant_acts_lanes_size(a);
+  return isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
+}
+
+void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
+  bool lanes;
+  const QuantActFn act = quant_acts_size(M, K, a, &lanes);
+  const int64_t nb = K / kQ8Block;
+  for (int64_t m = 0; m < M; m++)
+    act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
+  if (lanes)
+    for (int64_t m0 = 0; m0 < M; m0 += 16) avx512::quant_acts_lanes(a, m0);
+}
+
+void quant_acts_rows(int64_t M, int64_t K, const float* x, int64_t ldx, const std::function<void(int64_t)>& row,
+                     QuantActs* a) {
+  bool lanes;
+  const QuantActFn act = quant_acts_size(M, K, a, &lanes);
+  const int64_t nb = K / kQ8Block;
+  // rows in chunks over the pool; a vector of 16 rows goes into the lanes on the thread that quantizes its last row
+  std::atomic<int64_t> left[kQuantSmallM / 16];
+  for (int64_t g = 0; g < (M + 15) / 16; g++) left[g].store(std::min<int64_t>(16, M - 16 * g));
+  parallel_for(M, 2, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; m++) {
+      row(m);
+      act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
+      if (lanes && left[m / 16].fetch_sub(1, std::memory_order_acq_rel) == 1) avx512::quant_acts_lanes(a, m / 16 * 16);
+    }
+  });
 }
 
 void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
@@ -753,19 +779,6 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
   const int64_t nb = K / kQ8Block;
   const int8_t* qp = a.q.data();
   const float* dp = a.d.data();
-  // Q6_K's kernels take d·Σq per 16 values of x (M, K/16) where the others take ds: the packed ones take its offset
-  // of 32 from these once per super-block, against each 16 values' scale (the file-layout ones ignore them)
-  thread_local std::vector<float> d16;
-  bool any_q6 = false;
-  for (int p = 0; p < n_parts; p++) any_q6 = any_q6 || parts[p].t == DType::Q6_K;
-  if (any_q6) {
-    d16.resize(size_t(M * K / 16));
-    for (int64_t i = 0; i < M * K / 16; i++) {
-      int32_t sum = 0;
-      for (int l = 0; l < 16; l++) sum += qp[16 * i + l];
-      d16[size_t(i)] = dp[i / 2] * float(sum);
-    }
-  }
   // per part: its kernels, where its columns of y start, its spans (below) and the index of its first span
   struct Plan {
     const QuantPart* part;
@@ -805,13 +818,32 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
     pl.rs = packed ? 4 * pl.rb : pl.rb;
     // a packed type with a rows-in-lanes kernel, against enough rows of x on AVX-512 VNNI (quant_acts laid them out)
     pl.lanes = packed && isa == 2 && lanes_min_m(pt.t) && M >= lanes_min_m(pt.t) && !a.xt.empty();
-    pl.dsp = pt.t == DType::Q6_K ? d16.data() : a.ds.data();
+    pl.dsp = a.ds.data();
     pl.col0 = col;
     pl.span = std::max(kChunk, (pt.N + 8 * nth - 1) / (8 * nth) + kChunk - 1) / kChunk * kChunk;
     pl.task0 = tasks;
     if (pt.N > 0) tasks += (pt.N + pl.span - 1) / pl.span;
     col += pt.N;
     plans.push_back(pl);
+  }
+  // Q6_K's kernels but the lanes take d·Σq per 16 values of x (M, K/16) where the others take ds: the packed ones
+  // take its offset of 32 from these once per super-block, against each 16 values' scale (the file-layout ones
+  // ignore them). Only where a Q6_K part has columns outside the lanes kernels (32-stream SmolLM2-135M Q4_K_M step:
+  // 49,152 sums a Q6_K down projection, serial, for nothing)
+  thread_local std::vector<float> d16;
+  bool have_d16 = false;
+  for (Plan& pl : plans) {
+    if (pl.part->t != DType::Q6_K || (pl.lanes && pl.part->N % 4 == 0)) continue;
+    if (!have_d16) {
+      have_d16 = true;
+      d16.resize(size_t(M * K / 16));
+      for (int64_t i = 0; i < M * K / 16; i++) {
+        int32_t sum = 0;
+        for (int l = 0; l < 16; l++) sum += qp[16 * i + l];
+        d16[size_t(i)] = dp[i / 2] * float(sum);
+      }
+    }
+    pl.dsp = d16.data();
   }
   // groups of 4 or 8 rows of W (each group's blocks stay in L1 while every row of x passes), split over threads; the
   // kernels write chunks of kChunk columns into a local (M, kChunk) tile, copied out a row of y at a time. Written
@@ -833,8 +865,7 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
       const int64_t c1 = std::min(n1, c0 + kChunk);
       int64_t n = c0;
       if (pl.lanes && n + 4 <= c1) {
-        avx512::gemm_lanes(part.t, K, wb + size_t(n) * rb, rs, (c1 - n) / 4, M, a.xt.data(), a.dt.data(),
-                           a.st.data(), v, kChunk);
+        avx512::gemm_lanes(part.t, a, wb + size_t(n) * rb, rs, (c1 - n) / 4, v, kChunk);
         n += (c1 - n) / 4 * 4;
       }
       for (; pl.gemm8 && n + 8 <= c1; n += 8)

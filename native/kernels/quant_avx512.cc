@@ -282,73 +282,131 @@ static void gemv_q6_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const 
 // ---- packed groups against 6-32 rows of x in 512-bit lanes ------------------------------------------------
 // The kernels above put 4 rows of W in the lanes and broadcast 8 values of x: per row of x and block 4 broadcasts,
 // 8 sign fixes and 4 ymm vpdpbusd for 128 products (about 110 GMAC per CPU-second at 32 rows of x, a fifth of
-// this core's VNNI peak). Here the lanes are rows of x: 16 rows' 4 consecutive values per zmm (quant_acts_lanes,
-// as u8 x + 128), each 4 weight values broadcast from the packed block as vpdpbusd's signed memory operand, so
-// one instruction is 64 products with nothing around it; the + 128 comes off once per block and row of W as
-// 128·Σw (its 32 weights summed by vpdpbusd against ones), then one convert and two f32 products per block.
+// this core's VNNI peak). Here the lanes are rows of x: 16 rows' 4 consecutive values per zmm (quant_acts_lanes),
+// each 4 weight values broadcast from the block, so one instruction is 64 products with nothing around it. Q8_0's
+// signed weights are vpdpbusd's signed memory operand against x + 128 (u8), the + 128 taken off once per block and
+// row of W as 128·Σw (its 32 weights summed by vpdpbusd against ones). The other types' values are unsigned (Q5_0
+// 0-31, Q4_K 0-15, Q5_K 0-31, Q6_K 0-63, unpacked per tile without their offsets): they are the unsigned operand
+// against x as s8, and the offset (Q5_0 16, Q6_K 32 times Σx) is the integer sums' start, one vector per block and
+// vector of x rows (the Σx of quant_acts_lanes) instead of a Σw per block and row of W. Then one convert and two f32
+// products per block. 1 thread, 32 rows, GMAC per CPU-second, the + 128 for every type / this (3 pairs, load 9):
+// Q5_0 1536x576 308-312 / 313-314, Q4_K 576x1536 251-255 / 259-261, Q6_K 576x1536 228-231 / 245-249.
 
-// x as lanes: xt[((b·8 + g)·Mp + m)·4 + i] = q[m·K + 32b + 4g + i] + 128 (u8; rows m >= M: 128, x = 0),
-// dt[b·Mp + m] = d[m·nb + b], st[b·Mp + m] = ds[m·nb + b] (0 past M); Mp = M rounded up to 16
-void quant_acts_lanes(int64_t M, int64_t K, const int8_t* q, const float* d, const float* ds, uint8_t* xt, float* dt,
-                      float* st) {
-  const int64_t nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
-  const __m512i flip = _mm512_set1_epi8(char(0x80));
-  for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
-    const int64_t rows = std::min<int64_t>(16, M - m0);
-    const __mmask16 live = __mmask16((1u << rows) - 1);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(int(K)));
-    const int8_t* qm = q + m0 * K;
-    for (int64_t g = 0; g < K / 4; g++) {  // g = 8b + group of 4 values within the block
-      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, qm + 4 * g, 1);
-      _mm512_storeu_si512(xt + (g * Mp + m0) * 4, _mm512_xor_si512(v, flip));
+// x as lanes: xt[((b·8 + g)·Mp + m)·4 + i] = q[m·K + 32b + 4g + i] + 128 (u8; rows m >= M: 128, x = 0), xs the
+// same values as s8 (rows m >= M: 0), dt[b·Mp + m] = d[m·nb + b], st[b·Mp + m] = ds[m·nb + b] (0 past M),
+// sq[j·Mp + m] = Σ q[m·K + 16j + l] (l < 16); Mp = M rounded up to 16. Per 16 rows and 64 values: the rows' 16
+// dwords loaded and transposed in registers (4 rounds of 16 vpermt2d), where a 16-lane gather per 4 values was
+// 1.9 % of gemm_lanes' samples (1.4 % this way; 32-stream SmolLM2-135M Q4_K_M step, 1 thread, serial on the caller)
+void quant_acts_lanes_size(QuantActs* a) {
+  const int64_t M = a->M, K = a->K, nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
+  a->xt.resize(size_t(K * Mp));
+  a->xs.resize(size_t(K * Mp));
+  a->dt.resize(size_t(nb * Mp));
+  a->st.resize(size_t(nb * Mp));
+  a->sq.resize(size_t(K / 16 * Mp));
+}
+
+void quant_acts_lanes(QuantActs* a, int64_t m0) {
+  const int64_t M = a->M, K = a->K, nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
+  const __m512i flip = _mm512_set1_epi8(char(0x80)), ones = _mm512_set1_epi8(1);
+  // round j of the transpose swaps bit j of the row and the dword index: rows i (bit j clear) and i + 2^j take
+  // lo[c] = c's bit j ? row i + 2^j's c - 2^j : row i's c, and hi[c] = c's bit j ? row i + 2^j's c : row i's c + 2^j
+  __m512i lo[4], hi[4];
+  for (int j = 0; j < 4; j++) {
+    alignas(64) int32_t l[16], h[16];
+    for (int c = 0; c < 16; c++) {
+      const bool bit = (c >> j) & 1;
+      l[c] = bit ? 16 + c - (1 << j) : c;
+      h[c] = bit ? 16 + c : c + (1 << j);
+    }
+    lo[j] = _mm512_load_si512(l);
+    hi[j] = _mm512_load_si512(h);
+  }
+  const int64_t rows = std::min<int64_t>(16, M - m0);
+  const int8_t* qm = a->q.data() + m0 * K;
+  for (int64_t c0 = 0; c0 < K; c0 += 64) {  // values c0 .. c0 + 63 (the last 32 where K is an odd multiple of 32)
+    const int ng = int(std::min<int64_t>(64, K - c0) / 4);  // groups of 4 values: 16, or 8
+    const __mmask16 live = __mmask16((1u << ng) - 1);
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+      r[i] = i < rows ? _mm512_maskz_loadu_epi32(live, qm + i * K + c0) : _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) {
+        if ((i >> j) & 1) continue;
+        const __m512i a0 = r[i], a1 = r[i + (1 << j)];
+        r[i] = _mm512_permutex2var_epi32(a0, lo[j], a1);
+        r[i + (1 << j)] = _mm512_permutex2var_epi32(a0, hi[j], a1);
+      }
+    // r[g]: lane m = row m0 + m's values c0 + 4g .. + 3, group c0/4 + g
+    for (int g = 0; g < ng; g += 4) {
+      __m512i s = _mm512_setzero_si512();
+      for (int u = g; u < g + 4; u++) {
+        const int64_t at = ((c0 / 4 + u) * Mp + m0) * 4;
+        _mm512_storeu_si512(a->xs.data() + at, r[u]);
+        _mm512_storeu_si512(a->xt.data() + at, _mm512_xor_si512(r[u], flip));
+        s = _mm512_dpbusd_epi32(s, ones, r[u]);
+      }
+      _mm512_storeu_si512(a->sq.data() + (c0 + 4 * g) / 16 * Mp + m0, s);
     }
   }
-  for (int64_t b = 0; b < nb; b++)
-    for (int64_t m = 0; m < Mp; m++) {
-      dt[b * Mp + m] = m < M ? d[m * nb + b] : 0.0f;
-      st[b * Mp + m] = m < M ? ds[m * nb + b] : 0.0f;
+  for (int64_t m = m0; m < m0 + 16; m++)
+    for (int64_t b = 0; b < nb; b++) {
+      a->dt[size_t(b * Mp + m)] = m < M ? a->d[size_t(m * nb + b)] : 0.0f;
+      a->st[size_t(b * Mp + m)] = m < M ? a->ds[size_t(m * nb + b)] : 0.0f;
     }
 }
 
 // A block of 4 rows of W as the lanes kernels read it when the stored type is not Q8_0 (unpacked once per tile):
-// the 4 rows' 32 values as s8 in Q8_0x4's chunk order (values 8c..8c+7 of row r at 32c + 8r), row r's scale d[r]
-// (Q6_K: d[r] for values 0-15, d[4 + r] for 16-31) and, for Q4_K / Q5_K, m[r] = -dmin·m_j (times d_x·Σq_x)
+// the 4 rows' 32 values as u8 without the type's offset, in Q8_0x4's chunk order (values 8c..8c+7 of row r at
+// 32c + 8r), row r's scale d[r] (Q6_K: d[r] for values 0-15, d[4 + r] for 16-31) and, for Q4_K / Q5_K,
+// m[r] = -dmin·m_j (times d_x·Σq_x)
 struct alignas(32) LaneBlock {
-  int8_t v[128];
+  uint8_t v[128];
   float d[8];
   float m[4];
   float pad[4];
 };
 
-// How a tile reads W: Q8_0 straight from the packed groups, else from the unpacked blocks: with one scale per row,
-// with minimums too (Q4_K, Q5_K), or with a scale per 16 values (Q6_K)
+// How a tile reads W: Q8_0 straight from the packed groups, else from the unpacked blocks: with one scale per row and
+// an offset of 16 (Q5_0), with minimums (Q4_K, Q5_K), or with a scale per 16 values and an offset of 32 (Q6_K)
 enum class LaneSrc { kQ8_0, kScale, kMin, kHalves };
 
-// 4·G rows of W × 16·V rows of x (the lanes at xt, dt, st): out[n·16V + m]. W: G packed Q8_0 groups at w (rs
-// bytes apart), or the unpacked blocks at sc (block b of group g at sc[b·G + g])
+// 4·G rows of W × 16·V rows of x (a's lanes, Mp rows): out[n·16V + m]. W: G packed Q8_0 groups at w (rs bytes
+// apart), or the unpacked blocks at sc (block b of group g at sc[b·G + g])
 template <int G, int V, LaneSrc kSrc>
-static inline void tile_lanes(int64_t nb, const uint8_t* w, size_t rs, const LaneBlock* sc, int64_t Mp,
-                              const uint8_t* xt, const float* dt, const float* st, float* out) {
+static inline void tile_lanes(int64_t nb, const uint8_t* w, size_t rs, const LaneBlock* sc, const QuantActs& a,
+                              int64_t Mp, float* out) {
   constexpr int R = 4 * G;
-  constexpr bool kHalves = kSrc == LaneSrc::kHalves;
+  constexpr bool kQ8 = kSrc == LaneSrc::kQ8_0, kHalves = kSrc == LaneSrc::kHalves;
+  constexpr int kOffShift = kSrc == LaneSrc::kScale ? 4 : 5;  // the offset 16 or 32 (kScale, kHalves)
+  const uint8_t* xl = kQ8 ? a.xt.data() : reinterpret_cast<const uint8_t*>(a.xs.data());
+  const float* dt = a.dt.data();
+  const float* st = a.st.data();
+  const int32_t* sq = a.sq.data();
   const __m512i ones = _mm512_set1_epi8(1);
   __m512 acc[V][R];
   for (int v = 0; v < V; v++)
     for (int n = 0; n < R; n++) acc[v][n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    // the values of group g in this block, and per row n of the tile 128·Σ of its 32 weights (lanes 2r, 2r + 1 of
-    // each 256-bit half hold row r's sums of 4; halves: the first 16 values' in corr[g][0][2r], the others' in
-    // corr[g][1][2r]) and its scale
-    const int8_t* vals[G];
-    alignas(64) int32_t corr[G][2][8];
+    // the values of group g in this block and its scales; Q8_0: per row n of the tile 128·Σ of its 32 weights (lanes
+    // 2r, 2r + 1 hold row r's sums of 4)
+    const uint8_t* vals[G];
+    alignas(64) int32_t corr[G][8];
     alignas(64) float dw[2][R], mw[R];
     for (int g = 0; g < G; g++) {
-      if (kSrc == LaneSrc::kQ8_0) {
+      if (kQ8) {
         const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
         prefetch_packed(wb);
-        vals[g] = reinterpret_cast<const int8_t*>(wb + 8);
+        vals[g] = wb + 8;
         _mm_store_ps(dw[0] + 4 * g, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(vals[g]));
+        const __m512i s = _mm512_dpbusd_epi32(s0, ones, _mm512_loadu_si512(vals[g] + 64));
+        __m256i t = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+        t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));  // row r's sum in lanes 2r and 2r + 1
+        _mm256_store_si256(reinterpret_cast<__m256i*>(corr[g]), _mm256_slli_epi32(t, 7));
       } else {
         const LaneBlock& lb = sc[b * G + g];
         vals[g] = lb.v;
@@ -356,36 +414,41 @@ static inline void tile_lanes(int64_t nb, const uint8_t* w, size_t rs, const Lan
         if (kHalves) _mm_store_ps(dw[1] + 4 * g, _mm_load_ps(lb.d + 4));
         if (kSrc == LaneSrc::kMin) _mm_store_ps(mw + 4 * g, _mm_load_ps(lb.m));
       }
-      const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(vals[g]));
-      const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(vals[g] + 64));
-      for (int h = 0; h < (kHalves ? 2 : 1); h++) {
-        const __m512i sh = kHalves ? (h ? s1 : s0) : _mm512_add_epi32(s0, s1);
-        __m256i t = _mm256_add_epi32(_mm512_castsi512_si256(sh), _mm512_extracti64x4_epi64(sh, 1));
-        t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));  // row r's sum in lanes 2r and 2r + 1
-        _mm256_store_si256(reinterpret_cast<__m256i*>(corr[g][h]), _mm256_slli_epi32(t, 7));
-      }
     }
     // the integer sums over values 4k..4k+3 for k in [k0, k1), then scaled into acc (halves: scale h of each row)
     auto part = [&](int k0, int k1, int h) {
+      // the sums' start: 0, or -offset·Σx over the values k0..k1 cover (block b, or its half h)
+      __m512i p0[V];
+      for (int v = 0; v < V; v++) {
+        if (kQ8 || kSrc == LaneSrc::kMin) {
+          p0[v] = _mm512_setzero_si512();
+          continue;
+        }
+        const int32_t* sv = sq + (2 * b + h) * Mp + 16 * v;
+        __m512i sx = _mm512_loadu_si512(sv);
+        if (!kHalves) sx = _mm512_add_epi32(sx, _mm512_loadu_si512(sv + Mp));
+        p0[v] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sx, kOffShift));
+      }
       __m512i p[V][R];
       for (int v = 0; v < V; v++)
-        for (int n = 0; n < R; n++) p[v][n] = _mm512_setzero_si512();
+        for (int n = 0; n < R; n++) p[v][n] = p0[v];
 #pragma GCC unroll 8
       for (int k = k0; k < k1; k++) {  // values 4k..4k+3 of the block: chunk k/2, half k%2 of each row's 8 bytes
         __m512i x[V];
-        for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xt + ((b * 8 + k) * Mp + 16 * v) * 4);
+        for (int v = 0; v < V; v++) x[v] = _mm512_loadu_si512(xl + ((b * 8 + k) * Mp + 16 * v) * 4);
         for (int n = 0; n < R; n++) {
           int32_t wv;
           std::memcpy(&wv, vals[n / 4] + 32 * (k / 2) + 8 * (n % 4) + 4 * (k % 2), 4);
           const __m512i wb = _mm512_set1_epi32(wv);
-          for (int v = 0; v < V; v++) p[v][n] = _mm512_dpbusd_epi32(p[v][n], x[v], wb);
+          for (int v = 0; v < V; v++)
+            p[v][n] = kQ8 ? _mm512_dpbusd_epi32(p[v][n], x[v], wb) : _mm512_dpbusd_epi32(p[v][n], wb, x[v]);
         }
       }
       for (int v = 0; v < V; v++) {
         const __m512 dx = _mm512_loadu_ps(dt + b * Mp + 16 * v);
         for (int n = 0; n < R; n++) {
-          const __m512i c = _mm512_set1_epi32(corr[n / 4][h][2 * (n % 4)]);
-          const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(p[v][n], c));
+          const __m512i pi = kQ8 ? _mm512_sub_epi32(p[v][n], _mm512_set1_epi32(corr[n / 4][2 * (n % 4)])) : p[v][n];
+          const __m512 f = _mm512_cvtepi32_ps(pi);
           acc[v][n] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dw[h][n])), f, acc[v][n]);
         }
       }
@@ -406,17 +469,15 @@ static inline void tile_lanes(int64_t nb, const uint8_t* w, size_t rs, const Lan
     for (int n = 0; n < R; n++) _mm512_storeu_ps(out + n * 16 * V + 16 * v, acc[v][n]);
 }
 
-static inline void store_values(LaneBlock& lb, const __m256i* v, __m256i off) {
-  for (int c = 0; c < 4; c++)
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lb.v + 32 * c), _mm256_sub_epi8(v[c], off));
+static inline void store_values(LaneBlock& lb, const __m256i* v) {
+  for (int c = 0; c < 4; c++) _mm256_store_si256(reinterpret_cast<__m256i*>(lb.v + 32 * c), v[c]);
 }
 
 // The packed blocks of G groups (rs bytes apart) → sc[b·G + g] (b < K/32)
-// Q5_0x4: the values - 16, d
-// in 512-bit vectors as gemv_q5_0x4_zmm unpacks them: the nibbles of chunks 0 | 2 and 1 | 3, 16 taken off where a
-// byte's 5th bit is clear (one masked subtract), the halves put in chunk order by one permute per pair (ymm: 4
-// vectors of or / and / shift and 4 subtracts a block; 32-stream SmolLM2-135M Q4_K_M step, 1 thread: 4.8 % of the
-// samples here)
+// Q5_0x4: the values (0-31), d
+// in 512-bit vectors as gemv_q5_0x4_zmm unpacks them: the nibbles of chunks 0 | 2 and 1 | 3, 16 added where a
+// byte's 5th bit is set (one masked add), the halves put in chunk order by one permute per pair (ymm: 4 vectors of
+// or / and / shift and 4 subtracts a block; 32-stream SmolLM2-135M Q4_K_M step, 1 thread: 4.8 % of the samples here)
 static void lanes_unpack_q5_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
   const __m512i lo4 = _mm512_set1_epi8(0x0F), b5 = _mm512_set1_epi8(0x10);
   const int64_t r = 0x0101010101010101;  // a byte in every byte of a 64-bit lane
@@ -431,8 +492,8 @@ static void lanes_unpack_q5_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, 
       const __m512i n = _mm512_loadu_si512(wb + 8);
       const __m512i h = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 72)));
       const __m512i vlo = _mm512_and_si512(n, lo4), vhi = _mm512_and_si512(_mm512_srli_epi16(n, 4), lo4);
-      const __m512i v02 = _mm512_mask_sub_epi8(vlo, _mm512_testn_epi8_mask(h, m02), vlo, b5);  // chunks 0 | 2
-      const __m512i v13 = _mm512_mask_sub_epi8(vhi, _mm512_testn_epi8_mask(h, m13), vhi, b5);  // chunks 1 | 3
+      const __m512i v02 = _mm512_mask_add_epi8(vlo, _mm512_test_epi8_mask(h, m02), vlo, b5);  // chunks 0 | 2
+      const __m512i v13 = _mm512_mask_add_epi8(vhi, _mm512_test_epi8_mask(h, m13), vhi, b5);  // chunks 1 | 3
       LaneBlock& lb = sc[b * G + g];
       _mm512_storeu_si512(lb.v, _mm512_permutex2var_epi64(v02, i01, v13));
       _mm512_storeu_si512(lb.v + 64, _mm512_permutex2var_epi64(v02, i23, v13));
@@ -444,50 +505,58 @@ static void lanes_unpack_q5_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, 
 template <bool kFive>
 static void lanes_unpack_qk4x4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
   constexpr int64_t bytes = kFive ? kQ5_Kx4Bytes : kQ4_Kx4Bytes;
-  const __m256i zero = _mm256_setzero_si256();
+  // byte 4j + r of each 128-bit half (sub-blocks j, j + 4 of the half) ← byte 8·(j/2) + 2r + j%2
+  const __m256i mn_order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                            0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
   for (int64_t i = 0; i < nb / 8; i++)
     for (int g = 0; g < G; g++) {
       const uint8_t* wb = w + g * rs + i * bytes;
       prefetch_span(wb, int(bytes));
       __m256i scv, mnv;
       q4_Kx4_scales(wb, &scv, &mnv);
-      alignas(32) uint8_t scb[32], mnb[32];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(scb), scv);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(mnb), mnv);
-      float d[4], dmin[4];
-      for (int r = 0; r < 4; r++) d[r] = load_f16(wb + 2 * r), dmin[r] = load_f16(wb + 8 + 2 * r);
+      // the minimums in the scales' order (byte 4j + r), per 128-bit half: from byte 8·(j/2) + 2r + j%2
+      mnv = _mm256_shuffle_epi8(mnv, mn_order);
+      // ds[4j + r] = d_r·sc, ms[4j + r] = -dmin_r·m of sub-block j (4 sub-blocks per vector)
+      const __m512 d = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+      const __m512 nm = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_broadcast_f32x4(
+          _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 8)))));
+      alignas(64) float ds[32], ms[32];
+      for (int h = 0; h < 2; h++) {
+        const __m128i sh = h ? _mm256_extracti128_si256(scv, 1) : _mm256_castsi256_si128(scv);
+        const __m128i mh = h ? _mm256_extracti128_si256(mnv, 1) : _mm256_castsi256_si128(mnv);
+        _mm512_store_ps(ds + 16 * h, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sh))));
+        _mm512_store_ps(ms + 16 * h, _mm512_mul_ps(nm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mh))));
+      }
       for (int j = 0; j < 8; j++) {
         __m256i v[4];
         unpack_qk4x4<kFive>(wb, j, v);
         LaneBlock& lb = sc[(8 * i + j) * G + g];
-        store_values(lb, v, zero);
-        for (int r = 0; r < 4; r++) {
-          lb.d[r] = d[r] * float(scb[4 * j + r]);
-          lb.m[r] = -dmin[r] * float(mnb[8 * (j / 2) + 2 * r + j % 2]);
-        }
+        store_values(lb, v);
+        _mm_store_ps(lb.d, _mm_load_ps(ds + 4 * j));
+        _mm_store_ps(lb.m, _mm_load_ps(ms + 4 * j));
       }
     }
 }
 
-// Q6_Kx4: sub-block j of super-block i is block 8i + j: the values - 32, d·scale for values 0-15 and 16-31
+// Q6_Kx4: sub-block j of super-block i is block 8i + j: the values (0-63), d·scale for values 0-15 and 16-31
 static void lanes_unpack_q6_Kx4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
-  const __m256i off = _mm256_set1_epi8(32);
   for (int64_t i = 0; i < nb / 8; i++)
     for (int g = 0; g < G; g++) {
       const uint8_t* wb = w + g * rs + i * kQ6_Kx4Bytes;
       prefetch_span(wb, int(kQ6_Kx4Bytes));
-      float d[4];
-      for (int r = 0; r < 4; r++) d[r] = load_f16(wb + 2 * r);
-      const int8_t* scl = reinterpret_cast<const int8_t*>(wb + 8);  // row r's scale k at 8·(k/2) + 4·(k%2) + r
+      // row r's scale k at 8·(k/2) + 4·(k%2) + r: ds[8j .. 8j + 7] = d_r·scale is sub-block j's lb.d as it stands
+      const __m512 d = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+      alignas(64) float ds[64];
+      for (int q = 0; q < 4; q++) {
+        const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 8 + 16 * q));
+        _mm512_store_ps(ds + 16 * q, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8))));
+      }
       for (int j = 0; j < 8; j++) {
         __m256i v[4];
         unpack_q6_Kx4(wb + 72 + 96 * j, v);
         LaneBlock& lb = sc[(8 * i + j) * G + g];
-        store_values(lb, v, off);
-        for (int r = 0; r < 4; r++) {
-          lb.d[r] = d[r] * float(scl[8 * j + r]);
-          lb.d[4 + r] = d[r] * float(scl[8 * j + 4 + r]);
-        }
+        store_values(lb, v);
+        _mm256_store_ps(lb.d, _mm256_load_ps(ds + 8 * j));
       }
     }
 }
@@ -495,30 +564,29 @@ static void lanes_unpack_q6_Kx4(int64_t nb, const uint8_t* w, size_t rs, int G, 
 // One tile of G groups (rs bytes apart) of type t at w against V vectors of x: the blocks unpacked into sc (not Q8_0,
 // which is read straight from its groups), multiplied into out (4G rows of W, 16V)
 template <int G, int V>
-static void lanes_tile(DType t, int64_t nb, const uint8_t* w, size_t rs, LaneBlock* sc, int64_t Mp, const uint8_t* xt,
-                       const float* dt, const float* st, float* out) {
+static void lanes_tile(DType t, int64_t nb, const uint8_t* w, size_t rs, LaneBlock* sc, const QuantActs& a, int64_t Mp,
+                       float* out) {
   switch (t) {
-    case DType::Q8_0: return tile_lanes<G, V, LaneSrc::kQ8_0>(nb, w, rs, nullptr, Mp, xt, dt, st, out);
+    case DType::Q8_0: return tile_lanes<G, V, LaneSrc::kQ8_0>(nb, w, rs, nullptr, a, Mp, out);
     case DType::Q5_0:
       lanes_unpack_q5_0x4(nb, w, rs, G, sc);
-      return tile_lanes<G, V, LaneSrc::kScale>(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+      return tile_lanes<G, V, LaneSrc::kScale>(nb, nullptr, rs, sc, a, Mp, out);
     case DType::Q4_K:
     case DType::Q5_K:
       if (t == DType::Q4_K) lanes_unpack_qk4x4<false>(nb, w, rs, G, sc);
       else lanes_unpack_qk4x4<true>(nb, w, rs, G, sc);
-      return tile_lanes<G, V, LaneSrc::kMin>(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+      return tile_lanes<G, V, LaneSrc::kMin>(nb, nullptr, rs, sc, a, Mp, out);
     case DType::Q6_K:
       lanes_unpack_q6_Kx4(nb, w, rs, G, sc);
-      return tile_lanes<G, V, LaneSrc::kHalves>(nb, nullptr, rs, sc, Mp, xt, dt, st, out);
+      return tile_lanes<G, V, LaneSrc::kHalves>(nb, nullptr, rs, sc, a, Mp, out);
     default: throw std::logic_error("gemm_lanes: no rows-in-lanes kernel for this type");
   }
 }
 
-// y[m·ldy + n] (m < M, n < 4·G) for the G packed groups of type t (Q8_0, Q5_0, Q4_K, Q5_K, Q6_K) at w (rs bytes
-// apart) and the lanes of M rows of x
-void gemm_lanes(DType t, int64_t K, const uint8_t* w, size_t rs, int64_t G, int64_t M, const uint8_t* xt,
-                const float* dt, const float* st, float* y, int64_t ldy) {
-  const int64_t nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
+// y[m·ldy + n] (m < a.M, n < 4·G) for the G packed groups of type t (Q8_0, Q5_0, Q4_K, Q5_K, Q6_K) at w (rs bytes
+// apart) and the lanes of a (quant_acts_lanes)
+void gemm_lanes(DType t, const QuantActs& a, const uint8_t* w, size_t rs, int64_t G, float* y, int64_t ldy) {
+  const int64_t M = a.M, nb = a.K / kQ8Block, Mp = (M + 15) / 16 * 16;
   alignas(64) float out[8 * 32];  // (up to 8 rows of W, Mp)
   thread_local std::vector<LaneBlock> scratch;
   if (t != DType::Q8_0 && scratch.size() < size_t(2 * nb)) scratch.resize(size_t(2 * nb));
@@ -550,17 +618,17 @@ void gemm_lanes(DType t, int64_t K, const uint8_t* w, size_t rs, int64_t G, int6
   int64_t g = 0;
   if (Mp == 16) {  // one vector of x: two groups per tile for 8 independent sums
     for (; g + 2 <= G; g += 2) {
-      lanes_tile<2, 1>(t, nb, w + g * rs, rs, sc, Mp, xt, dt, st, out);
+      lanes_tile<2, 1>(t, nb, w + g * rs, rs, sc, a, Mp, out);
       store(g, 2);
     }
     for (; g < G; g++) {
-      lanes_tile<1, 1>(t, nb, w + g * rs, rs, sc, Mp, xt, dt, st, out);
+      lanes_tile<1, 1>(t, nb, w + g * rs, rs, sc, a, Mp, out);
       store(g, 1);
     }
     return;
   }
   for (; g < G; g++) {
-    lanes_tile<1, 2>(t, nb, w + g * rs, rs, sc, Mp, xt, dt, st, out);
+    lanes_tile<1, 2>(t, nb, w + g * rs, rs, sc, a, Mp, out);
     store(g, 1);
   }
 }

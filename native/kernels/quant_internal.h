@@ -92,13 +92,12 @@ namespace portable { LOOM_QUANT_DECLS }
 namespace avx2 { LOOM_QUANT_DECLS }
 namespace avx512 {
 LOOM_QUANT_DECLS
-// AVX-512 VNNI only (quant_avx512.cc): M (2-32) quantized rows of x with the rows in 512-bit lanes, xt (K·Mp u8),
-// dt and st (K/32·Mp: d and ds), Mp = M rounded up to 16; and y[m·ldy + n] (n < 4G) of G packed groups (rs bytes
-// apart) of Q8_0, Q5_0, Q4_K, Q5_K or Q6_K against them
-void quant_acts_lanes(int64_t M, int64_t K, const int8_t* q, const float* d, const float* ds, uint8_t* xt, float* dt,
-                      float* st);
-void gemm_lanes(DType t, int64_t K, const uint8_t* w, size_t rs, int64_t G, int64_t M, const uint8_t* xt,
-                const float* dt, const float* st, float* y, int64_t ldy);
+// AVX-512 VNNI only (quant_avx512.cc): a's lanes sized for its M (2-32) rows (xt, xs, dt, st, sq; Mp = M rounded up to
+// 16), then the quantized rows m0 .. m0 + 15 (q, d, ds) laid out in them (m0 a multiple of 16); and y[m·ldy + n]
+// (n < 4G) of G packed groups (rs bytes apart) of Q8_0, Q5_0, Q4_K, Q5_K or Q6_K against them
+void quant_acts_lanes_size(QuantActs* a);
+void quant_acts_lanes(QuantActs* a, int64_t m0);
+void gemm_lanes(DType t, const QuantActs& a, const uint8_t* w, size_t rs, int64_t G, float* y, int64_t ldy);
 }  // namespace avx512
 #undef LOOM_QUANT_DECLS
 #undef LOOM_QUANT_DOTS

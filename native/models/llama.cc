@@ -560,10 +560,17 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
       apply_lora(b, int(l), m, off, 2, xn, D, gu, 2 * F);
     }
     const auto swiglu = ops_active().swiglu_fwd;  // act = silu(gate) · up, rows of gu = [gate | up]
-    parallel_for(T, std::max<int64_t>(1, 4096 / F), [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; t++) swiglu(F, gu + t * 2 * F, gu + t * 2 * F + F, act + t * F);
-    });
-    linear_packed(T, act, F, L.down, nullptr, x, D, 1.0f);  // x += act·Wdᵀ
+    if (T <= kQuantSmallM) {
+      // x += act·Wdᵀ, each row of act made and (block-quantized W) quantized in one parallel region: the
+      // quantization of the down projection's input (K = F) no longer runs alone on the caller
+      linear_packed_rows(T, [&](int64_t t) { swiglu(F, gu + t * 2 * F, gu + t * 2 * F + F, act + t * F); }, act, F,
+                         L.down, nullptr, x, D, 1.0f);
+    } else {
+      parallel_for(T, std::max<int64_t>(1, 4096 / F), [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; t++) swiglu(F, gu + t * 2 * F, gu + t * 2 * F + F, act + t * F);
+      });
+      linear_packed(T, act, F, L.down, nullptr, x, D, 1.0f);  // x += act·Wdᵀ
+    }
     if (any_lora) {
       const int m[1] = {kDown};
       const int64_t off[1] = {0};

@@ -18,6 +18,24 @@ static inline simde__m512i loom_emu_mm512_cvtepu16_epi32(simde__m256i a) {
 #undef _mm512_cvtepu16_epi32
 #define _mm512_cvtepu16_epi32(a) loom_emu_mm512_cvtepu16_epi32(a)
 
+static inline simde__m512i loom_emu_mm512_cvtepu8_epi32(simde__m128i a) {
+  simde__m128i_private a_ = simde__m128i_to_private(a);
+  simde__m512i_private r_;
+  for (int i = 0; i < 16; i++) r_.i32[i] = (int32_t)a_.u8[i];
+  return simde__m512i_from_private(r_);
+}
+#undef _mm512_cvtepu8_epi32
+#define _mm512_cvtepu8_epi32(a) loom_emu_mm512_cvtepu8_epi32(a)
+
+static inline simde__m512i loom_emu_mm512_cvtepi8_epi32(simde__m128i a) {
+  simde__m128i_private a_ = simde__m128i_to_private(a);
+  simde__m512i_private r_;
+  for (int i = 0; i < 16; i++) r_.i32[i] = (int32_t)a_.i8[i];
+  return simde__m512i_from_private(r_);
+}
+#undef _mm512_cvtepi8_epi32
+#define _mm512_cvtepi8_epi32(a) loom_emu_mm512_cvtepi8_epi32(a)
+
 static inline simde__m512 loom_emu_mm512_cvtph_ps(simde__m256i a) {
   simde__m256i_private a_ = simde__m256i_to_private(a);
   simde__m512_private r_;
@@ -57,6 +75,14 @@ static inline simde__m512 loom_emu_mm512_maskz_loadu_ps(simde__mmask16 k, const 
 }
 #undef _mm512_maskz_loadu_ps
 #define _mm512_maskz_loadu_ps(k, p) loom_emu_mm512_maskz_loadu_ps(k, p)
+
+static inline simde__m512i loom_emu_mm512_maskz_loadu_epi32(simde__mmask16 k, const void* p) {
+  simde__m512i_private r_;
+  for (int i = 0; i < 16; i++) r_.i32[i] = ((k >> i) & 1) ? ((const int32_t*)p)[i] : 0;
+  return simde__m512i_from_private(r_);
+}
+#undef _mm512_maskz_loadu_epi32
+#define _mm512_maskz_loadu_epi32(k, p) loom_emu_mm512_maskz_loadu_epi32(k, p)
 
 static inline simde__m512 loom_emu_mm512_mask_loadu_ps(simde__m512 src, simde__mmask16 k, const void* p) {
   simde__m512_private r_ = simde__m512_to_private(src);

@@ -7,6 +7,7 @@
 // bandwidth-bound GEMV path is used.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 #include "loom/core.h"
 
@@ -86,5 +87,10 @@ void weight_quant_rows(const PackedWeight* p, int64_t n0, int64_t n, float* dst)
 // y[M,N] = beta*y + x[M,K] · Wᵀ (+ bias)
 void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
                    int64_t ldy, float beta = 0.0f);
+// The same where row(m) makes x's row m (filling x + m·ldx) on the pool first: for a block-quantized W and a decode
+// step's rows each row is quantized as soon as it is made, in the same parallel region (quant_acts_rows), where
+// linear_packed quantizes x on the calling thread
+void linear_packed_rows(int64_t M, const std::function<void(int64_t)>& row, const float* x, int64_t ldx,
+                        const PackedWeight* w, const float* bias, float* y, int64_t ldy, float beta = 0.0f);
 
 }  // namespace loom

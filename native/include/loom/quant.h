@@ -19,6 +19,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 #include "loom/core.h"
@@ -69,11 +70,19 @@ struct QuantActs {
   std::vector<int8_t> q;     // (M, K)
   std::vector<float> d, ds;  // (M, K/32): scale, scale·Σq
   // AVX-512 VNNI and enough rows (else empty): the rows in 512-bit lanes for the packed kernels there, Mp = M
-  // rounded up to 16: xt (K/4, Mp, 4) the values + 128 as u8, dt and st (K/32, Mp) d and ds
+  // rounded up to 16: xt (K/4, Mp, 4) the values + 128 as u8 (against Q8_0's signed weights), xs the same as s8
+  // (against the unsigned values of the other types), dt and st (K/32, Mp) d and ds, sq (K/16, Mp) Σq per 16 values
   std::vector<uint8_t> xt;
+  std::vector<int8_t> xs;
   std::vector<float> dt, st;
+  std::vector<int32_t> sq;
 };
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a);
+// The same for rows that row(m) makes (filling x + m·ldx) on the pool, each quantized as soon as it is made (and each
+// vector of 16 rows laid out in the lanes once its last row is): the making and the quantization in one parallel
+// region
+void quant_acts_rows(int64_t M, int64_t K, const float* x, int64_t ldx, const std::function<void(int64_t)>& row,
+                     QuantActs* a);
 // y (a.M, N) = beta·y + x·Wᵀ (+ bias) from the quantized x, W (N, a.K) rows of blocks of type t.
 void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, const float* bias, float* y,
                        int64_t ldy, float beta = 0.0f, bool packed = false);
