@@ -235,6 +235,9 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
         r.Set("span", out->span);
         r.Set("count", out->count);
         r.Set("cls", out->cls);
+        auto lg = Napi::Float32Array::New(e, out->cls_logits.size());
+        std::copy(out->cls_logits.begin(), out->cls_logits.end(), lg.Data());
+        r.Set("clsLogits", lg);
         return r;
       });
 }

@@ -123,6 +123,8 @@ struct StepIn {
 };
 struct StepOut {
   double loss = 0, span = 0, count = 0, cls = 0;
+  // the classifier's logits, (Σ M of the classification segments,) in segment order (what cls_y holds targets for)
+  std::vector<float> cls_logits;
 };
 
 void step(Model& m, const StepIn& in, StepOut& out);

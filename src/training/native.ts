@@ -180,6 +180,8 @@ export interface EncoderLoss {
   span: number;
   count: number;
   cls: number;
+  /** the classifier's logits, the classification segments' in batch order (as clsY holds their targets) */
+  clsLogits?: Float32Array;
 }
 
 /** GLiNER2 head variants the training graph runs (the checkpoint's count_embed layer and token_pooling). */
