@@ -1131,7 +1131,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         for (int64_t r = 0; r < R; r++) {
           size_t at = size_t((i * K + k) * R + r);
           float yy = y[at];
-          if (!yy && in.drop_neg && neg_rng.uniform() < 0.5f) continue;
+          if (!yy && in.drop_neg && neg_rng.uniform() >= in.neg_keep) continue;
           float dz;
           ls += bce_logits(logits[at] + bb[size_t(r)], yy, &dz);
           if (bw) dlog[at] = dz * gs;

@@ -89,6 +89,7 @@ export interface TrainingJobRequest {
   rare_word_dropout?: number;
   mention_replacement?: number;
   hard_negatives?: number;
+  negative_span_keep?: number;
   negative_labels?: number;
   full_label_ratio?: number;
   classifier_prior_init?: boolean;
@@ -134,6 +135,7 @@ export const trainingJobRequestSchema = {
     rare_word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     mention_replacement: { type: 'number', minimum: 0, maximum: 1 },
     hard_negatives: { type: 'number', minimum: 0, maximum: 1 },
+    negative_span_keep: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
     negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     classifier_prior_init: { type: 'boolean' },
@@ -459,7 +461,7 @@ export function createTrainingJobsService(deps: {
         gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
         rare_word_dropout: c.rare_word_dropout, mention_replacement: c.mention_replacement,
-        hard_negatives: c.hard_negatives,
+        hard_negatives: c.hard_negatives, negative_span_keep: c.negative_span_keep,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
         max_minutes: c.max_minutes, precision: c.precision,
         classifier_prior_init: c.classifier_prior_init, classification_loss: c.classification_loss,
@@ -718,6 +720,7 @@ export function createTrainingJobsService(deps: {
           rare_word_dropout: body.rare_word_dropout ?? d.rare_word_dropout,
           mention_replacement: body.mention_replacement ?? d.mention_replacement,
           hard_negatives: body.hard_negatives ?? d.hard_negatives,
+          negative_span_keep: body.negative_span_keep ?? d.negative_span_keep,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           classifier_prior_init: type === 'full' && (body.classifier_prior_init ?? d.classifier_prior_init),
           classification_loss: body.classification_loss ?? d.classification_loss,

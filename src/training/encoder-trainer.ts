@@ -37,6 +37,8 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   entity_labels?: string[];
   /** drop each negative span with probability 0.5 during training (spec §5.4); default true */
   negative_dropping?: boolean;
+  /** with negative_dropping: the probability that a negative span enters the span loss; default 0.5 (GLiNER's) */
+  negative_span_keep?: number;
   /** DeBERTa hidden dropout inside the encoder during training (embeddings, attention and FFN outputs); default 0 */
   hidden_dropout?: number;
   /** dropout of the attention probabilities during training; default 0 */
@@ -270,6 +272,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, FIRST_DRAW);
   const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labelIsolation), true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
+  const negKeep = positiveNum(config.negative_span_keep, 'negative_span_keep', 0.5);
+  if (negKeep > 1) throw new TrainingConfigError('negative_span_keep must be in (0, 1]');
   const hardRatio = positiveNum(config.hard_negatives, 'hard_negatives', 0, true);
   if (hardRatio > 1) throw new TrainingConfigError('hard_negatives must be between 0 and 1');
   const hard = hardRatio > 0 && negK > 0 ? { confusion: new LabelConfusion(classes), ratio: hardRatio } : undefined;
@@ -327,7 +331,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, negative_labels: negK, hard_negatives: hardRatio, full_label_ratio: fullRatio,
+    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, full_label_ratio: fullRatio,
     selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
@@ -373,7 +377,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       }));
       // words dropped in batch order once every example is featurized (featurize calls finish in any order)
       const batch = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
-      const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };
+      const opts = {
+        dropNeg: config.negative_dropping ?? true, negKeep, hiddenDropout: dropH, attentionDropout: dropA, ...o,
+      };
       const r = await L.graph.step(collate(batch), opts);
       if (hard && r.clsLogits) observeConfusion(hard.confusion, items, batch, r.clsLogits);
       return { loss: r.loss, weight: items.length, tokens: batch.reduce((n, it) => n + it.f.ids.length, 0) };

@@ -84,6 +84,7 @@ export const ENCODER_RECIPE = {
   rare_word_dropout: 0,
   mention_replacement: 0,
   hard_negatives: 0,
+  negative_span_keep: 0.5,
   negative_labels: DEFAULT_NEGATIVE_LABELS,
   full_label_ratio: fullLabelRatio(false),
   selection_metric: 'task' as const,
