@@ -88,6 +88,7 @@ export interface TrainingJobRequest {
   word_dropout?: number;
   rare_word_dropout?: number;
   mention_replacement?: number;
+  mention_dropout?: number;
   hard_negatives?: number;
   negative_span_keep?: number;
   negative_labels?: number;
@@ -134,6 +135,7 @@ export const trainingJobRequestSchema = {
     word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     rare_word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     mention_replacement: { type: 'number', minimum: 0, maximum: 1 },
+    mention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     hard_negatives: { type: 'number', minimum: 0, maximum: 1 },
     negative_span_keep: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
     negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
@@ -461,6 +463,7 @@ export function createTrainingJobsService(deps: {
         gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
         rare_word_dropout: c.rare_word_dropout, mention_replacement: c.mention_replacement,
+        mention_dropout: c.mention_dropout,
         hard_negatives: c.hard_negatives, negative_span_keep: c.negative_span_keep,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
         max_minutes: c.max_minutes, precision: c.precision,
@@ -719,6 +722,7 @@ export function createTrainingJobsService(deps: {
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           rare_word_dropout: body.rare_word_dropout ?? d.rare_word_dropout,
           mention_replacement: body.mention_replacement ?? d.mention_replacement,
+          mention_dropout: body.mention_dropout ?? d.mention_dropout,
           hard_negatives: body.hard_negatives ?? d.hard_negatives,
           negative_span_keep: body.negative_span_keep ?? d.negative_span_keep,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,

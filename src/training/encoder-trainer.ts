@@ -14,7 +14,7 @@ import {
   shuffleLabels,
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
-import { mentionPool, replaceMentions } from './encoder/augment.ts';
+import { dropMentions, mentionPool, replaceMentions } from './encoder/augment.ts';
 import { LabelConfusion } from './encoder/hard-negatives.ts';
 import { InitRng } from './encoder/init.ts';
 import { CLASSIFICATION_TASK, DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss } from './encoder/recipe.ts';
@@ -50,6 +50,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   /** NER: the probability that an entity mention of a training text is swapped, at each step, for another mention of
    *  its label from the training data (src/training/encoder/augment.ts); default 0 */
   mention_replacement?: number;
+  /** NER: the probability that an entity mention's words are replaced by [UNK] at a step (their word features kept);
+   *  default 0 */
+  mention_dropout?: number;
   /** classification: the share of a single-label example's sampled negatives drawn by the labels it is confused with
    *  (the running logit margins of the training steps, src/training/encoder/hard-negatives.ts); default 0 */
   hard_negatives?: number;
@@ -306,8 +309,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const swapP = positiveNum(config.mention_replacement, 'mention_replacement', 0, true);
   if (swapP > 1) throw new TrainingConfigError('mention_replacement must be between 0 and 1');
   const pool = mentionPool(swapP > 0 ? trainEx : []);
+  const dropM = dropoutRate(config.mention_dropout, 'mention_dropout');
   const unk = L.tok.tokenToId('[UNK]');
-  if ((dropW > 0 || dropRare > 0) && unk === null)
+  if ((dropW > 0 || dropRare > 0 || dropM > 0) && unk === null)
     throw new TrainingConfigError('word dropout needs a tokenizer with an [UNK] token');
   const wordDrop = dropRare > dropW ? rareWordDropout(trainEx.map((e) => e.text), dropW, dropRare) : dropW;
   const selection = config.selection_metric ?? 'task';
@@ -331,13 +335,14 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, full_label_ratio: fullRatio,
+    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, mention_dropout: dropM, negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, full_label_ratio: fullRatio,
     selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
   const averaged = emaDecay ? `; weights averaged (EMA ${emaDecay})` : '';
-  const rareW = (dropRare > dropW ? ` (seen once: ${dropRare})` : '') + (swapP ? `; mentions swapped ${swapP}` : '');
+  const rareW = (dropRare > dropW ? ` (seen once: ${dropRare})` : '') + (swapP ? `; mentions swapped ${swapP}` : '')
+    + (dropM ? `; mentions dropped ${dropM}` : '');
   log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}${rareW}; `
     + `negative labels ${negK || 'all'}${full}; selection by ${by}; schedule ${sched} over ${over}${averaged}`);
   mkdirSync(config.output_dir, { recursive: true });
@@ -376,7 +381,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
         return it.f ?? feat(everyLabel ? shuffleLabels(ex, rng) : sampleNegativeLabels(ex, negK, rng, hard));
       }));
       // words dropped in batch order once every example is featurized (featurize calls finish in any order)
-      const batch = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
+      const dropped = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
+      const batch = dropM ? dropped.map((f) => dropMentions(f, dropM, unk!, rng)) : dropped;
       const opts = {
         dropNeg: config.negative_dropping ?? true, negKeep, hiddenDropout: dropH, attentionDropout: dropA, ...o,
       };

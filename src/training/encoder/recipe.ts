@@ -83,6 +83,7 @@ export const ENCODER_RECIPE = {
   word_dropout: 0,
   rare_word_dropout: 0,
   mention_replacement: 0,
+  mention_dropout: 0,
   hard_negatives: 0,
   negative_span_keep: 0.5,
   negative_labels: DEFAULT_NEGATIVE_LABELS,
