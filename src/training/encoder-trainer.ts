@@ -17,7 +17,9 @@ import {
 import { dropMentions, mentionPool, replaceMentions } from './encoder/augment.ts';
 import { LabelConfusion } from './encoder/hard-negatives.ts';
 import { InitRng } from './encoder/init.ts';
-import { CLASSIFICATION_TASK, DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss } from './encoder/recipe.ts';
+import {
+  CLASSIFICATION_TASK, DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss,
+} from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
 import { resolvePrecision, type Precision } from './precision.ts';
@@ -335,7 +337,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, mention_dropout: dropM, negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, full_label_ratio: fullRatio,
+    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, mention_dropout: dropM,
+    negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, full_label_ratio: fullRatio,
     selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
