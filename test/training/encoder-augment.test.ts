@@ -29,7 +29,8 @@ const RECORDS: DataRecord[] = [
 const labels = entityLabels(RECORDS);
 const examples = recordsToExamples(RECORDS, labels);
 const spans = (ex: (typeof examples)[number]) =>
-  [...ex.entities].flatMap(([l, ms]) => ms.map((m) => typeof m === 'string' ? '' : `${l}:${ex.text.slice(m.start, m.end)}`));
+  [...ex.entities].flatMap(([l, ms]) =>
+    ms.map((m) => (typeof m === 'string' ? '' : `${l}:${ex.text.slice(m.start, m.end)}`)));
 
 t.test('the pool holds each label\'s mentions once, as written', async (t) => {
   const pool = mentionPool([...examples, ...examples]);
@@ -108,7 +109,8 @@ t.test('mention dropout: the words of a dropped mention become [UNK], nothing el
   const words = it.f.words;
   const changed = words.flatMap((w, j) => {
     const [a, b] = [it.f.wordPos[P + j]!, it.f.wordEnd[P + j]!];
-    return all.f.ids.slice(a, b).every((id) => id === unk) && !it.f.ids.slice(a, b).every((id) => id === unk) ? [w] : [];
+    const unkOnly = (ids: Int32Array) => ids.slice(a, b).every((id) => id === unk);
+    return unkOnly(all.f.ids) && !unkOnly(it.f.ids) ? [w] : [];
   });
   t.same(changed, ['peter', 'blackburn', 'brussels'], 'both mentions\' words, and only they');
   t.same(all.segs, it.segs, 'the targets');

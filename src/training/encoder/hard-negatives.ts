@@ -50,7 +50,8 @@ export class LabelConfusion {
   pick(truth: string, negatives: string[], k: number, hard: number, rng: Uniform): string[] {
     const h = Math.min(k, Math.round(k * hard));
     // Gumbel top-h: key = margin + Gumbel noise; the h largest keys are a draw without replacement by exp(margin)
-    const keyed = negatives.map((l) => ({ l, key: this.marginOf(truth, l) - Math.log(-Math.log(rng.uniform() || 1e-12)) }));
+    const gumbel = () => -Math.log(-Math.log(rng.uniform() || 1e-12));
+    const keyed = negatives.map((l) => ({ l, key: this.marginOf(truth, l) + gumbel() }));
     keyed.sort((a, b) => b.key - a.key);
     const chosen = keyed.slice(0, h).map((x) => x.l);
     const rest = keyed.slice(h).map((x) => x.l);
