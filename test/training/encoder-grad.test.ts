@@ -115,8 +115,8 @@ t.test('LoRA: adapter tensors only (encoder and head Linear layers)', async (t) 
 // dB = s·dW'·Aᵀ, dA = s·Bᵀ·dW'. An exact check (no finite differences), at several adapter inits.
 t.test('LoRA: gradients equal the merged full graph\'s, through the chain rule', async (t) => {
   const targets = ['encoder.encoder.layer.0.attention.self.query_proj',
-    'encoder.encoder.layer.1.attention.self.key_proj', 'encoder.encoder.layer.0.attention.self.value_proj', 'encoder.encoder.layer.1.output.dense',
-    'span_rep.span_rep_layer.out_project.0', 'classifier.0', 'count_pred.2'];
+    'encoder.encoder.layer.1.attention.self.key_proj', 'encoder.encoder.layer.0.attention.self.value_proj',
+    'encoder.encoder.layer.1.output.dense', 'span_rep.span_rep_layer.out_project.0', 'classifier.0', 'count_pred.2'];
   const R = 2;
   const s = 4 / R;
   for (const seed of [2, 5, 11]) {
