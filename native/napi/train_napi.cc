@@ -212,6 +212,8 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   in->cls_y = get_vec<float>(b, "clsY", true);
   in->backward = get_bool(b, "backward", true);
   in->drop_neg = get_bool(b, "dropNeg", true);
+  in->neg_keep = float(get_num(b, "negKeep", 0.5));
+  if (!(in->neg_keep > 0 && in->neg_keep <= 1)) throw_range(env, "negKeep must be in (0, 1]");
   in->grad_scale = float(get_num(b, "gradScale", 1.0));
   in->hidden_dropout = float(get_num(b, "hiddenDropout", 0.0));
   in->attention_dropout = float(get_num(b, "attentionDropout", 0.0));
@@ -235,6 +237,9 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
         r.Set("span", out->span);
         r.Set("count", out->count);
         r.Set("cls", out->cls);
+        auto lg = Napi::Float32Array::New(e, out->cls_logits.size());
+        std::copy(out->cls_logits.begin(), out->cls_logits.end(), lg.Data());
+        r.Set("clsLogits", lg);
         return r;
       });
 }

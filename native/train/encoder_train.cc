@@ -1131,7 +1131,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         for (int64_t r = 0; r < R; r++) {
           size_t at = size_t((i * K + k) * R + r);
           float yy = y[at];
-          if (!yy && in.drop_neg && neg_rng.uniform() < 0.5f) continue;
+          if (!yy && in.drop_neg && neg_rng.uniform() >= in.neg_keep) continue;
           float dz;
           ls += bce_logits(logits[at] + bb[size_t(r)], yy, &dz);
           if (bw) dlog[at] = dz * gs;
@@ -1234,6 +1234,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         std::memcpy(x.data() + mm * D, hidden.data() + g.rows[size_t(1 + mm)] * D, size_t(D) * 4);
       Mlp2::Acts a;
       m.classifier.fwd(g.M, x.data(), lg.data(), &a, rp);
+      out.cls_logits.insert(out.cls_logits.end(), lg.begin(), lg.end());
       const float* y = in.cls_y.data() + cls_off;
       float ysum = 0;
       for (int64_t mm = 0; mm < g.M; mm++) ysum += y[mm];

@@ -19,7 +19,7 @@
 //   dropout (DeBERTa's StableDropout, inverted, only when p > 0): x0 = drop_h(x0); probs = drop_a(softmax(A));
 //     a_pre = drop_h(ctx·Woᵀ + bo) + x ; f_pre = drop_h(GELU(..)·Woutᵀ + bout) + a. Masks come from
 //     StepIn::seed alone (an Rng per use), so a forward without backward reproduces a training forward.
-//   losses (summed, §5.4): span BCE over valid spans (negatives dropped with p = 0.5 when drop_neg),
+//   losses (summed, §5.4): span BCE over valid spans (negatives kept with p = neg_keep, 0.5, when drop_neg),
 //     count CE on count_pred([P] row) for tasks with count_loss, classification BCE on classifier(markers)
 //     (or softmax cross-entropy over a segment's markers, Seg::softmax: single-label tasks).
 #pragma once
@@ -116,6 +116,7 @@ struct StepIn {
   std::vector<int32_t> pos;       // positives: 5-tuples (seg, t, m, i, k)
   std::vector<float> cls_y;       // concatenated multi-hot targets of the classification segments
   bool backward = true, drop_neg = true;
+  float neg_keep = 0.5f;           // with drop_neg: the probability that a negative span enters the span loss
   float grad_scale = 1.0f;
   float hidden_dropout = 0.0f;     // DeBERTa hidden_dropout_prob (embeddings, attention output, FFN output)
   float attention_dropout = 0.0f;  // DeBERTa attention_probs_dropout_prob (softmax probabilities)
@@ -123,6 +124,8 @@ struct StepIn {
 };
 struct StepOut {
   double loss = 0, span = 0, count = 0, cls = 0;
+  // the classifier's logits, (Σ M of the classification segments,) in segment order (what cls_y holds targets for)
+  std::vector<float> cls_logits;
 };
 
 void step(Model& m, const StepIn& in, StepOut& out);

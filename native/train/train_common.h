@@ -18,16 +18,18 @@
 
 namespace loom::train {
 
-// Deterministic RNG (splitmix64): dropout masks and negative dropping are reproducible from a seed.
+// Deterministic RNG (splitmix64): dropout masks and negative dropping are reproducible from a seed. The seed goes
+// through the mixer first: splitmix64's state advances by a constant, so a state linear in the seed made the streams
+// of seeds s and s + 1 one sequence shifted by one draw (a training step's seed is the previous step's + 131).
 struct Rng {
   uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  explicit Rng(uint64_t seed) : s(mix(seed + 0x632BE59BD9B4E019ull)) {}
+  static uint64_t mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
+  uint64_t next() { return mix(s += 0x9E3779B97F4A7C15ull); }
   float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
 };
 

@@ -20,6 +20,9 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   fresh bases do) [--classification-loss bce|softmax] (single-label tasks; jobs on fresh bases use softmax)
   [--ema-decay D] (evaluate and save a moving average of the weights)
   [--mention-replacement P] (NER: swap each mention for another of its label from the data at this rate)
+  [--mention-dropout P] (NER: a mention's words replaced by [UNK] at this rate, their shape kept)
+  [--hard-negatives R] (classification: this share of the sampled negatives drawn by the labels confused with)
+  [--negative-span-keep P] (NER: the share of negative spans in the span loss, 0.5)
   [--precision auto|fp32|bf16] (matrix products in bf16 where the CPU has AVX512_BF16 and they are faster)`;
 
 export async function main(argv: string[]): Promise<number> {
@@ -28,7 +31,8 @@ export async function main(argv: string[]): Promise<number> {
     'targets', 'eval', 'threads', 'eval-steps', 'max-words',
     'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'full-label-ratio', 'selection',
     'metric-samples', 'warmup-ratio', 'precision', 'classification-loss',
-    'ema-decay', 'rare-word-dropout', 'mention-replacement'];
+    'ema-decay', 'rare-word-dropout', 'mention-replacement', 'mention-dropout', 'hard-negatives',
+    'negative-span-keep'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   options['classifier-prior-init'] = { type: 'boolean' };
@@ -71,7 +75,9 @@ export async function main(argv: string[]): Promise<number> {
     encoder_learning_rate: num('encoder-lr'), max_words: num('max-words'), max_minutes: maxMin,
     hidden_dropout: num('hidden-dropout'), attention_dropout: num('attention-dropout'),
     word_dropout: num('word-dropout'), rare_word_dropout: num('rare-word-dropout'),
-    mention_replacement: num('mention-replacement'),
+    mention_replacement: num('mention-replacement'), mention_dropout: num('mention-dropout'),
+    hard_negatives: num('hard-negatives'),
+    negative_span_keep: num('negative-span-keep'),
     negative_labels: num('negative-labels'),
     full_label_ratio: num('full-label-ratio'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),

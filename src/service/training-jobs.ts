@@ -88,6 +88,9 @@ export interface TrainingJobRequest {
   word_dropout?: number;
   rare_word_dropout?: number;
   mention_replacement?: number;
+  mention_dropout?: number;
+  hard_negatives?: number;
+  negative_span_keep?: number;
   negative_labels?: number;
   full_label_ratio?: number;
   classifier_prior_init?: boolean;
@@ -132,6 +135,9 @@ export const trainingJobRequestSchema = {
     word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     rare_word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     mention_replacement: { type: 'number', minimum: 0, maximum: 1 },
+    mention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
+    hard_negatives: { type: 'number', minimum: 0, maximum: 1 },
+    negative_span_keep: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
     negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     classifier_prior_init: { type: 'boolean' },
@@ -457,6 +463,8 @@ export function createTrainingJobsService(deps: {
         gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
         rare_word_dropout: c.rare_word_dropout, mention_replacement: c.mention_replacement,
+        mention_dropout: c.mention_dropout,
+        hard_negatives: c.hard_negatives, negative_span_keep: c.negative_span_keep,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
         max_minutes: c.max_minutes, precision: c.precision,
         classifier_prior_init: c.classifier_prior_init, classification_loss: c.classification_loss,
@@ -714,6 +722,9 @@ export function createTrainingJobsService(deps: {
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           rare_word_dropout: body.rare_word_dropout ?? d.rare_word_dropout,
           mention_replacement: body.mention_replacement ?? d.mention_replacement,
+          mention_dropout: body.mention_dropout ?? d.mention_dropout,
+          hard_negatives: body.hard_negatives ?? d.hard_negatives,
+          negative_span_keep: body.negative_span_keep ?? d.negative_span_keep,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           classifier_prior_init: type === 'full' && (body.classifier_prior_init ?? d.classifier_prior_init),
           classification_loss: body.classification_loss ?? d.classification_loss,

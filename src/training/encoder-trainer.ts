@@ -14,9 +14,12 @@ import {
   shuffleLabels,
   type EncoderExample, type Featurized,
 } from './encoder/examples.ts';
-import { mentionPool, replaceMentions } from './encoder/augment.ts';
+import { dropMentions, mentionPool, replaceMentions } from './encoder/augment.ts';
+import { LabelConfusion } from './encoder/hard-negatives.ts';
 import { InitRng } from './encoder/init.ts';
-import { DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss } from './encoder/recipe.ts';
+import {
+  CLASSIFICATION_TASK, DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss,
+} from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
 import { resolvePrecision, type Precision } from './precision.ts';
@@ -36,6 +39,8 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   entity_labels?: string[];
   /** drop each negative span with probability 0.5 during training (spec §5.4); default true */
   negative_dropping?: boolean;
+  /** with negative_dropping: the probability that a negative span enters the span loss; default 0.5 (GLiNER's) */
+  negative_span_keep?: number;
   /** DeBERTa hidden dropout inside the encoder during training (embeddings, attention and FFN outputs); default 0 */
   hidden_dropout?: number;
   /** dropout of the attention probabilities during training; default 0 */
@@ -47,6 +52,12 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   /** NER: the probability that an entity mention of a training text is swapped, at each step, for another mention of
    *  its label from the training data (src/training/encoder/augment.ts); default 0 */
   mention_replacement?: number;
+  /** NER: the probability that an entity mention's words are replaced by [UNK] at a step (their word features kept);
+   *  default 0 */
+  mention_dropout?: number;
+  /** classification: the share of a single-label example's sampled negatives drawn by the labels it is confused with
+   *  (the running logit margins of the training steps, src/training/encoder/hard-negatives.ts); default 0 */
+  hard_negatives?: number;
   /** classification: negative labels sampled per example and step (all true labels + k); 0 = every label.
    *  Default 16 (DEFAULT_NEGATIVE_LABELS). Served models are asked with the full label set. */
   negative_labels?: number;
@@ -266,6 +277,11 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, FIRST_DRAW);
   const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labelIsolation), true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
+  const negKeep = positiveNum(config.negative_span_keep, 'negative_span_keep', 0.5);
+  if (negKeep > 1) throw new TrainingConfigError('negative_span_keep must be in (0, 1]');
+  const hardRatio = positiveNum(config.hard_negatives, 'hard_negatives', 0, true);
+  if (hardRatio > 1) throw new TrainingConfigError('hard_negatives must be between 0 and 1');
+  const hard = hardRatio > 0 && negK > 0 ? { confusion: new LabelConfusion(classes), ratio: hardRatio } : undefined;
   const clsLoss = config.classification_loss ?? 'bce';
   if (clsLoss !== 'bce' && clsLoss !== 'softmax') {
     throw new TrainingConfigError('classification_loss must be bce or softmax');
@@ -295,8 +311,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const swapP = positiveNum(config.mention_replacement, 'mention_replacement', 0, true);
   if (swapP > 1) throw new TrainingConfigError('mention_replacement must be between 0 and 1');
   const pool = mentionPool(swapP > 0 ? trainEx : []);
+  const dropM = dropoutRate(config.mention_dropout, 'mention_dropout');
   const unk = L.tok.tokenToId('[UNK]');
-  if ((dropW > 0 || dropRare > 0) && unk === null)
+  if ((dropW > 0 || dropRare > 0 || dropM > 0) && unk === null)
     throw new TrainingConfigError('word dropout needs a tokenizer with an [UNK] token');
   const wordDrop = dropRare > dropW ? rareWordDropout(trainEx.map((e) => e.text), dropW, dropRare) : dropW;
   const selection = config.selection_metric ?? 'task';
@@ -320,13 +337,15 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, negative_labels: negK, full_label_ratio: fullRatio,
+    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, mention_dropout: dropM,
+    negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, full_label_ratio: fullRatio,
     selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
   const averaged = emaDecay ? `; weights averaged (EMA ${emaDecay})` : '';
-  const rareW = (dropRare > dropW ? ` (seen once: ${dropRare})` : '') + (swapP ? `; mentions swapped ${swapP}` : '');
+  const rareW = (dropRare > dropW ? ` (seen once: ${dropRare})` : '') + (swapP ? `; mentions swapped ${swapP}` : '')
+    + (dropM ? `; mentions dropped ${dropM}` : '');
   log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}${rareW}; `
     + `negative labels ${negK || 'all'}${full}; selection by ${by}; schedule ${sched} over ${over}${averaged}`);
   mkdirSync(config.output_dir, { recursive: true });
@@ -362,12 +381,16 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       const featurized = await Promise.all(items.map((it) => {
         const ex = swapP > 0 ? replaceMentions(it.ex, pool, swapP, rng) : it.ex;
         if (ex !== it.ex) return feat(ex);
-        return it.f ?? feat(everyLabel ? shuffleLabels(ex, rng) : sampleNegativeLabels(ex, negK, rng));
+        return it.f ?? feat(everyLabel ? shuffleLabels(ex, rng) : sampleNegativeLabels(ex, negK, rng, hard));
       }));
       // words dropped in batch order once every example is featurized (featurize calls finish in any order)
-      const batch = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
-      const opts = { dropNeg: config.negative_dropping ?? true, hiddenDropout: dropH, attentionDropout: dropA, ...o };
+      const dropped = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
+      const batch = dropM ? dropped.map((f) => dropMentions(f, dropM, unk!, rng)) : dropped;
+      const opts = {
+        dropNeg: config.negative_dropping ?? true, negKeep, hiddenDropout: dropH, attentionDropout: dropA, ...o,
+      };
       const r = await L.graph.step(collate(batch), opts);
+      if (hard && r.clsLogits) observeConfusion(hard.confusion, items, batch, r.clsLogits);
       return { loss: r.loss, weight: items.length, tokens: batch.reduce((n, it) => n + it.f.ids.length, 0) };
     },
     optimizerStep: (step, f) => L.graph.optimizerStep({
@@ -377,6 +400,23 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     evaluate,
     writeCheckpoint: (dir) => saveCheckpoint(config.base_model, dir, L),
     evalWeights: emaDecay ? emaWeights(L.graph) : undefined,
+  });
+}
+
+/** Feeds one step's classifier logits to the confusion: each single-label classification segment of the task the
+ * confusion ranks, its prompt's labels against its true one (segments in batch order, as the native step returns
+ * their logits). */
+function observeConfusion(confusion: LabelConfusion, items: TrainItem[], batch: Featurized[], logits: Float32Array) {
+  let at = 0;
+  batch.forEach((b, i) => {
+    for (const seg of b.f.segments) {
+      if (seg.kind !== 'classification') continue;
+      const M = seg.names.length;
+      const truth = items[i]!.ex.classes.get(seg.name) ?? [];
+      const single = seg.name === CLASSIFICATION_TASK && truth.length === 1;
+      if (single) confusion.observe(truth[0]!, seg.names, logits.subarray(at, at + M));
+      at += M;
+    }
   });
 }
 

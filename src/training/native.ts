@@ -166,6 +166,8 @@ export interface EncoderBatch {
 export interface EncoderStepOptions {
   backward?: boolean;
   dropNeg?: boolean;
+  /** with dropNeg: the probability that a negative span enters the span loss (GLiNER's 0.5 by default) */
+  negKeep?: number;
   gradScale?: number;
   /** negative dropping and dropout masks derive from it: the same seed gives the same masks */
   seed?: number;
@@ -180,6 +182,8 @@ export interface EncoderLoss {
   span: number;
   count: number;
   cls: number;
+  /** the classifier's logits, the classification segments' in batch order (as clsY holds their targets) */
+  clsLogits?: Float32Array;
 }
 
 /** GLiNER2 head variants the training graph runs (the checkpoint's count_embed layer and token_pooling). */
@@ -232,7 +236,8 @@ export class EncoderTrainGraph extends TrainGraph {
   }
   step(b: EncoderBatch, opts: EncoderStepOptions = {}): Promise<EncoderLoss> {
     return addon.encTrainStep(this.handle, {
-      ...b, backward: opts.backward ?? true, dropNeg: opts.dropNeg ?? true, gradScale: opts.gradScale ?? 1,
+      ...b, backward: opts.backward ?? true, dropNeg: opts.dropNeg ?? true, negKeep: opts.negKeep ?? 0.5,
+      gradScale: opts.gradScale ?? 1,
       seed: opts.seed ?? 0,
       hiddenDropout: opts.hiddenDropout ?? 0, attentionDropout: opts.attentionDropout ?? 0,
     });

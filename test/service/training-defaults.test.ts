@@ -86,7 +86,9 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   t.match(await configuration({ base_model: 'test/encoder', classification_loss: 'softmax' }),
     { classification_loss: 'softmax' });
   // weight averaging (EMA) is off unless a job asks for it
-  t.match(pre, { ema_decay: 0, rare_word_dropout: 0, mention_replacement: 0 });
+  t.match(pre, { ema_decay: 0, rare_word_dropout: 0, mention_replacement: 0, mention_dropout: 0, hard_negatives: 0,
+    negative_span_keep: 0.5 });
+  t.match(await configuration({ base_model: 'test/encoder', hard_negatives: 0.5 }), { hard_negatives: 0.5 });
   t.match(await configuration({ base_model: 'test/encoder', rare_word_dropout: 0.5 }), { rare_word_dropout: 0.5 });
   t.match(await configuration({ base_model: 'test/encoder', mention_replacement: 0.3 }), { mention_replacement: 0.3 });
   t.match(await configuration({ base_model: 'test/encoder', ema_decay: 0.999 }), { ema_decay: 0.999 });
@@ -112,7 +114,8 @@ t.test('recipe fields out of range are a 422', async (t) => {
   const bads = [{ hidden_dropout: 1 }, { word_dropout: -0.1 }, { negative_labels: 1.5 }, { selection_metric: 'f1' },
     { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }, { classifier_prior_init: 'yes' },
     { classification_loss: 'hinge' }, { ema_decay: 1 }, { ema_decay: -0.5 },
-    { rare_word_dropout: 1 }, { mention_replacement: 1.5 }];
+    { rare_word_dropout: 1 }, { mention_replacement: 1.5 }, { hard_negatives: -0.5 }, { negative_span_keep: 0 },
+    { mention_dropout: 1 }];
   for (const bad of bads) {
     const body = { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }], training_type: 'full', ...bad };
     const r = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body });

@@ -7,7 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { DataRecord } from '../../src/training/data/formats.ts';
 import { recordsToExamples, entityLabels } from '../../src/training/encoder/examples.ts';
-import { mentionPool, replaceable, replaceMentions } from '../../src/training/encoder/augment.ts';
+import { dropMentions, mentionPool, replaceable, replaceMentions } from '../../src/training/encoder/augment.ts';
+import { featurize } from '../../src/training/encoder/examples.ts';
+import { EncoderTokenizer } from '../../src/models/encoder/tokenizer.ts';
 import { InitRng, initEncoder } from '../../src/training/encoder/init.ts';
 import { trainEncoder } from '../../src/training/encoder-trainer.ts';
 import { TrainingConfigError } from '../../src/training/common.ts';
@@ -27,7 +29,8 @@ const RECORDS: DataRecord[] = [
 const labels = entityLabels(RECORDS);
 const examples = recordsToExamples(RECORDS, labels);
 const spans = (ex: (typeof examples)[number]) =>
-  [...ex.entities].flatMap(([l, ms]) => ms.map((m) => typeof m === 'string' ? '' : `${l}:${ex.text.slice(m.start, m.end)}`));
+  [...ex.entities].flatMap(([l, ms]) =>
+    ms.map((m) => (typeof m === 'string' ? '' : `${l}:${ex.text.slice(m.start, m.end)}`)));
 
 t.test('the pool holds each label\'s mentions once, as written', async (t) => {
   const pool = mentionPool([...examples, ...examples]);
@@ -90,4 +93,33 @@ t.test('the trainer takes mention_replacement and refuses values outside [0, 1]'
   await t.rejects(run(-0.1, 'b'), TrainingConfigError);
   const res = await run(0.5, 'c');
   t.ok(res.steps > 0 && Number.isFinite(res.train_loss), `${res.steps} steps, loss ${res.train_loss}`);
+});
+
+t.test('mention dropout: the words of a dropped mention become [UNK], nothing else changes', async (t) => {
+  const tmp = mkdtempSync(join(tmpdir(), 'loom-augment-'));
+  const base = join(tmp, 'base');
+  const cfg = { hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, intermediate_size: 64, vocab_size: 300 };
+  initEncoder(base, cfg, RECORDS.map((r) => ('text' in r ? r.text : '')), { seed: 1 });
+  const tok = new EncoderTokenizer(join(base, 'tokenizer.json'));
+  const unk = tok.tokenToId('[UNK]')!;
+  const it = await featurize(tok, examples[1]!, 8);
+  t.equal(dropMentions(it, 0, unk, new InitRng(1)), it, 'p = 0: the example itself');
+  const all = dropMentions(it, 1, unk, new InitRng(1));
+  const P = it.f.prefix.length;
+  const words = it.f.words;
+  const changed = words.flatMap((w, j) => {
+    const [a, b] = [it.f.wordPos[P + j]!, it.f.wordEnd[P + j]!];
+    const unkOnly = (ids: Int32Array) => ids.slice(a, b).every((id) => id === unk);
+    return unkOnly(all.f.ids) && !unkOnly(it.f.ids) ? [w] : [];
+  });
+  t.same(changed, ['peter', 'blackburn', 'brussels'], 'both mentions\' words, and only they');
+  t.same(all.segs, it.segs, 'the targets');
+  t.same(all.f.feats, it.f.feats, 'the word features');
+  const prompt = it.f.wordPos[P]!;
+  t.same([...all.f.ids.slice(0, prompt)], [...it.f.ids.slice(0, prompt)], 'the prompt');
+  let dropped = 0;
+  const rng = new InitRng(2);
+  for (let r = 0; r < 1000; r++) if (dropMentions(it, 0.25, unk, rng) !== it) dropped++;
+  const expect = 1 - 0.75 * 0.75;
+  t.ok(Math.abs(dropped / 1000 - expect) < 0.05, `${dropped} of 1000 with a mention dropped (about ${expect * 1000})`);
 });

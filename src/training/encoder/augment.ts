@@ -4,7 +4,7 @@
 // written with and has to read the context, not memorize the names (most of a dev split's names are unseen).
 // Only examples whose targets are entity mentions by character offset take part: relation and structure targets
 // point into the text by offsets or strings that a swap would break.
-import type { EncoderExample, Uniform } from './examples.ts';
+import type { EncoderExample, Featurized, Uniform } from './examples.ts';
 
 /** Per label, the distinct mention strings of the training texts (their original case). */
 export type MentionPool = Map<string, string[]>;
@@ -73,4 +73,25 @@ export function replaceMentions(ex: EncoderExample, pool: MentionPool, p: number
   });
   text += ex.text.slice(at);
   return { ...ex, text, entities };
+}
+
+/**
+ * Mention dropout: each entity mention of a featurized NER example has all the pieces of its words replaced by `unkId`
+ * with probability p, its word features (shape, suffix) kept, so the model learns to find a name it has no embedding
+ * for from its shape and its context (a third of CoNLL-2003's dev entities are names unseen in train). Returns a copy;
+ * the targets are unchanged.
+ */
+export function dropMentions(it: Featurized, p: number, unkId: number, rng: Uniform): Featurized {
+  if (p <= 0) return it;
+  let ids: Int32Array | null = null;
+  it.segs.forEach((s, si) => {
+    if (it.f.segments[si]?.kind !== 'entities') return;
+    for (let q = 0; q < s.pos.length; q += 4) {
+      if (rng.uniform() >= p) continue;
+      const [i, k] = [s.pos[q + 2]!, s.pos[q + 3]!];
+      ids ??= it.f.ids.slice();
+      for (let w = i; w <= i + k && w < it.f.wordPos.length; w++) ids.fill(unkId, it.f.wordPos[w], it.f.wordEnd[w]);
+    }
+  });
+  return ids ? { f: { ...it.f, ids }, segs: it.segs } : it;
 }

@@ -20,6 +20,7 @@ import { preprocessText, splitWords } from '../../models/encoder/words.ts';
 import type { WordFeatures } from '../../models/encoder/word-features.ts';
 import type { EncoderBatch } from '../native.ts';
 import { CLASSIFICATION_TASK, type ClassificationLoss } from './recipe.ts';
+import type { LabelConfusion } from './hard-negatives.ts';
 
 type Mention = { start: number; end: number } | string;
 /** one field value of a structure instance: mentions in the text, or choices (matched in the prefix) */
@@ -371,16 +372,22 @@ export interface Uniform {
  * The prompt, and so the step's cost, shrinks from every label to (positives + k); the model is
  * served with the full label set.
  */
-export function sampleNegativeLabels(ex: EncoderExample, k: number, rng: Uniform): EncoderExample {
+export function sampleNegativeLabels(
+  ex: EncoderExample, k: number, rng: Uniform, hard?: { confusion: LabelConfusion; ratio: number },
+): EncoderExample {
   if (!ex.schema.classifications.some((c) => c.labels.length > (ex.classes.get(c.task)?.length ?? 0) + k)) return ex;
   const classifications = ex.schema.classifications.map((c) => {
     const truth = new Set(ex.classes.get(c.task) ?? []);
     if (c.labels.length <= truth.size + k) return c;
     const neg = c.labels.filter((l) => !truth.has(l));
-    for (let i = 0; i < k; i++) {
-      const j = i + Math.floor(rng.uniform() * (neg.length - i));
-      [neg[i], neg[j]] = [neg[j], neg[i]];
-    }
+    // a single-label task of the confusion's label set: part of the negatives by the labels it is confused with
+    const mined = hard && hard.ratio > 0 && truth.size === 1 && !c.multiLabel && c.task === CLASSIFICATION_TASK;
+    if (mined) neg.splice(0, neg.length, ...hard.confusion.pick([...truth][0]!, neg, k, hard.ratio, rng));
+    else
+      for (let i = 0; i < k; i++) {
+        const j = i + Math.floor(rng.uniform() * (neg.length - i));
+        [neg[i], neg[j]] = [neg[j], neg[i]];
+      }
     const labels = [...c.labels.filter((l) => truth.has(l)), ...neg.slice(0, k)];
     for (let i = labels.length - 1; i > 0; i--) {
       const j = Math.floor(rng.uniform() * (i + 1));
