@@ -13,6 +13,9 @@
 #include "loom/quant.h"
 #include "quant_internal.h"
 #include "../formats/gguf_dequant.h"
+#if defined(__SSE2__)
+#include <immintrin.h>  // _mm_stream_ps (x86-64's baseline)
+#endif
 
 namespace loom {
 
@@ -771,6 +774,21 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
   linear_quant_acts_parts(a, &part, 1, y, ldy, beta);
 }
 
+// y[0 .. n) = v[0 .. n) by non-temporal stores (n a multiple of 4, y 16-byte aligned), and the fence that orders
+// them before later stores
+static inline void stream_floats(int64_t n, const float* v, float* y) {
+#if defined(__SSE2__)
+  for (int64_t c = 0; c < n; c += 4) _mm_stream_ps(y + c, _mm_loadu_ps(v + c));
+#else
+  std::memcpy(y, v, size_t(n) * sizeof(float));
+#endif
+}
+static inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_parts, float* y, int64_t ldy,
                              float beta) {
   const int64_t M = a.M, K = a.K;
@@ -869,9 +887,17 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
   // straight into y, each group stored 16 or 32 bytes into each of M rows of y ldy floats apart: with ldy a multiple
   // of 1024 (the logits of a 49,152-token vocabulary) those M lines share one L1 set and two L2 sets, and every
   // partial store missed (Q8_0 lm_head, M = 32, 1 thread: 41-52 ms where 6,144 rows took 2.5).
+  // a y far larger than the L2 (the lm_head's logits, 32 x 49,152: 6.3 MB) written past the caches, without
+  // reading its lines first
+#if defined(__SSE2__)
+  const bool stream = beta == 0.0f && n_parts == 1 && !parts[0].bias && M * ldy * 4 > (4 << 20);
+#else
+  const bool stream = false;
+#endif
   const Span* span_list = spans.data();  // the caller's (spans is thread_local: each thread names its own)
   parallel_tasks(int64_t(spans.size()), [&](int64_t task) {
     const Span sp = span_list[task];
+    bool streamed = false;
     const Plan& pl = plans[size_t(sp.p)];
     const QuantPart& part = *pl.part;
     const int64_t n1 = sp.c1;
@@ -908,12 +934,16 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
       for (int64_t m = 0; m < M; m++) {
         const float* vm = v + m * kChunk;
         float* ym = yp + m * ldy + c0;
-        if (!bc && beta == 0.0f) std::memcpy(ym, vm, size_t(nc) * sizeof(float));
+        if (stream && nc % 4 == 0 && (reinterpret_cast<uintptr_t>(ym) & 15) == 0) {
+          stream_floats(nc, vm, ym);
+          streamed = true;
+        } else if (!bc && beta == 0.0f) std::memcpy(ym, vm, size_t(nc) * sizeof(float));
         else if (!bc) for (int64_t c = 0; c < nc; c++) ym[c] = vm[c] + beta * ym[c];
         else if (beta == 0.0f) for (int64_t c = 0; c < nc; c++) ym[c] = vm[c] + bc[c];
         else for (int64_t c = 0; c < nc; c++) ym[c] = (vm[c] + bc[c]) + beta * ym[c];
       }
     }
+    if (streamed) stream_fence();  // the streaming stores before the region's end (the pool's release)
   });
 }
 
