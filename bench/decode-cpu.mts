@@ -54,9 +54,10 @@ console.log(`${gguf}: ${threads} thread(s), ISA ${getIsa()}`);
       sched.submit({
         prompt: prompt(i, V), maxTokens: n, cache: { mode: 'none' },
         handler: {
-          next: (l: Float32Array) => {
+          next: (l: Float32Array, _p, best?: number) => {
             if (k++ === 0) [t, c] = [performance.now(), cpuMs()];
-            return Math.max(0, argmaxF32(l.subarray(0, V)));  // the sampler's greedy argmax
+            // the sampler's greedy argmax: the step's where the addon makes it
+            return Math.max(0, best ?? argmaxF32(l.subarray(0, V)));
           },
           done: () => resolve({ t, c }),
           fail: reject,

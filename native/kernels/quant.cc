@@ -13,6 +13,9 @@
 #include "loom/quant.h"
 #include "quant_internal.h"
 #include "../formats/gguf_dequant.h"
+#if defined(__SSE2__)
+#include <immintrin.h>  // _mm_stream_ps (x86-64's baseline)
+#endif
 
 namespace loom {
 
@@ -771,6 +774,21 @@ void linear_quant_acts(DType t, int64_t N, const QuantActs& a, const void* w, co
   linear_quant_acts_parts(a, &part, 1, y, ldy, beta);
 }
 
+// y[0 .. n) = v[0 .. n) by non-temporal stores (n a multiple of 4, y 16-byte aligned), and the fence that orders
+// them before later stores
+static inline void stream_floats(int64_t n, const float* v, float* y) {
+#if defined(__SSE2__)
+  for (int64_t c = 0; c < n; c += 4) _mm_stream_ps(y + c, _mm_loadu_ps(v + c));
+#else
+  std::memcpy(y, v, size_t(n) * sizeof(float));
+#endif
+}
+static inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_parts, float* y, int64_t ldy,
                              float beta) {
   const int64_t M = a.M, K = a.K;
@@ -789,18 +807,32 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
     QuantGemm4Fn gemm4, gemm8;
     bool lanes;
     const float* dsp;
-    int64_t col0, span, task0;
+    int64_t col0;
+  };
+  struct Span {  // a task: columns c0 .. c1 - 1 of part p
+    int p;
+    int64_t c0, c1;
   };
   // The threads take spans of about N/8 per thread (whole chunks) from a shared counter rather than one fixed half
   // each: on cores shared with other processes a thread that loses its core for a while leaves its spans to the
   // others instead of holding up the step (a static split measured 16 % of the CPU time of a 32-stream decode in
   // the two threads' waits, load 2.7); spans that long keep each thread's stream sequential, and the packed
   // kernels' prefetch past a span's end wastes under 2 % of its bytes. The parts (q / k / v, gate / up) share one
-  // parallel region.
+  // parallel region. The region's last spans get shorter (guided): each at most 1 / (4·threads) of the columns left,
+  // down to kMinSpan, so that the threads finish within a short span of each other; with spans of about N/16 or
+  // kChunk the one that took the last span ran alone at each region's end (32-stream SmolLM2-135M Q4_K_M step, 2
+  // threads: 14 % of the pool worker's samples spinning for its next job while the caller was still in a product).
   constexpr int64_t kChunk = 64;
+  constexpr int64_t kMinSpan = 16;  // columns: whole groups of 4 (packed) and of 8 (gemm8) rows of W
+  // from how many rows of x: a single stream's spans are short anyway, and cost more shortened (b = 1 step, 2
+  // threads: 4.0-5.2 -> 4.6-6.4 ms CPU)
+  constexpr int64_t kGuidedMinM = 8;
   const int64_t nth = threads_get();
   std::vector<Plan> plans;
-  int64_t tasks = 0, col = 0;
+  thread_local std::vector<Span> spans;
+  spans.clear();
+  int64_t col = 0, cols = 0;
+  for (int p = 0; p < n_parts; p++) cols += parts[p].N;
   for (int p = 0; p < n_parts; p++) {
     const QuantPart& pt = parts[p];
     const QuantType& e = check(pt.t, K);
@@ -820,9 +852,14 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
     pl.lanes = packed && isa == 2 && lanes_min_m(pt.t) && M >= lanes_min_m(pt.t) && !a.xt.empty();
     pl.dsp = a.ds.data();
     pl.col0 = col;
-    pl.span = std::max(kChunk, (pt.N + 8 * nth - 1) / (8 * nth) + kChunk - 1) / kChunk * kChunk;
-    pl.task0 = tasks;
-    if (pt.N > 0) tasks += (pt.N + pl.span - 1) / pl.span;
+    const int64_t span = std::max(kChunk, (pt.N + 8 * nth - 1) / (8 * nth) + kChunk - 1) / kChunk * kChunk;
+    for (int64_t c0 = 0; c0 < pt.N;) {
+      const int64_t left = cols - col - c0;  // the region's columns from c0 on
+      const int64_t guided = std::max(kMinSpan, (left / (4 * nth) + kMinSpan - 1) / kMinSpan * kMinSpan);
+      const int64_t c1 = std::min(pt.N, c0 + (nth > 1 && M >= kGuidedMinM ? std::min(span, guided) : span));
+      spans.push_back({p, c0, c1});
+      c0 = c1;
+    }
     col += pt.N;
     plans.push_back(pl);
   }
@@ -850,18 +887,26 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
   // straight into y, each group stored 16 or 32 bytes into each of M rows of y ldy floats apart: with ldy a multiple
   // of 1024 (the logits of a 49,152-token vocabulary) those M lines share one L1 set and two L2 sets, and every
   // partial store missed (Q8_0 lm_head, M = 32, 1 thread: 41-52 ms where 6,144 rows took 2.5).
-  parallel_tasks(tasks, [&](int64_t task) {
-    int p = n_parts - 1;
-    while (plans[size_t(p)].task0 > task) p--;
-    const Plan& pl = plans[size_t(p)];
+  // a y far larger than the L2 (the lm_head's logits, 32 x 49,152: 6.3 MB) written past the caches, without
+  // reading its lines first
+#if defined(__SSE2__)
+  const bool stream = beta == 0.0f && n_parts == 1 && !parts[0].bias && M * ldy * 4 > (4 << 20);
+#else
+  const bool stream = false;
+#endif
+  const Span* span_list = spans.data();  // the caller's (spans is thread_local: each thread names its own)
+  parallel_tasks(int64_t(spans.size()), [&](int64_t task) {
+    const Span sp = span_list[task];
+    bool streamed = false;
+    const Plan& pl = plans[size_t(sp.p)];
     const QuantPart& part = *pl.part;
-    const int64_t N = part.N, i = task - pl.task0, n1 = std::min(N, (i + 1) * pl.span);
+    const int64_t n1 = sp.c1;
     const uint8_t* wb = pl.wb;
     const size_t rb = pl.rb, rs = pl.rs;
     const float* dsp = pl.dsp;
     float* yp = y + pl.col0;
     alignas(64) float v[kQuantSmallM * kChunk];  // (M, kChunk): columns c0 .. c0 + kChunk - 1 of the part's y
-    for (int64_t c0 = i * pl.span; c0 < n1; c0 += kChunk) {
+    for (int64_t c0 = sp.c0; c0 < n1; c0 += kChunk) {
       const int64_t c1 = std::min(n1, c0 + kChunk);
       int64_t n = c0;
       if (pl.lanes && n + 4 <= c1) {
@@ -889,12 +934,16 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
       for (int64_t m = 0; m < M; m++) {
         const float* vm = v + m * kChunk;
         float* ym = yp + m * ldy + c0;
-        if (!bc && beta == 0.0f) std::memcpy(ym, vm, size_t(nc) * sizeof(float));
+        if (stream && nc % 4 == 0 && (reinterpret_cast<uintptr_t>(ym) & 15) == 0) {
+          stream_floats(nc, vm, ym);
+          streamed = true;
+        } else if (!bc && beta == 0.0f) std::memcpy(ym, vm, size_t(nc) * sizeof(float));
         else if (!bc) for (int64_t c = 0; c < nc; c++) ym[c] = vm[c] + beta * ym[c];
         else if (beta == 0.0f) for (int64_t c = 0; c < nc; c++) ym[c] = vm[c] + bc[c];
         else for (int64_t c = 0; c < nc; c++) ym[c] = (vm[c] + bc[c]) + beta * ym[c];
       }
     }
+    if (streamed) stream_fence();  // the streaming stores before the region's end (the pool's release)
   });
 }
 

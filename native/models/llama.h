@@ -111,6 +111,7 @@ struct Batch {
   const int32_t* out_rows = nullptr;   // rows to return
   int64_t n_out = 0;
   bool hidden = false;                 // return final normed hidden states (D) instead of logits (V)
+  int32_t* argmax = nullptr;           // (n_out), optional: each logits row's argmax (loom::argmax), on the pool
   std::vector<int32_t> row_seq;        // (T): sequence index of each row (build_row_map)
   void build_row_map() {
     row_seq.assign(size_t(T), 0);

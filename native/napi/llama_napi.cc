@@ -8,7 +8,8 @@
 //   llamaAdapterUnload(handle, id) -> boolean
 //   kvCreate({layers, blocks, blockSize, kvHeads, headDim, dtype?: 'F32'|'BF16'}) -> kv handle ; kvBytes(kv)
 //   kvReadBlock(kv, layer, block) -> {k, v}: Float32Array (blockSize, kvHeads·headDim) each, widened from bf16
-//   llamaStep(handle, kv, {tokens, positions, seqLens, tables, tableOffsets, adapters, outRows, hidden, copies}, out) -> Promise
+//   llamaStep(handle, kv, {tokens, positions, seqLens, tables, tableOffsets, adapters, outRows, hidden, copies,
+//             argmax?: Int32Array (outRows.length, filled with each logits row's argmax)}, out) -> Promise
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -330,6 +331,7 @@ Napi::Value LlamaStep(const Napi::CallbackInfo& info) {
   auto adapters = array_arg<int32_t>(o.Get("adapters"), "adapters", true);
   auto out_rows = array_arg<int32_t>(o.Get("outRows"), "outRows", false, true);
   auto copies = array_arg<int32_t>(o.Get("copies"), "copies", true);
+  auto best = array_arg<int32_t>(o.Get("argmax"), "argmax", true, true);
   bool hidden = o.Get("hidden").ToBoolean();
   auto out = array_arg<float>(info[3], "out", false, true);
 
@@ -399,6 +401,12 @@ Napi::Value LlamaStep(const Napi::CallbackInfo& info) {
     if (out_rows.data[r] < 0 || out_rows.data[r] >= T) throw_range(env, "outRows entry out of range");
   const int64_t width = hidden ? c.hidden : c.vocab;
   check_len(env, out.length, size_t(batch->n_out * width), "out");
+  if (best.data) {
+    if (hidden) throw_range(env, "argmax is of logits: not with hidden");
+    check_len(env, best.length, size_t(batch->n_out), "argmax");
+    batch->argmax = best.data;
+    keep.push_back(std::move(best.ref));
+  }
   std::vector<int32_t> copy_list(copies.data, copies.data + copies.length);
 
   keep.push_back(std::move(tokens.ref));

@@ -361,14 +361,14 @@ export class DecoderModel {
       cache: { mode, breakpoints },
       signal,
       handler: {
-        next: (logits, prompt) => {
+        next: (logits, prompt, argmax) => {
           if (prompt) {
             promptUsage = {
               prompt_tokens: prompt.promptTokens, completion_tokens: 0,
               cache_read_tokens: prompt.cacheReadTokens, cache_write_tokens: prompt.cacheWriteTokens,
             };
           }
-          const r = sampler.sample(logits, history, constraint ? constraint.allowed() : null);
+          const r = sampler.sample(logits, history, constraint ? constraint.allowed() : null, argmax);
           const tok = r.token;
           history.push(tok);
           if ((stopAtEos || constraint) && this.eos.has(tok)) {

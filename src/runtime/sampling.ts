@@ -145,9 +145,11 @@ export class Sampler {
 
   /**
    * Picks the next token. `logits`: (V) raw logits of the last position (not modified). `history`: the tokens
-   * generated so far in this sequence. `allowed`: optional bitset (⌈V/32⌉ words) from a constraint.
+   * generated so far in this sequence. `allowed`: optional bitset (⌈V/32⌉ words) from a constraint. `argmax`:
+   * argmaxF32(logits) where the caller has it already (the decode step makes it on the native threads).
    */
-  sample(logits: Float32Array, history: readonly number[], allowed?: Uint32Array | null): SampleResult {
+  sample(logits: Float32Array, history: readonly number[], allowed?: Uint32Array | null,
+    argmax?: number): SampleResult {
     const V = this.vocabSize;
     if (logits.length < V) throw new SamplingError(`logits has ${logits.length} entries, vocabulary is ${V}`);
     const p = this.params;
@@ -176,7 +178,8 @@ export class Sampler {
     }
     const invT = p.temperature > 0 ? 1 / p.temperature : 1;
     // max / argmax (lowest id on ties) and log-partition of the processed distribution
-    const best = argmaxF32(x.length === V ? x : x.subarray(0, V));
+    // `argmax`: argmaxF32 of these logits made by the decode step (used only where nothing edited them)
+    const best = !edits && argmax !== undefined ? argmax : argmaxF32(x.length === V ? x : x.subarray(0, V));
     const mx = best >= 0 ? x[best] : -Infinity;
     if (best < 0) throw new SamplingError(allowed ? 'no token is allowed by the constraint' : 'all logits are -inf or NaN');
     const wantLp = p.logprobs || p.top_logprobs > 0;

@@ -40,9 +40,10 @@ export interface SeqHandler {
   /**
    * Called with the logits (V) of the sequence's last position; returns the next token, or null to
    * finish. The view is only valid during the call. On the first call (the prompt is processed)
-   * `prompt` carries its cache accounting (generatedTokens 0).
+   * `prompt` carries its cache accounting (generatedTokens 0). `argmax` is argmaxF32(logits), computed by the
+   * step on the native threads (the index of the first largest logit, -1 when none is above -Infinity).
    */
-  next(logits: Float32Array, prompt?: SeqStats): number | null;
+  next(logits: Float32Array, prompt?: SeqStats, argmax?: number): number | null;
   /** Called once when the sequence ends (finish), with cache accounting. */
   done(info: SeqStats): void;
   /** Called once on error / abort instead of done. */
@@ -450,10 +451,14 @@ export class Scheduler {
     tableOffsets[S] = to;
     const V = this.config.vocabSize;
     if (this.out.length < outRowsArr.length * V) this.out = new Float32Array(Math.max(outRowsArr.length, 8) * V);
+    const best = new Int32Array(outRowsArr.length).fill(-2);  // -2: not computed (an addon without it)
     const batch: StepBatch = {
       tokens, positions, seqLens, tables, tableOffsets, adapters,
       outRows: Int32Array.from(outRowsArr),
       copies: copies.length ? Int32Array.from(copies) : undefined,
+      // several rows: their argmax split over the native threads (a single row gains nothing there: it stays with
+      // the handler, the b = 1 step exactly as before)
+      argmax: outRowsArr.length > 1 ? best : undefined,
     };
     await this.model.step(this.kv.native, batch, this.out);
     this.steps++;
@@ -490,7 +495,7 @@ export class Scheduler {
         const prompt = q.generated > 0 ? undefined : {
           promptTokens: q.promptLen, generatedTokens: 0, cacheReadTokens: q.cacheRead, cacheWriteTokens: q.cacheWrite,
         };
-        next = q.handler.next(this.out.subarray(r * V, (r + 1) * V), prompt);
+        next = q.handler.next(this.out.subarray(r * V, (r + 1) * V), prompt, best[r] >= -1 ? best[r] : undefined);
       } catch (e) {
         q.finished = true;
         this.detach(q);

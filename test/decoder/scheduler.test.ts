@@ -5,6 +5,7 @@ import t from 'tap';
 import { join } from 'node:path';
 import { AbortError, loadDecoder, OverloadedError, RequestTooLargeError } from '../../src/runtime/generate.ts';
 import { parseMemorySize } from '../../src/runtime/kv-cache.ts';
+import { argmaxF32 } from '../../src/native/ops.ts';
 import { goldens, readCases } from './helpers.ts';
 
 const dir = join(goldens, 'llama-tiny');
@@ -90,4 +91,27 @@ t.test('bad parameters are clear errors', async (t) => {
   await t.rejects(m.generate({ prompt_ids: [1], max_tokens: 0 }).result, /max_tokens/);
   await t.rejects(m.generate({ prompt_ids: [99999], max_tokens: 2 }).result, /out of range/);
   await t.rejects(m.generate({} as never).result, /messages, prompt or prompt_ids/);
+});
+
+t.test("the handlers of a step of several rows get the step's argmax of their logits, argmaxF32's", async (t) => {
+  const m = await loadDecoder(dir, { kv: { memory: '8MiB' } });
+  const V = m.scheduler.config.vocabSize;
+  let calls = 0, same = 0;
+  await Promise.all(prompts.map((p) => new Promise<void>((resolve, reject) => {
+    let n = 0;
+    m.scheduler.submit({
+      prompt: p.input_ids, maxTokens: 8, cache: { mode: 'none' },
+      handler: {
+        next: (l: Float32Array, _p, best?: number) => {
+          if (best !== undefined) calls++;  // a step of one row leaves the argmax to the handler
+          if (best !== undefined && best === argmaxF32(l.subarray(0, V))) same++;
+          return n++ < 8 ? Math.max(0, best ?? 0) : null;
+        },
+        done: () => resolve(),
+        fail: reject,
+      },
+    });
+  })));
+  t.ok(calls >= prompts.length * 4, `${calls} calls with the step's argmax`);
+  t.equal(same, calls);
 });

@@ -80,6 +80,18 @@ t.test('quantized linear matches the dequantized product within the activation-q
   });
 });
 
+t.test('an output far larger than the L2 (the logits of a decode step: written by streaming stores)', async (t) => {
+  // 32 rows of x against 33,028 rows of W: 4.2 MB of y, over the 4 MB from which the rows of y stream; an odd
+  // N in the file layout (a last span not a multiple of 4 columns), 2 threads' guided spans
+  await forEachIsa((isa) => {
+    for (const [type, packed, N] of [['Q8_0', true, 33028], ['Q6_K', true, 33028], ['Q8_0', false, 33027]] as const) {
+      const { worst, maxErr } = check(type, addon.quantSmallM as number, N, type === 'Q6_K' ? 256 : 64, packed);
+      const name = `${isa} ${type}${packed ? ' packed' : ''} 32x${N}`;
+      t.ok(worst <= 1 && maxErr > 1e-5, `${name}: error / bound ${worst.toFixed(3)}`);
+    }
+  });
+});
+
 t.test('every ISA gives the same int8 result up to f32 summation order', async (t) => {
   for (const type of TYPES) {
     const { blocks } = randomWeights(type, 16, 1024);

@@ -2,6 +2,7 @@ import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Sampler, SamplingError } from '../../src/runtime/sampling.ts';
+import { argmaxF32 } from '../../src/native/ops.ts';
 import { SafetensorsFile } from '../../src/formats/safetensors.ts';
 
 const shared = join(import.meta.dirname, '..', '..', '..', 'shared');
@@ -113,4 +114,21 @@ t.test('parameter validation', async (t) => {
   t.throws(() => new Sampler({ top_p: 0 }, 10), /top_p/);
   t.throws(() => new Sampler({ top_k: 1.5 }, 10), /top_k/);
   t.throws(() => new Sampler({ top_logprobs: 21 }, 10), /top_logprobs/);
+});
+
+t.test("the step's argmax stands in for the sampler's own only where nothing edits the logits", async (t) => {
+  const V = 1000;
+  const logits = Float32Array.from({ length: V }, (_, i) => Math.sin(i * 0.37) * 4);
+  const best = argmaxF32(logits);
+  for (const params of [{ temperature: 0 }, { temperature: 0.8, seed: 5, logprobs: true }]) {
+    const r0 = new Sampler(params, V).sample(logits, []);
+    const r1 = new Sampler(params, V).sample(logits, [], null, best);
+    t.same(r1, r0, JSON.stringify(params));
+  }
+  // a penalty or a constraint changes the logits: the given argmax (of the raw logits) is not used
+  const pen = new Sampler({ temperature: 0, presence_penalty: 100 }, V);
+  t.not(pen.sample(logits, [best], null, best).token, best);
+  const allowed = new Uint32Array(Math.ceil(V / 32)).fill(0xffffffff);
+  allowed[best >> 5] &= ~(1 << (best & 31));
+  t.not(new Sampler({ temperature: 0 }, V).sample(logits, [], allowed, best).token, best);
 });

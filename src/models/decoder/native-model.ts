@@ -48,6 +48,8 @@ export interface StepBatch {
   hidden?: boolean;
   /** [src, dst, nSlots] triples of KV blocks to copy before the forward (copy-on-write). */
   copies?: Int32Array;
+  /** (outRows.length), logits only: filled by the step with each row's argmaxF32, on the native threads. */
+  argmax?: Int32Array;
 }
 
 /** Storage dtype of the paged KV cache (the math is fp32 either way). */
