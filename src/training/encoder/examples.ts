@@ -365,6 +365,15 @@ export interface Uniform {
   uniform(): number;
 }
 
+/** Partial Fisher-Yates, in place: xs[0 .. min(k, xs.length)) become a uniform draw without replacement from xs (one
+ * draw each). */
+export function drawFirst<T>(xs: T[], k: number, rng: Uniform): void {
+  for (let i = 0; i < k && i < xs.length; i++) {
+    const j = i + Math.floor(rng.uniform() * (xs.length - i));
+    [xs[i], xs[j]] = [xs[j]!, xs[i]!];
+  }
+}
+
 /**
  * Negative label sampling for many-label classification: each classification task keeps its true
  * labels plus `k` labels drawn at random from the others, in a random order (so a label's place in
@@ -383,11 +392,7 @@ export function sampleNegativeLabels(
     // a single-label task of the confusion's label set: part of the negatives by the labels it is confused with
     const mined = hard && hard.ratio > 0 && truth.size === 1 && !c.multiLabel && c.task === CLASSIFICATION_TASK;
     if (mined) neg.splice(0, neg.length, ...hard.confusion.pick([...truth][0]!, neg, k, hard.ratio, rng));
-    else
-      for (let i = 0; i < k; i++) {
-        const j = i + Math.floor(rng.uniform() * (neg.length - i));
-        [neg[i], neg[j]] = [neg[j], neg[i]];
-      }
+    else drawFirst(neg, k, rng);
     const labels = [...c.labels.filter((l) => truth.has(l)), ...neg.slice(0, k)];
     for (let i = labels.length - 1; i > 0; i--) {
       const j = Math.floor(rng.uniform() * (i + 1));

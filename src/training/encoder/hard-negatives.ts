@@ -5,7 +5,7 @@
 // in the training steps' own forward passes, and draws part of the negatives by it: label l with weight
 // exp(margin(t, l)), without replacement (Gumbel top-k), the rest uniformly, as in the sampled softmax of retrieval
 // models with mined negatives. Margins start at 0, so the first draws are uniform.
-import type { Uniform } from './examples.ts';
+import { drawFirst, type Uniform } from './examples.ts';
 
 export class LabelConfusion {
   private readonly index = new Map<string, number>();
@@ -55,11 +55,7 @@ export class LabelConfusion {
     keyed.sort((a, b) => b.key - a.key);
     const chosen = keyed.slice(0, h).map((x) => x.l);
     const rest = keyed.slice(h).map((x) => x.l);
-    for (let i = 0; i < k - h && i < rest.length; i++) {
-      const j = i + Math.floor(rng.uniform() * (rest.length - i));
-      [rest[i], rest[j]] = [rest[j], rest[i]];
-      chosen.push(rest[i]);
-    }
-    return chosen;
+    drawFirst(rest, k - h, rng);
+    return [...chosen, ...rest.slice(0, k - h)];
   }
 }
