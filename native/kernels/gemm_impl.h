@@ -838,14 +838,32 @@ static void rows_to_pairs(const float* r0, const float* r1, int64_t n, uint32_t*
   }
 }
 
-// Words of up to MR (A) or NR (B) contiguous rows, before the transpose into a panel.
-static thread_local std::vector<uint32_t> t_pair_rows;
+// Words of up to MR (A) or NR (B) contiguous rows, before the transpose into a panel; of two whole rows of a
+// transposed A block (pack_a_pairs_f32), or of B's (t_block_words: BPairsKN::pack_block).
+static thread_local std::vector<uint32_t> t_pair_rows, t_block_words;
 
 // A block, op(A)(i, k) at a[i*rs + k*cs], i < mc, k < kc  ->  RowPanels(mc) panels [kc2][MR] of pair words.
 template <typename DP>
 static void pack_a_pairs_f32(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, uint32_t* dst) {
   const int64_t kc2 = (kc + 1) / 2;
   const RowPanels rp(mc);
+  if (cs != 1 && rs == 1) {
+    // transposed (dyᵀ): k = 2q and 2q+1 are two rows of mc adjacent values: both converted whole (16 values per
+    // step), then dealt out to the panels MR words at a time
+    t_pair_rows.resize(size_t(mc + 16));
+    uint32_t* words = t_pair_rows.data();
+    for (int64_t q = 0; q < kc2; q++) {
+      const float* r0 = a + 2 * q * cs;
+      DP::rows_pairs(r0, 2 * q + 1 < kc ? r0 + cs : nullptr, mc, words);
+      for (int64_t p = 0; p < rp.n; p++) {
+        const int64_t i0 = rp.start(p), mr = rp.rows(p);
+        uint32_t* d = dst + p * kc2 * MR + q * MR;
+        std::memcpy(d, words + i0, size_t(mr) * sizeof(uint32_t));
+        for (int64_t i = mr; i < MR; i++) d[i] = 0;
+      }
+    }
+    return;
+  }
   for (int64_t p = 0; p < rp.n; p++) {
     const int64_t i0 = rp.start(p), mr = rp.rows(p);
     uint32_t* d = dst + p * kc2 * MR;
@@ -853,12 +871,6 @@ static void pack_a_pairs_f32(int64_t mc, int64_t kc, const float* a, int64_t rs,
       t_pair_rows.resize(size_t(MR * kc2));
       for (int64_t i = 0; i < mr; i++) DP::row_pairs(a + (i0 + i) * rs, kc, t_pair_rows.data() + i * kc2);
       pack_a_rows(mr, kc2, reinterpret_cast<const float*>(t_pair_rows.data()), kc2, reinterpret_cast<float*>(d));
-    } else if (rs == 1) {  // transposed (dyᵀ): k = 2q and 2q+1 are two rows of mr adjacent values
-      for (int64_t q = 0; q < kc2; q++) {
-        const float* r0 = a + i0 + 2 * q * cs;
-        DP::rows_pairs(r0, 2 * q + 1 < kc ? r0 + cs : nullptr, mr, d + q * MR);
-        for (int64_t i = mr; i < MR; i++) d[q * MR + i] = 0;
-      }
     } else {
       for (int64_t q = 0; q < kc2; q++)
         for (int64_t i = 0; i < MR; i++) {
@@ -874,6 +886,7 @@ template <typename DP>
 struct BPairsNK {  // (k, n) at b[n*ld + k]: W (N, K) of y = x·Wᵀ
   const float* b;
   int64_t ld;
+  void pack_block(int64_t j, int64_t nc, int64_t pc, int64_t kc, uint32_t* dst) const;  // every panel, one by one
   void pack(int64_t j, int64_t nv, int64_t pc, int64_t kc, uint32_t* dst) const {
     const int64_t kc2 = (kc + 1) / 2;
     t_pair_rows.resize(size_t(NR * kc2));
@@ -914,7 +927,25 @@ struct BPairsKN {
       for (int64_t n = nv; n < NR; n++) dst[q * NR + n] = 0;
     }
   }
+  // every panel of B[pc:pc+kc, j:j+nc] (dst: panel p at p·kc2·NR): rows 2q and 2q+1 converted whole, then dealt out
+  // NR words at a time, instead of panel by panel (each panel walking all kc rows for its NR values of each)
+  void pack_block(int64_t j, int64_t nc, int64_t pc, int64_t kc, uint32_t* dst) const {
+    const int64_t kc2 = (kc + 1) / 2, npan = ceil_div(nc, NR);
+    t_block_words.resize(size_t(npan * NR));
+    uint32_t* words = t_block_words.data();
+    for (int64_t q = 0; q < kc2; q++) {
+      const T* r0 = b + (pc + 2 * q) * ld + j;
+      kn_pairs<DP>(r0, 2 * q + 1 < kc ? r0 + ld : nullptr, nc, words);
+      for (int64_t n = nc; n < npan * NR; n++) words[n] = 0;
+      for (int64_t p = 0; p < npan; p++) std::memcpy(dst + (p * kc2 + q) * NR, words + p * NR, NR * sizeof(uint32_t));
+    }
+  }
 };
+template <typename DP>
+void BPairsNK<DP>::pack_block(int64_t j, int64_t nc, int64_t pc, int64_t kc, uint32_t* dst) const {
+  const int64_t kc2 = (kc + 1) / 2;
+  for (int64_t jr = 0; jr < nc; jr += NR) pack(j + jr, imin(NR, nc - jr), pc, kc, dst + (jr / NR) * kc2 * NR);
+}
 
 // C[m0:m1, n0:n1] on the calling thread (n0 a multiple of NR); the loops of gemm_serial over pair panels.
 template <typename DP, typename BS>
@@ -934,10 +965,12 @@ static void bf16c_serial(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t
         uint32_t* ap = reinterpret_cast<uint32_t*>(t_scratch.get(0, size_t(round_up(mc, MR) * kc2)));
         pack_a_pairs_f32<DP>(mc, kc, A.a + ic * A.rs + pc * A.cs, A.rs, A.cs, ap);
         const RowPanels rp(mc);
+        // one row block: each panel packed right before its products (in L1 still); several: the whole block first
+        if (!one_block && ic == m0) bs.pack_block(jc, nc, pc, kc, bbuf);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nv = imin(NR, nc - jr);
           uint32_t* d = one_block ? bbuf : bbuf + (jr / NR) * kc2 * NR;
-          if (ic == m0) bs.pack(jc + jr, nv, pc, kc, d);
+          if (one_block) bs.pack(jc + jr, nv, pc, kc, d);
           const Epi ej{e.alpha, pc == 0 ? e.beta : 1.0f, pc == 0 && e.bias ? e.bias + jc + jr : nullptr};
           for (int64_t p = 0; p < rp.n; p++)
             ukernel_pairs_n<DP>(int(rp.rows(p)), kc2, ap + p * kc2 * MR, d, C + (ic + rp.start(p)) * ldc + jc + jr, ldc,

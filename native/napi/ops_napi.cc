@@ -560,7 +560,7 @@ Napi::Value CrossEntropyAsync(const Napi::CallbackInfo& info) {
 }
 
 // ---- optimizer ------------------------------------------------------------------------------
-// adamwStep(p, g, m, v, lr, b1, b2, eps, wd, step)
+// adamwStep(p, g, m, v, lr, b1, b2, eps, wd, step[, gradScale])
 Napi::Value AdamwStep(const Napi::CallbackInfo& info) {
   check_args(info, 10, "adamwStep");
   auto p = array_arg<float>(info[0], "p");
@@ -571,7 +571,8 @@ Napi::Value AdamwStep(const Napi::CallbackInfo& info) {
   int64_t step = int_arg(info[9], "step");
   if (step < 1) throw_range(info.Env(), "step must be >= 1");
   adamw_step(int64_t(n), p.data, g.data, m.data, v.data, num_arg(info[4], "lr"), num_arg(info[5], "beta1"),
-             num_arg(info[6], "beta2"), num_arg(info[7], "eps"), num_arg(info[8], "weightDecay"), step);
+             num_arg(info[6], "beta2"), num_arg(info[7], "eps"), num_arg(info[8], "weightDecay"), step,
+             info.Length() > 10 ? float(num_arg(info[10], "gradScale")) : 1.0f);
   return info.Env().Undefined();
 }
 // l2Norm(g)

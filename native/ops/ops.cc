@@ -287,7 +287,7 @@ void cross_entropy_rows(int64_t R, int64_t V, const float* logits, const int32_t
 // denom = sqrt(v) / sqrt(bc2) + eps ; p -= (lr / bc1) m / denom
 void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, const AdamwScalars& c) {
   for (int64_t i = 0; i < n; i++) {
-    float gi = g[i];
+    float gi = g[i] * c.gscale;
     float mi = m[i] + c.omb1 * (gi - m[i]);
     float vi = v[i] * c.b2 + c.omb2 * (gi * gi);
     m[i] = mi;
@@ -716,7 +716,7 @@ void logprob_bwd(int64_t T, int64_t V, const float* logits, const int32_t* label
 
 // ---- optimizer ------------------------------------------------------------------------------
 void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double lr, double b1, double b2, double eps,
-                double wd, int64_t step) {
+                double wd, int64_t step, float gscale) {
   if (step < 1) throw std::invalid_argument("adamw_step: step must be >= 1");
   AdamwScalars c;
   c.decay = float(1.0 - lr * wd);
@@ -726,6 +726,7 @@ void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double 
   c.step_size = float(lr / (1.0 - std::pow(b1, double(step))));
   c.bc2s = float(std::sqrt(1.0 - std::pow(b2, double(step))));
   c.eps = float(eps);
+  c.gscale = gscale;
   auto f = K().adamw_step;
   elementwise(n, [&](int64_t i, int64_t e) { f(e - i, p + i, g + i, m + i, v + i, c); });
 }

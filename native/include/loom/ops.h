@@ -142,9 +142,11 @@ void logprob_bwd(int64_t T, int64_t V, const float* logits, const int32_t* label
 //   p -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps)
 // The hyper-parameters are double, as Python floats are in PyTorch: 1-b2 computed from a float
 // 0.999f would be off by 5e-5 relative; scalars are rounded to float once, as PyTorch does.
+// gscale: g is read as g·gscale (one fp32 product, as a clip_grad_norm_ that scaled g in place before the step
+// rounds it), so a clipped step needs no pass of its own over the gradients; g itself is left as it is.
 // ---------------------------------------------------------------------------------------------
 void adamw_step(int64_t n, float* p, const float* g, float* m, float* v, double lr, double b1, double b2, double eps,
-                double wd, int64_t step);
+                double wd, int64_t step, float gscale = 1.0f);
 // Global gradient-norm clipping helper: returns the L2 norm of g (n).
 float l2_norm(int64_t n, const float* g);
 // Greedy sampling: the index of the first largest of x (n) as a scan with `>` finds it (NaN never larger, lowest
