@@ -8,7 +8,8 @@
 // Rounds alternate base / adapters so a loaded machine slows both alike; the median of each is
 // reported. Aggregate = tokens after each stream's first token over the time from the last first token to the end
 // (prompt processing not counted), as `bench -- decode` counts it. Memory: the base's resident weight bytes, the
-// adapters' bytes (f32 A and B), and what one base per adapter would take instead.
+// adapters' bytes (A and B kept as the service keeps them: adapterDtype, bf16 over this bf16 base unless
+// LOOM_LORA_DTYPE=f32), and what one base per adapter would take instead.
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { rmSync } from 'node:fs';
@@ -16,7 +17,7 @@ import { loadDecoderConfig, type DecoderConfig } from '../src/formats/hf-config.
 import { SafetensorsCheckpoint } from '../src/formats/safetensors.ts';
 import { buildNativeDecoder, type TensorSource } from '../src/models/decoder/loader.ts';
 import type { NativeDecoder } from '../src/models/decoder/native-model.ts';
-import { readPeftAdapter } from '../src/runtime/adapters.ts';
+import { adapterDtype, readPeftAdapter } from '../src/runtime/adapters.ts';
 import { KvCacheManager } from '../src/runtime/kv-cache.ts';
 import { PrefixCache } from '../src/runtime/prefix-cache.ts';
 import { Scheduler } from '../src/runtime/scheduler.ts';
@@ -106,12 +107,13 @@ export async function run(argv: string[]): Promise<void> {
   const adDir = join(CACHE, `${name}-lora-r${rank}-${targetsName}`);
   rmSync(adDir, { recursive: true, force: true });
   let adapterBytes = 0;
+  const dtype = adapterDtype(model.weightDtype);
   for (let a = 0; a < nAdapters; a++) {
     const shape = CONFIGS[name] as never;
     const d = writeRandomLora(join(adDir, String(a)), shape, { r: rank, seed: 1000 + a, std: 0.02, targets });
     const { modules } = readPeftAdapter(d, cfg);
-    model.loadAdapter(a + 1, modules);
-    adapterBytes += modules.reduce((n, m) => n + (m.A.length + m.B.length) * 4, 0);
+    model.loadAdapter(a + 1, modules, dtype);
+    adapterBytes += modules.reduce((n, m) => n + (m.A.length + m.B.length) * (dtype === 'bf16' ? 2 : 4), 0);
   }
   const kv = new KvCacheManager(cfg, { memory: '256MiB', weightDtype: model.weightDtype });
   const sched = new Scheduler(model, kv, new PrefixCache(kv, { minTokens: 16 }), { maxRunning: 64, maxQueue: 1024 });
@@ -120,7 +122,7 @@ export async function run(argv: string[]): Promise<void> {
   const spread = ps.map((_, i) => 1 + (i % nAdapters));
   const load0 = loadavg()[0];
   console.log(`lora bench: ${name}, ${streams} streams, ${nAdapters} adapters of rank ${rank} on ` +
-    `${targets.join(', ')}, ` +
+    `${targets.join(', ')} (${dtype}), ` +
     `${tokens} tokens each, ` +
     `${threads} threads, ${rounds} rounds; load average ${load0.toFixed(1)} on ${cpus().length} CPUs ` +
     `(${cpus()[0]?.model})`);
@@ -141,7 +143,7 @@ export async function run(argv: string[]): Promise<void> {
     base_tok_s: med(base, 'wall'), lora_tok_s: med(lora, 'wall'), ratio: med(lora, 'wall') / med(base, 'wall'),
     base_tok_per_cpu_s: med(base, 'cpu'), lora_tok_per_cpu_s: med(lora, 'cpu'),
     cpu_ratio: med(lora, 'cpu') / med(base, 'cpu'),
-    weight_bytes: model.weightBytes, adapter_bytes: adapterBytes, kv_bytes: kv.bytes,
+    weight_bytes: model.weightBytes, adapter_dtype: dtype, adapter_bytes: adapterBytes, kv_bytes: kv.bytes,
     load_average: [load0, loadavg()[0]],
   };
   if (json) { console.log(JSON.stringify(row)); return; }

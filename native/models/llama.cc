@@ -430,11 +430,23 @@ static void grow(std::vector<float>& v, int64_t n) {
 // axpys per row over Bᵀ's contiguous rows (K = r is too short for the dot-product path).
 static void lora_rows_forward(const LoraPair& p, int64_t r0, int64_t M, const float* x, int64_t ldx, float* y,
                               int64_t ldy, float* xa) {
-  const int64_t K = int64_t(p.A.size()) / p.r, N = int64_t(p.Bt.size()) / p.r;
-  linear_f32(M, p.r, K, x + r0 * ldx, ldx, p.A.data(), K, nullptr, xa, p.r, 0.0f);  // xa (M, r) = x·Aᵀ
+  const int64_t K = p.in, N = p.out;
   const auto axpy = ops_active().axpy;
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t k = 0; k < p.r; k++) axpy(N, p.scale * xa[m * p.r + k], p.Bt.data() + k * N, y + (r0 + m) * ldy);
+  if (!p.bf16()) {
+    linear_f32(M, p.r, K, x + r0 * ldx, ldx, p.A.data(), K, nullptr, xa, p.r, 0.0f);  // xa (M, r) = x·Aᵀ
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t k = 0; k < p.r; k++) axpy(N, p.scale * xa[m * p.r + k], p.Bt.data() + k * N, y + (r0 + m) * ldy);
+    return;
+  }
+  // bf16: xa from the bf16 A (widened in the dot products); each row of Bᵀ widened once into b, then added to the M
+  // rows of y in the same order of k as above
+  linear_bf16(M, p.r, K, x + r0 * ldx, ldx, p.A16.data(), K, nullptr, xa, p.r, 0.0f);
+  thread_local std::vector<float> b;
+  b.resize(size_t(N));
+  for (int64_t k = 0; k < p.r; k++) {
+    convert_bf16_to_f32(N, p.Bt16.data() + k * N, b.data());
+    for (int64_t m = 0; m < M; m++) axpy(N, p.scale * xa[m * p.r + k], b.data(), y + (r0 + m) * ldy);
+  }
 }
 
 // y[rows of each sequence with an adapter] += s·(x·Aᵀ)·Bᵀ for the n_mod modules that read the same x (q, k, v;

@@ -37,10 +37,13 @@ struct Config {
 enum LoraModule : int { kQ = 0, kK = 1, kV = 2, kO = 3, kGate = 4, kUp = 5, kDown = 6, kNumModules = 7 };
 
 struct LoraPair {
-  int64_t r = 0;
+  int64_t r = 0, in = 0, out = 0;
   float scale = 0.0f;
+  // f32, or bf16 (rounded to nearest even at load; half the bytes a decode step reads, fp32 math): one of each pair
   std::vector<float> A;  // (r, in)
   std::vector<float> Bt;  // (r, out): PEFT's lora_B (out, r) transposed, rows contiguous for the axpys
+  std::vector<uint16_t> A16, Bt16;
+  bool bf16() const { return !A16.empty(); }
 };
 
 struct Adapter {

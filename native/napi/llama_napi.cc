@@ -4,7 +4,7 @@
 //   llamaCreate(cfg) -> handle
 //   llamaLoadWeights(handle, [{name, dtype:'F32'|'F16'|'BF16', data:Uint8Array | Uint8Array[] (row blocks, joined
 //                    in the worker), rows, cols}], finalize) -> Promise<{weightBytes}>
-//   llamaAdapterLoad(handle, id, [{layer, module, r, scale, A:Float32Array, B:Float32Array}])
+//   llamaAdapterLoad(handle, id, [{layer, module, r, scale, A:Float32Array, B:Float32Array}], dtype?: 'f32'|'bf16')
 //   llamaAdapterUnload(handle, id) -> boolean
 //   kvCreate({layers, blocks, blockSize, kvHeads, headDim, dtype?: 'F32'|'BF16'}) -> kv handle ; kvBytes(kv)
 //   kvReadBlock(kv, layer, block) -> {k, v}: Float32Array (blockSize, kvHeads·headDim) each, widened from bf16
@@ -214,6 +214,14 @@ Napi::Value LlamaAdapterLoad(const Napi::CallbackInfo& info) {
   ModelHandle* h = model_arg(info[0]);
   int64_t id = int_arg(info[1], "id");
   if (!info[2].IsArray()) throw_type(env, "adapter modules must be an array");
+  // storage: 'f32' (default) or 'bf16'
+  bool bf16 = false;
+  if (info.Length() > 3 && !info[3].IsUndefined()) {
+    if (!info[3].IsString()) throw_type(env, "adapter dtype must be 'f32' or 'bf16'");
+    const std::string d = info[3].As<Napi::String>().Utf8Value();
+    if (d != "f32" && d != "bf16") throw_type(env, "adapter dtype must be 'f32' or 'bf16', got '" + d + "'");
+    bf16 = d == "bf16";
+  }
   const llama::Config& c = h->model->config();
   const int64_t D = c.hidden, F = c.inter, Nq = c.n_heads * c.head_dim, Nkv = c.n_kv_heads * c.head_dim;
   auto ad = std::make_shared<Adapter>();
@@ -244,11 +252,21 @@ Napi::Value LlamaAdapterLoad(const Napi::CallbackInfo& info) {
                            std::to_string(out) + ", " + std::to_string(r) + ")");
     llama::LoraPair& p = ad->mods[size_t(layer * llama::kNumModules + module)];
     p.r = r;
+    p.in = in;
+    p.out = out;
     p.scale = float(scale);
-    p.A.assign(A.data, A.data + A.length);
-    p.Bt.resize(B.length);  // (out, r) -> (r, out)
+    std::vector<float> bt(B.length);  // (out, r) -> (r, out)
     for (int64_t n = 0; n < out; n++)
-      for (int64_t k = 0; k < r; k++) p.Bt[size_t(k * out + n)] = B.data[n * r + k];
+      for (int64_t k = 0; k < r; k++) bt[size_t(k * out + n)] = B.data[n * r + k];
+    if (bf16) {
+      p.A16.resize(A.length);
+      convert_f32_to_bf16(int64_t(A.length), A.data, p.A16.data());
+      p.Bt16.resize(bt.size());
+      convert_f32_to_bf16(int64_t(bt.size()), bt.data(), p.Bt16.data());
+    } else {
+      p.A.assign(A.data, A.data + A.length);
+      p.Bt = std::move(bt);
+    }
     ad->max_r = std::max(ad->max_r, r);
   }
   h->adapters[id] = ad;

@@ -21,8 +21,23 @@ export interface AdapterInfo {
   alpha: number;
   scale: number;
   targetModules: string[];
-  /** resident bytes of its A and B matrices (kept as f32 natively) */
+  /** how its A and B are kept natively (adapterDtype) */
+  dtype: 'f32' | 'bf16';
+  /** resident bytes of its A and B matrices */
   bytes: number;
+}
+
+/**
+ * The storage type of a served adapter's A and B: LOOM_LORA_DTYPE (`f32` | `bf16`), else the base's own (bf16 for a
+ * bf16 or block-quantized base, as vLLM keeps adapters in the model's dtype; f32 for an f32 base). The math is fp32
+ * either way; bf16 halves what a decode step reads of each adapter (16 adapters of rank 16 on every module of a
+ * 31M-parameter base are as large as the base in f32).
+ */
+export function adapterDtype(baseWeights: 'F32' | 'BF16', env: string | undefined = process.env.LOOM_LORA_DTYPE): 'f32' | 'bf16' {
+  if (env === 'f32' || env === 'bf16') return env;
+  if (env !== undefined && env !== '' && env !== 'auto')
+    throw new AdapterError(`LOOM_LORA_DTYPE must be f32, bf16 or auto, got '${env}'`);
+  return baseWeights === 'BF16' ? 'bf16' : 'f32';
 }
 
 const KEY = /(?:^|\.)layers\.(\d+)\.(?:self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.lora_([AB])(?:\.default)?\.weight$/;
@@ -84,11 +99,12 @@ export class AdapterRegistry {
     if (!name) throw new AdapterError('adapter name must be non-empty');
     const a = readPeftAdapter(dir, this.config);
     const id = this.nextId++;
-    this.model.loadAdapter(id, a.modules); // validates shapes natively
+    const dtype = adapterDtype(this.model.weightDtype);
+    this.model.loadAdapter(id, a.modules, dtype); // validates shapes natively
     const old = this.byName.get(name);
-    const bytes = a.modules.reduce((n, m) => n + (m.A.length + m.B.length) * 4, 0);
+    const bytes = a.modules.reduce((n, m) => n + (m.A.length + m.B.length) * (dtype === 'bf16' ? 2 : 4), 0);
     const info: AdapterInfo = {
-      name, id, dir, r: a.r, alpha: a.alpha, scale: a.scale, targetModules: a.targetModules, bytes,
+      name, id, dir, r: a.r, alpha: a.alpha, scale: a.scale, targetModules: a.targetModules, dtype, bytes,
     };
     this.byName.set(name, info);
     if (old) this.model.unloadAdapter(old.id);

@@ -3,7 +3,7 @@
 import t from 'tap';
 import { join } from 'node:path';
 import { SafetensorsFile } from '../../src/formats/safetensors.ts';
-import { AdapterError } from '../../src/runtime/adapters.ts';
+import { AdapterError, adapterDtype, readPeftAdapter } from '../../src/runtime/adapters.ts';
 import { loadDecoder } from '../../src/runtime/generate.ts';
 import { forwardAll, goldens, maxAbs, readCases } from './helpers.ts';
 
@@ -63,6 +63,43 @@ t.test('two adapters and the base in concurrent generate() calls', async (t) => 
   let arg = 0;
   for (let i = 1; i < V; i++) if (last[i] > last[arg]) arg = i;
   t.equal(a.tokenIds[0], arg);
+});
+
+t.test('bf16 adapters: the bits of f32 adapters holding the bf16-rounded A and B, at half the bytes', async (t) => {
+  const a = readPeftAdapter(join(dir, cases.adapter.dir), model.config);
+  const u = new Uint32Array(1), f = new Float32Array(u.buffer);
+  const round = (x: Float32Array) => Float32Array.from(x, (v) => {  // to bf16, nearest even, and back
+    f[0] = v;
+    u[0] = ((u[0] + 0x7fff + ((u[0] >>> 16) & 1)) >>> 16) << 16;
+    return f[0];
+  });
+  model.native.loadAdapter(901, a.modules, 'bf16');
+  model.native.loadAdapter(902, a.modules.map((m) => ({ ...m, A: round(m.A), B: round(m.B) })), 'f32');
+  model.native.loadAdapter(903, a.modules, 'f32');
+  // a decode-sized run (4 rows) and a prefill-sized one (the whole sequence) of each
+  const short = ids.slice(0, 4);
+  const [b16s, refs, b16, ref, f32] = await forwardAll(model.native, model.config, [short, short, ids, ids, ids],
+    [901, 902, 901, 902, 903]);
+  const bits = (x: Float32Array) => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+  t.ok(bits(b16s).equals(bits(refs)), '4 rows: the same bits');
+  t.ok(bits(b16).equals(bits(ref)), `${ids.length} rows: the same bits`);
+  // against PEFT's: off by the rounding of A and B (2⁻⁹ relative each) times what the adapter adds to the logits
+  const want = expected.float32(cases.expected.logits_key);
+  const d = maxAbs(b16, want), d32 = maxAbs(f32, want);
+  const delta = maxAbs(want, expected.float32(cases.expected.logits_without_adapter_key));
+  t.ok(d > d32 && d <= 4 * 2 ** -9 * delta, `PEFT's logits: max abs ${d.toExponential(2)} (f32 ${d32.toExponential(2)}; `
+    + `the adapter moves them by up to ${delta.toFixed(2)})`);
+  for (const id of [901, 902, 903]) model.native.unloadAdapter(id);
+  // the registry's choice: the base's weight type unless LOOM_LORA_DTYPE says
+  t.equal(adapterDtype('BF16', undefined), 'bf16');
+  t.equal(adapterDtype('F32', undefined), 'f32');
+  t.equal(adapterDtype('BF16', 'f32'), 'f32');
+  t.equal(adapterDtype('F32', 'auto'), 'f32');
+  t.throws(() => adapterDtype('F32', 'fp8'), /LOOM_LORA_DTYPE must be f32, bf16 or auto/);
+  const info = model.loadAdapter('sized', join(dir, cases.adapter.dir));
+  const n = a.modules.reduce((s, m) => s + m.A.length + m.B.length, 0);
+  t.equal(info.bytes, n * (info.dtype === 'bf16' ? 2 : 4), `bytes counted for ${info.dtype}`);
+  model.unloadAdapter('sized');
 });
 
 t.test('unload at run time', async (t) => {

@@ -122,8 +122,9 @@ export class NativeDecoder {
   /** Adapter ids loaded natively. */
   readonly adapters = new Set<number>();
 
-  loadAdapter(id: number, modules: NativeLoraModule[]): void {
-    addon.llamaAdapterLoad(this.handle, id, modules);
+  /** `dtype`: how A and B are kept natively (bf16: rounded to nearest even, half the bytes; fp32 math either way). */
+  loadAdapter(id: number, modules: NativeLoraModule[], dtype: 'f32' | 'bf16' = 'f32'): void {
+    addon.llamaAdapterLoad(this.handle, id, modules, dtype);
     this.adapters.add(id);
   }
 
