@@ -431,22 +431,14 @@ static void grow(std::vector<float>& v, int64_t n) {
 static void lora_rows_forward(const LoraPair& p, int64_t r0, int64_t M, const float* x, int64_t ldx, float* y,
                               int64_t ldy, float* xa) {
   const int64_t K = p.in, N = p.out;
-  const auto axpy = ops_active().axpy;
-  if (!p.bf16()) {
-    linear_f32(M, p.r, K, x + r0 * ldx, ldx, p.A.data(), K, nullptr, xa, p.r, 0.0f);  // xa (M, r) = x·Aᵀ
-    for (int64_t m = 0; m < M; m++)
-      for (int64_t k = 0; k < p.r; k++) axpy(N, p.scale * xa[m * p.r + k], p.Bt.data() + k * N, y + (r0 + m) * ldy);
-    return;
-  }
-  // bf16: xa from the bf16 A (widened in the dot products); each row of Bᵀ widened once into b, then added to the M
-  // rows of y in the same order of k as above
-  linear_bf16(M, p.r, K, x + r0 * ldx, ldx, p.A16.data(), K, nullptr, xa, p.r, 0.0f);
-  thread_local std::vector<float> b;
-  b.resize(size_t(N));
-  for (int64_t k = 0; k < p.r; k++) {
-    convert_bf16_to_f32(N, p.Bt16.data() + k * N, b.data());
-    for (int64_t m = 0; m < M; m++) axpy(N, p.scale * xa[m * p.r + k], b.data(), y + (r0 + m) * ldy);
-  }
+  // xa (M, r) = x·Aᵀ (bf16: A widened in the dot products), scaled; then y += xa·Bᵀ, up to 8 rows of y at a time
+  // in registers (r axpys per row read and wrote y r times: 32-stream decode over 16 rank-16 adapters on every
+  // module, the axpys and bf16 widening were 5.8 % of the samples)
+  if (p.bf16()) linear_bf16(M, p.r, K, x + r0 * ldx, ldx, p.A16.data(), K, nullptr, xa, p.r, 0.0f);
+  else linear_f32(M, p.r, K, x + r0 * ldx, ldx, p.A.data(), K, nullptr, xa, p.r, 0.0f);
+  for (int64_t i = 0; i < M * p.r; i++) xa[i] *= p.scale;
+  if (p.bf16()) ops_active().lora_b_rows_bf16(M, N, p.r, xa, p.Bt16.data(), y + r0 * ldy, ldy);
+  else ops_active().lora_b_rows(M, N, p.r, xa, p.Bt.data(), y + r0 * ldy, ldy);
 }
 
 // y[rows of each sequence with an adapter] += s·(x·Aᵀ)·Bᵀ for the n_mod modules that read the same x (q, k, v;

@@ -99,6 +99,22 @@ Napi::Value Axpy(const Napi::CallbackInfo& info) {
   axpy(int64_t(y.length), float(num_arg(info[0], "a")), x.data, y.data);
   return info.Env().Undefined();
 }
+// loraBRows(M, N, r, a, b, y): y (M, N) += a (M, r) · b (r, N), b a Float32Array or a Uint16Array of bf16
+Napi::Value LoraBRows(const Napi::CallbackInfo& info) {
+  check_args(info, 6, "loraBRows");
+  const int64_t M = int_arg(info[0], "M"), N = int_arg(info[1], "N"), r = int_arg(info[2], "r");
+  if (M < 0 || N < 0 || r < 0) throw_range(info.Env(), "loraBRows: M, N and r must be >= 0");
+  auto a = req_arr<float>(info[3], "a", size_t(M * r));
+  auto y = req_arr<float>(info[5], "y", size_t(M * N));
+  if (info[4].IsTypedArray() && info[4].As<Napi::TypedArray>().TypedArrayType() == napi_uint16_array) {
+    auto b = req_arr<uint16_t>(info[4], "b", size_t(r * N));
+    lora_b_rows(M, N, r, a.data, b.data, y.data, N);
+  } else {
+    auto b = req_arr<float>(info[4], "b", size_t(r * N));
+    lora_b_rows(M, N, r, a.data, b.data, y.data, N);
+  }
+  return info.Env().Undefined();
+}
 // addBias(R, D, x, b)
 Napi::Value AddBias(const Napi::CallbackInfo& info) {
   check_args(info, 4, "addBias");
@@ -689,6 +705,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   def("mulBwd", Guard<MulBwd>);
   def("scaleFwd", Guard<ScaleFwd>);
   def("axpy", Guard<Axpy>);
+  def("loraBRows", Guard<LoraBRows>);
   def("addBias", Guard<AddBias>);
   def("biasBwd", Guard<BiasBwd>);
   def("embeddingFwd", Guard<EmbeddingFwd>);

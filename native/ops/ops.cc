@@ -3,6 +3,7 @@
 // through the OpsTable (see ops_table.h).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 #include "loom/gemm.h"
@@ -36,6 +37,28 @@ void scale_fwd(int64_t n, const float* x, float s, float* y) {
 }
 void axpy(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+static inline float widen(float v) { return v; }
+static inline float widen(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+template <class BT>
+void lora_b_rows_t(int64_t M, int64_t N, int64_t r, const float* a, const BT* b, float* y, int64_t ldy) {
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t i = 0; i < N; i++) {
+      float acc = y[m * ldy + i];
+      for (int64_t k = 0; k < r; k++) acc += a[m * r + k] * widen(b[k * N + i]);
+      y[m * ldy + i] = acc;
+    }
+}
+void lora_b_rows(int64_t M, int64_t N, int64_t r, const float* a, const float* b, float* y, int64_t ldy) {
+  lora_b_rows_t(M, N, r, a, b, y, ldy);
+}
+void lora_b_rows_bf16(int64_t M, int64_t N, int64_t r, const float* a, const uint16_t* b, float* y, int64_t ldy) {
+  lora_b_rows_t(M, N, r, a, b, y, ldy);
 }
 // x (R, D) += b (D)
 void add_bias(int64_t R, int64_t D, float* x, const float* b) {
@@ -319,6 +342,8 @@ const OpsTable& ops_table() {
     t.mul_bwd = mul_bwd;
     t.scale_fwd = scale_fwd;
     t.axpy = axpy;
+    t.lora_b_rows = lora_b_rows;
+    t.lora_b_rows_bf16 = lora_b_rows_bf16;
     t.add_bias = add_bias;
     t.bias_bwd = bias_bwd;
     t.layernorm_fwd = layernorm_fwd;
@@ -415,6 +440,12 @@ void mul_bwd(int64_t n, const float* a, const float* b, const float* dy, float* 
 void scale_fwd(int64_t n, const float* x, float s, float* y) {
   auto f = K().scale_fwd;
   elementwise(n, [&](int64_t i, int64_t e) { f(e - i, x + i, s, y + i); });
+}
+void lora_b_rows(int64_t M, int64_t N, int64_t r, const float* a, const float* b, float* y, int64_t ldy) {
+  K().lora_b_rows(M, N, r, a, b, y, ldy);
+}
+void lora_b_rows(int64_t M, int64_t N, int64_t r, const float* a, const uint16_t* b, float* y, int64_t ldy) {
+  K().lora_b_rows_bf16(M, N, r, a, b, y, ldy);
 }
 void axpy(int64_t n, float a, const float* x, float* y) {
   auto f = K().axpy;

@@ -25,6 +25,15 @@ struct Vec {
   static inline R load(const float* p) { return _mm256_loadu_ps(p); }
   static inline void store(float* p, R v) { _mm256_storeu_ps(p, v); }
   static inline R loadn(const float* p, int64_t n) { return _mm256_maskload_ps(p, tail_mask(n)); }
+  static inline R loadbf(const uint16_t* p) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
+  static inline R loadbfn(const uint16_t* p, int64_t n) {  // n < 8
+    alignas(16) uint16_t t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < n; i++) t[i] = p[i];
+    return loadbf(t);
+  }
   static inline R loadn_fill(const float* p, int64_t n, float fill) {
     __m256i m = tail_mask(n);
     return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
@@ -81,6 +90,8 @@ const OpsTable& ops_table() {
     LOOM_SET(mul_bwd);
     LOOM_SET(scale_fwd);
     LOOM_SET(axpy);
+    LOOM_SET(lora_b_rows);
+    LOOM_SET(lora_b_rows_bf16);
     LOOM_SET(add_bias);
     LOOM_SET(bias_bwd);
     LOOM_SET(layernorm_fwd);

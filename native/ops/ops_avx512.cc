@@ -26,6 +26,9 @@ struct Vec {
     return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), tail_mask(n), p);
   }
   static inline void storen(float* p, R v, int64_t n) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
+  static inline R widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+  static inline R loadbf(const uint16_t* p) { return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static inline R loadbfn(const uint16_t* p, int64_t n) { return widen16(_mm256_maskz_loadu_epi16(tail_mask(n), p)); }
   static inline R add(R a, R b) { return _mm512_add_ps(a, b); }
   static inline R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static inline R mul(R a, R b) { return _mm512_mul_ps(a, b); }
@@ -79,6 +82,8 @@ const OpsTable& ops_table() {
     LOOM_SET(mul_bwd);
     LOOM_SET(scale_fwd);
     LOOM_SET(axpy);
+    LOOM_SET(lora_b_rows);
+    LOOM_SET(lora_b_rows_bf16);
     LOOM_SET(add_bias);
     LOOM_SET(bias_bwd);
     LOOM_SET(layernorm_fwd);

@@ -28,6 +28,10 @@ struct OpsTable {
   void (*mul_bwd)(int64_t n, const float* a, const float* b, const float* dy, float* da, float* db);
   void (*scale_fwd)(int64_t n, const float* x, float s, float* y);
   void (*axpy)(int64_t n, float a, const float* x, float* y);
+  // y (M rows, ldy apart) += a (M, r) · B (r, N): per element the r FMAs of the axpys y += a[m, k]·B[k] in order of
+  // k (the same bits); B f32, or bf16 widened (a LoRA's Bᵀ)
+  void (*lora_b_rows)(int64_t M, int64_t N, int64_t r, const float* a, const float* b, float* y, int64_t ldy);
+  void (*lora_b_rows_bf16)(int64_t M, int64_t N, int64_t r, const float* a, const uint16_t* b, float* y, int64_t ldy);
   void (*add_bias)(int64_t R, int64_t D, float* x, const float* b);
   void (*bias_bwd)(int64_t R, int64_t D, const float* dy, float* db);
   // normalization

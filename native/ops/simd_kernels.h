@@ -173,6 +173,54 @@ void axpy(int64_t n, float a, const float* x, float* y) {
   const typename V::R av = V::set1(a);
   map2<V>(n, x, y, y, [av](typename V::R xv, typename V::R yv) { return V::fmadd(av, xv, yv); });
 }
+// y (M rows, ldy apart) += a (M, r) · B (r, N), B f32 or bf16 (widened): up to 8 rows of y in registers per W
+// columns, each row of B read once for them, and per element the r FMAs in order of k that r axpys would make
+template <class V>
+inline typename V::R load_w(const float* p, int64_t n) { return n == V::W ? V::load(p) : V::loadn(p, n); }
+template <class V>
+inline typename V::R load_w(const uint16_t* p, int64_t n) { return n == V::W ? V::loadbf(p) : V::loadbfn(p, n); }
+template <class V, int MM, class BT>
+void lora_b_tile(int64_t N, int64_t r, const float* a, const BT* b, float* y, int64_t ldy) {
+  using R = typename V::R;
+  for (int64_t n = 0; n < N; n += V::W) {
+    const int64_t w = N - n < V::W ? N - n : V::W;
+    R acc[MM];
+    for (int m = 0; m < MM; m++) acc[m] = w == V::W ? V::load(y + m * ldy + n) : V::loadn(y + m * ldy + n, w);
+    for (int64_t k = 0; k < r; k++) {
+      const R bv = load_w<V>(b + k * N + n, w);
+      for (int m = 0; m < MM; m++) acc[m] = V::fmadd(V::set1(a[m * r + k]), bv, acc[m]);
+    }
+    for (int m = 0; m < MM; m++) {
+      if (w == V::W) V::store(y + m * ldy + n, acc[m]);
+      else V::storen(y + m * ldy + n, acc[m], w);
+    }
+  }
+}
+template <class V, class BT>
+void lora_b_rows_t(int64_t M, int64_t N, int64_t r, const float* a, const BT* b, float* y, int64_t ldy) {
+  int64_t m = 0;
+  for (; m + 8 <= M; m += 8) lora_b_tile<V, 8>(N, r, a + m * r, b, y + m * ldy, ldy);
+  const float* am = a + m * r;
+  float* ym = y + m * ldy;
+  switch (M - m) {
+    case 7: return lora_b_tile<V, 7>(N, r, am, b, ym, ldy);
+    case 6: return lora_b_tile<V, 6>(N, r, am, b, ym, ldy);
+    case 5: return lora_b_tile<V, 5>(N, r, am, b, ym, ldy);
+    case 4: return lora_b_tile<V, 4>(N, r, am, b, ym, ldy);
+    case 3: return lora_b_tile<V, 3>(N, r, am, b, ym, ldy);
+    case 2: return lora_b_tile<V, 2>(N, r, am, b, ym, ldy);
+    case 1: return lora_b_tile<V, 1>(N, r, am, b, ym, ldy);
+    default: return;
+  }
+}
+template <class V>
+void lora_b_rows(int64_t M, int64_t N, int64_t r, const float* a, const float* b, float* y, int64_t ldy) {
+  lora_b_rows_t<V>(M, N, r, a, b, y, ldy);
+}
+template <class V>
+void lora_b_rows_bf16(int64_t M, int64_t N, int64_t r, const float* a, const uint16_t* b, float* y, int64_t ldy) {
+  lora_b_rows_t<V>(M, N, r, a, b, y, ldy);
+}
 template <class V>
 void add_bias(int64_t R_, int64_t D, float* x, const float* b) {
   for (int64_t r = 0; r < R_; r++) add_fwd<V>(D, x + r * D, b, x + r * D);

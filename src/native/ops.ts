@@ -65,6 +65,13 @@ export function scale(x: F32, s: number, out?: F32): F32 {
   return y;
 }
 /** y += a * x, in place on y. */
+/** y (rows, cols) += a (rows, r) · b (r, cols): a LoRA's scaled x·Aᵀ times Bᵀ, b f32 or bf16 bits (Uint16Array); per
+ * element the r FMAs that r axpys y[m] += a[m, k]·b[k] make, in the same order. */
+export function loraBRows(rows: number, cols: number, r: number, a: Float32Array, b: Float32Array | Uint16Array,
+  y: Float32Array): Float32Array {
+  N.loraBRows(rows, cols, r, a, b, y);
+  return y;
+}
 export function axpy(a: number, x: F32, y: F32): F32 {
   new ShapeCheck('axpy').same(['x', 'y'], [x, y]);
   N.axpy(a, x.data, y.data);

@@ -39,6 +39,34 @@ t.test('add / mul / scale / axpy / bias on every path', async (t) => {
   });
 });
 
+t.test('loraBRows: the bits of r axpys per row, f32 and bf16 b, every path', async (t) => {
+  // M past one 8-row tile and its remainder, N with and without a vector tail, r 1 / 8 / 16
+  const u = new Uint32Array(1), f = new Float32Array(u.buffer);
+  const toBf16 = (v: number) => ((f[0] = v), ((u[0] + 0x7fff + ((u[0] >>> 16) & 1)) >>> 16) & 0xffff);
+  const fromBf16 = (h: number) => ((u[0] = h << 16), f[0]);
+  const bits = (x: Float32Array) => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+  await forEachIsa((isa) => {
+    const r0 = rng(5);
+    for (const [M, N, r] of [[1, 1, 1], [2, 7, 8], [3, 16, 16], [8, 33, 16], [11, 100, 8], [17, 5, 3]]) {
+      const a = randArray(r0, M * r), b = randArray(r0, r * N), y0 = randArray(r0, M * N);
+      const b16 = Uint16Array.from(b, toBf16), bw = Float32Array.from(b16, fromBf16);
+      // the reference: r axpys per row (the op this one replaces), in order of k
+      const want = Float32Array.from(y0);
+      for (let m = 0; m < M; m++)
+        for (let k = 0; k < r; k++) {
+          const row = new Tensor('f32', [N], want.subarray(m * N, (m + 1) * N));
+          ops.axpy(a[m * r + k], new Tensor('f32', [N], b.subarray(k * N, (k + 1) * N)), row);
+        }
+      const got = ops.loraBRows(M, N, r, a, b, Float32Array.from(y0));
+      t.ok(bits(got).equals(bits(want)), `${isa} ${M}x${N} r=${r} f32: the axpys' bits`);
+      const g16 = ops.loraBRows(M, N, r, a, b16, Float32Array.from(y0));
+      t.ok(bits(g16).equals(bits(ops.loraBRows(M, N, r, a, bw, Float32Array.from(y0)))),
+        `${isa} ${M}x${N} r=${r} bf16: the bits of its widened values`);
+    }
+  });
+  t.throws(() => ops.loraBRows(2, 3, 4, new Float32Array(7), new Float32Array(12), new Float32Array(6)), /a/);
+});
+
 // float64 references
 const geluErf = (x: number) => 0.5 * x * erfc(-x / Math.SQRT2);
 const geluTanh = (x: number) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x)));

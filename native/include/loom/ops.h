@@ -15,7 +15,11 @@ void add_fwd(int64_t n, const float* a, const float* b, float* y);   // y = a + 
 void mul_fwd(int64_t n, const float* a, const float* b, float* y);   // y = a * b
 void mul_bwd(int64_t n, const float* a, const float* b, const float* dy, float* da, float* db);  // da,db +=
 void scale_fwd(int64_t n, const float* x, float s, float* y);        // y = s * x
-void axpy(int64_t n, float a, const float* x, float* y);              // y += a * x
+void axpy(int64_t n, float a, const float* x, float* y);
+// y (M rows, ldy apart) += a (M, r) · b (r, N), b f32 or bf16 (widened; a LoRA's scale·x·Aᵀ and Bᵀ): per element the
+// r FMAs in order of k that r axpys y[m] += a[m, k]·b[k] make, so the same bits; on the calling thread
+void lora_b_rows(int64_t M, int64_t N, int64_t r, const float* a, const float* b, float* y, int64_t ldy);
+void lora_b_rows(int64_t M, int64_t N, int64_t r, const float* a, const uint16_t* b, float* y, int64_t ldy);              // y += a * x
 // Broadcast bias over rows: x (R, D) += b (D)
 void add_bias(int64_t R, int64_t D, float* x, const float* b);
 // db (D) += sum over rows of dy (R, D)
