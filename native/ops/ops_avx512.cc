@@ -28,7 +28,11 @@ struct Vec {
   static inline void storen(float* p, R v, int64_t n) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
   static inline R widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static inline R loadbf(const uint16_t* p) { return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-  static inline R loadbfn(const uint16_t* p, int64_t n) { return widen16(_mm256_maskz_loadu_epi16(tail_mask(n), p)); }
+  static inline R loadbfn(const uint16_t* p, int64_t n) {  // n < 16 (a copy: the emulation build has no 16-bit mask load)
+    alignas(32) uint16_t t[16] = {};
+    for (int64_t i = 0; i < n; i++) t[i] = p[i];
+    return loadbf(t);
+  }
   static inline R add(R a, R b) { return _mm512_add_ps(a, b); }
   static inline R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static inline R mul(R a, R b) { return _mm512_mul_ps(a, b); }
