@@ -426,14 +426,14 @@ static void grow(std::vector<float>& v, int64_t n) {
   if (int64_t(v.size()) < n) v.resize(size_t(n));
 }
 
-// One adapter module over rows [r0, r0 + M): y += s·(x·Aᵀ)·Bᵀ. xa (M, r) scratch. The second product runs as r
-// axpys per row over Bᵀ's contiguous rows (K = r is too short for the dot-product path).
+// One adapter module over rows [r0, r0 + M): y += s·(x·Aᵀ)·Bᵀ. xa (M, r) scratch. The second product runs over
+// Bᵀ's contiguous rows (K = r is too short for the dot-product path), up to 8 rows of y in registers at a time
+// (lora_b_rows; r axpys per row read and wrote y r times: in a 32-stream decode over 16 rank-16 adapters on every
+// module, the axpys and the bf16 rows' widening were 5.8 % of the samples).
 static void lora_rows_forward(const LoraPair& p, int64_t r0, int64_t M, const float* x, int64_t ldx, float* y,
                               int64_t ldy, float* xa) {
   const int64_t K = p.in, N = p.out;
-  // xa (M, r) = x·Aᵀ (bf16: A widened in the dot products), scaled; then y += xa·Bᵀ, up to 8 rows of y at a time
-  // in registers (r axpys per row read and wrote y r times: 32-stream decode over 16 rank-16 adapters on every
-  // module, the axpys and bf16 widening were 5.8 % of the samples)
+  // xa (M, r) = s·x·Aᵀ (bf16: A widened in the dot products); y += xa·Bᵀ
   if (p.bf16()) linear_bf16(M, p.r, K, x + r0 * ldx, ldx, p.A16.data(), K, nullptr, xa, p.r, 0.0f);
   else linear_f32(M, p.r, K, x + r0 * ldx, ldx, p.A.data(), K, nullptr, xa, p.r, 0.0f);
   for (int64_t i = 0; i < M * p.r; i++) xa[i] *= p.scale;
