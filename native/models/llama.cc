@@ -561,13 +561,14 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
 
   const int64_t bs = kv.block_size;
   // Decode batches of 16-32 rows per thread without adapters: each thread runs a layer's attention block (norm,
-  // q/k/v, rope, the KV write, attention, o and the residual) over the rows of its own sequences, one task per group
-  // (both threads read the block's weights, the second mostly from the L3). Split by weight columns instead, the
-  // block's four regions each ended with its outputs crossing between the threads' caches, and the norm, rope and KV
-  // writes ran on the caller alone. 32-stream decode on 2 threads, 3 alternated triples: SmolLM2-135M Q4_K_M 21.9 ->
-  // 20.7 ms CPU a step (median), 2,850 -> 2,938 tok/s; Qwen2.5-0.5B Q4_K_M level (1,001-1,007 -> 988-1,019). The
-  // MLP block stays split by columns: grouped too, SmolLM2 read 2,982 but Qwen fell 9 % (its MLP weights, 9 MB a
-  // layer, read on both threads). The same kernels per row, so the same logits (test/decoder/row-groups.test.ts).
+  // q/k/v, rope, the KV write, attention, o, the residual, then the MLP's norm) over the rows of its own sequences,
+  // one task per group (both threads read the block's weights, the second mostly from the L3). Split by weight
+  // columns instead, the block's four regions each ended with its outputs crossing between the threads' caches, and
+  // the norms, rope and KV writes ran on the caller alone. 32-stream decode on 2 threads, 3 alternated triples:
+  // SmolLM2-135M Q4_K_M 21.9 -> 20.7 ms CPU a step (median), 2,850 -> 2,938 tok/s; Qwen2.5-0.5B Q4_K_M level
+  // (1,001-1,007 -> 988-1,019). The MLP's products stay split by columns: grouped too, SmolLM2 read 2,982 but Qwen
+  // fell 9 % (its MLP weights, 9 MB a layer, read on both threads). The same kernels per row, so the same logits
+  // (test/decoder/row-groups.test.ts).
   const std::vector<Batch> groups = any_lora ? std::vector<Batch>() : row_groups(b, threads_get());
   const int64_t per_thread = paged_attention_scratch_floats(Hq / Hkv, Dh, max_ctx);
   auto attention_rows = [&](int64_t g, int64_t l) {  // layer l's attention block over group g's rows [r0, r0 + n)
@@ -584,6 +585,7 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
       }
     paged_attention(kv, l, sb, Hq, qkv, Nqkv, attn, scratch_.data() + g * per_thread, max_ctx, c.sliding_window);
     linear_packed(n, attn + r0 * Nq, Nq, L.o, nullptr, x + r0 * D, D, 1.0f);
+    rmsnorm_fwd(n, D, x + r0 * D, L.mlp_norm.data(), c.eps, xn + r0 * D, nullptr);  // the MLP block's input rows
   };
   for (int64_t l = 0; l < c.layers; l++) {
     const Layer& L = layers_[size_t(l)];
@@ -616,8 +618,8 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
         apply_lora(b, int(l), m, off, 1, attn, Nq, x, D);
       }
     }
-    // --- MLP block
-    rmsnorm_fwd(T, D, x, L.mlp_norm.data(), c.eps, xn, nullptr);
+    // --- MLP block (its norm made by the groups' tasks where there are groups)
+    if (groups.empty()) rmsnorm_fwd(T, D, x, L.mlp_norm.data(), c.eps, xn, nullptr);
     linear_packed(T, xn, D, L.gate_up, nullptr, gu, 2 * F);  // gu (T, 2F)
     if (any_lora) {
       const int m[2] = {kGate, kUp};
