@@ -188,6 +188,11 @@ async function benchOurs(name: string, gguf: string, label: string, o: Opts): Pr
   row.boundTokS = o.readBw / bytesPerToken(gguf);
   row.note = `weights ${(model.weightBytes / 1e6).toFixed(0)} MB`;
   if (P !== 4096) row.note += `; TTFT prefix ${P} tokens (--quick)`;
+  // the weights and the KV pool released now, as llama.cpp's side disposes of its model, not at some later garbage
+  // collection while the next file's rows run
+  ours.sched.close();
+  kv.native.free();
+  model.free();
   return row;
 }
 

@@ -6,6 +6,8 @@
 //                    in the worker), rows, cols}], finalize) -> Promise<{weightBytes}>
 //   llamaAdapterLoad(handle, id, [{layer, module, r, scale, A:Float32Array, B:Float32Array}], dtype?: 'f32'|'bf16')
 //   llamaAdapterUnload(handle, id) -> boolean
+//   llamaFree(handle), kvFree(kv): release the model (weights, adapters) or the cache now, not at garbage collection;
+//     a step or load in flight keeps what it uses until it ends; the handle then fails as invalid
 //   kvCreate({layers, blocks, blockSize, kvHeads, headDim, dtype?: 'F32'|'BF16'}) -> kv handle ; kvBytes(kv)
 //   kvReadBlock(kv, layer, block) -> {k, v}: Float32Array (blockSize, kvHeads·headDim) each, widened from bf16
 //   llamaStep(handle, kv, {tokens, positions, seqLens, tables, tableOffsets, adapters, outRows, hidden, copies,
@@ -301,6 +303,23 @@ Napi::Value KvCreate(const Napi::CallbackInfo& info) {
   return ext;
 }
 
+Napi::Value LlamaFree(const Napi::CallbackInfo& info) {
+  if (!info[0].IsExternal()) throw_type(info.Env(), "model handle expected");
+  auto* h = info[0].As<Napi::External<ModelHandle>>().Data();
+  if (h) {
+    h->adapters.clear();
+    h->model.reset();
+  }
+  return info.Env().Undefined();
+}
+
+Napi::Value KvFree(const Napi::CallbackInfo& info) {
+  if (!info[0].IsExternal()) throw_type(info.Env(), "kv cache handle expected");
+  auto* h = info[0].As<Napi::External<KvHandle>>().Data();
+  if (h) h->kv.reset();
+  return info.Env().Undefined();
+}
+
 Napi::Value KvBytes(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), double(kv_arg(info[0])->kv->bytes()));
 }
@@ -451,6 +470,8 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("llamaAdapterUnload", Napi::Function::New(env, LlamaAdapterUnload));
   exports.Set("kvCreate", Napi::Function::New(env, KvCreate));
   exports.Set("kvBytes", Napi::Function::New(env, KvBytes));
+  exports.Set("llamaFree", Napi::Function::New(env, LlamaFree));
+  exports.Set("kvFree", Napi::Function::New(env, KvFree));
   exports.Set("kvReadBlock", Napi::Function::New(env, KvReadBlock));
   exports.Set("llamaStep", Napi::Function::New(env, LlamaStep));
 }

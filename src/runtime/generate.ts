@@ -431,10 +431,14 @@ export class DecoderModel {
     });
   }
 
-  /** Ends every queued and running request (AbortError) and drops cached prefixes; the native memory goes with the object. */
+  /** Ends every queued and running request (AbortError), drops cached prefixes and releases the native weights and KV
+   * cache now (a step in flight keeps them until it ends): an unloaded model's memory does not wait for a garbage
+   * collection, which V8, unaware of it, may not run for a long time. The model is unusable after. */
   close(): void {
     this.scheduler.close();
     this.prefix.clear();
+    this.kv.native.free();
+    this.native.free();
   }
 
   /** Mean-pooled final hidden states (after the final norm), one vector per text. */

@@ -134,3 +134,18 @@ t.test('loadDecoder by model id: models dir, and known-but-not-downloaded', asyn
   await t.rejects(loadDecoder(KNOWN_MODELS[0]), ModelNotOnDiskError);
   await t.rejects(loadDecoder('nobody/nothing-here'), /not found/);
 });
+
+t.test('close() releases the native weights and KV cache at once; a generation in flight ends, the handle is spent',
+  async (t) => {
+    const m = await loadDecoder(join(shared, 'models/tinystories-656k'), { kv: { memory: '4MiB' } });
+    const ids = m.tokenizer.encode('Once upon a time');
+    const running = m.generate({ prompt_ids: ids, max_tokens: 200, temperature: 0, stop_at_eos: false }).result;
+    await new Promise((r) => setTimeout(r, 5));
+    m.close();
+    await t.rejects(running, /unloaded/, 'the running generation fails with the unload');
+    // the native objects are released, not left to garbage collection: any later use names the spent handle
+    const kv = m.kv.native;
+    t.throws(() => kv.readBlock(0, 0), /kv cache handle is invalid/);
+    await t.rejects(m.generate({ prompt_ids: ids, max_tokens: 2 }).result, /model handle is invalid/);
+    t.doesNotThrow(() => m.close(), 'a second close is harmless');
+  });

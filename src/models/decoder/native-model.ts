@@ -71,6 +71,11 @@ export class NativeKvCache {
     if (this.bytes !== blocks * NativeKvCache.blockBytes(cfg, blockSize, dtype))
       throw new Error(`kv cache: native size ${this.bytes} bytes differs from ${blocks} blocks × ${NativeKvCache.blockBytes(cfg, blockSize, dtype)}`);
   }
+  /** Releases the cache's memory now rather than at garbage collection (a step in flight keeps it until it ends);
+   * the cache is unusable after. */
+  free(): void {
+    addon.kvFree(this.handle);
+  }
   /** Stored contents of one block of one layer as f32 (bf16 widened exactly): k, v (blockSize, kvHeads·headDim). Call between steps. */
   readBlock(layer: number, block: number): { k: Float32Array; v: Float32Array } {
     return addon.kvReadBlock(this.handle, layer, block) as { k: Float32Array; v: Float32Array };
@@ -126,6 +131,13 @@ export class NativeDecoder {
   loadAdapter(id: number, modules: NativeLoraModule[], dtype: 'f32' | 'bf16' = 'f32'): void {
     addon.llamaAdapterLoad(this.handle, id, modules, dtype);
     this.adapters.add(id);
+  }
+
+  /** Releases the weights and adapters now rather than at garbage collection (a step or load in flight keeps them
+   * until it ends); every later call fails with "model handle is invalid". */
+  free(): void {
+    this.adapters.clear();
+    addon.llamaFree(this.handle);
   }
 
   unloadAdapter(id: number): boolean {
