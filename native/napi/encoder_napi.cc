@@ -48,6 +48,18 @@ std::shared_ptr<T> unwrap(const Napi::Value& v, const char* what) {
   return h->p;
 }
 
+// debertaFree(h) / gliner2HeadsFree(h): the model's memory released now, not at garbage collection (a call in
+// flight holds its own shared pointer and finishes); the handle is invalid after
+template <typename T>
+Napi::Value free_handle(const Napi::CallbackInfo& info, const char* what) {
+  if (!info[0].IsExternal()) throw_type(info.Env(), std::string(what) + " handle expected");
+  auto* h = info[0].As<Napi::External<Handle<T>>>().Data();
+  if (h) h->p.reset();
+  return info.Env().Undefined();
+}
+Napi::Value DebertaFree(const Napi::CallbackInfo& info) { return free_handle<Model>(info, "deberta"); }
+Napi::Value HeadsFree(const Napi::CallbackInfo& info) { return free_handle<Heads>(info, "gliner2 heads"); }
+
 int64_t obj_int(const Napi::Object& o, const char* k, int64_t def, bool required = false) {
   Napi::Value v = o.Get(k);
   if (v.IsUndefined() || v.IsNull()) {
@@ -334,6 +346,8 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("debertaRelIndex", Napi::Function::New(env, DebertaRelIndex));
   exports.Set("gliner2HeadsCreate", Napi::Function::New(env, HeadsCreate));
   exports.Set("gliner2HeadsRun", Napi::Function::New(env, HeadsRun));
+  exports.Set("debertaFree", Napi::Function::New(env, DebertaFree));
+  exports.Set("gliner2HeadsFree", Napi::Function::New(env, HeadsFree));
 }
 
 }  // namespace

@@ -146,3 +146,12 @@ t.test('a failed native allocation rejects; the reused workspace stays consisten
 t.test('ordinary extraction is unchanged by all of the above', async (t) => {
   t.same(await m.extract(TEXT, SCHEMA, { threshold: 0.3 }), before);
 });
+
+t.test('dispose() releases the native encoder and heads at once; the model is spent after, other copies not', async (t) => {
+  const m2 = await loadEncoder(DIR);
+  t.same(await m2.extract(TEXT, SCHEMA, { threshold: 0.3 }), before, 'a second load answers the same');
+  m2.dispose();
+  await t.rejects(m2.extract(TEXT, SCHEMA, { threshold: 0.3 }), /handle is invalid/);
+  t.doesNotThrow(() => m2.dispose(), 'a second dispose is harmless');
+  t.same(await m.extract(TEXT, SCHEMA, { threshold: 0.3 }), before, 'another loaded copy is untouched');
+});

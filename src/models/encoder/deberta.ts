@@ -123,6 +123,12 @@ export class DebertaEncoder {
     return new DebertaEncoder(cfg, dtype, handle);
   }
 
+  /** Releases the native weights now rather than at garbage collection (a forward in flight finishes); every later
+   * call fails with "deberta handle is invalid". */
+  free(): void {
+    addon.debertaFree(this.handle);
+  }
+
   /** ids/mask (B*N) → last hidden state (B*N*D), padded positions zeroed; feats: word-feature rows (B*N*cols);
    * groups: label-isolation groups (B*N, label-isolation.ts). */
   forward(

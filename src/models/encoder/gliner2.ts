@@ -110,6 +110,13 @@ export class Gliner2Model {
     readonly labelIsolation = false,
   ) {}
 
+  /** Releases the encoder's and heads' native memory now (the service's unload), not at a garbage collection V8,
+   * unaware of that memory, may not run for a long time; a call in flight finishes. The model is unusable after. */
+  dispose(): void {
+    this.encoder.free();
+    addon.gliner2HeadsFree(this.heads);
+  }
+
   static async load(dir: string, opts: LoadOptions = {}): Promise<Gliner2Model> {
     const readJson = (p: string) => {
       if (!existsSync(p)) throw new EncoderConfigError(`${dir}: missing ${p.slice(dir.length + 1)}`);
