@@ -477,9 +477,9 @@ void Model::apply_lora(const Batch& b, int layer, const int* modules, const int6
 
 // A decode batch split for Model::step's per-thread attention blocks: threads_get() groups of whole sequences in
 // row order, each a Batch over the step's rows (T: the group's row count; row_seq: its own sequences) of
-// kGroupMinRows to kQuantSmallM rows, so that its products run the 16- and 32-row lanes kernels (with whole layers grouped, 8 rows a
-// thread lost: 16-stream SmolLM2-135M Q4_K_M 2,050-2,310 -> 1,610-1,760 tok/s). Empty where the batch does not
-// split so (one thread, too few or too many rows, sequences out of row order).
+// kGroupMinRows to kQuantSmallM rows, so that its products run the 16- and 32-row lanes kernels (with whole layers
+// grouped, 8 rows a thread lost: 16-stream SmolLM2-135M Q4_K_M 2,050-2,310 -> 1,610-1,760 tok/s). Empty where the
+// batch does not split so (one thread, too few or too many rows, sequences out of row order).
 static constexpr int64_t kGroupMinRows = 16;
 static std::vector<Batch> row_groups(const Batch& b, int nth) {
   std::vector<Batch> groups;
@@ -571,55 +571,46 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
   // (test/decoder/row-groups.test.ts).
   const std::vector<Batch> groups = any_lora ? std::vector<Batch>() : row_groups(b, threads_get());
   const int64_t per_thread = paged_attention_scratch_floats(Hq / Hkv, Dh, max_ctx);
-  auto attention_rows = [&](int64_t g, int64_t l) {  // layer l's attention block over group g's rows [r0, r0 + n)
+  // layer l's attention block over sb's rows [r0, r0 + n): the whole batch (work: the pool's attention scratch), or
+  // one group on its task's thread (work: that group's share); adapters only over the whole batch (no groups then)
+  auto attention_block = [&](int64_t l, const Batch& sb, int64_t r0, int64_t n, float* work) {
     const Layer& L = layers_[size_t(l)];
-    const Batch& sb = groups[size_t(g)];
-    const int64_t r0 = sb.seqs.front().first_row, n = sb.T;
     rmsnorm_fwd(n, D, x + r0 * D, L.attn_norm.data(), c.eps, xn + r0 * D, nullptr);
-    linear_packed(n, xn + r0 * D, D, L.qkv, L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(), qkv + r0 * Nqkv, Nqkv);
+    linear_packed(n, xn + r0 * D, D, L.qkv, L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(), qkv + r0 * Nqkv,
+                  Nqkv);  // (n, Nqkv)
+    if (any_lora) {
+      const int m[3] = {kQ, kK, kV};
+      const int64_t off[3] = {0, Nq, Nq + Nkv};
+      apply_lora(b, int(l), m, off, 3, xn, D, qkv, Nqkv);
+    }
+    // the q heads and the k heads follow each other in a row of qkv: one pass rotates both, by the step's table
     rope_fwd_table(n, Hq + Hkv, Dh, Nqkv, rope_cs_.data() + r0 * Dh, qkv + r0 * Nqkv);
+    // write K, V of the new tokens into their cache slots (rounded to bf16 for a bf16 cache)
     for (const SeqSpec& s : sb.seqs)
       for (int64_t i = 0; i < s.n_tokens; i++) {
         const int64_t t = s.first_row + i, pos = b.positions[t];
         kv.write_slot(l, s.block_table[pos / bs], pos % bs, qkv + t * Nqkv + Nq, qkv + t * Nqkv + Nq + Nkv);
       }
-    paged_attention(kv, l, sb, Hq, qkv, Nqkv, attn, scratch_.data() + g * per_thread, max_ctx, c.sliding_window);
-    linear_packed(n, attn + r0 * Nq, Nq, L.o, nullptr, x + r0 * D, D, 1.0f);
-    rmsnorm_fwd(n, D, x + r0 * D, L.mlp_norm.data(), c.eps, xn + r0 * D, nullptr);  // the MLP block's input rows
+    paged_attention(kv, l, sb, Hq, qkv, Nqkv, attn, work, max_ctx, c.sliding_window);  // attn (rows, Nq)
+    linear_packed(n, attn + r0 * Nq, Nq, L.o, nullptr, x + r0 * D, D, 1.0f);  // x += attn·Woᵀ
+    if (any_lora) {
+      const int m[1] = {kO};
+      const int64_t off[1] = {0};
+      apply_lora(b, int(l), m, off, 1, attn, Nq, x, D);
+    }
+    rmsnorm_fwd(n, D, x + r0 * D, L.mlp_norm.data(), c.eps, xn + r0 * D, nullptr);  // the MLP block's input
   };
   for (int64_t l = 0; l < c.layers; l++) {
     const Layer& L = layers_[size_t(l)];
-    if (!groups.empty()) {
-      parallel_tasks(int64_t(groups.size()), [&](int64_t g) { attention_rows(g, l); });
+    if (groups.empty()) {
+      attention_block(l, b, 0, T, scratch_.data());
     } else {
-      // --- attention block
-      rmsnorm_fwd(T, D, x, L.attn_norm.data(), c.eps, xn, nullptr);
-      linear_packed(T, xn, D, L.qkv, L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(), qkv, Nqkv);  // (T, Nqkv)
-      if (any_lora) {
-        const int m[3] = {kQ, kK, kV};
-        const int64_t off[3] = {0, Nq, Nq + Nkv};
-        apply_lora(b, int(l), m, off, 3, xn, D, qkv, Nqkv);
-      }
-      // the q heads and the k heads follow each other in a row of qkv: one pass rotates both, by the step's table
-      rope_fwd_table(T, Hq + Hkv, Dh, Nqkv, rope_cs_.data(), qkv);
-      // write K, V of the new tokens into their cache slots (rounded to bf16 for a bf16 cache)
-      for (const SeqSpec& s : b.seqs) {
-        for (int64_t i = 0; i < s.n_tokens; i++) {
-          const int64_t t = s.first_row + i, pos = b.positions[t];
-          const int64_t blk = s.block_table[pos / bs], slot = pos % bs;
-          kv.write_slot(l, blk, slot, qkv + t * Nqkv + Nq, qkv + t * Nqkv + Nq + Nkv);  // (Nkv) each
-        }
-      }
-      paged_attention(kv, l, b, Hq, qkv, Nqkv, attn, scratch_.data(), max_ctx, c.sliding_window);  // attn (T, Nq)
-      linear_packed(T, attn, Nq, L.o, nullptr, x, D, 1.0f);                      // x += attn·Woᵀ
-      if (any_lora) {
-        const int m[1] = {kO};
-        const int64_t off[1] = {0};
-        apply_lora(b, int(l), m, off, 1, attn, Nq, x, D);
-      }
+      parallel_tasks(int64_t(groups.size()), [&](int64_t g) {
+        const Batch& sb = groups[size_t(g)];
+        attention_block(l, sb, sb.seqs.front().first_row, sb.T, scratch_.data() + g * per_thread);
+      });
     }
-    // --- MLP block (its norm made by the groups' tasks where there are groups)
-    if (groups.empty()) rmsnorm_fwd(T, D, x, L.mlp_norm.data(), c.eps, xn, nullptr);
+    // --- MLP block
     linear_packed(T, xn, D, L.gate_up, nullptr, gu, 2 * F);  // gu (T, 2F)
     if (any_lora) {
       const int m[2] = {kGate, kUp};
@@ -627,17 +618,10 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
       apply_lora(b, int(l), m, off, 2, xn, D, gu, 2 * F);
     }
     const auto swiglu = ops_active().swiglu_fwd;  // act = silu(gate) · up, rows of gu = [gate | up]
-    if (T <= kQuantSmallM) {
-      // x += act·Wdᵀ, each row of act made and (block-quantized W) quantized in one parallel region: the
-      // quantization of the down projection's input (K = F) no longer runs alone on the caller
-      linear_packed_rows(T, [&](int64_t t) { swiglu(F, gu + t * 2 * F, gu + t * 2 * F + F, act + t * F); }, act, F,
-                         L.down, nullptr, x, D, 1.0f);
-    } else {
-      parallel_for(T, std::max<int64_t>(1, 4096 / F), [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; t++) swiglu(F, gu + t * 2 * F, gu + t * 2 * F + F, act + t * F);
-      });
-      linear_packed(T, act, F, L.down, nullptr, x, D, 1.0f);  // x += act·Wdᵀ
-    }
+    // x += act·Wdᵀ, each row of act made on the pool and (a decode step's rows, block-quantized W) quantized in the
+    // same parallel region: the quantization of the down projection's input (K = F) does not run alone on the caller
+    linear_packed_rows(T, [&](int64_t t) { swiglu(F, gu + t * 2 * F, gu + t * 2 * F + F, act + t * F); }, act, F,
+                       L.down, nullptr, x, D, 1.0f);
     if (any_lora) {
       const int m[1] = {kDown};
       const int64_t off[1] = {0};

@@ -3,7 +3,6 @@
 // through the OpsTable (see ops_table.h).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 #include "loom/gemm.h"
@@ -39,12 +38,7 @@ void axpy(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 static inline float widen(float v) { return v; }
-static inline float widen(uint16_t h) {
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+static inline float widen(uint16_t h) { return bf16_to_f32(h); }
 template <class BT>
 void lora_b_rows_t(int64_t M, int64_t N, int64_t r, const float* a, const BT* b, float* y, int64_t ldy) {
   for (int64_t m = 0; m < M; m++)
