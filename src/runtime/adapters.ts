@@ -40,6 +40,11 @@ export function adapterDtype(baseWeights: 'F32' | 'BF16', env: string | undefine
   return baseWeights === 'BF16' ? 'bf16' : 'f32';
 }
 
+/** Resident bytes of an adapter's A and B kept as `dtype`. */
+export function adapterBytes(modules: readonly NativeLoraModule[], dtype: 'f32' | 'bf16'): number {
+  return modules.reduce((n, m) => n + (m.A.length + m.B.length) * (dtype === 'bf16' ? 2 : 4), 0);
+}
+
 const KEY = /(?:^|\.)layers\.(\d+)\.(?:self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.lora_([AB])(?:\.default)?\.weight$/;
 
 /** Reads a PEFT adapter directory into native LoRA modules (validated against the base config). */
@@ -102,7 +107,7 @@ export class AdapterRegistry {
     const dtype = adapterDtype(this.model.weightDtype);
     this.model.loadAdapter(id, a.modules, dtype); // validates shapes natively
     const old = this.byName.get(name);
-    const bytes = a.modules.reduce((n, m) => n + (m.A.length + m.B.length) * (dtype === 'bf16' ? 2 : 4), 0);
+    const bytes = adapterBytes(a.modules, dtype);
     const info: AdapterInfo = {
       name, id, dir, r: a.r, alpha: a.alpha, scale: a.scale, targetModules: a.targetModules, dtype, bytes,
     };

@@ -6,6 +6,7 @@ import { SafetensorsFile } from '../../src/formats/safetensors.ts';
 import { AdapterError, adapterDtype, readPeftAdapter } from '../../src/runtime/adapters.ts';
 import { loadDecoder } from '../../src/runtime/generate.ts';
 import { forwardAll, goldens, maxAbs, readCases } from './helpers.ts';
+import { fromBf16, toBf16 } from '../native/ops-helpers.ts';
 
 const dir = join(goldens, 'lora-grad');
 const cases = readCases(dir);
@@ -67,12 +68,7 @@ t.test('two adapters and the base in concurrent generate() calls', async (t) => 
 
 t.test('bf16 adapters: the bits of f32 adapters holding the bf16-rounded A and B, at half the bytes', async (t) => {
   const a = readPeftAdapter(join(dir, cases.adapter.dir), model.config);
-  const u = new Uint32Array(1), f = new Float32Array(u.buffer);
-  const round = (x: Float32Array) => Float32Array.from(x, (v) => {  // to bf16, nearest even, and back
-    f[0] = v;
-    u[0] = ((u[0] + 0x7fff + ((u[0] >>> 16) & 1)) >>> 16) << 16;
-    return f[0];
-  });
+  const round = (x: Float32Array) => fromBf16(toBf16(x));  // to bf16, nearest even, and back
   model.native.loadAdapter(901, a.modules, 'bf16');
   model.native.loadAdapter(902, a.modules.map((m) => ({ ...m, A: round(m.A), B: round(m.B) })), 'f32');
   model.native.loadAdapter(903, a.modules, 'f32');

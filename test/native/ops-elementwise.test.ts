@@ -4,7 +4,7 @@ import t from 'tap';
 import { forEachIsa } from '../../src/native/cpu.ts';
 import { Tensor, ShapeError } from '../../src/native/tensor.ts';
 import * as ops from '../../src/native/ops.ts';
-import { rng, randTensor, randArray, close, fd, f64, sampleIdx, erf, erfc, SHAPES_ROWS, SIZES, dot } from './ops-helpers.ts';
+import { rng, randTensor, randArray, close, fd, f64, sampleIdx, erf, erfc, SHAPES_ROWS, SIZES, dot, toBf16, fromBf16 } from './ops-helpers.ts';
 
 const T = (shape: number[], a: ArrayLike<number>) => new Tensor('f32', shape, Float32Array.from(a));
 
@@ -41,15 +41,12 @@ t.test('add / mul / scale / axpy / bias on every path', async (t) => {
 
 t.test('loraBRows: the bits of r axpys per row, f32 and bf16 b, every path', async (t) => {
   // M past one 8-row tile and its remainder, N with and without a vector tail, r 1 / 8 / 16
-  const u = new Uint32Array(1), f = new Float32Array(u.buffer);
-  const toBf16 = (v: number) => ((f[0] = v), ((u[0] + 0x7fff + ((u[0] >>> 16) & 1)) >>> 16) & 0xffff);
-  const fromBf16 = (h: number) => ((u[0] = h << 16), f[0]);
   const bits = (x: Float32Array) => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
   await forEachIsa((isa) => {
     const r0 = rng(5);
     for (const [M, N, r] of [[1, 1, 1], [2, 7, 8], [3, 16, 16], [8, 33, 16], [11, 100, 8], [17, 5, 3]]) {
       const a = randArray(r0, M * r), b = randArray(r0, r * N), y0 = randArray(r0, M * N);
-      const b16 = Uint16Array.from(b, toBf16), bw = Float32Array.from(b16, fromBf16);
+      const b16 = toBf16(b), bw = fromBf16(b16);
       // the reference: r axpys per row (the op this one replaces), in order of k
       const want = Float32Array.from(y0);
       for (let m = 0; m < M; m++)

@@ -21,6 +21,15 @@ export function randArray(r: () => number, n: number, scale = 1): Float32Array {
   return a;
 }
 
+/** fp32 values rounded to bf16 (nearest even; NaN payloads not handled): the bits, and those bits widened back. */
+export function toBf16(a: Float32Array): Uint16Array {
+  const u = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  return Uint16Array.from(u, (x) => (x + 0x7fff + ((x >>> 16) & 1)) >>> 16);
+}
+export function fromBf16(b: Uint16Array): Float32Array {
+  return new Float32Array(Uint32Array.from(b, (x) => x << 16).buffer);
+}
+
 export function randTensor(r: () => number, shape: number[], scale = 1): Tensor<'f32'> {
   return new Tensor('f32', shape, randArray(r, shape.reduce((a, b) => a * b, 1), scale));
 }

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { forEachIsa } from '../../src/native/cpu.ts';
 import { Tensor } from '../../src/native/tensor.ts';
 import * as ops from '../../src/native/ops.ts';
-import { rng, randTensor, close, fd, f64, sampleIdx, dot } from './ops-helpers.ts';
+import { rng, randTensor, close, fd, f64, sampleIdx, dot, toBf16, fromBf16 } from './ops-helpers.ts';
 
 const shared = join(import.meta.dirname, '../../../shared');
 const fr = Math.fround;
@@ -198,13 +198,6 @@ function loraRef(x: ArrayLike<number>, w: ArrayLike<number>, A: ArrayLike<number
   return y;
 }
 
-function toBf16(a: Float32Array): Uint16Array {
-  const u = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  return Uint16Array.from(u, (x) => (x + 0x7fff + ((x >>> 16) & 1)) >>> 16);
-}
-function fromBf16(b: Uint16Array): Float32Array {
-  return new Float32Array(Uint32Array.from(b, (x) => x << 16).buffer);
-}
 
 t.test('LoRA linear: forward and gradients of A, B, x by finite differences (f32 and bf16 W)', async (t) => {
   const r = rng(14);
