@@ -9,30 +9,22 @@
 #include <cstring>
 
 // Intrinsics that SIMDe 0.7.4 lacks, in plain lane loops.
-static inline simde__m512i loom_emu_mm512_cvtepu16_epi32(simde__m256i a) {
-  simde__m256i_private a_ = simde__m256i_to_private(a);
-  simde__m512i_private r_;
-  for (int i = 0; i < 16; i++) r_.i32[i] = (int32_t)a_.u16[i];
-  return simde__m512i_from_private(r_);
-}
+// _mm512_cvt<src>_epi32: 16 lanes of type `lane` of a `src_t` vector, each widened to int32
+#define LOOM_EMU_WIDEN_EPI32(name, src_t, lane)                  \
+  static inline simde__m512i loom_emu_##name(src_t a) {          \
+    src_t##_private a_ = src_t##_to_private(a);                  \
+    simde__m512i_private r_;                                     \
+    for (int i = 0; i < 16; i++) r_.i32[i] = (int32_t)a_.lane[i]; \
+    return simde__m512i_from_private(r_);                        \
+  }
+LOOM_EMU_WIDEN_EPI32(mm512_cvtepu16_epi32, simde__m256i, u16)
+LOOM_EMU_WIDEN_EPI32(mm512_cvtepu8_epi32, simde__m128i, u8)
+LOOM_EMU_WIDEN_EPI32(mm512_cvtepi8_epi32, simde__m128i, i8)
+#undef LOOM_EMU_WIDEN_EPI32
 #undef _mm512_cvtepu16_epi32
 #define _mm512_cvtepu16_epi32(a) loom_emu_mm512_cvtepu16_epi32(a)
-
-static inline simde__m512i loom_emu_mm512_cvtepu8_epi32(simde__m128i a) {
-  simde__m128i_private a_ = simde__m128i_to_private(a);
-  simde__m512i_private r_;
-  for (int i = 0; i < 16; i++) r_.i32[i] = (int32_t)a_.u8[i];
-  return simde__m512i_from_private(r_);
-}
 #undef _mm512_cvtepu8_epi32
 #define _mm512_cvtepu8_epi32(a) loom_emu_mm512_cvtepu8_epi32(a)
-
-static inline simde__m512i loom_emu_mm512_cvtepi8_epi32(simde__m128i a) {
-  simde__m128i_private a_ = simde__m128i_to_private(a);
-  simde__m512i_private r_;
-  for (int i = 0; i < 16; i++) r_.i32[i] = (int32_t)a_.i8[i];
-  return simde__m512i_from_private(r_);
-}
 #undef _mm512_cvtepi8_epi32
 #define _mm512_cvtepi8_epi32(a) loom_emu_mm512_cvtepi8_epi32(a)
 
