@@ -1,23 +1,26 @@
 // `loom init-encoder --config small|base|tiny|<json file> --data <jsonl> --out <dir> [--seed n] [--vocab n]
-//  [--word-features shape|shape,suffix:N|suffix:N|none] [--label-isolation on|off]`
+//  [--word-features shape|shape,suffix:N|suffix:N|none] [--label-isolation on|off] [--token-pooling mean|first|max]`
 // A fresh GLiNER2 span model (random init as the reference does) with a WordPiece tokenizer built
 // from the training text, in the real checkpoint layout.
 import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { initEncoder, ENCODER_PRESETS, type EncoderInitConfig } from '../training/encoder/init.ts';
+import {
+  initEncoder, ENCODER_PRESETS, TOKEN_POOLING_OPTIONS, type EncoderInitConfig, type TokenPoolingOption,
+} from '../training/encoder/init.ts';
 import { parseJsonl } from '../training/data/formats.ts';
 import { parseWordFeatureSpec } from '../models/encoder/word-features.ts';
 
 const HELP = `usage: loom init-encoder --config small|base|tiny|<config.json> --data <train.jsonl> --out <dir>
   [--seed 42] [--vocab N]
   [--word-features shape|shape,suffix:N|suffix:N|none]   (default: shape; docs/training.md)
-  [--label-isolation on|off]   (default: on; docs/training.md)`;
+  [--label-isolation on|off]   (default: on; docs/training.md)
+  [--token-pooling mean|first|max]   (a word's vector from its pieces; default: mean; docs/training.md)`;
 
 export async function main(argv: string[]): Promise<number> {
   const options = {
     config: { type: 'string', default: 'small' }, data: { type: 'string' }, out: { type: 'string' },
     seed: { type: 'string', default: '42' }, vocab: { type: 'string' }, 'word-features': { type: 'string' },
-    'label-isolation': { type: 'string' }, help: { type: 'boolean' },
+    'label-isolation': { type: 'string' }, 'token-pooling': { type: 'string' }, help: { type: 'boolean' },
   } as const;
   const { values } = parseArgs({ args: argv, options });
   if (values.help) return (console.log(HELP), 0);
@@ -38,6 +41,10 @@ export async function main(argv: string[]): Promise<number> {
   if (iso !== undefined && iso !== 'on' && iso !== 'off')
     return (console.error('init-encoder: --label-isolation takes on or off'), 2);
   if (iso !== undefined) cfg.label_isolation = iso === 'on';
+  const pooling = values['token-pooling'];
+  if (pooling !== undefined && !TOKEN_POOLING_OPTIONS.includes(pooling as TokenPoolingOption))
+    return (console.error(`init-encoder: --token-pooling takes ${TOKEN_POOLING_OPTIONS.join(', ')}`), 2);
+  if (pooling !== undefined) cfg.token_pooling = pooling as TokenPoolingOption;
   const texts: string[] = [];
   for (const r of parseJsonl(readFileSync(values.data, 'utf8'))) {
     if ('text' in r && typeof r.text === 'string') texts.push(r.text);
