@@ -11,7 +11,7 @@ import { trainEncoder } from '../../src/training/encoder-trainer.ts';
 import { evaluateNer } from '../../src/training/evaluate.ts';
 import { SafetensorsFile, toFloat32 } from '../../src/formats/safetensors.ts';
 import {
-  AUTO_BF16_MIN_SPEEDUP, BF16_EMULATED_ENV, bf16Speedup, nativeBf16, resolvePrecision,
+  AUTO_BF16_MIN_SPEEDUP, BF16_EMULATED_ENV, bf16Speedup, nativeBf16, resolvePrecision, settledSpeedup,
 } from '../../src/training/precision.ts';
 
 const data = join(import.meta.dirname, '../../../shared/data/conll2003');
@@ -140,4 +140,23 @@ t.test('precision auto: bf16 only where AVX512_BF16 products time faster than fp
   t.match(await resolvePrecision('bf16', avx2, {}, at(2)), { precision: 'fp32', reason: /falling back to fp32/ });
   t.match(await resolvePrecision('bf16', avx2, { [BF16_EMULATED_ENV]: '1' }, at(2)), { precision: 'bf16' });
   t.match(await resolvePrecision('fp32', zen5, {}, at(2)), { precision: 'fp32' });
+});
+
+t.test('the probe measures again while it reads near 1 (noise pulls the ratio there), and keeps the best', async (t) => {
+  const readings = (xs: number[]) => {
+    const calls = { n: 0 };
+    return { calls, measure: async () => xs[Math.min(calls.n++, xs.length - 1)] };
+  };
+  const cases: [number[], number, number][] = [  // readings, the settled speedup, measurements taken
+    [[1.9], 1.9, 1], // clearly faster: at once
+    [[0.55], 0.55, 1], // clearly slower (Sapphire Rapids): at once
+    [[1.03, 1.9], 1.9, 2], // a busy machine's first reading, then a quiet one
+    [[1.03, 0.98, 1.05, 1.02, 1.9], 1.05, 4], // never clear: three retries, the best of four
+    [[0.9, 0.6], 0.9, 4], // the best stays; a low reading is no better than the first
+  ];
+  for (const [xs, want, n] of cases) {
+    const r = readings(xs);
+    t.equal(await settledSpeedup(r.measure, 3, 0), want, `readings ${xs.join(', ')}`);
+    t.equal(r.calls.n, n, `${n} measurement(s)`);
+  }
 });
