@@ -401,27 +401,43 @@ void weight_quant_rows(const PackedWeight* p, int64_t n0, int64_t n, float* dst)
   quant_dequantize_rows(p->stored, n, p->K, static_cast<const uint8_t*>(p->data) + size_t(n0) * quant_row_bytes(p->stored, p->K), dst);
 }
 
+bool linear_packed_quantizes(const PackedWeight* w, int64_t M) {
+  if (M > kQuantSmallM || w->K % 32 != 0) return false;
+  if (w->parts.empty()) return w->nr == 0 && quant_supported(w->stored);
+  for (const PackedWeight* p : w->parts)
+    if (!p->parts.empty() || !quant_supported(p->stored)) return false;
+  return true;
+}
+
+void linear_packed_acts(const QuantActs& a, const PackedWeight* w, const float* bias, float* y, int64_t ldy,
+                        float beta) {
+  if (!linear_packed_quantizes(w, a.M) || a.K != w->K)
+    throw std::invalid_argument("linear_packed_acts: not a block-quantized weight of K = " + std::to_string(a.K) +
+                                " for " + std::to_string(a.M) + " rows");
+  if (w->parts.empty()) return linear_quant_acts(w->stored, w->N, a, w->data, bias, y, ldy, beta, w->quant_packed);
+  thread_local std::vector<QuantPart> qparts;
+  qparts.clear();
+  int64_t n0 = 0;
+  for (const PackedWeight* p : w->parts) {
+    qparts.push_back({p->stored, p->N, p->data, bias ? bias + n0 : nullptr, p->quant_packed});
+    n0 += p->N;
+  }
+  linear_quant_acts_parts(a, qparts.data(), int(qparts.size()), y, ldy, beta);
+}
+
 void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
                    int64_t ldy, float beta) {
   if (M < 0) throw std::invalid_argument("linear_packed: negative M");
   if (M == 0) return;
   if (!w->parts.empty()) {  // stacked row blocks: each writes its columns of y
-    bool quant = w->K % 32 == 0;
+    bool quant = linear_packed_quantizes(w, std::min(M, kQuantSmallM));
     for (const PackedWeight* p : w->parts)
-      quant = quant && p->parts.empty() && quant_supported(p->stored) &&
-              (M <= kQuantSmallM || quant_prefill_int8(p->stored, p->quant_packed));
+      quant = quant && (M <= kQuantSmallM || quant_prefill_int8(p->stored, p->quant_packed));
     if (quant) {  // block-quantized parts (q/k/v, gate/up): x quantized once for all of them, 32 rows at a time
       thread_local QuantActs a;
-      thread_local std::vector<QuantPart> qparts;
-      qparts.clear();
-      int64_t n0 = 0;
-      for (const PackedWeight* p : w->parts) {
-        qparts.push_back({p->stored, p->N, p->data, bias ? bias + n0 : nullptr, p->quant_packed});
-        n0 += p->N;
-      }
       for (int64_t m0 = 0; m0 < M; m0 += kQuantSmallM) {
         quant_acts(std::min(kQuantSmallM, M - m0), w->K, x + m0 * ldx, ldx, &a);
-        linear_quant_acts_parts(a, qparts.data(), int(qparts.size()), y + m0 * ldy, ldy, beta);
+        linear_packed_acts(a, w, bias, y + m0 * ldy, ldy, beta);
       }
       return;
     }
@@ -446,10 +462,10 @@ void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w
 void linear_packed_rows(int64_t M, const std::function<void(int64_t)>& row, const float* x, int64_t ldx,
                         const PackedWeight* w, const float* bias, float* y, int64_t ldy, float beta) {
   if (M <= 0) return;
-  if (w->parts.empty() && w->nr == 0 && quant_supported(w->stored) && M <= kQuantSmallM && w->K % 32 == 0) {
+  if (linear_packed_quantizes(w, M)) {
     thread_local QuantActs a;
     quant_acts_rows(M, w->K, x, ldx, row, &a);
-    linear_quant_acts(w->stored, w->N, a, w->data, bias, y, ldy, beta, w->quant_packed);
+    linear_packed_acts(a, w, bias, y, ldy, beta);
     return;
   }
   parallel_for(M, 1, [&](int64_t m0, int64_t m1) {

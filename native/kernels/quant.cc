@@ -718,13 +718,17 @@ bool quant_prefill_int8(DType t, bool packed) {
   return packed && quant_packs(t) && quant_isa() == 2 && lanes_min_m(t) > 0;
 }
 
-// a sized for M rows of K values (the lanes too where the kernels take them); the ISA's row quantizer, and whether
-// there are lanes to lay out
-static QuantActFn quant_acts_size(int64_t M, int64_t K, QuantActs* a, bool* lanes) {
+// the ISA's row quantizer
+static QuantActFn quant_act_fn() {
+  const int isa = quant_isa();
+  return isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
+}
+
+// a sized for M rows of K values (the lanes too where the kernels take them), no row yet
+void quant_acts_begin(int64_t M, int64_t K, QuantActs* a) {
   if (M < 0 || M > kQuantSmallM || K <= 0 || K % kQ8Block != 0)
     throw std::invalid_argument("quant_acts: M = " + std::to_string(M) + ", K = " + std::to_string(K) +
                                 " (M <= " + std::to_string(kQuantSmallM) + ", K a positive multiple of 32)");
-  const int isa = quant_isa();
   const int64_t nb = K / kQ8Block;
   a->M = M;
   a->K = K;
@@ -736,34 +740,30 @@ static QuantActFn quant_acts_size(int64_t M, int64_t K, QuantActs* a, bool* lane
   a->dt.clear();
   a->st.clear();
   a->sq.clear();
-  *lanes = isa == 2 && M >= kLanesMinM;
-  if (*lanes) avx512::quant_acts_lanes_size(a);
-  return isa == 2 ? avx512::quant_act_q8 : isa == 1 ? avx2::quant_act_q8 : portable::quant_act_q8;
+  a->lanes = quant_isa() == 2 && M >= kLanesMinM;
+  if (a->lanes) avx512::quant_acts_lanes_size(a);
+  for (int64_t g = 0; g < (M + 15) / 16; g++) a->left[g].store(int32_t(std::min<int64_t>(16, M - 16 * g)));
+}
+
+void quant_acts_row(QuantActs* a, int64_t m, const float* x_row) {
+  const int64_t K = a->K, nb = K / kQ8Block;
+  quant_act_fn()(K, x_row, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
+  if (a->lanes && a->left[m / 16].fetch_sub(1, std::memory_order_acq_rel) == 1) avx512::quant_acts_lanes(a, m / 16 * 16);
 }
 
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
-  bool lanes;
-  const QuantActFn act = quant_acts_size(M, K, a, &lanes);
-  const int64_t nb = K / kQ8Block;
-  for (int64_t m = 0; m < M; m++)
-    act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
-  if (lanes)
-    for (int64_t m0 = 0; m0 < M; m0 += 16) avx512::quant_acts_lanes(a, m0);
+  quant_acts_begin(M, K, a);
+  for (int64_t m = 0; m < M; m++) quant_acts_row(a, m, x + m * ldx);
 }
 
 void quant_acts_rows(int64_t M, int64_t K, const float* x, int64_t ldx, const std::function<void(int64_t)>& row,
                      QuantActs* a) {
-  bool lanes;
-  const QuantActFn act = quant_acts_size(M, K, a, &lanes);
-  const int64_t nb = K / kQ8Block;
+  quant_acts_begin(M, K, a);
   // rows in chunks over the pool; a vector of 16 rows goes into the lanes on the thread that quantizes its last row
-  std::atomic<int64_t> left[kQuantSmallM / 16];
-  for (int64_t g = 0; g < (M + 15) / 16; g++) left[g].store(std::min<int64_t>(16, M - 16 * g));
   parallel_for(M, 2, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; m++) {
       row(m);
-      act(K, x + m * ldx, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
-      if (lanes && left[m / 16].fetch_sub(1, std::memory_order_acq_rel) == 1) avx512::quant_acts_lanes(a, m / 16 * 16);
+      quant_acts_row(a, m, x + m * ldx);
     }
   });
 }

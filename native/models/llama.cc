@@ -602,16 +602,24 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
   };
   for (int64_t l = 0; l < c.layers; l++) {
     const Layer& L = layers_[size_t(l)];
+    // grouped, each group also quantizes its own rows of the MLP's input for gate / up, which the caller did alone
+    // between the two parallel regions
+    const bool group_acts = !groups.empty() && linear_packed_quantizes(L.gate_up, T);
     if (groups.empty()) {
       attention_block(l, b, 0, T, scratch_.data());
     } else {
+      if (group_acts) quant_acts_begin(T, D, &mlp_acts_);
       parallel_tasks(int64_t(groups.size()), [&](int64_t g) {
         const Batch& sb = groups[size_t(g)];
-        attention_block(l, sb, sb.seqs.front().first_row, sb.T, scratch_.data() + g * per_thread);
+        const int64_t r0 = sb.seqs.front().first_row;
+        attention_block(l, sb, r0, sb.T, scratch_.data() + g * per_thread);
+        if (group_acts)
+          for (int64_t r = r0; r < r0 + sb.T; r++) quant_acts_row(&mlp_acts_, r, xn + r * D);
       });
     }
     // --- MLP block
-    linear_packed(T, xn, D, L.gate_up, nullptr, gu, 2 * F);  // gu (T, 2F)
+    if (group_acts) linear_packed_acts(mlp_acts_, L.gate_up, nullptr, gu, 2 * F);  // gu (T, 2F)
+    else linear_packed(T, xn, D, L.gate_up, nullptr, gu, 2 * F);
     if (any_lora) {
       const int m[2] = {kGate, kUp};
       const int64_t off[2] = {0, F};

@@ -20,6 +20,7 @@
 #include "loom/core.h"
 #include "loom/gemm.h"
 #include "loom/ops.h"
+#include "loom/quant.h"
 
 namespace loom::llama {
 
@@ -165,6 +166,7 @@ class Model {
   std::mutex mu_;
   // step workspace (grown, never shrunk: no per-token allocation in steady state)
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, lora_, rows_, scratch_, rope_cs_;
+  QuantActs mlp_acts_;  // a grouped decode step's MLP input, quantized by the groups (step)
   int64_t lora_stride_ = 1;  // floats per row of lora_ (the step's largest adapter rank)
   void apply_lora(const Batch& b, int layer, const int* modules, const int64_t* y_off, int n_mod, const float* x,
                   int64_t ldx, float* y, int64_t ldy);

@@ -13,6 +13,8 @@
 
 namespace loom {
 
+struct QuantActs;  // loom/quant.h
+
 // y[M,N] = beta * y + x[M,K] · W[N,K]ᵀ (+ bias[N] if non-null). beta is 0 or 1 in practice
 // (0: y is write-only and may hold garbage/NaN).
 void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* w, int64_t ldw,
@@ -87,6 +89,12 @@ void weight_quant_rows(const PackedWeight* p, int64_t n0, int64_t n, float* dst)
 // y[M,N] = beta*y + x[M,K] · Wᵀ (+ bias)
 void linear_packed(int64_t M, const float* x, int64_t ldx, const PackedWeight* w, const float* bias, float* y,
                    int64_t ldy, float beta = 0.0f);
+// Whether linear_packed multiplies M rows by w from x quantized per block (QuantActs, loom/quant.h): w (or each of its
+// parts) block-quantized, K a multiple of 32, M <= kQuantSmallM (a decode step's rows)
+bool linear_packed_quantizes(const PackedWeight* w, int64_t M);
+// y = beta·y + x·Wᵀ (+ bias) from x already quantized into a (a.M rows; linear_packed_quantizes(w, a.M))
+void linear_packed_acts(const QuantActs& a, const PackedWeight* w, const float* bias, float* y, int64_t ldy,
+                        float beta = 0.0f);
 // The same where row(m) makes x's row m (filling x + m·ldx) on the pool first: for a block-quantized W and a decode
 // step's rows each row is quantized as soon as it is made, in the same parallel region (quant_acts_rows), where
 // linear_packed quantizes x on the calling thread

@@ -17,6 +17,7 @@
 //     above kQuantSmallM rows of x at a time (each weight matrix then read M / 32 times, from the L3 after the
 //     first); otherwise panels of W rows are dequantized to f32 and multiplied with the f32 GEMM.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -76,8 +77,18 @@ struct QuantActs {
   std::vector<int8_t> xs;
   std::vector<float> dt, st;
   std::vector<int32_t> sq;
+  // while rows are filled (quant_acts_begin / quant_acts_row): whether the lanes are built, and the rows of each
+  // vector of 16 still to come
+  bool lanes = false;
+  std::atomic<int32_t> left[kQuantSmallM / 16] = {};
 };
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a);
+// The same filled row by row from several tasks, each its own rows (a decode step's row groups): quant_acts_begin
+// sizes a for M rows of K; quant_acts_row quantizes row m from x_row, and the call that completes a vector of 16
+// rows lays that vector out in the lanes. Each row once, on any thread, in any order; a is complete (and may be
+// read) once every row is and the tasks have joined.
+void quant_acts_begin(int64_t M, int64_t K, QuantActs* a);
+void quant_acts_row(QuantActs* a, int64_t m, const float* x_row);
 // The same for rows that row(m) makes (filling x + m·ldx) on the pool, each quantized as soon as it is made (and each
 // vector of 16 rows laid out in the lanes once its last row is): the making and the quantization in one parallel
 // region
