@@ -297,7 +297,7 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
 
   std::vector<int32_t> dtab;
   const int64_t Rr = delta_table(c, Nmax, dtab);
-  const float scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
+  const float scale = c.attn_scale();
 
   if (acts) {
     acts->B = B;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <vector>
+#include <cmath>
 #include "loom/core.h"
 #include "loom/gemm.h"
 
@@ -38,6 +39,8 @@ struct Config {
     return position_buckets > 0 ? position_buckets : mrp;
   }
   int64_t max_position() const { return max_relative_positions < 1 ? max_position_embeddings : max_relative_positions; }
+  // the scores' scale: 1/√(d·(1 + c2p + p2c)) for head size d (the forward and the training graph's both ways)
+  float attn_scale() const { return 1.0f / std::sqrt(float(D / H) * float(1 + int(c2p) + int(p2c))); }
 };
 
 // A linear layer y = x·Wᵀ + b with W packed once at load (fp32 or bf16 weights).

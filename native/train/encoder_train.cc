@@ -215,7 +215,7 @@ void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const
   const size_t scr = (deberta::attn_scratch_floats(N, d) + 15) / 16 * 16;
   A.attn_scratch.resize(size_t(nth) * scr + 16);
   float* scr0 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(A.attn_scratch.data()) + 63) & ~uintptr_t(63));
-  const float scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
+  const float scale = c.attn_scale();
   std::atomic<int64_t> next{0};
   pool_run(nth, [&](int tid, int) {
     for (int64_t bh; (bh = next.fetch_add(1)) < B * H;) {
@@ -263,7 +263,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   A.ncol = rel_index(c, N - 1) - A.lo + 1;
   A.dtab.resize(size_t(2 * N - 1));
   for (int64_t r = -(N - 1); r <= N - 1; r++) A.dtab[size_t(r + N - 1)] = int32_t(rel_index(c, r) - A.lo);
-  A.inv_scale = 1.0f / std::sqrt(float(d) * float(1 + int(c.c2p) + int(c.p2c)));
+  A.inv_scale = c.attn_scale();
   A.gpos.resize(in.groups ? size_t(BN) : 0);
   for (int64_t t = 0; in.groups && t < BN; t++)
     if (in.groups[t] < 0 || in.groups[t] >= N)
