@@ -32,7 +32,7 @@ export const PROBE_INCONCLUSIVE_FROM = 0.8;
 
 /** The speedup `measure` reads, measured again (up to `retries` times, `pauseMs` apart) while it reads near 1, the
  * best reading kept. Noise only pulls the ratio toward 1: a pool thread that loses its core for a time slice adds
- * the same wait to both products (a quality run's probe on a busy 2-core Zen 5 read 1.03x, where the same probe
+ * the same wait to both products (a quality run's probe on the 2-core Zen 5 once read 1.03x, where the same probe
  * reads 1.57-2.11x there quiet, and the run trained in fp32 at about half the steps). A clear reading either way
  * (Sapphire Rapids' 0.55x, Zen 5's 1.9x) stands at once. */
 export async function settledSpeedup(measure: () => Promise<number>, retries = 3, pauseMs = 50): Promise<number> {
