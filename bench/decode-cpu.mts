@@ -1,13 +1,14 @@
 // CPU time per decode step, Loom and llama.cpp (node-llama-cpp) on the same GGUF file: the steadiest figure on a
 // machine shared with other work (wall-clock tok/s there depends on who else holds the cores; the CPU time a
 // step costs much less). `npm run bench -- decode` reports wall-clock figures; this is the A/B for kernel work.
-//   node --import tsx bench/decode-cpu.mts <file.gguf> [more.gguf ...] [--streams 1,8,32] [--tokens 64] [--threads 1]
-//     [--reps 2] [--no-llama] [--bound]
+//   node --import tsx bench/decode-cpu.mts <file.gguf> [more.gguf ...] [--streams 1,8,32] [--tokens 64]
+//     [--threads 1] [--reps 2] [--no-llama] [--bound]
 // Per row: streams, tok/s (wall), CPU ms per step (process CPU time over the steps after every stream's first
-// token / steps), minor page faults per step. Several files run one after another in this process. Set LOOM_ADDON to compare two builds of the addon on the same file. --bound adds the read-
-// bandwidth bound in the same unit: the weight bytes a token reads over the bytes a plain read loop streams per
-// CPU-second (addon.benchRead over 256 MiB, far larger than the L3), i.e. the CPU ms a step would take if it did
-// nothing but stream its weights once; measured in CPU time so that it holds on a loaded machine as well.
+// token / steps), minor page faults per step. Several files run one after another in this process. Set LOOM_ADDON
+// to compare two builds of the addon on the same file. --bound adds the read-bandwidth bound in the same unit: the
+// weight bytes a token reads over the bytes a plain read loop streams per CPU-second (addon.benchRead over 256 MiB,
+// far larger than the L3), i.e. the CPU ms a step would take if it did nothing but stream its weights once;
+// measured in CPU time so that it holds on a loaded machine as well.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';

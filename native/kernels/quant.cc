@@ -748,7 +748,8 @@ void quant_acts_begin(int64_t M, int64_t K, QuantActs* a) {
 void quant_acts_row(QuantActs* a, int64_t m, const float* x_row) {
   const int64_t K = a->K, nb = K / kQ8Block;
   quant_act_fn()(K, x_row, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
-  if (a->lanes && a->left[m / 16].fetch_sub(1, std::memory_order_acq_rel) == 1) avx512::quant_acts_lanes(a, m / 16 * 16);
+  if (a->lanes && a->left[m / 16].fetch_sub(1, std::memory_order_acq_rel) == 1)
+    avx512::quant_acts_lanes(a, m / 16 * 16);
 }
 
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {

@@ -142,7 +142,7 @@ t.test('precision auto: bf16 only where AVX512_BF16 products time faster than fp
   t.match(await resolvePrecision('fp32', zen5, {}, at(2)), { precision: 'fp32' });
 });
 
-t.test('the probe measures again while it reads near 1 (noise pulls the ratio there), and keeps the best', async (t) => {
+t.test('the probe measures again while it reads near 1 (where noise pulls it), keeping the best', async (t) => {
   const readings = (xs: number[]) => {
     const calls = { n: 0 };
     return { calls, measure: async () => xs[Math.min(calls.n++, xs.length - 1)] };
