@@ -5,8 +5,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import {
-  initEncoder, ENCODER_PRESETS, TOKEN_POOLING_OPTIONS, type EncoderInitConfig, type TokenPoolingOption,
+  initEncoder, ENCODER_PRESETS, TOKEN_POOLING_OPTIONS, type EncoderInitConfig,
 } from '../training/encoder/init.ts';
+import type { TokenPooling } from '../models/encoder/gliner2.ts';
 import { parseJsonl } from '../training/data/formats.ts';
 import { parseWordFeatureSpec } from '../models/encoder/word-features.ts';
 
@@ -42,9 +43,9 @@ export async function main(argv: string[]): Promise<number> {
     return (console.error('init-encoder: --label-isolation takes on or off'), 2);
   if (iso !== undefined) cfg.label_isolation = iso === 'on';
   const pooling = values['token-pooling'];
-  if (pooling !== undefined && !TOKEN_POOLING_OPTIONS.includes(pooling as TokenPoolingOption))
+  if (pooling !== undefined && !TOKEN_POOLING_OPTIONS.includes(pooling as TokenPooling))
     return (console.error(`init-encoder: --token-pooling takes ${TOKEN_POOLING_OPTIONS.join(', ')}`), 2);
-  if (pooling !== undefined) cfg.token_pooling = pooling as TokenPoolingOption;
+  if (pooling !== undefined) cfg.token_pooling = pooling as TokenPooling;
   const texts: string[] = [];
   for (const r of parseJsonl(readFileSync(values.data, 'utf8'))) {
     if ('text' in r && typeof r.text === 'string') texts.push(r.text);

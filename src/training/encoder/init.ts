@@ -8,6 +8,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeSafetensors, type TensorToWrite } from '../../formats/safetensors.ts';
+import type { TokenPooling } from '../../models/encoder/gliner2.ts';
 import { buildWordPieceVocab, wordPieceTokenizerJson } from './wordpiece.ts';
 import { MARKERS } from '../../models/encoder/tokenizer.ts';
 import { FRESH_LABEL_ISOLATION } from './recipe.ts';
@@ -32,16 +33,15 @@ export interface EncoderInitConfig {
    * src/models/encoder/label-isolation.ts); absent: FRESH_LABEL_ISOLATION (on), false: the model GLiNER2 defines */
   label_isolation?: boolean;
   /** how a word's pieces become the word's vector (config.json `token_pooling`); absent: FRESH_TOKEN_POOLING */
-  token_pooling?: TokenPoolingOption;
+  token_pooling?: TokenPooling;
 }
 
-export type TokenPoolingOption = 'first' | 'mean' | 'max';
-export const TOKEN_POOLING_OPTIONS: readonly TokenPoolingOption[] = ['first', 'mean', 'max'];
+export const TOKEN_POOLING_OPTIONS: readonly TokenPooling[] = ['first', 'mean', 'max'];
 /** A fresh model's word vector: the mean of the word's pieces. GLiNER2's pretrained checkpoints pool the first
  * piece, which a pretrained encoder has filled with the word; a fresh one trained on CoNLL-2003 found names it had
  * not seen in train better from the mean (dev F1 0.855 -> 0.870 and 0.856 -> 0.873, seeds 42 and 43, 4,000 steps;
  * docs/training.md, "Word pooling"). */
-export const FRESH_TOKEN_POOLING: TokenPoolingOption = 'mean';
+export const FRESH_TOKEN_POOLING: TokenPooling = 'mean';
 
 /** The word features a fresh model gets from `cfg` (DEFAULT_WORD_FEATURES when it names none). */
 export function initWordFeatures(cfg: EncoderInitConfig): WordFeatures | null {
