@@ -4,7 +4,10 @@
 // checkpoints and weights land in the bucket and are served by other instances with an empty local
 // folder on the same store, upload URLs that expire, and an unreachable store answering 503.
 import t from 'tap';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
@@ -247,4 +250,64 @@ t.test('datasets, checkpoints and weights in the bucket; nodes with an empty fol
   const dl = await call(c.url, 'GET', `/felix/training-jobs/${id}/download`, { key: u.key });
   t.equal(dl.status, 503, 'the weight download too');
   t.equal((await call(c.url, 'GET', '/felix/datasets', { key: u.key })).status, 200, 'the server still serves');
+});
+
+t.test('an upload the store cuts off is sent again on a fresh stream; a refusal is not', async (t) => {
+  const tmp = mkdtempSync(join(tmpdir(), 'loom-s3-retry-'));
+  t.teardown(() => rmSync(tmp, { recursive: true, force: true }));
+  const server = await startS3(join(tmp, 's3rver'));
+  t.teardown(() => server.close());
+  const target = new URL(server.endpoint);
+  // a proxy in front of s3rver: the first PUT of each object is cut off after part of its body; PUTs of *.denied
+  // are answered 403
+  const cut = new Set<string>();
+  const puts: string[] = [];
+  const proxy = createServer((req, res) => {
+    const path = req.url!.split('?')[0]!;
+    if (req.method === 'PUT') puts.push(path);
+    if (req.method === 'PUT' && path.endsWith('.denied')) {
+      req.resume();
+      res.writeHead(403, { 'content-type': 'application/xml' });
+      res.end('<?xml version="1.0"?><Error><Code>AccessDenied</Code><Message>denied</Message></Error>');
+      return;
+    }
+    if (req.method === 'PUT' && !path.endsWith('.loom-manifest.json') && !cut.has(path)) {
+      cut.add(path);
+      req.once('data', () => req.socket.destroy());
+      return;
+    }
+    const up = request({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers },
+      (r) => { res.writeHead(r.statusCode!, r.headers); r.pipe(res); });
+    up.on('error', () => res.destroy());
+    req.pipe(up);
+  });
+  await new Promise<void>((ok) => proxy.listen(0, '127.0.0.1', ok));
+  t.teardown(() => new Promise<void>((ok) => proxy.close(() => ok())));
+  const endpoint = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+  const s3: S3Config = { bucket: 'loom', endpoint, region: 'us-east-1', prefix: '', forcePathStyle: true };
+
+  const rootA = join(tmp, 'a');
+  const dir = join(rootA, 'jobs', 'j1', 'output', 'checkpoint-5');
+  mkdirSync(dir, { recursive: true });
+  const weights = randomBytes(1 << 20);
+  writeFileSync(join(dir, 'model.safetensors'), weights);
+  writeFileSync(join(dir, 'config.json'), '{"step":5}');
+  const a = await createArtifactStore({ artifactsDir: rootA, s3 });
+  t.teardown(() => a.close());
+  await a.putDir(dir);
+  t.equal(cut.size, 2, 'each file\'s first upload was cut off');
+  t.equal(puts.length, 5, 'two files twice, then the manifest');
+
+  const b = await createArtifactStore({ artifactsDir: join(tmp, 'b'), s3 });
+  t.teardown(() => b.close());
+  const got = await b.getDir(dir);
+  t.not(got, dir, 'fetched into the other node\'s folder');
+  t.ok(readFileSync(join(got, 'model.safetensors')).equals(weights), 'the weights arrive whole');
+  t.equal(readFileSync(join(got, 'config.json'), 'utf8'), '{"step":5}');
+
+  const denied = join(rootA, 'jobs', 'j1', 'output', 'model.denied');
+  writeFileSync(denied, 'x');
+  puts.length = 0;
+  await t.rejects(a.putFile(denied), { name: 'DependencyUnavailableError' }, 'a refusal is a 503');
+  t.equal(puts.length, 1, 'and is not tried again');
 });

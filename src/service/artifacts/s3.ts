@@ -15,6 +15,7 @@ import {
 } from 'node:fs';
 import { basename, dirname, join, relative } from 'node:path';
 import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Readable } from 'node:stream';
 import {
   DeleteObjectsCommand, GetObjectCommand, HeadBucketCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand,
@@ -30,10 +31,18 @@ const MANIFEST = '.loom-manifest.json';
 /** SigV4 presigned URLs live at most 7 days */
 const MAX_TTL_S = 7 * 24 * 3600;
 const RETRY_AFTER_S = 5;
+/** tries of one object's upload, the waits between them PUT_BACKOFF_MS × 1, 4, 16 */
+const PUT_ATTEMPTS = 4;
+const PUT_BACKOFF_MS = 250;
 
 interface Manifest { files: Array<{ path: string; size: number; etag: string | null }> }
 
 const httpStatus = (e: unknown) => (e as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+/** no answer (refused, reset, timed out), a 5xx or 429: another attempt may succeed; a 4xx refusal will not */
+const isTransient = (e: unknown) => {
+  const s = httpStatus(e);
+  return s === undefined || s >= 500 || s === 429;
+};
 const isMissing = (e: unknown) => ['NotFound', 'NoSuchKey'].includes((e as Error)?.name) || httpStatus(e) === 404;
 /** a plain MD5 ETag (single-part upload), unquoted; null for multipart or absent ETags */
 const md5Etag = (etag: string | undefined | null) => {
@@ -86,12 +95,22 @@ export function createS3Artifacts(root: string, cfg: S3Config): ArtifactStore {
     }
   }
 
+  /** file → object; a transient failure is tried again on a fresh stream (the SDK's own retries cannot rewind a
+   * stream they have read from), up to PUT_ATTEMPTS times */
   async function put(key: string, file: string): Promise<string | null> {
     const size = statSync(file).size;
-    const Body = createReadStream(file);
-    const cmd = new PutObjectCommand({ Bucket, Key: objectKey(key), Body, ContentLength: size });
-    const r = await send(() => client.send(cmd));
-    return r.ETag ?? null;
+    for (let attempt = 1; ; attempt++) {
+      const Body = createReadStream(file);
+      try {
+        const r = await client.send(new PutObjectCommand({ Bucket, Key: objectKey(key), Body, ContentLength: size }));
+        return r.ETag ?? null;
+      } catch (e) {
+        if (attempt >= PUT_ATTEMPTS || !isTransient(e)) throw unavailable(e);
+        await sleep(PUT_BACKOFF_MS * 4 ** (attempt - 1));
+      } finally {
+        Body.destroy();
+      }
+    }
   }
 
   /** object → `target`, through a temporary, checked by size and MD5 ETag */
