@@ -23,6 +23,7 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--mention-dropout P] (NER: a mention's words replaced by [UNK] at this rate, their shape kept)
   [--hard-negatives R] (classification: this share of the sampled negatives drawn by the labels confused with)
   [--negative-span-keep P] (NER: the share of negative spans in the span loss, 0.5)
+  [--piece-dropout P] (a text word segmented again at each step, each longer piece passed over at this rate)
   [--precision auto|fp32|bf16] (matrix products in bf16 where the CPU has AVX512_BF16 and they are faster)`;
 
 export async function main(argv: string[]): Promise<number> {
@@ -32,7 +33,7 @@ export async function main(argv: string[]): Promise<number> {
     'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'full-label-ratio', 'selection',
     'metric-samples', 'warmup-ratio', 'precision', 'classification-loss',
     'ema-decay', 'rare-word-dropout', 'mention-replacement', 'mention-dropout', 'hard-negatives',
-    'negative-span-keep'];
+    'negative-span-keep', 'piece-dropout'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   options['classifier-prior-init'] = { type: 'boolean' };
@@ -74,7 +75,7 @@ export async function main(argv: string[]): Promise<number> {
   const encoderOnly = {
     encoder_learning_rate: num('encoder-lr'), max_words: num('max-words'), max_minutes: maxMin,
     hidden_dropout: num('hidden-dropout'), attention_dropout: num('attention-dropout'),
-    word_dropout: num('word-dropout'), rare_word_dropout: num('rare-word-dropout'),
+    word_dropout: num('word-dropout'), rare_word_dropout: num('rare-word-dropout'), piece_dropout: num('piece-dropout'),
     mention_replacement: num('mention-replacement'), mention_dropout: num('mention-dropout'),
     hard_negatives: num('hard-negatives'),
     negative_span_keep: num('negative-span-keep'),

@@ -48,6 +48,7 @@ import {
   ENCODER_RECIPE, FRESH_CLASSIFICATION_LOSS, freshRecipe, fullLabelRatio, type ClassificationLoss,
 } from '../training/encoder/recipe.ts';
 import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
+import { wordPiecePrefixOf } from '../models/encoder/tokenizer.ts';
 import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from '../training/precision.ts';
 const MAX_RESTARTS = 2;
 /** how often a running job's record is read for a stop request made through another process */
@@ -87,6 +88,7 @@ export interface TrainingJobRequest {
   attention_dropout?: number;
   word_dropout?: number;
   rare_word_dropout?: number;
+  piece_dropout?: number;
   mention_replacement?: number;
   mention_dropout?: number;
   hard_negatives?: number;
@@ -134,6 +136,7 @@ export const trainingJobRequestSchema = {
     attention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     rare_word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
+    piece_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     mention_replacement: { type: 'number', minimum: 0, maximum: 1 },
     mention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     hard_negatives: { type: 'number', minimum: 0, maximum: 1 },
@@ -462,7 +465,8 @@ export function createTrainingJobsService(deps: {
         max_steps: c.max_steps ?? undefined, warmup_ratio: c.warmup_ratio ?? undefined, scheduler: c.lr_scheduler ?? undefined,
         gradient_accumulation_steps: c.gradient_accumulation_steps ?? undefined, eval_steps: c.eval_steps ?? undefined,
         hidden_dropout: c.hidden_dropout, attention_dropout: c.attention_dropout, word_dropout: c.word_dropout,
-        rare_word_dropout: c.rare_word_dropout, mention_replacement: c.mention_replacement,
+        rare_word_dropout: c.rare_word_dropout, piece_dropout: c.piece_dropout,
+        mention_replacement: c.mention_replacement,
         mention_dropout: c.mention_dropout,
         hard_negatives: c.hard_negatives, negative_span_keep: c.negative_span_keep,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
@@ -665,6 +669,12 @@ export function createTrainingJobsService(deps: {
     return (rel) => PEFT_FILES.test(rel);
   }
 
+  /** false where `dir` holds a readable tokenizer.json of another model type than WordPiece */
+  function wordPieceOrUnknown(dir: string): boolean {
+    const path = join(dir, 'tokenizer.json');
+    try { return !existsSync(path) || wordPiecePrefixOf(path) !== null; } catch { return true; }
+  }
+
   // ---- the API ---------------------------------------------------------------------------------
 
   return {
@@ -686,6 +696,13 @@ export function createTrainingJobsService(deps: {
       if (body.classifier_prior_init === true && type === 'lora') {
         invalid('/classifier_prior_init', 'classifier_prior_init shifts the weights of full fine-tuning; '
           + 'a LoRA job keeps the base classifier as it is', 'prior_init_with_lora');
+      }
+      // piece dropout redoes WordPiece's greedy longest match (the fresh encoders' tokenizers); a base on this node
+      // with another tokenizer is refused here, one not yet pulled fails when its job starts
+      if ((body.piece_dropout ?? 0) > 0 && base.dir && base.source !== 'fresh' && !wordPieceOrUnknown(base.dir)) {
+        invalid('/piece_dropout', `${body.base_model}'s tokenizer is not WordPiece: piece dropout segments words `
+          + 'again by WordPiece\'s greedy longest match, as the fresh loom/gliner2-init-* bases tokenize',
+        'piece_dropout_tokenizer');
       }
       if (algo !== 'sft') checkRlBase(algo, base, body.base_model);
       if (rl) await checkJudge(rl, { store, catalog }, p.team_id, !!deps.judge);
@@ -721,6 +738,7 @@ export function createTrainingJobsService(deps: {
           attention_dropout: body.attention_dropout ?? d.attention_dropout,
           word_dropout: body.word_dropout ?? d.word_dropout, negative_labels: body.negative_labels ?? d.negative_labels,
           rare_word_dropout: body.rare_word_dropout ?? d.rare_word_dropout,
+          piece_dropout: body.piece_dropout ?? d.piece_dropout,
           mention_replacement: body.mention_replacement ?? d.mention_replacement,
           mention_dropout: body.mention_dropout ?? d.mention_dropout,
           hard_negatives: body.hard_negatives ?? d.hard_negatives,

@@ -12,10 +12,11 @@ import type { DataRecord } from './data/formats.ts';
 import {
   classLabels, collate, dropWords, entityLabels, featurize, rareWordDropout, recordsToExamples, sampleNegativeLabels,
   shuffleLabels,
-  type EncoderExample, type Featurized,
+  type EncoderExample, type Featurized, type Uniform,
 } from './encoder/examples.ts';
 import { dropMentions, mentionPool, replaceMentions } from './encoder/augment.ts';
 import { LabelConfusion } from './encoder/hard-negatives.ts';
+import { pieceDropout } from './encoder/piece-dropout.ts';
 import { InitRng } from './encoder/init.ts';
 import {
   CLASSIFICATION_TASK, DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss,
@@ -49,6 +50,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   word_dropout?: number;
   /** the same for the words seen once in the training texts (singletons), if higher than word_dropout; default 0 */
   rare_word_dropout?: number;
+  /** subword regularization: a candidate piece is passed over with this probability when a text word is segmented
+   * again at each step (piece-dropout.ts); 0 keeps the tokenizer's pieces */
+  piece_dropout?: number;
   /** NER: the probability that an entity mention of a training text is swapped, at each step, for another mention of
    *  its label from the training data (src/training/encoder/augment.ts); default 0 */
   mention_replacement?: number;
@@ -286,11 +290,17 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   if (clsLoss !== 'bce' && clsLoss !== 'softmax') {
     throw new TrainingConfigError('classification_loss must be bce or softmax');
   }
-  const feat = (e: EncoderExample) =>
-    featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation, clsLoss);
+  const dropP = dropoutRate(config.piece_dropout, 'piece_dropout');
+  const reseg = dropP > 0 ? pieceDropout(L.tok, dropP) : null;
+  // examples that ask a classification keep their pieces: SST-2 on the fresh tiny preset never left chance with them
+  // segmented again (docs/training.md, "Piece dropout")
+  const resegmented = (ex: EncoderExample) => reseg !== null && !ex.schema.classifications.length;
+  const feat = (e: EncoderExample, rng?: Uniform) =>
+    featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation, clsLoss,
+      rng && reseg ? (w, p) => reseg(w, p, rng) : undefined);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
   const trainF: TrainItem[] = await Promise.all(
-    trainEx.map(async (ex) => ({ ex, f: sampled(ex) ? null : await feat(ex) })),
+    trainEx.map(async (ex) => ({ ex, f: sampled(ex) || resegmented(ex) ? null : await feat(ex) })),
   );
   // validation loss over the same sampled prompts every time (a fixed seed), so evaluations compare
   const valRng = new InitRng(seed ^ 0x7a1);
@@ -337,7 +347,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const evalEvery = config.eval_steps ?? stepsPerEpoch;
   const resolved = {
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
-    word_dropout: dropW, rare_word_dropout: dropRare, mention_replacement: swapP, mention_dropout: dropM,
+    word_dropout: dropW, rare_word_dropout: dropRare, piece_dropout: dropP, mention_replacement: swapP,
+    mention_dropout: dropM,
     negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, full_label_ratio: fullRatio,
     selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
@@ -345,7 +356,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const over = maxMinutes ? `${maxMinutes} min` : `${totalSteps} steps`;
   const averaged = emaDecay ? `; weights averaged (EMA ${emaDecay})` : '';
   const rareW = (dropRare > dropW ? ` (seen once: ${dropRare})` : '') + (swapP ? `; mentions swapped ${swapP}` : '')
-    + (dropM ? `; mentions dropped ${dropM}` : '');
+    + (dropM ? `; mentions dropped ${dropM}` : '') + (dropP ? `; pieces dropped ${dropP}` : '');
   log(hooks, 'info', `recipe: dropout hidden ${dropH} attention ${dropA} word ${dropW}${rareW}; `
     + `negative labels ${negK || 'all'}${full}; selection by ${by}; schedule ${sched} over ${over}${averaged}`);
   mkdirSync(config.output_dir, { recursive: true });
@@ -379,9 +390,11 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       const rng = new InitRng(o.seed ^ 0x51ed);
       const everyLabel = fullRatio > 0 && rng.uniform() < fullRatio; // the whole batch: one prompt length
       const featurized = await Promise.all(items.map((it) => {
+        // an example's own stream for its pieces, drawn in batch order (featurize calls finish in any order)
+        const own = resegmented(it.ex) ? new InitRng(Math.floor(rng.uniform() * 2 ** 32)) : undefined;
         const ex = swapP > 0 ? replaceMentions(it.ex, pool, swapP, rng) : it.ex;
-        if (ex !== it.ex) return feat(ex);
-        return it.f ?? feat(everyLabel ? shuffleLabels(ex, rng) : sampleNegativeLabels(ex, negK, rng, hard));
+        if (ex !== it.ex) return feat(ex, own);
+        return it.f ?? feat(everyLabel ? shuffleLabels(ex, rng) : sampleNegativeLabels(ex, negK, rng, hard), own);
       }));
       // words dropped in batch order once every example is featurized (featurize calls finish in any order)
       const dropped = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;

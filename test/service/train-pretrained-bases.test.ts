@@ -94,6 +94,12 @@ t.test('count_lstm_v2 + mean pooling base: the job completes and the model gets 
     ).body.status,
     'ready',
   );
+  // piece dropout redoes a WordPiece segmentation: a pretrained base's Unigram tokenizer is refused up front
+  const pieces = await call(ts.url, 'POST', '/felix/training-jobs', {
+    key: u.key, body: { base_model: 'gliner2-tiny-span-mean', datasets: [{ name: 'people' }], piece_dropout: 0.25 },
+  });
+  t.equal(pieces.status, 422, pieces.text);
+  t.match(pieces.body, { errors: [{ path: '/piece_dropout', keyword: 'piece_dropout_tokenizer' }] });
   const created = await call(ts.url, 'POST', '/felix/training-jobs', {
     key: u.key,
     body: {

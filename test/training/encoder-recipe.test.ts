@@ -232,17 +232,19 @@ t.test('max_minutes stops the run and keeps a scored final checkpoint', async (t
   );
 });
 
-t.test('a run with word dropout and sampled labels is reproducible from its seed', async (t) => {
+t.test('a run with word dropout and sampled labels is reproducible; piece dropout leaves classification alone', async (t) => {
   const losses: number[][] = [];
-  for (const name of ['again-1', 'again-2']) {
+  for (const [name, pieces] of [['again-1', 0.3], ['again-2', 0.3], ['whole-pieces', 0]] as const) {
     const seen: number[] = [];
     await trainEncoder({
       base_model: base, output_dir: join(tmp, name), train_data: train.slice(0, 96), validation_data_percentage: 0,
       nr_epochs: 1, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 4, threads: 1,
       word_dropout: 0.3, hidden_dropout: 0.1, negative_labels: 4, full_label_ratio: 0, selection_metric: 'loss',
+      piece_dropout: pieces,
     }, { onProgress: (e) => void seen.push(e.loss) });
     losses.push(seen);
   }
   t.equal(losses[0].length, 12);
   t.same(losses[0], losses[1], 'the same losses at every step');
+  t.same(losses[0], losses[2], 'classification examples keep their pieces');
 });

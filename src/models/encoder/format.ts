@@ -52,6 +52,8 @@ export interface FormatOptions {
   wordFeatures?: WordFeatures | null;
   /** the model isolates classification labels (fresh encoders, label-isolation.ts): fills `groups` */
   labelIsolation?: boolean;
+  /** training only: a text word's pieces in place of the tokenizer's (piece dropout, src/training/encoder) */
+  resegment?: (word: string, pieces: Int32Array) => Int32Array;
 }
 
 function withDescriptions(prompt: string, names: string[], descs: [string, string][]): string {
@@ -141,6 +143,11 @@ export async function formatInput(tok: EncoderTokenizer, rawText: string, schema
   processorTokens.push(...prefix, ...w.tokens);
 
   const pieces = await tok.pieces(processorTokens);
+  if (opts.resegment) {
+    for (let i = textStart + prefix.length; i < processorTokens.length; i++) {
+      pieces[i] = opts.resegment(processorTokens[i]!, pieces[i]!);
+    }
+  }
   let n = 0;
   for (const p of pieces) n += p.length;
   const ids = new Int32Array(n);

@@ -2,17 +2,26 @@
 // text word) is tokenized on its own with tokenizer.json semantics (HF `tokenizers`, no special
 // tokens added), as the reference does (spec §3.5). Results are cached per token string, so a
 // running service tokenizes each distinct word once.
+import { readFileSync } from 'node:fs';
 import { Tokenizer } from 'tokenizers';
 
 export const MARKERS = ['[SEP_STRUCT]', '[SEP_TEXT]', '[P]', '[C]', '[E]', '[R]', '[L]', '[EXAMPLE]', '[OUTPUT]', '[DESCRIPTION]'] as const;
+
+/** The continuation prefix of the WordPiece model in a tokenizer.json, null for another model type. */
+export function wordPiecePrefixOf(path: string): string | null {
+  const model = (JSON.parse(readFileSync(path, 'utf8')) as { model?: Record<string, unknown> }).model;
+  if (model?.type !== 'WordPiece') return null;
+  return typeof model.continuing_subword_prefix === 'string' ? model.continuing_subword_prefix : '##';
+}
 
 export class EncoderTokenizer {
   private readonly tok: Tokenizer;
   private readonly cache = new Map<string, Int32Array>();
   private readonly maxCache: number;
+  private vocabMap: Map<string, number> | undefined;
   readonly markerIds: Record<string, number>;
 
-  constructor(path: string, maxCache = 200_000) {
+  constructor(readonly path: string, maxCache = 200_000) {
     this.tok = Tokenizer.fromFile(path);
     this.maxCache = maxCache;
     this.markerIds = {};
@@ -45,6 +54,18 @@ export class EncoderTokenizer {
     if (!texts.length) return [];
     const encs = await this.tok.encodeBatch(texts, { addSpecialTokens: true });
     return encs.map((e) => Int32Array.from(e.getIds()));
+  }
+
+  /** The vocabulary (piece → id), added tokens included; read once. */
+  vocab(): Map<string, number> {
+    this.vocabMap ??= new Map(Object.entries(this.tok.getVocab(true)));
+    return this.vocabMap;
+  }
+
+  /** The continuation prefix of a WordPiece tokenizer ("##" for the fresh encoders' own), null for other models
+   * (the pretrained DeBERTa-v3 checkpoints' Unigram). */
+  wordPiecePrefix(): string | null {
+    return wordPiecePrefixOf(this.path);
   }
 
   /** Id of a vocabulary token (e.g. "[UNK]"), or null. */

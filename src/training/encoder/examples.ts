@@ -238,8 +238,9 @@ function matchMention(f: Formatted, m: Mention, K: number): [number, number][] {
 export async function featurize(
   tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number, wordFeatures?: WordFeatures | null,
   labelIsolation = false, classificationLoss: ClassificationLoss = 'bce',
+  resegment?: (word: string, pieces: Int32Array) => Int32Array,
 ): Promise<Featurized> {
-  const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures, labelIsolation });
+  const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures, labelIsolation, resegment });
   const segs: SegTarget[] = f.segments.map((s, si) => {
     const rows = f.specialPos[si];
     const M = s.names.length;
