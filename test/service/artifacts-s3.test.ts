@@ -276,8 +276,8 @@ t.test('an upload the store cuts off is sent again on a fresh stream; a refusal 
       req.once('data', () => req.socket.destroy());
       return;
     }
-    const up = request({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers },
-      (r) => { res.writeHead(r.statusCode!, r.headers); r.pipe(res); });
+    const to = { host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers };
+    const up = request(to, (r) => { res.writeHead(r.statusCode!, r.headers); r.pipe(res); });
     up.on('error', () => res.destroy());
     req.pipe(up);
   });

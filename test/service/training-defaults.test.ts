@@ -117,8 +117,8 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
 t.test('recipe fields out of range are a 422', async (t) => {
   const bads = [{ hidden_dropout: 1 }, { word_dropout: -0.1 }, { negative_labels: 1.5 }, { selection_metric: 'f1' },
     { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }, { classifier_prior_init: 'yes' },
-    { classification_loss: 'hinge' }, { ema_decay: 1 }, { ema_decay: -0.5 },
-    { rare_word_dropout: 1 }, { piece_dropout: 0.95 }, { mention_replacement: 1.5 }, { hard_negatives: -0.5 }, { negative_span_keep: 0 },
+    { classification_loss: 'hinge' }, { ema_decay: 1 }, { ema_decay: -0.5 }, { piece_dropout: 0.95 },
+    { rare_word_dropout: 1 }, { mention_replacement: 1.5 }, { hard_negatives: -0.5 }, { negative_span_keep: 0 },
     { mention_dropout: 1 }];
   for (const bad of bads) {
     const body = { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }], training_type: 'full', ...bad };

@@ -232,7 +232,7 @@ t.test('max_minutes stops the run and keeps a scored final checkpoint', async (t
   );
 });
 
-t.test('a run with word dropout and sampled labels is reproducible; piece dropout leaves classification alone', async (t) => {
+t.test('word dropout and sampled labels: reproducible; piece dropout leaves classification alone', async (t) => {
   const losses: number[][] = [];
   for (const [name, pieces] of [['again-1', 0.3], ['again-2', 0.3], ['whole-pieces', 0]] as const) {
     const seen: number[] = [];

@@ -43,8 +43,8 @@ function dropout(hidden: number, attention: number, word: number, pieces = 0) {
  * 16 against the former 5e-4/1e-4 at batch 8, and DeBERTa's hidden and attention dropout 0.1, which helped both
  * once the model trains for many epochs. And piece dropout 0.25 (docs/training.md, "Piece dropout"): WNUT-17 dev F1
  * 0.198 / 0.170 against 0.113 / 0.106 (seeds 42 / 43, 3,000 steps), CoNLL-2003 0.873 / 0.876 against 0.870 / 0.873;
- * not measured on the tiny preset or on classification. Data of classification records only take
- * FRESH_CLASSIFICATION_SETTINGS. */
+ * not measured on the tiny preset; examples that ask a classification keep their pieces whatever the rate. Data of
+ * classification records only take FRESH_CLASSIFICATION_SETTINGS. */
 export interface FreshSettings {
   learning_rate: number;
   encoder_learning_rate: number;
