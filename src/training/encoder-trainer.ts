@@ -299,6 +299,10 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation, clsLoss,
       rng && reseg ? (w, p) => reseg(w, p, rng) : undefined);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
+  if (!trainEx.length) {
+    throw new TrainingConfigError(`none of the ${trainRecs.length} training records is an encoder record (kind ner, `
+      + 'relations, classification or gliner2)');
+  }
   const trainF: TrainItem[] = await Promise.all(
     trainEx.map(async (ex) => ({ ex, f: sampled(ex) || resegmented(ex) ? null : await feat(ex) })),
   );

@@ -232,6 +232,14 @@ t.test('max_minutes stops the run and keeps a scored final checkpoint', async (t
   );
 });
 
+t.test('records of no encoder kind are refused before training', async (t) => {
+  const chat = [{ kind: 'chat', messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }] }];
+  await t.rejects(trainEncoder({
+    base_model: base, output_dir: join(tmp, 'no-kind'), train_data: chat as DataRecord[], validation_data_percentage: 0,
+    nr_epochs: 1, threads: 1,
+  }), { name: 'TrainingConfigError', message: /none of the 1 training records is an encoder record/ });
+});
+
 t.test('word dropout and sampled labels: reproducible; piece dropout leaves classification alone', async (t) => {
   const losses: number[][] = [];
   for (const [name, pieces] of [['again-1', 0.3], ['again-2', 0.3], ['whole-pieces', 0]] as const) {
