@@ -20,6 +20,7 @@
 // worker processes consume it. A stop request is seen by the process running the job through its
 // record (polled every second), wherever it runs.
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CheckpointRecord, Store, TrainingJobRecord, TrainingLogRecord } from '../store/index.ts';
 import { type ArtifactStore, localModelRef } from './artifacts/types.ts';
@@ -48,7 +49,7 @@ import {
   ENCODER_RECIPE, FRESH_CLASSIFICATION_LOSS, freshRecipe, fullLabelRatio, type ClassificationLoss,
 } from '../training/encoder/recipe.ts';
 import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
-import { wordPiecePrefixOf } from '../models/encoder/tokenizer.ts';
+import { wordPiecePrefixIn } from '../models/encoder/tokenizer.ts';
 import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from '../training/precision.ts';
 const MAX_RESTARTS = 2;
 /** how often a running job's record is read for a stop request made through another process */
@@ -669,10 +670,14 @@ export function createTrainingJobsService(deps: {
     return (rel) => PEFT_FILES.test(rel);
   }
 
-  /** false where `dir` holds a readable tokenizer.json of another model type than WordPiece */
-  function wordPieceOrUnknown(dir: string): boolean {
-    const path = join(dir, 'tokenizer.json');
-    try { return !existsSync(path) || wordPiecePrefixOf(path) !== null; } catch { return true; }
+  /** false where `dir` holds a readable tokenizer.json of another model type than WordPiece (a missing or unreadable
+   * one: true); read asynchronously, as a pretrained tokenizer.json is megabytes */
+  async function wordPieceOrUnknown(dir: string): Promise<boolean> {
+    try {
+      return wordPiecePrefixIn(await readFile(join(dir, 'tokenizer.json'), 'utf8')) !== null;
+    } catch {
+      return true;
+    }
   }
 
   // ---- the API ---------------------------------------------------------------------------------
@@ -699,7 +704,8 @@ export function createTrainingJobsService(deps: {
       }
       // piece dropout redoes WordPiece's greedy longest match (the fresh encoders' tokenizers); a base on this node
       // with another tokenizer is refused here, one not yet pulled fails when its job starts
-      if ((body.piece_dropout ?? 0) > 0 && base.dir && base.source !== 'fresh' && !wordPieceOrUnknown(base.dir)) {
+      const baseDir = base.source !== 'fresh' ? base.dir : null;
+      if ((body.piece_dropout ?? 0) > 0 && baseDir && !(await wordPieceOrUnknown(baseDir))) {
         invalid('/piece_dropout', `${body.base_model}'s tokenizer is not WordPiece: piece dropout segments words `
           + 'again by WordPiece\'s greedy longest match, as the fresh loom/gliner2-init-* bases tokenize',
         'piece_dropout_tokenizer');

@@ -7,9 +7,9 @@ import { Tokenizer } from 'tokenizers';
 
 export const MARKERS = ['[SEP_STRUCT]', '[SEP_TEXT]', '[P]', '[C]', '[E]', '[R]', '[L]', '[EXAMPLE]', '[OUTPUT]', '[DESCRIPTION]'] as const;
 
-/** The continuation prefix of the WordPiece model in a tokenizer.json, null for another model type. */
-export function wordPiecePrefixOf(path: string): string | null {
-  const model = (JSON.parse(readFileSync(path, 'utf8')) as { model?: Record<string, unknown> }).model;
+/** The continuation prefix of the WordPiece model in a tokenizer.json's text, null for another model type. */
+export function wordPiecePrefixIn(tokenizerJson: string): string | null {
+  const model = (JSON.parse(tokenizerJson) as { model?: Record<string, unknown> }).model;
   if (model?.type !== 'WordPiece') return null;
   return typeof model.continuing_subword_prefix === 'string' ? model.continuing_subword_prefix : '##';
 }
@@ -65,7 +65,7 @@ export class EncoderTokenizer {
   /** The continuation prefix of a WordPiece tokenizer ("##" for the fresh encoders' own), null for other models
    * (the pretrained DeBERTa-v3 checkpoints' Unigram). */
   wordPiecePrefix(): string | null {
-    return wordPiecePrefixOf(this.path);
+    return wordPiecePrefixIn(readFileSync(this.path, 'utf8'));
   }
 
   /** Id of a vocabulary token (e.g. "[UNK]"), or null. */

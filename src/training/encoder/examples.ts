@@ -14,7 +14,7 @@
 // label list.
 import type { DataRecord } from '../data/formats.ts';
 import type { Schema } from '../../models/encoder/schema.ts';
-import { formatInput, type Formatted } from '../../models/encoder/format.ts';
+import { formatInput, type FormatOptions, type Formatted } from '../../models/encoder/format.ts';
 import type { EncoderTokenizer } from '../../models/encoder/tokenizer.ts';
 import { preprocessText, splitWords } from '../../models/encoder/words.ts';
 import type { WordFeatures } from '../../models/encoder/word-features.ts';
@@ -238,7 +238,7 @@ function matchMention(f: Formatted, m: Mention, K: number): [number, number][] {
 export async function featurize(
   tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number, wordFeatures?: WordFeatures | null,
   labelIsolation = false, classificationLoss: ClassificationLoss = 'bce',
-  resegment?: (word: string, pieces: Int32Array) => Int32Array,
+  resegment?: FormatOptions['resegment'],
 ): Promise<Featurized> {
   const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures, labelIsolation, resegment });
   const segs: SegTarget[] = f.segments.map((s, si) => {
