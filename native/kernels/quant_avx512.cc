@@ -294,8 +294,9 @@ static void gemv_q6_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const 
 
 // x as lanes: xs[((b·8 + g)·Mp + m)·4 + i] = q[m·K + 32b + 4g + i] (s8; rows m >= M: 0), dt[b·Mp + m] =
 // d[m·nb + b], st[b·Mp + m] = ds[m·nb + b] (0 past M), sq[j·Mp + m] = Σ q[m·K + 16j + l] (l < 16); Mp = M rounded
-// up to 16. Per 16 rows and 64 values: the rows' 16 dwords loaded and transposed in registers (4 rounds of 16 vpermt2d), where a 16-lane gather per 4 values was
-// 1.9 % of gemm_lanes' samples (1.4 % this way; 32-stream SmolLM2-135M Q4_K_M step, 1 thread, serial on the caller)
+// up to 16. Per 16 rows and 64 values: the rows' 16 dwords loaded and transposed in registers (4 rounds of 16
+// vpermt2d), where a 16-lane gather per 4 values was 1.9 % of gemm_lanes' samples (1.4 % this way; 32-stream
+// SmolLM2-135M Q4_K_M step, 1 thread, serial on the caller)
 void quant_acts_lanes_size(QuantActs* a) {
   const int64_t M = a->M, K = a->K, nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
   a->xs.resize(size_t(K * Mp));

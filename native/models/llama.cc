@@ -99,12 +99,12 @@ static constexpr int64_t kDecodeMinPart = 256;
 
 // Prefetch the K and V rows of one kv head for the first kPrefetchKeys keys of [k0, k1), one item ahead: the decode
 // kernel prefetches each next block as it goes, but the items of short contexts are a block or a few, and a step of
-// 32 streams reads its keys and values from memory (35 MB at SmolLM2-135M's 48-token contexts, past the L3 after
-// the weights streamed through it). With only the first block prefetched, 37 % of the score pass's samples sat on
-// the load of a key; with up to 64 keys the attention's share of a 32-stream step's samples went from 12.8-14.0 %
-// to 12.3-12.5 % (perf, SmolLM2-135M Q4_K_M, 2 threads, 2 alternated pairs). One item per token for all its kv
-// heads (contiguous slots, 3× the bytes prefetched ahead) was worse: attention / gemm_lanes samples 0.265 against
-// 0.233 for main, measured together
+// 32 streams reads its keys and values from memory (about 35 MB by count at SmolLM2-135M's 48-token contexts, past
+// the L3 after the weights streamed through it). With only the first block prefetched, 37 % of the score pass's
+// samples sat on the load of a key; with up to 64 keys the attention's share of a 32-stream step's samples went from
+// 12.8-14.0 % to 12.3-12.5 % (perf, SmolLM2-135M Q4_K_M, 2 threads, 2 alternated pairs). One item per token for all
+// its kv heads (contiguous slots, 3× the bytes prefetched ahead) was worse: attention / gemm_lanes samples 0.265
+// against 0.233 for main, measured together
 static constexpr int64_t kPrefetchKeys = 64;
 static void kv_prefetch_item(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
                              int64_t kvh) {
