@@ -735,6 +735,7 @@ void quant_acts_begin(int64_t M, int64_t K, QuantActs* a) {
   a->q.resize(size_t(M * K));
   a->d.resize(size_t(M * nb));
   a->ds.resize(size_t(M * nb));
+  a->xt.clear();
   a->xs.clear();
   a->dt.clear();
   a->st.clear();
@@ -849,7 +850,7 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
     pl.gemm8 = packed ? e.packed8[isa] : M > 1 ? e.gemm8[isa] : nullptr;
     pl.rs = packed ? 4 * pl.rb : pl.rb;
     // a packed type with a rows-in-lanes kernel, against enough rows of x on AVX-512 VNNI (quant_acts laid them out)
-    pl.lanes = packed && isa == 2 && lanes_min_m(pt.t) && M >= lanes_min_m(pt.t) && !a.xs.empty();
+    pl.lanes = packed && isa == 2 && lanes_min_m(pt.t) && M >= lanes_min_m(pt.t) && !a.xt.empty();
     pl.dsp = a.ds.data();
     pl.col0 = col;
     const int64_t span = std::max(kChunk, (pt.N + 8 * nth - 1) / (8 * nth) + kChunk - 1) / kChunk * kChunk;

@@ -283,22 +283,23 @@ static void gemv_q6_Kx4_zmm(int64_t K, const uint8_t* w, const int8_t* q, const 
 // The kernels above put 4 rows of W in the lanes and broadcast 8 values of x: per row of x and block 4 broadcasts,
 // 8 sign fixes and 4 ymm vpdpbusd for 128 products (about 110 GMAC per CPU-second at 32 rows of x, a fifth of
 // this core's VNNI peak). Here the lanes are rows of x: 16 rows' 4 consecutive values per zmm (quant_acts_lanes),
-// each 4 weight values broadcast from the block, so one instruction is 64 products with nothing around it. The
-// weights are unpacked per tile as unsigned values without their offsets (Q8_0 w + 128, Q5_0 0-31, Q4_K 0-15, Q5_K
-// 0-31, Q6_K 0-63): they are the unsigned operand against x as s8, and the offset (Q8_0 128, Q5_0 16, Q6_K 32 times
-// Σx) is the integer sums' start, one vector per block and vector of x rows (the Σx of quant_acts_lanes). Then one
-// convert and two f32 products per block. 1 thread, 32 rows, GMAC per CPU-second: Q5_0 1536x576 313-314, Q4_K
-// 576x1536 259-261, Q6_K 576x1536 245-249 (against 308-312, 251-255, 228-231 with x + 128 against signed values).
-// Q8_0 was read straight from its packed groups as the signed operand, against x + 128, less 128·Σw per block and
-// row of W: 300-303 / 266-287 at 3072x576 / 49152x576, 311 / 289-291 unpacked as w + 128 (2 alternated pairs).
+// each 4 weight values broadcast from the block, so one instruction is 64 products with nothing around it. Q8_0's
+// signed weights are vpdpbusd's signed memory operand against x + 128 (u8), the + 128 taken off once per block and
+// row of W as 128·Σw (its 32 weights summed by vpdpbusd against ones). The other types' values are unsigned (Q5_0
+// 0-31, Q4_K 0-15, Q5_K 0-31, Q6_K 0-63, unpacked per tile without their offsets): they are the unsigned operand
+// against x as s8, and the offset (Q5_0 16, Q6_K 32 times Σx) is the integer sums' start, one vector per block and
+// vector of x rows (the Σx of quant_acts_lanes) instead of a Σw per block and row of W. Then one convert and two f32
+// products per block. 1 thread, 32 rows, GMAC per CPU-second, the + 128 for every type / this (3 pairs, load 9):
+// Q5_0 1536x576 308-312 / 313-314, Q4_K 576x1536 251-255 / 259-261, Q6_K 576x1536 228-231 / 245-249.
 
-// x as lanes: xs[((b·8 + g)·Mp + m)·4 + i] = q[m·K + 32b + 4g + i] (s8; rows m >= M: 0), dt[b·Mp + m] =
-// d[m·nb + b], st[b·Mp + m] = ds[m·nb + b] (0 past M), sq[j·Mp + m] = Σ q[m·K + 16j + l] (l < 16); Mp = M rounded
-// up to 16. Per 16 rows and 64 values: the rows' 16 dwords loaded and transposed in registers (4 rounds of 16
-// vpermt2d), where a 16-lane gather per 4 values was 1.9 % of gemm_lanes' samples (1.4 % this way; 32-stream
-// SmolLM2-135M Q4_K_M step, 1 thread, serial on the caller)
+// x as lanes: xt[((b·8 + g)·Mp + m)·4 + i] = q[m·K + 32b + 4g + i] + 128 (u8; rows m >= M: 128, x = 0), xs the
+// same values as s8 (rows m >= M: 0), dt[b·Mp + m] = d[m·nb + b], st[b·Mp + m] = ds[m·nb + b] (0 past M),
+// sq[j·Mp + m] = Σ q[m·K + 16j + l] (l < 16); Mp = M rounded up to 16. Per 16 rows and 64 values: the rows' 16
+// dwords loaded and transposed in registers (4 rounds of 16 vpermt2d), where a 16-lane gather per 4 values was
+// 1.9 % of gemm_lanes' samples (1.4 % this way; 32-stream SmolLM2-135M Q4_K_M step, 1 thread, serial on the caller)
 void quant_acts_lanes_size(QuantActs* a) {
   const int64_t M = a->M, K = a->K, nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
+  a->xt.resize(size_t(K * Mp));
   a->xs.resize(size_t(K * Mp));
   a->dt.resize(size_t(nb * Mp));
   a->st.resize(size_t(nb * Mp));
@@ -307,7 +308,7 @@ void quant_acts_lanes_size(QuantActs* a) {
 
 void quant_acts_lanes(QuantActs* a, int64_t m0) {
   const int64_t M = a->M, K = a->K, nb = K / kQ8Block, Mp = (M + 15) / 16 * 16;
-  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i flip = _mm512_set1_epi8(char(0x80)), ones = _mm512_set1_epi8(1);
   // round j of the transpose swaps bit j of the row and the dword index: rows i (bit j clear) and i + 2^j take
   // lo[c] = c's bit j ? row i + 2^j's c - 2^j : row i's c, and hi[c] = c's bit j ? row i + 2^j's c : row i's c + 2^j
   __m512i lo[4], hi[4];
@@ -345,6 +346,7 @@ void quant_acts_lanes(QuantActs* a, int64_t m0) {
       for (int u = g; u < g + 4; u++) {
         const int64_t at = ((c0 / 4 + u) * Mp + m0) * 4;
         _mm512_storeu_si512(a->xs.data() + at, r[u]);
+        _mm512_storeu_si512(a->xt.data() + at, _mm512_xor_si512(r[u], flip));
         s = _mm512_dpbusd_epi32(s, ones, r[u]);
       }
       _mm512_storeu_si512(a->sq.data() + (c0 + 4 * g) / 16 * Mp + m0, s);
@@ -368,41 +370,57 @@ struct alignas(32) LaneBlock {
   float pad[4];
 };
 
-// How a tile reads the unpacked blocks: with one scale per row and an offset of 16 (Q5_0) or 128 (Q8_0), with
-// minimums (Q4_K, Q5_K), or with a scale per 16 values and an offset of 32 (Q6_K)
-enum class LaneSrc { kScale16, kScale128, kMin, kHalves };
+// How a tile reads W: Q8_0 straight from the packed groups, else from the unpacked blocks: with one scale per row and
+// an offset of 16 (Q5_0), with minimums (Q4_K, Q5_K), or with a scale per 16 values and an offset of 32 (Q6_K)
+enum class LaneSrc { kQ8_0, kScale, kMin, kHalves };
 
-// 4·G rows of W × 16·V rows of x (a's lanes, Mp rows): out[n·16V + m]. W: the unpacked blocks at sc (block b of
-// group g at sc[b·G + g]), unsigned, against x as s8
+// 4·G rows of W × 16·V rows of x (a's lanes, Mp rows): out[n·16V + m]. W: G packed Q8_0 groups at w (rs bytes
+// apart), or the unpacked blocks at sc (block b of group g at sc[b·G + g])
 template <int G, int V, LaneSrc kSrc>
-static inline void tile_lanes(int64_t nb, const LaneBlock* sc, const QuantActs& a, int64_t Mp, float* out) {
+static inline void tile_lanes(int64_t nb, const uint8_t* w, size_t rs, const LaneBlock* sc, const QuantActs& a,
+                              int64_t Mp, float* out) {
   constexpr int R = 4 * G;
-  constexpr bool kHalves = kSrc == LaneSrc::kHalves, kOffset = kSrc != LaneSrc::kMin;
-  constexpr int kOffShift = kSrc == LaneSrc::kScale16 ? 4 : kSrc == LaneSrc::kScale128 ? 7 : 5;  // 16, 128 or 32
-  const uint8_t* xl = reinterpret_cast<const uint8_t*>(a.xs.data());
+  constexpr bool kQ8 = kSrc == LaneSrc::kQ8_0, kHalves = kSrc == LaneSrc::kHalves;
+  constexpr int kOffShift = kSrc == LaneSrc::kScale ? 4 : 5;  // the offset 16 or 32 (kScale, kHalves)
+  const uint8_t* xl = kQ8 ? a.xt.data() : reinterpret_cast<const uint8_t*>(a.xs.data());
   const float* dt = a.dt.data();
   const float* st = a.st.data();
   const int32_t* sq = a.sq.data();
+  const __m512i ones = _mm512_set1_epi8(1);
   __m512 acc[V][R];
   for (int v = 0; v < V; v++)
     for (int n = 0; n < R; n++) acc[v][n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    // the values of group g in this block and its scales
+    // the values of group g in this block and its scales; Q8_0: per row n of the tile 128·Σ of its 32 weights (lanes
+    // 2r, 2r + 1 hold row r's sums of 4)
     const uint8_t* vals[G];
+    alignas(64) int32_t corr[G][8];
     alignas(64) float dw[2][R], mw[R];
     for (int g = 0; g < G; g++) {
-      const LaneBlock& lb = sc[b * G + g];
-      vals[g] = lb.v;
-      _mm_store_ps(dw[0] + 4 * g, _mm_load_ps(lb.d));
-      if (kHalves) _mm_store_ps(dw[1] + 4 * g, _mm_load_ps(lb.d + 4));
-      if (!kOffset) _mm_store_ps(mw + 4 * g, _mm_load_ps(lb.m));
+      if (kQ8) {
+        const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
+        prefetch_packed(wb);
+        vals[g] = wb + 8;
+        _mm_store_ps(dw[0] + 4 * g, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
+        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(vals[g]));
+        const __m512i s = _mm512_dpbusd_epi32(s0, ones, _mm512_loadu_si512(vals[g] + 64));
+        __m256i t = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+        t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));  // row r's sum in lanes 2r and 2r + 1
+        _mm256_store_si256(reinterpret_cast<__m256i*>(corr[g]), _mm256_slli_epi32(t, 7));
+      } else {
+        const LaneBlock& lb = sc[b * G + g];
+        vals[g] = lb.v;
+        _mm_store_ps(dw[0] + 4 * g, _mm_load_ps(lb.d));
+        if (kHalves) _mm_store_ps(dw[1] + 4 * g, _mm_load_ps(lb.d + 4));
+        if (kSrc == LaneSrc::kMin) _mm_store_ps(mw + 4 * g, _mm_load_ps(lb.m));
+      }
     }
     // the integer sums over values 4k..4k+3 for k in [k0, k1), then scaled into acc (halves: scale h of each row)
     auto part = [&](int k0, int k1, int h) {
       // the sums' start: 0, or -offset·Σx over the values k0..k1 cover (block b, or its half h)
       __m512i p0[V];
       for (int v = 0; v < V; v++) {
-        if (!kOffset) {
+        if (kQ8 || kSrc == LaneSrc::kMin) {
           p0[v] = _mm512_setzero_si512();
           continue;
         }
@@ -422,13 +440,15 @@ static inline void tile_lanes(int64_t nb, const LaneBlock* sc, const QuantActs& 
           int32_t wv;
           std::memcpy(&wv, vals[n / 4] + 32 * (k / 2) + 8 * (n % 4) + 4 * (k % 2), 4);
           const __m512i wb = _mm512_set1_epi32(wv);
-          for (int v = 0; v < V; v++) p[v][n] = _mm512_dpbusd_epi32(p[v][n], wb, x[v]);
+          for (int v = 0; v < V; v++)
+            p[v][n] = kQ8 ? _mm512_dpbusd_epi32(p[v][n], x[v], wb) : _mm512_dpbusd_epi32(p[v][n], wb, x[v]);
         }
       }
       for (int v = 0; v < V; v++) {
         const __m512 dx = _mm512_loadu_ps(dt + b * Mp + 16 * v);
         for (int n = 0; n < R; n++) {
-          const __m512 f = _mm512_cvtepi32_ps(p[v][n]);
+          const __m512i pi = kQ8 ? _mm512_sub_epi32(p[v][n], _mm512_set1_epi32(corr[n / 4][2 * (n % 4)])) : p[v][n];
+          const __m512 f = _mm512_cvtepi32_ps(pi);
           acc[v][n] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dw[h][n])), f, acc[v][n]);
         }
       }
@@ -439,7 +459,7 @@ static inline void tile_lanes(int64_t nb, const LaneBlock* sc, const QuantActs& 
     } else {
       part(0, 8, 0);
     }
-    if (!kOffset)
+    if (kSrc == LaneSrc::kMin)
       for (int v = 0; v < V; v++) {
         const __m512 sx = _mm512_loadu_ps(st + b * Mp + 16 * v);
         for (int n = 0; n < R; n++) acc[v][n] = _mm512_fmadd_ps(_mm512_set1_ps(mw[n]), sx, acc[v][n]);
@@ -477,20 +497,6 @@ static void lanes_unpack_q5_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, 
       LaneBlock& lb = sc[b * G + g];
       _mm512_storeu_si512(lb.v, _mm512_permutex2var_epi64(v02, i01, v13));
       _mm512_storeu_si512(lb.v + 64, _mm512_permutex2var_epi64(v02, i23, v13));
-      _mm_store_ps(lb.d, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
-    }
-}
-
-// Q8_0x4: the values + 128 (u8, vpdpbusd's unsigned side against x as s8; the offset 128·Σx is the sums' start), d
-static void lanes_unpack_q8_0x4(int64_t nb, const uint8_t* w, size_t rs, int G, LaneBlock* sc) {
-  const __m512i flip = _mm512_set1_epi8(char(0x80));
-  for (int64_t b = 0; b < nb; b++)
-    for (int g = 0; g < G; g++) {
-      const uint8_t* wb = w + g * rs + b * kQ8_0x4Bytes;
-      prefetch_packed(wb);
-      LaneBlock& lb = sc[b * G + g];
-      _mm512_storeu_si512(lb.v, _mm512_xor_si512(_mm512_loadu_si512(wb + 8), flip));
-      _mm512_storeu_si512(lb.v + 64, _mm512_xor_si512(_mm512_loadu_si512(wb + 72), flip));
       _mm_store_ps(lb.d, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb))));
     }
 }
@@ -561,20 +567,18 @@ template <int G, int V>
 static void lanes_tile(DType t, int64_t nb, const uint8_t* w, size_t rs, LaneBlock* sc, const QuantActs& a, int64_t Mp,
                        float* out) {
   switch (t) {
-    case DType::Q8_0:
-      lanes_unpack_q8_0x4(nb, w, rs, G, sc);
-      return tile_lanes<G, V, LaneSrc::kScale128>(nb, sc, a, Mp, out);
+    case DType::Q8_0: return tile_lanes<G, V, LaneSrc::kQ8_0>(nb, w, rs, nullptr, a, Mp, out);
     case DType::Q5_0:
       lanes_unpack_q5_0x4(nb, w, rs, G, sc);
-      return tile_lanes<G, V, LaneSrc::kScale16>(nb, sc, a, Mp, out);
+      return tile_lanes<G, V, LaneSrc::kScale>(nb, nullptr, rs, sc, a, Mp, out);
     case DType::Q4_K:
     case DType::Q5_K:
       if (t == DType::Q4_K) lanes_unpack_qk4x4<false>(nb, w, rs, G, sc);
       else lanes_unpack_qk4x4<true>(nb, w, rs, G, sc);
-      return tile_lanes<G, V, LaneSrc::kMin>(nb, sc, a, Mp, out);
+      return tile_lanes<G, V, LaneSrc::kMin>(nb, nullptr, rs, sc, a, Mp, out);
     case DType::Q6_K:
       lanes_unpack_q6_Kx4(nb, w, rs, G, sc);
-      return tile_lanes<G, V, LaneSrc::kHalves>(nb, sc, a, Mp, out);
+      return tile_lanes<G, V, LaneSrc::kHalves>(nb, nullptr, rs, sc, a, Mp, out);
     default: throw std::logic_error("gemm_lanes: no rows-in-lanes kernel for this type");
   }
 }
@@ -585,7 +589,7 @@ void gemm_lanes(DType t, const QuantActs& a, const uint8_t* w, size_t rs, int64_
   const int64_t M = a.M, nb = a.K / kQ8Block, Mp = (M + 15) / 16 * 16;
   alignas(64) float out[8 * 32];  // (up to 8 rows of W, Mp)
   thread_local std::vector<LaneBlock> scratch;
-  if (scratch.size() < size_t(2 * nb)) scratch.resize(size_t(2 * nb));
+  if (t != DType::Q8_0 && scratch.size() < size_t(2 * nb)) scratch.resize(size_t(2 * nb));
   LaneBlock* sc = scratch.data();
   auto store = [&](int64_t g, int Tg) {  // the tile's 4·Tg rows of W from group g into y
     for (int h = 0; h < Tg; h++) {  // rows 4h..4h+3 of the tile: (4, Mp) transposed to 4 columns of y

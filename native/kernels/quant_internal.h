@@ -92,7 +92,7 @@ namespace portable { LOOM_QUANT_DECLS }
 namespace avx2 { LOOM_QUANT_DECLS }
 namespace avx512 {
 LOOM_QUANT_DECLS
-// AVX-512 VNNI only (quant_avx512.cc): a's lanes sized for its M (2-32) rows (xs, dt, st, sq; Mp = M rounded up to
+// AVX-512 VNNI only (quant_avx512.cc): a's lanes sized for its M (2-32) rows (xt, xs, dt, st, sq; Mp = M rounded up to
 // 16), then the quantized rows m0 .. m0 + 15 (q, d, ds) laid out in them (m0 a multiple of 16); and y[m·ldy + n]
 // (n < 4G) of G packed groups (rs bytes apart) of Q8_0, Q5_0, Q4_K, Q5_K or Q6_K against them
 void quant_acts_lanes_size(QuantActs* a);

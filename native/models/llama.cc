@@ -97,19 +97,13 @@ void KvCache::copy_block(int64_t src, int64_t dst, int64_t n_slots) {
 // parts' partial softmax results are merged after the parallel loop.
 static constexpr int64_t kDecodeMinPart = 256;
 
-// Prefetch the K and V rows of one kv head for the first kPrefetchKeys keys of [k0, k1), one item ahead: the decode
-// kernel prefetches each next block as it goes, but the items of short contexts are a block or a few, and a step of
-// 32 streams reads its keys and values from memory (about 35 MB by count at SmolLM2-135M's 48-token contexts, past
-// the L3 after the weights streamed through it). With only the first block prefetched, 37 % of the score pass's
-// samples sat on the load of a key; with up to 64 keys the attention's share of a 32-stream step's samples went from
-// 12.8-14.0 % to 12.3-12.5 % (perf, SmolLM2-135M Q4_K_M, 2 threads, 2 alternated pairs). One item per token for all
-// its kv heads (contiguous slots, 3× the bytes prefetched ahead) was worse: attention / gemm_lanes samples 0.265
-// against 0.233 for main, measured together
-static constexpr int64_t kPrefetchKeys = 64;
-static void kv_prefetch_item(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
-                             int64_t kvh) {
+// Prefetch the K and V rows of one kv head in the first cache block of keys [k0, k1): the decode kernel prefetches
+// each next block as it goes, so the first one of every (sequence, kv head) item was read cold (issued here one
+// item ahead instead)
+static void kv_prefetch_first_block(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
+                                    int64_t kvh) {
   const int64_t bs = kv.block_size, eb = int64_t(kv.elem_bytes()), row = kv.head_dim * eb;
-  const int64_t j1 = std::min(k1, k0 + kPrefetchKeys);
+  const int64_t j1 = std::min(k1, (k0 / bs + 1) * bs);
   for (int64_t j = k0; j < j1; j++) {
     const int64_t off = (kv.slot_index(layer, table[j / bs], j % bs) + kvh * kv.head_dim) * eb;
     for (int64_t b = 0; b < row; b += 64) {
@@ -196,7 +190,7 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
       const SeqSpec& sq = b.seqs[size_t(row_seq[w.t0])];
       if (it + 1 < n_items && items[size_t(it + 1)].nq == 1) {  // the next decode item (this thread's on 1 thread)
         const Item& nx = items[size_t(it + 1)];
-        kv_prefetch_item(kv, layer, b.seqs[size_t(row_seq[nx.t0])].block_table, nx.k0, nx.k1, nx.kvh);
+        kv_prefetch_first_block(kv, layer, b.seqs[size_t(row_seq[nx.t0])].block_table, nx.k0, nx.k1, nx.kvh);
       }
       const int64_t pos0 = b.positions[w.t0];
       const float* qp = q + w.t0 * ldq + w.kvh * G * Dh;

@@ -71,8 +71,9 @@ struct QuantActs {
   std::vector<int8_t> q;     // (M, K)
   std::vector<float> d, ds;  // (M, K/32): scale, scale·Σq
   // AVX-512 VNNI and enough rows (else empty): the rows in 512-bit lanes for the packed kernels there, Mp = M
-  // rounded up to 16: xs (K/4, Mp, 4) the values (s8, against the weights unpacked as unsigned values), dt and st
-  // (K/32, Mp) d and ds, sq (K/16, Mp) Σq per 16 values
+  // rounded up to 16: xt (K/4, Mp, 4) the values + 128 as u8 (against Q8_0's signed weights), xs the same as s8
+  // (against the unsigned values of the other types), dt and st (K/32, Mp) d and ds, sq (K/16, Mp) Σq per 16 values
+  std::vector<uint8_t> xt;
   std::vector<int8_t> xs;
   std::vector<float> dt, st;
   std::vector<int32_t> sq;

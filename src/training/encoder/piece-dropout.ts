@@ -26,8 +26,8 @@ export function pieceDropout(tok: EncoderTokenizer, p: number): Resegment {
     let c = cache.get(word);
     if (c !== undefined) return c;
     c = null;
-    const chars = [...word.normalize('NFC')];
     if (PLAIN.test(word)) {
+      const chars = [...word.normalize('NFC')];
       c = chars.map((_, i) => {
         const out: Candidates = [];
         for (let j = chars.length; j > i; j--) {
