@@ -1,7 +1,9 @@
 // `npm run bench -- ner-errors <model dir> [--task conll2003] [--dev-limit N] [--threshold 0.5] [--json]`
 // Where a trained NER model's dev errors are (issue 17): recall of the dev entities whose text and label occur in the
 // task's training split ("seen"), against those that do not ("unseen"), recall per label, and what each miss and
-// false positive is (the right span under another label, an overlapping span, nothing there). A model trained on
+// false positive is (the right span under another label, an overlapping span, nothing there), and recall by how the
+// mention is written (no capitals, all capitals, or mixed: WNUT-17's tweets write many names in lower case and
+// CoNLL-2003's headlines in capitals, which the word-shape feature sees). A model trained on
 // `npm run bench -- quality --keep`'s run dir (`<work>/run/best`) is the usual input.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -14,6 +16,12 @@ const DATA = join(import.meta.dirname, '../../shared/data');
 
 type Span = { start: number; end: number; label: string };
 type Ner = Extract<DataRecord, { kind: 'ner' }>;
+
+/** How a mention is written: without capitals, in capitals only (letters), or mixed (a capital among lower case). */
+function casing(s: string): 'lower case' | 'all caps' | 'mixed case' {
+  if (s === s.toLowerCase()) return 'lower case';
+  return s === s.toUpperCase() ? 'all caps' : 'mixed case';
+}
 
 export async function run(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({
@@ -63,6 +71,7 @@ export async function run(argv: string[]): Promise<void> {
         const hit = pred.some((p) => same(p, g) && p.label === g.label);
         count(seen.has(`${g.label}\u0000${r.text.slice(g.start, g.end)}`) ? 'seen in train' : 'unseen', hit);
         count(`label ${g.label}`, hit);
+        count(`written ${casing(r.text.slice(g.start, g.end))}`, hit);
         count('all', hit);
         if (hit) continue;
         if (pred.some((p) => same(p, g))) misses.wrong_label++;
@@ -77,7 +86,7 @@ export async function run(argv: string[]): Promise<void> {
       }
     });
   }
-  const order = (g: string) => (g === 'all' ? 0 : g.startsWith('label') ? 2 : 1);
+  const order = (g: string) => (g === 'all' ? 0 : g.startsWith('label') ? 2 : g.startsWith('written') ? 3 : 1);
   const rows = [...recall]
     .map(([group, [gold, found]]) => ({ group, gold, recall: found / gold }))
     .sort((a, b) => order(a.group) - order(b.group) || a.group.localeCompare(b.group));

@@ -22,7 +22,7 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--mention-replacement P] (NER: swap each mention for another of its label from the data at this rate)
   [--mention-dropout P] (NER: a mention's words replaced by [UNK] at this rate, their shape kept)
   [--hard-negatives R] (classification: this share of the sampled negatives drawn by the labels confused with)
-  [--negative-span-keep P] (NER: the share of negative spans in the span loss, 0.5)
+  [--negative-span-keep P|balanced] (NER: the share of negative spans in the span loss, 0.5; balanced: by the data)
   [--piece-dropout P] (NER: a text word segmented again at each step, each longer piece passed over at this rate)
   [--precision auto|fp32|bf16] (matrix products in bf16 where the CPU has AVX512_BF16 and they are faster)`;
 
@@ -78,7 +78,7 @@ export async function main(argv: string[]): Promise<number> {
     word_dropout: num('word-dropout'), rare_word_dropout: num('rare-word-dropout'), piece_dropout: num('piece-dropout'),
     mention_replacement: num('mention-replacement'), mention_dropout: num('mention-dropout'),
     hard_negatives: num('hard-negatives'),
-    negative_span_keep: num('negative-span-keep'),
+    negative_span_keep: v['negative-span-keep'] === 'balanced' ? 'balanced' as const : num('negative-span-keep'),
     negative_labels: num('negative-labels'),
     full_label_ratio: num('full-label-ratio'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),

@@ -93,7 +93,7 @@ export interface TrainingJobRequest {
   mention_replacement?: number;
   mention_dropout?: number;
   hard_negatives?: number;
-  negative_span_keep?: number;
+  negative_span_keep?: number | 'balanced';
   negative_labels?: number;
   full_label_ratio?: number;
   classifier_prior_init?: boolean;
@@ -141,7 +141,7 @@ export const trainingJobRequestSchema = {
     mention_replacement: { type: 'number', minimum: 0, maximum: 1 },
     mention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     hard_negatives: { type: 'number', minimum: 0, maximum: 1 },
-    negative_span_keep: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+    negative_span_keep: { anyOf: [{ type: 'number', exclusiveMinimum: 0, maximum: 1 }, { const: 'balanced' }] },
     negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     classifier_prior_init: { type: 'boolean' },

@@ -15,6 +15,7 @@ import {
   type EncoderExample, type Featurized, type Uniform,
 } from './encoder/examples.ts';
 import { dropMentions, mentionPool, replaceMentions } from './encoder/augment.ts';
+import { balancedNegativeKeep, GLINER_NEGATIVE_KEEP, positiveSpanShare } from './encoder/negative-spans.ts';
 import { LabelConfusion } from './encoder/hard-negatives.ts';
 import { pieceDropout } from './encoder/piece-dropout.ts';
 import { InitRng } from './encoder/init.ts';
@@ -40,8 +41,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   entity_labels?: string[];
   /** drop each negative span with probability 0.5 during training (spec §5.4); default true */
   negative_dropping?: boolean;
-  /** with negative_dropping: the probability that a negative span enters the span loss; default 0.5 (GLiNER's) */
-  negative_span_keep?: number;
+  /** with negative_dropping: the probability that a negative span enters the span loss; default 0.5 (GLiNER's).
+   *  'balanced': fewer where the data's mentions are rarer (src/training/encoder/negative-spans.ts) */
+  negative_span_keep?: number | 'balanced';
   /** DeBERTa hidden dropout inside the encoder during training (embeddings, attention and FFN outputs); default 0 */
   hidden_dropout?: number;
   /** dropout of the attention probabilities during training; default 0 */
@@ -281,8 +283,9 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, FIRST_DRAW);
   const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labelIsolation), true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
-  const negKeep = positiveNum(config.negative_span_keep, 'negative_span_keep', 0.5);
-  if (negKeep > 1) throw new TrainingConfigError('negative_span_keep must be in (0, 1]');
+  const balanced = config.negative_span_keep === 'balanced';
+  const keepArg = balanced ? GLINER_NEGATIVE_KEEP : positiveNum(config.negative_span_keep, 'negative_span_keep', 0.5);
+  if (keepArg > 1) throw new TrainingConfigError('negative_span_keep must be in (0, 1] or \'balanced\'');
   const hardRatio = positiveNum(config.hard_negatives, 'hard_negatives', 0, true);
   if (hardRatio > 1) throw new TrainingConfigError('hard_negatives must be between 0 and 1');
   const hard = hardRatio > 0 && negK > 0 ? { confusion: new LabelConfusion(classes), ratio: hardRatio } : undefined;
@@ -302,6 +305,12 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   if (!trainEx.length) {
     throw new TrainingConfigError(`none of the ${trainRecs.length} training records is an encoder record (kind ner, `
       + 'relations, classification or gliner2)');
+  }
+  const share = balanced ? positiveSpanShare(trainEx, L.maxWidth, maxWords) : null;
+  const negKeep = balanced ? balancedNegativeKeep(share) : keepArg;
+  if (balanced) {
+    log(hooks, 'info', `negative spans kept ${negKeep} (balanced: ${share === null ? 'no mentions'
+      : `${share.toPrecision(2)} of the (span, label) pairs are mentions`})`);
   }
   const trainF: TrainItem[] = await Promise.all(
     trainEx.map(async (ex) => ({ ex, f: sampled(ex) || resegmented(ex) ? null : await feat(ex) })),

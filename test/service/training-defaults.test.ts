@@ -33,10 +33,10 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   t.match(small, { nr_epochs: 10, learning_rate: 2e-3, encoder_learning_rate: 5e-4, batch_size: 16 });
   // the fresh-encoder recipe (issue 17) is the default and shows in the configuration: the small preset trains
   // with dropout inside the encoder, the tiny one (which underfits) without
-  t.match(tiny, { hidden_dropout: 0, attention_dropout: 0, piece_dropout: 0 });
+  t.match(tiny, { hidden_dropout: 0, attention_dropout: 0, piece_dropout: 0, negative_span_keep: 0.5 });
   const recipe = {
     hidden_dropout: 0.1, attention_dropout: 0.1, word_dropout: 0, piece_dropout: 0.25, negative_labels: 16,
-    full_label_ratio: 0,
+    full_label_ratio: 0, negative_span_keep: 'balanced',
     classifier_prior_init: true, classification_loss: 'softmax',
   };
   t.match(small, { selection_metric: 'task' });
@@ -51,7 +51,7 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   t.equal((await uploadDataset(ts.url, u.key, 'cls', 'classification', 'c.jsonl', CLS)).body.status, 'ready');
   const cls = await configuration({ base_model: 'loom/gliner2-init-small', datasets: [{ name: 'cls' }] });
   t.match(cls, { learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8, hidden_dropout: 0 });
-  t.match(cls, { attention_dropout: 0, full_label_ratio: 0, piece_dropout: 0 });
+  t.match(cls, { attention_dropout: 0, full_label_ratio: 0, piece_dropout: 0, negative_span_keep: 0.5 });
   const both = await configuration({ base_model: 'loom/gliner2-init-small', datasets: [{ name: 'cls' }, { name: 'ner' }] });
   t.match(both, { learning_rate: 2e-3, batch_size: 16, hidden_dropout: 0.1, piece_dropout: 0.25 },
     'any entity data: the NER settings');
@@ -119,7 +119,7 @@ t.test('recipe fields out of range are a 422', async (t) => {
     { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }, { classifier_prior_init: 'yes' },
     { classification_loss: 'hinge' }, { ema_decay: 1 }, { ema_decay: -0.5 }, { piece_dropout: 0.95 },
     { rare_word_dropout: 1 }, { mention_replacement: 1.5 }, { hard_negatives: -0.5 }, { negative_span_keep: 0 },
-    { mention_dropout: 1 }];
+    { mention_dropout: 1 }, { negative_span_keep: 'auto' }];
   for (const bad of bads) {
     const body = { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }], training_type: 'full', ...bad };
     const r = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body });

@@ -1,11 +1,15 @@
 // Negative spans in the span loss (negative_span_keep, issue 17): GLiNER keeps each negative span with probability 0.5;
-// the keep probability is an option, for data whose entities are rare (WNUT-17's tweets: most spans are negatives).
+// the keep probability is an option, for data whose entities are rare (WNUT-17's tweets: most spans are negatives),
+// and 'balanced' sets it from the data's share of mentions (the fresh small preset's default).
 import t from 'tap';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { DataRecord } from '../../src/training/data/formats.ts';
-import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
+import { collate, featurize, recordsToExamples, type EncoderExample } from '../../src/training/encoder/examples.ts';
+import {
+  BALANCED_REFERENCE_SHARE, balancedNegativeKeep, positiveSpanShare,
+} from '../../src/training/encoder/negative-spans.ts';
 import { initEncoder, initEncoderTensors } from '../../src/training/encoder/init.ts';
 import { trainEncoder } from '../../src/training/encoder-trainer.ts';
 import { TrainingConfigError } from '../../src/training/common.ts';
@@ -61,4 +65,40 @@ t.test('the trainer takes negative_span_keep in (0, 1]', async (t) => {
   const res = await run(0.2, 'c');
   t.ok(res.steps > 0 && Number.isFinite(res.train_loss));
   t.equal(JSON.parse(readFileSync(join(tmp, 'c', 'training_config.json'), 'utf8')).resolved.negative_span_keep, 0.2);
+});
+
+t.test("'balanced': fewer negatives where mentions are rarer, GLiNER's 0.5 at CoNLL-2003's balance", async (t) => {
+  const ner = (text: string, n: number): EncoderExample =>
+    recordsToExamples([{ kind: 'ner', text, entities: TEXTS[0]!.split(' ').slice(0, n).map((w, i, ws) => {
+      const start = ws.slice(0, i).join(' ').length + (i ? 1 : 0);
+      return { label: 'person', start, end: start + w.length, text: w };
+    }) }], ['person', 'location'])[0]!;
+  // 14 words, width 12: 12·2 + 78 = 102 spans, 2 labels: 204 pairs; 3 mentions
+  const ex = ner(TEXTS[0]!, 3);
+  t.equal(positiveSpanShare([ex], 12, 256), 3 / 204);
+  t.equal(positiveSpanShare([ex], 12, 4), 3 / 20, 'max_words bounds the spans: 10 spans of 4 words, 2 labels');
+  t.equal(positiveSpanShare([ner('No one here .', 0)], 12, 256), null, 'no mentions');
+  t.equal(balancedNegativeKeep(null), 0.5);
+  t.equal(balancedNegativeKeep(BALANCED_REFERENCE_SHARE * 2), 0.5, 'denser data: GLiNER\'s 0.5 at most');
+  t.equal(balancedNegativeKeep(BALANCED_REFERENCE_SHARE / 4), 0.25, 'four times sparser: half the keep');
+  t.equal(balancedNegativeKeep(1e-9), 0.05, 'at least 0.05');
+  const tmp = mkdtempSync(join(tmpdir(), 'loom-negspan-'));
+  const base = join(tmp, 'base');
+  initEncoder(base, cfg, TEXTS, { seed: 4 });
+  // a 29-word text, one mention, 2 labels, the fresh width 8: 8·21 + 36 = 204 spans, share 1/408 → 0.5·√(0.00245/0.0031)
+  const sparse: DataRecord[] = Array.from({ length: 4 }, () => ({
+    kind: 'ner', text: `${TEXTS[0]} ${TEXTS[1]}`, entities: [{ label: 'person', start: 0, end: 5, text: 'Peter' }],
+  }));
+  const res = await trainEncoder({
+    base_model: base, output_dir: join(tmp, 'b'), train_data: sparse, nr_epochs: 1, batch_size: 2, seed: 1,
+    validation_data_percentage: 0, negative_span_keep: 'balanced', entity_labels: ['person', 'location'],
+  });
+  t.ok(res.steps > 0 && Number.isFinite(res.train_loss));
+  const keep = JSON.parse(readFileSync(join(tmp, 'b', 'training_config.json'), 'utf8')).resolved.negative_span_keep;
+  t.equal(keep, balancedNegativeKeep(1 / 408));
+  t.ok(keep > 0.44 && keep < 0.45, `resolved ${keep}`);
+  await t.rejects(trainEncoder({
+    base_model: base, output_dir: join(tmp, 'c'), train_data: sparse, nr_epochs: 1, batch_size: 2,
+    validation_data_percentage: 0, negative_span_keep: 'auto' as 'balanced',
+  }), TrainingConfigError);
 });
