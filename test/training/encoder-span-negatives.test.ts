@@ -78,6 +78,7 @@ t.test("'balanced': fewer negatives where mentions are rarer, GLiNER's 0.5 at Co
   t.equal(positiveSpanShare([ex], 12, 256), 3 / 204);
   t.equal(positiveSpanShare([ex], 12, 4), 3 / 20, 'max_words bounds the spans: 10 spans of 4 words, 2 labels');
   t.equal(positiveSpanShare([ner('No one here .', 0)], 12, 256), null, 'no mentions');
+  t.equal(positiveSpanShare([ner('Peter Blackburn', 1)], 12, 256), 1 / 12, 'the formatter\'s words: "." appended');
   t.equal(balancedNegativeKeep(null), 0.5);
   t.equal(balancedNegativeKeep(BALANCED_REFERENCE_SHARE * 2), 0.5, 'denser data: GLiNER\'s 0.5 at most');
   t.equal(balancedNegativeKeep(BALANCED_REFERENCE_SHARE / 4), 0.25, 'four times sparser: half the keep');
@@ -85,7 +86,7 @@ t.test("'balanced': fewer negatives where mentions are rarer, GLiNER's 0.5 at Co
   const tmp = mkdtempSync(join(tmpdir(), 'loom-negspan-'));
   const base = join(tmp, 'base');
   initEncoder(base, cfg, TEXTS, { seed: 4 });
-  // a 29-word text, one mention, 2 labels, the fresh width 8: 8·21 + 36 = 204 spans, share 1/408 → 0.5·√(0.00245/0.0031)
+  // 29 words, one mention, 2 labels, the fresh width 8: 8·21 + 36 = 204 spans, share 1/408 → 0.5·√(0.00245 / 0.00415)
   const sparse: DataRecord[] = Array.from({ length: 4 }, () => ({
     kind: 'ner', text: `${TEXTS[0]} ${TEXTS[1]}`, entities: [{ label: 'person', start: 0, end: 5, text: 'Peter' }],
   }));
@@ -96,7 +97,7 @@ t.test("'balanced': fewer negatives where mentions are rarer, GLiNER's 0.5 at Co
   t.ok(res.steps > 0 && Number.isFinite(res.train_loss));
   const keep = JSON.parse(readFileSync(join(tmp, 'b', 'training_config.json'), 'utf8')).resolved.negative_span_keep;
   t.equal(keep, balancedNegativeKeep(1 / 408));
-  t.ok(keep > 0.44 && keep < 0.45, `resolved ${keep}`);
+  t.ok(keep > 0.38 && keep < 0.39, `resolved ${keep}`);
   await t.rejects(trainEncoder({
     base_model: base, output_dir: join(tmp, 'c'), train_data: sparse, nr_epochs: 1, batch_size: 2,
     validation_data_percentage: 0, negative_span_keep: 'auto' as 'balanced',
