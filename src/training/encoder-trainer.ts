@@ -283,9 +283,13 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, FIRST_DRAW);
   const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labelIsolation), true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
+  // a number now, or 'balanced': resolved from the training examples below
   const balanced = config.negative_span_keep === 'balanced';
-  const keepArg = balanced ? GLINER_NEGATIVE_KEEP : positiveNum(config.negative_span_keep, 'negative_span_keep', 0.5);
-  if (keepArg > 1) throw new TrainingConfigError('negative_span_keep must be in (0, 1] or \'balanced\'');
+  const givenKeep = balanced ? null
+    : positiveNum(config.negative_span_keep, 'negative_span_keep', GLINER_NEGATIVE_KEEP);
+  if (givenKeep !== null && givenKeep > 1) {
+    throw new TrainingConfigError('negative_span_keep must be in (0, 1] or \'balanced\'');
+  }
   const hardRatio = positiveNum(config.hard_negatives, 'hard_negatives', 0, true);
   if (hardRatio > 1) throw new TrainingConfigError('hard_negatives must be between 0 and 1');
   const hard = hardRatio > 0 && negK > 0 ? { confusion: new LabelConfusion(classes), ratio: hardRatio } : undefined;
@@ -307,7 +311,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       + 'relations, classification or gliner2)');
   }
   const share = balanced ? positiveSpanShare(trainEx, L.maxWidth, maxWords) : null;
-  const negKeep = balanced ? balancedNegativeKeep(share) : keepArg;
+  const negKeep = givenKeep ?? balancedNegativeKeep(share);
   if (balanced) {
     log(hooks, 'info', `negative spans kept ${negKeep} (balanced: ${share === null ? 'no mentions'
       : `${share.toPrecision(2)} of the (span, label) pairs are mentions`})`);
