@@ -214,6 +214,8 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   in->drop_neg = get_bool(b, "dropNeg", true);
   in->neg_keep = float(get_num(b, "negKeep", 0.5));
   if (!(in->neg_keep > 0 && in->neg_keep <= 1)) throw_range(env, "negKeep must be in (0, 1]");
+  in->neg_hard = int(get_num(b, "negHard", 0));
+  if (in->neg_hard < 0 || in->neg_hard > 2) throw_range(env, "negHard must be 0, 1 or 2");
   in->grad_scale = float(get_num(b, "gradScale", 1.0));
   in->hidden_dropout = float(get_num(b, "hiddenDropout", 0.0));
   in->attention_dropout = float(get_num(b, "attentionDropout", 0.0));

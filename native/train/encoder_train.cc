@@ -1123,6 +1123,25 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         y[size_t((i * K + k) * R + srow[q] + t * g.M + mm)] = 1;
       }
     }
+    // hard negatives, never dropped (neg_hard): hard: (W*K,) the spans that are a mention under some label (1), or
+    // start or end where one does (2)
+    std::vector<uint8_t> hard;
+    if (in.drop_neg && in.neg_hard > 0) {
+      hard.assign(size_t(W * K), 0);
+      std::vector<uint8_t> starts(size_t(W), 0), ends(size_t(W), 0);
+      for (int64_t i = 0; i < W; i++)
+        for (int64_t k = 0; k < K && i + k < W; k++)
+          for (int64_t r = 0; r < R; r++)
+            if (y[size_t((i * K + k) * R + r)]) {
+              hard[size_t(i * K + k)] = 1;
+              starts[size_t(i)] = ends[size_t(i + k)] = 1;
+              break;
+            }
+      if (in.neg_hard == 2)
+        for (int64_t i = 0; i < W; i++)
+          for (int64_t k = 0; k < K && i + k < W; k++)
+            if (starts[size_t(i)] || ends[size_t(i + k)]) hard[size_t(i * K + k)] = 1;
+    }
     std::vector<float>& dlog = sc.dlog;
     dlog.assign(bw ? logits.size() : 0, 0.0f);
     double ls = 0;
@@ -1131,7 +1150,9 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         for (int64_t r = 0; r < R; r++) {
           size_t at = size_t((i * K + k) * R + r);
           float yy = y[at];
-          if (!yy && in.drop_neg && neg_rng.uniform() >= in.neg_keep) continue;
+          // the draw comes first, so a hard negative leaves the stream as it was
+          if (!yy && in.drop_neg && neg_rng.uniform() >= in.neg_keep && (hard.empty() || !hard[size_t(i * K + k)]))
+            continue;
           float dz;
           ls += bce_logits(logits[at] + bb[size_t(r)], yy, &dz);
           if (bw) dlog[at] = dz * gs;

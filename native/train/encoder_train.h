@@ -117,6 +117,9 @@ struct StepIn {
   std::vector<float> cls_y;       // concatenated multi-hot targets of the classification segments
   bool backward = true, drop_neg = true;
   float neg_keep = 0.5f;           // with drop_neg: the probability that a negative span enters the span loss
+  // with drop_neg, negatives never dropped: 0 none; 1 a span that is a mention under another label of its text;
+  // 2 also any span that starts or ends where a mention does (boundary negatives)
+  int neg_hard = 0;
   float grad_scale = 1.0f;
   float hidden_dropout = 0.0f;     // DeBERTa hidden_dropout_prob (embeddings, attention output, FFN output)
   float attention_dropout = 0.0f;  // DeBERTa attention_probs_dropout_prob (softmax probabilities)

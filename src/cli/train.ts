@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import cliProgress from 'cli-progress';
 import { trainDecoder, trainEncoder, evaluateNer, evaluateClassification } from '../training/index.ts';
 import { loadRecords } from '../training/common.ts';
+import type { NegativeSpanHard } from '../training/encoder/recipe.ts';
 
 const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> --out <dir>
   [--type full|lora] [--epochs N] [--lr X] [--encoder-lr X] [--batch-size N] [--grad-accum N] [--seed N]
@@ -23,6 +24,8 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--mention-dropout P] (NER: a mention's words replaced by [UNK] at this rate, their shape kept)
   [--hard-negatives R] (classification: this share of the sampled negatives drawn by the labels confused with)
   [--negative-span-keep P|balanced] (NER: the share of negative spans in the span loss, 0.5; balanced: by the data)
+  [--negative-span-hard none|label|boundary] (NER: negatives always in the span loss: a mention's span under
+  another label; boundary: also spans starting or ending where a mention does)
   [--piece-dropout P] (NER: a text word segmented again at each step, each longer piece passed over at this rate)
   [--precision auto|fp32|bf16] (matrix products in bf16 where the CPU has AVX512_BF16 and they are faster)`;
 
@@ -33,7 +36,7 @@ export async function main(argv: string[]): Promise<number> {
     'hidden-dropout', 'attention-dropout', 'word-dropout', 'negative-labels', 'full-label-ratio', 'selection',
     'metric-samples', 'warmup-ratio', 'precision', 'classification-loss',
     'ema-decay', 'rare-word-dropout', 'mention-replacement', 'mention-dropout', 'hard-negatives',
-    'negative-span-keep', 'piece-dropout'];
+    'negative-span-keep', 'negative-span-hard', 'piece-dropout'];
   const options: Record<string, { type: 'string' | 'boolean' }> = { help: { type: 'boolean' } };
   for (const k of names) options[k] = { type: 'string' };
   options['classifier-prior-init'] = { type: 'boolean' };
@@ -79,6 +82,7 @@ export async function main(argv: string[]): Promise<number> {
     mention_replacement: num('mention-replacement'), mention_dropout: num('mention-dropout'),
     hard_negatives: num('hard-negatives'),
     negative_span_keep: v['negative-span-keep'] === 'balanced' ? 'balanced' as const : num('negative-span-keep'),
+    negative_span_hard: v['negative-span-hard'] as NegativeSpanHard | undefined,
     negative_labels: num('negative-labels'),
     full_label_ratio: num('full-label-ratio'),
     selection_metric: v.selection as 'task' | 'loss' | undefined, metric_samples: num('metric-samples'),

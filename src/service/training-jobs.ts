@@ -46,7 +46,8 @@ import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
 export { FRESH_ENCODER_ID, FRESH_ENCODERS };
 // fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
 import {
-  ENCODER_RECIPE, FRESH_CLASSIFICATION_LOSS, freshRecipe, fullLabelRatio, type ClassificationLoss,
+  ENCODER_RECIPE, FRESH_CLASSIFICATION_LOSS, freshRecipe, fullLabelRatio, NEGATIVE_SPAN_HARD, type ClassificationLoss,
+  type NegativeSpanHard,
 } from '../training/encoder/recipe.ts';
 import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
 import { wordPiecePrefixIn } from '../models/encoder/tokenizer.ts';
@@ -94,6 +95,7 @@ export interface TrainingJobRequest {
   mention_dropout?: number;
   hard_negatives?: number;
   negative_span_keep?: number | 'balanced';
+  negative_span_hard?: NegativeSpanHard;
   negative_labels?: number;
   full_label_ratio?: number;
   classifier_prior_init?: boolean;
@@ -142,6 +144,7 @@ export const trainingJobRequestSchema = {
     mention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
     hard_negatives: { type: 'number', minimum: 0, maximum: 1 },
     negative_span_keep: { anyOf: [{ type: 'number', exclusiveMinimum: 0, maximum: 1 }, { const: 'balanced' }] },
+    negative_span_hard: { enum: [...NEGATIVE_SPAN_HARD] },
     negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
     full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
     classifier_prior_init: { type: 'boolean' },
@@ -470,6 +473,7 @@ export function createTrainingJobsService(deps: {
         mention_replacement: c.mention_replacement,
         mention_dropout: c.mention_dropout,
         hard_negatives: c.hard_negatives, negative_span_keep: c.negative_span_keep,
+        negative_span_hard: c.negative_span_hard,
         negative_labels: c.negative_labels, full_label_ratio: c.full_label_ratio, selection_metric: c.selection_metric,
         max_minutes: c.max_minutes, precision: c.precision,
         classifier_prior_init: c.classifier_prior_init, classification_loss: c.classification_loss,
@@ -749,6 +753,7 @@ export function createTrainingJobsService(deps: {
           mention_dropout: body.mention_dropout ?? d.mention_dropout,
           hard_negatives: body.hard_negatives ?? d.hard_negatives,
           negative_span_keep: body.negative_span_keep ?? d.negative_span_keep,
+          negative_span_hard: body.negative_span_hard ?? d.negative_span_hard,
           full_label_ratio: body.full_label_ratio ?? d.full_label_ratio,
           classifier_prior_init: type === 'full' && (body.classifier_prior_init ?? d.classifier_prior_init),
           classification_loss: body.classification_loss ?? d.classification_loss,

@@ -20,7 +20,8 @@ import { LabelConfusion } from './encoder/hard-negatives.ts';
 import { pieceDropout } from './encoder/piece-dropout.ts';
 import { InitRng } from './encoder/init.ts';
 import {
-  CLASSIFICATION_TASK, DEFAULT_NEGATIVE_LABELS, fullLabelRatio, type ClassificationLoss,
+  CLASSIFICATION_TASK, DEFAULT_NEGATIVE_LABELS, fullLabelRatio, NEGATIVE_SPAN_HARD, type ClassificationLoss,
+  type NegativeSpanHard,
 } from './encoder/recipe.ts';
 import { validationMetric } from './evaluate.ts';
 import { EncoderTrainGraph, type ParamInfo } from './native.ts';
@@ -44,6 +45,9 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
   /** with negative_dropping: the probability that a negative span enters the span loss; default 0.5 (GLiNER's).
    *  'balanced': fewer where the data's mentions are rarer (src/training/encoder/negative-spans.ts) */
   negative_span_keep?: number | 'balanced';
+  /** with negative_dropping: negatives never dropped. 'label': a span that is a mention under another label of its
+   *  text; 'boundary': also any span that starts or ends where a mention does; default 'none' */
+  negative_span_hard?: NegativeSpanHard;
   /** DeBERTa hidden dropout inside the encoder during training (embeddings, attention and FFN outputs); default 0 */
   hidden_dropout?: number;
   /** dropout of the attention probabilities during training; default 0 */
@@ -290,6 +294,10 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   if (givenKeep !== null && givenKeep > 1) {
     throw new TrainingConfigError('negative_span_keep must be in (0, 1] or \'balanced\'');
   }
+  const spanHard = config.negative_span_hard ?? 'none';
+  if (!NEGATIVE_SPAN_HARD.includes(spanHard)) {
+    throw new TrainingConfigError(`negative_span_hard must be one of ${NEGATIVE_SPAN_HARD.join(', ')}`);
+  }
   const hardRatio = positiveNum(config.hard_negatives, 'hard_negatives', 0, true);
   if (hardRatio > 1) throw new TrainingConfigError('hard_negatives must be between 0 and 1');
   const hard = hardRatio > 0 && negK > 0 ? { confusion: new LabelConfusion(classes), ratio: hardRatio } : undefined;
@@ -366,7 +374,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
     word_dropout: dropW, rare_word_dropout: dropRare, piece_dropout: dropP, mention_replacement: swapP,
     mention_dropout: dropM,
-    negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, full_label_ratio: fullRatio,
+    negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, negative_span_hard: spanHard,
+    full_label_ratio: fullRatio,
     selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
   const by = selection === 'task' ? 'validation task metric' : 'validation loss';
@@ -417,7 +426,8 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       const dropped = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
       const batch = dropM ? dropped.map((f) => dropMentions(f, dropM, unk!, rng)) : dropped;
       const opts = {
-        dropNeg: config.negative_dropping ?? true, negKeep, hiddenDropout: dropH, attentionDropout: dropA, ...o,
+        dropNeg: config.negative_dropping ?? true, negKeep, negHard: NEGATIVE_SPAN_HARD.indexOf(spanHard),
+        hiddenDropout: dropH, attentionDropout: dropA, ...o,
       };
       const r = await L.graph.step(collate(batch), opts);
       if (hard && r.clsLogits) observeConfusion(hard.confusion, items, batch, r.clsLogits);

@@ -168,6 +168,9 @@ export interface EncoderStepOptions {
   dropNeg?: boolean;
   /** with dropNeg: the probability that a negative span enters the span loss (GLiNER's 0.5 by default) */
   negKeep?: number;
+  /** with dropNeg: negatives never dropped: 0 none, 1 a span that is a mention under another label, 2 also a span
+   * that starts or ends where a mention does */
+  negHard?: number;
   gradScale?: number;
   /** negative dropping and dropout masks derive from it: the same seed gives the same masks */
   seed?: number;
@@ -237,6 +240,7 @@ export class EncoderTrainGraph extends TrainGraph {
   step(b: EncoderBatch, opts: EncoderStepOptions = {}): Promise<EncoderLoss> {
     return addon.encTrainStep(this.handle, {
       ...b, backward: opts.backward ?? true, dropNeg: opts.dropNeg ?? true, negKeep: opts.negKeep ?? 0.5,
+      negHard: opts.negHard ?? 0,
       gradScale: opts.gradScale ?? 1,
       seed: opts.seed ?? 0,
       hiddenDropout: opts.hiddenDropout ?? 0, attentionDropout: opts.attentionDropout ?? 0,

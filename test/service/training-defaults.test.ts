@@ -89,7 +89,9 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
     { classification_loss: 'softmax' });
   // weight averaging (EMA) is off unless a job asks for it
   t.match(pre, { ema_decay: 0, rare_word_dropout: 0, mention_replacement: 0, mention_dropout: 0, hard_negatives: 0,
-    negative_span_keep: 0.5 });
+    negative_span_keep: 0.5, negative_span_hard: 'none' });
+  t.match(await configuration({ base_model: 'test/encoder', negative_span_hard: 'label' }),
+    { negative_span_hard: 'label' });
   t.match(await configuration({ base_model: 'test/encoder', hard_negatives: 0.5 }), { hard_negatives: 0.5 });
   t.match(await configuration({ base_model: 'test/encoder', rare_word_dropout: 0.5 }), { rare_word_dropout: 0.5 });
   t.match(pre, { piece_dropout: 0 });
@@ -119,7 +121,7 @@ t.test('recipe fields out of range are a 422', async (t) => {
     { max_minutes: 0 }, { full_label_ratio: 1.5 }, { precision: 'fp16' }, { classifier_prior_init: 'yes' },
     { classification_loss: 'hinge' }, { ema_decay: 1 }, { ema_decay: -0.5 }, { piece_dropout: 0.95 },
     { rare_word_dropout: 1 }, { mention_replacement: 1.5 }, { hard_negatives: -0.5 }, { negative_span_keep: 0 },
-    { mention_dropout: 1 }, { negative_span_keep: 'auto' }];
+    { mention_dropout: 1 }, { negative_span_keep: 'auto' }, { negative_span_hard: 'all' }];
   for (const bad of bads) {
     const body = { base_model: 'loom/gliner2-init-small', datasets: [{ name: 'ner' }], training_type: 'full', ...bad };
     const r = await call(ts.url, 'POST', '/felix/training-jobs', { key: u.key, body });

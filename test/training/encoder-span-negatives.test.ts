@@ -52,19 +52,53 @@ t.test('the span loss keeps negatives at the given rate', async (t) => {
   t.throws(() => g.step(batch, { backward: false, negKeep: 0 }), /negKeep/);
 });
 
+t.test('hard negatives enter the span loss whatever the keep (negative_span_hard)', async (t) => {
+  const tmp = mkdtempSync(join(tmpdir(), 'loom-negspan-'));
+  const base = join(tmp, 'base');
+  initEncoder(base, cfg, TEXTS, { seed: 4 });
+  const tok = new EncoderTokenizer(join(base, 'tokenizer.json'));
+  const enc = parseDebertaConfig(JSON.parse(readFileSync(join(base, 'encoder_config', 'config.json'), 'utf8')), 'x');
+  const g = EncoderTrainGraph.create(enc, 8, true, initEncoderTensors(cfg, tok.vocabSize(), 3), null);
+  const batch = collate(await Promise.all(recordsToExamples(RECORDS, ['person', 'location']).map((ex) =>
+    featurize(tok, ex, 8))));
+  const span = async (negKeep: number, negHard: number, seed = 1) =>
+    (await g.step(batch, { backward: false, negKeep, negHard, seed })).span;
+  const all = (await g.step(batch, { backward: false, dropNeg: false })).span;
+  // at a keep near 0 only the positives and the hard negatives are left, the same ones at every seed
+  const eps = 1e-7;
+  const [pos, label, boundary] = [await span(eps, 0), await span(eps, 1), await span(eps, 2)];
+  t.equal(await span(eps, 1, 7), label, "'label': the same loss at another seed");
+  t.equal(await span(eps, 2, 7), boundary, "'boundary': the same loss at another seed");
+  t.ok(pos < label && label < boundary && boundary < all, `${pos} < ${label} < ${boundary} < ${all}`);
+  t.equal(await span(1, 2), all, 'keep 1: every negative');
+  // the same draws: at any seed a hard mode only adds terms
+  for (let seed = 1; seed <= 20; seed++) {
+    const [a, b, c] = [await span(0.3, 0, seed), await span(0.3, 1, seed), await span(0.3, 2, seed)];
+    if (!(a <= b && b <= c)) t.fail(`seed ${seed}: ${a} ${b} ${c}`);
+  }
+  // E[loss] = positives + hard + p · (the other negatives)
+  let s = 0;
+  for (let seed = 1; seed <= 100; seed++) s += await span(0.5, 1, seed);
+  const expect = label + 0.5 * (all - label);
+  t.ok(Math.abs(s / 100 - expect) < 0.1 * (all - label), `mean ${(s / 100).toFixed(2)} against ${expect.toFixed(2)}`);
+  t.throws(() => g.step(batch, { backward: false, negHard: 3 }), /negHard/);
+});
+
 t.test('the trainer takes negative_span_keep in (0, 1]', async (t) => {
   const tmp = mkdtempSync(join(tmpdir(), 'loom-negspan-'));
   const base = join(tmp, 'base');
   initEncoder(base, cfg, TEXTS, { seed: 4 });
-  const run = (p: unknown, out: string) => trainEncoder({
+  const run = (p: unknown, out: string, hard: unknown = undefined) => trainEncoder({
     base_model: base, output_dir: join(tmp, out), train_data: RECORDS, nr_epochs: 2, batch_size: 2, seed: 1,
-    validation_data_percentage: 0, negative_span_keep: p as number,
+    validation_data_percentage: 0, negative_span_keep: p as number, negative_span_hard: hard as 'label',
   });
   await t.rejects(run(0, 'a'), TrainingConfigError);
   await t.rejects(run(1.5, 'b'), TrainingConfigError);
-  const res = await run(0.2, 'c');
+  await t.rejects(run(0.2, 'd', 'overlap'), TrainingConfigError);
+  const res = await run(0.2, 'c', 'boundary');
   t.ok(res.steps > 0 && Number.isFinite(res.train_loss));
-  t.equal(JSON.parse(readFileSync(join(tmp, 'c', 'training_config.json'), 'utf8')).resolved.negative_span_keep, 0.2);
+  const resolved = JSON.parse(readFileSync(join(tmp, 'c', 'training_config.json'), 'utf8')).resolved;
+  t.match(resolved, { negative_span_keep: 0.2, negative_span_hard: 'boundary' });
 });
 
 t.test("'balanced': fewer negatives where mentions are rarer, GLiNER's 0.5 at CoNLL-2003's balance", async (t) => {
