@@ -24,8 +24,8 @@ const HELP = `usage: loom train --dataset <file.jsonl|name> --base-model <dir> -
   [--mention-dropout P] (NER: a mention's words replaced by [UNK] at this rate, their shape kept)
   [--hard-negatives R] (classification: this share of the sampled negatives drawn by the labels confused with)
   [--negative-span-keep P|balanced] (NER: the share of negative spans in the span loss, 0.5; balanced: by the data)
-  [--negative-span-hard none|label|boundary] (NER: negatives always in the span loss: a mention's span under
-  another label; boundary: also spans starting or ending where a mention does)
+  [--negative-span-hard none|label|boundary|auto] (NER: negatives always in the span loss: a mention's span under
+  another label; boundary: also spans starting or ending where a mention does; auto: label at a keep of 0.5)
   [--piece-dropout P] (NER: a text word segmented again at each step, each longer piece passed over at this rate)
   [--precision auto|fp32|bf16] (matrix products in bf16 where the CPU has AVX512_BF16 and they are faster)`;
 

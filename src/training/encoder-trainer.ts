@@ -15,7 +15,9 @@ import {
   type EncoderExample, type Featurized, type Uniform,
 } from './encoder/examples.ts';
 import { dropMentions, mentionPool, replaceMentions } from './encoder/augment.ts';
-import { balancedNegativeKeep, GLINER_NEGATIVE_KEEP, positiveSpanShare } from './encoder/negative-spans.ts';
+import {
+  balancedNegativeKeep, GLINER_NEGATIVE_KEEP, positiveSpanShare, resolveSpanHard,
+} from './encoder/negative-spans.ts';
 import { LabelConfusion } from './encoder/hard-negatives.ts';
 import { pieceDropout } from './encoder/piece-dropout.ts';
 import { InitRng } from './encoder/init.ts';
@@ -320,10 +322,12 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   }
   const share = balanced ? positiveSpanShare(trainEx, L.maxWidth, maxWords) : null;
   const negKeep = givenKeep ?? balancedNegativeKeep(share);
+  const hardSpans = resolveSpanHard(spanHard, negKeep);
   if (balanced) {
     log(hooks, 'info', `negative spans kept ${negKeep} (balanced: ${share === null ? 'no mentions'
       : `${share.toPrecision(2)} of the (span, label) pairs are mentions`})`);
   }
+  if (spanHard === 'auto') log(hooks, 'info', `hard negative spans: ${hardSpans.mode} (auto, at a keep of ${negKeep})`);
   const trainF: TrainItem[] = await Promise.all(
     trainEx.map(async (ex) => ({ ex, f: sampled(ex) || resegmented(ex) ? null : await feat(ex) })),
   );
@@ -374,7 +378,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
     totalSteps, warmup, stepsPerEpoch, labels, lora: L.lora, hidden_dropout: dropH, attention_dropout: dropA,
     word_dropout: dropW, rare_word_dropout: dropRare, piece_dropout: dropP, mention_replacement: swapP,
     mention_dropout: dropM,
-    negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, negative_span_hard: spanHard,
+    negative_labels: negK, hard_negatives: hardRatio, negative_span_keep: negKeep, negative_span_hard: hardSpans.mode,
     full_label_ratio: fullRatio,
     selection_metric: selection, max_minutes: maxMinutes, precision, classifier_prior_shift: shift, ema_decay: emaDecay,
   };
@@ -426,7 +430,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
       const dropped = wordDrop ? featurized.map((f) => dropWords(f, wordDrop, unk!, rng)) : featurized;
       const batch = dropM ? dropped.map((f) => dropMentions(f, dropM, unk!, rng)) : dropped;
       const opts = {
-        dropNeg: config.negative_dropping ?? true, negKeep, negHard: NEGATIVE_SPAN_HARD.indexOf(spanHard),
+        dropNeg: config.negative_dropping ?? true, negKeep, negHard: hardSpans.native,
         hiddenDropout: dropH, attentionDropout: dropA, ...o,
       };
       const r = await L.graph.step(collate(batch), opts);

@@ -33,10 +33,11 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   t.match(small, { nr_epochs: 10, learning_rate: 2e-3, encoder_learning_rate: 5e-4, batch_size: 16 });
   // the fresh-encoder recipe (issue 17) is the default and shows in the configuration: the small preset trains
   // with dropout inside the encoder, the tiny one (which underfits) without
-  t.match(tiny, { hidden_dropout: 0, attention_dropout: 0, piece_dropout: 0, negative_span_keep: 0.5 });
+  t.match(tiny, { hidden_dropout: 0, attention_dropout: 0, piece_dropout: 0, negative_span_keep: 0.5,
+    negative_span_hard: 'none' });
   const recipe = {
     hidden_dropout: 0.1, attention_dropout: 0.1, word_dropout: 0, piece_dropout: 0.25, negative_labels: 16,
-    full_label_ratio: 0, negative_span_keep: 'balanced',
+    full_label_ratio: 0, negative_span_keep: 'balanced', negative_span_hard: 'auto',
     classifier_prior_init: true, classification_loss: 'softmax',
   };
   t.match(small, { selection_metric: 'task' });
@@ -51,7 +52,8 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   t.equal((await uploadDataset(ts.url, u.key, 'cls', 'classification', 'c.jsonl', CLS)).body.status, 'ready');
   const cls = await configuration({ base_model: 'loom/gliner2-init-small', datasets: [{ name: 'cls' }] });
   t.match(cls, { learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8, hidden_dropout: 0 });
-  t.match(cls, { attention_dropout: 0, full_label_ratio: 0, piece_dropout: 0, negative_span_keep: 0.5 });
+  t.match(cls, { attention_dropout: 0, full_label_ratio: 0, piece_dropout: 0, negative_span_keep: 0.5,
+    negative_span_hard: 'none' });
   const both = await configuration({ base_model: 'loom/gliner2-init-small', datasets: [{ name: 'cls' }, { name: 'ner' }] });
   t.match(both, { learning_rate: 2e-3, batch_size: 16, hidden_dropout: 0.1, piece_dropout: 0.25 },
     'any entity data: the NER settings');

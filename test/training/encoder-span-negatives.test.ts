@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { DataRecord } from '../../src/training/data/formats.ts';
 import { collate, featurize, recordsToExamples, type EncoderExample } from '../../src/training/encoder/examples.ts';
 import {
-  BALANCED_REFERENCE_SHARE, balancedNegativeKeep, positiveSpanShare,
+  BALANCED_REFERENCE_SHARE, balancedNegativeKeep, positiveSpanShare, resolveSpanHard,
 } from '../../src/training/encoder/negative-spans.ts';
 import { initEncoder, initEncoderTensors } from '../../src/training/encoder/init.ts';
 import { trainEncoder } from '../../src/training/encoder-trainer.ts';
@@ -25,7 +25,8 @@ const RECORDS: DataRecord[] = TEXTS.map((text) => {
 });
 const cfg = { hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, intermediate_size: 64, vocab_size: 300 };
 
-t.test('the span loss keeps negatives at the given rate', async (t) => {
+/** A fresh one-layer training graph and the two records as one batch, person and location asked. */
+async function graphAndBatch() {
   const tmp = mkdtempSync(join(tmpdir(), 'loom-negspan-'));
   const base = join(tmp, 'base');
   initEncoder(base, cfg, TEXTS, { seed: 4 });
@@ -34,6 +35,11 @@ t.test('the span loss keeps negatives at the given rate', async (t) => {
   const g = EncoderTrainGraph.create(enc, 8, true, initEncoderTensors(cfg, tok.vocabSize(), 3), null);
   const batch = collate(await Promise.all(recordsToExamples(RECORDS, ['person', 'location']).map((ex) =>
     featurize(tok, ex, 8))));
+  return { g, batch };
+}
+
+t.test('the span loss keeps negatives at the given rate', async (t) => {
+  const { g, batch } = await graphAndBatch();
   const span = async (negKeep: number | undefined, dropNeg: boolean, seed = 1) =>
     (await g.step(batch, { backward: false, dropNeg, negKeep, seed })).span;
   const all = await span(undefined, false);
@@ -53,14 +59,7 @@ t.test('the span loss keeps negatives at the given rate', async (t) => {
 });
 
 t.test('hard negatives enter the span loss whatever the keep (negative_span_hard)', async (t) => {
-  const tmp = mkdtempSync(join(tmpdir(), 'loom-negspan-'));
-  const base = join(tmp, 'base');
-  initEncoder(base, cfg, TEXTS, { seed: 4 });
-  const tok = new EncoderTokenizer(join(base, 'tokenizer.json'));
-  const enc = parseDebertaConfig(JSON.parse(readFileSync(join(base, 'encoder_config', 'config.json'), 'utf8')), 'x');
-  const g = EncoderTrainGraph.create(enc, 8, true, initEncoderTensors(cfg, tok.vocabSize(), 3), null);
-  const batch = collate(await Promise.all(recordsToExamples(RECORDS, ['person', 'location']).map((ex) =>
-    featurize(tok, ex, 8))));
+  const { g, batch } = await graphAndBatch();
   const span = async (negKeep: number, negHard: number, seed = 1) =>
     (await g.step(batch, { backward: false, negKeep, negHard, seed })).span;
   const all = (await g.step(batch, { backward: false, dropNeg: false })).span;
@@ -82,6 +81,10 @@ t.test('hard negatives enter the span loss whatever the keep (negative_span_hard
   const expect = label + 0.5 * (all - label);
   t.ok(Math.abs(s / 100 - expect) < 0.1 * (all - label), `mean ${(s / 100).toFixed(2)} against ${expect.toFixed(2)}`);
   t.throws(() => g.step(batch, { backward: false, negHard: 3 }), /negHard/);
+  // 'auto': 'label' at GLiNER's keep, none below it
+  t.same(resolveSpanHard('auto', 0.5), { mode: 'label', native: 1 });
+  t.same(resolveSpanHard('auto', 0.203), { mode: 'none', native: 0 });
+  t.same(resolveSpanHard('boundary', 0.2), { mode: 'boundary', native: 2 });
 });
 
 t.test('the trainer takes negative_span_keep in (0, 1]', async (t) => {
@@ -99,6 +102,9 @@ t.test('the trainer takes negative_span_keep in (0, 1]', async (t) => {
   t.ok(res.steps > 0 && Number.isFinite(res.train_loss));
   const resolved = JSON.parse(readFileSync(join(tmp, 'c', 'training_config.json'), 'utf8')).resolved;
   t.match(resolved, { negative_span_keep: 0.2, negative_span_hard: 'boundary' });
+  await run(0.5, 'e', 'auto');
+  t.equal(JSON.parse(readFileSync(join(tmp, 'e', 'training_config.json'), 'utf8')).resolved.negative_span_hard, 'label',
+    "'auto' at GLiNER's keep: a mention's span under the other labels");
 });
 
 t.test("'balanced': fewer negatives where mentions are rarer, GLiNER's 0.5 at CoNLL-2003's balance", async (t) => {
@@ -127,10 +133,13 @@ t.test("'balanced': fewer negatives where mentions are rarer, GLiNER's 0.5 at Co
   const res = await trainEncoder({
     base_model: base, output_dir: join(tmp, 'b'), train_data: sparse, nr_epochs: 1, batch_size: 2, seed: 1,
     validation_data_percentage: 0, negative_span_keep: 'balanced', entity_labels: ['person', 'location'],
+    negative_span_hard: 'auto',
   });
   t.ok(res.steps > 0 && Number.isFinite(res.train_loss));
-  const keep = JSON.parse(readFileSync(join(tmp, 'b', 'training_config.json'), 'utf8')).resolved.negative_span_keep;
+  const resolved = JSON.parse(readFileSync(join(tmp, 'b', 'training_config.json'), 'utf8')).resolved;
+  const keep = resolved.negative_span_keep;
   t.equal(keep, balancedNegativeKeep(1 / 408));
+  t.equal(resolved.negative_span_hard, 'none', "'auto' below GLiNER's keep: no hard negatives");
   t.ok(keep > 0.38 && keep < 0.39, `resolved ${keep}`);
   await t.rejects(trainEncoder({
     base_model: base, output_dir: join(tmp, 'c'), train_data: sparse, nr_epochs: 1, batch_size: 2,

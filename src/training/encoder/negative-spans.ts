@@ -8,6 +8,7 @@
 // balance exactly): 0.5 for CoNLL-2003, 0.203 for WNUT-17, where 0.2 measured best of 0.1 / 0.2 / 0.5.
 import { preprocessText, splitWords } from '../../models/encoder/words.ts';
 import type { EncoderExample } from './examples.ts';
+import type { NegativeSpanHard } from './recipe.ts';
 
 /** The positive share at which GLiNER's 0.5 is the measured best: CoNLL-2003's training split as positiveSpanShare
  * counts it for a fresh base (spans of up to 8 words, the formatter's words; 1.67 mentions per text, 4 labels). */
@@ -40,4 +41,13 @@ export function balancedNegativeKeep(share: number | null): number {
   if (share === null) return GLINER_NEGATIVE_KEEP;
   const keep = GLINER_NEGATIVE_KEEP * Math.sqrt(share / BALANCED_REFERENCE_SHARE);
   return Math.round(Math.max(LEAST_KEEP, Math.min(GLINER_NEGATIVE_KEEP, keep)) * 1000) / 1000;
+}
+
+/** The hard negatives a run trains with, as the native step numbers them (0 none, 1 'label', 2 'boundary'). 'auto' is
+ * 'label' at GLiNER's keep (dense data: CoNLL-2003 gained with it) and none where the keep is lower (sparse data: on
+ * WNUT-17 at 0.2 the mention's span under five other labels, always kept, cost half its recall). */
+export function resolveSpanHard(mode: NegativeSpanHard, keep: number): { mode: Exclude<NegativeSpanHard, 'auto'>;
+  native: number } {
+  const m = mode === 'auto' ? (keep >= GLINER_NEGATIVE_KEEP ? 'label' : 'none') : mode;
+  return { mode: m, native: ['none', 'label', 'boundary'].indexOf(m) };
 }
