@@ -310,4 +310,14 @@ t.test('an upload the store cuts off is sent again on a fresh stream; a refusal 
   puts.length = 0;
   await t.rejects(a.putFile(denied), { name: 'DependencyUnavailableError' }, 'a refusal is a 503');
   t.equal(puts.length, 1, 'and is not tried again');
+
+  // a file removed before its upload opens it (a job's folder deleted while its weights are published): the upload
+  // fails with the file's error, at once, never as an uncaught stream error that ends the process
+  const gone = join(rootA, 'jobs', 'j1', 'output', 'gone.bin');
+  writeFileSync(gone, 'x');
+  const started = Date.now();
+  const put = a.putFile(gone);
+  rmSync(gone);
+  await t.rejects(put, { code: 'ENOENT' }, 'the file\'s own error');
+  t.ok(Date.now() - started < 5000, `in ${Date.now() - started} ms`);
 });

@@ -96,15 +96,25 @@ export function createS3Artifacts(root: string, cfg: S3Config): ArtifactStore {
   }
 
   /** file → object; a transient failure is tried again on a fresh stream (the SDK's own retries cannot rewind a
-   * stream they have read from), up to PUT_ATTEMPTS times */
+   * stream they have read from), up to PUT_ATTEMPTS times. A read error of the file (removed before it is opened)
+   * fails the upload with that error: the SDK pipes the stream without listening for one, so it would otherwise end
+   * the process, and the request would wait for a body that never ends. */
   async function put(key: string, file: string): Promise<string | null> {
     const size = statSync(file).size;
     for (let attempt = 1; ; attempt++) {
       const Body = createReadStream(file);
+      const abort = new AbortController();
+      let readError: Error | null = null;
+      Body.on('error', (e) => {
+        readError ??= e;
+        abort.abort();
+      });
       try {
-        const r = await client.send(new PutObjectCommand({ Bucket, Key: objectKey(key), Body, ContentLength: size }));
+        const cmd = new PutObjectCommand({ Bucket, Key: objectKey(key), Body, ContentLength: size });
+        const r = await client.send(cmd, { abortSignal: abort.signal });
         return r.ETag ?? null;
       } catch (e) {
+        if (readError) throw readError;
         if (attempt >= PUT_ATTEMPTS || !isTransient(e)) throw unavailable(e);
         await sleep(PUT_BACKOFF_MS * 4 ** (attempt - 1));
       } finally {
