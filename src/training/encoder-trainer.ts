@@ -48,7 +48,8 @@ export interface EncoderTrainConfig extends CommonTrainConfig {
    *  'balanced': fewer where the data's mentions are rarer (src/training/encoder/negative-spans.ts) */
   negative_span_keep?: number | 'balanced';
   /** with negative_dropping: negatives never dropped. 'label': a span that is a mention under another label of its
-   *  text; 'boundary': also any span that starts or ends where a mention does; default 'none' */
+   *  text; 'boundary': also any span that starts or ends where a mention does; 'auto': 'label' where the keep is
+   *  GLiNER's 0.5, else none (src/training/encoder/negative-spans.ts resolveSpanHard); default 'none' */
   negative_span_hard?: NegativeSpanHard;
   /** DeBERTa hidden dropout inside the encoder during training (embeddings, attention and FFN outputs); default 0 */
   hidden_dropout?: number;
