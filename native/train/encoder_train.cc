@@ -1111,8 +1111,12 @@ void step(Model& m, const StepIn& in, StepOut& out) {
       }
     std::vector<float> logits(size_t(W * K * R));
     sgemm_as(bf, false, true, W * K, R, D4, 1.0f, hid.data(), D4, G.data(), D4, 0.0f, logits.data(), R);
-    // targets
+    // targets; with neg_hard, the hard negatives, never dropped: hard: (W*K,) the spans that are a mention under some
+    // label (1), or start or end where one does (2)
     std::vector<uint8_t> y(size_t(W * K * R), 0);
+    const bool want_hard = in.drop_neg && in.neg_hard > 0;
+    std::vector<uint8_t> hard(want_hard ? size_t(W * K) : 0, 0);
+    std::vector<uint8_t> starts(want_hard ? size_t(W) : 0, 0), ends(want_hard ? size_t(W) : 0, 0);
     for (size_t q = 0; q < sids.size(); q++) {
       const Seg& g = in.segs[sids[q]];
       const int64_t cs = std::min<int64_t>(g.count, 19);
@@ -1121,27 +1125,13 @@ void step(Model& m, const StepIn& in, StepOut& out) {
         int64_t t = P[p], mm = P[p + 1], i = P[p + 2], k = P[p + 3];
         if (t < 0 || t >= cs || mm < 0 || mm >= g.M || i < 0 || k < 0 || k >= K || i + k >= W) continue;
         y[size_t((i * K + k) * R + srow[q] + t * g.M + mm)] = 1;
+        if (want_hard) hard[size_t(i * K + k)] = starts[size_t(i)] = ends[size_t(i + k)] = 1;
       }
     }
-    // hard negatives, never dropped (neg_hard): hard: (W*K,) the spans that are a mention under some label (1), or
-    // start or end where one does (2)
-    std::vector<uint8_t> hard;
-    if (in.drop_neg && in.neg_hard > 0) {
-      hard.assign(size_t(W * K), 0);
-      std::vector<uint8_t> starts(size_t(W), 0), ends(size_t(W), 0);
+    if (want_hard && in.neg_hard == 2)
       for (int64_t i = 0; i < W; i++)
         for (int64_t k = 0; k < K && i + k < W; k++)
-          for (int64_t r = 0; r < R; r++)
-            if (y[size_t((i * K + k) * R + r)]) {
-              hard[size_t(i * K + k)] = 1;
-              starts[size_t(i)] = ends[size_t(i + k)] = 1;
-              break;
-            }
-      if (in.neg_hard == 2)
-        for (int64_t i = 0; i < W; i++)
-          for (int64_t k = 0; k < K && i + k < W; k++)
-            if (starts[size_t(i)] || ends[size_t(i + k)]) hard[size_t(i * K + k)] = 1;
-    }
+          if (starts[size_t(i)] || ends[size_t(i + k)]) hard[size_t(i * K + k)] = 1;
     std::vector<float>& dlog = sc.dlog;
     dlog.assign(bw ? logits.size() : 0, 0.0f);
     double ls = 0;

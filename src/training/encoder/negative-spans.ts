@@ -8,7 +8,7 @@
 // balance exactly): 0.5 for CoNLL-2003, 0.203 for WNUT-17, where 0.2 measured best of 0.1 / 0.2 / 0.5.
 import { preprocessText, splitWords } from '../../models/encoder/words.ts';
 import type { EncoderExample } from './examples.ts';
-import type { NegativeSpanHard } from './recipe.ts';
+import { NEGATIVE_SPAN_HARD, type NegativeSpanHard } from './recipe.ts';
 
 /** The positive share at which GLiNER's 0.5 is the measured best: CoNLL-2003's training split as positiveSpanShare
  * counts it for a fresh base (spans of up to 8 words, the formatter's words; 1.67 mentions per text, 4 labels). */
@@ -49,5 +49,5 @@ export function balancedNegativeKeep(share: number | null): number {
 export function resolveSpanHard(mode: NegativeSpanHard, keep: number): { mode: Exclude<NegativeSpanHard, 'auto'>;
   native: number } {
   const m = mode === 'auto' ? (keep >= GLINER_NEGATIVE_KEEP ? 'label' : 'none') : mode;
-  return { mode: m, native: ['none', 'label', 'boundary'].indexOf(m) };
+  return { mode: m, native: NEGATIVE_SPAN_HARD.indexOf(m) };
 }

@@ -11,7 +11,8 @@ export const CLASSIFICATION_TASK = 'label';
  * mention under another label of its text (the right span under the wrong label: 88 of 277 misses and 96 of 189 false
  * positives of a CoNLL-2003 model, docs/training.md "Where CoNLL-2003's errors are"); 'boundary', also any span that
  * starts or ends where a mention does (the overlapping ones); 'auto', 'label' where the keep is GLiNER's 0.5 and 'none'
- * where it is lower (src/training/encoder/negative-spans.ts resolveSpanHard). */
+ * where it is lower (src/training/encoder/negative-spans.ts resolveSpanHard). The first three in the native step's
+ * order (`neg_hard` 0, 1, 2). */
 export const NEGATIVE_SPAN_HARD = ['none', 'label', 'boundary', 'auto'] as const;
 export type NegativeSpanHard = typeof NEGATIVE_SPAN_HARD[number];
 
