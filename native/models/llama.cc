@@ -19,12 +19,12 @@ namespace portable {
 }  // namespace portable
 
 static void attn_decode_dispatch(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
-                                 int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m,
-                                 float* l, float* scores) {
+                                 int64_t h0, int64_t nh, int64_t G, const float* q, int64_t Dh, float scale, float* o,
+                                 float* m, float* l) {
   switch (isa_active()) {
-    case Isa::Avx512: return avx512::attn_decode(kv, layer, table, k0, k1, kvh, G, q, Dh, scale, o, m, l, scores);
-    case Isa::Avx2: return avx2::attn_decode(kv, layer, table, k0, k1, kvh, G, q, Dh, scale, o, m, l, scores);
-    default: return portable::attn_decode(kv, layer, table, k0, k1, kvh, G, q, Dh, scale, o, m, l, scores);
+    case Isa::Avx512: return avx512::attn_decode(kv, layer, table, k0, k1, h0, nh, G, q, Dh, scale, o, m, l);
+    case Isa::Avx2: return avx2::attn_decode(kv, layer, table, k0, k1, h0, nh, G, q, Dh, scale, o, m, l);
+    default: return portable::attn_decode(kv, layer, table, k0, k1, h0, nh, G, q, Dh, scale, o, m, l);
   }
 }
 
@@ -90,22 +90,22 @@ void KvCache::copy_block(int64_t src, int64_t dst, int64_t n_slots) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Paged attention: work items are (token or tile, kv head); each covers the G query heads of its group.
+// Paged attention: work items are a prefill tile and one KV head (its G query heads), or a decode token and
+// all its heads (attn_decode reads a key's slot whole) over its context or a part of it.
 // ---------------------------------------------------------------------------------------------
-// A decode token whose context is long and whose step has few items (one or a few sequences) is split
-// into parts of at least kDecodeMinPart keys so that every thread gets work (flash-decoding); the
-// parts' partial softmax results are merged after the parallel loop.
-static constexpr int64_t kDecodeMinPart = 256;
+// A decode token whose context is long and whose step has few work items (one or a few sequences) is split
+// into parts of at least kDecodeMinPart keys so that every thread gets work (flash-decoding); the parts'
+// partial softmax results are merged after the parallel loop.
+static constexpr int64_t kDecodeMinPart = 32;
 
-// Prefetch the K and V rows of one kv head in the first cache block of keys [k0, k1): the decode kernel prefetches
-// each next block as it goes, so the first one of every (sequence, kv head) item was read cold (issued here one
-// item ahead instead)
+// Prefetch the K and V rows of KV heads [h0, h0 + nh) in the first cache block of keys [k0, k1): the decode kernel
+// prefetches each next chunk as it goes, so the first one of every item was read cold (issued here one item ahead)
 static void kv_prefetch_first_block(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
-                                    int64_t kvh) {
-  const int64_t bs = kv.block_size, eb = int64_t(kv.elem_bytes()), row = kv.head_dim * eb;
+                                    int64_t h0, int64_t nh) {
+  const int64_t bs = kv.block_size, eb = int64_t(kv.elem_bytes()), row = nh * kv.head_dim * eb;
   const int64_t j1 = std::min(k1, (k0 / bs + 1) * bs);
   for (int64_t j = k0; j < j1; j++) {
-    const int64_t off = (kv.slot_index(layer, table[j / bs], j % bs) + kvh * kv.head_dim) * eb;
+    const int64_t off = (kv.slot_index(layer, table[j / bs], j % bs) + h0 * kv.head_dim) * eb;
     for (int64_t b = 0; b < row; b += 64) {
       __builtin_prefetch(static_cast<const char*>(kv.k) + off + b);
       __builtin_prefetch(static_cast<const char*>(kv.v) + off + b);
@@ -115,19 +115,19 @@ static void kv_prefetch_first_block(const KvCache& kv, int64_t layer, const int3
 static constexpr int64_t kAttnSerialMacs = 1 << 16;
 
 void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
-                     float* out, float* scratch, int64_t max_ctx, int64_t window) {
+                     float* out, float* scratch, int64_t window) {
   const int64_t Hkv = kv.kv_heads, Dh = kv.head_dim, G = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(float(Dh));
-  const int64_t per_thread = paged_attention_scratch_floats(G, Dh, max_ctx);
+  const int64_t per_thread = paged_attention_scratch_floats(Hq, Hkv, Dh);
   const int nth_max = std::max(1, threads_get());
-  // Work items: (first row, rows, kv head, key range, part slot). Runs of consecutive positions of one
-  // sequence (prefill chunks) become tiles of up to kAttnQueryTile tokens that share each key/value
-  // load; single tokens (decode) use attn_decode over [k0, k1), whole or in parts.
+  // Work items: (first row, rows, first KV head, KV heads, key range, part slot). Runs of consecutive positions of
+  // one sequence (prefill chunks) become tiles of up to kAttnQueryTile tokens that share each key/value load, one
+  // item per KV head; single tokens (decode) use attn_decode over [k0, k1) for all heads, whole or in parts.
   struct Item {
-    int64_t t0, nq, kvh, k0, k1, part;  // part: partial-result slot, -1 when the item is the whole context
+    int64_t t0, nq, h0, nh, k0, k1, part;  // part: partial-result slot, -1 when the item is the whole context
   };
   struct Split {
-    int64_t t0, kvh, first, n;  // parts [first, first + n) of one (token, kv head)
+    int64_t t0, first, n;  // parts [first, first + n) of one decode token
   };
   struct Run {
     int64_t t0, nq;
@@ -144,39 +144,37 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
     }
   }
   // parts per long decode context: enough items for ~4 per thread
-  const int64_t base_items = int64_t(runs.size()) * Hkv;
+  int64_t base_items = 0;
+  for (const Run& r : runs) base_items += r.nq > 1 ? Hkv : 1;
   const int64_t want = (4 * nth_max + base_items - 1) / base_items;
   std::vector<Item> items;
   std::vector<Split> splits;
   items.reserve(size_t(base_items));
   int64_t n_parts = 0;
   for (const Run& r : runs) {
-    const int64_t pos0 = b.positions[r.t0];
-    for (int64_t h = 0; h < Hkv; h++) {
-      if (r.nq > 1) {
-        items.push_back({r.t0, r.nq, h, 0, 0, -1});
-        continue;
-      }
-      const int64_t ctx = pos0 + 1, start = window > 0 ? std::max<int64_t>(0, ctx - window) : 0;
-      const int64_t P = std::max<int64_t>(1, std::min(want, (ctx - start) / kDecodeMinPart));
-      if (P == 1) {
-        items.push_back({r.t0, 1, h, start, ctx, -1});
-        continue;
-      }
-      splits.push_back({r.t0, h, n_parts, P});
-      for (int64_t p = 0; p < P; p++)
-        items.push_back({r.t0, 1, h, start + (ctx - start) * p / P, start + (ctx - start) * (p + 1) / P, n_parts + p});
-      n_parts += P;
+    if (r.nq > 1) {
+      for (int64_t h = 0; h < Hkv; h++) items.push_back({r.t0, r.nq, h, 1, 0, 0, -1});
+      continue;
     }
+    const int64_t ctx = b.positions[r.t0] + 1, start = window > 0 ? std::max<int64_t>(0, ctx - window) : 0;
+    const int64_t P = std::max<int64_t>(1, std::min(want, (ctx - start) / kDecodeMinPart));
+    if (P == 1) {
+      items.push_back({r.t0, 1, 0, Hkv, start, ctx, -1});
+      continue;
+    }
+    splits.push_back({r.t0, n_parts, P});
+    for (int64_t p = 0; p < P; p++)
+      items.push_back({r.t0, 1, 0, Hkv, start + (ctx - start) * p / P, start + (ctx - start) * (p + 1) / P, n_parts + p});
+    n_parts += P;
   }
-  const int64_t part_floats = G * (Dh + 2);  // o (G, Dh), m (G), l (G)
+  const int64_t part_floats = Hq * (Dh + 2);  // o (Hq, Dh), m (Hq), l (Hq)
   std::vector<float> parts(size_t(n_parts * part_floats));
   const int32_t* row_seq = b.row_seq.data();  // row -> sequence index
   const int64_t n_items = int64_t(items.size());
   // single tokens over short contexts on the calling thread: below about kAttnSerialMacs products (q·k and p·v) the
   // wait on the pool costs more than splitting saves
   int64_t macs = 0;
-  for (const Item& w : items) macs += w.nq > 1 ? kAttnSerialMacs : (w.k1 - w.k0) * G * Dh * 2;
+  for (const Item& w : items) macs += w.nq > 1 ? kAttnSerialMacs : (w.k1 - w.k0) * Hq * Dh * 2;
   const int nth = macs < kAttnSerialMacs ? 1 : std::max(1, std::min<int>(nth_max, int(n_items)));
   // the items from a shared counter: a thread that loses its core (other processes on the cores) leaves its items to
   // the others instead of holding up the step (a static interleave had the caller wait for it: SmolLM2-135M Q4_K_M
@@ -190,23 +188,24 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
       const SeqSpec& sq = b.seqs[size_t(row_seq[w.t0])];
       if (it + 1 < n_items && items[size_t(it + 1)].nq == 1) {  // the next decode item (this thread's on 1 thread)
         const Item& nx = items[size_t(it + 1)];
-        kv_prefetch_first_block(kv, layer, b.seqs[size_t(row_seq[nx.t0])].block_table, nx.k0, nx.k1, nx.kvh);
+        kv_prefetch_first_block(kv, layer, b.seqs[size_t(row_seq[nx.t0])].block_table, nx.k0, nx.k1, nx.h0, nx.nh);
       }
       const int64_t pos0 = b.positions[w.t0];
-      const float* qp = q + w.t0 * ldq + w.kvh * G * Dh;
-      float* op = out + w.t0 * Hq * Dh + w.kvh * G * Dh;
+      const float* qp = q + w.t0 * ldq + w.h0 * G * Dh;
+      float* op = out + w.t0 * Hq * Dh + w.h0 * G * Dh;
       if (w.nq > 1) {
-        attn_tile_dispatch(kv, layer, sq.block_table, pos0, w.nq, window, w.kvh, G, qp, ldq, Dh, scale, op, Hq * Dh,
+        attn_tile_dispatch(kv, layer, sq.block_table, pos0, w.nq, window, w.h0, G, qp, ldq, Dh, scale, op, Hq * Dh,
                            work);
       } else if (w.part >= 0) {
         float* pp = parts.data() + w.part * part_floats;
-        attn_decode_dispatch(kv, layer, sq.block_table, w.k0, w.k1, w.kvh, G, qp, Dh, scale, pp, pp + G * Dh,
-                             pp + G * Dh + G, work + G * (Dh + 2));
+        attn_decode_dispatch(kv, layer, sq.block_table, w.k0, w.k1, w.h0, w.nh, G, qp, Dh, scale, pp, pp + Hq * Dh,
+                             pp + Hq * Dh + Hq);
       } else {
-        float *ml = work, *sc = work + 2 * G;
-        attn_decode_dispatch(kv, layer, sq.block_table, w.k0, w.k1, w.kvh, G, qp, Dh, scale, op, ml, ml + G, sc);
-        for (int64_t g = 0; g < G; g++) {
-          const float inv = 1.0f / ml[G + g];
+        const int64_t H = w.nh * G;
+        float *m = work, *l = work + H;
+        attn_decode_dispatch(kv, layer, sq.block_table, w.k0, w.k1, w.h0, w.nh, G, qp, Dh, scale, op, m, l);
+        for (int64_t g = 0; g < H; g++) {
+          const float inv = 1.0f / l[g];
           for (int64_t d = 0; d < Dh; d++) op[g * Dh + d] *= inv;
         }
       }
@@ -214,16 +213,16 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
   });
   // merge the parts: out_g = Σ_p e^(m_p - M) o_p / Σ_p e^(m_p - M) l_p,  M = max_p m_p
   for (const Split& sp : splits) {
-    float* op = out + sp.t0 * Hq * Dh + sp.kvh * G * Dh;
-    for (int64_t g = 0; g < G; g++) {
+    float* op = out + sp.t0 * Hq * Dh;
+    for (int64_t g = 0; g < Hq; g++) {
       float M = -std::numeric_limits<float>::infinity();
-      for (int64_t p = 0; p < sp.n; p++) M = std::max(M, parts[size_t((sp.first + p) * part_floats + G * Dh + g)]);
+      for (int64_t p = 0; p < sp.n; p++) M = std::max(M, parts[size_t((sp.first + p) * part_floats + Hq * Dh + g)]);
       float den = 0.0f;
       for (int64_t d = 0; d < Dh; d++) op[g * Dh + d] = 0.0f;
       for (int64_t p = 0; p < sp.n; p++) {
         const float* pp = parts.data() + (sp.first + p) * part_floats;
-        const float w = std::exp(pp[G * Dh + g] - M);
-        den += w * pp[G * Dh + G + g];
+        const float w = std::exp(pp[Hq * Dh + g] - M);
+        den += w * pp[Hq * Dh + Hq + g];
         for (int64_t d = 0; d < Dh; d++) op[g * Dh + d] += w * pp[g * Dh + d];
       }
       const float inv = 1.0f / den;
@@ -517,8 +516,7 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
     throw std::invalid_argument("llama: kv cache shape does not match the model");
   if (T <= 0) return;
 
-  int64_t max_ctx = 1, max_r = 0;
-  for (int64_t t = 0; t < T; t++) max_ctx = std::max<int64_t>(max_ctx, int64_t(b.positions[t]) + 1);
+  int64_t max_r = 0;
   for (const SeqSpec& s : b.seqs)
     if (s.adapter) max_r = std::max(max_r, s.adapter->max_r);
 
@@ -531,7 +529,7 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
   lora_stride_ = std::max<int64_t>(max_r, 1);
   grow(lora_, 3 * T * lora_stride_);  // up to 3 modules (q, k, v) at once
   const bool any_lora = max_r > 0;
-  grow(scratch_, int64_t(threads_get()) * paged_attention_scratch_floats(Hq / Hkv, Dh, max_ctx));
+  grow(scratch_, int64_t(threads_get()) * paged_attention_scratch_floats(Hq, Hkv, Dh));
   if (int64_t(b.row_seq.size()) != T) throw std::invalid_argument("llama: batch row map not built");
 
   float* x = x_.data();
@@ -570,7 +568,7 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
   // fell 9 % (its MLP weights, 9 MB a layer, read on both threads). The same kernels per row, so the same logits
   // (test/decoder/row-groups.test.ts).
   const std::vector<Batch> groups = any_lora ? std::vector<Batch>() : row_groups(b, threads_get());
-  const int64_t per_thread = paged_attention_scratch_floats(Hq / Hkv, Dh, max_ctx);
+  const int64_t per_thread = paged_attention_scratch_floats(Hq, Hkv, Dh);
   // layer l's attention block over sb's rows [r0, r0 + n): the whole batch (work: the pool's attention scratch), or
   // one group on its task's thread (work: that group's share); adapters only over the whole batch (no groups then)
   auto attention_block = [&](int64_t l, const Batch& sb, int64_t r0, int64_t n, float* work) {
@@ -591,7 +589,7 @@ void Model::step(KvCache& kv, const Batch& b, float* out) {
         const int64_t t = s.first_row + i, pos = b.positions[t];
         kv.write_slot(l, s.block_table[pos / bs], pos % bs, qkv + t * Nqkv + Nq, qkv + t * Nqkv + Nq + Nkv);
       }
-    paged_attention(kv, l, sb, Hq, qkv, Nqkv, attn, work, max_ctx, c.sliding_window);  // attn (rows, Nq)
+    paged_attention(kv, l, sb, Hq, qkv, Nqkv, attn, work, c.sliding_window);  // attn (rows, Nq)
     linear_packed(n, attn + r0 * Nq, Nq, L.o, nullptr, x + r0 * D, D, 1.0f);  // x += attn·Woᵀ
     if (any_lora) {
       const int m[1] = {kO};

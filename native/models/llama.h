@@ -174,9 +174,9 @@ class Model {
 
 // Paged attention for one layer of a step. q (T, Hq, Dh) with row stride ldq; out (T, Hq, Dh)
 // packed. Token t of sequence s attends to positions [0, positions[t]] of s's cache.
-// scratch: at least threads_get() · paged_attention_scratch_floats(Hq/Hkv, Dh, max_ctx) floats.
+// scratch: at least threads_get() · paged_attention_scratch_floats(Hq, Hkv, Dh) floats.
 void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t Hq, const float* q, int64_t ldq,
-                     float* out, float* scratch, int64_t max_ctx, int64_t window = 0);
+                     float* out, float* scratch, int64_t window = 0);
 
 // Prefill tiles: a sequence's chunk of new tokens is cut into tiles of kAttnQueryTile tokens, and
 // keys are visited kAttnKeyChunk at a time (see attn_tile in llama_attn_impl.h).
@@ -184,19 +184,17 @@ constexpr int64_t kAttnQueryTile = 16, kAttnKeyChunk = 16;
 inline int64_t attn_tile_work_floats(int64_t nq, int64_t G, int64_t Dh) {
   return 2 * Dh * kAttnKeyChunk + nq * G * (Dh + 2 + kAttnKeyChunk);
 }
-// attn_decode's scores: (G, n_keys rounded up to 16) floats.
-inline int64_t attn_decode_scores_floats(int64_t G, int64_t n_keys) { return G * ((n_keys + 15) / 16 * 16); }
-// Scratch floats per thread that paged_attention needs: attn_decode's scores and partial output
-// (G·Dh + 2G), or attn_tile's work.
-inline int64_t paged_attention_scratch_floats(int64_t G, int64_t Dh, int64_t max_ctx) {
-  const int64_t a = attn_decode_scores_floats(G, max_ctx) + G * (Dh + 2), b = attn_tile_work_floats(kAttnQueryTile, G, Dh);
+// Scratch floats per thread that paged_attention needs: a decode token's running max and sum (2·Hq), or
+// attn_tile's work.
+inline int64_t paged_attention_scratch_floats(int64_t Hq, int64_t Hkv, int64_t Dh) {
+  const int64_t a = 2 * Hq, b = attn_tile_work_floats(kAttnQueryTile, Hq / Hkv, Dh);
   return a > b ? a : b;
 }
 
 #define LOOM_LLAMA_ATTN_DECLS                                                                                  \
   void attn_decode(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,          \
-                   int64_t kvh, int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m,      \
-                   float* l, float* scores);                                                                  \
+                   int64_t h0, int64_t nh, int64_t G, const float* q, int64_t Dh, float scale, float* o,     \
+                   float* m, float* l);                                                                       \
   void attn_tile(const KvCache& kv, int64_t layer, const int32_t* table, int64_t pos0, int64_t nq,             \
                  int64_t window, int64_t kvh, int64_t G, const float* q, int64_t ldq, int64_t Dh, float scale, \
                  float* out, int64_t ldo, float* work);

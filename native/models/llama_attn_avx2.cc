@@ -1,4 +1,6 @@
 // Paged-attention inner kernel, avx2 build (see llama_attn_impl.h).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>

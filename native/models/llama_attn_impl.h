@@ -63,16 +63,30 @@ static inline vf attn_exp(vf x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode: one query token, one KV head, its G query heads, keys [k0, k1) — the whole visible context
-// or one part of it (paged_attention splits long contexts across threads, flash-decoding style).
-// Partial results, combined by the caller:
-//   m (G) = max_j s_gj,  l (G) = Σ_j exp(s_gj - m_g),  o (G, Dh) = Σ_j exp(s_gj - m_g) · v_j
-//   with s_gj = q_g · k_j · scale.  scores: attn_decode_scores_floats(G, k1 - k0) floats.
-// Each key and value row is read once for up to 4 heads (vectors at the ISA's width, widened from
-// bf16 on the fly); the value sum keeps its accumulators in registers across keys. (The previous
-// kernel reduced a dot product per (key, head) through a 16-float array and added every value
-// row into the output with a load and store per element: 12-16 tok/s at 4k context here.)
+// Decode: one query token, KV heads [h0, h0 + nh) and their nh·G query heads, keys [k0, k1) — the whole
+// visible context or one part of it (paged_attention splits long contexts across threads, flash-decoding
+// style). Partial results, combined by the caller (query heads in order, as in q):
+//   m (nh·G) = max_j s_gj,  l (nh·G) = Σ_j exp(s_gj - m_g),  o (nh·G, Dh) = Σ_j exp(s_gj - m_g) · v_j
+//   with s_gj = q_g · k_j · scale.
+// Keys are taken kDecodeChunk at a time: the chunk is scored, its softmax is folded into the running
+// (m, l, o) online, and its values are summed while its K and V rows are still in L1; the KV heads of
+// a chunk are taken one after another, so a key's slot (all its heads, contiguous) is read whole. Scores
+// come four keys at a time for up to HP query heads (the four keys' sums reduced together, one shuffle
+// tree for four dot products); values in passes of VP vectors of Dh for the HP heads. The previous
+// kernel took one KV head per call (a third of every slot's cache lines, SmolLM2-135M), scored every key
+// of the range first with one horizontal sum per (key, head), then made Dh/(2·VW) passes over all the
+// values, widening bf16 through two 4-lane halves: 5-10 GMAC/s on one AVX2 thread of the dev machine's
+// EPYC, in cache or not; this one 17 in cache and 15-17 from memory (bench: docs/decoder.md).
 // ---------------------------------------------------------------------------------------------
+static constexpr int64_t kDecodeChunk = 16;
+#if defined(__AVX512F__)
+static constexpr int kVecRegs = 32, kMaxHeadsPerPass = 6;  // HP·4 score accumulators, 4 key rows, the query
+#else
+static constexpr int kVecRegs = 16, kMaxHeadsPerPass = 3;
+#endif
+// value vectors per pass for HP heads: HP·VP accumulators, VP value rows and the weight
+static constexpr int value_vectors(int hp) { return (kVecRegs - 1) / (hp + 1) < 1 ? 1 : (kVecRegs - 1) / (hp + 1); }
+
 static inline float vsum(vf v) {  // pairwise tree (a scalar chain of VW dependent adds was a hot spot)
 #if defined(__AVX512F__)
   typedef float v8 __attribute__((vector_size(32)));
@@ -87,6 +101,37 @@ static inline float vsum(vf v) {  // pairwise tree (a scalar chain of VW depende
   const vf a = v;
 #endif
   return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+// the lane sums of a0..a3, times scale, into s[0..nk) (nk <= 4; one transpose-and-add tree for the four)
+typedef float v4f __attribute__((vector_size(16)));
+static inline void vsum4(vf a0, vf a1, vf a2, vf a3, float scale, float* s, int nk) {
+#if defined(__AVX512F__)
+  typedef float v8 __attribute__((vector_size(32)));
+  const auto fold = [](vf a) {
+    return __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+  };
+  const v8 b0 = fold(a0), b1 = fold(a1), b2 = fold(a2), b3 = fold(a3);
+#elif defined(__AVX2__)
+  const vf b0 = a0, b1 = a1, b2 = a2, b3 = a3;
+#endif
+#if defined(__AVX2__)
+  // 8 lanes each: [b0 halves folded | b1 halves folded], then pairs, then the four sums
+  const auto h01 = __builtin_shufflevector(b0, b1, 0, 1, 2, 3, 8, 9, 10, 11) +
+                   __builtin_shufflevector(b0, b1, 4, 5, 6, 7, 12, 13, 14, 15);
+  const auto h23 = __builtin_shufflevector(b2, b3, 0, 1, 2, 3, 8, 9, 10, 11) +
+                   __builtin_shufflevector(b2, b3, 4, 5, 6, 7, 12, 13, 14, 15);
+  const auto i = __builtin_shufflevector(h01, h23, 0, 2, 4, 6, 8, 10, 12, 14) +
+                 __builtin_shufflevector(h01, h23, 1, 3, 5, 7, 9, 11, 13, 15);
+  const v4f r = (__builtin_shufflevector(i, i, 0, 2, 4, 6) + __builtin_shufflevector(i, i, 1, 3, 5, 7)) * scale;
+#else
+  const vf i01 = __builtin_shufflevector(a0, a1, 0, 4, 2, 6) + __builtin_shufflevector(a0, a1, 1, 5, 3, 7);
+  const vf i23 = __builtin_shufflevector(a2, a3, 0, 4, 2, 6) + __builtin_shufflevector(a2, a3, 1, 5, 3, 7);
+  const v4f r = (__builtin_shufflevector(i01, i23, 0, 1, 4, 5) + __builtin_shufflevector(i01, i23, 2, 3, 6, 7)) * scale;
+#endif
+  if (nk == 4) std::memcpy(s, &r, sizeof(r));
+  else
+    for (int t = 0; t < nk; t++) s[t] = r[t];
 }
 
 // Prefetch one KV head's rows of a cache block (rows are ld elements apart; the blocks of a sequence
@@ -108,136 +153,197 @@ static inline vf kv_vload(const float* p) { return vload(p); }
 static inline vf kv_vload(const uint16_t* p) {
 #if defined(__AVX512F__)  // one vpmovzxwd from memory (the generic form compiled to two halves and an insert)
   return (vf)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16);
+#elif defined(__AVX2__)  // the same at 8 lanes (the generic form: two 4-lane halves, a byte shift and an insert)
+  return (vf)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
 #else
   const vh h = *reinterpret_cast<const vh*>(p);
   return (vf)(__builtin_convertvector(h, vfi) << 16);
 #endif
 }
 
-static constexpr int64_t kHeadsPerPass = 4;
-
-// Scores of GN heads (GN a compile-time count, so the accumulators live in registers):
-//   s[g][j - k0] = q_g · k_j · scale, rows of np floats
-template <typename KvT, int GN>
-static void attn_decode_scores(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
-                               int64_t kvh, const float* qg, int64_t Dh, float scale, float* s, int64_t np) {
-  const int64_t bs = kv.block_size, ld = kv.slot_elems(), nc = Dh / VW, dv = nc * VW;
-  for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
-    const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
-    const KvT* kb = kv.k_at<KvT>(layer, table[bi], 0) + kvh * Dh;
-    // keys two blocks ahead (one block of scores is shorter than a miss to memory; the first block also issues the
-    // second, and paged_attention the first one item ahead)
-    for (int64_t ba = bi == k0 / bs ? bi + 1 : bi + 2; ba <= bi + 2 && ba * bs < k1; ba++)
-      kv_prefetch_block(kv.k_at<KvT>(layer, table[ba], 0) + kvh * Dh, std::min(bs, k1 - ba * bs), ld, Dh);
-    // this block's values, needed after the softmax: in flight while its keys are scored
-    kv_prefetch_block(kv.v_at<KvT>(layer, table[bi], 0) + kvh * Dh + (j0 - bi * bs) * ld, j1 - j0, ld, Dh);
-    for (int64_t j = j0; j < j1; j++) {
-      const KvT* kp = kb + (j - bi * bs) * ld;
-      vf acc[GN] = {};
-      for (int64_t c = 0; c < nc; c++) {
-        const vf kx = kv_vload(kp + c * VW);
-        for (int g = 0; g < GN; g++) acc[g] += vload(qg + g * Dh + c * VW) * kx;
-      }
-      for (int g = 0; g < GN; g++) {
-        float x = vsum(acc[g]);
-        for (int64_t d = dv; d < Dh; d++) x += qg[g * Dh + d] * kv_f32(kp[d]);
-        s[g * np + (j - k0)] = x * scale;
+// s[g·kDecodeChunk + j] = scale · q_g · k_j for HP heads and the n keys of a chunk (rows kr[j]), KT keys at a time
+// (HP·KT accumulators, KT key rows and a query vector in registers: 3 heads take 3 keys on AVX2, where 4 spilled one)
+template <typename KvT, int HP>
+static void attn_chunk_scores(const KvT* const* kr, int64_t n, const float* qg, int64_t Dh, float scale, float* s) {
+  constexpr int KT = HP * 4 + 4 + 1 <= kVecRegs ? 4 : 3;
+  const int64_t nc = Dh / VW, dv = nc * VW;
+  int64_t j = 0;
+  for (; j + KT <= n; j += KT) {
+    vf acc[HP][4] = {};
+    for (int64_t c = 0; c < nc; c++) {
+      vf kx[KT];
+      for (int t = 0; t < KT; t++) kx[t] = kv_vload(kr[j + t] + c * VW);
+      for (int g = 0; g < HP; g++) {
+        const vf qv = vload(qg + g * Dh + c * VW);
+        for (int t = 0; t < KT; t++) acc[g][t] += qv * kx[t];
       }
     }
+    for (int g = 0; g < HP; g++) vsum4(acc[g][0], acc[g][1], acc[g][2], acc[g][3], scale, s + g * kDecodeChunk + j, KT);
   }
+  for (; j < n; j++) {
+    vf acc[HP] = {};
+    for (int64_t c = 0; c < nc; c++) {
+      const vf kx = kv_vload(kr[j] + c * VW);
+      for (int g = 0; g < HP; g++) acc[g] += vload(qg + g * Dh + c * VW) * kx;
+    }
+    for (int g = 0; g < HP; g++) s[g * kDecodeChunk + j] = vsum(acc[g]) * scale;
+  }
+  if (dv < Dh)  // scalar tail of Dh
+    for (j = 0; j < n; j++)
+      for (int g = 0; g < HP; g++) {
+        float x = 0.0f;
+        for (int64_t d = dv; d < Dh; d++) x += qg[g * Dh + d] * kv_f32(kr[j][d]);
+        s[g * kDecodeChunk + j] += x * scale;
+      }
 }
 
-// o[g] = Σ_j p[g][j] · v_j for GN heads: two vectors of Dh per pass, accumulators in registers
-template <typename KvT, int GN>
-static void attn_decode_values(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1,
-                               int64_t kvh, int64_t Dh, const float* p, int64_t np, float* o) {
-  const int64_t bs = kv.block_size, ld = kv.slot_elems(), nc = Dh / VW, dv = nc * VW;
-  for (int64_t c = 0; c < nc; c += 2) {
-    const bool two = c + 1 < nc;
-    vf acc0[GN] = {}, acc1[GN] = {};
-    for (int64_t bi = k0 / bs; bi * bs < k1; bi++) {
-      const int64_t j0 = std::max(bi * bs, k0), j1 = std::min((bi + 1) * bs, k1);
-      const KvT* vb = kv.v_at<KvT>(layer, table[bi], 0) + kvh * Dh + c * VW;
-      if (c == 0 && (bi + 1) * bs < k1)  // (long ranges: the score pass's prefetch has left L2 by now)
-        kv_prefetch_block(kv.v_at<KvT>(layer, table[bi + 1], 0) + kvh * Dh, std::min(bs, k1 - (bi + 1) * bs), ld, Dh);
-      for (int64_t j = j0; j < j1; j++) {
-        const KvT* vp = vb + (j - bi * bs) * ld;
-        const vf v0 = kv_vload(vp), v1 = two ? kv_vload(vp + VW) : vf{};
-        for (int g = 0; g < GN; g++) {
-          const float w = p[g * np + (j - k0)];
-          acc0[g] += w * v0;
-          acc1[g] += w * v1;
-        }
-      }
-    }
-    for (int g = 0; g < GN; g++) {
-      vstore(o + g * Dh + c * VW, acc0[g]);
-      if (two) vstore(o + g * Dh + (c + 1) * VW, acc1[g]);
+// o[g][c·VW ..] += Σ_j p[g·kDecodeChunk + j] · v_j[c·VW ..] over NV vectors from vector c, HP heads
+template <typename KvT, int HP, int NV>
+static inline void attn_chunk_values_pass(const KvT* const* vr, int64_t n, const float* p, int64_t Dh, int64_t c,
+                                          float* o) {
+  vf acc[HP][NV] = {};
+  for (int64_t j = 0; j < n; j++) {
+    vf vx[NV];
+    for (int v = 0; v < NV; v++) vx[v] = kv_vload(vr[j] + (c + v) * VW);
+    for (int g = 0; g < HP; g++) {
+      const float w = p[g * kDecodeChunk + j];
+      for (int v = 0; v < NV; v++) acc[g][v] += w * vx[v];
     }
   }
+  for (int g = 0; g < HP; g++)
+    for (int v = 0; v < NV; v++) vstore(o + g * Dh + (c + v) * VW, vload(o + g * Dh + (c + v) * VW) + acc[g][v]);
+}
+
+template <typename KvT, int HP>
+static void attn_chunk_values(const KvT* const* vr, int64_t n, const float* p, int64_t Dh, float* o) {
+  constexpr int VP = value_vectors(HP);
+  const int64_t nc = Dh / VW, dv = nc * VW;
+  int64_t c = 0;
+  for (; c + VP <= nc; c += VP) attn_chunk_values_pass<KvT, HP, VP>(vr, n, p, Dh, c, o);
+  for (; c < nc; c++) attn_chunk_values_pass<KvT, HP, 1>(vr, n, p, Dh, c, o);
   for (int64_t d = dv; d < Dh; d++)  // scalar tail of Dh
-    for (int g = 0; g < GN; g++) {
+    for (int g = 0; g < HP; g++) {
       float acc = 0.0f;
-      for (int64_t j = k0; j < k1; j++)
-        acc += p[g * np + (j - k0)] * kv_f32(kv.v_at<KvT>(layer, table[j / bs], j % bs)[kvh * Dh + d]);
-      o[g * Dh + d] = acc;
+      for (int64_t j = 0; j < n; j++) acc += p[g * kDecodeChunk + j] * kv_f32(vr[j][d]);
+      o[g * Dh + d] += acc;
     }
+}
+
+// One chunk of n keys for HP query heads of one KV head (its rows at kr[j] + off, vr[j] + off): scores, the online
+// softmax (p = exp(s - m'), m' = max(m, max s); the running l and o scaled by exp(m - m')), the values.
+// q, o: HP rows of Dh; m, l: HP.
+template <typename KvT, int HP>
+static void attn_chunk_heads(const KvT* const* kr, const KvT* const* vr, int64_t n, const float* q, int64_t Dh,
+                             float scale, float* o, float* m, float* l) {
+  alignas(64) float s[HP * kDecodeChunk];
+  const float ninf = -std::numeric_limits<float>::infinity();
+  attn_chunk_scores<KvT, HP>(kr, n, q, Dh, scale, s);
+  const int64_t np = (n + VW - 1) / VW * VW;
+  for (int g = 0; g < HP; g++) {
+    float* sg = s + g * kDecodeChunk;
+    for (int64_t j = n; j < np; j++) sg[j] = ninf;
+    vf mv = vload(sg);
+    for (int64_t c = VW; c < np; c += VW) {
+      const vf x = vload(sg + c);
+      mv = x > mv ? x : mv;
+    }
+    const float mx = std::max(m[g], vmax(mv));
+    vf sum = {};
+    for (int64_t c = 0; c < np; c += VW) {
+      const vf e = attn_exp(vload(sg + c) - mx);  // padding: -inf -> 0
+      vstore(sg + c, e);
+      sum += e;
+    }
+    if (m[g] != mx && m[g] != ninf) {
+      const float corr = std::exp(m[g] - mx);
+      l[g] *= corr;
+      for (int64_t d = 0; d < Dh; d++) o[g * Dh + d] *= corr;
+    }
+    l[g] += vsum(sum);
+    m[g] = mx;
+  }
+  attn_chunk_values<KvT, HP>(vr, n, s, Dh, o);
 }
 
 template <typename KvT>
-static void attn_decode_t(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1, int64_t kvh,
-                          int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m, float* l,
-                          float* scores) {
-  const int64_t n = k1 - k0, np = (n + VW - 1) / VW * VW;
-  // 1. scores (G, np), up to 4 heads per pass over the keys
-  for (int64_t g0 = 0; g0 < G; g0 += kHeadsPerPass) {
-    const float* qg = q + g0 * Dh;
-    float* s = scores + g0 * np;
-    switch (std::min(kHeadsPerPass, G - g0)) {
-      case 1: attn_decode_scores<KvT, 1>(kv, layer, table, k0, k1, kvh, qg, Dh, scale, s, np); break;
-      case 2: attn_decode_scores<KvT, 2>(kv, layer, table, k0, k1, kvh, qg, Dh, scale, s, np); break;
-      case 3: attn_decode_scores<KvT, 3>(kv, layer, table, k0, k1, kvh, qg, Dh, scale, s, np); break;
-      default: attn_decode_scores<KvT, 4>(kv, layer, table, k0, k1, kvh, qg, Dh, scale, s, np); break;
-    }
+static void attn_decode_t(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1, int64_t h0,
+                          int64_t nh, int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m,
+                          float* l) {
+  const int64_t bs = kv.block_size, ld = kv.slot_elems(), H = nh * G;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t g = 0; g < H; g++) {
+    m[g] = ninf;
+    l[g] = 0.0f;
   }
-  // 2. per head: m = max, p = exp(s - m) (padding lanes -inf -> 0), l = Σ p
-  for (int64_t g = 0; g < G; g++) {
-    float* s = scores + g * np;
-    for (int64_t j = n; j < np; j++) s[j] = -std::numeric_limits<float>::infinity();
-    vf mv = vload(s);
-    for (int64_t c = VW; c < np; c += VW) {
-      const vf x = vload(s + c);
-      mv = x > mv ? x : mv;
+  for (int64_t i = 0; i < H * Dh; i++) o[i] = 0.0f;
+  // rows of keys [j0, j1) (their first KV head's element) into kr, vr, walking the block table; or, prefetch, issue
+  // the loads of their nh heads
+  const KvT* kr[kDecodeChunk];
+  const KvT* vr[kDecodeChunk];
+  // rows of keys [j0, j1): pointers to their first KV head's K and V into kr, vr (walking the block table, no
+  // division per key); or, prefetch >= 0, issue the loads of that head's K and V rows
+  const auto rows = [&](int64_t j0, int64_t j1, int64_t prefetch) {
+    for (int64_t j = j0, i = 0; j < j1;) {
+      const int64_t blk = table[j / bs], slot = j % bs, n = std::min(bs - slot, j1 - j);
+      const KvT* kb = kv.k_at<KvT>(layer, blk, slot) + h0 * Dh;
+      const KvT* vb = kv.v_at<KvT>(layer, blk, slot) + h0 * Dh;
+      if (prefetch >= 0) {
+        kv_prefetch_block(kb + prefetch * Dh, n, ld, Dh);
+        kv_prefetch_block(vb + prefetch * Dh, n, ld, Dh);
+      } else {
+        for (int64_t r = 0; r < n; r++, i++) {
+          kr[i] = kb + r * ld;
+          vr[i] = vb + r * ld;
+        }
+      }
+      j += n;
     }
-    const float mx = vmax(mv);
-    vf sum = {};
-    for (int64_t c = 0; c < np; c += VW) {
-      const vf e = attn_exp(vload(s + c) - mx);
-      vstore(s + c, e);
-      sum += e;
-    }
-    m[g] = mx;
-    l[g] = vsum(sum);
-  }
-  // 3. o (G, Dh) = p · V, up to 4 heads per pass
-  for (int64_t g0 = 0; g0 < G; g0 += kHeadsPerPass) {
-    const float* p = scores + g0 * np;
-    float* og = o + g0 * Dh;
-    switch (std::min(kHeadsPerPass, G - g0)) {
-      case 1: attn_decode_values<KvT, 1>(kv, layer, table, k0, k1, kvh, Dh, p, np, og); break;
-      case 2: attn_decode_values<KvT, 2>(kv, layer, table, k0, k1, kvh, Dh, p, np, og); break;
-      case 3: attn_decode_values<KvT, 3>(kv, layer, table, k0, k1, kvh, Dh, p, np, og); break;
-      default: attn_decode_values<KvT, 4>(kv, layer, table, k0, k1, kvh, Dh, p, np, og); break;
+  };
+  // query heads in passes of at most kMaxHeadsPerPass, as even as the count allows (7 heads: 3, 2, 2 on AVX2)
+  const int64_t passes = (G + kMaxHeadsPerPass - 1) / kMaxHeadsPerPass;
+  for (int64_t c0 = k0; c0 < k1; c0 += kDecodeChunk) {
+    const int64_t n = std::min(kDecodeChunk, k1 - c0);
+    rows(c0, c0 + n, -1);
+    // the next chunk's rows are prefetched a KV head at a time, each before this chunk's same head is computed (the
+    // chunk's blocks are scattered: the hardware prefetchers lose the stream at every block boundary; the whole next
+    // chunk at once queued more misses than the core keeps in flight)
+    const int64_t p0 = c0 + n, p1 = std::min(c0 + n + kDecodeChunk, k1);
+    for (int64_t h = 0; h < nh; h++) {
+      if (p0 < p1) rows(p0, p1, h);
+      const KvT* kh[kDecodeChunk];
+      const KvT* vh[kDecodeChunk];
+      for (int64_t j = 0; j < n; j++) {
+        kh[j] = kr[j] + h * Dh;
+        vh[j] = vr[j] + h * Dh;
+      }
+      for (int64_t p = 0, g0 = h * G, g1 = (h + 1) * G; p < passes; p++) {
+        const int64_t hp = (g1 - g0) / (passes - p);
+        const float* qg = q + g0 * Dh;
+        float *og = o + g0 * Dh, *mg = m + g0, *lg = l + g0;
+        switch (hp) {
+          case 1: attn_chunk_heads<KvT, 1>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+          case 2: attn_chunk_heads<KvT, 2>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+#if defined(__AVX512F__)
+          case 3: attn_chunk_heads<KvT, 3>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+          case 4: attn_chunk_heads<KvT, 4>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+          case 5: attn_chunk_heads<KvT, 5>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+          default: attn_chunk_heads<KvT, 6>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+#else
+          default: attn_chunk_heads<KvT, 3>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+#endif
+        }
+        g0 += hp;
+      }
     }
   }
 }
 
-void attn_decode(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1, int64_t kvh,
-                 int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m, float* l, float* scores) {
+void attn_decode(const KvCache& kv, int64_t layer, const int32_t* table, int64_t k0, int64_t k1, int64_t h0,
+                 int64_t nh, int64_t G, const float* q, int64_t Dh, float scale, float* o, float* m, float* l) {
   if (kv.dtype == DType::BF16)
-    attn_decode_t<uint16_t>(kv, layer, table, k0, k1, kvh, G, q, Dh, scale, o, m, l, scores);
+    attn_decode_t<uint16_t>(kv, layer, table, k0, k1, h0, nh, G, q, Dh, scale, o, m, l);
   else
-    attn_decode_t<float>(kv, layer, table, k0, k1, kvh, G, q, Dh, scale, o, m, l, scores);
+    attn_decode_t<float>(kv, layer, table, k0, k1, h0, nh, G, q, Dh, scale, o, m, l);
 }
 
 template <typename KvT>
