@@ -75,15 +75,21 @@ static inline vf attn_exp(vf x) {
 // tree for four dot products); values in passes of VP vectors of Dh for the HP heads. The previous
 // kernel took one KV head per call (a third of every slot's cache lines, SmolLM2-135M), scored every key
 // of the range first with one horizontal sum per (key, head), then made Dh/(2·VW) passes over all the
-// values, widening bf16 through two 4-lane halves: 5-10 GMAC/s on one AVX2 thread of the dev machine's
-// EPYC, in cache or not; this one 17 in cache and 15-17 from memory (bench: docs/decoder.md).
+// values, widening bf16 through two 4-lane halves: 9-10 GMAC/s on one AVX2 thread of the dev machine's
+// EPYC (Zen 3) with the rows in cache, where this one makes 17-20 (SmolLM2-135M's shape, a micro-bench).
+// Inside a decode step the rows come from memory and bound it: 1.1-1.3x the previous kernel there.
 // ---------------------------------------------------------------------------------------------
 static constexpr int64_t kDecodeChunk = 16;
 #if defined(__AVX512F__)
-static constexpr int kVecRegs = 32, kMaxHeadsPerPass = 6;  // HP·4 score accumulators, 4 key rows, the query
+static constexpr int kVecRegs = 32, kMaxHeadsPerPass = 8;
 #else
-static constexpr int kVecRegs = 16, kMaxHeadsPerPass = 3;
+static constexpr int kVecRegs = 16, kMaxHeadsPerPass = 4;
 #endif
+// keys per score tile for HP heads: HP·KT accumulators, KT key rows and a query vector in registers (3 heads take 3
+// keys on AVX2, where 4 spilled one; 4 heads 2 keys)
+static constexpr int keys_per_tile(int hp) {
+  return hp * 4 + 5 <= kVecRegs ? 4 : hp * 3 + 4 <= kVecRegs ? 3 : hp * 2 + 3 <= kVecRegs ? 2 : 1;
+}
 // value vectors per pass for HP heads: HP·VP accumulators, VP value rows and the weight
 static constexpr int value_vectors(int hp) { return (kVecRegs - 1) / (hp + 1) < 1 ? 1 : (kVecRegs - 1) / (hp + 1); }
 
@@ -162,10 +168,9 @@ static inline vf kv_vload(const uint16_t* p) {
 }
 
 // s[g·kDecodeChunk + j] = scale · q_g · k_j for HP heads and the n keys of a chunk (rows kr[j]), KT keys at a time
-// (HP·KT accumulators, KT key rows and a query vector in registers: 3 heads take 3 keys on AVX2, where 4 spilled one)
 template <typename KvT, int HP>
 static void attn_chunk_scores(const KvT* const* kr, int64_t n, const float* qg, int64_t Dh, float scale, float* s) {
-  constexpr int KT = HP * 4 + 4 + 1 <= kVecRegs ? 4 : 3;
+  constexpr int KT = keys_per_tile(HP);
   const int64_t nc = Dh / VW, dv = nc * VW;
   int64_t j = 0;
   for (; j + KT <= n; j += KT) {
@@ -299,7 +304,7 @@ static void attn_decode_t(const KvCache& kv, int64_t layer, const int32_t* table
       j += n;
     }
   };
-  // query heads in passes of at most kMaxHeadsPerPass, as even as the count allows (7 heads: 3, 2, 2 on AVX2)
+  // query heads in passes of at most kMaxHeadsPerPass, as even as the count allows (7 heads: 4 and 3 on AVX2)
   const int64_t passes = (G + kMaxHeadsPerPass - 1) / kMaxHeadsPerPass;
   for (int64_t c0 = k0; c0 < k1; c0 += kDecodeChunk) {
     const int64_t n = std::min(kDecodeChunk, k1 - c0);
@@ -323,13 +328,15 @@ static void attn_decode_t(const KvCache& kv, int64_t layer, const int32_t* table
         switch (hp) {
           case 1: attn_chunk_heads<KvT, 1>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
           case 2: attn_chunk_heads<KvT, 2>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
-#if defined(__AVX512F__)
           case 3: attn_chunk_heads<KvT, 3>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+#if defined(__AVX512F__)
           case 4: attn_chunk_heads<KvT, 4>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
           case 5: attn_chunk_heads<KvT, 5>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
-          default: attn_chunk_heads<KvT, 6>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+          case 6: attn_chunk_heads<KvT, 6>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+          case 7: attn_chunk_heads<KvT, 7>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+          default: attn_chunk_heads<KvT, 8>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
 #else
-          default: attn_chunk_heads<KvT, 3>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
+          default: attn_chunk_heads<KvT, 4>(kh, vh, n, qg, Dh, scale, og, mg, lg); break;
 #endif
         }
         g0 += hp;

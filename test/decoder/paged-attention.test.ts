@@ -57,8 +57,8 @@ for (const name of ['qwen2-tiny', 'llama-tiny']) {
   }
 }
 
-// The decode kernel over shapes the goldens lack: 7 query heads per KV head (passes of 3, 2, 2 query heads on AVX2,
-// 4 and 3 on AVX-512), a head size of 20 (a scalar tail after the vectors of every ISA) and a context of 300 keys
+// The decode kernel over shapes the goldens lack: 7 query heads per KV head (passes of 4 and 3 query heads on AVX2,
+// one on AVX-512), a head size of 20 (a scalar tail after the vectors of every ISA) and a context of 300 keys
 // (chunks of 16 keys that start mid-block, parts on different threads). Random weights; the reference is the same
 // prompt run as one prefill chunk (the tiled kernel), f32 and bf16 KV, with and without a sliding window.
 function randomSource(cfg: DecoderConfig, seed: number): TensorSource {
