@@ -35,7 +35,7 @@ for (const name of ['qwen2-tiny', 'mistral-tiny', 'llama-tiny']) {
 }
 
 // Decode over a long context: with one sequence a step has few work items, so attention splits the
-// context into parts (at least 256 keys each) computed on different threads and merged (flash-decoding).
+// context into parts (at least 32 keys each) computed on different threads and merged (flash-decoding).
 // The last 60 tokens fed one per step must give the logits of the same prompt run as one prefill
 // chunk (the tiled kernel, an independent path), with and without a sliding window, f32 and bf16 KV. The window
 // (800 keys, 128 products each on these goldens: 102K) stays well above the context under which a decode step's
