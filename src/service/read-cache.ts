@@ -13,13 +13,13 @@ import { onCommit, type Store } from '../store/index.ts';
 /** how long a read is kept: as long as lmdb-js keeps a read snapshot at least (its reset is a setTimeout(0)) */
 export const READ_KEPT_MS = 1;
 
-/** `read()`'s value, read again after a commit of this process or once it is READ_KEPT_MS old */
-export function cachedRead<T>(store: Store, read: () => T): () => T {
+/** `read()`'s value, read again after a commit of this process or once it is READ_KEPT_MS old (by `clock`, ms) */
+export function cachedRead<T>(store: Store, read: () => T, clock: () => number = () => performance.now()): () => T {
   let at = -Infinity;
   let value: T;
   onCommit(store.db, () => { at = -Infinity; });
   return () => {
-    const now = performance.now();
+    const now = clock();
     if (now - at >= READ_KEPT_MS) { value = read(); at = now; }
     return value;
   };
