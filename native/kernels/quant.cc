@@ -684,9 +684,12 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const size_t rb = quant_row_bytes(t, K);
   thread_local QuantActs a;
-  // prefill on VNNI (quant_prefill_int8): kQuantSmallM rows of x at a time through the int8 lanes kernels (335 GMAC
-  // per CPU-second and thread for Q8_0 against about 130 for the f32 GEMM). Qwen2.5-0.5B Q8_0, one 512-token
-  // prompt, 2 threads, load about 6: 2,150 -> 892 ms CPU (the dequantized panels below -> this)
+  // prefill (quant_prefill_int8): kQuantSmallM rows of x at a time through the int8 kernels. On VNNI the lanes kernels
+  // (335 GMAC per CPU-second and thread for Q8_0 against about 130 for the f32 GEMM; Qwen2.5-0.5B Q8_0, one 512-token
+  // prompt, 2 threads, load about 6: 2,150 -> 892 ms CPU, the dequantized panels below -> this). On AVX2 decode's
+  // 32-row tiles (bench/quant-kernels.mts --m 512 --layouts packed, 1 thread, Zen 3, two alternated runs: Q8_0 41 ->
+  // 49, Q5_0 41 -> 61, Q4_K 41 -> 65, Q5_K 41 -> 64, Q6_K 41 -> 55 GMAC per CPU-second; 512-token prefill, 2 threads:
+  // Qwen2.5-0.5B Q8_0 199 -> 231 tok/s, Q4_K_M 204 -> 279, SmolLM2-135M Q8_0 574 -> 697, Q4_K_M 589 -> 749)
   if (M > kQuantSmallM && quant_prefill_int8(t, packed)) {
     for (int64_t m0 = 0; m0 < M; m0 += kQuantSmallM) {
       quant_acts(std::min(kQuantSmallM, M - m0), K, x + m0 * ldx, ldx, &a);
@@ -715,7 +718,7 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
 }
 
 bool quant_prefill_int8(DType t, bool packed) {
-  return packed && quant_packs(t) && quant_isa() == 2 && lanes_min_m(t) > 0;
+  return packed && quant_packs(t) && quant_isa() >= 1 && lanes_min_m(t) > 0;
 }
 
 // the ISA's row quantizer

@@ -164,7 +164,8 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
     }
     splits.push_back({r.t0, n_parts, P});
     for (int64_t p = 0; p < P; p++)
-      items.push_back({r.t0, 1, 0, Hkv, start + (ctx - start) * p / P, start + (ctx - start) * (p + 1) / P, n_parts + p});
+      items.push_back(
+          {r.t0, 1, 0, Hkv, start + (ctx - start) * p / P, start + (ctx - start) * (p + 1) / P, n_parts + p});
     n_parts += P;
   }
   const int64_t part_floats = Hq * (Dh + 2);  // o (Hq, Dh), m (Hq), l (Hq)

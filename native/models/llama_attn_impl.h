@@ -115,7 +115,8 @@ static inline void vsum4(vf a0, vf a1, vf a2, vf a3, float scale, float* s, int 
 #if defined(__AVX512F__)
   typedef float v8 __attribute__((vector_size(32)));
   const auto fold = [](vf a) {
-    return __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    return __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+           __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
   };
   const v8 b0 = fold(a0), b1 = fold(a1), b2 = fold(a2), b3 = fold(a3);
 #elif defined(__AVX2__)

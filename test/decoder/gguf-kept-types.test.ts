@@ -2,8 +2,9 @@
 // Q4_K_M-style mix whose fused q;k;v and gate;up parts have different types, end to end through the GGUF loader:
 // a small random Llama (D 256, 2 layers, untied output) written with every matrix in the type. Each model's
 // resident weight bytes stay within 10% of the file's tensor bytes, and its logits (a 40-token prefill: the
-// dequantized-panel path, then 4 single-token decode steps and a 6-token chunk: the int8 path) match the same file
-// loaded with every weight dequantized to f32, within what int8 activations allow.
+// dequantized-panel path, or int8 chunks of 32 rows for the packed types on AVX2 and VNNI; then 4 single-token decode
+// steps and a 6-token chunk: the int8 path) match the same file loaded with every weight dequantized to f32, within
+// what int8 activations allow.
 import t from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -67,7 +68,7 @@ function writeModel(file: string, typeOf: (name: string) => KeptType): string {
 
 async function check(t: { ok: (cond: boolean, msg: string) => unknown }, label: string, path: string): Promise<void> {
   const ck = loadGgufCheckpoint(path);
-  // AVX-512 VNNI: the packed types' prompt chunks take the int8 path too, 32 rows at a time (loom/quant.h)
+  // AVX2 and AVX-512 VNNI: the packed types' prompt chunks take the int8 path too, 32 rows at a time (loom/quant.h)
   const int8Prefill = [...ck.file.tensors.values()].some((x) => x.name !== 'token_embd.weight' &&
     (KEPT_TYPES as readonly string[]).includes(GgmlType[x.type]) && addon.quantPrefillInt8(GgmlType[x.type], true));
   const kept = await buildNativeDecoder(ck.config, ggufTensorSource(ck.tensors, ck.tied), { dtype: 'f32' });
@@ -80,8 +81,8 @@ async function check(t: { ok: (cond: boolean, msg: string) => unknown }, label: 
   t.ok(Math.abs(w - tensorBytes) <= 0.1 * tensorBytes,
     `${label}: resident weights ${w} B vs file tensors ${tensorBytes} B`);
   t.ok(ref.weightBytes > 2.5 * w, `${label}: the dequantized model takes ${ref.weightBytes} B`);
-  // a prompt chunk longer than the int8 path's rows (the dequantized-panel GEMM), 4 decode steps (one row:
-  // vec_dot4), then a chunk of 6 (the small-batch gemm4 kernels, x quantized once for the stacked q;k;v, gate;up)
+  // a prompt chunk longer than the int8 path's rows (the dequantized-panel GEMM, or int8 chunks of 32 rows), 4 decode
+  // steps (one row: vec_dot4), then a chunk of 6 (the small-batch gemm4 kernels, x quantized once for q;k;v, gate;up)
   const P = (addon.quantSmallM as number) + 8;
   const ids = randomIds(P + 10, V, 5);
   const chunks = [P, 1, 1, 1, 1, 6];

@@ -68,9 +68,11 @@ function randomSource(cfg: DecoderConfig, seed: number): TensorSource {
   for (let i = 0; i < cfg.numLayers; i++) {
     const p = `model.layers.${i}.`;
     shapes.set(p + 'input_layernorm.weight', [D]).set(p + 'post_attention_layernorm.weight', [D]);
-    shapes.set(p + 'self_attn.q_proj.weight', [cfg.numHeads * Dh, D]).set(p + 'self_attn.o_proj.weight', [D, cfg.numHeads * Dh]);
-    shapes.set(p + 'self_attn.k_proj.weight', [cfg.numKvHeads * Dh, D]).set(p + 'self_attn.v_proj.weight', [cfg.numKvHeads * Dh, D]);
-    shapes.set(p + 'mlp.gate_proj.weight', [F, D]).set(p + 'mlp.up_proj.weight', [F, D]).set(p + 'mlp.down_proj.weight', [D, F]);
+    const Nq = cfg.numHeads * Dh, Nkv = cfg.numKvHeads * Dh;
+    shapes.set(p + 'self_attn.q_proj.weight', [Nq, D]).set(p + 'self_attn.o_proj.weight', [D, Nq]);
+    shapes.set(p + 'self_attn.k_proj.weight', [Nkv, D]).set(p + 'self_attn.v_proj.weight', [Nkv, D]);
+    shapes.set(p + 'mlp.gate_proj.weight', [F, D]).set(p + 'mlp.up_proj.weight', [F, D]);
+    shapes.set(p + 'mlp.down_proj.weight', [D, F]);
   }
   let s = seed >>> 0;
   const rand = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 2 - 1;
@@ -88,7 +90,8 @@ function randomSource(cfg: DecoderConfig, seed: number): TensorSource {
 }
 
 for (const window of [0, 120]) {
-  t.test(`7 query heads per KV head, head size 20${window ? `, window ${window}` : ''}: decode at 300 keys = prefill`, async (t) => {
+  const name = `7 query heads per KV head, head size 20${window ? `, window ${window}` : ''}`;
+  t.test(`${name}: decode at 300 keys = prefill`, async (t) => {
     const cfg = parseDecoderConfig({
       model_type: 'llama', hidden_size: 64, intermediate_size: 96, num_hidden_layers: 2, num_attention_heads: 14,
       num_key_value_heads: 2, head_dim: 20, vocab_size: 211, max_position_embeddings: 512, rms_norm_eps: 1e-5,
@@ -102,7 +105,8 @@ for (const window of [0, 120]) {
       const chunk = await runChunks(model, cfg, ids, [N], dtype);
       const steps = await runChunks(model, cfg, ids, [N - tail, ...Array.from({ length: tail }, () => 1)], dtype);
       const err = maxAbs(steps.subarray((N - tail) * V), chunk.subarray((N - tail) * V));
-      t.ok(err <= TOL, `${dtype} KV, last ${tail} positions one per step vs one chunk: max abs ${err.toExponential(2)}`);
+      t.ok(err <= TOL, `${dtype} KV, last ${tail} positions one per step vs one chunk: max abs ${err.toExponential(2)}`,
+      );
       // the logits move with the context (attention is not uniform, so the kernel's weights matter)
       t.ok(maxAbs(chunk.subarray((N - 1) * V), chunk.subarray((N - 2) * V), V) > 1e-2, 'consecutive positions differ');
     }

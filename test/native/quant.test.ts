@@ -29,7 +29,7 @@ function check(type: QType, M: number, N: number, K: number, packed = false): { 
   const x = new Float32Array(M * K);
   for (let i = 0; i < x.length; i++) x[i] = rnd() * 4 * (i % 97 === 0 ? 8 : 1);  // a few outliers per block
   const y = addon.quantLinear(type, blocks, N, K, x, M, packed) as Float32Array;
-  // more rows than quantSmallM: the dequantized panels, or the int8 path 32 rows at a time (AVX-512 VNNI, packed)
+  // more rows than quantSmallM: the dequantized panels, or the int8 path 32 rows at a time (AVX2, AVX-512 VNNI; packed)
   const int8 = M <= (addon.quantSmallM as number) || (addon.quantPrefillInt8(type, packed) as boolean);
   let worst = 0, maxErr = 0;
   for (let m = 0; m < M; m++) {

@@ -13,9 +13,10 @@
 //     quant_avx512.cc), so a step reads the weights once whatever M.
 //     The error against the dequantized f32 product is bounded by Σ_k |w_k|·d_b(k)/2, d_b the activation
 //     scale of k's block.
-//   larger M (prefill): on AVX-512 VNNI, for the packed types with rows-in-lanes kernels (quant_prefill_int8), as
-//     above kQuantSmallM rows of x at a time (each weight matrix then read M / 32 times, from the L3 after the
-//     first); otherwise panels of W rows are dequantized to f32 and multiplied with the f32 GEMM.
+//   larger M (prefill): on AVX2 and AVX-512, for the packed types (quant_prefill_int8), as above kQuantSmallM rows
+//     of x at a time (each weight matrix then read M / 32 times, from the L3 after the first; VNNI through the
+//     rows-in-lanes kernels); otherwise (portable, the file's layout) panels of W rows are dequantized to f32 and
+//     multiplied with the f32 GEMM.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -56,8 +57,8 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
 // four streams a row apart and costs shuffles on every pass.
 bool quant_packs(DType t);
 // Whether a product over more than kQuantSmallM rows of x takes the int8 path in chunks of kQuantSmallM rows
-// (packed W of a type with rows-in-lanes kernels, AVX-512 VNNI) instead of the dequantized panels (linear_quant
-// has the measurement).
+// (packed W of Q8_0, Q5_0, Q4_K, Q5_K or Q6_K; AVX2, or AVX-512 with VNNI) instead of the dequantized panels
+// (linear_quant has the measurement).
 bool quant_prefill_int8(DType t, bool packed);
 // N rows of K values at src (rows ldb bytes apart) → dst (N·quant_row_bytes): packed, or copied for other types.
 void quant_pack(DType t, int64_t N, int64_t K, const void* src, size_t ldb, void* dst);
