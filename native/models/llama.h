@@ -180,9 +180,9 @@ void paged_attention(const KvCache& kv, int64_t layer, const Batch& b, int64_t H
 
 // Prefill tiles: a sequence's chunk of new tokens is cut into tiles of kAttnQueryTile tokens, and
 // keys are visited kAttnKeyChunk at a time (see attn_tile in llama_attn_impl.h).
-constexpr int64_t kAttnQueryTile = 16, kAttnKeyChunk = 16;
+constexpr int64_t kAttnQueryTile = 16, kAttnKeyChunk = 64;
 inline int64_t attn_tile_work_floats(int64_t nq, int64_t G, int64_t Dh) {
-  return 2 * Dh * kAttnKeyChunk + nq * G * (Dh + 2 + kAttnKeyChunk);
+  return 2 * Dh * kAttnKeyChunk + nq * G * (Dh + 2 + kAttnKeyChunk) + kAttnKeyChunk + Dh;
 }
 // Scratch floats per thread that paged_attention needs: a decode token's running max and sum (2·Hq), or
 // attn_tile's work.
