@@ -2,13 +2,15 @@
 // machine shared with other work (wall-clock tok/s there depends on who else holds the cores; the CPU time a
 // step costs much less). `npm run bench -- decode` reports wall-clock figures; this is the A/B for kernel work.
 //   node --import tsx bench/decode-cpu.mts <file.gguf> [more.gguf ...] [--streams 1,8,32] [--tokens 64]
-//     [--threads 1] [--reps 2] [--no-llama] [--bound]
+//     [--threads 1] [--reps 2] [--no-llama] [--bound] [--prefill N]
 // Per row: streams, tok/s (wall), CPU ms per step (process CPU time over the steps after every stream's first
 // token / steps), minor page faults per step. Several files run one after another in this process. Set LOOM_ADDON
 // to compare two builds of the addon on the same file. --bound adds the read-bandwidth bound in the same unit: the
 // weight bytes a token reads over the bytes a plain read loop streams per CPU-second (addon.benchRead over 256 MiB,
 // far larger than the L3), i.e. the CPU ms a step would take if it did nothing but stream its weights once;
-// measured in CPU time so that it holds on a loaded machine as well.
+// measured in CPU time so that it holds on a loaded machine as well. --prefill N times one N-token prompt (no cache,
+// one token generated; Loom only), --reps times: its wall and CPU time (TTFT of a long prompt, where the prefill
+// attention's share grows with N).
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -73,6 +75,15 @@ async function benchFile(gguf: string) {
         });
       })));
     await run(1, 4);
+    const prefill = Number(flag('--prefill', '0'));
+    for (let r = 0; prefill > 0 && r < reps; r++) {
+      const ids = Array.from({ length: prefill }, (_, j) => 300 + ((r * 977 + j * 131) % (V - 300)));
+      const [t, c] = [performance.now(), cpuMs()];
+      await new Promise<void>((resolve, reject) => sched.submit({
+        prompt: ids, maxTokens: 1, cache: { mode: 'none' }, handler: { next: () => null, done: resolve, fail: reject },
+      }));
+      console.log(`loom prefill ${prefill}: ${(performance.now() - t).toFixed(0)} ms wall, ${(cpuMs() - c).toFixed(0)} ms CPU`);
+    }
     for (const s of streams)
       for (let r = 0; r < reps; r++) {
         const rs = await run(s, tokens);
