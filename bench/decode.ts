@@ -24,8 +24,9 @@
 //                      every row runs in one process and memory the previous row frees (GC) offsets it (it can
 //                      read negative); ours also notes the weight bytes the model itself counts
 //   bound tok/s        memory-bandwidth bound for decode: read bandwidth (loads and a sum over a buffer far
-//                      larger than the L3, addon.benchRead) / weight bytes read per token (the file's tensor
-//                      bytes, less the embedding table unless it doubles as the output matrix)
+//                      larger than the L3, addon.benchRead, measured just before and after the row's decode b=1
+//                      run, the mean) / weight bytes read per token (the file's tensor bytes, less the embedding
+//                      table unless it doubles as the output matrix)
 import { cpus, loadavg } from 'node:os';
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
@@ -132,6 +133,13 @@ class Ours {
   }
 }
 
+// Read bandwidth in bytes/s, measured again beside each decode row (before and after it, the mean): on a machine
+// shared with other tenants it moved by half between rows minutes apart (one file's bound read 48, 63 and 73 tok/s in
+// three runs of one session), so a figure from the start of the run made "% of bound" a comparison across time.
+function readBandwidth(o: Opts): number {
+  return (addon.benchRead(o.threads, o.quick ? 512 : 1024, 3) as number) * 1e9;
+}
+
 async function benchOurs(name: string, gguf: string, label: string, o: Opts): Promise<Row> {
   // the same GGUF file llama.cpp reads
   const ck = loadGgufCheckpoint(gguf);
@@ -156,8 +164,10 @@ async function benchOurs(name: string, gguf: string, label: string, o: Opts): Pr
   progress(`${name}: loom prefill ${row.prefill.toFixed(1)} tok/s`);
   // decode batch 1
   const nDec = o.quick ? 16 : 64;
+  const bw0 = readBandwidth(o);
   const d = (await ours.run([randomTokens(16, 7, V)], nDec))[0];
   row.decode = (d.n - 1) / ((d.end - d.ttft) / 1000);
+  row.boundTokS = (bw0 + readBandwidth(o)) / 2 / bytesPerToken(gguf);
   // aggregate with 8 / 32 streams, after one untimed run of 32 so that the KV blocks they take have been written
   // once: the pool's pages are first touched (faulted in, zeroed) by the first sequences that reach them, and with
   // the 512-token prefill and 8 streams before it the timed 32-stream run took about 30 fresh blocks, one per
@@ -185,7 +195,6 @@ async function benchOurs(name: string, gguf: string, label: string, o: Opts): Pr
   row.ttftCachedMs = cached.ttft;
   row.decodeLong = (cached.n - 1) / ((cached.end - cached.ttft) / 1000);
   progress(`${name}: loom TTFT ${row.ttftUncachedMs.toFixed(0)} / ${row.ttftCachedMs.toFixed(0)} ms, decode at ${P} context ${row.decodeLong.toFixed(1)} tok/s`);
-  row.boundTokS = o.readBw / bytesPerToken(gguf);
   row.note = `weights ${(model.weightBytes / 1e6).toFixed(0)} MB`;
   if (P !== 4096) row.note += `; TTFT prefix ${P} tokens (--quick)`;
   // the weights and the KV pool released now, as llama.cpp's side disposes of its model, not at some later garbage
@@ -241,8 +250,10 @@ async function benchLlamaCpp(lib: Any, name: string, gguf: string, label: string
     progress(`${name}: llama.cpp prefill ${row.prefill.toFixed(1)} tok/s`);
     await seq.clearHistory();
     const nDec = o.quick ? 16 : 64;
+    const bw0 = readBandwidth(o);
     const d = await gen(seq, randomTokens(16, 7, V), nDec, performance.now());
     row.decode = (d.n - 1) / ((d.end - d.ttft) / 1000);
+    row.boundTokS = (bw0 + readBandwidth(o)) / 2 / bytesPerToken(gguf);
     progress(`${name}: llama.cpp decode ${row.decode.toFixed(1)} tok/s`);
     // TTFT: cold, then with the prefix kept in the sequence's KV cache (suffix only evaluated)
     const prefix = randomTokens(P, 4242, V);
@@ -347,7 +358,6 @@ export async function run(argv: string[]): Promise<void> {
     if (lib) {
       try {
         const l = await benchLlamaCpp(lib, name, gguf, label, o);
-        l.boundTokS = o.readBw / bytesPerToken(gguf);
         rows.push(l);
         if (o.json) console.log(JSON.stringify(l));
       } catch (e) {
