@@ -108,8 +108,8 @@ async function benchFile(gguf: string) {
       addon.benchRead(threads, 256, 48);
       runs.push((cpuMs() - c - few) / 10);
     }
-    const best = runs.sort((a, b) => a - b)[2];
-    const gbPerCpuS = 2 ** 30 / 1e9 / (best / 1000), bytes = bytesPerToken(gguf);
+    const median = runs.sort((a, b) => a - b)[2];
+    const gbPerCpuS = 2 ** 30 / 1e9 / (median / 1000), bytes = bytesPerToken(gguf);
     console.log(`read bound: ${(bytes / 1e6).toFixed(1)} MB of weights per token at ${gbPerCpuS.toFixed(2)} GB per ` +
       `CPU-second = ${((bytes / 1e9 / gbPerCpuS) * 1000).toFixed(2)} ms CPU per step`);
   }

@@ -239,38 +239,42 @@ static void attn_chunk_values(const KvT* const* vr, int64_t n, const float* p, i
     }
 }
 
-// One chunk of n keys for HP query heads of one KV head (its rows at kr[j] + off, vr[j] + off): scores, the online
-// softmax (p = exp(s - m'), m' = max(m, max s); the running l and o scaled by exp(m - m')), the values.
+// Online softmax, one row: n scores s (n a multiple of VW; -inf where masked, and at least one not) become
+// p = exp(s - m'), m' = max(m, max s), folded into the running max m and sum l; the row's output o (Dh) is scaled by
+// exp(m - m'). Decode chunks and prefill tiles both fold their rows here.
+static inline void softmax_fold(float* s, int64_t n, float& m, float& l, float* o, int64_t Dh) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  vf mv = vf{} + ninf;
+  for (int64_t c = 0; c < n; c += VW) {
+    const vf x = vload(s + c);
+    mv = x > mv ? x : mv;
+  }
+  const float cmax = vmax(mv), mn = m > cmax ? m : cmax;
+  vf sum = {};
+  for (int64_t c = 0; c < n; c += VW) {
+    const vf e = attn_exp(vload(s + c) - mn);  // masked: -inf -> 0
+    vstore(s + c, e);
+    sum += e;
+  }
+  const float corr = m == ninf ? 0.0f : std::exp(m - mn);
+  l = l * corr + vsum(sum);
+  m = mn;
+  if (corr != 1.0f)
+    for (int64_t d = 0; d < Dh; d++) o[d] *= corr;
+}
+
+// One chunk of n keys for HP query heads of one KV head (rows kr[j], vr[j]): scores, the online softmax, the values.
 // q, o: HP rows of Dh; m, l: HP.
 template <typename KvT, int HP>
 static void attn_chunk_heads(const KvT* const* kr, const KvT* const* vr, int64_t n, const float* q, int64_t Dh,
                              float scale, float* o, float* m, float* l) {
   alignas(64) float s[HP * kDecodeChunk];
-  const float ninf = -std::numeric_limits<float>::infinity();
   attn_chunk_scores<KvT, HP>(kr, n, q, Dh, scale, s);
   const int64_t np = (n + VW - 1) / VW * VW;
   for (int g = 0; g < HP; g++) {
     float* sg = s + g * kDecodeChunk;
-    for (int64_t j = n; j < np; j++) sg[j] = ninf;
-    vf mv = vload(sg);
-    for (int64_t c = VW; c < np; c += VW) {
-      const vf x = vload(sg + c);
-      mv = x > mv ? x : mv;
-    }
-    const float mx = std::max(m[g], vmax(mv));
-    vf sum = {};
-    for (int64_t c = 0; c < np; c += VW) {
-      const vf e = attn_exp(vload(sg + c) - mx);  // padding: -inf -> 0
-      vstore(sg + c, e);
-      sum += e;
-    }
-    if (m[g] != mx && m[g] != ninf) {
-      const float corr = std::exp(m[g] - mx);
-      l[g] *= corr;
-      for (int64_t d = 0; d < Dh; d++) o[g * Dh + d] *= corr;
-    }
-    l[g] += vsum(sum);
-    m[g] = mx;
+    for (int64_t j = n; j < np; j++) sg[j] = -std::numeric_limits<float>::infinity();  // padding
+    softmax_fold(sg, np, m[g], l[g], o + g * Dh, Dh);
   }
   attn_chunk_values<KvT, HP>(vr, n, s, Dh, o);
 }
@@ -286,45 +290,42 @@ static void attn_decode_t(const KvCache& kv, int64_t layer, const int32_t* table
     l[g] = 0.0f;
   }
   for (int64_t i = 0; i < H * Dh; i++) o[i] = 0.0f;
-  // rows of keys [j0, j1) (their first KV head's element) into kr, vr, walking the block table; or, prefetch, issue
-  // the loads of their nh heads
-  const KvT* kr[kDecodeChunk];
-  const KvT* vr[kDecodeChunk];
-  // rows of keys [j0, j1): pointers to their first KV head's K and V into kr, vr (walking the block table, no
-  // division per key); or, prefetch >= 0, issue the loads of that head's K and V rows
-  const auto rows = [&](int64_t j0, int64_t j1, int64_t prefetch) {
+  // rows of keys [j0, j1): pointers to their first KV head's K and V (walking the block table, no division per key)
+  const auto rows = [&](int64_t j0, int64_t j1, const KvT** kr, const KvT** vr) {
     for (int64_t j = j0, i = 0; j < j1;) {
       const int64_t blk = table[j / bs], slot = j % bs, n = std::min(bs - slot, j1 - j);
       const KvT* kb = kv.k_at<KvT>(layer, blk, slot) + h0 * Dh;
       const KvT* vb = kv.v_at<KvT>(layer, blk, slot) + h0 * Dh;
-      if (prefetch >= 0) {
-        kv_prefetch_block(kb + prefetch * Dh, n, ld, Dh);
-        kv_prefetch_block(vb + prefetch * Dh, n, ld, Dh);
-      } else {
-        for (int64_t r = 0; r < n; r++, i++) {
-          kr[i] = kb + r * ld;
-          vr[i] = vb + r * ld;
-        }
+      for (int64_t r = 0; r < n; r++, i++) {
+        kr[i] = kb + r * ld;
+        vr[i] = vb + r * ld;
       }
       j += n;
     }
   };
+  // this chunk's rows (buffer cur) and the next one's (cur ^ 1)
+  const KvT* kr[2][kDecodeChunk];
+  const KvT* vr[2][kDecodeChunk];
+  int cur = 0;
+  rows(k0, std::min(k0 + kDecodeChunk, k1), kr[cur], vr[cur]);
   // query heads in passes of at most kMaxHeadsPerPass, as even as the count allows (7 heads: 4 and 3 on AVX2)
   const int64_t passes = (G + kMaxHeadsPerPass - 1) / kMaxHeadsPerPass;
-  for (int64_t c0 = k0; c0 < k1; c0 += kDecodeChunk) {
-    const int64_t n = std::min(kDecodeChunk, k1 - c0);
-    rows(c0, c0 + n, -1);
-    // the next chunk's rows are prefetched a KV head at a time, each before this chunk's same head is computed (the
-    // chunk's blocks are scattered: the hardware prefetchers lose the stream at every block boundary; the whole next
-    // chunk at once queued more misses than the core keeps in flight)
-    const int64_t p0 = c0 + n, p1 = std::min(c0 + n + kDecodeChunk, k1);
+  for (int64_t c0 = k0; c0 < k1; c0 += kDecodeChunk, cur ^= 1) {
+    const int64_t n = std::min(kDecodeChunk, k1 - c0), pn = std::min(kDecodeChunk, k1 - c0 - n);
+    if (pn > 0) rows(c0 + n, c0 + n + pn, kr[cur ^ 1], vr[cur ^ 1]);
     for (int64_t h = 0; h < nh; h++) {
-      if (p0 < p1) rows(p0, p1, h);
+      // the next chunk's rows of this KV head, in flight while this chunk's are computed (a chunk's blocks are
+      // scattered: the hardware prefetchers lose the stream at every block boundary; the whole next chunk at once
+      // queued more misses than the core keeps in flight)
+      for (int64_t j = 0; j < pn; j++) {
+        kv_prefetch_block(kr[cur ^ 1][j] + h * Dh, 1, 0, Dh);
+        kv_prefetch_block(vr[cur ^ 1][j] + h * Dh, 1, 0, Dh);
+      }
       const KvT* kh[kDecodeChunk];
       const KvT* vh[kDecodeChunk];
       for (int64_t j = 0; j < n; j++) {
-        kh[j] = kr[j] + h * Dh;
-        vh[j] = vr[j] + h * Dh;
+        kh[j] = kr[cur][j] + h * Dh;
+        vh[j] = vr[cur][j] + h * Dh;
       }
       for (int64_t p = 0, g0 = h * G, g1 = (h + 1) * G; p < passes; p++) {
         const int64_t hp = (g1 - g0) / (passes - p);
@@ -475,27 +476,13 @@ static void attn_tile_t(const KvCache& kv, int64_t layer, const int32_t* table, 
     for (int64_t r = r_lo; r < r_hi; r++) {
       const int64_t pos = pos0 + r / G, lo = first_key(pos);
       float* s = sc + r * KB;
-      vf mv = vf{} + ninf;
       for (int64_t j0 = 0; j0 < nkp; j0 += VW) {
         vfi idx = {};
         for (int i = 0; i < VW; i++) idx[i] = int32_t(c + j0 + i);
         const vf x = vload(s + j0);
-        const vf y = (idx > int32_t(pos)) | (idx < int32_t(lo)) | (idx >= int32_t(c + nk)) ? vf{} + ninf : x;
-        vstore(s + j0, y);
-        mv = y > mv ? y : mv;
+        vstore(s + j0, (idx > int32_t(pos)) | (idx < int32_t(lo)) | (idx >= int32_t(c + nk)) ? vf{} + ninf : x);
       }
-      const float cmax = vmax(mv), mn = m[r] > cmax ? m[r] : cmax;
-      vf sum = {};
-      for (int64_t j0 = 0; j0 < nkp; j0 += VW) {
-        const vf e = attn_exp(vload(s + j0) - mn);  // masked: -inf -> 0
-        vstore(s + j0, e);
-        sum += e;
-      }
-      const float corr = m[r] == ninf ? 0.0f : std::exp(m[r] - mn);
-      l[r] = l[r] * corr + vsum(sum);
-      m[r] = mn;
-      if (corr != 1.0f)
-        for (int64_t d = 0; d < Dh; d++) o[r * Dh + d] *= corr;
+      softmax_fold(s, nkp, m[r], l[r], o + r * Dh, Dh);
     }
     // O_r += Σ_j p_j·V_j, four rows at a time (padding rows: p of zeros into a sink)
     for (int64_t r0 = r_lo; r0 < r_hi; r0 += 4) {
