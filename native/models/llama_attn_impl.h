@@ -25,9 +25,9 @@ static inline float kv_f32(uint16_t h) { return bf16_to_f32(h); }
 // streamed its whole cache through L2 for each of its tokens.
 // Chunks are 64 keys (scores in passes of 2·VW keys); the masks, maxima and sums of a row are vector
 // loops; values are summed four rows at a time, each value load serving the four. With chunks of 16,
-// per-row scalar loops and one value load per FMA, a 4,096-token SmolLM2-135M prompt spent 63% of its
-// CPU here (about 20 GMAC per CPU-second); now 55% at about 27, and the prompt 1.22x sooner (2 threads,
-// Zen 3, README twelfth session).
+// per-row scalar loops and one value load per FMA, a 4,096-token SmolLM2-135M Q4_K_M prompt took 13.1-13.7 s
+// on 2 threads of the Zen 3 dev machine; now 10.6-10.7 (bench/decode-cpu.mts --prefill 4096, README twelfth
+// session).
 // ---------------------------------------------------------------------------------------------
 static constexpr int64_t KB = kAttnKeyChunk;
 
@@ -79,9 +79,9 @@ static inline vf attn_exp(vf x) {
 // tree for four dot products); values in passes of VP vectors of Dh for the HP heads. The previous
 // kernel took one KV head per call (a third of every slot's cache lines, SmolLM2-135M), scored every key
 // of the range first with one horizontal sum per (key, head), then made Dh/(2·VW) passes over all the
-// values, widening bf16 through two 4-lane halves: 9-10 GMAC/s on one AVX2 thread of the dev machine's
-// EPYC (Zen 3) with the rows in cache, where this one makes 17-20 (SmolLM2-135M's shape, a micro-bench).
-// Inside a decode step the rows come from memory and bound it: 1.1-1.3x the previous kernel there.
+// values, widening bf16 through two 4-lane halves. SmolLM2-135M Q4_K_M decode on 2 threads of the Zen 3 dev
+// machine, 128 tokens: 8.8-10.4 -> 8.2-9.0 ms CPU a token (bench/decode-cpu.mts, README twelfth session); at long
+// contexts the K/V rows come from memory and their reads bound it.
 // ---------------------------------------------------------------------------------------------
 static constexpr int64_t kDecodeChunk = 16;
 #if defined(__AVX512F__)
