@@ -668,6 +668,13 @@ void quant_dequantize_packed(DType t, int64_t N, int64_t K, const void* w, int64
 // 100 / 115, 8 131 / 124, 16 249-253 / 138, 32 290-315 / 146; 896 x 4864 Q4_K M = 8 103-106 / 102-104, 16 202-205
 // / 115-118, 32 254-259 / 123-125 (Q5_K the same), Q6_K 8 95 / 76-78, 16 182 / 90, 32 236 / 96-98.
 constexpr int64_t kLanesMinM = 6;  // the least of lanes_min_m: quant_acts lays the lanes out from here
+// From how many rows of x packed Q8_0 takes the s16 lanes on AVX2 (quant_acts lays them out from here). 1 thread,
+// Zen 3, GMAC per CPU-second, two alternated runs of bench/quant-kernels.mts, the 4-row tiles (gemm4_q8_0x4_q8)
+// against the lanes: M = 32: 4864 x 896 51.0-51.3 / 54.5-58.5, 896 x 4864 49.7-50.8 / 54.0-58.3, 1536 x 576 49.1-49.9
+// / 53.1-56.8, 576 x 1536 49.5-49.7 / 54.1-57.9; M = 512 (prefill) 4864 x 896 50.1-50.4 / 53.9-56.2, 896 x 4864
+// 49.4-50.2 / 53.8-58.0; M = 16 about 51.5 / 54. Below 16 rows a vector of 8 rows is too few for each broadcast
+// weight pair: from 8 rows the lanes read 39-41 (M = 9: 31) where the tiles read 48-51.
+constexpr int64_t kWideMinM = 16;
 static int64_t lanes_min_m(DType t) {
   switch (t) {
     case DType::Q8_0: return kLanesMinM;
@@ -689,7 +696,8 @@ void linear_quant(DType t, int64_t M, int64_t N, int64_t K, const float* x, int6
   // prompt, 2 threads, load about 6: 2,150 -> 892 ms CPU, the dequantized panels below -> this). On AVX2 decode's
   // 32-row tiles (bench/quant-kernels.mts --m 512 --layouts packed, 1 thread, Zen 3, two alternated runs: Q8_0 41 ->
   // 49, Q5_0 41 -> 61, Q4_K 41 -> 65, Q5_K 41 -> 64, Q6_K 41 -> 55 GMAC per CPU-second; 512-token prefill, 2 threads:
-  // Qwen2.5-0.5B Q8_0 199 -> 231 tok/s, Q4_K_M 204 -> 279, SmolLM2-135M Q8_0 574 -> 697, Q4_K_M 589 -> 749)
+  // Qwen2.5-0.5B Q8_0 199 -> 231 tok/s, Q4_K_M 204 -> 279, SmolLM2-135M Q8_0 574 -> 697, Q4_K_M 589 -> 749), Q8_0
+  // through the s16 lanes there (kWideMinM)
   if (M > kQuantSmallM && quant_prefill_int8(t, packed)) {
     for (int64_t m0 = 0; m0 < M; m0 += kQuantSmallM) {
       quant_acts(std::min(kQuantSmallM, M - m0), K, x + m0 * ldx, ldx, &a);
@@ -745,14 +753,20 @@ void quant_acts_begin(int64_t M, int64_t K, QuantActs* a) {
   a->sq.clear();
   a->lanes = quant_isa() == 2 && M >= kLanesMinM;
   if (a->lanes) avx512::quant_acts_lanes_size(a);
+  a->wide = quant_isa() == 1 && M >= kWideMinM;
+  a->xw.clear();
+  a->dw.clear();
+  if (a->wide) avx2::quant_acts_wide_size(a);
   for (int64_t g = 0; g < (M + 15) / 16; g++) a->left[g].store(int32_t(std::min<int64_t>(16, M - 16 * g)));
 }
 
 void quant_acts_row(QuantActs* a, int64_t m, const float* x_row) {
   const int64_t K = a->K, nb = K / kQ8Block;
   quant_act_fn()(K, x_row, a->q.data() + m * K, a->d.data() + m * nb, a->ds.data() + m * nb);
-  if (a->lanes && a->left[m / 16].fetch_sub(1, std::memory_order_acq_rel) == 1)
-    avx512::quant_acts_lanes(a, m / 16 * 16);
+  if ((a->lanes || a->wide) && a->left[m / 16].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (a->lanes) avx512::quant_acts_lanes(a, m / 16 * 16);
+    else avx2::quant_acts_wide(a, m / 16 * 16);
+  }
 }
 
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a) {
@@ -809,7 +823,7 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
     QuantDotFn dot;
     QuantDot4Fn dot4;
     QuantGemm4Fn gemm4, gemm8;
-    bool lanes;
+    bool lanes, wide;
     const float* dsp;
     int64_t col0;
   };
@@ -854,6 +868,8 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
     pl.rs = packed ? 4 * pl.rb : pl.rb;
     // a packed type with a rows-in-lanes kernel, against enough rows of x on AVX-512 VNNI (quant_acts laid them out)
     pl.lanes = packed && isa == 2 && lanes_min_m(pt.t) && M >= lanes_min_m(pt.t) && !a.xt.empty();
+    // packed Q8_0 against the s16 lanes on AVX2 (quant_acts laid them out)
+    pl.wide = packed && isa == 1 && pt.t == DType::Q8_0 && !a.xw.empty();
     pl.dsp = a.ds.data();
     pl.col0 = col;
     const int64_t span = std::max(kChunk, (pt.N + 8 * nth - 1) / (8 * nth) + kChunk - 1) / kChunk * kChunk;
@@ -917,6 +933,7 @@ void linear_quant_acts_parts(const QuantActs& a, const QuantPart* parts, int n_p
         avx512::gemm_lanes(part.t, a, wb + size_t(n) * rb, rs, (c1 - n) / 4, v, kChunk);
         n += (c1 - n) / 4 * 4;
       }
+      for (; pl.wide && n + 4 <= c1; n += 4) avx2::gemm4_q8_0x4_wide(K, wb + size_t(n) * rb, a, v + (n - c0), kChunk);
       for (; pl.gemm8 && n + 8 <= c1; n += 8)
         pl.gemm8(K, wb + size_t(n) * rb, rs, M, qp, dp, dsp, v + (n - c0), kChunk);
       for (; n + 4 <= c1; n += 4) {

@@ -89,7 +89,15 @@ using QuantDequant4Fn = void (*)(int64_t K, const uint8_t* w, float* y, int64_t 
   }
 
 namespace portable { LOOM_QUANT_DECLS }
-namespace avx2 { LOOM_QUANT_DECLS }
+namespace avx2 {
+LOOM_QUANT_DECLS
+// AVX2 only (quant_avx2.cc): a's s16 lanes for packed Q8_0 (xw, dw: M8 = M rounded up to 8), sized, then rows
+// m0 .. m0 + 15 laid out in them (m0 a multiple of 16); and y[m·ldy + n] (n < 4) of one packed Q8_0 group against
+// them
+void quant_acts_wide_size(QuantActs* a);
+void quant_acts_wide(QuantActs* a, int64_t m0);
+void gemm4_q8_0x4_wide(int64_t K, const uint8_t* w, const QuantActs& a, float* y, int64_t ldy);
+}  // namespace avx2
 namespace avx512 {
 LOOM_QUANT_DECLS
 // AVX-512 VNNI only (quant_avx512.cc): a's lanes sized for its M (2-32) rows (xt, xs, dt, st, sq; Mp = M rounded up to

@@ -10,7 +10,8 @@
 //     W is read in groups of 4 rows (one activation load for 4 rows, 4 accumulators in registers; for M > 1
 //     tiles of 8 rows unpacked once into L1, each pair of rows of x then passing with its accumulators in
 //     registers; AVX-512 VNNI, the packed types and 6-8+ rows of x: 16 rows of x per 512-bit vector instead,
-//     quant_avx512.cc), so a step reads the weights once whatever M.
+//     quant_avx512.cc; AVX2, packed Q8_0 and 16+ rows of x: 8 rows per vector as s16, quant_avx2.cc), so a step
+//     reads the weights once whatever M.
 //     The error against the dequantized f32 product is bounded by Σ_k |w_k|·d_b(k)/2, d_b the activation
 //     scale of k's block.
 //   larger M (prefill): on AVX2 and AVX-512, for the packed types (quant_prefill_int8), as above kQuantSmallM rows
@@ -78,9 +79,13 @@ struct QuantActs {
   std::vector<int8_t> xs;
   std::vector<float> dt, st;
   std::vector<int32_t> sq;
-  // while rows are filled (quant_acts_begin / quant_acts_row): whether the lanes are built, and the rows of each
-  // vector of 16 still to come
-  bool lanes = false;
+  // AVX2 and enough rows (else empty): the rows in 256-bit lanes for packed Q8_0, M8 = M rounded up to 8: xw
+  // (K/2, M8, 2) each pair of values of each row as s16 (rows past M zero), dw (K/32, M8) d
+  std::vector<int16_t> xw;
+  std::vector<float> dw;
+  // while rows are filled (quant_acts_begin / quant_acts_row): whether the lanes (AVX-512) or the s16 lanes (AVX2)
+  // are built, and the rows of each group of 16 still to come
+  bool lanes = false, wide = false;
   std::atomic<int32_t> left[kQuantSmallM / 16] = {};
 };
 void quant_acts(int64_t M, int64_t K, const float* x, int64_t ldx, QuantActs* a);
