@@ -958,27 +958,29 @@ void gemm4_q8_0x4_q8(int64_t K, const uint8_t* w, size_t, int64_t M, const int8_
   for (int64_t m = 0; m < M; m++) store_lane_pairs(acc[m], y + m * ldy);
 }
 
-// Q5_0x4 block (88 bytes) → the 4 interleaved value vectors (0-31) of interleave4's layout. Chunk c's 5th bits by one
-// vpshufb from a 16-entry table (the nibble of 5th bits → 0x10 where its bit c is set), where a shift and a mask
-// took two operations (AVX2, `bench/quant-kernels.mts --types Q5_0 --m 1 --layouts packed`, 1 thread, two alternated
-// runs: 23.3-24.3 → 24.9-26.2 GMAC per CPU-second over 1536 x 576, 576 x 1536 and 49152 x 576)
+// The 5th bit of chunk c's values from h (byte i: bit c = the 5th bit of byte i of chunk c, h < 16) as 0x10: one
+// vpshufb from a 16-entry table, where a shift and a mask took two operations (AVX2, `bench/quant-kernels.mts
+// --m 1 --layouts packed`, 1 thread, two alternated runs, GMAC per CPU-second: Q5_0 23.3-24.3 → 24.9-26.2 over
+// 1536 x 576, 576 x 1536 and 49152 x 576; Q5_K 26.2-26.7 → 27.4-28.1 over 2048 x 1536 and 576 x 1536)
+static inline __m256i fifth_bits(__m256i h, int c) {
+  alignas(32) static const uint8_t t[4][32] = {
+    {0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16},
+    {0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16},
+    {0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16},
+    {0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16},
+  };
+  return _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(t[c])), h);
+}
+
+// Q5_0x4 block (88 bytes) → the 4 interleaved value vectors (0-31) of interleave4's layout
 static inline void unpack_q5_0x4(const uint8_t* wb, __m256i* v) {
   const __m256i lo4 = _mm256_set1_epi8(0x0F);
   const __m256i n01 = loadu256(wb + 8), n23 = loadu256(wb + 40);
   const __m256i h = nibbles_32(wb + 72);  // byte i: bit c = the 5th bit of byte i of chunk c
-  auto fifth = [&](int c) {
-    alignas(32) static const uint8_t t[4][32] = {
-      {0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16},
-      {0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16},
-      {0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16},
-      {0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16},
-    };
-    return _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(t[c])), h);
-  };
-  v[0] = _mm256_or_si256(_mm256_and_si256(n01, lo4), fifth(0));
-  v[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n01, 4), lo4), fifth(1));
-  v[2] = _mm256_or_si256(_mm256_and_si256(n23, lo4), fifth(2));
-  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n23, 4), lo4), fifth(3));
+  v[0] = _mm256_or_si256(_mm256_and_si256(n01, lo4), fifth_bits(h, 0));
+  v[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n01, 4), lo4), fifth_bits(h, 1));
+  v[2] = _mm256_or_si256(_mm256_and_si256(n23, lo4), fifth_bits(h, 2));
+  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n23, 4), lo4), fifth_bits(h, 3));
 }
 
 // Q5_0x4, one row of x: y[r] = d_w·(d_x·Σ q_w·q_x - 16·ds) for the 4 rows of the group at w
@@ -1111,9 +1113,8 @@ static inline void unpack_q6_Kx4(const uint8_t* p, __m256i* v) {
 // Q5_Kx4 sub-block at p: the nibbles, then the 5th bits of the 16 bytes at p + 64 as Q5_0x4's (0-31)
 static inline void unpack_q5_Kx4(const uint8_t* p, __m256i* v) {
   unpack_nibbles_x4(p, v);
-  const __m256i b5 = _mm256_set1_epi8(0x10);
   const __m256i h = nibbles_32(p + 64);  // byte i: bit c = the 5th bit of byte i of chunk c
-  for (int c = 0; c < 4; c++) v[c] = _mm256_or_si256(v[c], _mm256_and_si256(_mm256_slli_epi16(h, 4 - c), b5));
+  for (int c = 0; c < 4; c++) v[c] = _mm256_or_si256(v[c], fifth_bits(h, c));
 }
 
 // Q4_Kx4 / Q5_Kx4 sub-block j of the super-block at wb
