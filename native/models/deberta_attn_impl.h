@@ -280,6 +280,13 @@ static void attend(const deberta::AttnTask& t) {
       for (int64_t j = 0; j < n; j++) pr[j] = row[j] * inv[i];
     }
   }
+  if (t.keep)  // attention dropout: the dropped probabilities out of S, the kept ones scaled by 1 / (1 − p)
+    for (int64_t i = 0; i < n; i++) {
+      float* row = S + i * Np;
+      const uint8_t* kp = t.keep + i * n;
+      for (int64_t j = 0; j < n; j++) row[j] = kp[j] ? row[j] : 0.0f;
+      inv[i] *= t.keep_scale;
+    }
   // ctx = (S · V) / rowsum                                          (n, d)
   mm(Np, dp, Np, S, Np, 1, Vh, dp, t.ctx, t.ldc, n, d, inv);
 }

@@ -28,6 +28,10 @@ struct AttnTask {
   float* ctx = nullptr;                  // (n, d) output, row stride ldc
   int64_t ldc = 0;
   float* probs = nullptr;                // (n, n) normalized probabilities (training), or null
+  // Attention dropout (training), or null: keep (n, n), 1 = kept; ctx then sums the kept probabilities times
+  // keep_scale = 1 / (1 − p) (probs stay the undropped ones, which the softmax backward reads)
+  const uint8_t* keep = nullptr;
+  float keep_scale = 1.0f;
   float* scratch = nullptr;              // attn_scratch_floats(n, d) floats, 64-byte aligned
   int64_t delta(int64_t rel) const { return dtab[rel + R - 1]; }
 };
@@ -40,16 +44,16 @@ inline size_t attn_scratch_floats(int64_t n, int64_t d) {
                 r16(Np + 16) + 2 * r16(2 * Np) + 64);
 }
 
-// The tables every task of a forward shares (deberta.cc's forward and the training graph's forward without
-// attention dropout, native/train/encoder_train.cc):
+// The tables every task of a forward shares (deberta.cc's forward and the training graph's forward,
+// native/train/encoder_train.cc):
 // δ(rel) for |rel| < R into dtab, R = nmax rounded up to 16, + 16 (covers every padded tile of the kernels); returns R
 int64_t delta_table(const Config& c, int64_t nmax, std::vector<int32_t>& dtab);
 // PQ, PK (S2, D) -> per head (d, S2P) zero-padded: PQᵀ into PQT, PKᵀ with reversed columns into PKTr
 void rel_proj_layout(int64_t S2, int64_t D, int64_t H, int64_t S2P, const float* PQ, const float* PK,
                      std::vector<float>& PQT, std::vector<float>& PKTr);
 
-// One task on the active ISA's kernel (the inference forward, and the training graph's forward without attention
-// dropout: native/train/encoder_train.cc).
+// One task on the active ISA's kernel (the inference forward, and the training graph's forward with or without
+// attention dropout: native/train/encoder_train.cc).
 void attn_run(const AttnTask& t);
 
 }  // namespace loom::deberta

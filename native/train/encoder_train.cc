@@ -154,13 +154,31 @@ struct EncActs {
 };
 
 // Inverted dropout: x (n) *= keep / (1 - p), keep ~ Bernoulli(1 - p) from `rng`; the mask is kept for backward.
-void dropout_fwd(int64_t n, float p, Rng& rng, float* x, std::vector<uint8_t>& keep) {
+// keep[0 .. n) = 1 with probability 1 − p (to 2^-16), 0 else: four 16-bit fields of each draw of r (one draw per
+// value, its mix two 64-bit multiplies, was most of a tiny model's dropout time)
+void keep_mask(Rng& r, float p, int64_t n, uint8_t* keep) {
+  const uint64_t thr = uint64_t(std::lround(double(p) * 65536.0));
+  for (int64_t i = 0; i < n; i += 4) {
+    const uint64_t z = r.next();
+    for (int64_t k = 0; k < 4 && i + k < n; k++) keep[i + k] = ((z >> (16 * k)) & 0xFFFF) >= thr;
+  }
+}
+
+// x (n) = x ⊙ keep / (1 − p), the mask drawn per chunk of kDropChunk values from its own stream of `seed` (chunks
+// over the pool; the same mask whatever the thread count)
+void dropout_fwd(int64_t n, float p, uint64_t seed, float* x, std::vector<uint8_t>& keep) {
+  constexpr int64_t kDropChunk = 8192;
   keep.resize(size_t(n));
   const float s = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < n; i++) {
-    keep[size_t(i)] = rng.uniform() >= p;
-    x[i] = keep[size_t(i)] ? x[i] * s : 0.0f;
-  }
+  parallel_for((n + kDropChunk - 1) / kDropChunk, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; c++) {
+      const int64_t i0 = c * kDropChunk, m = std::min(kDropChunk, n - i0);
+      Rng r(Rng::mix(seed) + uint64_t(c));
+      uint8_t* kp = keep.data() + i0;
+      keep_mask(r, p, m, kp);
+      for (int64_t i = 0; i < m; i++) x[i0 + i] = kp[i] ? x[i0 + i] * s : 0.0f;
+    }
+  });
 }
 
 // dx (n) = dy ⊙ keep / (1 - p) (in place when dx == dy); a no-op when the forward kept no mask.
@@ -193,8 +211,9 @@ void round_bf16(int64_t n, const float* src, float* dst, std::vector<uint16_t>& 
 // (exact in fp32; only the summation order differs, and P·V takes P unrounded): a forward that skipped the rounding
 // did not match the bf16 backward, and the intent-classification learning test (encoder-classification) fell to
 // chance. At 96-token heads the pair-packed bf16 GEMMs spent as long packing their operands as multiplying them.
+// pa > 0: attention dropout, the mask of (sample, head) bh drawn from drop_seed(seed, l, 1, bh) into a.keep_p
 void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const uint8_t* mask, const int32_t* groups,
-                LayerActs& a, EncActs& A) {
+                LayerActs& a, EncActs& A, float pa, uint64_t seed, int64_t l) {
   const int64_t D = c.D, H = c.H, d = D / H, S2 = 2 * c.att_span(), S2P = S2 + 32;
   const float *q = a.q.data(), *k = a.k.data(), *v = a.v.data();
   deberta::rel_proj_layout(S2, D, H, S2P, a.PQ.data(), a.PK.data(), A.PQT, A.PKTr);
@@ -245,6 +264,13 @@ void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const
       t.ldc = D;
       t.probs = a.probs.data() + bh * N * N;
       t.scratch = scr0 + size_t(tid) * scr;
+      if (pa > 0) {
+        uint8_t* kp = a.keep_p.data() + bh * N * N;
+        Rng r(drop_seed(seed, l, 1, bh));
+        keep_mask(r, pa, N * N, kp);
+        t.keep = kp;
+        t.keep_scale = 1.0f / (1.0f - pa);
+      }
       deberta::attn_run(t);
     }
   });
@@ -253,7 +279,7 @@ void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const
 void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng* rng) {
   const deberta::Config& c = m.cfg.deb;
   const bool bf = m.cfg.bf16;
-  const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
+  const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, S2 = 2 * c.att_span();
   for (int64_t t = 0; t < BN; t++)
     if (in.ids[t] < 0 || in.ids[t] >= c.V) throw std::out_of_range("encoder train: token id out of range");
   const int64_t KF = m.feat_emb && in.feats ? c.feat_cols : 0;
@@ -294,11 +320,9 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   const float ph = in.hidden_dropout, pa = in.attention_dropout;
   A.keep_emb.clear();  // (a mask of an earlier step with dropout would read as this step's: see dropout_bwd)
   if (ph > 0) {
-    Rng r(drop_seed(in.seed, -1, 0, 0));
-    dropout_fwd(BN * D, ph, r, x.data(), A.keep_emb);
+    dropout_fwd(BN * D, ph, drop_seed(in.seed, -1, 0, 0), x.data(), A.keep_emb);
   }
   A.layers.resize(size_t(c.L));
-  const int64_t lo = A.lo, ncol = A.ncol;
   for (int64_t l = 0; l < c.L; l++) {
     const Layer& L = m.layers[size_t(l)];
     LayerActs& a = A.layers[size_t(l)];
@@ -319,70 +343,11 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     a.probs.resize(size_t(B * H * N * N));  // every (sample, head) writes its block in full
     if (pa > 0) a.keep_p.resize(size_t(B * H * N * N));
     a.ctx.resize(size_t(BN * D));
-    if (pa == 0) attend_fwd(c, bf, B, N, in.mask, in.groups, a, A);
-    else pool_run(threads_get(), [&](int tid, int nt) {  // with attention dropout (the mask is kept for backward)
-      std::vector<float> c2p(size_t(N * ncol)), p2c(size_t(N * ncol)), Pd(pa > 0 ? size_t(N * N) : 0);
-      for (int64_t bh = tid; bh < B * H; bh += nt) {
-        const int64_t b = bh / H, hh = bh % H;
-        const float* q = a.q.data() + b * N * D + hh * d;
-        const float* k = a.k.data() + b * N * D + hh * d;
-        const float* v = a.v.data() + b * N * D + hh * d;
-        const uint8_t* mk = in.mask + b * N;
-        const int32_t* gs = in.groups ? in.groups + b * N : nullptr;  // label isolation: groups and positions
-        const int32_t* gp = in.groups ? A.gpos.data() + b * N : nullptr;
-        float* P = a.probs.data() + bh * N * N;
-        sgemm_as(bf, false, true, N, N, d, 1.0f, q, D, k, D, 0.0f, P, N);  // q·kᵀ
-        if (c.c2p) sgemm_as(bf, false, true, N, ncol, d, 1.0f, q, D, a.PK.data() + lo * D + hh * d, D, 0.0f, c2p.data(), ncol);
-        if (c.p2c) sgemm_as(bf, false, true, N, ncol, d, 1.0f, k, D, a.PQ.data() + lo * D + hh * d, D, 0.0f, p2c.data(), ncol);
-        for (int64_t i = 0; i < N; i++) {
-          float* row = P + i * N;
-          const int32_t* di = A.dtab.data() + (i + N - 1);
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < N; j++) {
-            if (!mk[j] || (gs && gs[j] != 0 && gs[j] != gs[i])) {
-              row[j] = -INFINITY;
-              continue;
-            }
-            int32_t r = gp ? A.dtab[size_t(gp[i] - gp[j] + N - 1)] : di[-j];
-            float s = row[j];
-            if (c.c2p) s += c2p[size_t(i * ncol + r)];
-            if (c.p2c) s += p2c[size_t(j * ncol + r)];
-            s *= A.inv_scale;
-            row[j] = s;
-            mx = std::max(mx, s);
-          }
-          if (mx == -INFINITY) {
-            std::memset(row, 0, size_t(N) * 4);
-            continue;
-          }
-          float sum = 0.0f;
-          for (int64_t j = 0; j < N; j++) {
-            float e = std::exp(row[j] - mx);
-            row[j] = e;
-            sum += e;
-          }
-          float inv = 1.0f / sum;
-          for (int64_t j = 0; j < N; j++) row[j] *= inv;
-        }
-        if (pa > 0) {
-          // ctx = drop(P)·V with P kept undropped (softmax backward) and the mask beside it
-          Rng r(drop_seed(in.seed, l, 1, bh));
-          const float s = 1.0f / (1.0f - pa);
-          uint8_t* kp = a.keep_p.data() + bh * N * N;
-          for (int64_t i = 0; i < N * N; i++) {
-            kp[i] = r.uniform() >= pa;
-            Pd[size_t(i)] = kp[i] ? P[i] * s : 0.0f;
-          }
-        }
-        sgemm_as(bf, false, false, N, d, N, 1.0f, pa > 0 ? Pd.data() : P, N, v, D, 0.0f, a.ctx.data() + b * N * D + hh * d,
-              D);
-      }
-    });
+    attend_fwd(c, bf, B, N, in.mask, in.groups, a, A, pa, in.seed, l);
     a.a_pre.resize(size_t(BN * D));
     L.o.fwd(BN, a.ctx.data(), a.a_pre.data(), &a.lo, rng);
     if (ph > 0) {
-      Rng r(drop_seed(in.seed, l, 2, 0));
-      dropout_fwd(BN * D, ph, r, a.a_pre.data(), a.keep_o);
+      dropout_fwd(BN * D, ph, drop_seed(in.seed, l, 2, 0), a.a_pre.data(), a.keep_o);
     }
     add_fwd(BN * D, a.a_pre.data(), x.data(), a.a_pre.data());
     a.ln1_mean.resize(static_cast<size_t>(BN));
@@ -397,8 +362,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     a.f_pre.resize(size_t(BN * D));
     L.out.fwd(BN, a.h.data(), a.f_pre.data(), &a.lout, rng);
     if (ph > 0) {
-      Rng r(drop_seed(in.seed, l, 3, 0));
-      dropout_fwd(BN * D, ph, r, a.f_pre.data(), a.keep_f);
+      dropout_fwd(BN * D, ph, drop_seed(in.seed, l, 3, 0), a.f_pre.data(), a.keep_f);
     }
     add_fwd(BN * D, a.f_pre.data(), a.a.data(), a.f_pre.data());
     a.ln2_mean.resize(static_cast<size_t>(BN));

@@ -330,7 +330,7 @@ t.test('bf16 compute: gradients as close to fp32 as bf16 weights allow; a traini
 // Label isolation (fresh encoders, src/models/encoder/label-isolation.ts): each classification label's [L] and words
 // form a group that sees only the shared tokens and itself, at positions that skip the other labels. The backward
 // reads the stored probabilities (zero between groups) and takes δ from the same positions: the finite-difference
-// check with and without dropout (the dropout path has its own attention forward).
+// check with and without dropout (attention dropout goes through the same attention kernel).
 t.test('label isolation: the same gradient check, with and without dropout', async (t) => {
   const classes = ['negative', 'neutral', 'positive', 'mixed'];
   const ex = recordsToExamples(records, ['company', 'location', 'person'], classes);
