@@ -153,7 +153,6 @@ struct EncActs {
   std::vector<float> dR, dtmp, dh, dhp, dctx, dq, dk, dv, dPQ, dPK, ddrop;
 };
 
-// Inverted dropout: x (n) *= keep / (1 - p), keep ~ Bernoulli(1 - p) from `rng`; the mask is kept for backward.
 // keep[0 .. n) = 1 with probability 1 − p (to 2^-16), 0 else: four 16-bit fields of each draw of r (one draw per
 // value, its mix two 64-bit multiplies, was most of a tiny model's dropout time)
 void keep_mask(Rng& r, float p, int64_t n, uint8_t* keep) {
@@ -164,8 +163,8 @@ void keep_mask(Rng& r, float p, int64_t n, uint8_t* keep) {
   }
 }
 
-// x (n) = x ⊙ keep / (1 − p), the mask drawn per chunk of kDropChunk values from its own stream of `seed` (chunks
-// over the pool; the same mask whatever the thread count)
+// Inverted dropout: x (n) = x ⊙ keep / (1 − p), keep ~ Bernoulli(1 − p) kept for backward, drawn per chunk of
+// kDropChunk values from its own stream of `seed` (chunks over the pool; the same mask whatever the thread count)
 void dropout_fwd(int64_t n, float p, uint64_t seed, float* x, std::vector<uint8_t>& keep) {
   constexpr int64_t kDropChunk = 8192;
   keep.resize(size_t(n));
