@@ -132,21 +132,39 @@ namespace {
 struct LayerActs {
   std::vector<float> x_in, q, k, v, PQ, PK, probs, ctx, a_pre, ln1_mean, ln1_rstd, a, h_pre, h, f_pre, ln2_mean,
       ln2_rstd;
-  std::vector<uint8_t> keep_p, keep_o, keep_f;  // dropout masks: probs (B*H*N*N), attention / FFN outputs (B*N*D)
+  std::vector<uint8_t> keep_p, keep_o, keep_f;  // dropout masks: probs (H·Σ len²), attention / FFN outputs (T*D)
   LinActs lq, lk, lv, lpq, lpk, lo, li, lout;
 };
+// Packing, as deberta::forward packs a served batch: sample b owns rows [off[b], off[b] + len[b]) of the (T, D)
+// activations. Right padding (mask 1…1 0…0) is dropped, so a step costs its real tokens, not B·N; a sample with another
+// mask, or one whose heads read a row of its padding, keeps its N rows with the padded keys masked (as before packing).
+struct Pack {
+  int64_t B = 0, N = 0, T = 0, nmax = 0;  // samples, the batch's row stride, packed rows, the longest len
+  std::vector<int64_t> len, off;          // (B), (B+1)
+  std::vector<int64_t> poff;              // (B+1) probability blocks: sample b's head h at poff[b] + h·len[b]²
+  std::vector<int64_t> order;             // samples by len, longest first (attention tasks)
+  std::vector<uint8_t> whole;             // (B) 1 = every key of the sample is real (no key mask)
+  std::vector<int32_t> ids, feats, groups;  // packed (T), (T·feat_cols), (T)
+  std::vector<uint8_t> mask;               // packed (T)
+  int64_t row(int64_t r) const {  // row r of the (B*N) layout → its packed row
+    const int64_t b = r / N;
+    return off[size_t(b)] + (r - b * N);
+  }
+};
+
 struct EncActs {
-  std::vector<float> x;  // (B*N, D) the hidden state between layers
+  Pack pk;
+  std::vector<float> x;  // (T, D) the hidden state between layers
   // attend_fwd: the layer's position projections per head in the kernel's layout, δ by relative position, and
   // the kernel's scratch per thread (64-byte aligned inside)
   std::vector<float> PQT, PKTr, attn_scratch, qkv_r;
   std::vector<int32_t> kdtab;
   std::vector<uint16_t> bf16_tmp;  // round_bf16's buffer
   std::vector<float> emb, emb_mean, emb_rstd, R, rel_mean, rel_rstd;
-  std::vector<uint8_t> keep_emb;  // dropout mask of the embedding output (B*N*D)
+  std::vector<uint8_t> keep_emb;  // dropout mask of the embedding output (T*D)
   std::vector<LayerActs> layers;
   std::vector<int32_t> dtab;
-  std::vector<int32_t> gpos;  // (B*N) label-isolation positions (empty: none; relative positions are i − j)
+  std::vector<int32_t> gpos;  // (T) label-isolation positions (empty: none; relative positions are i − j)
   int64_t lo = 0, ncol = 0;
   float inv_scale = 1.0f;
   // encoder_bwd's work buffers
@@ -209,6 +227,49 @@ void round_bf16(int64_t n, const float* src, float* dst, std::vector<uint16_t>& 
   convert_bf16_to_f32(n, tmp.data(), dst);
 }
 
+// Packs the batch of `in` into P (see Pack). rows: the (B*N) rows the heads read (word pieces, segment rows).
+void pack_build(const StepIn& in, int64_t H, int64_t KF, const std::vector<int64_t>& rows, Pack& P) {
+  const int64_t B = in.B, N = in.N;
+  P.B = B;
+  P.N = N;
+  P.len.assign(size_t(B), 0);
+  P.off.assign(size_t(B) + 1, 0);
+  std::vector<int64_t> need(size_t(B), 0);  // 1 + the last row the heads read, or a real token's group
+  for (int64_t r : rows) need[size_t(r / N)] = std::max(need[size_t(r / N)], r % N + 1);
+  for (int64_t t = 0; in.groups && t < B * N; t++)
+    if (in.mask[t]) need[size_t(t / N)] = std::max<int64_t>(need[size_t(t / N)], in.groups[t] + 1);
+  P.whole.assign(size_t(B), 0);
+  for (int64_t b = 0; b < B; b++) {
+    const uint8_t* mb = in.mask + b * N;
+    int64_t k = 0;
+    while (k < N && mb[k]) k++;
+    int64_t z = k;
+    while (z < N && !mb[z]) z++;
+    const bool packed = z == N && k > 0 && need[size_t(b)] <= k;
+    P.len[size_t(b)] = packed ? k : N;
+    P.whole[size_t(b)] = k == N || packed;
+    P.off[size_t(b) + 1] = P.off[size_t(b)] + P.len[size_t(b)];
+  }
+  P.T = P.off[size_t(B)];
+  P.nmax = *std::max_element(P.len.begin(), P.len.end());
+  P.poff.assign(size_t(B) + 1, 0);
+  for (int64_t b = 0; b < B; b++) P.poff[size_t(b) + 1] = P.poff[size_t(b)] + H * P.len[size_t(b)] * P.len[size_t(b)];
+  P.order.resize(size_t(B));
+  for (int64_t b = 0; b < B; b++) P.order[size_t(b)] = b;
+  std::stable_sort(P.order.begin(), P.order.end(), [&](int64_t p, int64_t q) { return P.len[size_t(p)] > P.len[size_t(q)]; });
+  P.ids.resize(size_t(P.T));
+  P.mask.resize(size_t(P.T));
+  P.feats.resize(in.feats && KF ? size_t(P.T * KF) : 0);
+  P.groups.resize(in.groups ? size_t(P.T) : 0);
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t n = P.len[size_t(b)], o = P.off[size_t(b)];
+    std::memcpy(P.ids.data() + o, in.ids + b * N, size_t(n) * 4);
+    std::memcpy(P.mask.data() + o, in.mask + b * N, size_t(n));
+    if (in.feats && KF) std::memcpy(P.feats.data() + o * KF, in.feats + b * N * KF, size_t(n * KF) * 4);
+    if (in.groups) std::memcpy(P.groups.data() + o, in.groups + b * N, size_t(n) * 4);
+  }
+}
+
 // Attention of one layer without dropout, one task per (sample, head) on the inference forward's kernel
 // (deberta_attn_impl.h: fp32 products register-blocked on zero-padded copies of the head, the relative-position
 // gathers and the softmax vectorized); it also writes the probabilities the backward needs. In bf16 compute its
@@ -216,34 +277,36 @@ void round_bf16(int64_t n, const float* src, float* dst, std::vector<uint16_t>& 
 // (exact in fp32; only the summation order differs, and P·V takes P unrounded): a forward that skipped the rounding
 // did not match the bf16 backward, and the intent-classification learning test (encoder-classification) fell to
 // chance. At 96-token heads the pair-packed bf16 GEMMs spent as long packing their operands as multiplying them.
-// pa > 0: attention dropout, the mask of (sample, head) bh drawn from drop_seed(seed, l, 1, bh) into a.keep_p
-void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const uint8_t* mask, const int32_t* groups,
-                LayerActs& a, EncActs& A, float pa, uint64_t seed, int64_t l) {
-  const int64_t D = c.D, H = c.H, d = D / H, S2 = 2 * c.att_span(), S2P = S2 + 32;
+// pa > 0: attention dropout, the mask of (sample, head) bh = b·H + h drawn from drop_seed(seed, l, 1, bh) into
+// a.keep_p. Samples packed (A.pk): the task of sample b runs its len[b] tokens.
+void attend_fwd(const deberta::Config& c, bool bf16, LayerActs& a, EncActs& A, float pa, uint64_t seed, int64_t l) {
+  const Pack& P = A.pk;
+  const int64_t B = P.B, T = P.T, D = c.D, H = c.H, d = D / H, S2 = 2 * c.att_span(), S2P = S2 + 32;
   const float *q = a.q.data(), *k = a.k.data(), *v = a.v.data();
   deberta::rel_proj_layout(S2, D, H, S2P, a.PQ.data(), a.PK.data(), A.PQT, A.PKTr);
   if (bf16) {
-    A.qkv_r.resize(size_t(3 * B * N * D));
+    A.qkv_r.resize(size_t(3 * T * D));
     float* r = A.qkv_r.data();
-    round_bf16(B * N * D, q, r, A.bf16_tmp);
-    round_bf16(B * N * D, k, r + B * N * D, A.bf16_tmp);
-    round_bf16(B * N * D, v, r + 2 * B * N * D, A.bf16_tmp);
+    round_bf16(T * D, q, r, A.bf16_tmp);
+    round_bf16(T * D, k, r + T * D, A.bf16_tmp);
+    round_bf16(T * D, v, r + 2 * T * D, A.bf16_tmp);
     q = r;
-    k = q + B * N * D;
-    v = k + B * N * D;
+    k = q + T * D;
+    v = k + T * D;
     round_bf16(int64_t(A.PQT.size()), A.PQT.data(), A.PQT.data(), A.bf16_tmp);
     round_bf16(int64_t(A.PKTr.size()), A.PKTr.data(), A.PKTr.data(), A.bf16_tmp);
   }
-  const int64_t Rr = deberta::delta_table(c, N, A.kdtab);
+  const int64_t Rr = deberta::delta_table(c, P.nmax, A.kdtab);
   const int nth = std::max(1, threads_get());
-  const size_t scr = (deberta::attn_scratch_floats(N, d) + 15) / 16 * 16;
+  const size_t scr = (deberta::attn_scratch_floats(P.nmax, d) + 15) / 16 * 16;
   A.attn_scratch.resize(size_t(nth) * scr + 16);
   float* scr0 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(A.attn_scratch.data()) + 63) & ~uintptr_t(63));
   const float scale = c.attn_scale();
   std::atomic<int64_t> next{0};
   pool_run(nth, [&](int tid, int) {
-    for (int64_t bh; (bh = next.fetch_add(1)) < B * H;) {
-      const int64_t b = bh / H, hh = bh % H, off = b * N * D + hh * d;
+    for (int64_t kt; (kt = next.fetch_add(1)) < B * H;) {  // longest samples first
+      const int64_t b = P.order[size_t(kt / H)], hh = kt % H, bh = b * H + hh, N = P.len[size_t(b)];
+      const int64_t off = P.off[size_t(b)] * D + hh * d, po = P.poff[size_t(b)] + hh * N * N;
       deberta::AttnTask t;
       t.n = N;
       t.d = d;
@@ -257,20 +320,20 @@ void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const
       t.span2 = S2;
       t.dtab = A.kdtab.data();
       t.R = Rr;
-      t.mask = mask + b * N;
-      if (groups) {
-        t.group = groups + b * N;
-        t.pos = A.gpos.data() + b * N;
+      t.mask = P.whole[size_t(b)] ? nullptr : P.mask.data() + P.off[size_t(b)];
+      if (!P.groups.empty()) {
+        t.group = P.groups.data() + P.off[size_t(b)];
+        t.pos = A.gpos.data() + P.off[size_t(b)];
       }
       t.scale = scale;
       t.c2p = c.c2p;
       t.p2c = c.p2c;
       t.ctx = a.ctx.data() + off;
       t.ldc = D;
-      t.probs = a.probs.data() + bh * N * N;
+      t.probs = a.probs.data() + po;
       t.scratch = scr0 + size_t(tid) * scr;
       if (pa > 0) {
-        uint8_t* kp = a.keep_p.data() + bh * N * N;
+        uint8_t* kp = a.keep_p.data() + po;
         Rng r(drop_seed(seed, l, 1, bh));
         keep_mask(r, pa, N * N, kp);
         t.keep = kp;
@@ -281,26 +344,30 @@ void attend_fwd(const deberta::Config& c, bool bf16, int64_t B, int64_t N, const
   });
 }
 
+// x_out: (T, D), the packed rows of A.pk (built by step() from `in`).
 void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng* rng) {
   const deberta::Config& c = m.cfg.deb;
   const bool bf = m.cfg.bf16;
-  const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, S2 = 2 * c.att_span();
+  const Pack& P = A.pk;
+  const int64_t B = in.B, N = in.N, BN = B * N, T = P.T, Nm = P.nmax, D = c.D, F = c.F, S2 = 2 * c.att_span();
   for (int64_t t = 0; t < BN; t++)
     if (in.ids[t] < 0 || in.ids[t] >= c.V) throw std::out_of_range("encoder train: token id out of range");
   const int64_t KF = m.feat_emb && in.feats ? c.feat_cols : 0;
   for (int64_t t = 0; t < BN * KF; t++)
     if (in.feats[t] < -1 || in.feats[t] >= c.feat_rows) throw std::out_of_range("encoder train: word feature id out of range");
-  A.lo = rel_index(c, -(N - 1));
-  A.ncol = rel_index(c, N - 1) - A.lo + 1;
-  A.dtab.resize(size_t(2 * N - 1));
-  for (int64_t r = -(N - 1); r <= N - 1; r++) A.dtab[size_t(r + N - 1)] = int32_t(rel_index(c, r) - A.lo);
+  A.lo = rel_index(c, -(Nm - 1));
+  A.ncol = rel_index(c, Nm - 1) - A.lo + 1;
+  A.dtab.resize(size_t(2 * Nm - 1));
+  for (int64_t r = -(Nm - 1); r <= Nm - 1; r++) A.dtab[size_t(r + Nm - 1)] = int32_t(rel_index(c, r) - A.lo);
   A.inv_scale = c.attn_scale();
-  A.gpos.resize(in.groups ? size_t(BN) : 0);
+  A.gpos.resize(in.groups ? size_t(T) : 0);
   for (int64_t t = 0; in.groups && t < BN; t++)
     if (in.groups[t] < 0 || in.groups[t] >= N)
       throw std::out_of_range("encoder train: label-isolation group out of range");
-  for (int64_t b = 0; in.groups && b < B; b++)
-    deberta::group_positions(N, in.groups + b * N, in.mask + b * N, A.gpos.data() + b * N);
+  for (int64_t b = 0; in.groups && b < B; b++) {
+    const int64_t o = P.off[size_t(b)];
+    deberta::group_positions(P.len[size_t(b)], P.groups.data() + o, P.mask.data() + o, A.gpos.data() + o);
+  }
   // R = LN(rel_emb[:2span])
   A.R.resize(size_t(S2 * D));
   if (m.rel_ln_w) {
@@ -312,20 +379,20 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     std::memcpy(A.R.data(), m.rel_emb->w.data(), A.R.size() * 4);
   }
   std::vector<float>& x = A.x;
-  x.resize(size_t(BN * D));
-  A.emb.resize(size_t(BN * D));
-  embedding_fwd(BN, D, in.ids, DType::F32, m.word_emb->w.data(), A.emb.data());
-  if (KF) word_feature_fwd(BN, D, KF, in.feats, m.feat_emb->w.data(), A.emb.data());
-  A.emb_mean.resize(static_cast<size_t>(BN));
-  A.emb_rstd.resize(static_cast<size_t>(BN));
-  layernorm_fwd(BN, D, A.emb.data(), m.emb_ln_w->w.data(), m.emb_ln_b->w.data(), c.eps, x.data(), A.emb_mean.data(),
+  x.resize(size_t(T * D));
+  A.emb.resize(size_t(T * D));
+  embedding_fwd(T, D, P.ids.data(), DType::F32, m.word_emb->w.data(), A.emb.data());
+  if (KF) word_feature_fwd(T, D, KF, P.feats.data(), m.feat_emb->w.data(), A.emb.data());
+  A.emb_mean.resize(static_cast<size_t>(T));
+  A.emb_rstd.resize(static_cast<size_t>(T));
+  layernorm_fwd(T, D, A.emb.data(), m.emb_ln_w->w.data(), m.emb_ln_b->w.data(), c.eps, x.data(), A.emb_mean.data(),
                 A.emb_rstd.data());
-  for (int64_t t = 0; t < BN; t++)
-    if (!in.mask[t]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
+  for (int64_t t = 0; t < T; t++)
+    if (!P.mask[size_t(t)]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
   const float ph = in.hidden_dropout, pa = in.attention_dropout;
   A.keep_emb.clear();  // (a mask of an earlier step with dropout would read as this step's: see dropout_bwd)
   if (ph > 0) {
-    dropout_fwd(BN * D, ph, drop_seed(in.seed, -1, 0, 0), x.data(), A.keep_emb);
+    dropout_fwd(T * D, ph, drop_seed(in.seed, -1, 0, 0), x.data(), A.keep_emb);
   }
   A.layers.resize(size_t(c.L));
   for (int64_t l = 0; l < c.L; l++) {
@@ -335,61 +402,62 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     a.keep_p.clear();  // no mask: no dropout in this step (the buffers are kept from earlier steps)
     a.keep_o.clear();
     a.keep_f.clear();
-    a.q.resize(size_t(BN * D));
-    a.k.resize(size_t(BN * D));
-    a.v.resize(size_t(BN * D));
-    L.q.fwd(BN, x.data(), a.q.data(), &a.lq, rng);
-    L.k.fwd(BN, x.data(), a.k.data(), &a.lk, rng);
-    L.v.fwd(BN, x.data(), a.v.data(), &a.lv, rng);
+    a.q.resize(size_t(T * D));
+    a.k.resize(size_t(T * D));
+    a.v.resize(size_t(T * D));
+    L.q.fwd(T, x.data(), a.q.data(), &a.lq, rng);
+    L.k.fwd(T, x.data(), a.k.data(), &a.lk, rng);
+    L.v.fwd(T, x.data(), a.v.data(), &a.lv, rng);
     a.PQ.resize(size_t(S2 * D));
     a.PK.resize(size_t(S2 * D));
     L.q.fwd(S2, A.R.data(), a.PQ.data(), &a.lpq, rng);
     L.k.fwd(S2, A.R.data(), a.PK.data(), &a.lpk, rng);
-    a.probs.resize(size_t(B * H * N * N));  // every (sample, head) writes its block in full
-    if (pa > 0) a.keep_p.resize(size_t(B * H * N * N));
-    a.ctx.resize(size_t(BN * D));
-    attend_fwd(c, bf, B, N, in.mask, in.groups, a, A, pa, in.seed, l);
-    a.a_pre.resize(size_t(BN * D));
-    L.o.fwd(BN, a.ctx.data(), a.a_pre.data(), &a.lo, rng);
+    a.probs.resize(size_t(P.poff[size_t(B)]));  // every (sample, head) writes its block in full
+    if (pa > 0) a.keep_p.resize(size_t(P.poff[size_t(B)]));
+    a.ctx.resize(size_t(T * D));
+    attend_fwd(c, bf, a, A, pa, in.seed, l);
+    a.a_pre.resize(size_t(T * D));
+    L.o.fwd(T, a.ctx.data(), a.a_pre.data(), &a.lo, rng);
     if (ph > 0) {
-      dropout_fwd(BN * D, ph, drop_seed(in.seed, l, 2, 0), a.a_pre.data(), a.keep_o);
+      dropout_fwd(T * D, ph, drop_seed(in.seed, l, 2, 0), a.a_pre.data(), a.keep_o);
     }
-    add_fwd(BN * D, a.a_pre.data(), x.data(), a.a_pre.data());
-    a.ln1_mean.resize(static_cast<size_t>(BN));
-    a.ln1_rstd.resize(static_cast<size_t>(BN));
-    a.a.resize(size_t(BN * D));
-    layernorm_fwd(BN, D, a.a_pre.data(), L.ln1_w->w.data(), L.ln1_b->w.data(), c.eps, a.a.data(), a.ln1_mean.data(),
+    add_fwd(T * D, a.a_pre.data(), x.data(), a.a_pre.data());
+    a.ln1_mean.resize(static_cast<size_t>(T));
+    a.ln1_rstd.resize(static_cast<size_t>(T));
+    a.a.resize(size_t(T * D));
+    layernorm_fwd(T, D, a.a_pre.data(), L.ln1_w->w.data(), L.ln1_b->w.data(), c.eps, a.a.data(), a.ln1_mean.data(),
                   a.ln1_rstd.data());
-    a.h_pre.resize(size_t(BN * F));
-    a.h.resize(size_t(BN * F));
-    L.inter.fwd(BN, a.a.data(), a.h_pre.data(), &a.li, rng);
-    gelu_fwd(BN * F, a.h_pre.data(), a.h.data(), false);
-    a.f_pre.resize(size_t(BN * D));
-    L.out.fwd(BN, a.h.data(), a.f_pre.data(), &a.lout, rng);
+    a.h_pre.resize(size_t(T * F));
+    a.h.resize(size_t(T * F));
+    L.inter.fwd(T, a.a.data(), a.h_pre.data(), &a.li, rng);
+    gelu_fwd(T * F, a.h_pre.data(), a.h.data(), false);
+    a.f_pre.resize(size_t(T * D));
+    L.out.fwd(T, a.h.data(), a.f_pre.data(), &a.lout, rng);
     if (ph > 0) {
-      dropout_fwd(BN * D, ph, drop_seed(in.seed, l, 3, 0), a.f_pre.data(), a.keep_f);
+      dropout_fwd(T * D, ph, drop_seed(in.seed, l, 3, 0), a.f_pre.data(), a.keep_f);
     }
-    add_fwd(BN * D, a.f_pre.data(), a.a.data(), a.f_pre.data());
-    a.ln2_mean.resize(static_cast<size_t>(BN));
-    a.ln2_rstd.resize(static_cast<size_t>(BN));
-    layernorm_fwd(BN, D, a.f_pre.data(), L.ln2_w->w.data(), L.ln2_b->w.data(), c.eps, x.data(), a.ln2_mean.data(),
+    add_fwd(T * D, a.f_pre.data(), a.a.data(), a.f_pre.data());
+    a.ln2_mean.resize(static_cast<size_t>(T));
+    a.ln2_rstd.resize(static_cast<size_t>(T));
+    layernorm_fwd(T, D, a.f_pre.data(), L.ln2_w->w.data(), L.ln2_b->w.data(), c.eps, x.data(), a.ln2_mean.data(),
                   a.ln2_rstd.data());
   }
-  std::memcpy(x_out, x.data(), size_t(BN * D) * 4);
+  std::memcpy(x_out, x.data(), size_t(T * D) * 4);
 }
 
-// dx: (B*N, D) gradient of the encoder output; consumed.
+// dx: (T, D) gradient of the encoder output (the packed rows of A.pk); consumed.
 void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx) {
   const deberta::Config& c = m.cfg.deb;
   const bool bf = m.cfg.bf16;
-  const int64_t B = in.B, N = in.N, BN = B * N, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
+  const Pack& P = A.pk;
+  const int64_t B = in.B, T = P.T, Nm = P.nmax, D = c.D, F = c.F, H = c.H, d = D / H, S2 = 2 * c.att_span();
   const int64_t lo = A.lo, ncol = A.ncol;
   std::vector<float> &dR = A.dR, &dtmp = A.dtmp, &dh = A.dh, &dhp = A.dhp, &dctx = A.dctx, &dq = A.dq, &dk = A.dk,
                      &dv = A.dv, &dPQ = A.dPQ, &dPK = A.dPK, &ddrop = A.ddrop;
   dR.assign(size_t(S2 * D), 0.0f);
-  for (std::vector<float>* v : {&dtmp, &dctx, &dq, &dk, &dv, &ddrop}) v->resize(size_t(BN * D));  // written in full
-  dh.resize(size_t(BN * F));
-  dhp.resize(size_t(BN * F));
+  for (std::vector<float>* v : {&dtmp, &dctx, &dq, &dk, &dv, &ddrop}) v->resize(size_t(T * D));  // written in full
+  dh.resize(size_t(T * F));
+  dhp.resize(size_t(T * F));
   dPQ.resize(size_t(S2 * D));
   dPK.resize(size_t(S2 * D));
   const float ph = in.hidden_dropout, pa = in.attention_dropout;
@@ -399,32 +467,36 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
     Layer& L = m.layers[size_t(l)];
     LayerActs& a = A.layers[size_t(l)];
     // x = LN2(f_pre), f_pre = out(h) + a
-    layernorm_bwd(BN, D, a.f_pre.data(), L.ln2_w->w.data(), a.ln2_mean.data(), a.ln2_rstd.data(), dx.data(),
+    layernorm_bwd(T, D, a.f_pre.data(), L.ln2_w->w.data(), a.ln2_mean.data(), a.ln2_rstd.data(), dx.data(),
                   dtmp.data(), L.ln2_w->g.data(), L.ln2_b->g.data());
-    dropout_bwd(BN * D, ph, a.keep_f, dtmp.data(), ddrop.data());  // f_pre = drop(out(h)) + a
-    L.out.bwd(BN, a.h.data(), ddrop.data(), dh.data(), &a.lout, false);
-    gelu_bwd(BN * F, a.h_pre.data(), dh.data(), dhp.data(), false);
-    L.inter.bwd(BN, a.a.data(), dhp.data(), dtmp.data(), &a.li, true);  // d(a) = dtmp (residual) + inter path
+    dropout_bwd(T * D, ph, a.keep_f, dtmp.data(), ddrop.data());  // f_pre = drop(out(h)) + a
+    L.out.bwd(T, a.h.data(), ddrop.data(), dh.data(), &a.lout, false);
+    gelu_bwd(T * F, a.h_pre.data(), dh.data(), dhp.data(), false);
+    L.inter.bwd(T, a.a.data(), dhp.data(), dtmp.data(), &a.li, true);  // d(a) = dtmp (residual) + inter path
     // a = LN1(a_pre), a_pre = o(ctx) + x_in
-    layernorm_bwd(BN, D, a.a_pre.data(), L.ln1_w->w.data(), a.ln1_mean.data(), a.ln1_rstd.data(), dtmp.data(),
+    layernorm_bwd(T, D, a.a_pre.data(), L.ln1_w->w.data(), a.ln1_mean.data(), a.ln1_rstd.data(), dtmp.data(),
                   dx.data(), L.ln1_w->g.data(), L.ln1_b->g.data());  // dx = d(a_pre) (residual to x_in below)
-    dropout_bwd(BN * D, ph, a.keep_o, dx.data(), ddrop.data());  // a_pre = drop(o(ctx)) + x_in
-    L.o.bwd(BN, a.ctx.data(), ddrop.data(), dctx.data(), &a.lo, false);
+    dropout_bwd(T * D, ph, a.keep_o, dx.data(), ddrop.data());  // a_pre = drop(o(ctx)) + x_in
+    L.o.bwd(T, a.ctx.data(), ddrop.data(), dctx.data(), &a.lo, false);
     // attention, per (sample, head)
     for (int t = 0; t < nth; t++) {
       tPQ[size_t(t)].assign(size_t(ncol * D), 0.0f);
       tPK[size_t(t)].assign(size_t(ncol * D), 0.0f);
     }
     pool_run(nth, [&](int tid, int nt) {
-      std::vector<float> dP(size_t(N * N)), dC(size_t(N * ncol)), dPc(size_t(N * ncol)), Pd(pa > 0 ? size_t(N * N) : 0);
-      for (int64_t bh = tid; bh < B * H; bh += nt) {
-        const int64_t b = bh / H, hh = bh % H, off = b * N * D + hh * d;
-        const float* P = a.probs.data() + bh * N * N;
-        const float* PV = P;  // what multiplied V: P, or drop(P)
+      std::vector<float> dP(size_t(Nm * Nm)), dC(size_t(Nm * ncol)), dPc(size_t(Nm * ncol));
+      std::vector<float> Pd(pa > 0 ? size_t(Nm * Nm) : 0);
+      // tasks dealt round-robin, longest samples first: a fixed thread per task, so the per-thread dPQ / dPK sums
+      // (and the run) are the same from one step to the next
+      for (int64_t kt = tid; kt < B * H; kt += nt) {
+        const int64_t b = P.order[size_t(kt / H)], hh = kt % H, N = P.len[size_t(b)];
+        const int64_t off = P.off[size_t(b)] * D + hh * d, po = P.poff[size_t(b)] + hh * N * N;
+        const float* Pr = a.probs.data() + po;
+        const float* PV = Pr;  // what multiplied V: P, or drop(P)
         const float s_keep = pa > 0 ? 1.0f / (1.0f - pa) : 1.0f;
-        const uint8_t* kp = pa > 0 ? a.keep_p.data() + bh * N * N : nullptr;
+        const uint8_t* kp = pa > 0 ? a.keep_p.data() + po : nullptr;
         if (kp) {
-          mask_scale(N * N, kp, s_keep, P, Pd.data());
+          mask_scale(N * N, kp, s_keep, Pr, Pd.data());
           PV = Pd.data();
         }
         // dV = PVᵀ·dctx ; dP = (dctx·Vᵀ) ⊙ keep / (1 − pa)
@@ -438,7 +510,7 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
         // round): that test needs a steadier setting first.
         for (int64_t i = 0; i < N; i++) {
           float* r = dP.data() + i * N;
-          const float* p = P + i * N;
+          const float* p = Pr + i * N;
           float s = 0.0f;
           for (int64_t j = 0; j < N; j++) s += r[j] * p[j];
           for (int64_t j = 0; j < N; j++) r[j] = p[j] * (r[j] - s) * A.inv_scale;
@@ -446,14 +518,16 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
         // dq = dS·k ; dk = dSᵀ·q
         sgemm_as(bf, false, false, N, d, N, 1.0f, dP.data(), N, a.k.data() + off, D, 0.0f, dq.data() + off, D);
         sgemm_as(bf, true, false, N, d, N, 1.0f, dP.data(), N, a.q.data() + off, D, 0.0f, dk.data() + off, D);
-        std::fill(dC.begin(), dC.end(), 0.0f);
-        std::fill(dPc.begin(), dPc.end(), 0.0f);
-        const int32_t* gp = in.groups ? A.gpos.data() + b * N : nullptr;  // label isolation: δ of pos_i − pos_j
+        // the sample's relative columns [c0, c1) of the batch's ncol
+        const int64_t c0 = rel_index(c, -(N - 1)) - lo, nc = rel_index(c, N - 1) - lo + 1 - c0;
+        std::fill(dC.begin(), dC.begin() + N * ncol, 0.0f);
+        std::fill(dPc.begin(), dPc.begin() + N * ncol, 0.0f);
+        const int32_t* gp = in.groups ? A.gpos.data() + P.off[size_t(b)] : nullptr;  // label isolation: δ of pos_i − pos_j
         for (int64_t i = 0; i < N; i++) {
-          const int32_t* di = A.dtab.data() + (i + N - 1);
+          const int32_t* di = A.dtab.data() + (i + Nm - 1);
           const float* r = dP.data() + i * N;
           for (int64_t j = 0; j < N; j++) {
-            const int32_t rr = gp ? A.dtab[size_t(gp[i] - gp[j] + N - 1)] : di[-j];
+            const int32_t rr = gp ? A.dtab[size_t(gp[i] - gp[j] + Nm - 1)] : di[-j];
             dC[size_t(i * ncol + rr)] += r[j];   // c2p: score[i,j] += q_i·PK[δ]
             dPc[size_t(j * ncol + rr)] += r[j];  // p2c: score[i,j] += k_j·PQ[δ]
           }
@@ -461,14 +535,14 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
         float* tpk = tPK[size_t(tid)].data() + hh * d;
         float* tpq = tPQ[size_t(tid)].data() + hh * d;
         if (c.c2p) {
-          sgemm_as(bf, false, false, N, d, ncol, 1.0f, dC.data(), ncol, a.PK.data() + lo * D + hh * d, D, 1.0f,
-                dq.data() + off, D);
-          sgemm_as(bf, true, false, ncol, d, N, 1.0f, dC.data(), ncol, a.q.data() + off, D, 1.0f, tpk, D);
+          sgemm_as(bf, false, false, N, d, nc, 1.0f, dC.data() + c0, ncol, a.PK.data() + (lo + c0) * D + hh * d, D,
+                   1.0f, dq.data() + off, D);
+          sgemm_as(bf, true, false, nc, d, N, 1.0f, dC.data() + c0, ncol, a.q.data() + off, D, 1.0f, tpk + c0 * D, D);
         }
         if (c.p2c) {
-          sgemm_as(bf, false, false, N, d, ncol, 1.0f, dPc.data(), ncol, a.PQ.data() + lo * D + hh * d, D, 1.0f,
-                dk.data() + off, D);
-          sgemm_as(bf, true, false, ncol, d, N, 1.0f, dPc.data(), ncol, a.k.data() + off, D, 1.0f, tpq, D);
+          sgemm_as(bf, false, false, N, d, nc, 1.0f, dPc.data() + c0, ncol, a.PQ.data() + (lo + c0) * D + hh * d, D,
+                   1.0f, dk.data() + off, D);
+          sgemm_as(bf, true, false, nc, d, N, 1.0f, dPc.data() + c0, ncol, a.k.data() + off, D, 1.0f, tpq + c0 * D, D);
         }
       }
     });
@@ -482,19 +556,19 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
     L.q.bwd(S2, A.R.data(), dPQ.data(), dR.data(), &a.lpq, true);
     L.k.bwd(S2, A.R.data(), dPK.data(), dR.data(), &a.lpk, true);
     // q, k, v = lin(x_in); dx already holds the residual d(x_in)
-    L.q.bwd(BN, a.x_in.data(), dq.data(), dx.data(), &a.lq, true);
-    L.k.bwd(BN, a.x_in.data(), dk.data(), dx.data(), &a.lk, true);
-    L.v.bwd(BN, a.x_in.data(), dv.data(), dx.data(), &a.lv, true);
+    L.q.bwd(T, a.x_in.data(), dq.data(), dx.data(), &a.lq, true);
+    L.k.bwd(T, a.x_in.data(), dk.data(), dx.data(), &a.lk, true);
+    L.v.bwd(T, a.x_in.data(), dv.data(), dx.data(), &a.lv, true);
   }
   // x0 = drop(LN(emb)·mask)
-  dropout_bwd(BN * D, ph, A.keep_emb, dx.data(), dx.data());
-  for (int64_t t = 0; t < BN; t++)
-    if (!in.mask[t]) std::memset(dx.data() + t * D, 0, size_t(D) * 4);
-  layernorm_bwd(BN, D, A.emb.data(), m.emb_ln_w->w.data(), A.emb_mean.data(), A.emb_rstd.data(), dx.data(),
+  dropout_bwd(T * D, ph, A.keep_emb, dx.data(), dx.data());
+  for (int64_t t = 0; t < T; t++)
+    if (!P.mask[size_t(t)]) std::memset(dx.data() + t * D, 0, size_t(D) * 4);
+  layernorm_bwd(T, D, A.emb.data(), m.emb_ln_w->w.data(), A.emb_mean.data(), A.emb_rstd.data(), dx.data(),
                 dtmp.data(), m.emb_ln_w->g.data(), m.emb_ln_b->g.data());
-  if (m.word_emb->trainable) embedding_bwd(BN, D, in.ids, dtmp.data(), m.word_emb->g.data());
+  if (m.word_emb->trainable) embedding_bwd(T, D, P.ids.data(), dtmp.data(), m.word_emb->g.data());
   if (m.feat_emb && in.feats && m.feat_emb->trainable)
-    word_feature_bwd(BN, D, c.feat_cols, in.feats, dtmp.data(), m.feat_emb->g.data());
+    word_feature_bwd(T, D, c.feat_cols, P.feats.data(), dtmp.data(), m.feat_emb->g.data());
   if (m.rel_emb->trainable) {
     if (m.rel_ln_w) {
       std::vector<float> drel(size_t(S2 * D));
@@ -925,7 +999,7 @@ void span_hid_bwd(int64_t n, const float* __restrict hid, const float* __restric
 // One micro-batch
 struct StepScratch {
   EncActs enc;
-  std::vector<float> hidden, dhidden;   // (B*N, D) encoder output and its gradient
+  std::vector<float> hidden, dhidden;   // (T, D) encoder output (packed rows, EncActs::pk) and its gradient
   std::vector<float> hid, dhid, dlog;   // one sample's span scores: (W*K, 4D), (W*K, 4D), (W*K, R)
   std::vector<float> PS, PE, dPS, dPE;  // (ΣW, 4D) out_project.0 of the start and end representations
   Mlp2::Acts as, ae;                    // project_start, project_end
@@ -945,8 +1019,9 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     if (r < 0 || r >= BN) throw std::out_of_range("encoder train: word row out of range");
   const Pooling pool = m.cfg.pooling;
   const int64_t TW = in.woff[B];
-  // each word's pieces [r0, r1): at least its first piece, never past its sample
-  std::vector<int64_t> wend(static_cast<size_t>(TW));
+  // each word's pieces [r0, r1): at least its first piece, never past its sample (rows of the (B*N) layout here,
+  // packed below)
+  std::vector<int64_t> wrow(in.word_rows), wend(static_cast<size_t>(TW));
   if (pool != Pooling::First && int64_t(in.word_end.size()) != TW)
     throw std::invalid_argument("encoder train: mean / max pooling needs the end row of every word");
   for (int64_t b = 0; b < B; b++)
@@ -969,11 +1044,24 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   if (!m.scratch) m.scratch = std::make_shared<StepScratch>();
   StepScratch& sc = *m.scratch;
   EncActs& EA = sc.enc;
+  // pack the batch (Pack): the rows the heads read stay in their samples' packed rows
+  std::vector<Seg> segs(in.segs);
+  {
+    std::vector<int64_t> read(wrow);
+    for (int64_t r : wend) read.push_back(r - 1);
+    for (const Seg& g : segs) read.insert(read.end(), g.rows.begin(), g.rows.end());
+    pack_build(in, c.H, c.feat_cols, read, EA.pk);
+    for (int64_t& r : wrow) r = EA.pk.row(r);
+    for (int64_t& r : wend) r = EA.pk.row(r - 1) + 1;
+    for (Seg& g : segs)
+      for (int64_t& r : g.rows) r = EA.pk.row(r);
+  }
+  const int64_t T = EA.pk.T;
   std::vector<float>& hidden = sc.hidden;
-  hidden.resize(size_t(BN * D));
+  hidden.resize(size_t(T * D));
   encoder_fwd(m, in, hidden.data(), EA, rp);
   std::vector<float>& dhidden = sc.dhidden;
-  dhidden.assign(bw ? size_t(BN * D) : 0, 0.0f);
+  dhidden.assign(bw ? size_t(T * D) : 0, 0.0f);
   out = StepOut();
 
   // ---- span heads: word representations ----
@@ -982,7 +1070,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   PS.resize(size_t(TW * D4));
   PE.resize(size_t(TW * D4));
   std::vector<int32_t> argmax(pool == Pooling::Max ? size_t(TW * D) : 0);
-  word_pool_fwd(pool, TW, D, hidden.data(), in.word_rows.data(), wend.data(), words.data(), argmax.data());
+  word_pool_fwd(pool, TW, D, hidden.data(), wrow.data(), wend.data(), words.data(), argmax.data());
   Mlp2::Acts &as = sc.as, &ae = sc.ae;
   m.proj_start.fwd(TW, words.data(), S.data(), &as, rp);
   m.proj_end.fwd(TW, words.data(), E.data(), &ae, rp);
@@ -1013,10 +1101,10 @@ void step(Model& m, const StepIn& in, StepOut& out) {
   std::vector<float> dW2(bw ? W2.size() : 0, 0.0f);
 
   // positives per segment
-  std::vector<std::vector<int32_t>> pos_of(in.segs.size());
+  std::vector<std::vector<int32_t>> pos_of(segs.size());
   for (size_t p = 0; p + 5 <= in.pos.size(); p += 5) {
     int32_t s = in.pos[p];
-    if (s < 0 || s >= int32_t(in.segs.size())) throw std::out_of_range("encoder train: positive names a bad segment");
+    if (s < 0 || s >= int32_t(segs.size())) throw std::out_of_range("encoder train: positive names a bad segment");
     pos_of[size_t(s)].insert(pos_of[size_t(s)].end(), in.pos.begin() + p + 1, in.pos.begin() + p + 5);
   }
   Rng neg_rng(in.seed ^ 0xA5A5A5A5ull);
@@ -1038,8 +1126,8 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     std::vector<int64_t> srow;
     std::vector<CountActs> cacts;
     int64_t R = 0;
-    for (size_t s = 0; s < in.segs.size(); s++) {
-      const Seg& g = in.segs[s];
+    for (size_t s = 0; s < segs.size(); s++) {
+      const Seg& g = segs[s];
       if (g.sample != b || g.kind != 0 || g.M == 0) continue;
       int64_t cs = std::min<int64_t>(g.count, 19);
       if (cs <= 0) continue;
@@ -1052,7 +1140,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     cacts.resize(sids.size());
     std::vector<std::vector<float>> Fm(sids.size());
     for (size_t q = 0; q < sids.size(); q++) {
-      const Seg& g = in.segs[sids[q]];
+      const Seg& g = segs[sids[q]];
       Fm[q].resize(size_t(g.M * D));
       for (int64_t mm = 0; mm < g.M; mm++)
         std::memcpy(Fm[q].data() + mm * D, hidden.data() + g.rows[size_t(1 + mm)] * D, size_t(D) * 4);
@@ -1090,7 +1178,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     std::vector<uint8_t> hard(want_hard ? size_t(W * K) : 0, 0);
     std::vector<uint8_t> starts(want_hard ? size_t(W) : 0, 0), ends(want_hard ? size_t(W) : 0, 0);
     for (size_t q = 0; q < sids.size(); q++) {
-      const Seg& g = in.segs[sids[q]];
+      const Seg& g = segs[sids[q]];
       const int64_t cs = std::min<int64_t>(g.count, 19);
       const auto& P = pos_of[sids[q]];
       for (size_t p = 0; p < P.size(); p += 4) {
@@ -1142,7 +1230,7 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     if (o3.b->trainable)
       for (int64_t r = 0; r < R; r++) axpy(D, dbb[size_t(r)], Fc.data() + r * D, o3.b->g.data());
     for (size_t q = 0; q < sids.size(); q++) {
-      const Seg& g = in.segs[sids[q]];
+      const Seg& g = segs[sids[q]];
       std::vector<float> dF(size_t(g.M * D), 0.0f);
       count_embed_bwd(m, cacts[q], dFc.data() + srow[q] * D, dF.data(), pdw);
       for (int64_t mm = 0; mm < g.M; mm++) axpy(D, 1.0f, dF.data() + mm * D, dhidden.data() + g.rows[size_t(1 + mm)] * D);
@@ -1191,12 +1279,12 @@ void step(Model& m, const StepIn& in, StepOut& out) {
     std::vector<float> dwords(size_t(TW * D));
     m.proj_start.bwd(TW, dSr.data(), dwords.data(), as, false);
     m.proj_end.bwd(TW, dEr.data(), dwords.data(), ae, true);
-    word_pool_bwd(pool, TW, D, in.word_rows.data(), wend.data(), argmax.data(), dwords.data(), dhidden.data());
+    word_pool_bwd(pool, TW, D, wrow.data(), wend.data(), argmax.data(), dwords.data(), dhidden.data());
   }
 
   // ---- count head and classifier ----
   size_t cls_off = 0;
-  for (const Seg& g : in.segs) {
+  for (const Seg& g : segs) {
     if (g.kind == 0 && g.count_loss) {
       std::vector<float> x(hidden.begin() + g.rows[0] * D, hidden.begin() + (g.rows[0] + 1) * D), lg(20);
       Mlp2::Acts a;

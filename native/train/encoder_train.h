@@ -4,6 +4,8 @@
 // One call of step() is one micro-batch: forward keeping activations, the §5.4 losses, backward
 // into every trainable Param. Shapes (B samples, N sub-words, D hidden, H heads, d = D/H, W words
 // of a sample incl. the choice prefix, K max span width, M fields of a segment, c count):
+//   the batch packed first (encoder_train.cc, Pack): a right-padded sample runs its own len tokens, so the encoder's
+//   activations are (T, D) with T = Σ len, not (B*N, D); the rows below are written for one unpadded sample
 //   x0 (B*N, D) = LN(word_emb[ids] + Σ_k feat_emb[feats[.., k]])·mask   (feature rows -1 = none; fresh encoders)
 //   per layer: q,k,v = lin(x) ; PQ, PK (2·span, D) = lin_q(R), lin_k(R) with R = LN(rel_emb)
 //     A[b,h,i,j] = (q_i·k_j + q_i·PK[δ(i,j)] + k_j·PQ[δ(i,j)]) / sqrt(3d), softmax over keys j
