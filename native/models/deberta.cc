@@ -171,16 +171,17 @@ int64_t delta_table(const Config& c, int64_t nmax, std::vector<int32_t>& dtab) {
 }
 
 void rel_proj_layout(int64_t S2, int64_t D, int64_t H, int64_t S2P, const float* PQ, const float* PK,
-                     std::vector<float>& PQT, std::vector<float>& PKTr) {
+                     std::vector<float>& PQT, std::vector<float>& PKTr, int64_t r0, int64_t r1) {
   const int64_t d = D / H;
+  if (r1 < 0) r1 = S2;
   PQT.assign(size_t(H * d * S2P), 0.0f);
   PKTr.assign(size_t(H * d * S2P), 0.0f);
   for (int64_t u = 0; u < D; u++) {  // u = h·d + e: row u of the (D, S2P) tables is head h's row e
     float* pq = PQT.data() + u * S2P;
     float* pk = PKTr.data() + u * S2P;
-    for (int64_t r = 0; r < S2; r++) {
+    for (int64_t r = r0; r < r1; r++) {
       pq[r] = PQ[r * D + u];
-      pk[r] = PK[(S2 - 1 - r) * D + u];
+      pk[S2 - 1 - r] = PK[r * D + u];
     }
   }
 }

@@ -48,9 +48,11 @@ inline size_t attn_scratch_floats(int64_t n, int64_t d) {
 // native/train/encoder_train.cc):
 // δ(rel) for |rel| < R into dtab, R = nmax rounded up to 16, + 16 (covers every padded tile of the kernels); returns R
 int64_t delta_table(const Config& c, int64_t nmax, std::vector<int32_t>& dtab);
-// PQ, PK (S2, D) -> per head (d, S2P) zero-padded: PQᵀ into PQT, PKᵀ with reversed columns into PKTr
+// PQ, PK (S2, D) -> per head (d, S2P) zero-padded: PQᵀ into PQT, PKᵀ with reversed columns into PKTr. Only the rows
+// [r0, r1) of PQ and PK are read (r1 < 0: S2); the columns of the other rows are zero (the training graph projects only
+// the rows its tasks read: rel_rows)
 void rel_proj_layout(int64_t S2, int64_t D, int64_t H, int64_t S2P, const float* PQ, const float* PK,
-                     std::vector<float>& PQT, std::vector<float>& PKTr);
+                     std::vector<float>& PQT, std::vector<float>& PKTr, int64_t r0 = 0, int64_t r1 = -1);
 
 // One task on the active ISA's kernel (the inference forward, and the training graph's forward with or without
 // attention dropout: native/train/encoder_train.cc).

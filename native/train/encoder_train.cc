@@ -166,6 +166,9 @@ struct EncActs {
   std::vector<int32_t> dtab;
   std::vector<int32_t> gpos;  // (T) label-isolation positions (empty: none; relative positions are i − j)
   int64_t lo = 0, ncol = 0;
+  // the kernel's δ table covers |rel| < Rr (deberta::delta_table), so the position projections are formed for the
+  // rel-embedding rows [pr0, pr1) only (all of them the attention reads; ncol's columns among them)
+  int64_t Rr = 0, pr0 = 0, pr1 = 0;
   float inv_scale = 1.0f;
   // encoder_bwd's work buffers
   std::vector<float> dR, dtmp, dh, dhp, dctx, dq, dk, dv, dPQ, dPK, ddrop;
@@ -283,7 +286,7 @@ void attend_fwd(const deberta::Config& c, bool bf16, LayerActs& a, EncActs& A, f
   const Pack& P = A.pk;
   const int64_t B = P.B, T = P.T, D = c.D, H = c.H, d = D / H, S2 = 2 * c.att_span(), S2P = S2 + 32;
   const float *q = a.q.data(), *k = a.k.data(), *v = a.v.data();
-  deberta::rel_proj_layout(S2, D, H, S2P, a.PQ.data(), a.PK.data(), A.PQT, A.PKTr);
+  deberta::rel_proj_layout(S2, D, H, S2P, a.PQ.data(), a.PK.data(), A.PQT, A.PKTr, A.pr0, A.pr1);
   if (bf16) {
     A.qkv_r.resize(size_t(3 * T * D));
     float* r = A.qkv_r.data();
@@ -296,7 +299,7 @@ void attend_fwd(const deberta::Config& c, bool bf16, LayerActs& a, EncActs& A, f
     round_bf16(int64_t(A.PQT.size()), A.PQT.data(), A.PQT.data(), A.bf16_tmp);
     round_bf16(int64_t(A.PKTr.size()), A.PKTr.data(), A.PKTr.data(), A.bf16_tmp);
   }
-  const int64_t Rr = deberta::delta_table(c, P.nmax, A.kdtab);
+  const int64_t Rr = A.Rr;
   const int nth = std::max(1, threads_get());
   const size_t scr = (deberta::attn_scratch_floats(P.nmax, d) + 15) / 16 * 16;
   A.attn_scratch.resize(size_t(nth) * scr + 16);
@@ -360,6 +363,9 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   A.dtab.resize(size_t(2 * Nm - 1));
   for (int64_t r = -(Nm - 1); r <= Nm - 1; r++) A.dtab[size_t(r + Nm - 1)] = int32_t(rel_index(c, r) - A.lo);
   A.inv_scale = c.attn_scale();
+  A.Rr = deberta::delta_table(c, Nm, A.kdtab);
+  A.pr0 = rel_index(c, -(A.Rr - 1));
+  A.pr1 = rel_index(c, A.Rr - 1) + 1;
   A.gpos.resize(in.groups ? size_t(T) : 0);
   for (int64_t t = 0; in.groups && t < BN; t++)
     if (in.groups[t] < 0 || in.groups[t] >= N)
@@ -408,10 +414,11 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
     L.q.fwd(T, x.data(), a.q.data(), &a.lq, rng);
     L.k.fwd(T, x.data(), a.k.data(), &a.lk, rng);
     L.v.fwd(T, x.data(), a.v.data(), &a.lv, rng);
-    a.PQ.resize(size_t(S2 * D));
+    a.PQ.resize(size_t(S2 * D));  // rows [pr0, pr1) written and read
     a.PK.resize(size_t(S2 * D));
-    L.q.fwd(S2, A.R.data(), a.PQ.data(), &a.lpq, rng);
-    L.k.fwd(S2, A.R.data(), a.PK.data(), &a.lpk, rng);
+    const int64_t pr0 = A.pr0, np = A.pr1 - A.pr0;
+    L.q.fwd(np, A.R.data() + pr0 * D, a.PQ.data() + pr0 * D, &a.lpq, rng);
+    L.k.fwd(np, A.R.data() + pr0 * D, a.PK.data() + pr0 * D, &a.lpk, rng);
     a.probs.resize(size_t(P.poff[size_t(B)]));  // every (sample, head) writes its block in full
     if (pa > 0) a.keep_p.resize(size_t(P.poff[size_t(B)]));
     a.ctx.resize(size_t(T * D));
@@ -553,8 +560,9 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
       axpy(ncol * D, 1.0f, tPK[size_t(t)].data(), dPK.data() + lo * D);
     }
     // PQ = q(R), PK = k(R): parameter grads and dR
-    L.q.bwd(S2, A.R.data(), dPQ.data(), dR.data(), &a.lpq, true);
-    L.k.bwd(S2, A.R.data(), dPK.data(), dR.data(), &a.lpk, true);
+    const int64_t pr0 = A.pr0, np = A.pr1 - A.pr0;  // the rows the forward projected
+    L.q.bwd(np, A.R.data() + pr0 * D, dPQ.data() + pr0 * D, dR.data() + pr0 * D, &a.lpq, true);
+    L.k.bwd(np, A.R.data() + pr0 * D, dPK.data() + pr0 * D, dR.data() + pr0 * D, &a.lpk, true);
     // q, k, v = lin(x_in); dx already holds the residual d(x_in)
     L.q.bwd(T, a.x_in.data(), dq.data(), dx.data(), &a.lq, true);
     L.k.bwd(T, a.x_in.data(), dk.data(), dx.data(), &a.lk, true);
