@@ -511,17 +511,9 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
         sgemm_as(bf, false, true, N, N, d, 1.0f, dctx.data() + off, D, a.v.data() + off, D, 0.0f, dP.data(), N);
         if (kp)
           mask_scale(N * N, kp, s_keep, dP.data(), dP.data());
-        // dS = P ⊙ (dP − rowsum(dP ⊙ P)) · inv_scale. The row sums stay one serial float sum: ops' vectorized
-        // softmax_bwd moved the intent-learning test of encoder-classification.test.ts from 0.657 to 0.529 on the
-        // AVX-512 kernels (emulated), under its bar of 0.6, by the summation order alone (docs/training.md, fifteenth
-        // round): that test needs a steadier setting first.
-        for (int64_t i = 0; i < N; i++) {
-          float* r = dP.data() + i * N;
-          const float* p = Pr + i * N;
-          float s = 0.0f;
-          for (int64_t j = 0; j < N; j++) s += r[j] * p[j];
-          for (int64_t j = 0; j < N; j++) r[j] = p[j] * (r[j] - s) * A.inv_scale;
-        }
+        // dS = P ⊙ (dP − rowsum(dP ⊙ P)) · inv_scale (ops' vectorized softmax backward)
+        softmax_bwd(N, N, Pr, dP.data(), dP.data());
+        scale_fwd(N * N, dP.data(), A.inv_scale, dP.data());
         // dq = dS·k ; dk = dSᵀ·q
         sgemm_as(bf, false, false, N, d, N, 1.0f, dP.data(), N, a.k.data() + off, D, 0.0f, dq.data() + off, D);
         sgemm_as(bf, true, false, N, d, N, 1.0f, dP.data(), N, a.q.data() + off, D, 0.0f, dk.data() + off, D);

@@ -74,38 +74,43 @@ t.test('a fresh encoder tells its label markers apart before training', async (t
 // default: true + sampled labels at every step, full_label_ratio 0) the same accuracy in every order. Its setting is
 // true + 4 of the 5 other labels: with true + 2, the result hung on rounding (trainer seeds 42-52 on a Zen 3, AVX2:
 // 0.31-0.96; seed 42 read 0.843 on the Zen 5, 0.686 on the Zen 3, 0.443 once the encoder packed its batches, which
-// changes only summation order), where true + 4 read 0.757-0.957 over those eleven seeds; hence the bar at 0.6, still
-// well above what the model without isolation reaches.
+// changes only summation order), where true + 4 read 0.757-0.957 over those eleven seeds; hence the bar at 0.6. The
+// model without isolation read 0.171-0.629 over the same seeds (so no bar of its own): below the isolated model.
 const INTENTS = ['age limit', 'apple pay or google pay', 'change pin', 'exchange rate', 'lost or stolen phone',
   'terminate account'];
 const banking = (split: string) => parseJsonl(readFileSync(join(DATA, `${split}.jsonl`), 'utf8'))
   .filter((r) => r.kind === 'classification' && INTENTS.includes(r.labels[0]));
 
-for (const isolation of [true, false])
-t.test(`the model learns the labels, and ranks them in any order when served (isolation ${isolation})`, async (t) => {
+t.test('the model learns the labels, and ranks them in any order when served, with label isolation', async (t) => {
   const train = banking('train');
   const dev = banking('dev');
-  const dir = join(tmp, `intents-${isolation}`);
   const texts = train.map((r) => (r as { text: string }).text);
-  initEncoder(dir, { ...cfg, vocab_size: 1500, label_isolation: isolation }, texts, { seed: 42 });
-  const before = await evaluateClassification(dir, dev, { labels: INTENTS });
-  const res = await trainEncoder({
-    base_model: dir, output_dir: join(tmp, `intents-run-${isolation}`), train_data: train,
-    validation_data_percentage: 0,
-    nr_epochs: 6, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
-    negative_labels: 4,
-  });
-  const ran = `after ${res.steps} steps, ${res.duration_s.toFixed(1)} s`;
-  const seen: number[] = [];
-  for (const labels of [INTENTS, [...INTENTS].reverse(), [3, 0, 5, 1, 4, 2].map((i) => INTENTS[i])]) {
-    const after = await evaluateClassification(res.final_checkpoint, dev, { labels });
-    t.equal(after.sample_count, dev.length, 'every dev record, asked with all six labels');
-    const asked = labels.map((l) => l[0]).join('');
-    t.ok(after.accuracy >= (isolation ? 0.6 : 0.27), `dev accuracy over all six labels, asked as ${asked}: `
-      + `${before.accuracy.toFixed(3)} -> ${after.accuracy.toFixed(3)} (chance 0.167) ${ran}`);
-    seen.push(after.accuracy);
+  const orders = [INTENTS, [...INTENTS].reverse(), [3, 0, 5, 1, 4, 2].map((i) => INTENTS[i])];
+  const seen: Record<string, number[]> = {};
+  for (const isolation of [true, false]) {
+    const dir = join(tmp, `intents-${isolation}`);
+    initEncoder(dir, { ...cfg, vocab_size: 1500, label_isolation: isolation }, texts, { seed: 42 });
+    const before = await evaluateClassification(dir, dev, { labels: INTENTS });
+    const res = await trainEncoder({
+      base_model: dir, output_dir: join(tmp, `intents-run-${isolation}`), train_data: train,
+      validation_data_percentage: 0,
+      nr_epochs: 6, batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed: 42, threads: 1,
+      negative_labels: 4,
+    });
+    const ran = `after ${res.steps} steps, ${res.duration_s.toFixed(1)} s`;
+    const acc: number[] = (seen[String(isolation)] = []);
+    for (const labels of orders) {
+      const after = await evaluateClassification(res.final_checkpoint, dev, { labels });
+      t.equal(after.sample_count, dev.length, 'every dev record, asked with all six labels');
+      t.comment(`isolation ${isolation}, asked as ${labels.map((l) => l[0]).join('')}: dev accuracy `
+        + `${before.accuracy.toFixed(3)} -> ${after.accuracy.toFixed(3)} (chance 0.167) ${ran}`);
+      acc.push(after.accuracy);
+    }
   }
-  if (isolation) t.ok(seen.every((a) => a === seen[0]), 'isolated labels: the same accuracy in every order');
+  const [iso, mixed] = [seen.true!, seen.false!];
+  t.ok(iso.every((a) => a >= 0.6), `isolated: dev accuracy ${iso[0].toFixed(3)} (bar 0.6)`);
+  t.ok(iso.every((a) => a === iso[0]), 'isolated labels: the same accuracy in every order');
+  t.ok(mixed.every((a) => a < iso[0]), `without isolation, below it in every order (${mixed.map((a) => a.toFixed(3))})`);
 });
 
 // 4. A fresh classifier starts near logit 0 for every label, far above the label prior: classifier_prior_init (the
