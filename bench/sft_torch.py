@@ -21,7 +21,7 @@ torch.set_num_threads(a['threads'])
 torch.manual_seed(0)
 cfg = {k: v for k, v in a['config'].items() if k not in ('architectures', 'torch_dtype', 'model_type')}
 model = LlamaForCausalLM(LlamaConfig(**cfg)).float()
-model = get_peft_model(model, LoraConfig(r=a['r'], lora_alpha=2 * a['r'], target_modules=a['targets'], lora_dropout=0.0))
+model = get_peft_model(model, LoraConfig(r=a['r'], lora_alpha=2 * a['r'], target_modules=a['targets'], lora_dropout=a.get('dropout', 0.0)))
 model.train()
 params = [p for p in model.parameters() if p.requires_grad]
 opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)

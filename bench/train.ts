@@ -1,5 +1,5 @@
 // `npm run bench -- train [--quick] [--json] [--config small,base|tiny] [--threads n] [--rows encoder,decoder]
-//   [--autocast]`
+//   [--autocast] [--lora-dropout p]`
 // Training throughput (tokens/s), Loom's native graphs next to PyTorch CPU on the same shapes and threads:
 //   encoder: one GLiNER2 span-model step (forward + backward + AdamW, full fine-tuning) per --config preset (default
 //     small and base), Loom in fp32 and in bf16 compute (precision bf16; only where the CPU runs vdpbf16ps, and the
@@ -34,6 +34,7 @@ export async function run(argv: string[]): Promise<void> {
       quick: { type: 'boolean' }, json: { type: 'boolean' }, config: { type: 'string', default: 'small,base' },
       threads: { type: 'string' }, rows: { type: 'string', default: 'encoder,decoder' },
       autocast: { type: 'boolean' },
+      'lora-dropout': { type: 'string', default: '0' },  // the decoder row's LoRA dropout (PEFT's, both sides)
     },
   });
   if (values.threads) setThreads(Number(values.threads));
@@ -41,12 +42,14 @@ export async function run(argv: string[]): Promise<void> {
   for (const r of rows) if (r !== 'encoder' && r !== 'decoder') throw new Error(`unknown row ${r} (encoder, decoder)`);
   if (rows.includes('encoder'))
     for (const c of values.config!.split(',')) await encoderRow(c, !!values.quick, !!values.json, !!values.autocast);
-  if (rows.includes('decoder')) await decoderRow(!!values.quick, !!values.json);
+  const dropout = Number(values['lora-dropout']);
+  if (!(dropout >= 0 && dropout < 1)) throw new Error(`--lora-dropout must be in [0, 1), got ${values['lora-dropout']}`);
+  if (rows.includes('decoder')) await decoderRow(!!values.quick, !!values.json, dropout);
 }
 
 /** Decoder LoRA SFT: SmolLM2-135M configuration, B x T random tokens, r=16 on q,k,v,o; Loom (bf16 and fp32 base)
  * and PyTorch + PEFT (fp32, bf16 autocast). */
-async function decoderRow(quick: boolean, json: boolean): Promise<void> {
+async function decoderRow(quick: boolean, json: boolean, dropout: number): Promise<void> {
   const threads = getThreads();
   const B = 4, T = 256, r = 16, targets = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
   const warmup = 1, iters = quick ? 1 : 3;
@@ -61,8 +64,8 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
     seqOff: Int32Array.from({ length: B + 1 }, (_, s) => s * T),
   };
   const loom = async (dtype: 'bf16' | 'f32', precision: 'fp32' | 'bf16' = 'fp32'): Promise<Rate> => {
-    const graph = DecoderTrainGraph.create(dc, baseTensors(dir, dc, dtype), initLoras(dc, targets, r, 2 * r, 0, 1),
-      precision);
+    const graph = DecoderTrainGraph.create(dc, baseTensors(dir, dc, dtype),
+      initLoras(dc, targets, r, 2 * r, dropout, 1), precision);
     const one = async (step: number) => {
       graph.zeroGrad();
       await graph.step(batch, { seed: step });
@@ -79,7 +82,7 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
   const f = (x: Rate) => `${x.tokens_per_s.toFixed(0).padStart(8)} tokens/s  (${(x.step_ms / 1000).toFixed(2)} s/step)`;
   if (!json) {
     console.log(`Decoder LoRA SFT step, SmolLM2-135M configuration (random weights), batch ${B}x${T} tokens, `
-      + `LoRA r=${r} on q,k,v,o, ${threads} threads; ISA ${cpu.isa}, `
+      + `LoRA r=${r} on q,k,v,o${dropout ? `, LoRA dropout ${dropout}` : ''}, ${threads} threads; ISA ${cpu.isa}, `
       + `AVX512_BF16 ${cpu.features.avx512bf16 ? 'yes' : 'no'}, `
       + `bf16 compute ${native ? 'native' : 'not native here (precision bf16 falls back to fp32)'}`);
   }
@@ -94,7 +97,7 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
       : '  loom, bf16 compute           (not run: no native bf16 here)');
   let torch: { fp32: Rate; bf16_autocast: Rate } | null = null;
   if (existsSync(PY)) {
-    const arg = JSON.stringify({ config: CONFIGS['smollm2-135m'], B, T, r, targets, threads, warmup, iters });
+    const arg = JSON.stringify({ config: CONFIGS['smollm2-135m'], B, T, r, targets, threads, warmup, iters, dropout });
     const out = execFileSync(PY, [join(import.meta.dirname, 'sft_torch.py'), arg], {
       encoding: 'utf8', stdio: ['ignore', 'pipe', json ? 'ignore' : 'inherit'],
     });
@@ -104,7 +107,7 @@ async function decoderRow(quick: boolean, json: boolean): Promise<void> {
   const best = loomBf16c && loomBf16c.tokens_per_s > loomBf16.tokens_per_s ? loomBf16c : loomBf16;
   const row = {
     bench: 'train', row: 'decoder-lora-sft', model: 'smollm2-135m (random weights)', threads, batch: `${B}x${T}`,
-    lora: `r=${r} ${targets.join(',')}`, isa: cpu.isa, bf16_native: native,
+    lora: `r=${r} ${targets.join(',')}`, lora_dropout: dropout, isa: cpu.isa, bf16_native: native,
     loom: { bf16_base: loomBf16, fp32_base: loomF32, bf16_base_bf16_compute: loomBf16c }, torch,
     loom_best: best === loomBf16c ? 'bf16 base, bf16 compute' : 'bf16 base',
     ratio_fp32: ratio(best, torch?.fp32), ratio_bf16_autocast: ratio(best, torch?.bf16_autocast),

@@ -174,22 +174,6 @@ struct EncActs {
   std::vector<float> dR, dtmp, dh, dhp, dctx, dq, dk, dv, dPQ, dPK, ddrop;
 };
 
-// keep[0 .. n) = 1 with probability 1 − p (to 2^-16), 0 else: four 16-bit fields of each draw of r (one draw per
-// value, its mix two 64-bit multiplies, was most of a tiny model's dropout time)
-void keep_mask(Rng& r, float p, int64_t n, uint8_t* keep) {
-  const uint64_t thr = uint64_t(std::lround(double(p) * 65536.0));
-  for (int64_t i = 0; i < n; i += 4) {
-    const uint64_t z = r.next();
-    for (int64_t k = 0; k < 4 && i + k < n; k++) keep[i + k] = ((z >> (16 * k)) & 0xFFFF) >= thr;
-  }
-}
-
-// y (n) = x ⊙ keep · s, branch-free so that it vectorizes (a select per value ran scalar: half the samples of the
-// attention backward with attention dropout); x == y allowed
-void mask_scale(int64_t n, const uint8_t* keep, float s, const float* x, float* y) {
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] * (s * float(keep[i]));
-}
-
 // Inverted dropout: x (n) = x ⊙ keep / (1 − p), keep ~ Bernoulli(1 − p) kept for backward, drawn per chunk of
 // kDropChunk values from its own stream of `seed` (chunks over the pool; the same mask whatever the thread count)
 void dropout_fwd(int64_t n, float p, uint64_t seed, float* x, std::vector<uint8_t>& keep) {

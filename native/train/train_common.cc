@@ -103,6 +103,18 @@ bool ParamStore::ema_swap() {
   return any;
 }
 
+void keep_mask(Rng& r, float p, int64_t n, uint8_t* keep) {
+  const uint64_t thr = uint64_t(std::lround(double(p) * 65536.0));
+  for (int64_t i = 0; i < n; i += 4) {
+    const uint64_t z = r.next();
+    for (int64_t k = 0; k < 4 && i + k < n; k++) keep[i + k] = ((z >> (16 * k)) & 0xFFFF) >= thr;
+  }
+}
+
+void mask_scale(int64_t n, const uint8_t* keep, float s, const float* x, float* y) {
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] * (s * float(keep[i]));
+}
+
 void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) const {
   if (M <= 0) return;
   const float* bias = b ? b->w.data() : nullptr;
@@ -116,13 +128,11 @@ void TLinear::fwd(int64_t M, const float* x, float* y, LinActs* acts, Rng* rng) 
   std::vector<float>* xd = acts ? &acts->xd : &local;
   if (lora.dropout > 0.0f && rng) {  // inverted dropout on the adapter's input only (PEFT)
     xd->resize(size_t(M * K));
-    if (acts) acts->keep.resize(size_t(M * K));
-    const float keep = 1.0f - lora.dropout, inv = 1.0f / keep;
-    for (int64_t i = 0; i < M * K; i++) {
-      bool k = rng->uniform() < keep;
-      (*xd)[size_t(i)] = k ? x[i] * inv : 0.0f;
-      if (acts) acts->keep[size_t(i)] = k;
-    }
+    std::vector<uint8_t> keep_local;
+    std::vector<uint8_t>& keep = acts ? acts->keep : keep_local;
+    keep.resize(size_t(M * K));
+    keep_mask(*rng, lora.dropout, M * K, keep.data());
+    mask_scale(M * K, keep.data(), 1.0f / (1.0f - lora.dropout), x, xd->data());
     xin = xd->data();
   } else if (acts) {
     acts->xd.clear();
@@ -169,8 +179,8 @@ void TLinear::bwd(int64_t M, const float* x, const float* dy, float* dx, const L
   std::vector<float> t(size_t(M * K));
   sgemm(false, false, M, K, r, 1.0f, dxa.data(), r, lora.A->w.data(), K, 0.0f, t.data(), K);
   const float inv = 1.0f / (1.0f - lora.dropout);
-  for (int64_t i = 0; i < M * K; i++)
-    if (acts->keep[size_t(i)]) dx[i] += t[size_t(i)] * inv;
+  const uint8_t* keep = acts->keep.data();
+  for (int64_t i = 0; i < M * K; i++) dx[i] += t[size_t(i)] * (inv * float(keep[i]));  // branch-free, as mask_scale
 }
 
 void Mlp2::fwd(int64_t M, const float* x, float* y, Acts* acts, Rng* rng) const {

@@ -33,6 +33,13 @@ struct Rng {
   float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
 };
 
+// Dropout masks (the encoder's hidden and attention dropout, LoRA's input dropout). keep[0 .. n) = 1 with probability
+// 1 − p (to 2^-16), 0 else: four 16-bit fields of each draw of r (one draw per value, its mix two 64-bit multiplies,
+// was most of a tiny model's dropout time).
+void keep_mask(Rng& r, float p, int64_t n, uint8_t* keep);
+// y (n) = x ⊙ keep · s, branch-free so that it vectorizes (a select per value ran scalar); x == y allowed
+void mask_scale(int64_t n, const uint8_t* keep, float s, const float* x, float* y);
+
 struct Param {
   std::string name;
   std::vector<int64_t> shape;

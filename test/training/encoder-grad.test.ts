@@ -164,6 +164,52 @@ t.test('LoRA: gradients equal the merged full graph\'s, through the chain rule',
   }
 });
 
+// LoRA dropout (PEFT's, on the adapter's input; the decoder graph shares the layer): it runs only in a training step,
+// with its masks from the step seed, so the finite differences here are losses of training steps at a fixed seed.
+t.test('LoRA dropout: adapter gradients by finite differences at a fixed seed', async (t) => {
+  const targets = ['encoder.encoder.layer.0.attention.self.query_proj', 'encoder.encoder.layer.1.output.dense',
+    'span_rep.span_rep_layer.out_project.0', 'classifier.0'];
+  const g = EncoderTrainGraph.create(cfg, 8, true, tensors, { r: 2, alpha: 4, dropout: 0.3, targets, seed: 1 });
+  const lora = g.params().filter((p) => p.trainable);
+  const r = new InitRng(9);
+  for (const p of lora) if (p.name.endsWith('lora_B.weight')) g.set(p.name, Float32Array.from({ length: p.shape[0] * p.shape[1] }, () => 0.3 * r.normal()));
+  const loss = async (seed: number) => {
+    g.zeroGrad();
+    return (await g.step(batch, { dropNeg: false, seed })).loss;
+  };
+  const plain = EncoderTrainGraph.create(cfg, 8, true, tensors, { r: 2, alpha: 4, dropout: 0, targets, seed: 1 });
+  for (const p of lora) plain.set(p.name, g.get(p.name));
+  const l5 = await loss(5);
+  t.equal(await loss(5), l5, 'same seed, same masks');
+  t.not(await loss(6), l5, 'another seed, other masks');
+  t.not((await plain.step(batch, { dropNeg: false, seed: 5 })).loss, l5, 'dropout changes the loss');
+  await loss(5);
+  const grads = new Map(lora.map((p) => [p.name, Float32Array.from(g.grad(p.name))]));
+  let worst = 0;
+  for (const p of lora) {
+    const grad = grads.get(p.name)!;
+    let gmax = 0;
+    for (const v of grad) gmax = Math.max(gmax, Math.abs(v));
+    t.ok(gmax > 0, `${p.name}: non-zero gradient`);
+    const i = grad.indexOf(grad.reduce((a, b) => (Math.abs(b) > Math.abs(a) ? b : a), 0));
+    const w = g.get(p.name);
+    const h = H * Math.max(1, Math.abs(w[i]));
+    const orig = w[i];
+    w[i] = orig + h;
+    g.set(p.name, w);
+    const lp = await loss(5);
+    w[i] = orig - h;
+    g.set(p.name, w);
+    const lm = await loss(5);
+    w[i] = orig;
+    g.set(p.name, w);
+    const fd = (lp - lm) / (2 * h);
+    const noise = (4 * Math.abs(l5) * 1.2e-7) / h;
+    worst = Math.max(worst, Math.max(0, Math.abs(fd - grad[i]) - noise) / (Math.abs(fd) + Math.abs(grad[i]) + 1e-4));
+  }
+  t.ok(worst <= 0.05, `worst relative error ${worst.toExponential(2)} over the largest gradient of each adapter tensor`);
+});
+
 // Dropout (DeBERTa's hidden and attention dropout): masks come from the step seed alone, so the
 // finite differences run the same masked network as the analytic backward.
 t.test('dropout: off is the plain graph; on passes the same gradient check with a fixed seed', async (t) => {
