@@ -186,6 +186,32 @@ void rel_proj_layout(int64_t S2, int64_t D, int64_t H, int64_t S2P, const float*
   }
 }
 
+void batch_pack(int64_t B, int64_t N, const uint8_t* mask, bool whole_rows, const int64_t* need, BatchPack& p) {
+  p.len.assign(size_t(B), 0);
+  p.off.assign(size_t(B) + 1, 0);
+  p.kmask.assign(size_t(B), nullptr);
+  for (int64_t b = 0; b < B; b++) {
+    const uint8_t* mb = mask + b * N;
+    int64_t k = 0;
+    while (k < N && mb[k]) k++;
+    int64_t z = k;
+    while (z < N && !mb[z]) z++;
+    if (whole_rows || z != N || (need && k < need[b])) {
+      p.len[size_t(b)] = N;
+      p.kmask[size_t(b)] = k == N ? nullptr : mb;
+    } else {
+      p.len[size_t(b)] = k;
+    }
+    p.off[size_t(b) + 1] = p.off[size_t(b)] + p.len[size_t(b)];
+  }
+  p.T = p.off[size_t(B)];
+  p.nmax = B > 0 ? *std::max_element(p.len.begin(), p.len.end()) : 0;
+  p.order.resize(size_t(B));
+  std::iota(p.order.begin(), p.order.end(), 0);
+  std::stable_sort(p.order.begin(), p.order.end(),
+                   [&](int64_t a, int64_t q) { return p.len[size_t(a)] > p.len[size_t(q)]; });
+}
+
 void group_positions(int64_t n, const int32_t* groups, const uint8_t* mask, int32_t* pos) {
   int32_t n0 = 0;
   for (int64_t i = 0; i < n; i++)
@@ -244,25 +270,11 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   // Packing: sample b owns rows [off[b], off[b] + len[b]) of the (T, D) activations, positions
   // 0..len[b)−1. Right padding (mask 1…1 0…0) is dropped; other masks keep the row whole and mask
   // the keys in attention (the training path, acts, always keeps the (B*N) layout).
-  std::vector<int64_t> len(static_cast<size_t>(B)), off(static_cast<size_t>(B) + 1, 0);
-  std::vector<const uint8_t*> kmask(static_cast<size_t>(B), nullptr);
-  for (int64_t b = 0; b < B; b++) {
-    const uint8_t* mb = mask + b * N;
-    int64_t k = 0;
-    while (k < N && mb[k]) k++;
-    int64_t z = k;
-    while (z < N && !mb[z]) z++;
-    const bool prefix = z == N;
-    if (acts || !prefix) {
-      len[size_t(b)] = N;
-      kmask[size_t(b)] = k == N ? nullptr : mb;
-    } else {
-      len[size_t(b)] = k;
-    }
-    off[size_t(b) + 1] = off[size_t(b)] + len[size_t(b)];
-  }
-  const int64_t T = off[size_t(B)];
-  const int64_t Nmax = *std::max_element(len.begin(), len.end());
+  BatchPack pk;
+  batch_pack(B, N, mask, acts != nullptr, nullptr, pk);
+  const std::vector<int64_t>&len = pk.len, &off = pk.off;
+  const std::vector<const uint8_t*>& kmask = pk.kmask;
+  const int64_t T = pk.T, Nmax = pk.nmax;
   // Scatter of (T, D) rows back to (B, N, D); rows with mask 0 are zero.
   auto scatter = [&](const float* x, float* dst) {
     for (int64_t b = 0; b < B; b++)
@@ -282,10 +294,9 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
       if (groups[t] < 0 || groups[t] >= N)
         throw std::out_of_range("deberta: label-isolation group " + std::to_string(groups[t]) + " out of range");
   std::vector<int32_t> pids(static_cast<size_t>(T));
-  for (int64_t b = 0; b < B; b++) std::memcpy(pids.data() + off[size_t(b)], ids + b * N, size_t(len[size_t(b)]) * 4);
+  pack_rows(pk, N, 1, ids, pids.data());
   std::vector<int32_t> pfeats(feats && KF ? size_t(T * KF) : 0);
-  for (int64_t b = 0; b < B && !pfeats.empty(); b++)
-    std::memcpy(pfeats.data() + off[size_t(b)] * KF, feats + b * N * KF, size_t(len[size_t(b)] * KF) * 4);
+  if (!pfeats.empty()) pack_rows(pk, N, KF, feats, pfeats.data());
 
   // Label isolation: groups and positions of the packed tokens (per sample, over its len[b] tokens).
   std::vector<int32_t> pgrp(groups ? size_t(T) : 0), ppos(groups ? size_t(T) : 0);
@@ -338,9 +349,7 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   if (hidden_states) scatter(x, hidden_states);
 
   // Attention tasks, longest samples first (dynamic scheduling over the pool).
-  std::vector<int64_t> order(static_cast<size_t>(B));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return len[size_t(p)] > len[size_t(q)]; });
+  const std::vector<int64_t>& order = pk.order;
   const int64_t ntask = B * H;
 
   for (int64_t l = 0; l < c.L; l++) {

@@ -1,6 +1,7 @@
 // Private to the DeBERTa forward: the per-(sample, head) attention task handed to the ISA kernels
 // (deberta_attn_impl.h, compiled in deberta.cc / deberta_attn_avx2.cc / deberta_attn_avx512.cc).
 #pragma once
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -48,6 +49,23 @@ inline size_t attn_scratch_floats(int64_t n, int64_t d) {
 // native/train/encoder_train.cc):
 // δ(rel) for |rel| < R into dtab, R = nmax rounded up to 16, + 16 (covers every padded tile of the kernels); returns R
 int64_t delta_table(const Config& c, int64_t nmax, std::vector<int32_t>& dtab);
+// Packing of a (B, N) batch (the forward here and the training graph, native/train/encoder_train.cc): sample b owns
+// rows [off[b], off[b] + len[b]) of T = off[B] packed rows, positions 0..len[b)−1. A right-padded sample (mask 1…1
+// 0…0) keeps its k real tokens; any other, every sample when `whole_rows`, and one with k < need[b] (need optional)
+// keeps its N rows, with kmask[b] its mask row when some key is padding (else null).
+struct BatchPack {
+  std::vector<int64_t> len, off;
+  std::vector<const uint8_t*> kmask;
+  std::vector<int64_t> order;  // samples by len, longest first (attention tasks)
+  int64_t T = 0, nmax = 0;
+};
+void batch_pack(int64_t B, int64_t N, const uint8_t* mask, bool whole_rows, const int64_t* need, BatchPack& p);
+// dst (T, cols) = the packed rows of src (B, N, cols)
+template <class E>
+void pack_rows(const BatchPack& p, int64_t N, int64_t cols, const E* src, E* dst) {
+  for (size_t b = 0; b < p.len.size(); b++)
+    std::memcpy(dst + p.off[b] * cols, src + int64_t(b) * N * cols, size_t(p.len[b] * cols) * sizeof(E));
+}
 // PQ, PK (S2, D) -> per head (d, S2P) zero-padded: PQᵀ into PQT, PKᵀ with reversed columns into PKTr. Only the rows
 // [r0, r1) of PQ and PK are read (r1 < 0: S2); the columns of the other rows are zero (the training graph projects only
 // the rows its tasks read: rel_rows)

@@ -135,17 +135,14 @@ struct LayerActs {
   std::vector<uint8_t> keep_p, keep_o, keep_f;  // dropout masks: probs (H·Σ len²), attention / FFN outputs (T*D)
   LinActs lq, lk, lv, lpq, lpk, lo, li, lout;
 };
-// Packing, as deberta::forward packs a served batch: sample b owns rows [off[b], off[b] + len[b]) of the (T, D)
-// activations. Right padding (mask 1…1 0…0) is dropped, so a step costs its real tokens, not B·N; a sample with another
-// mask, or one whose heads read a row of its padding, keeps its N rows with the padded keys masked (as before packing).
-struct Pack {
-  int64_t B = 0, N = 0, T = 0, nmax = 0;  // samples, the batch's row stride, packed rows, the longest len
-  std::vector<int64_t> len, off;          // (B), (B+1)
-  std::vector<int64_t> poff;              // (B+1) probability blocks: sample b's head h at poff[b] + h·len[b]²
-  std::vector<int64_t> order;             // samples by len, longest first (attention tasks)
-  std::vector<uint8_t> whole;             // (B) 1 = every key of the sample is real (no key mask)
+// Packing, as deberta::forward packs a served batch (deberta::batch_pack): sample b owns rows [off[b], off[b] + len[b])
+// of the (T, D) activations. Right padding (mask 1…1 0…0) is dropped, so a step costs its real tokens, not B·N; a sample
+// with another mask, or one whose heads read a row of its padding, keeps its N rows with the padded keys masked
+// (kmask, as before packing).
+struct Pack : deberta::BatchPack {
+  int64_t B = 0, N = 0;                     // samples, the batch's row stride
+  std::vector<int64_t> poff;                // (B+1) probability blocks: sample b's head h at poff[b] + h·len[b]²
   std::vector<int32_t> ids, feats, groups;  // packed (T), (T·feat_cols), (T)
-  std::vector<uint8_t> mask;               // packed (T)
   int64_t row(int64_t r) const {  // row r of the (B*N) layout → its packed row
     const int64_t b = r / N;
     return off[size_t(b)] + (r - b * N);
@@ -219,42 +216,27 @@ void pack_build(const StepIn& in, int64_t H, int64_t KF, const std::vector<int64
   const int64_t B = in.B, N = in.N;
   P.B = B;
   P.N = N;
-  P.len.assign(size_t(B), 0);
-  P.off.assign(size_t(B) + 1, 0);
-  std::vector<int64_t> need(size_t(B), 0);  // 1 + the last row the heads read, or a real token's group
+  std::vector<int64_t> need(size_t(B), 1);  // 1 + the last row the heads read, or a real token's group
   for (int64_t r : rows) need[size_t(r / N)] = std::max(need[size_t(r / N)], r % N + 1);
   for (int64_t t = 0; in.groups && t < B * N; t++)
     if (in.mask[t]) need[size_t(t / N)] = std::max<int64_t>(need[size_t(t / N)], in.groups[t] + 1);
-  P.whole.assign(size_t(B), 0);
-  for (int64_t b = 0; b < B; b++) {
-    const uint8_t* mb = in.mask + b * N;
-    int64_t k = 0;
-    while (k < N && mb[k]) k++;
-    int64_t z = k;
-    while (z < N && !mb[z]) z++;
-    const bool packed = z == N && k > 0 && need[size_t(b)] <= k;
-    P.len[size_t(b)] = packed ? k : N;
-    P.whole[size_t(b)] = k == N || packed;
-    P.off[size_t(b) + 1] = P.off[size_t(b)] + P.len[size_t(b)];
-  }
-  P.T = P.off[size_t(B)];
-  P.nmax = *std::max_element(P.len.begin(), P.len.end());
+  deberta::batch_pack(B, N, in.mask, false, need.data(), P);
   P.poff.assign(size_t(B) + 1, 0);
   for (int64_t b = 0; b < B; b++) P.poff[size_t(b) + 1] = P.poff[size_t(b)] + H * P.len[size_t(b)] * P.len[size_t(b)];
-  P.order.resize(size_t(B));
-  for (int64_t b = 0; b < B; b++) P.order[size_t(b)] = b;
-  std::stable_sort(P.order.begin(), P.order.end(), [&](int64_t p, int64_t q) { return P.len[size_t(p)] > P.len[size_t(q)]; });
   P.ids.resize(size_t(P.T));
-  P.mask.resize(size_t(P.T));
+  deberta::pack_rows(P, N, 1, in.ids, P.ids.data());
   P.feats.resize(in.feats && KF ? size_t(P.T * KF) : 0);
+  if (!P.feats.empty()) deberta::pack_rows(P, N, KF, in.feats, P.feats.data());
   P.groups.resize(in.groups ? size_t(P.T) : 0);
-  for (int64_t b = 0; b < B; b++) {
-    const int64_t n = P.len[size_t(b)], o = P.off[size_t(b)];
-    std::memcpy(P.ids.data() + o, in.ids + b * N, size_t(n) * 4);
-    std::memcpy(P.mask.data() + o, in.mask + b * N, size_t(n));
-    if (in.feats && KF) std::memcpy(P.feats.data() + o * KF, in.feats + b * N * KF, size_t(n * KF) * 4);
-    if (in.groups) std::memcpy(P.groups.data() + o, in.groups + b * N, size_t(n) * 4);
-  }
+  if (in.groups) deberta::pack_rows(P, N, 1, in.groups, P.groups.data());
+}
+
+// Zeroes the rows of x (T, D) whose token is padding (inside a sample that keeps its N rows).
+void zero_padding_rows(const Pack& P, int64_t D, float* x) {
+  for (int64_t b = 0; b < P.B; b++)
+    if (const uint8_t* km = P.kmask[size_t(b)])
+      for (int64_t p = 0; p < P.len[size_t(b)]; p++)
+        if (!km[p]) std::memset(x + (P.off[size_t(b)] + p) * D, 0, size_t(D) * 4);
 }
 
 // Attention of one layer without dropout, one task per (sample, head) on the inference forward's kernel
@@ -307,7 +289,7 @@ void attend_fwd(const deberta::Config& c, bool bf16, LayerActs& a, EncActs& A, f
       t.span2 = S2;
       t.dtab = A.kdtab.data();
       t.R = Rr;
-      t.mask = P.whole[size_t(b)] ? nullptr : P.mask.data() + P.off[size_t(b)];
+      t.mask = P.kmask[size_t(b)];
       if (!P.groups.empty()) {
         t.group = P.groups.data() + P.off[size_t(b)];
         t.pos = A.gpos.data() + P.off[size_t(b)];
@@ -356,7 +338,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
       throw std::out_of_range("encoder train: label-isolation group out of range");
   for (int64_t b = 0; in.groups && b < B; b++) {
     const int64_t o = P.off[size_t(b)];
-    deberta::group_positions(P.len[size_t(b)], P.groups.data() + o, P.mask.data() + o, A.gpos.data() + o);
+    deberta::group_positions(P.len[size_t(b)], P.groups.data() + o, P.kmask[size_t(b)], A.gpos.data() + o);
   }
   // R = LN(rel_emb[:2span])
   A.R.resize(size_t(S2 * D));
@@ -377,8 +359,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   A.emb_rstd.resize(static_cast<size_t>(T));
   layernorm_fwd(T, D, A.emb.data(), m.emb_ln_w->w.data(), m.emb_ln_b->w.data(), c.eps, x.data(), A.emb_mean.data(),
                 A.emb_rstd.data());
-  for (int64_t t = 0; t < T; t++)
-    if (!P.mask[size_t(t)]) std::memset(x.data() + t * D, 0, size_t(D) * 4);
+  zero_padding_rows(P, D, x.data());
   const float ph = in.hidden_dropout, pa = in.attention_dropout;
   A.keep_emb.clear();  // (a mask of an earlier step with dropout would read as this step's: see dropout_bwd)
   if (ph > 0) {
@@ -546,8 +527,7 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
   }
   // x0 = drop(LN(emb)·mask)
   dropout_bwd(T * D, ph, A.keep_emb, dx.data(), dx.data());
-  for (int64_t t = 0; t < T; t++)
-    if (!P.mask[size_t(t)]) std::memset(dx.data() + t * D, 0, size_t(D) * 4);
+  zero_padding_rows(P, D, dx.data());
   layernorm_bwd(T, D, A.emb.data(), m.emb_ln_w->w.data(), A.emb_mean.data(), A.emb_rstd.data(), dx.data(),
                 dtmp.data(), m.emb_ln_w->g.data(), m.emb_ln_b->g.data());
   if (m.word_emb->trainable) embedding_bwd(T, D, P.ids.data(), dtmp.data(), m.word_emb->g.data());
