@@ -72,10 +72,11 @@ t.test('a fresh encoder tells its label markers apart before training', async (t
 // accuracy 0.357 so; 0.186 with true + 2 sampled labels per step (0.186 too with half the steps each way; chance
 // 0.167); 0.529 with all six in one fixed order, which only holds in that order. With label isolation (the fresh
 // default: true + sampled labels at every step, full_label_ratio 0) the same accuracy in every order. Its setting is
-// true + 4 of the 5 other labels: with true + 2, the result hung on rounding (trainer seeds 42-52 on a Zen 3, AVX2:
-// 0.31-0.96; seed 42 read 0.843 on the Zen 5, 0.686 on the Zen 3, 0.443 once the encoder packed its batches, which
-// changes only summation order), where true + 4 read 0.757-0.957 over those eleven seeds; hence the bar at 0.6. The
-// model without isolation read 0.171-0.629 over the same seeds (so no bar of its own): below the isolated model.
+// true + 4 of the 5 other labels: with true + 2, the result hung on rounding (seed 42 read 0.843 on the Zen 5, 0.686 on
+// a Zen 3, 0.443 once the encoder packed its batches, which changes only summation order). `npx tsx
+// bench/cls-head/six-intents.mts [--negative-labels 2] [--isolation 0]` over trainer seeds 42-52 on a Zen 3, AVX2:
+// true + 2 0.329-0.914, true + 4 0.614-0.914 (0.871 at seed 42); hence the bar at 0.6. The model without isolation
+// read 0.171-0.629 over the same seeds (so no bar of its own): below the isolated model.
 const INTENTS = ['age limit', 'apple pay or google pay', 'change pin', 'exchange rate', 'lost or stolen phone',
   'terminate account'];
 const banking = (split: string) => parseJsonl(readFileSync(join(DATA, `${split}.jsonl`), 'utf8'))
