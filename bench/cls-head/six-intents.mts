@@ -1,7 +1,8 @@
 // Issue 17 diagnostic: the six-intent learning test of test/training/encoder-classification.test.ts (Banking77, six
 // intents, a 64-wide two-layer fresh encoder, 6 epochs = 468 steps) over several trainer seeds, to see how far its
 // dev accuracy moves when only the run's randomness (or rounding) changes. Prints `seed:accuracy` per seed.
-//   npx tsx bench/cls-head/six-intents.mts [--seeds 42,43,...] [--negative-labels 4] [--isolation 1] [--epochs 6]
+//   npx tsx bench/cls-head/six-intents.mts [--seeds 42,43,...] [--negative-labels 4] [--isolation 1] [--bag 0|1]
+//     [--epochs 6]   (--bag: label bags, config.json label_bag; absent: the fresh default)
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +17,7 @@ const { values } = parseArgs({
     seeds: { type: 'string', default: '42,43,44,45,46,47,48,49,50,51,52' },
     'negative-labels': { type: 'string', default: '4' },
     isolation: { type: 'string', default: '1' },
+    bag: { type: 'string' },
     epochs: { type: 'string', default: '6' },
   },
 });
@@ -33,7 +35,8 @@ try {
   for (const seed of values.seeds!.split(',').map(Number)) {
     const dir = join(tmp, `base-${seed}`);
     const texts = train.map((r) => (r as { text: string }).text);
-    initEncoder(dir, { ...cfg, label_isolation: values.isolation === '1' }, texts, { seed: 42 });
+    const bag = values.bag === undefined ? {} : { label_bag: values.bag === '1' };
+    initEncoder(dir, { ...cfg, label_isolation: values.isolation === '1', ...bag }, texts, { seed: 42 });
     const res = await trainEncoder({
       base_model: dir, output_dir: join(tmp, `run-${seed}`), train_data: train, validation_data_percentage: 0,
       nr_epochs: Number(values.epochs), batch_size: 8, learning_rate: 5e-3, encoder_learning_rate: 1e-3, seed,
@@ -46,4 +49,5 @@ try {
 } finally {
   rmSync(tmp, { recursive: true, force: true });
 }
-console.log(`isolation ${values.isolation}, negative labels ${values['negative-labels']}: ${out.join(' ')}`);
+const bagSetting = values.bag ?? 'default';
+console.log(`isolation ${values.isolation}, bag ${bagSetting}, negative labels ${values['negative-labels']}: ${out.join(' ')}`);

@@ -255,7 +255,8 @@ inline size_t r16(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
 void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uint8_t* mask, float* out,
-             float* hidden_states, Acts* acts, const int32_t* feats, const int32_t* groups) {
+             float* hidden_states, Acts* acts, const int32_t* feats, const int32_t* groups, const int32_t* bags,
+             int64_t bag_cols) {
   const Config& c = m.cfg;
   const int64_t D = c.D, F = c.F, H = c.H, d = D / H, BN = B * N;
   if (B <= 0 || N <= 0) return;
@@ -266,6 +267,10 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
     for (int64_t t = 0; t < BN * KF; t++)
       if (feats[t] < -1 || feats[t] >= c.feat_rows)
         throw std::out_of_range("deberta: word feature id " + std::to_string(feats[t]) + " out of range");
+  const int64_t KB = bags ? bag_cols : 0;
+  for (int64_t t = 0; t < BN * KB; t++)
+    if (bags[t] < -1 || bags[t] >= c.V)
+      throw std::out_of_range("deberta: label bag id " + std::to_string(bags[t]) + " out of range");
 
   // Packing: sample b owns rows [off[b], off[b] + len[b]) of the (T, D) activations, positions
   // 0..len[b)−1. Right padding (mask 1…1 0…0) is dropped; other masks keep the row whole and mask
@@ -297,6 +302,8 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   pack_rows(pk, N, 1, ids, pids.data());
   std::vector<int32_t> pfeats(feats && KF ? size_t(T * KF) : 0);
   if (!pfeats.empty()) pack_rows(pk, N, KF, feats, pfeats.data());
+  std::vector<int32_t> pbags(size_t(T * KB));
+  if (KB) pack_rows(pk, N, KB, bags, pbags.data());
 
   // Label isolation: groups and positions of the packed tokens (per sample, over its len[b] tokens).
   std::vector<int32_t> pgrp(groups ? size_t(T) : 0), ppos(groups ? size_t(T) : 0);
@@ -332,9 +339,10 @@ void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uin
   float* h = qkv + r16(size_t(T * 3 * D));
   float* ascr = h + r16(size_t(FC * F));
 
-  // Embeddings: x = LN(word_emb[ids] + Σ_k feat_emb[feats[:, k]]) * mask        (T, D)
+  // Embeddings: x = LN(word_emb[ids] + Σ_k feat_emb[feats[:, k]] + mean_k word_emb[bags[:, k]]) * mask   (T, D)
   embedding_fwd(T, D, pids.data(), m.wtype, m.word_emb.data(), ctx);
   if (!pfeats.empty()) word_feature_fwd(T, D, KF, pfeats.data(), m.feat_emb.data(), ctx);
+  if (KB) bag_embedding_fwd(T, D, KB, pbags.data(), m.wtype, m.word_emb.data(), ctx);
   if (acts) {
     acts->emb_pre.assign(ctx, ctx + T * D);
     acts->emb_mean.resize(size_t(T));

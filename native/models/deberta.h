@@ -145,12 +145,14 @@ void group_positions(int64_t n, const int32_t* groups, const uint8_t* mask, int3
 
 // ids, mask: (B, N); feats: (B, N, feat_cols) word-feature rows (-1 = none; null = none anywhere);
 // groups: (B, N) label-isolation groups (null: none, every token attends to every real key);
+// bags: (B, N, bag_cols) label bags (ops.h bag_embedding_fwd: rows of the word table whose mean a token's embedding
+// adds, -1 = none; null: none);
 // out: (B, N, D) last hidden state. hidden_states (optional): (L+1, B, N, D)
 // (embedding output, then each layer's output). acts (optional): retained activations (train).
 // Rows whose mask is 0 are 0 in out and hidden_states. A mask row of the form 1…1 0…0 (right
 // padding) costs only its real tokens; other masks run the whole row with the keys masked.
 void forward(const Model& m, int64_t B, int64_t N, const int32_t* ids, const uint8_t* mask, float* out,
              float* hidden_states = nullptr, Acts* acts = nullptr, const int32_t* feats = nullptr,
-             const int32_t* groups = nullptr);
+             const int32_t* groups = nullptr, const int32_t* bags = nullptr, int64_t bag_cols = 0);
 
 }  // namespace loom::deberta

@@ -7,7 +7,8 @@
 //                 when cfg.bf16)}, names as in a bare DebertaV2Model (embeddings.*, encoder.*)
 //   debertaForward(handle, ids Int32Array (B*N), mask Uint8Array (B*N), B, N, hiddenStates?,
 //                  feats? Int32Array (B*N*featCols): word-feature rows, -1 = none,
-//                  groups? Int32Array (B*N): label-isolation groups, deberta.h group_positions)
+//                  groups? Int32Array (B*N): label-isolation groups, deberta.h group_positions,
+//                  bags? Int32Array (B*N*cols): label bags, word-table rows, -1 = none, ops.h bag_embedding_fwd)
 //       → Promise<Float32Array (B*N*D)>  | with hiddenStates: Promise<Float32Array ((L+1)*B*N*D)>
 //   debertaRelIndex(cfg, rel) → number (rel-embedding row used for relative position rel = i − j)
 //   gliner2HeadsCreate(D, K, counting ('count_lstm' | 'count_lstm_v2' | 'count_lstm_moe'), tensors,
@@ -179,8 +180,12 @@ Napi::Value DebertaForward(const Napi::CallbackInfo& info) {
   bool hs = info.Length() > 5 && info[5].ToBoolean().Value();
   auto feats = array_arg<int32_t>(info.Length() > 6 ? info[6] : env.Undefined(), "feats", true, true);
   auto groups = array_arg<int32_t>(info.Length() > 7 ? info[7] : env.Undefined(), "groups", true, true);
+  auto bags = array_arg<int32_t>(info.Length() > 8 ? info[8] : env.Undefined(), "bags", true, true);
   if (B < 0 || N < 0) throw_range(env, "B and N must be >= 0");
   if (groups.data) check_len(env, groups.length, size_t(B * N), "groups");
+  const int64_t KB = bags.data && B * N > 0 ? int64_t(bags.length) / (B * N) : 0;
+  if (bags.data && B * N > 0 && (KB < 1 || size_t(KB * B * N) != bags.length))
+    throw_range(env, "bags must hold B*N*cols values (cols >= 1)");
   check_len(env, ids.length, size_t(B * N), "ids");
   check_len(env, mask.length, size_t(B * N), "mask");
   const int64_t KF = m->cfg.feat_rows > 0 ? m->cfg.feat_cols : 0;
@@ -195,17 +200,19 @@ Napi::Value DebertaForward(const Napi::CallbackInfo& info) {
   if (feats.data) keep.push_back(std::move(feats.ref));
   const int32_t* gp = groups.data;
   if (groups.data) keep.push_back(std::move(groups.ref));
+  const int32_t* bp = KB ? bags.data : nullptr;
+  if (bags.data) keep.push_back(std::move(bags.ref));
   const int32_t* idp = ids.data;
   const uint8_t* mp = mask.data;
   return run_async(
       env,
-      [m, out, idp, mp, fp, gp, B, N, hs, D, L, n_out]() {
+      [m, out, idp, mp, fp, gp, bp, KB, B, N, hs, D, L, n_out]() {
         out->resize(n_out);
         if (hs) {
           std::vector<float> last(size_t(B * N * D));
-          deberta::forward(*m, B, N, idp, mp, last.data(), out->data(), nullptr, fp, gp);
+          deberta::forward(*m, B, N, idp, mp, last.data(), out->data(), nullptr, fp, gp, bp, KB);
         } else {
-          deberta::forward(*m, B, N, idp, mp, out->data(), nullptr, nullptr, fp, gp);
+          deberta::forward(*m, B, N, idp, mp, out->data(), nullptr, nullptr, fp, gp, bp, KB);
         }
         (void)L;
       },

@@ -11,7 +11,8 @@
 //               segSample/segKind/segM/segCount Int32Array, segCountLoss Uint8Array, segRows Int32Array (Σ(1+M)),
 //               pos Int32Array (5-tuples seg,t,m,i,k), clsY Float32Array, backward, dropNeg, gradScale, seed,
 //               hiddenDropout, attentionDropout, feats? Int32Array (B*N*featCols, -1 = none),
-//               groups? Int32Array (B*N): label-isolation groups (deberta.h group_positions)}
+//               groups? Int32Array (B*N): label-isolation groups (deberta.h group_positions),
+//               bags? Int32Array (B*N*cols): label bags (word-table rows, -1 = none; ops.h bag_embedding_fwd)}
 //   llamaTrainCreate(cfg, tensors, loras) → handle
 //       cfg: {vocab, hidden, inter, layers, heads, kvHeads, headDim, eps, ropeTheta, rope?, qkvBias}
 //       tensors: {HF name → Float32Array | Uint16Array (bf16 bits)}
@@ -184,6 +185,13 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   auto groups = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "groups", true));
   if (!groups->empty()) check_len(env, groups->size(), size_t(in->B * in->N), "groups");
   if (!groups->empty()) in->groups = groups->data();
+  auto bags = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "bags", true));
+  if (!bags->empty()) {
+    const size_t bn = size_t(in->B * in->N);
+    if (!bn || bags->size() % bn) throw_range(env, "bags must hold B*N*cols values (cols >= 1)");
+    in->bags = bags->data();
+    in->bag_cols = int64_t(bags->size() / bn);
+  }
   for (int32_t v : get_vec<int32_t>(b, "woff")) in->woff.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordRows")) in->word_rows.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordEnd", true)) in->word_end.push_back(v);
@@ -229,7 +237,7 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   auto out = std::make_shared<encoder::StepOut>();
   return run_async(
       env,
-      [h, in, out, ids, mask, feats, groups]() {
+      [h, in, out, ids, mask, feats, groups, bags]() {
         std::lock_guard<std::mutex> lk(h->mu);
         encoder::step(*h->enc, *in, *out);
       },

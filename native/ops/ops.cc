@@ -516,6 +516,58 @@ void word_feature_bwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, cons
   });
 }
 
+// ---- label bags (the mean of a label's piece embeddings added to its [L] row) -----------------------
+namespace {
+int64_t bag_count(int64_t K, const int32_t* b) {
+  int64_t n = 0;
+  for (int64_t k = 0; k < K; k++) n += b[k] >= 0;
+  return n;
+}
+}  // namespace
+void bag_embedding_fwd(int64_t T, int64_t D, int64_t K, const int32_t* bag, DType ttype, const void* table,
+                       float* out) {
+  if (ttype != DType::F32 && ttype != DType::BF16 && ttype != DType::F16)
+    throw std::invalid_argument(std::string("bag_embedding_fwd: unsupported table dtype ") + dtype_name(ttype));
+  parallel_for(T, row_grain(D), [&](int64_t t0, int64_t t1) {
+    std::vector<float> row(ttype == DType::F32 ? 0 : size_t(D));
+    for (int64_t t = t0; t < t1; t++) {
+      const int32_t* b = bag + t * K;
+      const int64_t n = bag_count(K, b);
+      if (!n) continue;
+      const float s = 1.0f / float(n);
+      float* o = out + t * D;
+      for (int64_t k = 0; k < K; k++) {
+        if (b[k] < 0) continue;
+        const int64_t at = int64_t(b[k]) * D;
+        const float* w = row.data();
+        if (ttype == DType::F32) w = static_cast<const float*>(table) + at;
+        else if (ttype == DType::BF16) convert_bf16_to_f32(D, static_cast<const uint16_t*>(table) + at, row.data());
+        else convert_f16_to_f32(D, static_cast<const uint16_t*>(table) + at, row.data());
+        for (int64_t d = 0; d < D; d++) o[d] += s * w[d];
+      }
+    }
+  });
+}
+// Parallel over column slices of D, as embedding_bwd, so repeated ids never race.
+void bag_embedding_bwd(int64_t T, int64_t D, int64_t K, const int32_t* bag, const float* dout, float* dtable) {
+  int64_t grain = std::max<int64_t>(16, D / std::max(1, threads_get()));
+  if (T * D < kElemGrain) grain = D;
+  parallel_for(D, grain, [&](int64_t d0, int64_t d1) {
+    for (int64_t t = 0; t < T; t++) {
+      const int32_t* b = bag + t * K;
+      const int64_t n = bag_count(K, b);
+      if (!n) continue;
+      const float s = 1.0f / float(n);
+      const float* g = dout + t * D;
+      for (int64_t k = 0; k < K; k++) {
+        if (b[k] < 0) continue;
+        float* o = dtable + int64_t(b[k]) * D;
+        for (int64_t d = d0; d < d1; d++) o[d] += s * g[d];
+      }
+    }
+  });
+}
+
 // ---- normalization --------------------------------------------------------------------------
 void layernorm_fwd(int64_t R, int64_t D, const float* x, const float* w, const float* b, float eps, float* y,
                    float* mean, float* rstd) {

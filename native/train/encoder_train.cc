@@ -142,7 +142,7 @@ struct LayerActs {
 struct Pack : deberta::BatchPack {
   int64_t B = 0, N = 0;                     // samples, the batch's row stride
   std::vector<int64_t> poff;                // (B+1) probability blocks: sample b's head h at poff[b] + h·len[b]²
-  std::vector<int32_t> ids, feats, groups;  // packed (T), (T·feat_cols), (T)
+  std::vector<int32_t> ids, feats, groups, bags;  // packed (T), (T·feat_cols), (T), (T·bag_cols)
   int64_t row(int64_t r) const {  // row r of the (B*N) layout → its packed row
     const int64_t b = r / N;
     return off[size_t(b)] + (r - b * N);
@@ -229,6 +229,8 @@ void pack_build(const StepIn& in, int64_t H, int64_t KF, const std::vector<int64
   if (!P.feats.empty()) deberta::pack_rows(P, N, KF, in.feats, P.feats.data());
   P.groups.resize(in.groups ? size_t(P.T) : 0);
   if (in.groups) deberta::pack_rows(P, N, 1, in.groups, P.groups.data());
+  P.bags.resize(in.bags ? size_t(P.T * in.bag_cols) : 0);
+  if (in.bags) deberta::pack_rows(P, N, in.bag_cols, in.bags, P.bags.data());
 }
 
 // Zeroes the rows of x (T, D) whose token is padding (inside a sample that keeps its N rows).
@@ -324,6 +326,9 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   const int64_t KF = m.feat_emb && in.feats ? c.feat_cols : 0;
   for (int64_t t = 0; t < BN * KF; t++)
     if (in.feats[t] < -1 || in.feats[t] >= c.feat_rows) throw std::out_of_range("encoder train: word feature id out of range");
+  const int64_t KB = in.bags ? in.bag_cols : 0;
+  for (int64_t t = 0; t < BN * KB; t++)
+    if (in.bags[t] < -1 || in.bags[t] >= c.V) throw std::out_of_range("encoder train: label bag id out of range");
   A.lo = rel_index(c, -(Nm - 1));
   A.ncol = rel_index(c, Nm - 1) - A.lo + 1;
   A.dtab.resize(size_t(2 * Nm - 1));
@@ -355,6 +360,7 @@ void encoder_fwd(const Model& m, const StepIn& in, float* x_out, EncActs& A, Rng
   A.emb.resize(size_t(T * D));
   embedding_fwd(T, D, P.ids.data(), DType::F32, m.word_emb->w.data(), A.emb.data());
   if (KF) word_feature_fwd(T, D, KF, P.feats.data(), m.feat_emb->w.data(), A.emb.data());
+  if (KB) bag_embedding_fwd(T, D, KB, P.bags.data(), DType::F32, m.word_emb->w.data(), A.emb.data());
   A.emb_mean.resize(static_cast<size_t>(T));
   A.emb_rstd.resize(static_cast<size_t>(T));
   layernorm_fwd(T, D, A.emb.data(), m.emb_ln_w->w.data(), m.emb_ln_b->w.data(), c.eps, x.data(), A.emb_mean.data(),
@@ -531,6 +537,8 @@ void encoder_bwd(Model& m, const StepIn& in, EncActs& A, std::vector<float>& dx)
   layernorm_bwd(T, D, A.emb.data(), m.emb_ln_w->w.data(), A.emb_mean.data(), A.emb_rstd.data(), dx.data(),
                 dtmp.data(), m.emb_ln_w->g.data(), m.emb_ln_b->g.data());
   if (m.word_emb->trainable) embedding_bwd(T, D, P.ids.data(), dtmp.data(), m.word_emb->g.data());
+  if (m.word_emb->trainable && in.bags)
+    bag_embedding_bwd(T, D, in.bag_cols, P.bags.data(), dtmp.data(), m.word_emb->g.data());
   if (m.feat_emb && in.feats && m.feat_emb->trainable)
     word_feature_bwd(T, D, c.feat_cols, P.feats.data(), dtmp.data(), m.feat_emb->g.data());
   if (m.rel_emb->trainable) {

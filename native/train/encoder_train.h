@@ -6,7 +6,8 @@
 // of a sample incl. the choice prefix, K max span width, M fields of a segment, c count):
 //   the batch packed first (encoder_train.cc, Pack): a right-padded sample runs its own len tokens, so the encoder's
 //   activations are (T, D) with T = Σ len, not (B*N, D); the rows below are written for one unpadded sample
-//   x0 (B*N, D) = LN(word_emb[ids] + Σ_k feat_emb[feats[.., k]])·mask   (feature rows -1 = none; fresh encoders)
+//   x0 (B*N, D) = LN(word_emb[ids] + Σ_k feat_emb[feats[.., k]] + mean_k word_emb[bags[.., k]])·mask
+//     (feature rows and bag ids -1 = none; fresh encoders: word features, label bags)
 //   per layer: q,k,v = lin(x) ; PQ, PK (2·span, D) = lin_q(R), lin_k(R) with R = LN(rel_emb)
 //     A[b,h,i,j] = (q_i·k_j + q_i·PK[δ(i,j)] + k_j·PQ[δ(i,j)]) / sqrt(3d), softmax over keys j
 //     a = LN(softmax(A)·V·Woᵀ + bo + x) ; x' = LN(GELU(a·Wiᵀ + bi)·Woutᵀ + bout + a)
@@ -111,6 +112,8 @@ struct StepIn {
   const uint8_t* mask = nullptr;  // (B*N)
   const int32_t* feats = nullptr; // (B*N*feat_cols) word-feature rows, -1 = none (null: none anywhere)
   const int32_t* groups = nullptr; // (B*N) label-isolation groups (deberta.h group_positions; null: none)
+  const int32_t* bags = nullptr;   // (B*N*bag_cols) label bags: word-table rows whose mean a row adds (-1 = none)
+  int64_t bag_cols = 0;
   std::vector<int64_t> woff;      // (B+1) word offsets
   std::vector<int64_t> word_rows; // (ΣW) rows into the hidden states: each word's first piece
   std::vector<int64_t> word_end;  // (ΣW) exclusive end row of each word's pieces (mean / max pooling)

@@ -1,5 +1,6 @@
 // `loom init-encoder --config small|base|tiny|<json file> --data <jsonl> --out <dir> [--seed n] [--vocab n]
-//  [--word-features shape|shape,suffix:N|suffix:N|none] [--label-isolation on|off] [--token-pooling mean|first|max]`
+//  [--word-features shape|shape,suffix:N|suffix:N|none] [--label-isolation on|off] [--label-bag on|off]
+//  [--token-pooling mean|first|max]`
 // A fresh GLiNER2 span model (random init as the reference does) with a WordPiece tokenizer built
 // from the training text, in the real checkpoint layout.
 import { existsSync, readFileSync } from 'node:fs';
@@ -15,13 +16,15 @@ const HELP = `usage: loom init-encoder --config small|base|tiny|<config.json> --
   [--seed 42] [--vocab N]
   [--word-features shape|shape,suffix:N|suffix:N|none]   (default: shape; docs/training.md)
   [--label-isolation on|off]   (default: on; docs/training.md)
+  [--label-bag on|off]   (a classification label as one [L] token holding its name's pieces; default: on)
   [--token-pooling mean|first|max]   (a word's vector from its pieces; default: mean; docs/training.md)`;
 
 export async function main(argv: string[]): Promise<number> {
   const options = {
     config: { type: 'string', default: 'small' }, data: { type: 'string' }, out: { type: 'string' },
     seed: { type: 'string', default: '42' }, vocab: { type: 'string' }, 'word-features': { type: 'string' },
-    'label-isolation': { type: 'string' }, 'token-pooling': { type: 'string' }, help: { type: 'boolean' },
+    'label-isolation': { type: 'string' }, 'label-bag': { type: 'string' }, 'token-pooling': { type: 'string' },
+    help: { type: 'boolean' },
   } as const;
   const { values } = parseArgs({ args: argv, options });
   if (values.help) return (console.log(HELP), 0);
@@ -42,6 +45,10 @@ export async function main(argv: string[]): Promise<number> {
   if (iso !== undefined && iso !== 'on' && iso !== 'off')
     return (console.error('init-encoder: --label-isolation takes on or off'), 2);
   if (iso !== undefined) cfg.label_isolation = iso === 'on';
+  const bag = values['label-bag'];
+  if (bag !== undefined && bag !== 'on' && bag !== 'off')
+    return (console.error('init-encoder: --label-bag takes on or off'), 2);
+  if (bag !== undefined) cfg.label_bag = bag === 'on';
   const pooling = values['token-pooling'];
   if (pooling !== undefined && !TOKEN_POOLING_OPTIONS.includes(pooling as TokenPooling))
     return (console.error(`init-encoder: --token-pooling takes ${TOKEN_POOLING_OPTIONS.join(', ')}`), 2);

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../formats/safetensors.ts';
 import { parseDebertaConfig } from '../models/encoder/deberta.ts';
 import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from '../models/encoder/word-features.ts';
-import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
+import { parseLabelBag, parseLabelIsolation } from '../models/encoder/label-isolation.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
 import {
@@ -144,6 +144,8 @@ interface Loaded {
   wordFeatures: WordFeatures | null;
   /** a fresh encoder's classification labels are isolated (config.json label_isolation) */
   labelIsolation: boolean;
+  /** a fresh encoder reads each classification label as one bagged [L] token (config.json label_bag) */
+  labelBag: boolean;
 }
 
 async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precision): Promise<Loaded> {
@@ -157,10 +159,11 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precis
   // token_pooling as the library reads it: anything but mean / max pools the first piece
   const pooling = g2.token_pooling === 'mean' || g2.token_pooling === 'max' ? g2.token_pooling : 'first';
   let wordFeatures: WordFeatures | null;
-  let labelIsolation: boolean;
+  let labelIsolation: boolean, labelBag: boolean;
   try {
     wordFeatures = parseWordFeatures(g2.word_features, `base_model ${dir}/config.json`);
     labelIsolation = parseLabelIsolation(g2.label_isolation, `base_model ${dir}/config.json`);
+    labelBag = parseLabelBag(g2.label_bag, `base_model ${dir}/config.json`);
   } catch (e) {
     throw new TrainingConfigError((e as Error).message);
   }
@@ -205,7 +208,7 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precis
   if (!wordFeatures) delete tensors['encoder.embeddings.word_feature_embeddings.weight'];
   const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null, heads, wf, precision);
   const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
-  return { graph, tok, maxWidth, params: graph.params(), shapes, lora, wordFeatures, labelIsolation };
+  return { graph, tok, maxWidth, params: graph.params(), shapes, lora, wordFeatures, labelIsolation, labelBag };
 }
 
 /** Writes the current weights as a checkpoint in the real layout (+ the PEFT adapter for LoRA). */
@@ -314,7 +317,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   // segmented again (docs/training.md, "Piece dropout")
   const resegmented = (ex: EncoderExample) => reseg !== null && !ex.schema.classifications.length;
   const feat = (e: EncoderExample, rng?: Uniform) =>
-    featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labelIsolation, clsLoss,
+    featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, { isolation: L.labelIsolation, bag: L.labelBag }, clsLoss,
       rng && reseg ? (w, p) => reseg(w, p, rng) : undefined);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
   if (!trainEx.length) {

@@ -161,6 +161,8 @@ export interface EncoderBatch {
   feats?: Int32Array;
   /** label-isolation group of each piece (B·N, 0 for padding), for a model with label isolation */
   groups?: Int32Array;
+  /** label bags (B·N·cols, -1 = none; src/models/encoder/label-isolation.ts), for a model with label bags */
+  bags?: Int32Array;
 }
 
 export interface EncoderStepOptions {

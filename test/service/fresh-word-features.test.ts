@@ -31,7 +31,8 @@ const modelsDir = join(root, 'models');
 const dir = join(modelsDir, 'fresh-tiny');
 mkdirSync(modelsDir);
 const TINY = { hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 64, vocab_size: 400 };
-initEncoder(dir, { ...TINY, label_isolation: false }, TEXTS, { seed: 3 }); // isolation: label-isolation.test.ts
+// isolation: label-isolation.test.ts; label bags (the fresh default) served over HTTP against the training graph here
+initEncoder(dir, { ...TINY, label_isolation: false }, TEXTS, { seed: 3 });
 const TABLE = 'encoder.embeddings.word_feature_embeddings.weight';
 const init = SafetensorsCheckpoint.open(dir);
 const zero = toFloat32(init.get(TABLE)).every((x) => x === 0);
@@ -79,7 +80,9 @@ t.test('POST /inference answers what the training graph computes, and sees capit
     const rec = { kind: 'classification' as const, text, labels: ['positive'], multiLabel: false };
     const [ex] = recordsToExamples([rec], [], LABELS);
     t.same(ex.schema.classifications[0].labels, LABELS, 'the same prompt as served');
-    const batch = collate([await featurize(tok, ex, 8, undefined, wf)]);
+    t.equal(g2.label_bag, true, 'a label is one bagged [L] token (the fresh default)');
+    const batch = collate([await featurize(tok, ex, 8, undefined, wf, { bag: true })]);
+    t.ok(batch.bags, 'the batch carries the bags');
     const g = await graph.step(batch, { backward: false, dropNeg: false });
     // float32 forwards in both (the served one packs the sequence, the graph keeps the batch layout)
     t.ok(Math.abs(g.cls - servedLoss) <= 1e-6 * Math.max(1, g.cls), `graph ${g.cls} vs served ${servedLoss}`);

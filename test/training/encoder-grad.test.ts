@@ -392,3 +392,43 @@ t.test('label isolation: the same gradient check, with and without dropout', asy
   await check(t, g, names, 2, {}, ib);
   await check(t, g, names, 2, { hiddenDropout: 0.2, attentionDropout: 0.2, seed: 5 }, ib);
 });
+
+// Label bags (config.json label_bag): a classification label is its [L] row, whose embedding adds the mean of its
+// name's piece rows of the word table, so those rows get (1/n)·d(embedding) at the [L] row: the word table's
+// gradient by finite differences on the rows only the bags use, and the model's other tensors as before.
+t.test('label bags: the word table gradient through the bags by finite differences', async (t) => {
+  const bag = { isolation: true, bag: true };
+  const bb = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, undefined, bag))));
+  const ib = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, undefined, true))));
+  t.ok(bb.bags && bb.bags.length % (bb.B * bb.N) === 0, 'the batch carries bags');
+  const real = (m: Uint8Array) => m.reduce((a, x) => a + x, 0);
+  t.equal(real(ib.mask) - real(bb.mask), bb.bags!.filter((x) => x >= 0).length, 'the names take no tokens');
+  const bagged = new Set([...bb.bags!].filter((x) => x >= 0));
+  const inIds = new Set(bb.ids);
+  const only = [...bagged].filter((r) => !inIds.has(r));
+  t.ok(only.length > 0, `word-table rows only the bags use: ${only.length}`);
+  const g = EncoderTrainGraph.create(cfg, 8, true, tensors, null);
+  const name = 'encoder.embeddings.word_embeddings.weight';
+  await check(t, g, [name, 'classifier.0.weight', 'encoder.encoder.layer.0.attention.self.query_proj.weight'], 8, {},
+    bb);
+  const grad = g.grad(name);
+  const w = g.get(name);
+  let worst = 0;
+  for (const r of only.slice(0, 3))
+    for (const d of [0, 3, 7]) {
+      const i = r * D + d;
+      const at = async (v: number) => {
+        w[i] = v;
+        g.set(name, w);
+        return (await g.step(bb, { backward: false, dropNeg: false })).loss;
+      };
+      const orig = w[i];
+      const h = 1e-3;
+      const fd = ((await at(orig + h)) - (await at(orig - h))) / (2 * h);
+      await at(orig);
+      worst = Math.max(worst, Math.abs(fd - grad[i]) / (Math.abs(fd) + Math.abs(grad[i]) + 1e-3));
+    }
+  t.ok(worst < 0.02, `rows only in bags: worst relative error ${worst.toExponential(2)}`);
+  const bad = { ...bb, bags: bb.bags!.map((x) => (x >= 0 ? V : x)) };
+  await t.rejects(g.step(bad, { backward: false }), /label bag id out of range/, 'an id past the table is refused');
+});

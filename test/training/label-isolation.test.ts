@@ -71,8 +71,9 @@ function positions(groups: number[]): number[] {
   });
 }
 
-/** The DeBERTa forward in float64, one sample, with groups (null: every token sees every token, positions = index). */
-function reference(enc: DebertaEncoder, ids: number[], groups: number[] | null): Float64Array {
+/** The DeBERTa forward in float64, one sample, with groups (null: every token sees every token, positions = index)
+ * and label bags (bags[r]: word-table rows whose mean row r's embedding adds). */
+function reference(enc: DebertaEncoder, ids: number[], groups: number[] | null, bags?: number[][]): Float64Array {
   const n = ids.length;
   const H = config.numHeads;
   const d = D / H;
@@ -80,6 +81,10 @@ function reference(enc: DebertaEncoder, ids: number[], groups: number[] | null):
   const pos = groups ? positions(groups) : ids.map((_, i) => i);
   const emb = new Float64Array(n * D);
   ids.forEach((id, r) => emb.set(W['embeddings.word_embeddings.weight'].subarray(id * D, (id + 1) * D), r * D));
+  bags?.forEach((bag, r) => {
+    for (const id of bag)
+      for (let e = 0; e < D; e++) emb[r * D + e] += W['embeddings.word_embeddings.weight'][id * D + e] / bag.length;
+  });
   let x = layerNorm(emb, n, W['embeddings.LayerNorm.weight'], W['embeddings.LayerNorm.bias']);
   const R = layerNorm(Float64Array.from(W['encoder.rel_embeddings.weight'].subarray(0, 2 * span * D)), 2 * span,
     W['encoder.LayerNorm.weight'], W['encoder.LayerNorm.bias']);
@@ -184,6 +189,47 @@ t.test('attention with groups: the native forward against a float64 reference, e
   });
 });
 
+t.test('label bags: the native forward against a float64 reference, every ISA, batched', async (t) => {
+  const enc = await DebertaEncoder.load(ckpt, config);
+  // shared tokens, four one-token labels (bags of 2, 3, 1 and 4 pieces), shared, then the text
+  const groups = [0, 0, 0, 0, 1, 2, 3, 0, 0, 4, ...Array(14).fill(0)];
+  const bags = [[], [], [], [], [11, 12], [13, 14, 15], [16], [], [], [17, 18, 19, 20], ...Array(14).fill([])];
+  const ids = seq(groups.length, 5);
+  const ref = reference(enc, ids, groups, bags);
+  const cols = 4;
+  const flat = (bs: number[][], n: number, c: number) => {
+    const out = new Int32Array(n * c).fill(-1);
+    bs.forEach((b, r) => out.set(b, r * c));
+    return out;
+  };
+  const one = Int32Array.from(ids);
+  const all = new Uint8Array(ids.length).fill(1);
+  await forEachIsa(async (isa) => {
+    const out = await enc.forward(one, all, 1, ids.length, undefined, Int32Array.from(groups),
+      flat(bags, ids.length, cols));
+    const d = maxDiff(out, ref);
+    t.ok(d < 1e-4, `${isa}: max abs diff ${d.toExponential(2)}`);
+    const plain = await enc.forward(one, all, 1, ids.length, undefined, Int32Array.from(groups));
+    t.ok(maxDiff(plain, ref) > 1e-2, `${isa}: which the bags change`);
+    // wider bag rows (-1 padding) and a second, shorter sample in a right-padded batch
+    const N = ids.length + 2;
+    const bi = new Int32Array(2 * N), bm = new Uint8Array(2 * N), bg = new Int32Array(2 * N);
+    const bb = new Int32Array(2 * N * 6).fill(-1);
+    bi.set(one, 0), bm.fill(1, 0, ids.length), bg.set(groups, 0), bb.set(flat(bags, ids.length, 6), 0);
+    bi.set(one.subarray(0, 8), N), bm.fill(1, N, N + 8), bg.set(groups.slice(0, 8), N);
+    bb.set(flat(bags.slice(0, 8), 8, 6), N * 6);
+    const batch = await enc.forward(bi, bm, 2, N, undefined, bg, bb);
+    t.ok(maxDiff(batch.subarray(0, ids.length * D), ref) < 1e-4, `${isa}: in a batch, 6 columns`);
+    const ref2 = reference(enc, ids.slice(0, 8), groups.slice(0, 8), bags.slice(0, 8));
+    t.ok(maxDiff(batch.subarray(N * D, (N + 8) * D), ref2) < 1e-4, `${isa}: the second sample`);
+  });
+  const withBags = (bags: Int32Array) => async () => enc.forward(one, all, 1, ids.length, undefined, undefined, bags);
+  await t.rejects(withBags(new Int32Array(ids.length * 2).fill(config.vocabSize)), /label bag id/,
+    'an id past the table is refused');
+  await t.rejects(withBags(new Int32Array(ids.length * 2 + 1)), /bags must hold/,
+    'a length that is not B*N*cols is refused');
+});
+
 const LABELS = ['activate my card', 'age limit', 'apple pay', 'atm support', 'card arrival', 'cash withdrawal',
   'exchange rate', 'lost or stolen card', 'pin blocked', 'top up failed', 'transfer not received', 'wrong amount'];
 const TEXTS = ['I am still waiting on my card?', 'How old do I need to be?', 'Can I top up with apple pay?'];
@@ -191,8 +237,8 @@ const cfg = { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, int
 const tmp = mkdtempSync(join(tmpdir(), 'loom-iso-'));
 
 t.test('a fresh isolated model: the same logit per label with every label, a subset, any order', async (t) => {
-  const dir = join(tmp, 'iso');
-  initEncoder(dir, cfg, [...TEXTS, ...LABELS], { seed: 3 });
+  const dir = join(tmp, 'iso'); // the marker and the name's pieces (label bags: the last test)
+  initEncoder(dir, { ...cfg, label_bag: false }, [...TEXTS, ...LABELS], { seed: 3 });
   t.equal(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')).label_isolation, true, 'init writes the flag');
   const m = await Gliner2Model.load(dir);
   t.ok(m.labelIsolation, 'the model reads it');
@@ -225,7 +271,7 @@ t.test('a fresh isolated model: the same logit per label with every label, a sub
 
   // without the flag the same weights depend on the other labels
   const plainDir = join(tmp, 'plain');
-  initEncoder(plainDir, { ...cfg, label_isolation: false }, [...TEXTS, ...LABELS], { seed: 3 });
+  initEncoder(plainDir, { ...cfg, label_isolation: false, label_bag: false }, [...TEXTS, ...LABELS], { seed: 3 });
   const plainCfg = JSON.parse(readFileSync(join(plainDir, 'config.json'), 'utf8'));
   t.equal(plainCfg.label_isolation, undefined, 'opt-out: no flag');
   const p = await Gliner2Model.load(plainDir);
@@ -305,4 +351,74 @@ t.test('the recipe: an isolated base trains on sampled labels', async (t) => {
   t.equal(fullLabelRatio(true), 0);
   t.equal(fullLabelRatio(false), 1);
   t.equal(freshRecipe('small').full_label_ratio, 0, 'the fresh bases are isolated');
+});
+
+t.test('a fresh model with label bags: one token per label, served as trained, isolated', async (t) => {
+  const dir = join(tmp, 'bag');
+  initEncoder(dir, cfg, [...TEXTS, ...LABELS], { seed: 3 }); // the fresh default
+  const c = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+  t.ok(c.label_bag === true && c.label_isolation === true, 'init writes both flags');
+  const m = await Gliner2Model.load(dir);
+  const iso = await Gliner2Model.load(join(tmp, 'iso'));
+  t.ok(m.labelBag && !iso.labelBag, 'the model reads the flag');
+  const schema = normalizeSchema({
+    classifications: [{ task: CLASSIFICATION_TASK, labels: LABELS, multi_label: false }],
+  });
+  const [fb, fi] = [await m.format(TEXTS[0], schema), await iso.format(TEXTS[0], schema)];
+  const markers = fb.specialPos[0].slice(1);
+  const bags = fb.labelBags!;
+  let names = 0;
+  for (const [k, label] of LABELS.entries()) {
+    const pieces = [...(await m.tokenizer.pieces([label]))[0]!];
+    names += pieces.length;
+    const row = [...bags.bags.subarray(markers[k] * bags.cols, (markers[k] + 1) * bags.cols)].filter((x) => x >= 0);
+    t.same(row, pieces, `${label}: its [L] row bags its pieces`);
+    t.equal(fb.groups![markers[k]], k + 1, `${label}: its [L] alone in group ${k + 1}`);
+  }
+  t.equal(fb.ids.length, fi.ids.length - names, `the names take no tokens (${fb.ids.length} against ${fi.ids.length})`);
+  t.equal(fb.groups!.filter((g) => g > 0).length, LABELS.length, 'a label is one token');
+  for (const p of fb.wordPos) t.same([...bags.bags.subarray(p * bags.cols, (p + 1) * bags.cols)].filter((x) => x >= 0),
+    [], 'text words carry no bag');
+
+  const logits = async (text: string, labels: string[]) => {
+    const s = normalizeSchema({ classifications: [{ task: CLASSIFICATION_TASK, labels, multi_label: false }] });
+    const cls = (await m.debugRun(text, s)).inter.segments[0].cls!;
+    return new Map(labels.map((l, i) => [l, cls[i]]));
+  };
+  let worst = 0;
+  let spread = 0;
+  for (const text of TEXTS) {
+    const all = await logits(text, LABELS);
+    const vals = [...all.values()];
+    spread = Math.max(spread, Math.max(...vals) - Math.min(...vals));
+    for (const other of [await logits(text, LABELS.slice().reverse()), await logits(text, [LABELS[7], LABELS[2]])])
+      for (const [l, z] of other) worst = Math.max(worst, Math.abs(z - all.get(l)!) / Math.max(1, Math.abs(z)));
+  }
+  t.ok(worst < 1e-5, `a label's logit whatever the other labels: ${worst.toExponential(2)}`);
+  t.ok(spread > 1e-3, `the labels differ (spread ${spread.toExponential(2)})`);
+
+  // the training graph's classification loss on a padded batch is the served model's
+  const enc = parseDebertaConfig(JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8')));
+  const ck = SafetensorsCheckpoint.open(dir);
+  const tensors: Record<string, Float32Array> = {};
+  for (const n of ck.names()) tensors[n] = toFloat32(ck.get(n));
+  const wf = m.wordFeatures!;
+  const feats = { rows: featureRows(wf), cols: featureCols(wf) };
+  const graph = EncoderTrainGraph.create(enc, 8, true, tensors, null, {}, feats);
+  const recs = TEXTS.map((text, i) =>
+    ({ kind: 'classification' as const, text, labels: [LABELS[i * 3]], multiLabel: false }));
+  const ex = recordsToExamples(recs, [], LABELS);
+  const labels = { isolation: true, bag: true };
+  const batch = collate(await Promise.all(ex.map((e) => featurize(m.tokenizer, e, 8, undefined, wf, labels))));
+  t.ok(batch.bags && batch.mask.some((x) => x === 0), 'a padded batch with bags');
+  const g = await graph.step(batch, { backward: false, dropNeg: false });
+  let served = 0;
+  for (const e of ex) {
+    const truth = new Set(e.classes.get(CLASSIFICATION_TASK));
+    (await m.debugRun(e.text, e.schema)).inter.segments[0].cls!.forEach((z, i) => {
+      const y = truth.has(e.schema.classifications[0].labels[i]) ? 1 : 0;
+      served += Math.max(z, 0) + Math.log1p(Math.exp(-Math.abs(z))) - y * z;
+    });
+  }
+  t.ok(Math.abs(g.cls - served) <= 1e-5 * served, `graph ${g.cls} vs served ${served}`);
 });

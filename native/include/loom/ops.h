@@ -36,6 +36,12 @@ void embedding_bwd(int64_t T, int64_t D, const int32_t* ids, const float* dout, 
 void word_feature_fwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, const float* table, float* out);
 // dtable (R, D) += scatter-add of dout (T, D) by every fids[t, k] >= 0
 void word_feature_bwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, const float* dout, float* dtable);
+// Label bags (fresh GLiNER2 encoders, label_bag): bag (T, K) int32 rows of the word table (V, D), -1 = none; a row
+// with n >= 1 entries gets their mean: out[t] += (1/n)·Σ_k table[bag[t, k]] (table fp32 / bf16 / f16, as
+// embedding_fwd)
+void bag_embedding_fwd(int64_t T, int64_t D, int64_t K, const int32_t* bag, DType ttype, const void* table, float* out);
+// dtable (V, D) += (1/n)·dout[t] at every bag[t, k] >= 0 (fp32 table)
+void bag_embedding_bwd(int64_t T, int64_t D, int64_t K, const int32_t* bag, const float* dout, float* dtable);
 
 // ---------------------------------------------------------------------------------------------
 // Normalization over the last dim: x (R, D)

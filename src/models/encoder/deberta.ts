@@ -130,11 +130,12 @@ export class DebertaEncoder {
   }
 
   /** ids/mask (B*N) → last hidden state (B*N*D), padded positions zeroed; feats: word-feature rows (B*N*cols);
-   * groups: label-isolation groups (B*N, label-isolation.ts). */
+   * groups: label-isolation groups (B*N, label-isolation.ts); bags: label bags (B*N*cols, label-isolation.ts). */
   forward(
     ids: Int32Array, mask: Uint8Array, B: number, N: number, feats?: Int32Array, groups?: Int32Array,
+    bags?: Int32Array,
   ): Promise<Float32Array> {
-    return addon.debertaForward(this.handle, ids, mask, B, N, false, feats, groups) as Promise<Float32Array>;
+    return addon.debertaForward(this.handle, ids, mask, B, N, false, feats, groups, bags) as Promise<Float32Array>;
   }
 
   /** All hidden states ((L+1)*B*N*D): embeddings output, then each layer's output. */

@@ -4,6 +4,7 @@ import type { Schema } from './schema.ts';
 import type { EncoderTokenizer } from './tokenizer.ts';
 import { preprocessText, splitWords } from './words.ts';
 import { wordFeatureIds, type WordFeatures } from './word-features.ts';
+import type { LabelBags } from './label-isolation.ts';
 
 export type TaskKind = 'entities' | 'structure' | 'relation' | 'classification';
 
@@ -40,6 +41,8 @@ export interface Formatted {
   /** label-isolation group of each piece (ids.length): 0 shared, g >= 1 the g-th classification label's `[L]` and
    * words, counted over the classification segments in order; when asked for (label-isolation.ts) */
   groups?: Int32Array;
+  /** label bags (label-isolation.ts): a classification label's name pieces, on its `[L]` row; when asked for */
+  labelBags?: LabelBags;
 }
 
 export interface FormatOptions {
@@ -52,6 +55,9 @@ export interface FormatOptions {
   wordFeatures?: WordFeatures | null;
   /** the model isolates classification labels (fresh encoders, label-isolation.ts): fills `groups` */
   labelIsolation?: boolean;
+  /** the model reads a classification label as one `[L]` token with its name's pieces in a bag (label-isolation.ts):
+   * the names take no tokens, and `labelBags` holds them */
+  labelBag?: boolean;
   /** training only: a text word's pieces in place of the tokenizer's (piece dropout, src/training/encoder) */
   resegment?: (word: string, pieces: Int32Array) => Int32Array;
 }
@@ -148,6 +154,19 @@ export async function formatInput(tok: EncoderTokenizer, rawText: string, schema
       pieces[i] = opts.resegment(processorTokens[i]!, pieces[i]!);
     }
   }
+  // a classification segment's tokens: ( [P] prompt ( [L] name [L] name ... ) ); label k's [L] at labelAt(si, k)
+  const labelAt = (si: number, k: number) => segStart[si]! + 4 + 2 * k;
+  const named: [number, Int32Array][] = []; // label bags: the [L] token and its name's pieces
+  if (opts.labelBag) {
+    segments.forEach((s, si) => {
+      if (s.kind !== 'classification') return;
+      for (let k = 0; k < s.names.length; k++) {
+        const t0 = labelAt(si, k);
+        named.push([t0, pieces[t0 + 1]!]);
+        pieces[t0 + 1] = new Int32Array(0);
+      }
+    });
+  }
   let n = 0;
   for (const p of pieces) n += p.length;
   const ids = new Int32Array(n);
@@ -179,14 +198,19 @@ export async function formatInput(tok: EncoderTokenizer, rawText: string, schema
     processorTokens, ids, wordPos, wordEnd, specialPos,
   };
   if (opts.wordFeatures) f.feats = wordFeatureIds(f, opts.wordFeatures);
+  if (named.length) {
+    const cols = Math.max(1, ...named.map(([, p]) => p.length));
+    const bags = new Int32Array(n * cols).fill(-1);
+    for (const [t0, p] of named) bags.set(p, firstPos[t0]! * cols);
+    f.labelBags = { bags, cols };
+  }
   if (opts.labelIsolation) {
-    // a classification segment's tokens: ( [P] prompt ( [L] name [L] name ... ) )
     const groups = new Int32Array(n);
     let g = 0;
     segments.forEach((s, si) => {
       if (s.kind !== 'classification') return;
       for (let k = 0; k < s.names.length; k++) {
-        const t0 = segStart[si] + 4 + 2 * k;
+        const t0 = labelAt(si, k);
         const end = t0 + 2 < processorTokens.length ? firstPos[t0 + 2] : n;
         groups.fill(++g, firstPos[t0], end);
       }

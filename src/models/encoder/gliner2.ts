@@ -12,7 +12,7 @@ import { decodeSample, toReferenceJson, toResult, type ExtractResult, type RawTa
 import { ENCODER_LIMITS, overLimit } from './limits.ts';
 import { splitWords } from './words.ts';
 import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from './word-features.ts';
-import { parseLabelIsolation } from './label-isolation.ts';
+import { batchLabelBags, parseLabelBag, parseLabelIsolation } from './label-isolation.ts';
 
 export type CountingLayer = 'count_lstm' | 'count_lstm_v2' | 'count_lstm_moe';
 
@@ -108,6 +108,8 @@ export class Gliner2Model {
     readonly wordFeatures: WordFeatures | null = null,
     /** a fresh encoder's classification labels are isolated (config.json `label_isolation`, label-isolation.ts) */
     readonly labelIsolation = false,
+    /** a fresh encoder reads each classification label as one bagged `[L]` token (config.json `label_bag`) */
+    readonly labelBag = false,
   ) {}
 
   /** Releases the encoder's and heads' native memory now (the service's unload), not at a garbage collection V8,
@@ -135,10 +137,11 @@ export class Gliner2Model {
     // The reference treats any other value as "first" (spec §1.2); so do we.
     const tokenPooling: TokenPooling = cfg.token_pooling === 'mean' || cfg.token_pooling === 'max' ? cfg.token_pooling : 'first';
     let wordFeatures: WordFeatures | null;
-    let labelIsolation: boolean;
+    let labelIsolation: boolean, labelBag: boolean;
     try {
       wordFeatures = parseWordFeatures(cfg.word_features, `${dir}/config.json`);
       labelIsolation = parseLabelIsolation(cfg.label_isolation, `${dir}/config.json`);
+      labelBag = parseLabelBag(cfg.label_bag, `${dir}/config.json`);
     } catch (e) {
       throw new EncoderConfigError((e as Error).message);
     }
@@ -193,13 +196,13 @@ export class Gliner2Model {
       parameters: params,
       tokenPooling,
     };
-    return new Gliner2Model(info, tokenizer, encoder, heads, wordFeatures, labelIsolation);
+    return new Gliner2Model(info, tokenizer, encoder, heads, wordFeatures, labelIsolation, labelBag);
   }
 
   /** Formats one (text, schema) pair (ids, routing positions) — exposed for tests and tooling. */
   format(text: string, schema: Schema, opts: FormatOptions = {}): Promise<Formatted> {
     return formatInput(this.tokenizer, text, schema, {
-      wordFeatures: this.wordFeatures, labelIsolation: this.labelIsolation, ...opts,
+      wordFeatures: this.wordFeatures, labelIsolation: this.labelIsolation, labelBag: this.labelBag, ...opts,
     });
   }
 
@@ -317,7 +320,8 @@ export class Gliner2Model {
       if (feats && it.f.feats) feats.set(it.f.feats, b * N * KF);
       if (groups && it.f.groups) groups.set(it.f.groups, b * N);
     });
-    const hidden = await this.encoder.forward(ids, mask, B, N, feats, groups);
+    const bags = batchLabelBags(batch.map((it) => it.f.labelBags), N);
+    const hidden = await this.encoder.forward(ids, mask, B, N, feats, groups, bags);
     // Gather word embeddings (token_pooling) and schema embeddings.
     const woff = new Int32Array(B + 1);
     batch.forEach((it, b) => (woff[b + 1] = woff[b] + it.f.wordPos.length));

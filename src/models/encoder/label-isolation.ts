@@ -8,6 +8,7 @@
 // A query of group 0 attends to keys of group 0 only, one of group g to keys of group 0 and g, and relative positions
 // count group 0 alone, then each label as if it alone followed the text (native/models/deberta.h group_positions):
 // a label's logit is the same whatever other labels the prompt holds, in any order. Absent or false: today's model.
+// Label bags (below) are this file's second config flag: how a classification label enters the prompt.
 
 export class LabelIsolationConfigError extends Error {
   override name = 'LabelIsolationConfigError';
@@ -18,4 +19,38 @@ export function parseLabelIsolation(raw: unknown, where = 'config.json'): boolea
   if (raw === undefined || raw === null) return false;
   if (typeof raw !== 'boolean') throw new LabelIsolationConfigError(`${where}: label_isolation must be a boolean`);
   return raw;
+}
+
+// Label bags (issue 17): `label_bag: true` in a fresh encoder's config.json makes each classification label one
+// prompt token, its `[L]` marker, whose input embedding adds the mean of the word-table rows of the label name's
+// pieces (native ops.h bag_embedding_fwd); the name itself takes no tokens. A 77-label Banking77 prompt of ~330
+// label tokens becomes 77, in training and served (docs/training.md, "Label bags"). Independent of label_isolation,
+// with which a label's logit stays a function of the text and its own name alone.
+
+/** Reads `label_bag` of a GLiNER2 config.json (undefined / null / false → off). */
+export function parseLabelBag(raw: unknown, where = 'config.json'): boolean {
+  if (raw === undefined || raw === null) return false;
+  if (typeof raw !== 'boolean') throw new LabelIsolationConfigError(`${where}: label_bag must be a boolean`);
+  return raw;
+}
+
+/** A formatted input's label bags: (n × cols) word-table rows, -1 = none (format.ts fills them). */
+export interface LabelBags {
+  bags: Int32Array;
+  cols: number;
+}
+
+/** The bags of a batch of B formatted inputs padded to N tokens: (B × N × cols), cols the widest input's; undefined
+ * when no input has bags. */
+export function batchLabelBags(items: readonly (LabelBags | undefined)[], N: number): Int32Array | undefined {
+  const cols = Math.max(0, ...items.map((b) => b?.cols ?? 0));
+  if (!cols) return undefined;
+  const out = new Int32Array(items.length * N * cols).fill(-1);
+  items.forEach((b, i) => {
+    if (!b) return;
+    const n = b.bags.length / b.cols;
+    for (let t = 0; t < n; t++)
+      for (let k = 0; k < b.cols; k++) out[(i * N + t) * cols + k] = b.bags[t * b.cols + k]!;
+  });
+  return out;
 }

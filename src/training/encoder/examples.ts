@@ -19,6 +19,7 @@ import type { EncoderTokenizer } from '../../models/encoder/tokenizer.ts';
 import { preprocessText, splitWords } from '../../models/encoder/words.ts';
 import type { WordFeatures } from '../../models/encoder/word-features.ts';
 import type { EncoderBatch } from '../native.ts';
+import { batchLabelBags } from '../../models/encoder/label-isolation.ts';
 import { CLASSIFICATION_TASK, type ClassificationLoss } from './recipe.ts';
 import type { LabelConfusion } from './hard-negatives.ts';
 
@@ -235,12 +236,21 @@ function matchMention(f: Formatted, m: Mention, K: number): [number, number][] {
   return res;
 }
 
+/** How a model's prompt carries classification labels (config.json label_isolation, label_bag; label-isolation.ts);
+ * `true` alone: isolated. */
+export interface LabelPrompt {
+  isolation?: boolean;
+  bag?: boolean;
+}
+
 export async function featurize(
   tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number, wordFeatures?: WordFeatures | null,
-  labelIsolation = false, classificationLoss: ClassificationLoss = 'bce',
+  labels: boolean | LabelPrompt = false, classificationLoss: ClassificationLoss = 'bce',
   resegment?: FormatOptions['resegment'],
 ): Promise<Featurized> {
-  const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures, labelIsolation, resegment });
+  const { isolation: labelIsolation = false, bag: labelBag = false } =
+    typeof labels === 'boolean' ? { isolation: labels } : labels;
+  const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures, labelIsolation, labelBag, resegment });
   const segs: SegTarget[] = f.segments.map((s, si) => {
     const rows = f.specialPos[si];
     const M = s.names.length;
@@ -318,6 +328,7 @@ export function collate(items: Featurized[]): EncoderBatch {
   const KF = items[0]?.f.feats ? items[0].f.feats.length / Math.max(1, items[0].f.ids.length) : 0;
   const feats = KF ? new Int32Array(B * N * KF).fill(-1) : undefined;
   const groups = items.some((it) => it.f.groups) ? new Int32Array(B * N) : undefined;
+  const bags = batchLabelBags(items.map((it) => it.f.labelBags), N);
   items.forEach((it, b) => {
     ids.set(it.f.ids, b * N);
     if (feats && it.f.feats) feats.set(it.f.feats, b * N * KF);
@@ -358,6 +369,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     clsY: Float32Array.from(clsY),
     feats,
     ...(groups ? { groups } : {}),
+    ...(bags ? { bags } : {}),
   };
 }
 

@@ -11,7 +11,7 @@ import { writeSafetensors, type TensorToWrite } from '../../formats/safetensors.
 import type { TokenPooling } from '../../models/encoder/gliner2.ts';
 import { buildWordPieceVocab, wordPieceTokenizerJson } from './wordpiece.ts';
 import { MARKERS } from '../../models/encoder/tokenizer.ts';
-import { FRESH_LABEL_ISOLATION } from './recipe.ts';
+import { FRESH_LABEL_BAG, FRESH_LABEL_ISOLATION } from './recipe.ts';
 import {
   DEFAULT_WORD_FEATURES, featureRows, parseWordFeatures, wordFeaturesJson, type WordFeatures,
 } from '../../models/encoder/word-features.ts';
@@ -32,6 +32,9 @@ export interface EncoderInitConfig {
   /** classification labels isolated from each other (config.json `label_isolation`,
    * src/models/encoder/label-isolation.ts); absent: FRESH_LABEL_ISOLATION (on), false: the model GLiNER2 defines */
   label_isolation?: boolean;
+  /** each classification label one `[L]` token with its name's pieces bagged (config.json `label_bag`,
+   * src/models/encoder/label-isolation.ts); absent: FRESH_LABEL_BAG */
+  label_bag?: boolean;
   /** how a word's pieces become the word's vector (config.json `token_pooling`); absent: FRESH_TOKEN_POOLING */
   token_pooling?: TokenPooling;
 }
@@ -236,6 +239,7 @@ export function gliner2ConfigJson(cfg: EncoderInitConfig, name: string): Record<
   return {
     ...(wf ? { word_features: wordFeaturesJson(wf) } : {}),
     ...((cfg.label_isolation ?? FRESH_LABEL_ISOLATION) ? { label_isolation: true } : {}),
+    ...((cfg.label_bag ?? FRESH_LABEL_BAG) ? { label_bag: true } : {}),
     architecture: 'span',
     architecture_version: 1,
     architectures: ['GLiNER2'],
