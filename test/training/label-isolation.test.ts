@@ -15,7 +15,7 @@ import { normalizeSchema } from '../../src/models/encoder/schema.ts';
 import { forEachIsa } from '../../src/native/cpu.ts';
 import { initEncoder } from '../../src/training/encoder/init.ts';
 import { CLASSIFICATION_TASK, freshRecipe, fullLabelRatio } from '../../src/training/encoder/recipe.ts';
-import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
+import { collate, featurize, recordsToExamples, type LabelPrompt } from '../../src/training/encoder/examples.ts';
 import { EncoderTrainGraph } from '../../src/training/native.ts';
 import { featureCols, featureRows } from '../../src/models/encoder/word-features.ts';
 
@@ -236,21 +236,32 @@ const TEXTS = ['I am still waiting on my card?', 'How old do I need to be?', 'Ca
 const cfg = { hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 2, intermediate_size: 128, vocab_size: 600 };
 const tmp = mkdtempSync(join(tmpdir(), 'loom-iso-'));
 
+/** Each label's logit when `m` is asked about `text` with `labels` (and an entity segment beside, if given). */
+async function logitsOf(m: Gliner2Model, text: string, labels: string[], entities?: string[]) {
+  const s = normalizeSchema({
+    ...(entities ? { entities } : {}),
+    classifications: [{ task: CLASSIFICATION_TASK, labels, multi_label: false }],
+  });
+  const { inter } = await m.debugRun(text, s);
+  const cls = inter.segments[inter.segments.length - 1].cls!;
+  return new Map(labels.map((l, i) => [l, cls[i]]));
+}
+
+/** The largest relative difference of a label's logit between `all` and each of `others`. */
+function worstAcross(all: Map<string, number>, others: Map<string, number>[]): number {
+  let worst = 0;
+  for (const other of others)
+    for (const [l, z] of other) worst = Math.max(worst, Math.abs(z - all.get(l)!) / Math.max(1, Math.abs(z)));
+  return worst;
+}
+
 t.test('a fresh isolated model: the same logit per label with every label, a subset, any order', async (t) => {
   const dir = join(tmp, 'iso'); // the marker and the name's pieces (label bags: the last test)
   initEncoder(dir, { ...cfg, label_bag: false }, [...TEXTS, ...LABELS], { seed: 3 });
   t.equal(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')).label_isolation, true, 'init writes the flag');
   const m = await Gliner2Model.load(dir);
   t.ok(m.labelIsolation, 'the model reads it');
-  const logits = async (text: string, labels: string[], entities?: string[]) => {
-    const s = normalizeSchema({
-      ...(entities ? { entities } : {}),
-      classifications: [{ task: CLASSIFICATION_TASK, labels, multi_label: false }],
-    });
-    const { inter } = await m.debugRun(text, s);
-    const cls = inter.segments[inter.segments.length - 1].cls!;
-    return new Map(labels.map((l, i) => [l, cls[i]]));
-  };
+  const logits = (text: string, labels: string[], entities?: string[]) => logitsOf(m, text, labels, entities);
   const rev = LABELS.slice().reverse();
   const sub = [LABELS[7], LABELS[2], LABELS[10]];
   let worst = 0;
@@ -259,12 +270,10 @@ t.test('a fresh isolated model: the same logit per label with every label, a sub
     const all = await logits(text, LABELS);
     const vals = [...all.values()];
     spread = Math.max(spread, Math.max(...vals) - Math.min(...vals));
-    for (const other of [await logits(text, rev), await logits(text, sub), await logits(text, [LABELS[4]])])
-      for (const [l, z] of other) worst = Math.max(worst, Math.abs(z - all.get(l)!) / Math.max(1, Math.abs(z)));
+    const others = [await logits(text, rev), await logits(text, sub), await logits(text, [LABELS[4]])];
     // an entity segment beside the classification: shared tokens change, so only the equality across label sets holds
     const withEnt = await logits(text, LABELS, ['person']);
-    const withEntSub = await logits(text, sub, ['person']);
-    for (const [l, z] of withEntSub) worst = Math.max(worst, Math.abs(z - withEnt.get(l)!) / Math.max(1, Math.abs(z)));
+    worst = Math.max(worst, worstAcross(all, others), worstAcross(withEnt, [await logits(text, sub, ['person'])]));
   }
   t.ok(worst < 1e-5, `largest relative difference ${worst.toExponential(2)} (f32 summation order)`);
   t.ok(spread > 1e-3, `the labels still differ from each other (spread ${spread.toExponential(2)})`);
@@ -287,9 +296,9 @@ t.test('a fresh isolated model: the same logit per label with every label, a sub
   t.ok(Math.abs(a[0] - b[0]) > 1e-4, `without it a label's logit moves with the other labels (${a[0]} vs ${b[0]})`);
 });
 
-t.test('the training graph computes what the served model does, in a padded batch', async (t) => {
-  const dir = join(tmp, 'iso');
-  const m = await Gliner2Model.load(dir);
+/** The training graph's classification loss on a padded batch of TEXTS (each with one true label) against the
+ * served model's BCE over the same texts and labels. */
+async function graphAndServed(dir: string, m: Gliner2Model, labels: boolean | LabelPrompt) {
   const enc = parseDebertaConfig(JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8')));
   const ck = SafetensorsCheckpoint.open(dir);
   const tensors: Record<string, Float32Array> = {};
@@ -300,9 +309,7 @@ t.test('the training graph computes what the served model does, in a padded batc
   const recs = TEXTS.map((text, i) =>
     ({ kind: 'classification' as const, text, labels: [LABELS[i * 3]], multiLabel: false }));
   const ex = recordsToExamples(recs, [], LABELS);
-  const batch = collate(await Promise.all(ex.map((e) => featurize(m.tokenizer, e, 8, undefined, wf, true))));
-  t.ok(batch.groups && Math.max(...batch.groups) === LABELS.length, 'the batch carries the groups');
-  t.ok(batch.mask.some((x) => x === 0), 'a padded batch');
+  const batch = collate(await Promise.all(ex.map((e) => featurize(m.tokenizer, e, 8, undefined, wf, labels))));
   const g = await graph.step(batch, { backward: false, dropNeg: false });
   let served = 0;
   for (const e of ex) {
@@ -313,7 +320,15 @@ t.test('the training graph computes what the served model does, in a padded batc
       served += Math.max(z, 0) + Math.log1p(Math.exp(-Math.abs(z))) - y * z; // BCE with logits
     });
   }
-  t.ok(Math.abs(g.cls - served) <= 1e-5 * served, `graph ${g.cls} vs served ${served}`);
+  return { batch, graph: g.cls, served };
+}
+
+t.test('the training graph computes what the served model does, in a padded batch', async (t) => {
+  const dir = join(tmp, 'iso');
+  const { batch, graph, served } = await graphAndServed(dir, await Gliner2Model.load(dir), true);
+  t.ok(batch.groups && Math.max(...batch.groups) === LABELS.length, 'the batch carries the groups');
+  t.ok(batch.mask.some((x) => x === 0), 'a padded batch');
+  t.ok(Math.abs(graph - served) <= 1e-5 * served, `graph ${graph} vs served ${served}`);
 });
 
 t.test('the prompt builder: groups of [L] and label pieces, counted over classification segments', async (t) => {
@@ -380,45 +395,20 @@ t.test('a fresh model with label bags: one token per label, served as trained, i
   for (const p of fb.wordPos) t.same([...bags.bags.subarray(p * bags.cols, (p + 1) * bags.cols)].filter((x) => x >= 0),
     [], 'text words carry no bag');
 
-  const logits = async (text: string, labels: string[]) => {
-    const s = normalizeSchema({ classifications: [{ task: CLASSIFICATION_TASK, labels, multi_label: false }] });
-    const cls = (await m.debugRun(text, s)).inter.segments[0].cls!;
-    return new Map(labels.map((l, i) => [l, cls[i]]));
-  };
   let worst = 0;
   let spread = 0;
   for (const text of TEXTS) {
-    const all = await logits(text, LABELS);
+    const all = await logitsOf(m, text, LABELS);
     const vals = [...all.values()];
     spread = Math.max(spread, Math.max(...vals) - Math.min(...vals));
-    for (const other of [await logits(text, LABELS.slice().reverse()), await logits(text, [LABELS[7], LABELS[2]])])
-      for (const [l, z] of other) worst = Math.max(worst, Math.abs(z - all.get(l)!) / Math.max(1, Math.abs(z)));
+    const others = [await logitsOf(m, text, LABELS.slice().reverse()), await logitsOf(m, text, [LABELS[7], LABELS[2]])];
+    worst = Math.max(worst, worstAcross(all, others));
   }
   t.ok(worst < 1e-5, `a label's logit whatever the other labels: ${worst.toExponential(2)}`);
   t.ok(spread > 1e-3, `the labels differ (spread ${spread.toExponential(2)})`);
 
   // the training graph's classification loss on a padded batch is the served model's
-  const enc = parseDebertaConfig(JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8')));
-  const ck = SafetensorsCheckpoint.open(dir);
-  const tensors: Record<string, Float32Array> = {};
-  for (const n of ck.names()) tensors[n] = toFloat32(ck.get(n));
-  const wf = m.wordFeatures!;
-  const feats = { rows: featureRows(wf), cols: featureCols(wf) };
-  const graph = EncoderTrainGraph.create(enc, 8, true, tensors, null, {}, feats);
-  const recs = TEXTS.map((text, i) =>
-    ({ kind: 'classification' as const, text, labels: [LABELS[i * 3]], multiLabel: false }));
-  const ex = recordsToExamples(recs, [], LABELS);
-  const labels = { isolation: true, bag: true };
-  const batch = collate(await Promise.all(ex.map((e) => featurize(m.tokenizer, e, 8, undefined, wf, labels))));
+  const { batch, graph, served } = await graphAndServed(dir, m, { isolation: true, bag: true });
   t.ok(batch.bags && batch.mask.some((x) => x === 0), 'a padded batch with bags');
-  const g = await graph.step(batch, { backward: false, dropNeg: false });
-  let served = 0;
-  for (const e of ex) {
-    const truth = new Set(e.classes.get(CLASSIFICATION_TASK));
-    (await m.debugRun(e.text, e.schema)).inter.segments[0].cls!.forEach((z, i) => {
-      const y = truth.has(e.schema.classifications[0].labels[i]) ? 1 : 0;
-      served += Math.max(z, 0) + Math.log1p(Math.exp(-Math.abs(z))) - y * z;
-    });
-  }
-  t.ok(Math.abs(g.cls - served) <= 1e-5 * served, `graph ${g.cls} vs served ${served}`);
+  t.ok(Math.abs(graph - served) <= 1e-5 * served, `graph ${graph} vs served ${served}`);
 });
