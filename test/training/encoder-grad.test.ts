@@ -413,21 +413,24 @@ t.test('label bags: the word table gradient through the bags by finite differenc
     bb);
   const grad = g.grad(name);
   const w = g.get(name);
+  // the largest gradients of the rows only the bags use (0.09-0.15 here, where the float32 rounding of the loss moves
+  // a finite difference by about 1e-4), as the word-feature test checks its table
+  const coords = only.flatMap((r) => Array.from({ length: D }, (_, d) => r * D + d));
+  const top = coords.sort((a, b) => Math.abs(grad[b]) - Math.abs(grad[a])).slice(0, 6);
+  const h = 2e-3;
   let worst = 0;
-  for (const r of only.slice(0, 3))
-    for (const d of [0, 3, 7]) {
-      const i = r * D + d;
-      const at = async (v: number) => {
-        w[i] = v;
-        g.set(name, w);
-        return (await g.step(bb, { backward: false, dropNeg: false })).loss;
-      };
-      const orig = w[i];
-      const h = 1e-3;
-      const fd = ((await at(orig + h)) - (await at(orig - h))) / (2 * h);
-      await at(orig);
-      worst = Math.max(worst, Math.abs(fd - grad[i]) / (Math.abs(fd) + Math.abs(grad[i]) + 1e-3));
-    }
+  for (const i of top) {
+    const at = async (v: number) => {
+      w[i] = v;
+      g.set(name, w);
+      return (await g.step(bb, { backward: false, dropNeg: false })).loss;
+    };
+    const orig = w[i];
+    const [lp, lm] = [await at(orig + h), await at(orig - h)];
+    await at(orig);
+    const fd = (lp - lm) / (2 * h);
+    worst = Math.max(worst, Math.abs(fd - grad[i]) / Math.abs(grad[i]));
+  }
   t.ok(worst < 0.02, `rows only in bags: worst relative error ${worst.toExponential(2)}`);
   const bad = { ...bb, bags: bb.bags!.map((x) => (x >= 0 ? V : x)) };
   await t.rejects(g.step(bad, { backward: false }), /label bag id out of range/, 'an id past the table is refused');
