@@ -183,9 +183,7 @@ Napi::Value DebertaForward(const Napi::CallbackInfo& info) {
   auto bags = array_arg<int32_t>(info.Length() > 8 ? info[8] : env.Undefined(), "bags", true, true);
   if (B < 0 || N < 0) throw_range(env, "B and N must be >= 0");
   if (groups.data) check_len(env, groups.length, size_t(B * N), "groups");
-  const int64_t KB = bags.data && B * N > 0 ? int64_t(bags.length) / (B * N) : 0;
-  if (bags.data && B * N > 0 && (KB < 1 || size_t(KB * B * N) != bags.length))
-    throw_range(env, "bags must hold B*N*cols values (cols >= 1)");
+  const int64_t KB = bags.data ? cols_of(env, bags.length, size_t(B * N), "bags") : 0;
   check_len(env, ids.length, size_t(B * N), "ids");
   check_len(env, mask.length, size_t(B * N), "mask");
   const int64_t KF = m->cfg.feat_rows > 0 ? m->cfg.feat_cols : 0;

@@ -99,6 +99,15 @@ inline void check_len(Napi::Env env, size_t have, size_t need, const char* name)
     throw_range(env, std::string(name) + " has " + std::to_string(have) + " elements, needs " + std::to_string(need));
 }
 
+// The columns of a (rows, cols) array of `have` elements whose cols the caller does not know (cols >= 1; 0 for an
+// empty array of no rows); anything else that is not a whole multiple of rows is refused.
+inline int64_t cols_of(Napi::Env env, size_t have, size_t rows, const char* name) {
+  if (!have && !rows) return 0;
+  if (!rows || have < rows || have % rows)
+    throw_range(env, std::string(name) + " must hold B*N*cols values (cols >= 1), has " + std::to_string(have));
+  return int64_t(have / rows);
+}
+
 // Runs `work` on the libuv pool and resolves the returned Promise with `done(env)` (undefined
 // if null). Exceptions thrown by `work` or `done` (std::bad_alloc, std::length_error, ...) reject
 // it with their message; so do exceptions thrown inside loom's pool tasks (pool_run rethrows them

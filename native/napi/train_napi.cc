@@ -186,12 +186,8 @@ Napi::Value EncTrainStep(const Napi::CallbackInfo& info) {
   if (!groups->empty()) check_len(env, groups->size(), size_t(in->B * in->N), "groups");
   if (!groups->empty()) in->groups = groups->data();
   auto bags = std::make_shared<std::vector<int32_t>>(get_vec<int32_t>(b, "bags", true));
-  if (!bags->empty()) {
-    const size_t bn = size_t(in->B * in->N);
-    if (!bn || bags->size() % bn) throw_range(env, "bags must hold B*N*cols values (cols >= 1)");
-    in->bags = bags->data();
-    in->bag_cols = int64_t(bags->size() / bn);
-  }
+  in->bag_cols = bags->empty() ? 0 : cols_of(env, bags->size(), size_t(in->B * in->N), "bags");
+  if (in->bag_cols) in->bags = bags->data();
   for (int32_t v : get_vec<int32_t>(b, "woff")) in->woff.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordRows")) in->word_rows.push_back(v);
   for (int32_t v : get_vec<int32_t>(b, "wordEnd", true)) in->word_end.push_back(v);

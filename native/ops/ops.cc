@@ -457,28 +457,32 @@ void bias_bwd(int64_t R, int64_t D, const float* dy, float* db) {
 }
 
 // ---- embedding ------------------------------------------------------------------------------
-void embedding_fwd(int64_t T, int64_t D, const int32_t* ids, DType ttype, const void* table, float* out) {
-  auto row = [&](int64_t t) {
-    int64_t id = ids[t];
-    float* o = out + t * D;
-    switch (ttype) {
-      case DType::F32: std::memcpy(o, static_cast<const float*>(table) + id * D, size_t(D) * 4); break;
-      case DType::BF16: convert_bf16_to_f32(D, static_cast<const uint16_t*>(table) + id * D, o); break;
-      case DType::F16: convert_f16_to_f32(D, static_cast<const uint16_t*>(table) + id * D, o); break;
-      default: throw std::invalid_argument(std::string("embedding_fwd: unsupported table dtype ") + dtype_name(ttype));
-    }
-  };
+namespace {
+// The table dtypes an embedding reads (fp32, bf16, f16); `op` names the caller in the error.
+void table_dtype_check(const char* op, DType ttype) {
   if (ttype != DType::F32 && ttype != DType::BF16 && ttype != DType::F16)
-    throw std::invalid_argument(std::string("embedding_fwd: unsupported table dtype ") + dtype_name(ttype));
+    throw std::invalid_argument(std::string(op) + ": unsupported table dtype " + dtype_name(ttype));
+}
+// dst (D) = row id of table (V, D) in fp32
+void table_row(DType ttype, const void* table, int64_t id, int64_t D, float* dst) {
+  if (ttype == DType::F32) std::memcpy(dst, static_cast<const float*>(table) + id * D, size_t(D) * 4);
+  else if (ttype == DType::BF16) convert_bf16_to_f32(D, static_cast<const uint16_t*>(table) + id * D, dst);
+  else convert_f16_to_f32(D, static_cast<const uint16_t*>(table) + id * D, dst);
+}
+// The column grain of a scatter-add into a table: parallel over column slices of D, so repeated ids never race.
+int64_t scatter_grain(int64_t T, int64_t D) {
+  return T * D < kElemGrain ? D : std::max<int64_t>(16, D / std::max(1, threads_get()));
+}
+}  // namespace
+
+void embedding_fwd(int64_t T, int64_t D, const int32_t* ids, DType ttype, const void* table, float* out) {
+  table_dtype_check("embedding_fwd", ttype);
   parallel_for(T, row_grain(D), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; t++) row(t);
+    for (int64_t t = t0; t < t1; t++) table_row(ttype, table, ids[t], D, out + t * D);
   });
 }
-// Parallel over column slices of D, so repeated ids never race.
 void embedding_bwd(int64_t T, int64_t D, const int32_t* ids, const float* dout, float* dtable) {
-  int64_t grain = std::max<int64_t>(16, D / std::max(1, threads_get()));
-  if (T * D < kElemGrain) grain = D;
-  parallel_for(D, grain, [&](int64_t d0, int64_t d1) {
+  parallel_for(D, scatter_grain(T, D), [&](int64_t d0, int64_t d1) {
     for (int64_t t = 0; t < T; t++) {
       const float* g = dout + t * D;
       float* o = dtable + int64_t(ids[t]) * D;
@@ -500,11 +504,8 @@ void word_feature_fwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, cons
       }
   });
 }
-// Parallel over column slices of D, as embedding_bwd, so repeated rows never race.
 void word_feature_bwd(int64_t T, int64_t D, int64_t K, const int32_t* fids, const float* dout, float* dtable) {
-  int64_t grain = std::max<int64_t>(16, D / std::max(1, threads_get()));
-  if (T * D < kElemGrain) grain = D;
-  parallel_for(D, grain, [&](int64_t d0, int64_t d1) {
+  parallel_for(D, scatter_grain(T, D), [&](int64_t d0, int64_t d1) {
     for (int64_t t = 0; t < T; t++)
       for (int64_t k = 0; k < K; k++) {
         const int32_t r = fids[t * K + k];
@@ -526,8 +527,7 @@ int64_t bag_count(int64_t K, const int32_t* b) {
 }  // namespace
 void bag_embedding_fwd(int64_t T, int64_t D, int64_t K, const int32_t* bag, DType ttype, const void* table,
                        float* out) {
-  if (ttype != DType::F32 && ttype != DType::BF16 && ttype != DType::F16)
-    throw std::invalid_argument(std::string("bag_embedding_fwd: unsupported table dtype ") + dtype_name(ttype));
+  table_dtype_check("bag_embedding_fwd", ttype);
   parallel_for(T, row_grain(D), [&](int64_t t0, int64_t t1) {
     std::vector<float> row(ttype == DType::F32 ? 0 : size_t(D));
     for (int64_t t = t0; t < t1; t++) {
@@ -538,21 +538,16 @@ void bag_embedding_fwd(int64_t T, int64_t D, int64_t K, const int32_t* bag, DTyp
       float* o = out + t * D;
       for (int64_t k = 0; k < K; k++) {
         if (b[k] < 0) continue;
-        const int64_t at = int64_t(b[k]) * D;
-        const float* w = row.data();
-        if (ttype == DType::F32) w = static_cast<const float*>(table) + at;
-        else if (ttype == DType::BF16) convert_bf16_to_f32(D, static_cast<const uint16_t*>(table) + at, row.data());
-        else convert_f16_to_f32(D, static_cast<const uint16_t*>(table) + at, row.data());
+        const float* w = row.data();  // an fp32 table is read in place, others converted a row at a time
+        if (ttype == DType::F32) w = static_cast<const float*>(table) + int64_t(b[k]) * D;
+        else table_row(ttype, table, b[k], D, row.data());
         for (int64_t d = 0; d < D; d++) o[d] += s * w[d];
       }
     }
   });
 }
-// Parallel over column slices of D, as embedding_bwd, so repeated ids never race.
 void bag_embedding_bwd(int64_t T, int64_t D, int64_t K, const int32_t* bag, const float* dout, float* dtable) {
-  int64_t grain = std::max<int64_t>(16, D / std::max(1, threads_get()));
-  if (T * D < kElemGrain) grain = D;
-  parallel_for(D, grain, [&](int64_t d0, int64_t d1) {
+  parallel_for(D, scatter_grain(T, D), [&](int64_t d0, int64_t d1) {
     for (int64_t t = 0; t < T; t++) {
       const int32_t* b = bag + t * K;
       const int64_t n = bag_count(K, b);

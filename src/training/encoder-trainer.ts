@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { SafetensorsCheckpoint, toFloat32, writeSafetensors, type TensorToWrite } from '../formats/safetensors.ts';
 import { parseDebertaConfig } from '../models/encoder/deberta.ts';
 import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from '../models/encoder/word-features.ts';
-import { parseLabelBag, parseLabelIsolation } from '../models/encoder/label-isolation.ts';
+import { parseLabelPrompt, type LabelPrompt } from '../models/encoder/label-isolation.ts';
 import { EncoderTokenizer } from '../models/encoder/tokenizer.ts';
 import type { DataRecord } from './data/formats.ts';
 import {
@@ -142,10 +142,9 @@ interface Loaded {
   lora: { r: number; alpha: number; dropout: number; targets: string[] } | null;
   /** word features of a fresh encoder (config.json word_features), null otherwise */
   wordFeatures: WordFeatures | null;
-  /** a fresh encoder's classification labels are isolated (config.json label_isolation) */
-  labelIsolation: boolean;
-  /** a fresh encoder reads each classification label as one bagged [L] token (config.json label_bag) */
-  labelBag: boolean;
+  /** a fresh encoder's classification labels: isolated (config.json label_isolation), each one bagged [L] token
+   * (label_bag) */
+  labels: LabelPrompt;
 }
 
 async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precision): Promise<Loaded> {
@@ -159,11 +158,10 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precis
   // token_pooling as the library reads it: anything but mean / max pools the first piece
   const pooling = g2.token_pooling === 'mean' || g2.token_pooling === 'max' ? g2.token_pooling : 'first';
   let wordFeatures: WordFeatures | null;
-  let labelIsolation: boolean, labelBag: boolean;
+  let labels: LabelPrompt;
   try {
     wordFeatures = parseWordFeatures(g2.word_features, `base_model ${dir}/config.json`);
-    labelIsolation = parseLabelIsolation(g2.label_isolation, `base_model ${dir}/config.json`);
-    labelBag = parseLabelBag(g2.label_bag, `base_model ${dir}/config.json`);
+    labels = parseLabelPrompt(g2, `base_model ${dir}/config.json`);
   } catch (e) {
     throw new TrainingConfigError((e as Error).message);
   }
@@ -208,7 +206,7 @@ async function loadBase(cfg: EncoderTrainConfig, seed: number, precision: Precis
   if (!wordFeatures) delete tensors['encoder.embeddings.word_feature_embeddings.weight'];
   const graph = EncoderTrainGraph.create(enc, maxWidth, relLn, tensors, lora ? { ...lora, seed } : null, heads, wf, precision);
   const tok = new EncoderTokenizer(join(dir, 'tokenizer.json'));
-  return { graph, tok, maxWidth, params: graph.params(), shapes, lora, wordFeatures, labelIsolation, labelBag };
+  return { graph, tok, maxWidth, params: graph.params(), shapes, lora, wordFeatures, labels };
 }
 
 /** Writes the current weights as a checkpoint in the real layout (+ the PEFT adapter for LoRA). */
@@ -291,7 +289,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   const maxWords = positiveInt(config.max_words, 'max_words', 256);
   const negK = positiveInt(config.negative_labels, 'negative_labels', DEFAULT_NEGATIVE_LABELS, 0);
   const sampled = (ex: EncoderExample) => negK > 0 && ex !== sampleNegativeLabels(ex, negK, FIRST_DRAW);
-  const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labelIsolation), true);
+  const fullRatio = positiveNum(config.full_label_ratio, 'full_label_ratio', fullLabelRatio(L.labels.isolation), true);
   if (fullRatio > 1) throw new TrainingConfigError('full_label_ratio must be between 0 and 1');
   // a number now, or 'balanced': resolved from the training examples below
   const balanced = config.negative_span_keep === 'balanced';
@@ -317,7 +315,7 @@ export async function trainEncoder(config: EncoderTrainConfig, hooks: TrainHooks
   // segmented again (docs/training.md, "Piece dropout")
   const resegmented = (ex: EncoderExample) => reseg !== null && !ex.schema.classifications.length;
   const feat = (e: EncoderExample, rng?: Uniform) =>
-    featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, { isolation: L.labelIsolation, bag: L.labelBag }, clsLoss,
+    featurize(L.tok, e, L.maxWidth, maxWords, L.wordFeatures, L.labels, clsLoss,
       rng && reseg ? (w, p) => reseg(w, p, rng) : undefined);
   const trainEx = recordsToExamples(trainRecs, labels, classes);
   if (!trainEx.length) {

@@ -15,9 +15,10 @@ import { normalizeSchema } from '../../src/models/encoder/schema.ts';
 import { forEachIsa } from '../../src/native/cpu.ts';
 import { initEncoder } from '../../src/training/encoder/init.ts';
 import { CLASSIFICATION_TASK, freshRecipe, fullLabelRatio } from '../../src/training/encoder/recipe.ts';
-import { collate, featurize, recordsToExamples, type LabelPrompt } from '../../src/training/encoder/examples.ts';
+import { collate, featurize, recordsToExamples } from '../../src/training/encoder/examples.ts';
 import { EncoderTrainGraph } from '../../src/training/native.ts';
 import { featureCols, featureRows } from '../../src/models/encoder/word-features.ts';
+import type { LabelPrompt } from '../../src/models/encoder/label-isolation.ts';
 
 const gold = join(import.meta.dirname, '../../../shared/goldens/deberta-v2-tiny');
 const ckpt = SafetensorsCheckpoint.open(gold);
@@ -298,7 +299,7 @@ t.test('a fresh isolated model: the same logit per label with every label, a sub
 
 /** The training graph's classification loss on a padded batch of TEXTS (each with one true label) against the
  * served model's BCE over the same texts and labels. */
-async function graphAndServed(dir: string, m: Gliner2Model, labels: boolean | LabelPrompt) {
+async function graphAndServed(dir: string, m: Gliner2Model, labels: boolean | Partial<LabelPrompt>) {
   const enc = parseDebertaConfig(JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8')));
   const ck = SafetensorsCheckpoint.open(dir);
   const tensors: Record<string, Float32Array> = {};

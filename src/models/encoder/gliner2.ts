@@ -12,7 +12,7 @@ import { decodeSample, toReferenceJson, toResult, type ExtractResult, type RawTa
 import { ENCODER_LIMITS, overLimit } from './limits.ts';
 import { splitWords } from './words.ts';
 import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from './word-features.ts';
-import { batchLabelBags, parseLabelBag, parseLabelIsolation } from './label-isolation.ts';
+import { batchLabelBags, parseLabelPrompt, type LabelPrompt } from './label-isolation.ts';
 
 export type CountingLayer = 'count_lstm' | 'count_lstm_v2' | 'count_lstm_moe';
 
@@ -137,11 +137,10 @@ export class Gliner2Model {
     // The reference treats any other value as "first" (spec §1.2); so do we.
     const tokenPooling: TokenPooling = cfg.token_pooling === 'mean' || cfg.token_pooling === 'max' ? cfg.token_pooling : 'first';
     let wordFeatures: WordFeatures | null;
-    let labelIsolation: boolean, labelBag: boolean;
+    let labels: LabelPrompt;
     try {
       wordFeatures = parseWordFeatures(cfg.word_features, `${dir}/config.json`);
-      labelIsolation = parseLabelIsolation(cfg.label_isolation, `${dir}/config.json`);
-      labelBag = parseLabelBag(cfg.label_bag, `${dir}/config.json`);
+      labels = parseLabelPrompt(cfg, `${dir}/config.json`);
     } catch (e) {
       throw new EncoderConfigError((e as Error).message);
     }
@@ -196,7 +195,7 @@ export class Gliner2Model {
       parameters: params,
       tokenPooling,
     };
-    return new Gliner2Model(info, tokenizer, encoder, heads, wordFeatures, labelIsolation, labelBag);
+    return new Gliner2Model(info, tokenizer, encoder, heads, wordFeatures, labels.isolation, labels.bag);
   }
 
   /** Formats one (text, schema) pair (ids, routing positions) — exposed for tests and tooling. */

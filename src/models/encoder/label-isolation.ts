@@ -28,10 +28,21 @@ export function parseLabelIsolation(raw: unknown, where = 'config.json'): boolea
 // with which a label's logit stays a function of the text and its own name alone.
 
 /** Reads `label_bag` of a GLiNER2 config.json (undefined / null / false → off). */
-export function parseLabelBag(raw: unknown, where = 'config.json'): boolean {
+function parseLabelBag(raw: unknown, where = 'config.json'): boolean {
   if (raw === undefined || raw === null) return false;
   if (typeof raw !== 'boolean') throw new LabelIsolationConfigError(`${where}: label_bag must be a boolean`);
   return raw;
+}
+
+/** How a model's prompt carries classification labels: config.json `label_isolation` and `label_bag`. */
+export interface LabelPrompt {
+  isolation: boolean;
+  bag: boolean;
+}
+
+/** Reads both label flags of a GLiNER2 config.json. */
+export function parseLabelPrompt(cfg: Record<string, unknown>, where = 'config.json'): LabelPrompt {
+  return { isolation: parseLabelIsolation(cfg.label_isolation, where), bag: parseLabelBag(cfg.label_bag, where) };
 }
 
 /** A formatted input's label bags: (n × cols) word-table rows, -1 = none (format.ts fills them). */

@@ -19,7 +19,7 @@ import type { EncoderTokenizer } from '../../models/encoder/tokenizer.ts';
 import { preprocessText, splitWords } from '../../models/encoder/words.ts';
 import type { WordFeatures } from '../../models/encoder/word-features.ts';
 import type { EncoderBatch } from '../native.ts';
-import { batchLabelBags } from '../../models/encoder/label-isolation.ts';
+import { batchLabelBags, type LabelPrompt } from '../../models/encoder/label-isolation.ts';
 import { CLASSIFICATION_TASK, type ClassificationLoss } from './recipe.ts';
 import type { LabelConfusion } from './hard-negatives.ts';
 
@@ -236,21 +236,17 @@ function matchMention(f: Formatted, m: Mention, K: number): [number, number][] {
   return res;
 }
 
-/** How a model's prompt carries classification labels (config.json label_isolation, label_bag; label-isolation.ts);
- * `true` alone: isolated. */
-export interface LabelPrompt {
-  isolation?: boolean;
-  bag?: boolean;
-}
-
+/** One example formatted and its loss targets; `labels`: the model's label prompt (label-isolation.ts), `true` alone
+ * isolated. */
 export async function featurize(
   tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number, wordFeatures?: WordFeatures | null,
-  labels: boolean | LabelPrompt = false, classificationLoss: ClassificationLoss = 'bce',
+  labels: boolean | Partial<LabelPrompt> = false, classificationLoss: ClassificationLoss = 'bce',
   resegment?: FormatOptions['resegment'],
 ): Promise<Featurized> {
   const { isolation: labelIsolation = false, bag: labelBag = false } =
     typeof labels === 'boolean' ? { isolation: labels } : labels;
-  const f = await formatInput(tok, ex.text, ex.schema, { maxWords, wordFeatures, labelIsolation, labelBag, resegment });
+  const opts = { maxWords, wordFeatures, labelIsolation, labelBag, resegment };
+  const f = await formatInput(tok, ex.text, ex.schema, opts);
   const segs: SegTarget[] = f.segments.map((s, si) => {
     const rows = f.specialPos[si];
     const M = s.names.length;
