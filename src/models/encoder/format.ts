@@ -4,7 +4,7 @@ import type { Schema } from './schema.ts';
 import type { EncoderTokenizer } from './tokenizer.ts';
 import { preprocessText, splitWords } from './words.ts';
 import { wordFeatureIds, type WordFeatures } from './word-features.ts';
-import type { LabelBags } from './label-isolation.ts';
+import { batchLabelBags, type LabelBags } from './label-isolation.ts';
 
 export type TaskKind = 'entities' | 'structure' | 'relation' | 'classification';
 
@@ -43,6 +43,41 @@ export interface Formatted {
   groups?: Int32Array;
   /** label bags (label-isolation.ts): a classification label's name pieces, on its `[L]` row; when asked for */
   labelBags?: LabelBags;
+}
+
+/** B formatted inputs right-padded to the longest, N tokens: what the encoder's forward (served) and the training
+ * step take. */
+export interface PaddedInputs {
+  B: number;
+  N: number;
+  /** (B, N) piece ids, 0 past an input's end */
+  ids: Int32Array;
+  /** (B, N) 1 on an input's pieces */
+  mask: Uint8Array;
+  /** (B, N, KF) word-feature rows, -1 = none; when KF > 0 */
+  feats?: Int32Array;
+  /** (B, N) label-isolation groups, 0 on padding; when asked for */
+  groups?: Int32Array;
+  /** (B, N, cols) label bags (batchLabelBags); when an input has them */
+  bags?: Int32Array;
+}
+
+/** Pads `fs` to one (B, N) batch, with KF word-feature columns and label groups when `groups`. */
+export function padInputs(fs: readonly Formatted[], KF: number, groups: boolean): PaddedInputs {
+  const B = fs.length;
+  const N = Math.max(1, ...fs.map((f) => f.ids.length));
+  const ids = new Int32Array(B * N);
+  const mask = new Uint8Array(B * N);
+  const feats = KF ? new Int32Array(B * N * KF).fill(-1) : undefined;
+  const grp = groups ? new Int32Array(B * N) : undefined;
+  fs.forEach((f, b) => {
+    ids.set(f.ids, b * N);
+    mask.fill(1, b * N, b * N + f.ids.length);
+    if (feats && f.feats) feats.set(f.feats, b * N * KF);
+    if (grp && f.groups) grp.set(f.groups, b * N);
+  });
+  const bags = batchLabelBags(fs.map((f) => f.labelBags), N);
+  return { B, N, ids, mask, ...(feats ? { feats } : {}), ...(grp ? { groups: grp } : {}), ...(bags ? { bags } : {}) };
 }
 
 export interface FormatOptions {

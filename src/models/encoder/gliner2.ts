@@ -5,14 +5,14 @@ import { join } from 'node:path';
 import { addon } from '../../native/addon.ts';
 import { SafetensorsCheckpoint, toFloat32 } from '../../formats/safetensors.ts';
 import { DebertaEncoder, EncoderConfigError, parseDebertaConfig, type DebertaConfig } from './deberta.ts';
-import { formatInput, type FormatOptions, type Formatted } from './format.ts';
+import { formatInput, padInputs, type FormatOptions, type Formatted } from './format.ts';
 import { normalizeSchema, type Schema } from './schema.ts';
 import { EncoderTokenizer } from './tokenizer.ts';
 import { decodeSample, toReferenceJson, toResult, type ExtractResult, type RawTask, type SegmentScores, type Span } from './decode.ts';
 import { ENCODER_LIMITS, overLimit } from './limits.ts';
 import { splitWords } from './words.ts';
 import { featureCols, featureRows, parseWordFeatures, type WordFeatures } from './word-features.ts';
-import { batchLabelBags, parseLabelPrompt, type LabelPrompt } from './label-isolation.ts';
+import { parseLabelPrompt, type LabelPrompt } from './label-isolation.ts';
 
 export type CountingLayer = 'count_lstm' | 'count_lstm_v2' | 'count_lstm_moe';
 
@@ -306,20 +306,8 @@ export class Gliner2Model {
 
   private async runBatch(batch: Item[], idx?: number[], inter?: Intermediates[]): Promise<void> {
     const D = this.info.hiddenSize;
-    const B = batch.length;
-    const N = Math.max(1, ...batch.map((it) => it.f.ids.length));
-    const ids = new Int32Array(B * N);
-    const mask = new Uint8Array(B * N);
     const KF = this.wordFeatures ? featureCols(this.wordFeatures) : 0;
-    const feats = KF ? new Int32Array(B * N * KF).fill(-1) : undefined;
-    const groups = this.labelIsolation ? new Int32Array(B * N) : undefined;
-    batch.forEach((it, b) => {
-      ids.set(it.f.ids, b * N);
-      mask.fill(1, b * N, b * N + it.f.ids.length);
-      if (feats && it.f.feats) feats.set(it.f.feats, b * N * KF);
-      if (groups && it.f.groups) groups.set(it.f.groups, b * N);
-    });
-    const bags = batchLabelBags(batch.map((it) => it.f.labelBags), N);
+    const { B, N, ids, mask, feats, groups, bags } = padInputs(batch.map((it) => it.f), KF, this.labelIsolation);
     const hidden = await this.encoder.forward(ids, mask, B, N, feats, groups, bags);
     // Gather word embeddings (token_pooling) and schema embeddings.
     const woff = new Int32Array(B + 1);

@@ -14,12 +14,12 @@
 // label list.
 import type { DataRecord } from '../data/formats.ts';
 import type { Schema } from '../../models/encoder/schema.ts';
-import { formatInput, type FormatOptions, type Formatted } from '../../models/encoder/format.ts';
+import { formatInput, padInputs, type FormatOptions, type Formatted } from '../../models/encoder/format.ts';
 import type { EncoderTokenizer } from '../../models/encoder/tokenizer.ts';
 import { preprocessText, splitWords } from '../../models/encoder/words.ts';
 import type { WordFeatures } from '../../models/encoder/word-features.ts';
 import type { EncoderBatch } from '../native.ts';
-import { batchLabelBags, type LabelPrompt } from '../../models/encoder/label-isolation.ts';
+import type { LabelPrompt } from '../../models/encoder/label-isolation.ts';
 import { CLASSIFICATION_TASK, type ClassificationLoss } from './recipe.ts';
 import type { LabelConfusion } from './hard-negatives.ts';
 
@@ -305,10 +305,9 @@ export async function featurize(
 
 /** Packs featurized samples into one native micro-batch (padding to the longest). */
 export function collate(items: Featurized[]): EncoderBatch {
-  const B = items.length;
-  const N = Math.max(1, ...items.map((it) => it.f.ids.length));
-  const ids = new Int32Array(B * N);
-  const mask = new Uint8Array(B * N);
+  const KF = items[0]?.f.feats ? items[0].f.feats.length / Math.max(1, items[0].f.ids.length) : 0;
+  const inputs = padInputs(items.map((it) => it.f), KF, items.some((it) => it.f.groups));
+  const { B, N } = inputs;
   const woff = new Int32Array(B + 1);
   const wordRows: number[] = [];
   const wordEnd: number[] = [];
@@ -321,15 +320,7 @@ export function collate(items: Featurized[]): EncoderBatch {
   const segRows: number[] = [];
   const pos: number[] = [];
   const clsY: number[] = [];
-  const KF = items[0]?.f.feats ? items[0].f.feats.length / Math.max(1, items[0].f.ids.length) : 0;
-  const feats = KF ? new Int32Array(B * N * KF).fill(-1) : undefined;
-  const groups = items.some((it) => it.f.groups) ? new Int32Array(B * N) : undefined;
-  const bags = batchLabelBags(items.map((it) => it.f.labelBags), N);
   items.forEach((it, b) => {
-    ids.set(it.f.ids, b * N);
-    if (feats && it.f.feats) feats.set(it.f.feats, b * N * KF);
-    if (groups && it.f.groups) groups.set(it.f.groups, b * N);
-    mask.fill(1, b * N, b * N + it.f.ids.length);
     for (const p of it.f.wordPos) wordRows.push(b * N + p);
     for (const e of it.f.wordEnd) wordEnd.push(b * N + e);
     woff[b + 1] = wordRows.length;
@@ -347,10 +338,7 @@ export function collate(items: Featurized[]): EncoderBatch {
     }
   });
   return {
-    B,
-    N,
-    ids,
-    mask,
+    ...inputs,
     woff,
     wordRows: Int32Array.from(wordRows),
     wordEnd: Int32Array.from(wordEnd),
@@ -363,9 +351,6 @@ export function collate(items: Featurized[]): EncoderBatch {
     segRows: Int32Array.from(segRows),
     pos: Int32Array.from(pos),
     clsY: Float32Array.from(clsY),
-    feats,
-    ...(groups ? { groups } : {}),
-    ...(bags ? { bags } : {}),
   };
 }
 
