@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { buildNativeDecoder } from '../src/models/decoder/loader.ts';
 import { ggufTensorSource } from '../src/models/decoder/gguf-source.ts';
-import { loadGgufCheckpoint } from '../src/formats/gguf.ts';
+import { loadGgufCheckpoint } from '../src/formats/gguf-hf.ts';
 import { KvCacheManager } from '../src/runtime/kv-cache.ts';
 import { PrefixCache } from '../src/runtime/prefix-cache.ts';
 import { Scheduler } from '../src/runtime/scheduler.ts';

@@ -35,7 +35,7 @@ import type { DecoderConfig } from '../src/formats/hf-config.ts';
 import { addon } from '../src/native/addon.ts';
 import { buildNativeDecoder, type TensorSource } from '../src/models/decoder/loader.ts';
 import { ggufTensorSource } from '../src/models/decoder/gguf-source.ts';
-import { loadGgufCheckpoint } from '../src/formats/gguf.ts';
+import { loadGgufCheckpoint } from '../src/formats/gguf-hf.ts';
 import type { NativeDecoder } from '../src/models/decoder/native-model.ts';
 import { KvCacheManager, type KvDtypeOption } from '../src/runtime/kv-cache.ts';
 import { PrefixCache, type CacheMode } from '../src/runtime/prefix-cache.ts';

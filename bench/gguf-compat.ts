@@ -18,10 +18,11 @@
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { convertHfToGguf, GgufFile, ggmlTypeName } from '../src/formats/gguf.ts';
+import { ggmlTypeName, GgufFile } from '../src/formats/gguf.ts';
+import { convertHfToGguf } from '../src/formats/gguf-hf.ts';
 import { writeSafetensors } from '../src/formats/safetensors.ts';
 import { loadDecoder } from '../src/runtime/generate.ts';
-import { loadGgufCheckpoint } from '../src/formats/gguf.ts';
+import { loadGgufCheckpoint } from '../src/formats/gguf-hf.ts';
 import { ggufTensorSource } from '../src/models/decoder/gguf-source.ts';
 import { buildNativeDecoder } from '../src/models/decoder/loader.ts';
 import { NativeKvCache } from '../src/models/decoder/native-model.ts';

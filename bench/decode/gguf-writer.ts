@@ -6,7 +6,7 @@
 // When src/formats/gguf.ts (the project's GGUF reader/writer) offers a writer this file can go.
 import { closeSync, existsSync, openSync, renameSync, writeSync } from 'node:fs';
 import { SafetensorsCheckpoint, toFloat32 } from '../../src/formats/safetensors.ts';
-import { quantizeQ8_0 } from '../../src/formats/gguf.ts';
+import { quantizeQ8_0 } from '../../src/formats/gguf-quantize.ts';
 import { ggufQuantType, quantizeQ4_K, quantizeQ5_0, quantizeQ6_K } from '../../src/formats/gguf-quantize.ts';
 
 /** ggml type id, values per block and bytes per block of the tensor types written here. */

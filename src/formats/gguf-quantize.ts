@@ -7,6 +7,7 @@
 // writes Q4_K through the native port of quantizeQ4_K (addon.quantizeQ4K, native/formats/gguf_quantize.cc: about
 // 6x faster, the same bytes; test/formats/gguf-quantize.test.ts compares them); this one is its reference.
 import { f16ToF32, f32ToF16 } from './f16.ts';
+import { GgufError } from './gguf.ts';
 
 const QK_K = 256;
 const fr = Math.fround;
@@ -267,4 +268,20 @@ export function ggufQuantType(ftype: QuantFileType, name: string, cols: number, 
   if ((t === 'Q4_K' || t === 'Q6_K') && cols % QK_K !== 0) t = t === 'Q4_K' ? 'Q5_0' : 'Q8_0';
   if (cols % 32 !== 0) t = 'F16';
   return t;
+}
+
+/** Quantizes float32 rows to Q8_0 blocks (as llama.cpp's reference quantize_row_q8_0). */
+export function quantizeQ8_0(x: Float32Array): Uint8Array {
+  if (x.length % 32) throw new GgufError(`Q8_0 needs a multiple of 32 values (got ${x.length})`);
+  const nb = x.length / 32;
+  const out = new Uint8Array(nb * 34);
+  const dv = new DataView(out.buffer);
+  for (let b = 0; b < nb; b++) {
+    let amax = 0;
+    for (let i = 0; i < 32; i++) amax = Math.max(amax, Math.abs(x[b * 32 + i]));
+    const d = amax / 127, id = d ? 1 / d : 0;
+    dv.setUint16(b * 34, f32ToF16(d), true);
+    for (let i = 0; i < 32; i++) dv.setInt8(b * 34 + 2 + i, Math.round(x[b * 32 + i] * id));
+  }
+  return out;
 }

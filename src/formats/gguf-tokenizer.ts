@@ -43,7 +43,24 @@
 // (<|im_end|>, <|eot_id|>, <|endoftext|>, ...), since llama.cpp users expect generation to stop there.
 // Chat templates: tokenizer.chat_template, and named ones (tokenizer.chat_templates + tokenizer.chat_template.NAME)
 // as transformers' list form.
-import { GgufError, LLAMA3_PRE_RE, QWEN2_PRE_RE } from './gguf.ts';
+//
+// The other way (ggufTokenizerMetadata, below: what convertHfToGguf writes):
+// Tokenizer: the writer stores tokenizer.ggml.* metadata so llama.cpp can load the file, and so can Loom without
+// a tokenizer.json beside it (src/formats/gguf-tokenizer.ts rebuilds one from this metadata). Byte-level BPE is
+// model "gpt2" with merges and the pre-tokenizer llama.cpp must use ("qwen2", "llama-bpe", "smollm", "gpt-2"),
+// recognised from tokenizer.json's pre_tokenizer; SentencePiece-style BPE is model "llama" with scores that follow
+// the merge order (see ggufTokenizerMetadata) and, for Loom, the merges themselves. Also stored: bos/eos/pad/unk
+// ids, add_bos_token / add_eos_token as the post-processor does, the chat template(s), and loom.eos_token_ids
+// (every eos id of config.json, generation_config.json and tokenizer_config.json).
+// Checked with llama.cpp (node-llama-cpp 3.21.1) on the byte-level Qwen2.5 / SmolLM2 / Llama 3 fixtures: same ids. What
+// GGUF metadata cannot express, so llama.cpp differs from tokenizer.json there: Qwen2's NFC normalizer (llama.cpp
+// tokenizes NFD text as is), and Metaspace prepend_scheme "first" (Mistral v0.3): llama.cpp's SPM path adds a
+// "▁" at the start and after every special token even when the text already starts with a space (Loom's
+// rebuilt tokenizer does the same; it does apply NFC for "qwen2").
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { DecoderConfig } from './hf-config.ts';
+import { GgufError, GgufType, gv, type GgufValue } from './gguf.ts';
 import { Tokenizer } from '../tokenize/tokenizer.ts';
 
 export enum GgufTokenType { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6 }
@@ -334,4 +351,134 @@ export function loadGgufTokenizer(meta: Record<string, unknown>, where = 'GGUF')
     generationConfig: { eos_token_id: parts.generationConfig.eos_token_id },
   });
   return { tokenizer, parts };
+}
+
+// ---- tokenizer.json → GGUF metadata --------------------------------------------------------------------
+/** The Split regexes of Qwen2's and Llama 3's tokenizer.json pre_tokenizer (single digits vs groups of up to 3). */
+export const QWEN2_PRE_RE = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+export const LLAMA3_PRE_RE = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+
+/**
+ * llama.cpp's `tokenizer.ggml.pre` for a byte-level tokenizer.json, from its pre_tokenizer: Split with the
+ * Qwen2 regex → "qwen2"; with the Llama 3 regex (\p{N}{1,3}) → "llama-bpe" (llama.cpp then also ignores
+ * merges for whole-word vocabulary hits); Digits(individual) + ByteLevel(GPT-2 regex) → "smollm"; ByteLevel
+ * alone → "gpt-2"; anything else "default" (llama.cpp's generic regex: tokenization may differ).
+ */
+export function ggufPreTokenizerName(tj: { pre_tokenizer?: unknown }): string {
+  const steps: Record<string, unknown>[] = [];
+  const walk = (p: unknown): void => {
+    if (!p || typeof p !== 'object') return;
+    const o = p as Record<string, unknown>;
+    if (o.type === 'Sequence') for (const q of (o.pretokenizers as unknown[]) ?? []) walk(q);
+    else steps.push(o);
+  };
+  walk(tj.pre_tokenizer);
+  const types = steps.map((x) => String(x.type)).join(',');
+  const regex = (x: Record<string, unknown>): string | undefined => ((x.pattern as { Regex?: string } | undefined)?.Regex);
+  if (types === 'Split,ByteLevel' && steps[1].use_regex === false) {
+    if (regex(steps[0]) === QWEN2_PRE_RE) return 'qwen2';
+    if (regex(steps[0]) === LLAMA3_PRE_RE) return 'llama-bpe';
+  }
+  if (types === 'Digits,ByteLevel' && steps[0].individual_digits === true && steps[1].use_regex !== false) return 'smollm';
+  if (types === 'ByteLevel' && steps[0].use_regex !== false) return 'gpt-2';
+  return 'default';
+}
+
+/** What the tokenizer metadata needs of the model config (DecoderConfig fits). */
+export type TokenizerMetadataConfig = Pick<DecoderConfig, 'vocabSize' | 'bosTokenId' | 'eosTokenIds' | 'padTokenId'>;
+
+/**
+ * The `tokenizer.*` metadata for an HF folder's tokenizer.json (+ tokenizer_config.json, generation_config.json);
+ * {} when the folder has no BPE tokenizer.json. `cfg`: the model's config (the vocabulary is padded to its
+ * vocab_size with unused [PADn] tokens, as llama.cpp's converter does).
+ */
+export function ggufTokenizerMetadata(dir: string, cfg: TokenizerMetadataConfig): Record<string, GgufValue> {
+  const p = join(dir, 'tokenizer.json');
+  if (!existsSync(p)) return {};
+  const tj = JSON.parse(readFileSync(p, 'utf8'));
+  const vocab = tj.model?.vocab as Record<string, number>;
+  if (!vocab || Array.isArray(vocab)) return {};
+  const tok = Tokenizer.fromDirSync(dir);
+  const added = (tj.added_tokens ?? []) as { id: number; content: string; special: boolean }[];
+  const n = Math.max(cfg.vocabSize, ...Object.values(vocab).map((x) => x + 1), ...added.map((a) => a.id + 1));
+  const tokens: string[] = new Array(n);
+  const types: number[] = new Array(n).fill(1);
+  for (const [t, id] of Object.entries(vocab)) tokens[id] = t;
+  for (const a of added) { tokens[a.id] = a.content; types[a.id] = a.special ? 3 : 4; }
+  for (let i = 0; i < n; i++) if (tokens[i] === undefined) { tokens[i] = `[PAD${i}]`; types[i] = 5; }
+  const merges = ((tj.model.merges ?? []) as (string | string[])[]).map((m) => (Array.isArray(m) ? m : [m.slice(0, m.indexOf(' ', 1)), m.slice(m.indexOf(' ', 1) + 1)]));
+  const byteLevel = JSON.stringify(tj.pre_tokenizer ?? '').includes('ByteLevel') || JSON.stringify(tj.decoder ?? '').includes('ByteLevel');
+  const md: Record<string, GgufValue> = {};
+  if (byteLevel) {
+    md['tokenizer.ggml.model'] = gv.str('gpt2');
+    md['tokenizer.ggml.pre'] = gv.str(ggufPreTokenizerName(tj));
+    md['tokenizer.ggml.merges'] = gv.arr(GgufType.STRING, merges.map((m) => m.join(' ')));
+  } else {
+    md['tokenizer.ggml.model'] = gv.str('llama');
+    md['tokenizer.ggml.pre'] = gv.str('default');
+    for (let i = 0; i < n; i++) if (/^<0x[0-9A-F]{2}>$/.test(tokens[i])) types[i] = 6;
+    // llama.cpp's SentencePiece tokenizer merges the adjacent pair whose concatenation has the highest score. A
+    // piece's score is minus the rank of the first merge producing it, so llama.cpp follows the merge order of
+    // tokenizer.json; pieces no merge produces score below every merge.
+    const firstRank = new Map<string, number>();
+    merges.forEach(([a, b], r) => { if (!firstRank.has(a + b)) firstRank.set(a + b, r); });
+    md['tokenizer.ggml.scores'] = gv.arr(GgufType.FLOAT32, tokens.map((t, i) => -(firstRank.get(t) ?? merges.length + i)));
+    // the merges themselves too (llama.cpp ignores them for "llama"; Loom's reader uses them, so tokenize is exact),
+    // unless a piece has a space and "left right" would be ambiguous: the reader then derives them from the scores
+    if (!merges.some(([a, b]) => a.includes(' ') || b.includes(' '))) md['tokenizer.ggml.merges'] = gv.arr(GgufType.STRING, merges.map((m) => m.join(' ')));
+    md['tokenizer.ggml.add_space_prefix'] = gv.bool(addsSpacePrefix(tj));
+  }
+  md['tokenizer.ggml.tokens'] = gv.arr(GgufType.STRING, tokens);
+  md['tokenizer.ggml.token_type'] = gv.arr(GgufType.INT32, types);
+  // Special ids as Loom encodes and renders chats: BOS is what the post-processor adds (else tokenizer_config's
+  // bos_token, else config.json's); EOS is tokenizer_config's eos_token (what chat templates see, and what
+  // llama.cpp's converter writes), else config.json's first. Every eos id of the folder goes to loom.eos_token_ids.
+  const { before, after } = tok.postProcessorTokens();
+  const bos = before.length === 1 ? before[0] : tok.bosId ?? cfg.bosTokenId ?? undefined;
+  const eosTok = tok.eosToken !== undefined ? tok.tokenToId(tok.eosToken) : undefined;
+  const eos = eosTok ?? cfg.eosTokenIds[0];
+  const pad = cfg.padTokenId ?? tok.padId;
+  if (bos !== undefined) md['tokenizer.ggml.bos_token_id'] = gv.u32(bos);
+  if (eos !== undefined) md['tokenizer.ggml.eos_token_id'] = gv.u32(eos);
+  if (pad !== undefined) md['tokenizer.ggml.padding_token_id'] = gv.u32(pad);
+  const unk = tj.model.unk_token ? vocab[tj.model.unk_token] : undefined;
+  if (unk !== undefined) md['tokenizer.ggml.unknown_token_id'] = gv.u32(unk);
+  const allEos = [...new Set([...cfg.eosTokenIds, ...tok.eosIds, ...(eos !== undefined ? [eos] : [])])];
+  if (allEos.length) md['loom.eos_token_ids'] = gv.arr(GgufType.UINT32, allEos);
+  // add_bos / add_eos as Loom encodes (tokenizer.json's post-processor): llama.cpp's defaults differ per
+  // tokenizer, so both are always written.
+  md['tokenizer.ggml.add_bos_token'] = gv.bool(bos !== undefined && before.length === 1 && before[0] === bos);
+  md['tokenizer.ggml.add_eos_token'] = gv.bool(eos !== undefined && after.length === 1 && after[0] === eos);
+  // chat templates: the one Loom uses (tokenizer_config.json, chat_template.jinja or .json), plus named ones of
+  // tokenizer_config's list form as llama.cpp's converter writes them (tokenizer.chat_template.NAME)
+  if (tok.chatTemplate !== undefined) md['tokenizer.chat_template'] = gv.str(tok.chatTemplate);
+  const tc = join(dir, 'tokenizer_config.json');
+  const list = existsSync(tc) ? (JSON.parse(readFileSync(tc, 'utf8')) as { chat_template?: unknown }).chat_template : undefined;
+  if (Array.isArray(list)) {
+    const names: string[] = [];
+    for (const x of list as { name?: unknown; template?: unknown }[]) {
+      const name = String(x?.name ?? '').replace(/[^A-Za-z0-9]/g, '_');
+      if (!name || name === 'default' || typeof x.template !== 'string') continue;
+      names.push(name);
+      md[`tokenizer.chat_template.${name}`] = gv.str(x.template);
+    }
+    if (names.length) md['tokenizer.chat_templates'] = gv.arr(GgufType.STRING, names);
+  }
+  return md;
+}
+
+/** Whether a SentencePiece-style tokenizer.json puts "▁" before the text (normalizer Prepend, or Metaspace prepending). */
+function addsSpacePrefix(tj: { normalizer?: unknown; pre_tokenizer?: unknown }): boolean {
+  let found = false;
+  const walk = (x: unknown): void => {
+    if (Array.isArray(x)) return x.forEach(walk);
+    if (!x || typeof x !== 'object') return;
+    const o = x as Record<string, unknown>;
+    if (o.type === 'Prepend' && o.prepend === '\u2581') found = true;
+    if (o.type === 'Metaspace' && (o.prepend_scheme !== undefined ? o.prepend_scheme !== 'never' : o.add_prefix_space !== false)) found = true;
+    Object.values(o).forEach(walk);
+  };
+  walk(tj.normalizer);
+  walk(tj.pre_tokenizer);
+  return found;
 }

@@ -16,7 +16,7 @@
 //
 // GGUF files are models too: a `*.gguf` file in the models folder is listed as its file name without
 // `.gguf`, a folder (or a cached Hugging Face snapshot) without config.json that holds exactly one `*.gguf`
-// file as the folder's id; the decoder config comes from the file's metadata (src/formats/gguf.ts, imported
+// file as the folder's id; the decoder config comes from the file's metadata (src/formats/gguf-hf.ts, imported
 // lazily as it needs the native addon) and `dir` is the file itself, which loadDecoder opens.
 import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
@@ -75,9 +75,10 @@ export function detectKind(dir: string): (DetectedKind & { file?: string }) | nu
   return { kind: 'decoder', architecture: dec.modelType, context_length: dec.maxPositionEmbeddings };
 }
 
-let gguf: typeof import('../formats/gguf.ts') | null = null;
+let gguf: { reader: typeof import('../formats/gguf.ts'); hf: typeof import('../formats/gguf-hf.ts') } | null = null;
 /** Settles when the GGUF reader is imported (or failed to: no native addon, so no GGUF models). */
-export const ggufReaderReady: Promise<void> = import('../formats/gguf.ts').then((m) => { gguf = m; }, () => {});
+export const ggufReaderReady: Promise<void> = Promise.all([import('../formats/gguf.ts'), import('../formats/gguf-hf.ts')])
+  .then(([reader, hf]) => { gguf = { reader, hf }; }, () => {});
 const ggufSeen = new Map<string, { stamp: string; kind: ReturnType<typeof detectGguf> }>();
 
 /** A catalog entry for a detected model. */
@@ -106,8 +107,8 @@ function detectGguf(file: string): DetectedKind | null {
   if (hit?.stamp === stamp) return hit.kind;
   let kind: ReturnType<typeof detectGguf> = null;
   try {
-    const f = new gguf.GgufFile(file);
-    const dec = parseDecoderConfig(gguf.ggufToHfConfig(f.metadataObject()), file);
+    const f = new gguf.reader.GgufFile(file);
+    const dec = parseDecoderConfig(gguf.hf.ggufToHfConfig(f.metadataObject()), file);
     kind = { kind: 'decoder', architecture: dec.modelType, context_length: dec.maxPositionEmbeddings };
   } catch { kind = null; }
   ggufSeen.set(file, { stamp, kind });

@@ -5,7 +5,7 @@ import t from 'tap';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { convertHfToGguf } from '../../src/formats/gguf.ts';
+import { convertHfToGguf } from '../../src/formats/gguf-hf.ts';
 import { SafetensorsFile } from '../../src/formats/safetensors.ts';
 import { loadDecoder } from '../../src/runtime/generate.ts';
 import { forwardAll, goldens, maxAbs, readCases } from './helpers.ts';

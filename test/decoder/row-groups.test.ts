@@ -5,7 +5,7 @@ import t from 'tap';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { convertHfToGguf } from '../../src/formats/gguf.ts';
+import { convertHfToGguf } from '../../src/formats/gguf-hf.ts';
 import { getThreads, setThreads } from '../../src/native/cpu.ts';
 import { loadDecoder } from '../../src/runtime/generate.ts';
 import { forwardAll, randomIds, shared } from './helpers.ts';

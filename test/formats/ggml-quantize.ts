@@ -2,7 +2,7 @@
 // models in tests. They produce valid ggml blocks with a plain scale choice per sub-block (max-abs /
 // min-max), not llama.cpp's error-minimising search, so their error is somewhat above llama.cpp's for the
 // same type. Layouts: native/formats/gguf_dequant.cc (and ggml-common.h).
-import { f32ToF16 } from '../../src/formats/gguf.ts';
+import { f32ToF16 } from '../../src/formats/f16.ts';
 
 const QK_K = 256;
 const f16buf = new Uint16Array(1);

@@ -11,8 +11,9 @@ import { join } from 'node:path';
 import { addon } from '../../src/native/addon.ts';
 import { getThreads, setThreads } from '../../src/native/cpu.ts';
 import {
-  DEQUANTIZABLE_TYPES, dequantize, dequantizeAsync, GgmlType, GgufError, GgufFile, writeGguf, type GgufTensorInfo,
+  DEQUANTIZABLE_TYPES, dequantize, dequantizeAsync, GgmlType, GgufError, GgufFile, type GgufTensorInfo,
 } from '../../src/formats/gguf.ts';
+import { writeGguf } from '../../src/formats/gguf-writer.ts';
 import { ggufTensorSource } from '../../src/models/decoder/gguf-source.ts';
 import { quantizeQ4K, quantizeQ6K } from './ggml-quantize.ts';
 

@@ -4,10 +4,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SafetensorsCheckpoint, writeSafetensors } from '../../src/formats/safetensors.ts';
 import { loadDecoderConfig } from '../../src/formats/hf-config.ts';
+import { dequantize, GgmlType, GgufError, GgufFile, gv, type GgufValue } from '../../src/formats/gguf.ts';
+import { writeGguf } from '../../src/formats/gguf-writer.ts';
 import {
-  convertHfToGguf, dequantize, f32ToF16, GgmlType, GgufError, GgufFile, ggufPreTokenizerName, ggufToHfName, gv, hfToGgufName,
-  llama3ParamsFromFactors, llama3RopeFactors, loadGgufCheckpoint, permuteRows, quantizeQ8_0, writeGguf, type GgufValue,
-} from '../../src/formats/gguf.ts';
+  convertHfToGguf, ggufToHfName, hfToGgufName, llama3ParamsFromFactors, llama3RopeFactors, loadGgufCheckpoint, permuteRows,
+} from '../../src/formats/gguf-hf.ts';
+import { quantizeQ8_0 } from '../../src/formats/gguf-quantize.ts';
+import { f32ToF16 } from '../../src/formats/f16.ts';
+import { ggufPreTokenizerName } from '../../src/formats/gguf-tokenizer.ts';
 import { ropeInvFreq } from '../../src/native/ops.ts';
 import { Tokenizer } from '../../src/tokenize/tokenizer.ts';
 

@@ -1,7 +1,7 @@
 // Random ggml blocks of every type the native decoder keeps quantized, for kernel and loader tests: random quant
 // bytes, the f16 / f32 scale fields set to `scale`·(0.5..1.5) so values stay in a sane range. Layouts:
 // native/formats/gguf_dequant.cc.
-import { f32ToF16 } from '../../src/formats/gguf.ts';
+import { f32ToF16 } from '../../src/formats/f16.ts';
 
 export const KEPT_TYPES = ['Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_K'] as const;
 export type KeptType = (typeof KEPT_TYPES)[number];

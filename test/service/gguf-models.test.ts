@@ -6,7 +6,7 @@ import t from 'tap';
 import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { convertHfToGguf } from '../../src/formats/gguf.ts';
+import { convertHfToGguf } from '../../src/formats/gguf-hf.ts';
 import { loadDecoder } from '../../src/runtime/generate.ts';
 import { createLocalRuntime } from '../../src/service/runtime-local.ts';
 import { call, makeUser, startServer } from './helpers.ts';

@@ -1,6 +1,6 @@
-// GGUF decoders (llama.cpp / Ollama files) as a TensorSource for the native loader: tensors come
-// from src/formats/gguf.ts under Hugging Face names (Llama q/k rows un-permuted there); F32/F16/BF16
-// are used as stored; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and Q8_K embedding / linear weights are
+// GGUF decoders (llama.cpp / Ollama files) as a TensorSource for the native loader: tensors come from
+// src/formats/gguf-hf.ts (loadGgufCheckpoint) under Hugging Face names (Llama q/k rows un-permuted there);
+// F32/F16/BF16 are used as stored; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and Q8_K embedding / linear weights are
 // handed over as stored (`raw`) and kept block-quantized by the native decoder; the other block types (Q2_K,
 // Q3_K) are dequantized to F32 at load time (and rounded to bf16 when the model keeps bf16).
 //
@@ -13,12 +13,14 @@
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { DecoderConfig, GenerationConfig } from '../../formats/hf-config.ts';
-import { dequantize, GgmlType, loadGgufCheckpoint, type GgufTensorInfo } from '../../formats/gguf.ts';
+import {
+  canDequantize, dequantize, dequantizeAsync, GgmlType, ggmlTypeName, GgufError, unsupportedTypeError, type GgufTensorInfo,
+} from '../../formats/gguf.ts';
+import { loadGgufCheckpoint } from '../../formats/gguf-hf.ts';
 import { loadGgufTokenizer } from '../../formats/gguf-tokenizer.ts';
 import { Tokenizer } from '../../tokenize/tokenizer.ts';
 import type { TensorSource } from './loader.ts';
 import type { QuantDtype } from './native-model.ts';
-import { canDequantize, dequantizeAsync, GgufError, ggmlTypeName, unsupportedTypeError } from '../../formats/gguf.ts';
 
 const DTYPE: Partial<Record<GgmlType, 'F32' | 'F16' | 'BF16'>> = { [GgmlType.F32]: 'F32', [GgmlType.F16]: 'F16', [GgmlType.BF16]: 'BF16' };
 /** Block types the native decoder keeps quantized (its int8 kernels: native/kernels/quant*.cc). */

@@ -1,5 +1,5 @@
 // Loads a Llama-family checkpoint (Hugging Face directory with config.json + *.safetensors, or
-// any tensor source using Hugging Face tensor names, e.g. a GGUF file mapped by src/formats/gguf.ts)
+// any tensor source using Hugging Face tensor names, e.g. a GGUF file mapped by src/formats/gguf-hf.ts)
 // into the native decoder. q/k/v and gate/up are concatenated so each layer runs 4 packed GEMMs.
 import { loadDecoderConfig, type DecoderConfig } from '../../formats/hf-config.ts';
 import { SafetensorsCheckpoint, type TensorInfo } from '../../formats/safetensors.ts';
