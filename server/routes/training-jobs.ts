@@ -3,7 +3,7 @@ import type { RouteDef } from '../router.ts';
 import { sendFile } from './files.ts';
 import { SSE_HEADERS } from '../http.ts';
 import { requestBaseUrl } from '../../src/service/signed-urls.ts';
-import { trainingJobRequestSchema } from '../../src/service/training-jobs.ts';
+import { trainingJobRequestSchema } from '../../src/service/training/request.ts';
 
 export function trainingJobRoutes(): RouteDef[] {
   return [

@@ -19,10 +19,13 @@
 // on PostgreSQL with a job queue (src/service/jobs/queue.ts) API processes enqueue the job's id and
 // worker processes consume it. A stop request is seen by the process running the job through its
 // record (polled every second), wherever it runs.
+//
+// Beside it in src/service/training/: the request body (request.ts), the job record and its view (job.ts), the
+// settings a job gets by base where its request says nothing (defaults.ts), the DPO / GRPO rules (rl-jobs.ts).
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { CheckpointRecord, Store, TrainingJobRecord, TrainingLogRecord } from '../store/index.ts';
+import type { CheckpointRecord, Store, TrainingLogRecord } from '../store/index.ts';
 import { type ArtifactStore, localModelRef } from './artifacts/types.ts';
 import type { Principal } from './auth.ts';
 import type { Catalog } from './catalog.ts';
@@ -44,14 +47,13 @@ import { checkDatasetShape, checkJudge, checkRlBase, rlConfigOrThrow, type Rewar
 // the training-only fresh bases are catalog entries (listed by GET /base-models)
 import { FRESH_ENCODER_ID, FRESH_ENCODERS } from './catalog.ts';
 export { FRESH_ENCODER_ID, FRESH_ENCODERS };
-// fresh-encoder learning rates and the encoder recipes (dropout, negative labels, selection): one place
-import {
-  ENCODER_RECIPE, FRESH_CLASSIFICATION_LOSS, freshRecipe, fullLabelRatio, NEGATIVE_SPAN_HARD, type ClassificationLoss,
-  type NegativeSpanHard,
-} from '../training/encoder/recipe.ts';
-import { parseLabelIsolation } from '../models/encoder/label-isolation.ts';
+// the request's body (type and schema), the job record and its view, the defaults by base
+import type { TrainingJobRequest } from './training/request.ts';
+import { jobView, round, type BaseSpec, type Job } from './training/job.ts';
+import { jobDefaults } from './training/defaults.ts';
 import { wordPiecePrefixIn } from '../models/encoder/tokenizer.ts';
-import { DEFAULT_PRECISION, PRECISION_OPTIONS, type PrecisionOption } from '../training/precision.ts';
+import { DEFAULT_PRECISION } from '../training/precision.ts';
+
 const MAX_RESTARTS = 2;
 /** how often a running job's record is read for a stop request made through another process */
 const STOP_POLL_MS = 1000;
@@ -60,156 +62,6 @@ const RESEND_AFTER_MS = 10_000;
 const DECODER_SCORE_MAX = 100;
 const ACTIVE = new Set(['requested', 'running']);
 const STATUSES = ['requested', 'running', 'complete', 'deployed', 'failed', 'cancelled'] as const;
-
-export interface TrainingJobRequest {
-  base_model: string;
-  datasets: Array<{ name: string; version?: string }>;
-  model_name?: string;
-  training_type?: 'lora' | 'full';
-  training_algorithm?: 'sft' | 'grpo' | 'dpo';
-  rl_config?: Record<string, unknown>;
-  nr_epochs?: number;
-  learning_rate?: number;
-  encoder_learning_rate?: number;
-  eval_steps?: number;
-  batch_size?: number;
-  seed?: number;
-  validation_data_percentage?: number;
-  early_stopping?: boolean;
-  early_stopping_patience?: number;
-  lora_r?: number;
-  lora_alpha?: number;
-  lora_dropout?: number;
-  target_modules?: string[];
-  max_steps?: number;
-  warmup_ratio?: number;
-  lr_scheduler?: 'cosine' | 'linear' | 'constant';
-  gradient_accumulation_steps?: number;
-  project_id?: string;
-  hidden_dropout?: number;
-  attention_dropout?: number;
-  word_dropout?: number;
-  rare_word_dropout?: number;
-  piece_dropout?: number;
-  mention_replacement?: number;
-  mention_dropout?: number;
-  hard_negatives?: number;
-  negative_span_keep?: number | 'balanced';
-  negative_span_hard?: NegativeSpanHard;
-  negative_labels?: number;
-  full_label_ratio?: number;
-  classifier_prior_init?: boolean;
-  classification_loss?: ClassificationLoss;
-  ema_decay?: number;
-  selection_metric?: 'task' | 'loss';
-  max_minutes?: number;
-  precision?: PrecisionOption;
-}
-
-/** ajv schema of POST /felix/training-jobs */
-export const trainingJobRequestSchema = {
-  type: 'object', required: ['base_model', 'datasets'],
-  properties: {
-    base_model: { type: 'string', minLength: 1 },
-    datasets: { type: 'array', minItems: 1, maxItems: 16, items: { type: 'object', required: ['name'], properties: { name: { type: 'string', minLength: 1 }, version: { type: 'string', minLength: 1 } } } },
-    model_name: { type: 'string', minLength: 1, maxLength: 200 },
-    training_type: { enum: ['lora', 'full'] },
-    training_algorithm: { enum: ['sft', 'grpo', 'dpo'] },
-    rl_config: { type: 'object' },
-    nr_epochs: { type: 'integer', minimum: 1, maximum: 1000 },
-    learning_rate: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
-    encoder_learning_rate: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
-    eval_steps: { type: 'integer', minimum: 1 },
-    batch_size: { type: 'integer', minimum: 1, maximum: 4096 },
-    seed: { type: 'integer', minimum: 0, maximum: 2 ** 31 - 1 },
-    validation_data_percentage: { type: 'number', minimum: 0, maximum: 50 },
-    early_stopping: { type: 'boolean' },
-    early_stopping_patience: { type: 'integer', minimum: 1, maximum: 1000 },
-    lora_r: { type: 'integer', minimum: 1, maximum: 1024 },
-    lora_alpha: { type: 'number', exclusiveMinimum: 0, maximum: 4096 },
-    lora_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
-    target_modules: { type: 'array', minItems: 1, items: { type: 'string', minLength: 1 } },
-    max_steps: { type: 'integer', minimum: 1 },
-    warmup_ratio: { type: 'number', minimum: 0, maximum: 0.5 },
-    lr_scheduler: { enum: ['cosine', 'linear', 'constant'] },
-    gradient_accumulation_steps: { type: 'integer', minimum: 1, maximum: 1024 },
-    project_id: { type: 'string', minLength: 1 },
-    // encoder training (service extension): dropout, negative labels, checkpoint selection, time budget
-    hidden_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
-    attention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
-    word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
-    rare_word_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
-    piece_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
-    mention_replacement: { type: 'number', minimum: 0, maximum: 1 },
-    mention_dropout: { type: 'number', minimum: 0, maximum: 0.9 },
-    hard_negatives: { type: 'number', minimum: 0, maximum: 1 },
-    negative_span_keep: { anyOf: [{ type: 'number', exclusiveMinimum: 0, maximum: 1 }, { const: 'balanced' }] },
-    negative_span_hard: { enum: [...NEGATIVE_SPAN_HARD] },
-    negative_labels: { type: 'integer', minimum: 0, maximum: 10000 },
-    full_label_ratio: { type: 'number', minimum: 0, maximum: 1 },
-    classifier_prior_init: { type: 'boolean' },
-    classification_loss: { enum: ['bce', 'softmax'] },
-    ema_decay: { type: 'number', minimum: 0, exclusiveMaximum: 1 },
-    selection_metric: { enum: ['task', 'loss'] },
-    max_minutes: { type: 'number', exclusiveMinimum: 0, maximum: 10080 },
-    // compute precision of the matrix products, encoders and decoders (service extension; docs/training.md)
-    precision: { enum: PRECISION_OPTIONS },
-  },
-};
-
-/** The base a job trains from. */
-interface BaseSpec {
-  task_type: 'encoder' | 'decoder';
-  /** what the caller named (catalog id, checkpoint id or job id) */
-  requested: string;
-  source: 'catalog' | 'fresh' | 'checkpoint' | 'training_job';
-  /** the catalog model underneath (base of a checkpoint chain) */
-  catalog_id: string;
-  /** full-weights directory to start from (null: resolved at start, e.g. pulled) */
-  dir: string | null;
-  /** decoder LoRA chains: adapter to continue from */
-  init_adapter: string | null;
-}
-
-type Job = TrainingJobRecord & {
-  training_algorithm: string;
-  datasets: Array<{ name: string; version_number: string; version_id: string; dataset_type: string; size: number }>;
-  configuration: Record<string, unknown>;
-  base: BaseSpec;
-  progress_percent: number;
-  current_epoch: number;
-  current_step: number;
-  total_steps: number | null;
-  train_loss: number | null;
-  val_loss: number | null;
-  tokens_per_s: number | null;
-  metrics: { f1: number; precision: number; recall: number; [k: string]: number } | null;
-  error: string | null;
-  started_at: string | null;
-  completed_at: string | null;
-  restarts: number;
-  model_ref?: ModelRef;
-  weights_dir?: string | null;
-  weights_format?: 'peft_lora' | 'safetensors' | null;
-  adaptive?: Record<string, unknown>;
-};
-
-const round = (x: number | null | undefined, d = 6) => (x === null || x === undefined || !Number.isFinite(x) ? null : Math.round(x * 10 ** d) / 10 ** d);
-
-export function jobView(j: Job) {
-  const done = j.status === 'complete'; // spec §2: metrics are present only when status is complete
-  return {
-    id: j.id, status: j.status, model_name: j.model_name, base_model: j.base_model, task_type: j.task_type, training_type: j.training_type,
-    training_algorithm: j.training_algorithm, datasets: j.datasets.map((d) => ({ name: d.name, version: d.version_number, size: d.size })),
-    project_id: j.project_id, configuration: j.configuration,
-    progress_percent: round(j.progress_percent, 2) ?? 0, current_epoch: j.current_epoch, current_step: j.current_step, total_steps: j.total_steps,
-    train_loss: round(j.train_loss), val_loss: round(j.val_loss), tokens_per_s: round(j.tokens_per_s, 1),
-    ...(done && j.metrics ? { metrics: j.metrics } : {}),
-    error: j.error, created_at: j.created_at, updated_at: j.updated_at, started_at: j.started_at, completed_at: j.completed_at,
-    // an adaptive retraining (src/service/adaptive): its run, trigger, scores and decision
-    ...(j.adaptive ? { adaptive: j.adaptive } : {}),
-  };
-}
 
 export function createTrainingJobsService(deps: {
   store: Store; config: ServiceConfig; pool: JobPool; urls: SignedUrls; datasets: DatasetsService; catalog: Catalog; runtime: ModelRuntime; log?: Logger;
@@ -303,36 +155,6 @@ export function createTrainingJobsService(deps: {
       invalid(path, `${conflict}: a job continuing ${body.base_model} keeps its LoRA shape (omit the option)`, 'adapter_conflict');
     }
     return ad;
-  }
-
-  /**
-   * encoders: `learning_rate` drives the task heads, `encoder_learning_rate` the backbone (spec §5).
-   * `fresh`: the preset of a fresh-initialized base (FRESH_ENCODERS), else null.
-   */
-  function defaults(
-    kind: 'encoder' | 'decoder', fresh: string | null, type: 'lora' | 'full', dir: string | null, clsOnly: boolean,
-  ) {
-    if (kind === 'decoder') return { nr_epochs: 1, learning_rate: 2e-4, batch_size: 4 };
-    if (fresh) return { nr_epochs: 10, ...freshRecipe(fresh, clsOnly) };
-    const encoderLr = type === 'lora' ? 2e-4 : 1e-5;
-    // a checkpoint of a fresh base keeps its label isolation, so it keeps training on sampled labels, with the loss
-    // it was trained with (the fresh recipe's)
-    const isolated = isolatedBase(dir);
-    const recipe = {
-      ...ENCODER_RECIPE, full_label_ratio: fullLabelRatio(isolated),
-      ...(isolated ? { classification_loss: FRESH_CLASSIFICATION_LOSS } : {}),
-    };
-    return { nr_epochs: 3, learning_rate: 5e-4, encoder_learning_rate: encoderLr, batch_size: 8, ...recipe };
-  }
-
-  /** Whether the encoder in `dir` isolates its labels (config.json `label_isolation`); unreadable: no. */
-  function isolatedBase(dir: string | null): boolean {
-    if (!dir) return false;
-    try {
-      return parseLabelIsolation(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')).label_isolation);
-    } catch {
-      return false;
-    }
   }
 
   // ---- the queue -------------------------------------------------------------------------------
@@ -739,7 +561,7 @@ export function createTrainingJobsService(deps: {
         ds.push({ name: v.dataset_name, version_number: v.version_number, version_id: v.id, dataset_type: v.dataset_type, size: v.size });
       }
       const fresh = base.source === 'fresh' ? FRESH_ENCODERS[base.catalog_id] ?? null : null;
-      const d = defaults(base.task_type, fresh, type, base.init_adapter ? null : base.dir, classificationOnly);
+      const d = jobDefaults(base.task_type, fresh, type, base.init_adapter ? null : base.dir, classificationOnly);
       const configuration = {
         nr_epochs: body.nr_epochs ?? d.nr_epochs, learning_rate: body.learning_rate ?? d.learning_rate,
         ...(base.task_type === 'encoder' && 'encoder_learning_rate' in d ? {
