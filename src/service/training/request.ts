@@ -1,9 +1,16 @@
 // The body of POST /felix/training-jobs (spec section 2): its type and its ajv schema, the one home of both
 // (server/routes/training-jobs.ts validates with the schema; the service takes the type).
-import { NEGATIVE_SPAN_HARD, type ClassificationLoss, type NegativeSpanHard } from '../../training/encoder/recipe.ts';
+import type { EncoderTrainConfig } from '../../training/encoder-trainer.ts';
+import { NEGATIVE_SPAN_HARD } from '../../training/encoder/recipe.ts';
 import { PRECISION_OPTIONS, type PrecisionOption } from '../../training/precision.ts';
 
-export interface TrainingJobRequest {
+/** The encoder options a job hands to the trainer as they are (each documented there). */
+export type EncoderRecipeOptions = Pick<EncoderTrainConfig,
+  | 'hidden_dropout' | 'attention_dropout' | 'word_dropout' | 'rare_word_dropout' | 'piece_dropout' | 'mention_replacement'
+  | 'mention_dropout' | 'hard_negatives' | 'negative_span_keep' | 'negative_span_hard' | 'negative_labels'
+  | 'full_label_ratio' | 'classifier_prior_init' | 'classification_loss' | 'ema_decay' | 'selection_metric' | 'max_minutes'>;
+
+export interface TrainingJobRequest extends EncoderRecipeOptions {
   base_model: string;
   datasets: Array<{ name: string; version?: string }>;
   model_name?: string;
@@ -28,23 +35,6 @@ export interface TrainingJobRequest {
   lr_scheduler?: 'cosine' | 'linear' | 'constant';
   gradient_accumulation_steps?: number;
   project_id?: string;
-  hidden_dropout?: number;
-  attention_dropout?: number;
-  word_dropout?: number;
-  rare_word_dropout?: number;
-  piece_dropout?: number;
-  mention_replacement?: number;
-  mention_dropout?: number;
-  hard_negatives?: number;
-  negative_span_keep?: number | 'balanced';
-  negative_span_hard?: NegativeSpanHard;
-  negative_labels?: number;
-  full_label_ratio?: number;
-  classifier_prior_init?: boolean;
-  classification_loss?: ClassificationLoss;
-  ema_decay?: number;
-  selection_metric?: 'task' | 'loss';
-  max_minutes?: number;
   precision?: PrecisionOption;
 }
 
