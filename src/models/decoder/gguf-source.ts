@@ -1,8 +1,8 @@
 // GGUF decoders (llama.cpp / Ollama files) as a TensorSource for the native loader: tensors come from
 // src/formats/gguf-hf.ts (loadGgufCheckpoint) under Hugging Face names (Llama q/k rows un-permuted there);
-// F32/F16/BF16 are used as stored; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and Q8_K embedding / linear weights are
-// handed over as stored (`raw`) and kept block-quantized by the native decoder; the other block types (Q2_K,
-// Q3_K) are dequantized to F32 at load time (and rounded to bf16 when the model keeps bf16).
+// F32/F16/BF16 are used as stored; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and Q8_K embedding / linear
+// weights are handed over as stored (`raw`) and kept block-quantized by the native decoder; the other block types
+// (Q2_K, Q3_K) are dequantized to F32 at load time (and rounded to bf16 when the model keeps bf16).
 //
 // Tokenizer: a tokenizer.json in `tokenizerDir` or in the file's folder (with the tokenizer_config.json /
 // generation_config.json beside it) is used when present, as for a model folder. Otherwise the vocabulary
