@@ -51,7 +51,7 @@ t.test('fresh encoders: learning rates by preset', async (t) => {
   // data of classification records only: the small preset's classification settings (FRESH_CLASSIFICATION_SETTINGS)
   t.equal((await uploadDataset(ts.url, u.key, 'cls', 'classification', 'c.jsonl', CLS)).body.status, 'ready');
   const cls = await configuration({ base_model: 'loom/gliner2-init-small', datasets: [{ name: 'cls' }] });
-  t.match(cls, { learning_rate: 5e-4, encoder_learning_rate: 1e-4, batch_size: 8, hidden_dropout: 0 });
+  t.match(cls, { learning_rate: 1e-3, encoder_learning_rate: 2e-4, batch_size: 8, hidden_dropout: 0 });
   t.match(cls, { attention_dropout: 0, full_label_ratio: 0, piece_dropout: 0, negative_span_keep: 0.5,
     negative_span_hard: 'none' });
   const both = await configuration({ base_model: 'loom/gliner2-init-small', datasets: [{ name: 'cls' }, { name: 'ner' }] });
