@@ -157,7 +157,7 @@ t.test('softmax classification loss: a distribution, shift-invariant, multi-labe
   const featOf = async (multiLabel: boolean) => {
     const [ex] = recordsToExamples([{ kind: 'classification', text: TEXTS[0], labels: [LABELS[0]], multiLabel }], [],
       LABELS);
-    return featurize(tok, ex, 8, undefined, null, false, 'softmax');
+    return featurize(tok, ex, 8, undefined, null, {}, 'softmax');
   };
   const single = await featOf(false);
   t.equal(single.segs[0].softmax, true, 'a single-label task takes the softmax loss');

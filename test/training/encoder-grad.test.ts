@@ -384,7 +384,7 @@ t.test('bf16 compute: gradients as close to fp32 as bf16 weights allow; a traini
 t.test('label isolation: the same gradient check, with and without dropout', async (t) => {
   const classes = ['negative', 'neutral', 'positive', 'mixed'];
   const ex = recordsToExamples(records, ['company', 'location', 'person'], classes);
-  const items = await Promise.all(ex.map((e) => featurize(tok, e, 8, undefined, undefined, true)));
+  const items = await Promise.all(ex.map((e) => featurize(tok, e, 8, undefined, undefined, { isolation: true })));
   const ib = collate(items);
   t.ok(ib.groups && Math.max(...ib.groups) === 4, 'four label groups');
   const g = EncoderTrainGraph.create(cfg, 8, true, tensors, null);
@@ -403,7 +403,7 @@ t.test('label isolation: the same gradient check, with and without dropout', asy
 t.test('label bags: the word table gradient through the bags by finite differences', async (t) => {
   const bag = { isolation: true, bag: true };
   const bb = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, undefined, bag))));
-  const ib = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, undefined, true))));
+  const ib = collate(await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, undefined, { isolation: true }))));
   t.ok(bb.bags && bb.bags.length % (bb.B * bb.N) === 0, 'the batch carries bags');
   const real = (m: Uint8Array) => m.reduce((a, x) => a + x, 0);
   t.equal(real(ib.mask) - real(bb.mask), bb.bags!.filter((x) => x >= 0).length, 'the names take no tokens');

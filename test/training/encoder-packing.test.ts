@@ -46,7 +46,7 @@ const records: DataRecord[] = [
   { kind: 'classification', text: texts[2], labels: ['positive'], multiLabel: false },
 ];
 const exs = recordsToExamples(records, ['company', 'location', 'person'], ['negative', 'positive']);
-const items = await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, wf, true)));
+const items = await Promise.all(exs.map((e) => featurize(tok, e, 8, undefined, wf, { isolation: true })));
 const batch = collate(items);
 const graph = () => EncoderTrainGraph.create(cfg, 8, true, tensors, null, {},
   { rows: featureRows(wf), cols: featureCols(wf) });

@@ -299,7 +299,7 @@ t.test('a fresh isolated model: the same logit per label with every label, a sub
 
 /** The training graph's classification loss on a padded batch of TEXTS (each with one true label) against the
  * served model's BCE over the same texts and labels. */
-async function graphAndServed(dir: string, m: Gliner2Model, labels: boolean | Partial<LabelPrompt>) {
+async function graphAndServed(dir: string, m: Gliner2Model, labels: Partial<LabelPrompt>) {
   const enc = parseDebertaConfig(JSON.parse(readFileSync(join(dir, 'encoder_config', 'config.json'), 'utf8')));
   const ck = SafetensorsCheckpoint.open(dir);
   const tensors: Record<string, Float32Array> = {};
@@ -326,7 +326,7 @@ async function graphAndServed(dir: string, m: Gliner2Model, labels: boolean | Pa
 
 t.test('the training graph computes what the served model does, in a padded batch', async (t) => {
   const dir = join(tmp, 'iso');
-  const { batch, graph, served } = await graphAndServed(dir, await Gliner2Model.load(dir), true);
+  const { batch, graph, served } = await graphAndServed(dir, await Gliner2Model.load(dir), { isolation: true });
   t.ok(batch.groups && Math.max(...batch.groups) === LABELS.length, 'the batch carries the groups');
   t.ok(batch.mask.some((x) => x === 0), 'a padded batch');
   t.ok(Math.abs(graph - served) <= 1e-5 * served, `graph ${graph} vs served ${served}`);

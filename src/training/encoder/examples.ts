@@ -236,15 +236,14 @@ function matchMention(f: Formatted, m: Mention, K: number): [number, number][] {
   return res;
 }
 
-/** One example formatted and its loss targets; `labels`: the model's label prompt (label-isolation.ts), `true` alone
- * isolated. */
+/** One example formatted and its loss targets; `labels`: the model's label prompt (label-isolation.ts; a flag left out
+ * is off). */
 export async function featurize(
   tok: EncoderTokenizer, ex: EncoderExample, K: number, maxWords?: number, wordFeatures?: WordFeatures | null,
-  labels: boolean | Partial<LabelPrompt> = false, classificationLoss: ClassificationLoss = 'bce',
+  labels: Partial<LabelPrompt> = {}, classificationLoss: ClassificationLoss = 'bce',
   resegment?: FormatOptions['resegment'],
 ): Promise<Featurized> {
-  const { isolation: labelIsolation = false, bag: labelBag = false } =
-    typeof labels === 'boolean' ? { isolation: labels } : labels;
+  const { isolation: labelIsolation = false, bag: labelBag = false } = labels;
   const opts = { maxWords, wordFeatures, labelIsolation, labelBag, resegment };
   const f = await formatInput(tok, ex.text, ex.schema, opts);
   const segs: SegTarget[] = f.segments.map((s, si) => {
